@@ -1,0 +1,40 @@
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv run test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/planner serve --host 127.0.0.1 --port 8000
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench-fidelity: $(STAMP)
+	$(BIN)/python bench/fidelity.py
+
+bench-plan: $(STAMP)
+	$(BIN)/python bench/plan_speed.py
+
+bench-service: $(STAMP)
+	$(BIN)/python bench/service_load.py
+
+bench-cpu: $(STAMP)
+	$(BIN)/python bench/cpu_validation.py
+
+bench-graph: $(STAMP)
+	$(BIN)/python bench/graph_bench.py
+
+bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph
+
+clean:
+	rm -rf $(VENV) *.egg-info planner.db

@@ -1,0 +1,242 @@
+"""Cluster model: node groups of one device type, concrete nodes, availability.
+
+Bandwidth conventions (DESIGN.md): ``intra_node_bandwidth_GBps`` is per GPU, one direction
+(NVLink; A100 SXM 300); ``inter_node_bandwidth_GBps`` is per node, all NICs together
+(DGX A100 8×200 Gb/s = 200).  Omitted bandwidths default from the device catalog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+from .devices import DeviceSpec, resolve_device
+from .errors import InvalidCluster
+
+
+@dataclass(frozen=True)
+class Node:
+    hostname: str
+    group: str
+    available: bool = True
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    nccl_version: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    count: int
+    gpus_per_node: int
+    device: DeviceSpec
+    intra_node_bandwidth_GBps: float
+    inter_node_bandwidth_GBps: float
+    hostnames: tuple[str, ...] = ()
+    price_per_gpu_hour: float | None = None
+    nccl_socket_ifname: str | None = None
+    nccl_ib_hca: str | None = None
+
+    @property
+    def nic_per_gpu_GBps(self) -> float:
+        """A GPU's share of the node's NICs when every GPU talks at once (the DP/PP case)."""
+        return self.inter_node_bandwidth_GBps / self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    node_groups: tuple[NodeGroup, ...]
+    nodes: tuple[Node, ...] = field(default=())
+
+    def group(self, name: str) -> NodeGroup:
+        for g in self.node_groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def available_nodes(self, group: str | None = None) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.available and (group is None or n.group == group))
+
+    def available_gpus(self, group: str | None = None) -> int:
+        total = 0
+        for g in self.node_groups:
+            if group is None or g.name == group:
+                total += g.gpus_per_node * len(self.available_nodes(g.name))
+        return total
+
+    @property
+    def total_gpus(self) -> int:
+        return self.available_gpus()
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for g in self.node_groups:
+            if self.available_nodes(g.name) and g.device.name not in seen:
+                seen.append(g.device.name)
+        return tuple(seen)
+
+    def with_unavailable(self, hostnames: Iterable[str]) -> "Cluster":
+        down = set(hostnames)
+        unknown = down - {n.hostname for n in self.nodes}
+        if unknown:
+            raise InvalidCluster(f"unknown hostnames: {', '.join(sorted(unknown))}", field="unavailable_nodes")
+        nodes = tuple(replace(n, available=False) if n.hostname in down else n for n in self.nodes)
+        return replace(self, nodes=nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "node_groups": [
+                {
+                    "name": g.name,
+                    "count": g.count,
+                    "gpus_per_node": g.gpus_per_node,
+                    "device": g.device.name if g.device.source != "inline" else g.device.to_dict(),
+                    "intra_node_bandwidth_GBps": g.intra_node_bandwidth_GBps,
+                    "inter_node_bandwidth_GBps": g.inter_node_bandwidth_GBps,
+                    "hostnames": list(g.hostnames),
+                    **({"price_per_gpu_hour": g.price_per_gpu_hour} if g.price_per_gpu_hour is not None else {}),
+                    **({"nccl_socket_ifname": g.nccl_socket_ifname} if g.nccl_socket_ifname else {}),
+                    **({"nccl_ib_hca": g.nccl_ib_hca} if g.nccl_ib_hca else {}),
+                }
+                for g in self.node_groups
+            ],
+            "nodes": [
+                {
+                    "hostname": n.hostname,
+                    "group": n.group,
+                    "available": n.available,
+                    **{k: getattr(n, k) for k in ("driver_version", "cuda_version", "nccl_version") if getattr(n, k)},
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+def _positive_int(value: Any, field_path: str, maximum: int = 1_000_000) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidCluster(f"must be a positive integer, got {value!r}", field=field_path)
+    if value > maximum:
+        raise InvalidCluster(f"must be at most {maximum}, got {value}", field=field_path)
+    return value
+
+
+def _positive_float(value: Any, field_path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidCluster(f"must be a positive number, got {value!r}", field=field_path)
+    return float(value)
+
+
+def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> Cluster:
+    """Build and validate a :class:`Cluster` from the v1 JSON shape."""
+    if not isinstance(data, Mapping):
+        raise InvalidCluster("must be an object with 'name' and 'node_groups'", field=field_path)
+    name = data.get("name", "cluster")
+    if not isinstance(name, str) or not name:
+        raise InvalidCluster("must be a non-empty string", field=f"{field_path}.name")
+    groups_in = data.get("node_groups")
+    if not isinstance(groups_in, list) or not groups_in:
+        raise InvalidCluster("must be a non-empty list of node groups", field=f"{field_path}.node_groups")
+    groups: list[NodeGroup] = []
+    nodes: list[Node] = []
+    seen_names: set[str] = set()
+    seen_hosts: set[str] = set()
+    for i, g in enumerate(groups_in):
+        gp = f"{field_path}.node_groups[{i}]"
+        if not isinstance(g, Mapping):
+            raise InvalidCluster("must be an object", field=gp)
+        gname = g.get("name", f"group{i}")
+        if not isinstance(gname, str) or not gname:
+            raise InvalidCluster("must be a non-empty string", field=f"{gp}.name")
+        if gname in seen_names:
+            raise InvalidCluster(f"duplicate node group name {gname!r}", field=f"{gp}.name")
+        seen_names.add(gname)
+        count = _positive_int(g.get("count"), f"{gp}.count", 100_000)
+        if "device" not in g:
+            raise InvalidCluster("is required (a catalog name or an inline spec)", field=f"{gp}.device")
+        device = resolve_device(g["device"], f"{gp}.device")
+        gpn = _positive_int(g.get("gpus_per_node", device.gpus_per_node), f"{gp}.gpus_per_node", 64)
+        intra = g.get("intra_node_bandwidth_GBps")
+        intra = device.intra_node_bandwidth_GBps if intra is None else _positive_float(intra, f"{gp}.intra_node_bandwidth_GBps")
+        inter = g.get("inter_node_bandwidth_GBps")
+        inter = (
+            device.inter_node_bandwidth_GBps * gpn / device.gpus_per_node
+            if inter is None
+            else _positive_float(inter, f"{gp}.inter_node_bandwidth_GBps")
+        )
+        hostnames = g.get("hostnames")
+        if hostnames is None:
+            hostnames = [f"{gname}-{k}" for k in range(count)]
+        if not isinstance(hostnames, list) or not all(isinstance(h, str) and h for h in hostnames):
+            raise InvalidCluster("must be a list of non-empty strings", field=f"{gp}.hostnames")
+        if len(hostnames) != count:
+            raise InvalidCluster(
+                f"has {len(hostnames)} names but count is {count}", field=f"{gp}.hostnames"
+            )
+        for h in hostnames:
+            if h in seen_hosts:
+                raise InvalidCluster(f"duplicate hostname {h!r}", field=f"{gp}.hostnames")
+            seen_hosts.add(h)
+        price = g.get("price_per_gpu_hour")
+        if price is not None:
+            price = _positive_float(price, f"{gp}.price_per_gpu_hour")
+        groups.append(
+            NodeGroup(
+                name=gname,
+                count=count,
+                gpus_per_node=gpn,
+                device=device,
+                intra_node_bandwidth_GBps=intra,
+                inter_node_bandwidth_GBps=inter,
+                hostnames=tuple(hostnames),
+                price_per_gpu_hour=price,
+                nccl_socket_ifname=g.get("nccl_socket_ifname"),
+                nccl_ib_hca=g.get("nccl_ib_hca"),
+            )
+        )
+        nodes.extend(Node(hostname=h, group=gname) for h in hostnames)
+    explicit = data.get("nodes")
+    if explicit is not None:
+        if not isinstance(explicit, list):
+            raise InvalidCluster("must be a list of {hostname, group?, available}", field=f"{field_path}.nodes")
+        by_host = {n.hostname: n for n in nodes}
+        for j, n in enumerate(explicit):
+            npath = f"{field_path}.nodes[{j}]"
+            if not isinstance(n, Mapping) or not isinstance(n.get("hostname"), str):
+                raise InvalidCluster("must be an object with a 'hostname'", field=npath)
+            host = n["hostname"]
+            if host not in by_host:
+                raise InvalidCluster(
+                    f"hostname {host!r} is in no node group (add it to a group's hostnames)", field=f"{npath}.hostname"
+                )
+            if "group" in n and n["group"] != by_host[host].group:
+                raise InvalidCluster(
+                    f"hostname {host!r} belongs to group {by_host[host].group!r}, not {n['group']!r}",
+                    field=f"{npath}.group",
+                )
+            available = n.get("available", True)
+            if not isinstance(available, bool):
+                raise InvalidCluster("must be true or false", field=f"{npath}.available")
+            versions = {}
+            for key in ("driver_version", "cuda_version", "nccl_version"):
+                if n.get(key) is not None:
+                    versions[key] = str(n[key])
+            by_host[host] = replace(by_host[host], available=available, **versions)
+        nodes = [by_host[n.hostname] for n in nodes]
+    cluster = Cluster(name=name, node_groups=tuple(groups), nodes=tuple(nodes))
+    if cluster.total_gpus == 0:
+        raise InvalidCluster("every node is marked unavailable: no devices left", field=f"{field_path}.nodes")
+    return cluster
+
+
+def simple_cluster(device: str | DeviceSpec, nodes: int, gpus_per_node: int = 8, name: str | None = None, **kw: Any) -> Cluster:
+    """Convenience: one homogeneous node group."""
+    dev = resolve_device(device)
+    return cluster_from_dict(
+        {
+            "name": name or f"{nodes}x{gpus_per_node}-{dev.name}",
+            "node_groups": [{"name": "g0", "count": nodes, "gpus_per_node": gpus_per_node, "device": dev, **kw}],
+        }
+    )

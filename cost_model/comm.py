@@ -1,0 +1,116 @@
+"""Communication primitives: alpha–beta model of ring collectives over the cluster topology.
+
+For n ranks moving S bytes at bus bandwidth β per rank (NCCL's performance notes):
+
+* all-reduce        2·(n−1)/n · S/β + 2·(n−1)·α
+* all-gather        (n−1)/n · S/β + (n−1)·α          (S = the gathered size)
+* reduce-scatter    (n−1)/n · S/β + (n−1)·α          (S = the input size)
+* all-to-all        (n−1)/n · S/β + (n−1)·α          (S = bytes each rank sends in total)
+* send/recv         S/β + α
+
+Hierarchical (group spans nodes with ``r`` ranks per node): the intra-node part runs on NVLink,
+the inter-node part on each GPU's share of the node's NICs, on 1/r of the data (reduce-scatter
+inside the node, all-reduce across nodes, all-gather inside the node).  β is the link figure
+times the device family's achieved fraction.  All functions broadcast over numpy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Links:
+    """What one GPU sees of the network: achieved per-direction bandwidths and latency."""
+
+    intra_GBps: float  # NVLink (or PCIe) per GPU, achieved
+    inter_GBps: float  # this GPU's share of the node NICs, achieved
+    gpus_per_node: int
+    alpha_s: float
+
+    @staticmethod
+    def for_group(group) -> "Links":
+        """From a :class:`cost_model.cluster.NodeGroup`."""
+        eff = group.device.efficiency
+        return Links(
+            intra_GBps=group.intra_node_bandwidth_GBps * eff.nvlink_fraction,
+            inter_GBps=group.nic_per_gpu_GBps * eff.nic_fraction,
+            gpus_per_node=group.gpus_per_node,
+            alpha_s=eff.collective_latency_s,
+        )
+
+    def slowest(self, other: "Links") -> "Links":
+        return Links(
+            min(self.intra_GBps, other.intra_GBps),
+            min(self.inter_GBps, other.inter_GBps),
+            min(self.gpus_per_node, other.gpus_per_node),
+            max(self.alpha_s, other.alpha_s),
+        )
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def ranks_per_node(n, stride, gpus_per_node):
+    """How many of a group's ``n`` ranks share a node when consecutive members are ``stride``
+    global ranks apart and ranks fill nodes in order."""
+    n = _f(n)
+    stride = _f(stride)
+    per_node = np.maximum(1.0, np.floor(gpus_per_node / np.maximum(stride, 1.0)))
+    return np.minimum(n, per_node)
+
+
+def _flat_time(n, size_bytes, beta_GBps, alpha_s, volume_factor, steps_factor):
+    n = _f(n)
+    safe = np.maximum(n, 1.0)
+    t = volume_factor * (safe - 1.0) / safe * _f(size_bytes) / (beta_GBps * 1e9) + steps_factor * (safe - 1.0) * alpha_s
+    return np.where(n > 1, t, 0.0)
+
+
+def allreduce_time_s(n, size_bytes, links: Links, per_node):
+    """Hierarchical ring all-reduce of ``size_bytes`` over ``n`` ranks, ``per_node`` of them on
+    each node."""
+    n = _f(n)
+    r = np.minimum(_f(per_node), n)
+    nodes = np.maximum(1.0, n / np.maximum(r, 1.0))
+    intra = _flat_time(r, size_bytes, links.intra_GBps, links.alpha_s, 2.0, 2.0)
+    inter = _flat_time(nodes, _f(size_bytes) / np.maximum(r, 1.0), links.inter_GBps, links.alpha_s, 2.0, 2.0)
+    return intra + inter
+
+
+def reduce_scatter_time_s(n, size_bytes, links: Links, per_node):
+    """Hierarchical reduce-scatter (input ``size_bytes`` per rank); all-gather costs the same."""
+    n = _f(n)
+    r = np.minimum(_f(per_node), n)
+    nodes = np.maximum(1.0, n / np.maximum(r, 1.0))
+    intra = _flat_time(r, size_bytes, links.intra_GBps, links.alpha_s, 1.0, 1.0)
+    inter = _flat_time(nodes, _f(size_bytes) / np.maximum(r, 1.0), links.inter_GBps, links.alpha_s, 1.0, 1.0)
+    return intra + inter
+
+
+allgather_time_s = reduce_scatter_time_s
+
+
+def alltoall_time_s(n, size_bytes, links: Links, per_node):
+    """All-to-all where each rank sends ``size_bytes`` in total, split evenly over peers.  The
+    share bound for peers on other nodes crosses the NIC; the rest stays on NVLink; both run
+    concurrently, so the slower side bounds the time."""
+    n = _f(n)
+    safe = np.maximum(n, 1.0)
+    r = np.minimum(_f(per_node), n)
+    remote_frac = np.maximum(0.0, (safe - r) / safe)
+    local_frac = np.maximum(0.0, (r - 1.0) / safe)
+    t_remote = remote_frac * _f(size_bytes) / (links.inter_GBps * 1e9)
+    t_local = local_frac * _f(size_bytes) / (links.intra_GBps * 1e9)
+    t = np.maximum(t_remote, t_local) + (safe - 1.0) * links.alpha_s
+    return np.where(n > 1, t, 0.0)
+
+
+def p2p_time_s(size_bytes, links: Links, cross_node):
+    """Point-to-point send of ``size_bytes`` (pipeline activations): NIC share when the
+    neighbour is on another node, NVLink otherwise."""
+    beta = np.where(cross_node, links.inter_GBps, links.intra_GBps)
+    return _f(size_bytes) / (beta * 1e9) + links.alpha_s

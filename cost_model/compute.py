@@ -1,0 +1,74 @@
+"""Compute-time primitives.  Pure functions; every argument may be a numpy array (they
+broadcast), so the planner can cost thousands of candidates in one call.
+
+GEMM time model (roofline with shape-dependent efficiency):
+
+    t = max( 2·m·n·k / (P · e_max · σ(m)·σ(n)·σ(k)),  bytes / (B · f_mem) ) · batch + t_launch
+    σ(d) = d / (d + d_half)
+
+``P`` is the dense peak for the dtype, ``B`` the HBM bandwidth, ``e_max`` the large-GEMM
+fraction of peak, ``d_half`` the dimension at which tile/wave quantisation halves throughput
+(cuBLAS/CUTLASS tile sizes are 64–256, so small per-GPU matrices after tensor parallelism run
+slower).  Constants per device family: :data:`cost_model.devices.FAMILY_EFFICIENCY`; fitted
+per device by ``cost_model.profiles``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .devices import BYTES_PER_ELEMENT, DeviceSpec
+
+ArrayLike = "float | np.ndarray"
+
+
+def shape_factor(dim, half_dim: float):
+    """σ(d) = d/(d + d_half): fraction of the large-GEMM rate reached along one dimension."""
+    d = np.asarray(dim, dtype=float)
+    return d / (d + half_dim)
+
+
+def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
+    """Time of ``batch`` independent (m×k)·(k×n) GEMMs on one device.
+
+    FLOPs 2·m·n·k per GEMM; bytes (m·k + k·n + m·n)·element size (each operand read or
+    written once).  Source: roofline model (Williams et al. 2009) with a saturating
+    tile-efficiency factor per dimension.
+    """
+    eff = device.efficiency
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    flops = 2.0 * m * n * k
+    rate = device.peak_tflops(dtype) * 1e12 * eff.gemm_max_fraction
+    rate = rate * shape_factor(m, eff.gemm_half_dim) * shape_factor(n, eff.gemm_half_dim) * shape_factor(k, eff.gemm_half_dim)
+    bytes_moved = (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
+    t_flops = flops / rate
+    t_mem = bytes_moved / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    return np.maximum(t_flops, t_mem) * batch + eff.kernel_overhead_s
+
+
+def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1):
+    """Streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved HBM
+    bandwidth plus one launch overhead per kernel."""
+    eff = device.efficiency
+    return np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction) + kernels * eff.kernel_overhead_s
+
+
+def flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceSpec, dtype: str, causal: bool = True):
+    """Fused attention forward: QKᵀ and PV as tiled GEMMs that never leave on-chip memory.
+
+    FLOPs 4·q·kv·d per head (two GEMMs), halved for causal masks when q_len == kv_len (the
+    kernel skips fully-masked tiles).  Efficiency: the GEMM model on the (q × kv × d) shape,
+    times 0.85 for the softmax work interleaved with the GEMMs (FlashAttention-2 reports
+    ≈70% of GEMM throughput forward on A100; Dao 2023).
+    """
+    frac = np.where(np.asarray(causal) & np.equal(q_len, kv_len), 0.5, 1.0)
+    per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads)
+    return 2.0 * per_gemm * frac / 0.85
+
+
+def attention_flops(batch, heads, q_len, kv_len, head_dim):
+    """Model FLOPs of one attention core forward (QKᵀ and PV), counting the full q×kv
+    square as Narayanan et al. (2021) Eq. 3 and Megatron's MFU formula do."""
+    return 4.0 * np.asarray(batch, dtype=float) * heads * q_len * kv_len * head_dim

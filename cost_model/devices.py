@@ -1,0 +1,359 @@
+"""Device catalog: accelerator figures with their sources, plus per-family calibration.
+
+The figures come from ``cost_model/data/gpu_specs.json`` (copied from the project's shared data,
+each entry carries its ``source``).  Peaks are *dense* TFLOP/s; bandwidths are GB/s (1e9 B/s),
+one direction.  What a device actually achieves is a separate, small set of constants per device
+*family* (:class:`Efficiency`), documented in :data:`FAMILY_EFFICIENCY` and fitted once against
+the published runs (``bench/fidelity.py``).  An operator profile (``cost_model.profiles``)
+replaces a device's efficiency with one fitted to measurements of that device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+from .errors import InvalidCluster, UnknownName
+
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
+BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How close a device gets to its datasheet figures.
+
+    GEMM time (see :func:`cost_model.compute.gemm_time_s`) is
+    ``flops / (peak * gemm_max_fraction * Π_d d/(d + gemm_half_dim))`` over the three GEMM
+    dimensions, floored by the bytes moved over ``memory_bandwidth * memory_fraction``.  The
+    saturating factor models tile/wave quantisation: a GEMM whose smallest side is
+    ``gemm_half_dim`` runs at half the large-GEMM rate.
+
+    Collectives run at ``link_bandwidth * link_fraction`` plus ``collective_latency_s`` per ring
+    step (NCCL's bus-bandwidth model).  ``kernel_overhead_s`` is the fixed cost of one kernel
+    launch, which dominates tiny operators.
+    """
+
+    gemm_max_fraction: float
+    gemm_half_dim: float
+    memory_fraction: float
+    nvlink_fraction: float
+    nic_fraction: float
+    collective_latency_s: float
+    kernel_overhead_s: float
+    source: str = "family default"
+
+
+#: Per-family constants.  Derivation: ``gemm_max_fraction`` is the fraction of dense peak that
+#: large cuBLAS GEMMs reach (A100 ≈ 0.80–0.85 of 312 TFLOP/s, H100 ≈ 0.70–0.75 of 989 in bf16,
+#: V100 ≈ 0.80 of 125 fp16), ``memory_fraction`` the STREAM-like fraction of HBM bandwidth
+#: elementwise kernels reach (≈ 0.8), link fractions NCCL's achieved bus bandwidth over the link
+#: figure (NVLink ≈ 0.75–0.8, InfiniBand ≈ 0.9).  They were then adjusted as *global* constants
+#: (one set per family, never per model or per run) to the published runs in
+#: ``bench/fidelity.py``; see README "Cost model calibration".
+FAMILY_EFFICIENCY: dict[str, Efficiency] = {
+    "volta": Efficiency(0.80, 96.0, 0.80, 0.75, 0.85, 8e-6, 6e-6, "volta family default"),
+    "ampere": Efficiency(0.84, 96.0, 0.80, 0.78, 0.88, 8e-6, 5e-6, "ampere family default"),
+    "hopper": Efficiency(0.74, 128.0, 0.80, 0.78, 0.88, 8e-6, 4e-6, "hopper family default"),
+    "blackwell": Efficiency(0.72, 160.0, 0.80, 0.78, 0.88, 8e-6, 4e-6, "blackwell family default"),
+    "ada": Efficiency(0.72, 96.0, 0.80, 0.75, 0.85, 10e-6, 5e-6, "ada family default"),
+    "cdna": Efficiency(0.55, 128.0, 0.75, 0.70, 0.85, 12e-6, 8e-6, "cdna family default"),
+    "ascend": Efficiency(0.60, 128.0, 0.75, 0.70, 0.85, 12e-6, 8e-6, "ascend family default"),
+    "cpu": Efficiency(0.60, 32.0, 0.60, 0.50, 0.50, 30e-6, 2e-6, "cpu default (no profile)"),
+}
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator (or CPU socket) model.  Immutable; units in field names."""
+
+    name: str
+    family: str
+    kind: str  # "gpu" or "cpu"
+    memory_GB: float
+    memory_bandwidth_GBps: float
+    bf16_tflops: float | None = None
+    fp16_tflops: float | None = None
+    fp8_tflops: float | None = None
+    fp32_tflops: float | None = None
+    intra_node_bandwidth_GBps: float = 32.0
+    inter_node_bandwidth_GBps: float = 25.0
+    gpus_per_node: int = 8
+    cores: int | None = None
+    efficiency: Efficiency = field(default_factory=lambda: FAMILY_EFFICIENCY["ampere"])
+    profile_id: str | None = None
+    source: str = ""
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; fp8 falls back to the 16-bit peak on devices without it."""
+        value = {
+            "bf16": self.bf16_tflops,
+            "fp16": self.fp16_tflops,
+            "fp8": self.fp8_tflops,
+            "fp32": self.fp32_tflops,
+        }.get(dtype)
+        if dtype == "bf16" and value is None and self.kind == "cpu":
+            value = self.fp32_tflops
+        if value is None:
+            raise InvalidCluster(
+                f"device {self.name} has no {dtype} peak in the catalog; "
+                f"choose a dtype it supports ({', '.join(self.supported_dtypes()) or 'none'}) "
+                "or give an inline device spec",
+                field="training.dtype",
+            )
+        return float(value)
+
+    def supported_dtypes(self) -> tuple[str, ...]:
+        out = []
+        for d in DTYPES:
+            try:
+                self.peak_tflops(d)
+            except InvalidCluster:
+                continue
+            out.append(d)
+        return tuple(out)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_GB * 1e9
+
+    def with_efficiency(self, efficiency: Efficiency, profile_id: str | None) -> "DeviceSpec":
+        return replace(self, efficiency=efficiency, profile_id=profile_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "kind": self.kind,
+            "memory_GB": self.memory_GB,
+            "memory_bandwidth_GBps": self.memory_bandwidth_GBps,
+            "bf16_tflops": self.bf16_tflops,
+            "fp16_tflops": self.fp16_tflops,
+            "fp8_tflops": self.fp8_tflops,
+            "fp32_tflops": self.fp32_tflops,
+            "intra_node_bandwidth_GBps": self.intra_node_bandwidth_GBps,
+            "inter_node_bandwidth_GBps": self.inter_node_bandwidth_GBps,
+            "gpus_per_node": self.gpus_per_node,
+            "profile_id": self.profile_id,
+            "source": self.source,
+        }
+
+
+_FAMILY_PATTERNS = (
+    (r"^V100", "volta"),
+    (r"^A100|^A10\b|^A10-", "ampere"),
+    (r"^H100|^H200|^GH200", "hopper"),
+    (r"^B200|^GB200", "blackwell"),
+    (r"^L40", "ada"),
+    (r"^MI", "cdna"),
+    (r"^Ascend", "ascend"),
+)
+
+#: PCIe per-direction bandwidth by generation (x16), used when a card has no NVLink figure.
+_PCIE_GBps = {"3": 16.0, "4": 32.0, "5": 64.0, "6": 128.0}
+
+
+def family_of(device_id: str) -> str:
+    for pattern, family in _FAMILY_PATTERNS:
+        if re.search(pattern, device_id):
+            return family
+    return "ampere"
+
+
+def _nic_GBps(text: str | None) -> float | None:
+    """Per-node NIC bandwidth from the catalog's description ('8x 200 Gb/s ...')."""
+    if not text:
+        return None
+    count = re.search(r"(\d+)\s*x", text)
+    rate = re.search(r"(\d+)\s*Gb/?p?s", text)
+    if not rate:
+        return None
+    n = int(count.group(1)) if count else 1
+    return n * int(rate.group(1)) / 8.0
+
+
+def _pcie_GBps(text: str | None) -> float:
+    m = re.search(r"Gen\s*(\d)", text or "")
+    return _PCIE_GBps.get(m.group(1), 32.0) if m else 32.0
+
+
+def _from_catalog_row(row: Mapping[str, Any]) -> DeviceSpec:
+    dev_id = row["id"]
+    family = family_of(dev_id)
+    intra = row.get("intra_node_bandwidth_GBps") or _pcie_GBps(row.get("host_link"))
+    inter = _nic_GBps(row.get("typical_inter_node_nic"))
+    sxm_like = bool(row.get("intra_node_bandwidth_GBps"))
+    if inter is None:
+        # No documented NIC: SXM-class 8-GPU nodes get one 200 Gb/s HCA per GPU (DGX A100
+        # layout); PCIe cards get a single 200 Gb/s NIC per node.
+        inter = 200.0 if sxm_like else 25.0
+    return DeviceSpec(
+        name=dev_id,
+        family=family,
+        kind="gpu",
+        memory_GB=float(row.get("memory_GB") or 0.0),
+        memory_bandwidth_GBps=float(row.get("memory_bandwidth_GBps") or 0.0),
+        bf16_tflops=row.get("bf16_dense_tflops"),
+        fp16_tflops=row.get("fp16_dense_tflops"),
+        fp8_tflops=row.get("fp8_dense_tflops"),
+        fp32_tflops=row.get("fp32_tflops"),
+        intra_node_bandwidth_GBps=float(intra),
+        inter_node_bandwidth_GBps=float(inter),
+        gpus_per_node=8,
+        efficiency=FAMILY_EFFICIENCY[family],
+        source=row.get("source", ""),
+    )
+
+
+@lru_cache(maxsize=1)
+def _catalog_rows() -> tuple[Mapping[str, Any], ...]:
+    text = resources.files("cost_model").joinpath("data/gpu_specs.json").read_text()
+    return tuple(json.loads(text))
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, DeviceSpec]:
+    """All catalog devices that have a memory size and at least one compute peak."""
+    out: dict[str, DeviceSpec] = {}
+    for row in _catalog_rows():
+        spec = _from_catalog_row(row)
+        if spec.memory_GB <= 0 or not spec.supported_dtypes():
+            continue
+        out[spec.name] = spec
+    out[LOCAL_CPU] = local_cpu_spec()
+    return out
+
+
+LOCAL_CPU = "local-cpu"
+
+_ALIASES = {
+    "a100": "A100-SXM4-80GB",
+    "a100-80gb": "A100-SXM4-80GB",
+    "a100-40gb": "A100-SXM4-40GB",
+    "h100": "H100-SXM5-80GB",
+    "h100-sxm": "H100-SXM5-80GB",
+    "h200": "H200-SXM-141GB",
+    "v100": "V100-SXM2-32GB",
+    "b200": "B200-SXM-192GB",
+}
+
+
+def _meminfo_GB() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return 16.0
+
+
+def local_cpu_spec() -> DeviceSpec:
+    """This host's CPU as a device.  Catalog guesses only: a profile replaces them.
+
+    Default peak: cores × 2.5 GHz × 32 fp32 FLOP/cycle (two AVX2 FMA units); memory bandwidth
+    10 GB/s per core up to 50 GB/s.  These are deliberately generic; ``planner profile``
+    measures the real figures.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    peak = cores * 2.5e9 * 32 / 1e12
+    return DeviceSpec(
+        name=LOCAL_CPU,
+        family="cpu",
+        kind="cpu",
+        memory_GB=round(_meminfo_GB(), 2),
+        memory_bandwidth_GBps=min(50.0, 10.0 * cores),
+        bf16_tflops=None,
+        fp16_tflops=None,
+        fp8_tflops=None,
+        fp32_tflops=peak,
+        intra_node_bandwidth_GBps=5.0,
+        inter_node_bandwidth_GBps=1.25,
+        gpus_per_node=1,
+        cores=cores,
+        efficiency=FAMILY_EFFICIENCY["cpu"],
+        source="this host (/proc/meminfo, sched_getaffinity); peak and bandwidth are generic guesses",
+    )
+
+
+def get_device(name: str, field_path: str = "device") -> DeviceSpec:
+    """Look a device up by catalog id (case-insensitive) or alias."""
+    cat = catalog()
+    if name in cat:
+        return cat[name]
+    lowered = {k.lower(): v for k, v in cat.items()}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    if name.lower() in _ALIASES:
+        return cat[_ALIASES[name.lower()]]
+    raise UnknownName(
+        f"unknown device {name!r}; known devices: {', '.join(sorted(cat))} "
+        "(or give an inline spec with memory_GB, memory_bandwidth_GBps and a *_tflops peak)",
+        field=field_path,
+    )
+
+
+def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> DeviceSpec:
+    """An inline custom device.  Required: name, memory_GB, memory_bandwidth_GBps and at least
+    one of bf16_tflops / fp16_tflops / fp8_tflops / fp32_tflops.  Optional: family (selects the
+    efficiency constants), kind, intra/inter bandwidths."""
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidCluster("an inline device needs a non-empty 'name'", field=f"{field_path}.name")
+    for key in ("memory_GB", "memory_bandwidth_GBps"):
+        val = spec.get(key)
+        if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
+            raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
+    peaks = {}
+    for key in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "fp32_tflops"):
+        val = spec.get(key)
+        if val is None:
+            continue
+        if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
+            raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
+        peaks[key] = float(val)
+    if not peaks:
+        raise InvalidCluster(
+            "an inline device needs at least one of bf16_tflops, fp16_tflops, fp8_tflops, fp32_tflops",
+            field=field_path,
+        )
+    family = spec.get("family") or family_of(name)
+    if family not in FAMILY_EFFICIENCY:
+        raise InvalidCluster(
+            f"unknown family {family!r}; one of {', '.join(FAMILY_EFFICIENCY)}", field=f"{field_path}.family"
+        )
+    kind = spec.get("kind", "cpu" if family == "cpu" else "gpu")
+    intra = spec.get("intra_node_bandwidth_GBps", 32.0)
+    inter = spec.get("inter_node_bandwidth_GBps", 25.0)
+    for key, val in (("intra_node_bandwidth_GBps", intra), ("inter_node_bandwidth_GBps", inter)):
+        if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
+            raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
+    return DeviceSpec(
+        name=name,
+        family=family,
+        kind=kind,
+        memory_GB=float(spec["memory_GB"]),
+        memory_bandwidth_GBps=float(spec["memory_bandwidth_GBps"]),
+        intra_node_bandwidth_GBps=float(intra),
+        inter_node_bandwidth_GBps=float(inter),
+        cores=spec.get("cores"),
+        efficiency=FAMILY_EFFICIENCY[family],
+        source="inline",
+        **peaks,
+    )
+
+
+def resolve_device(value: Any, field_path: str = "device") -> DeviceSpec:
+    if isinstance(value, DeviceSpec):
+        return value
+    if isinstance(value, str):
+        return get_device(value, field_path)
+    if isinstance(value, Mapping):
+        return device_from_dict(value, field_path)
+    raise InvalidCluster("must be a catalog device name or an inline device object", field=field_path)

@@ -1,0 +1,108 @@
+"""The cost model's answer for one strategy (contract v1 ``prediction``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+BREAKDOWN_KEYS = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm_exposed",
+    "bubble",
+    "optimizer",
+)
+
+MEMORY_KEYS = ("weights", "gradients", "optimizer_state", "activations", "workspace")
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """One pipeline stage: its decoder layers [first_layer, last_layer] (0-based, inclusive),
+    the device type it runs on, time per micro-batch and memory per device."""
+
+    index: int
+    first_layer: int
+    last_layer: int
+    device: str
+    node_group: str
+    has_embedding: bool
+    has_head: bool
+    forward_s: float
+    backward_s: float
+    peak_memory_GB: float
+    memory_capacity_GB: float
+    memory_GB: dict[str, float]
+
+    @property
+    def num_layers(self) -> int:
+        return self.last_layer - self.first_layer + 1
+
+    @property
+    def time_per_microbatch_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "first_layer": self.first_layer,
+            "last_layer": self.last_layer,
+            "num_layers": self.num_layers,
+            "device": self.device,
+            "node_group": self.node_group,
+            "has_embedding": self.has_embedding,
+            "has_head": self.has_head,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
+            "time_per_microbatch_s": self.time_per_microbatch_s,
+            "peak_memory_GB": self.peak_memory_GB,
+            "memory_capacity_GB": self.memory_capacity_GB,
+            "memory_GB": dict(self.memory_GB),
+        }
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    fits: bool
+    peak_memory_GB: tuple[float, ...]
+    breakdown_s: dict[str, float]
+    stages: tuple[StageEstimate, ...]
+    num_devices: int
+    num_microbatches: int
+    bottleneck: str
+    profile_ids: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def memory_breakdown_GB(self) -> tuple[dict[str, float], ...]:
+        return tuple(s.memory_GB for s in self.stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "fits": self.fits,
+            "peak_memory_GB": list(self.peak_memory_GB),
+            "breakdown_s": dict(self.breakdown_s),
+            "memory_breakdown_GB": [dict(m) for m in self.memory_breakdown_GB],
+            "stages": [s.to_dict() for s in self.stages],
+            "num_devices": self.num_devices,
+            "num_microbatches": self.num_microbatches,
+            "bottleneck": self.bottleneck,
+            "profile_ids": list(self.profile_ids),
+            "warnings": list(self.warnings),
+        }

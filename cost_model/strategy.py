@@ -1,0 +1,168 @@
+"""Parallel strategy and its validation.
+
+Rank order (Megatron-LM's): tensor-parallel rank varies fastest, then context-parallel, then
+data-parallel, then pipeline stage — so global rank ``r = ((pp_i·dp + dp_i)·cp + cp_i)·tp + tp_i``.
+Expert parallelism reuses the data×context ranks of each stage (``ep`` divides ``dp·cp``), as in
+Megatron-Core's MoE layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from .errors import InvalidStrategy
+from .model import TransformerSpec
+from .training import Training
+
+RECOMPUTE = ("none", "selective", "full")
+INT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch_size: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero_stage: int = 0
+    layers_per_stage: tuple[int, ...] | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def num_microbatches(self, training: Training) -> int:
+        return training.global_batch_size // (self.dp * self.micro_batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["layers_per_stage"] = list(self.layers_per_stage) if self.layers_per_stage else None
+        return out
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") -> Strategy:
+    """Parse types only; :func:`validate_strategy` checks the rules against model and cluster."""
+    if not isinstance(data, Mapping):
+        raise InvalidStrategy("must be an object", field=field_path)
+    known = {f.name for f in fields(Strategy)}
+    unknown = set(data) - known
+    if unknown:
+        raise InvalidStrategy(f"unknown strategy fields: {', '.join(sorted(unknown))}", field=f"{field_path}.{sorted(unknown)[0]}")
+    out: dict[str, Any] = {}
+    for key in INT_FIELDS:
+        if key in data and data[key] is not None:
+            val = data[key]
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise InvalidStrategy(f"must be a positive integer, got {val!r}", field=f"{field_path}.{key}")
+            if val > 1_000_000:
+                raise InvalidStrategy(f"must be at most 1000000, got {val}", field=f"{field_path}.{key}")
+            out[key] = val
+    if "sequence_parallel" in data and data["sequence_parallel"] is not None:
+        if not isinstance(data["sequence_parallel"], bool):
+            raise InvalidStrategy("must be true or false", field=f"{field_path}.sequence_parallel")
+        out["sequence_parallel"] = data["sequence_parallel"]
+    if "recompute" in data and data["recompute"] is not None:
+        if data["recompute"] not in RECOMPUTE:
+            raise InvalidStrategy(f"must be one of {', '.join(RECOMPUTE)}, got {data['recompute']!r}", field=f"{field_path}.recompute")
+        out["recompute"] = data["recompute"]
+    if "zero_stage" in data and data["zero_stage"] is not None:
+        z = data["zero_stage"]
+        if isinstance(z, bool) or z not in (0, 1, 2, 3):
+            raise InvalidStrategy(f"must be 0, 1, 2 or 3, got {z!r}", field=f"{field_path}.zero_stage")
+        out["zero_stage"] = z
+    lps = data.get("layers_per_stage")
+    if lps is not None:
+        if not isinstance(lps, list) or not lps or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps):
+            raise InvalidStrategy("must be a non-empty list of positive integers", field=f"{field_path}.layers_per_stage")
+        out["layers_per_stage"] = tuple(lps)
+    return Strategy(**out)
+
+
+def validate_strategy(model: TransformerSpec, training: Training, strategy: Strategy, num_devices: int | None = None, field_path: str = "strategy") -> Strategy:
+    """Check every divisibility and consistency rule; return the strategy with
+    ``layers_per_stage`` filled (an even split when not given).  Errors name the rule and the
+    numbers."""
+    s = strategy
+    f = field_path
+    if s.tp > 1 and model.num_heads % s.tp:
+        raise InvalidStrategy(f"tp={s.tp} does not divide the {model.num_heads} attention heads", field=f"{f}.tp")
+    if s.tp > 1 and model.num_kv_heads % s.tp and s.tp % model.num_kv_heads:
+        raise InvalidStrategy(
+            f"tp={s.tp} neither divides the {model.num_kv_heads} key/value heads nor is a multiple of them "
+            "(KV heads can only be split or replicated evenly)",
+            field=f"{f}.tp",
+        )
+    if s.sequence_parallel and s.tp == 1:
+        raise InvalidStrategy("sequence_parallel needs tp > 1", field=f"{f}.sequence_parallel")
+    if training.sequence_length % s.cp:
+        raise InvalidStrategy(f"cp={s.cp} does not divide sequence_length {training.sequence_length}", field=f"{f}.cp")
+    if s.cp > 1 and (training.sequence_length // s.cp) % 2 and training.attention == "flash":
+        pass  # load-balanced causal CP wants 2·cp chunks; odd chunks still work, just unbalanced
+    if s.ep > 1:
+        if not model.is_moe:
+            raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")
+        if model.num_experts % s.ep:
+            raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
+        if (s.dp * s.cp) % s.ep:
+            raise InvalidStrategy(
+                f"ep={s.ep} must divide dp·cp = {s.dp * s.cp} (experts are spread over the data-parallel ranks)",
+                field=f"{f}.ep",
+            )
+    if s.vpp > 1 and s.pp == 1:
+        raise InvalidStrategy("vpp > 1 (interleaved pipeline) needs pp > 1", field=f"{f}.vpp")
+    if s.pp > model.num_layers:
+        raise InvalidStrategy(f"pp={s.pp} exceeds the {model.num_layers} layers", field=f"{f}.pp")
+    if s.layers_per_stage is not None:
+        if s.vpp > 1:
+            raise InvalidStrategy("layers_per_stage cannot be combined with vpp > 1", field=f"{f}.layers_per_stage")
+        if len(s.layers_per_stage) != s.pp:
+            raise InvalidStrategy(
+                f"has {len(s.layers_per_stage)} entries but pp={s.pp}", field=f"{f}.layers_per_stage"
+            )
+        if sum(s.layers_per_stage) != model.num_layers:
+            raise InvalidStrategy(
+                f"sums to {sum(s.layers_per_stage)} but the model has {model.num_layers} layers",
+                field=f"{f}.layers_per_stage",
+            )
+    else:
+        if model.num_layers % (s.pp * s.vpp):
+            raise InvalidStrategy(
+                f"pp·vpp = {s.pp}·{s.vpp} = {s.pp * s.vpp} does not divide the {model.num_layers} layers "
+                "(give layers_per_stage for an uneven split)",
+                field=f"{f}.pp",
+            )
+        s = replace(s, layers_per_stage=(model.num_layers // s.pp,) * s.pp)
+    per_step = s.dp * s.micro_batch_size
+    if training.global_batch_size % per_step:
+        raise InvalidStrategy(
+            f"global_batch_size {training.global_batch_size} is not divisible by dp·micro_batch_size = "
+            f"{s.dp}·{s.micro_batch_size} = {per_step}",
+            field=f"{f}.micro_batch_size",
+        )
+    m = training.global_batch_size // per_step
+    if s.vpp > 1 and m % s.pp:
+        raise InvalidStrategy(
+            f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={s.pp}",
+            field=f"{f}.vpp",
+        )
+    if s.zero_stage >= 2 and s.pp > 1:
+        raise InvalidStrategy(
+            f"zero_stage={s.zero_stage} with pp={s.pp}: gradient/parameter sharding conflicts with pipeline "
+            "gradient accumulation (DeepSpeed and Megatron support only stage ≤ 1 with pipelines)",
+            field=f"{f}.zero_stage",
+        )
+    if num_devices is not None and s.num_devices != num_devices:
+        raise InvalidStrategy(
+            f"dp·tp·pp·cp = {s.dp}·{s.tp}·{s.pp}·{s.cp} = {s.num_devices} but the cluster has {num_devices} devices",
+            field=f"{f}.dp",
+        )
+    return s

@@ -1,0 +1,81 @@
+"""Training settings: batch, sequence, precision, optimizer and framework capabilities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .devices import DTYPES
+from .errors import InvalidTraining
+
+OPTIMIZERS = ("adam", "sgd")
+ATTENTION_IMPLS = ("flash", "unfused")
+
+
+@dataclass(frozen=True)
+class Training:
+    """What is trained and how the framework runs it.
+
+    ``attention``: ``flash`` (fused FlashAttention-style kernel: no s×s score matrix in memory,
+    causal blocks skipped) or ``unfused`` (Megatron-LM before 2022: scores materialised, softmax
+    and dropout as separate memory-bound kernels).  ``tp_comm_overlap``: the framework overlaps
+    tensor-parallel collectives with GEMMs (Megatron-Core ``--tp-comm-overlap``).
+    ``grad_reduce_overlap``: DP gradient reduction is bucketed and overlapped with backward
+    (PyTorch DDP / Megatron ``--overlap-grad-reduce``).
+    """
+
+    global_batch_size: int
+    sequence_length: int
+    dtype: str = "bf16"
+    optimizer: str = "adam"
+    attention: str = "flash"
+    tp_comm_overlap: bool = False
+    grad_reduce_overlap: bool = True
+    total_tokens: float | None = None
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.sequence_length
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "global_batch_size": self.global_batch_size,
+            "sequence_length": self.sequence_length,
+            "dtype": self.dtype,
+            "optimizer": self.optimizer,
+            "attention": self.attention,
+            "tp_comm_overlap": self.tp_comm_overlap,
+            "grad_reduce_overlap": self.grad_reduce_overlap,
+            **({"total_tokens": self.total_tokens} if self.total_tokens is not None else {}),
+        }
+
+
+def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
+    if not isinstance(data, Mapping):
+        raise InvalidTraining("must be an object with global_batch_size and sequence_length", field=field_path)
+    out: dict[str, Any] = {}
+    for key, maximum in (("global_batch_size", 100_000_000), ("sequence_length", 10_000_000)):
+        val = data.get(key)
+        if val is None:
+            raise InvalidTraining("is required", field=f"{field_path}.{key}")
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise InvalidTraining(f"must be a positive integer, got {val!r}", field=f"{field_path}.{key}")
+        if val > maximum:
+            raise InvalidTraining(f"must be at most {maximum}, got {val}", field=f"{field_path}.{key}")
+        out[key] = val
+    for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS)):
+        if key in data:
+            if data[key] not in choices:
+                raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
+            out[key] = data[key]
+    for key in ("tp_comm_overlap", "grad_reduce_overlap"):
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
+            out[key] = data[key]
+    if data.get("total_tokens") is not None:
+        val = data["total_tokens"]
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0:
+            raise InvalidTraining(f"must be a positive number, got {val!r}", field=f"{field_path}.total_tokens")
+        out["total_tokens"] = float(val)
+    return Training(**out)
