@@ -1,0 +1,173 @@
+"""SQLAlchemy 2 ORM tables.  Only :mod:`planner_service.storage.repository` writes them; the
+schema itself is created by the Alembic migrations in ``storage/migrations`` (never by
+``metadata.create_all`` in production code).
+
+Plans are immutable: a row is inserted once, complete (request, result and summary columns in
+one transaction), and only ever deleted.  ``(request_hash, revision)`` is unique: revision 0 is
+the plan a plain POST creates; ``"force": true`` and replans insert revision ``max + 1``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC timestamps on every backend.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as naive
+    UTC (ISO text that sorts chronologically) and come back with ``tzinfo=UTC``.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class PlanRow(Base):
+    __tablename__ = "plans"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    parent_id: Mapped[str | None] = mapped_column(String(36), ForeignKey("plans.id"), nullable=True, index=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    objective: Mapped[str] = mapped_column(String(32), nullable=False)
+    model_name: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    model_params: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    cluster_name: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    #: Device types of the plan's cluster as ",A100-SXM4-80GB,H100-SXM5-80GB," (LIKE '%,X,%').
+    device_types: Mapped[str] = mapped_column(String(1000), nullable=False)
+    num_devices: Mapped[int] = mapped_column(Integer, nullable=False)
+    step_time_s: Mapped[float] = mapped_column(Float, nullable=False)
+    tokens_per_s: Mapped[float] = mapped_column(Float, nullable=False)
+    mfu: Mapped[float] = mapped_column(Float, nullable=False)
+    strategy: Mapped[dict] = mapped_column(JSON, nullable=False)
+    request: Mapped[dict] = mapped_column(JSON, nullable=False)
+    result: Mapped[dict] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("request_hash", "revision"),
+        Index("ix_plans_created_at_id", "created_at", "id"),
+        Index("ix_plans_tokens_per_s_id", "tokens_per_s", "id"),
+        Index("ix_plans_step_time_s_id", "step_time_s", "id"),
+        Index("ix_plans_mfu_id", "mfu", "id"),
+        Index("ix_plans_device_types", "device_types"),
+        Index("ix_plans_num_devices", "num_devices"),
+    )
+
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)  # "plan" | "replan"
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    progress: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    request: Mapped[dict] = mapped_column(JSON, nullable=False)
+    request_hash: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    force: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    parent_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    callback_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    error: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    __table_args__ = (
+        CheckConstraint("status IN ('queued','running','succeeded','failed','cancelled')", name="status"),
+        Index("ix_jobs_status_created_at", "status", "created_at"),
+    )
+
+
+class ClusterRow(Base):
+    __tablename__ = "clusters"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
+    body: Mapped[dict] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    format: Mapped[str] = mapped_column(String(16), nullable=False)
+    graph: Mapped[dict] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+    __table_args__ = (CheckConstraint("format IN ('onnx','graph')", name="format"),)
+
+
+class ProfileRow(Base):
+    __tablename__ = "profiles"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    device: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    body: Mapped[dict] = mapped_column(JSON, nullable=False)
+    fitted: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+
+__all__ = ["Base", "ClusterRow", "JOB_STATUSES", "JobRow", "ModelRow", "PlanRow", "ProfileRow", "UTCDateTime", "utcnow"]

@@ -1,0 +1,791 @@
+"""The repository: the only code that writes the database.
+
+Every public method is one short transaction.  Writes go through
+:func:`planner_service.storage.db.write_connection` (``BEGIN IMMEDIATE`` on SQLite), so a
+transaction either commits whole or leaves nothing behind.
+
+De-duplication of plans is enforced by the database, not by a check-then-insert: the
+``(request_hash, revision)`` unique constraint makes exactly one of any number of concurrent
+identical inserts succeed; the others catch ``IntegrityError`` and fetch the winner.
+
+Jobs use the table as a queue: :meth:`Repository.claim_job` takes the oldest claimable row with
+``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL (concurrent workers skip each other's rows); on
+SQLite the same statement runs inside ``BEGIN IMMEDIATE``, which serialises writers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+
+from cost_model.errors import Conflict, InvalidInput, NotFound
+
+from .db import write_connection
+from .models import ClusterRow, JobRow, ModelRow, PlanRow, ProfileRow, utcnow
+
+PLAN_SORTS = {
+    "created_at": PlanRow.created_at,
+    "tokens_per_s": PlanRow.tokens_per_s,
+    "step_time_s": PlanRow.step_time_s,
+    "mfu": PlanRow.mfu,
+    "num_devices": PlanRow.num_devices,
+}
+MAX_PAGE = 200
+_FORCED_INSERT_RETRIES = 20
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if ts else None
+
+
+# --------------------------------------------------------------------------------------------
+# Value objects returned by the repository (frozen; no ORM objects leak out).
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewPlan:
+    """Everything a plan row holds, computed before the insert."""
+
+    request_hash: str
+    status: str
+    objective: str
+    model_name: str
+    model_params: int | None
+    cluster_name: str
+    device_types: tuple[str, ...]
+    num_devices: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    strategy: dict
+    request: dict
+    result: dict
+    parent_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    id: str
+    request_hash: str
+    revision: int
+    parent_id: str | None
+    status: str
+    objective: str
+    model_name: str
+    model_params: int | None
+    cluster_name: str
+    device_types: tuple[str, ...]
+    num_devices: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    strategy: dict
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "request_hash": self.request_hash,
+            "revision": self.revision,
+            "parent_id": self.parent_id,
+            "created_at": _iso(self.created_at),
+            "objective": self.objective,
+            "model": {"name": self.model_name, "params": self.model_params},
+            "cluster_name": self.cluster_name,
+            "device_types": list(self.device_types),
+            "num_devices": self.num_devices,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "strategy": self.strategy,
+        }
+
+
+@dataclass(frozen=True)
+class StoredPlan(PlanSummary):
+    request: dict = field(default_factory=dict)
+    result: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    id: str
+    kind: str
+    status: str
+    progress: float
+    request: dict
+    request_hash: str
+    force: bool
+    parent_id: str | None
+    callback_url: str | None
+    plan_id: str | None
+    error: dict | None
+    attempts: int
+    worker_id: str | None
+    lease_expires_at: datetime | None
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("succeeded", "failed", "cancelled")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "progress": self.progress,
+            "plan_id": self.plan_id,
+            "parent_id": self.parent_id,
+            "error": self.error,
+            "attempts": self.attempts,
+            "cancel_requested": self.cancel_requested,
+            "callback_url": self.callback_url,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+        }
+
+
+@dataclass(frozen=True)
+class StoredCluster:
+    name: str
+    body: dict
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "cluster": self.body, "created_at": _iso(self.created_at), "updated_at": _iso(self.updated_at)}
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    id: str
+    name: str
+    format: str
+    graph: dict
+    created_at: datetime
+
+    def to_dict(self, include_graph: bool = False) -> dict[str, Any]:
+        out = {"id": self.id, "name": self.name, "format": self.format, "created_at": _iso(self.created_at)}
+        if include_graph:
+            out["graph"] = self.graph
+        return out
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    id: str
+    device: str
+    body: dict
+    fitted: dict | None
+    created_at: datetime
+
+    def to_dict(self, include_body: bool = False) -> dict[str, Any]:
+        out = {"id": self.id, "device": self.device, "fitted": self.fitted, "created_at": _iso(self.created_at)}
+        if include_body:
+            out["body"] = self.body
+        return out
+
+
+@dataclass(frozen=True)
+class PlanFilters:
+    model: str | None = None
+    cluster: str | None = None
+    device: str | None = None
+    status: str | None = None
+    min_tokens_per_s: float | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    parent_id: str | None = None
+    request_hash: str | None = None
+
+
+_SUMMARY_COLUMNS = (
+    PlanRow.id,
+    PlanRow.request_hash,
+    PlanRow.revision,
+    PlanRow.parent_id,
+    PlanRow.status,
+    PlanRow.objective,
+    PlanRow.model_name,
+    PlanRow.model_params,
+    PlanRow.cluster_name,
+    PlanRow.device_types,
+    PlanRow.num_devices,
+    PlanRow.step_time_s,
+    PlanRow.tokens_per_s,
+    PlanRow.mfu,
+    PlanRow.strategy,
+    PlanRow.created_at,
+)
+
+
+def _device_types(text_value: str) -> tuple[str, ...]:
+    return tuple(d for d in text_value.split(",") if d)
+
+
+def _summary_kwargs(row: Any) -> dict[str, Any]:
+    return dict(
+        id=row.id,
+        request_hash=row.request_hash,
+        revision=row.revision,
+        parent_id=row.parent_id,
+        status=row.status,
+        objective=row.objective,
+        model_name=row.model_name,
+        model_params=row.model_params,
+        cluster_name=row.cluster_name,
+        device_types=_device_types(row.device_types),
+        num_devices=row.num_devices,
+        step_time_s=row.step_time_s,
+        tokens_per_s=row.tokens_per_s,
+        mfu=row.mfu,
+        strategy=row.strategy,
+        created_at=row.created_at,
+    )
+
+
+def _job(row: JobRow) -> StoredJob:
+    return StoredJob(
+        id=row.id,
+        kind=row.kind,
+        status=row.status,
+        progress=row.progress,
+        request=row.request,
+        request_hash=row.request_hash,
+        force=row.force,
+        parent_id=row.parent_id,
+        callback_url=row.callback_url,
+        plan_id=row.plan_id,
+        error=row.error,
+        attempts=row.attempts,
+        worker_id=row.worker_id,
+        lease_expires_at=row.lease_expires_at,
+        cancel_requested=row.cancel_requested,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _encode_cursor(sort: str, value: Any, row_id: str) -> str:
+    if isinstance(value, datetime):
+        value = value.astimezone(timezone.utc).isoformat()
+    raw = json.dumps({"s": sort, "v": value, "i": row_id}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
+    bad = InvalidInput("is not a cursor returned by this endpoint (use next_cursor unchanged)", field="cursor")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise bad from None
+    if not isinstance(data, dict) or set(data) != {"s", "v", "i"} or not isinstance(data["i"], str):
+        raise bad
+    if data["s"] != sort:
+        raise InvalidInput(f"was issued for sort={data['s']!r}, not sort={sort!r}", field="cursor")
+    key = sort.lstrip("-")
+    value = data["v"]
+    if key == "created_at":
+        try:
+            value = datetime.fromisoformat(value) if isinstance(value, str) else None
+        except ValueError:
+            value = None
+    elif key == "num_devices":
+        value = value if isinstance(value, int) and not isinstance(value, bool) else None
+    else:
+        value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if value is None:
+        raise bad
+    return value, data["i"]
+
+
+class Repository:
+    """All reads and writes of plans, jobs, saved clusters, uploaded models and profiles."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ------------------------------------------------------------------ health
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    # ------------------------------------------------------------------ plans
+    def _insert_plan(self, conn: Connection, new: NewPlan, revision: int) -> str:
+        plan_id = new_id()
+        conn.execute(
+            PlanRow.__table__.insert().values(
+                id=plan_id,
+                request_hash=new.request_hash,
+                revision=revision,
+                parent_id=new.parent_id,
+                status=new.status,
+                objective=new.objective,
+                model_name=new.model_name[:200],
+                model_params=new.model_params,
+                cluster_name=new.cluster_name[:200],
+                device_types="," + ",".join(new.device_types) + ",",
+                num_devices=new.num_devices,
+                step_time_s=new.step_time_s,
+                tokens_per_s=new.tokens_per_s,
+                mfu=new.mfu,
+                strategy=new.strategy,
+                request=new.request,
+                result=new.result,
+                created_at=utcnow(),
+            )
+        )
+        return plan_id
+
+    def _insert_forced(self, conn: Connection, new: NewPlan) -> str:
+        top = conn.execute(
+            select(func.max(PlanRow.revision)).where(PlanRow.request_hash == new.request_hash)
+        ).scalar()
+        return self._insert_plan(conn, new, 0 if top is None else top + 1)
+
+    def insert_plan(self, new: NewPlan, force: bool = False) -> tuple[StoredPlan, bool]:
+        """Store a plan.  Returns ``(plan, created)``.
+
+        Not forced: insert revision 0; if the unique constraint fires, another request with the
+        same hash won, and its plan (the newest for the hash) is returned with ``created=False``.
+        Forced (``force``, replans): insert ``max(revision) + 1``, retrying when a concurrent
+        forced insert took the same revision.
+        """
+        if not force:
+            try:
+                with write_connection(self.engine) as conn:
+                    plan_id = self._insert_plan(conn, new, 0)
+                return self.get_plan(plan_id), True
+            except IntegrityError:
+                existing = self.find_plan_by_hash(new.request_hash)
+                if existing is None:  # the winner was deleted in between: store ours as a new revision
+                    return self.insert_plan(new, force=True)
+                return existing, False
+        for _ in range(_FORCED_INSERT_RETRIES):
+            try:
+                with write_connection(self.engine) as conn:
+                    if new.parent_id is not None:
+                        self._require_plan(conn, new.parent_id, "parent_id")
+                    plan_id = self._insert_forced(conn, new)
+                return self.get_plan(plan_id), True
+            except IntegrityError:
+                continue
+        raise Conflict("too many concurrent forced plans for the same request; retry", field="force")
+
+    def _require_plan(self, conn: Connection, plan_id: str, field_name: str) -> None:
+        if conn.execute(select(PlanRow.id).where(PlanRow.id == plan_id)).first() is None:
+            raise NotFound(f"plan {plan_id!r} does not exist", field=field_name)
+
+    def find_plan_by_hash(self, request_hash: str) -> StoredPlan | None:
+        """The newest plan stored for ``request_hash`` (latest revision), or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(PlanRow)
+                .where(PlanRow.request_hash == request_hash)
+                .order_by(PlanRow.created_at.desc(), PlanRow.revision.desc())
+                .limit(1)
+            ).first()
+        return self._stored(row) if row is not None else None
+
+    @staticmethod
+    def _stored(row: Any) -> StoredPlan:
+        return StoredPlan(**_summary_kwargs(row), request=row.request, result=row.result)
+
+    def get_plan(self, plan_id: str) -> StoredPlan:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(PlanRow.__table__).where(PlanRow.id == plan_id)).first()
+        if row is None:
+            raise NotFound(f"plan {plan_id!r} does not exist", field="id")
+        return self._stored(row)
+
+    def list_plans(
+        self,
+        filters: PlanFilters = PlanFilters(),
+        sort: str = "-created_at",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[PlanSummary], str | None]:
+        """One page of plan summaries plus the cursor of the next page (None on the last page).
+
+        Keyset pagination on ``(sort column, id)``: stable under concurrent inserts, O(limit)
+        per page whatever the offset.
+        """
+        key = sort.lstrip("-")
+        if key not in PLAN_SORTS or sort.count("-") > 1:
+            choices = ", ".join(f"{k}, -{k}" for k in PLAN_SORTS)
+            raise InvalidInput(f"must be one of {choices}; got {sort!r}", field="sort")
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInput(f"must be between 1 and {MAX_PAGE}, got {limit}", field="limit")
+        descending = sort.startswith("-")
+        col = PLAN_SORTS[key]
+        q = select(*_SUMMARY_COLUMNS)
+        f = filters
+        if f.model is not None:
+            q = q.where(PlanRow.model_name == f.model)
+        if f.cluster is not None:
+            q = q.where(PlanRow.cluster_name == f.cluster)
+        if f.device is not None:
+            pattern = "%," + f.device.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ",%"
+            q = q.where(PlanRow.device_types.like(pattern, escape="\\"))
+        if f.status is not None:
+            q = q.where(PlanRow.status == f.status)
+        if f.min_tokens_per_s is not None:
+            q = q.where(PlanRow.tokens_per_s >= f.min_tokens_per_s)
+        if f.created_after is not None:
+            q = q.where(PlanRow.created_at > f.created_after)
+        if f.created_before is not None:
+            q = q.where(PlanRow.created_at < f.created_before)
+        if f.parent_id is not None:
+            q = q.where(PlanRow.parent_id == f.parent_id)
+        if f.request_hash is not None:
+            q = q.where(PlanRow.request_hash == f.request_hash)
+        if cursor:
+            value, last_id = _decode_cursor(cursor, sort)
+            if descending:
+                q = q.where(or_(col < value, and_(col == value, PlanRow.id < last_id)))
+            else:
+                q = q.where(or_(col > value, and_(col == value, PlanRow.id > last_id)))
+        order = (col.desc(), PlanRow.id.desc()) if descending else (col.asc(), PlanRow.id.asc())
+        q = q.order_by(*order).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        items = [PlanSummary(**_summary_kwargs(r)) for r in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            next_cursor = _encode_cursor(sort, getattr(last, key), last.id)
+        return items, next_cursor
+
+    def delete_plan(self, plan_id: str) -> None:
+        """Delete a plan.  A plan that replans point to cannot be deleted (409) until they are."""
+        with write_connection(self.engine) as conn:
+            self._require_plan(conn, plan_id, "id")
+            children = conn.execute(select(func.count()).select_from(PlanRow).where(PlanRow.parent_id == plan_id)).scalar()
+            if children:
+                raise Conflict(
+                    f"plan {plan_id!r} has {children} replan(s) that refer to it as parent_id; delete those first",
+                    field="id",
+                )
+            conn.execute(delete(PlanRow).where(PlanRow.id == plan_id))
+
+    def count_plans_by_status(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(PlanRow.status, func.count()).group_by(PlanRow.status)).all()
+        return {status: n for status, n in rows}
+
+    # ------------------------------------------------------------------ jobs
+    def create_job(
+        self,
+        kind: str,
+        request: dict,
+        request_hash: str,
+        force: bool = False,
+        parent_id: str | None = None,
+        callback_url: str | None = None,
+    ) -> StoredJob:
+        job_id = new_id()
+        with write_connection(self.engine) as conn:
+            conn.execute(
+                JobRow.__table__.insert().values(
+                    id=job_id,
+                    kind=kind,
+                    status="queued",
+                    progress=0.0,
+                    request=request,
+                    request_hash=request_hash,
+                    force=force,
+                    parent_id=parent_id,
+                    callback_url=callback_url,
+                    attempts=0,
+                    cancel_requested=False,
+                    created_at=utcnow(),
+                )
+            )
+        return self.get_job(job_id)
+
+    def get_job(self, job_id: str) -> StoredJob:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(JobRow.__table__).where(JobRow.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"job {job_id!r} does not exist", field="id")
+        return _job(row)
+
+    def find_active_job(self, request_hash: str) -> StoredJob | None:
+        """A queued or running, non-forced job for the same request (to avoid planning it twice)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(JobRow.__table__)
+                .where(
+                    JobRow.request_hash == request_hash,
+                    JobRow.status.in_(("queued", "running")),
+                    JobRow.force.is_(False),
+                    JobRow.kind == "plan",
+                    JobRow.cancel_requested.is_(False),
+                )
+                .order_by(JobRow.created_at)
+                .limit(1)
+            ).first()
+        return _job(row) if row is not None else None
+
+    def claim_job(self, worker_id: str, lease_s: float, max_attempts: int = 3) -> StoredJob | None:
+        """Claim the oldest queued job, or a running one whose lease expired (its worker died).
+
+        ``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite the write transaction is
+        ``BEGIN IMMEDIATE``, so claims are serialised.  Claiming increments ``attempts``.
+        An expired job that already had ``max_attempts`` claims is failed instead; an expired job
+        whose cancel was requested is cancelled.
+        """
+        while True:
+            now = utcnow()
+            with write_connection(self.engine) as conn:
+                row = conn.execute(
+                    select(JobRow.__table__)
+                    .where(
+                        or_(
+                            JobRow.status == "queued",
+                            and_(JobRow.status == "running", JobRow.lease_expires_at < now),
+                        )
+                    )
+                    .order_by(JobRow.created_at, JobRow.id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                ).first()
+                if row is None:
+                    return None
+                expired = row.status == "running"
+                if expired and row.cancel_requested:
+                    conn.execute(
+                        update(JobRow).where(JobRow.id == row.id).values(status="cancelled", finished_at=now, lease_expires_at=None)
+                    )
+                    continue
+                if expired and row.attempts >= max_attempts:
+                    conn.execute(
+                        update(JobRow)
+                        .where(JobRow.id == row.id)
+                        .values(
+                            status="failed",
+                            finished_at=now,
+                            lease_expires_at=None,
+                            error={
+                                "code": "worker_lost",
+                                "message": f"the worker running this job stopped renewing its lease {row.attempts} times",
+                                "field": None,
+                            },
+                        )
+                    )
+                    continue
+                conn.execute(
+                    update(JobRow)
+                    .where(JobRow.id == row.id)
+                    .values(
+                        status="running",
+                        worker_id=worker_id,
+                        attempts=row.attempts + 1,
+                        lease_expires_at=now + timedelta(seconds=lease_s),
+                        started_at=now,
+                        progress=0.0,
+                    )
+                )
+                job_id = row.id
+            return self.get_job(job_id)
+
+    def renew_lease(self, job_id: str, worker_id: str, lease_s: float, progress: float | None = None) -> tuple[bool, bool]:
+        """Extend the lease (and record progress).  Returns ``(still_owned, cancel_requested)``."""
+        values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_s)}
+        if progress is not None:
+            values["progress"] = max(0.0, min(1.0, float(progress)))
+        with write_connection(self.engine) as conn:
+            res = conn.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+                .values(**values)
+            )
+            owned = res.rowcount == 1
+            cancel = bool(conn.execute(select(JobRow.cancel_requested).where(JobRow.id == job_id)).scalar())
+        return owned, cancel
+
+    def _finish(self, conn: Connection, job_id: str, worker_id: str, **values: Any) -> bool:
+        res = conn.execute(
+            update(JobRow)
+            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+            .values(finished_at=utcnow(), lease_expires_at=None, **values)
+        )
+        return res.rowcount == 1
+
+    def complete_job_with_plan(self, job_id: str, worker_id: str, new: NewPlan, force: bool) -> StoredPlan | None:
+        """Store the job's plan and mark the job succeeded in ONE transaction, only while this
+        worker still owns the job.  Returns the plan (possibly an existing identical one), or
+        None when the job was no longer this worker's (lease lost, cancelled)."""
+        for _ in range(_FORCED_INSERT_RETRIES):
+            try:
+                with write_connection(self.engine) as conn:
+                    owned = conn.execute(
+                        select(JobRow.id).where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+                    ).first()
+                    if owned is None:
+                        return None
+                    if new.parent_id is not None:
+                        self._require_plan(conn, new.parent_id, "parent_id")
+                    plan_id = self._insert_forced(conn, new) if force else self._insert_plan(conn, new, 0)
+                    self._finish(conn, job_id, worker_id, status="succeeded", progress=1.0, plan_id=plan_id)
+                return self.get_plan(plan_id)
+            except IntegrityError:
+                if force:
+                    continue
+                existing = self.find_plan_by_hash(new.request_hash)
+                if existing is None:
+                    force = True
+                    continue
+                with write_connection(self.engine) as conn:
+                    if not self._finish(conn, job_id, worker_id, status="succeeded", progress=1.0, plan_id=existing.id):
+                        return None
+                return existing
+        raise Conflict("too many concurrent forced plans for the same request; retry", field="force")
+
+    def fail_job(self, job_id: str, worker_id: str, error: dict) -> bool:
+        with write_connection(self.engine) as conn:
+            return self._finish(conn, job_id, worker_id, status="failed", error=error)
+
+    def mark_job_cancelled(self, job_id: str, worker_id: str) -> bool:
+        with write_connection(self.engine) as conn:
+            return self._finish(conn, job_id, worker_id, status="cancelled")
+
+    def cancel_job(self, job_id: str) -> StoredJob:
+        """Cancel: a queued job is cancelled at once; a running one is flagged and its worker
+        stops at its next check.  Cancelling a finished job is a 409."""
+        with write_connection(self.engine) as conn:
+            row = conn.execute(select(JobRow.status).where(JobRow.id == job_id)).first()
+            if row is None:
+                raise NotFound(f"job {job_id!r} does not exist", field="id")
+            if row.status == "queued":
+                conn.execute(update(JobRow).where(JobRow.id == job_id).values(status="cancelled", cancel_requested=True, finished_at=utcnow()))
+            elif row.status == "running":
+                conn.execute(update(JobRow).where(JobRow.id == job_id).values(cancel_requested=True))
+            else:
+                raise Conflict(f"job {job_id!r} already {row.status}; nothing to cancel", field="id")
+        return self.get_job(job_id)
+
+    def count_jobs_by_status(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
+        return {status: n for status, n in rows}
+
+    # ------------------------------------------------------------------ saved clusters
+    def save_cluster(self, name: str, body: dict, replace: bool = False) -> StoredCluster:
+        """Save a cluster under ``name``.  An existing name is a 409 unless ``replace``."""
+        now = utcnow()
+        try:
+            with write_connection(self.engine) as conn:
+                if replace:
+                    res = conn.execute(update(ClusterRow).where(ClusterRow.name == name).values(body=body, updated_at=now))
+                    if res.rowcount == 1:
+                        return self.get_cluster(name, conn)
+                conn.execute(ClusterRow.__table__.insert().values(name=name, body=body, created_at=now, updated_at=now))
+        except IntegrityError:
+            raise Conflict(f"a cluster named {name!r} already exists", field="name") from None
+        return self.get_cluster(name)
+
+    def get_cluster(self, name: str, conn: Connection | None = None) -> StoredCluster:
+        q = select(ClusterRow.__table__).where(ClusterRow.name == name)
+        if conn is not None:
+            row = conn.execute(q).first()
+        else:
+            with self.engine.connect() as c:
+                row = c.execute(q).first()
+        if row is None:
+            raise NotFound(f"no saved cluster named {name!r}", field="name")
+        return StoredCluster(name=row.name, body=row.body, created_at=row.created_at, updated_at=row.updated_at)
+
+    def list_clusters(self) -> list[StoredCluster]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(ClusterRow.__table__).order_by(ClusterRow.name)).all()
+        return [StoredCluster(name=r.name, body=r.body, created_at=r.created_at, updated_at=r.updated_at) for r in rows]
+
+    def delete_cluster(self, name: str) -> None:
+        with write_connection(self.engine) as conn:
+            if conn.execute(delete(ClusterRow).where(ClusterRow.name == name)).rowcount == 0:
+                raise NotFound(f"no saved cluster named {name!r}", field="name")
+
+    # ------------------------------------------------------------------ uploaded models
+    def save_model(self, name: str, format: str, graph: dict) -> str:
+        if format not in ("onnx", "graph"):
+            raise InvalidInput(f"must be 'onnx' or 'graph', got {format!r}", field="format")
+        model_id = new_id()
+        with write_connection(self.engine) as conn:
+            conn.execute(ModelRow.__table__.insert().values(id=model_id, name=name[:200], format=format, graph=graph, created_at=utcnow()))
+        return model_id
+
+    def get_model(self, model_id: str) -> StoredModel:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(ModelRow.__table__).where(ModelRow.id == model_id)).first()
+        if row is None:
+            raise NotFound(f"model {model_id!r} does not exist", field="model_id")
+        return StoredModel(id=row.id, name=row.name, format=row.format, graph=row.graph, created_at=row.created_at)
+
+    def list_models(self) -> list[StoredModel]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(ModelRow.id, ModelRow.name, ModelRow.format, ModelRow.created_at).order_by(ModelRow.created_at.desc())
+            ).all()
+        return [StoredModel(id=r.id, name=r.name, format=r.format, graph={}, created_at=r.created_at) for r in rows]
+
+    # ------------------------------------------------------------------ operator profiles
+    def save_profile(self, device: str, body: dict, fitted: dict | None = None) -> str:
+        profile_id = new_id()
+        with write_connection(self.engine) as conn:
+            conn.execute(
+                ProfileRow.__table__.insert().values(id=profile_id, device=device[:200], body=body, fitted=fitted, created_at=utcnow())
+            )
+        return profile_id
+
+    def get_profile(self, profile_id: str) -> StoredProfile:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(ProfileRow.__table__).where(ProfileRow.id == profile_id)).first()
+        if row is None:
+            raise NotFound(f"profile {profile_id!r} does not exist", field="profile_id")
+        return StoredProfile(id=row.id, device=row.device, body=row.body, fitted=row.fitted, created_at=row.created_at)
+
+    def list_profiles(self, device: str | None = None) -> list[StoredProfile]:
+        q = select(ProfileRow.__table__).order_by(ProfileRow.created_at.desc())
+        if device is not None:
+            q = q.where(ProfileRow.device == device)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [StoredProfile(id=r.id, device=r.device, body=r.body, fitted=r.fitted, created_at=r.created_at) for r in rows]
+
+
+__all__ = [
+    "MAX_PAGE",
+    "NewPlan",
+    "PLAN_SORTS",
+    "PlanFilters",
+    "PlanSummary",
+    "Repository",
+    "StoredCluster",
+    "StoredJob",
+    "StoredModel",
+    "StoredPlan",
+    "StoredProfile",
+]
