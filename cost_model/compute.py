@@ -3,8 +3,8 @@ broadcast), so the planner can cost thousands of candidates in one call.
 
 GEMM time model (roofline with shape-dependent efficiency):
 
-    t = max( 2·m·n·k / (P · e_max · σ(m)·σ(n)·σ(k)),  bytes / (B · f_mem) ) · batch + t_launch
-    σ(d) = d / (d + d_half)
+    t = max( 2·m·n·k / (P · e_max · σ(m; d½)·σ(n; d½)·σ(k; k½)),  bytes / (B · f_mem) ) · batch + t_launch
+    σ(x; x½) = x / (x + x½)
 
 ``P`` is the dense peak for the dtype, ``B`` the HBM bandwidth, ``e_max`` the large-GEMM
 fraction of peak, ``d_half`` the dimension at which tile/wave quantisation halves throughput
@@ -41,11 +41,23 @@ def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k
     rate = device.peak_tflops(dtype) * 1e12 * eff.gemm_max_fraction
-    rate = rate * shape_factor(m, eff.gemm_half_dim) * shape_factor(n, eff.gemm_half_dim) * shape_factor(k, eff.gemm_half_dim)
+    rate = rate * shape_factor(m, eff.gemm_half_dim) * shape_factor(n, eff.gemm_half_dim) * shape_factor(k, eff.gemm_half_k)
     bytes_moved = (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
     t_flops = flops / rate
     t_mem = bytes_moved / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
     return np.maximum(t_flops, t_mem) * batch + eff.kernel_overhead_s
+
+
+def gemm_fwd_bwd_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
+    """Forward and backward times of a linear layer Y[m×n] = X[m×k]·W[k×n].
+
+    Backward is two GEMMs with their own shapes: the input gradient dX = dY·Wᵀ (m×k, reducing
+    over n) and the weight gradient dW = Xᵀ·dY (k×n, reducing over the m tokens) — so a
+    row-parallel layer with a small k runs its backward faster than twice its forward.
+    """
+    fwd = gemm_time_s(m, n, k, device, dtype, batch)
+    bwd = gemm_time_s(m, k, n, device, dtype, batch) + gemm_time_s(k, n, m, device, dtype, batch)
+    return fwd, bwd
 
 
 def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1):
@@ -55,17 +67,24 @@ def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1):
     return np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction) + kernels * eff.kernel_overhead_s
 
 
-def flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceSpec, dtype: str, causal: bool = True):
+#: Fraction of GEMM throughput a fused attention kernel keeps while it also does the online
+#: softmax (FlashAttention-2 forward reaches ≈ 70–75% of the GEMM rate on A100/H100; Dao 2023).
+FLASH_FORWARD_FRACTION = 0.8
+#: Backward/forward time ratio of fused attention (FlashAttention-2: five GEMMs instead of two
+#: plus recomputing the scores, ≈ 2.5× the forward time; Dao 2023, Fig. 6–7).
+FLASH_BACKWARD_RATIO = 2.5
+
+
+def flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceSpec, dtype: str, causal_fraction=0.5):
     """Fused attention forward: QKᵀ and PV as tiled GEMMs that never leave on-chip memory.
 
-    FLOPs 4·q·kv·d per head (two GEMMs), halved for causal masks when q_len == kv_len (the
-    kernel skips fully-masked tiles).  Efficiency: the GEMM model on the (q × kv × d) shape,
-    times 0.85 for the softmax work interleaved with the GEMMs (FlashAttention-2 reports
-    ≈70% of GEMM throughput forward on A100; Dao 2023).
+    FLOPs 4·q·kv·d per head (two GEMMs) times ``causal_fraction`` (0.5 for a causal mask: the
+    kernel skips fully-masked tiles; load-balanced context parallelism keeps it at 0.5 per
+    rank).  Rate: the GEMM model on the (q × kv × d) shape times
+    :data:`FLASH_FORWARD_FRACTION`.
     """
-    frac = np.where(np.asarray(causal) & np.equal(q_len, kv_len), 0.5, 1.0)
     per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads)
-    return 2.0 * per_gemm * frac / 0.85
+    return 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
 
 
 def attention_flops(batch, heads, q_len, kv_len, head_dim):

@@ -29,10 +29,12 @@ class Efficiency:
     """How close a device gets to its datasheet figures.
 
     GEMM time (see :func:`cost_model.compute.gemm_time_s`) is
-    ``flops / (peak * gemm_max_fraction * Π_d d/(d + gemm_half_dim))`` over the three GEMM
-    dimensions, floored by the bytes moved over ``memory_bandwidth * memory_fraction``.  The
-    saturating factor models tile/wave quantisation: a GEMM whose smallest side is
-    ``gemm_half_dim`` runs at half the large-GEMM rate.
+    ``flops / (peak · gemm_max_fraction · σ(m; d½) · σ(n; d½) · σ(k; k½))`` with
+    ``σ(x; x½) = x/(x + x½)``, floored by the bytes moved over ``memory_bandwidth ·
+    memory_fraction``.  σ over m and n models tile/wave quantisation of the output; σ over the
+    reduction dimension k models each output tile's fixed prologue/epilogue (loading the
+    pipeline, writing C), amortised over k/tile_k main-loop steps — deeper asynchronous
+    pipelines (Hopper's wgmma/TMA) need larger k to amortise.
 
     Collectives run at ``link_bandwidth * link_fraction`` plus ``collective_latency_s`` per ring
     step (NCCL's bus-bandwidth model).  ``kernel_overhead_s`` is the fixed cost of one kernel
@@ -46,24 +48,28 @@ class Efficiency:
     nic_fraction: float
     collective_latency_s: float
     kernel_overhead_s: float
+    gemm_half_k: float = 256.0
     source: str = "family default"
 
 
 #: Per-family constants.  Derivation: ``gemm_max_fraction`` is the fraction of dense peak that
-#: large cuBLAS GEMMs reach (A100 ≈ 0.80–0.85 of 312 TFLOP/s, H100 ≈ 0.70–0.75 of 989 in bf16,
-#: V100 ≈ 0.80 of 125 fp16), ``memory_fraction`` the STREAM-like fraction of HBM bandwidth
-#: elementwise kernels reach (≈ 0.8), link fractions NCCL's achieved bus bandwidth over the link
-#: figure (NVLink ≈ 0.75–0.8, InfiniBand ≈ 0.9).  They were then adjusted as *global* constants
-#: (one set per family, never per model or per run) to the published runs in
-#: ``bench/fidelity.py``; see README "Cost model calibration".
+#: large cuBLAS GEMMs reach (A100 ≈ 0.80 of 312 TFLOP/s, H100 ≈ 0.74 of 989 in bf16, V100 ≈
+#: 0.88 of 125 fp16), ``gemm_half_k`` the reduction length at which a tile's fixed cost halves
+#: the rate (A100 128, H100 512: Hopper's deeper TMA/wgmma pipelines need longer k),
+#: ``memory_fraction`` the STREAM-like fraction of HBM bandwidth elementwise kernels reach
+#: (≈ 0.8), link fractions NCCL's achieved bus bandwidth over the link figure (NVLink ≈ 0.78,
+#: InfiniBand ≈ 0.88).  The GEMM constants were then set as *global* constants (one set per
+#: family, never per model or per run) against the published runs in ``bench/fidelity.py``:
+#: README "Cost model fidelity" lists the result.  Families without published runs here
+#: (blackwell, ada, cdna, ascend) carry conservative guesses until a profile replaces them.
 FAMILY_EFFICIENCY: dict[str, Efficiency] = {
-    "volta": Efficiency(0.80, 96.0, 0.80, 0.75, 0.85, 8e-6, 6e-6, "volta family default"),
-    "ampere": Efficiency(0.84, 96.0, 0.80, 0.78, 0.88, 8e-6, 5e-6, "ampere family default"),
-    "hopper": Efficiency(0.74, 128.0, 0.80, 0.78, 0.88, 8e-6, 4e-6, "hopper family default"),
-    "blackwell": Efficiency(0.72, 160.0, 0.80, 0.78, 0.88, 8e-6, 4e-6, "blackwell family default"),
-    "ada": Efficiency(0.72, 96.0, 0.80, 0.75, 0.85, 10e-6, 5e-6, "ada family default"),
-    "cdna": Efficiency(0.55, 128.0, 0.75, 0.70, 0.85, 12e-6, 8e-6, "cdna family default"),
-    "ascend": Efficiency(0.60, 128.0, 0.75, 0.70, 0.85, 12e-6, 8e-6, "ascend family default"),
+    "volta": Efficiency(gemm_max_fraction=0.88, gemm_half_dim=96.0, memory_fraction=0.80, nvlink_fraction=0.75, nic_fraction=0.85, collective_latency_s=8e-6, kernel_overhead_s=6e-6, gemm_half_k=256.0, source="volta family default"),
+    "ampere": Efficiency(gemm_max_fraction=0.80, gemm_half_dim=96.0, memory_fraction=0.80, nvlink_fraction=0.78, nic_fraction=0.88, collective_latency_s=8e-6, kernel_overhead_s=5e-6, gemm_half_k=128.0, source="ampere family default"),
+    "hopper": Efficiency(gemm_max_fraction=0.74, gemm_half_dim=128.0, memory_fraction=0.80, nvlink_fraction=0.78, nic_fraction=0.88, collective_latency_s=8e-6, kernel_overhead_s=4e-6, gemm_half_k=512.0, source="hopper family default"),
+    "blackwell": Efficiency(gemm_max_fraction=0.72, gemm_half_dim=160.0, memory_fraction=0.80, nvlink_fraction=0.78, nic_fraction=0.88, collective_latency_s=8e-6, kernel_overhead_s=4e-6, gemm_half_k=512.0, source="blackwell family default"),
+    "ada": Efficiency(gemm_max_fraction=0.72, gemm_half_dim=96.0, memory_fraction=0.80, nvlink_fraction=0.75, nic_fraction=0.85, collective_latency_s=10e-6, kernel_overhead_s=5e-6, gemm_half_k=256.0, source="ada family default"),
+    "cdna": Efficiency(gemm_max_fraction=0.55, gemm_half_dim=128.0, memory_fraction=0.75, nvlink_fraction=0.70, nic_fraction=0.85, collective_latency_s=12e-6, kernel_overhead_s=8e-6, gemm_half_k=256.0, source="cdna family default"),
+    "ascend": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=128.0, memory_fraction=0.75, nvlink_fraction=0.70, nic_fraction=0.85, collective_latency_s=12e-6, kernel_overhead_s=8e-6, gemm_half_k=256.0, source="ascend family default"),
     "cpu": Efficiency(0.60, 32.0, 0.60, 0.50, 0.50, 30e-6, 2e-6, "cpu default (no profile)"),
 }
 
@@ -89,16 +95,20 @@ class DeviceSpec:
     profile_id: str | None = None
     source: str = ""
 
-    def peak_tflops(self, dtype: str) -> float:
-        """Dense peak for ``dtype``; fp8 falls back to the 16-bit peak on devices without it."""
+    def _peak_or_none(self, dtype: str) -> float | None:
         value = {
             "bf16": self.bf16_tflops,
             "fp16": self.fp16_tflops,
             "fp8": self.fp8_tflops,
             "fp32": self.fp32_tflops,
         }.get(dtype)
-        if dtype == "bf16" and value is None and self.kind == "cpu":
-            value = self.fp32_tflops
+        if value is None and dtype in ("bf16", "fp16") and self.kind == "cpu":
+            value = self.fp32_tflops  # CPUs run 16-bit math at (at best) the fp32 rate
+        return value
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; raises a field-naming error when the device has none."""
+        value = self._peak_or_none(dtype)
         if value is None:
             raise InvalidCluster(
                 f"device {self.name} has no {dtype} peak in the catalog; "
@@ -109,14 +119,7 @@ class DeviceSpec:
         return float(value)
 
     def supported_dtypes(self) -> tuple[str, ...]:
-        out = []
-        for d in DTYPES:
-            try:
-                self.peak_tflops(d)
-            except InvalidCluster:
-                continue
-            out.append(d)
-        return tuple(out)
+        return tuple(d for d in DTYPES if self._peak_or_none(d) is not None)
 
     @property
     def memory_bytes(self) -> float:

@@ -1,0 +1,200 @@
+"""``estimate(model, training, cluster, strategy)``: the cost model's answer for one strategy.
+
+Ranks are laid out in Megatron order (tensor fastest, then context, data, pipeline), so
+pipeline stage i occupies the i-th block of dp·cp·tp devices.  By default the blocks are cut
+from the cluster's available GPUs in the order its node groups and nodes are listed; the
+planner passes ``stage_groups`` to put each stage on a node group of its choice.  A stage
+whose block spans device types runs at the pace of its slowest device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .cluster import Cluster, NodeGroup
+from .comm import Links
+from .errors import InvalidStrategy
+from .model import TransformerSpec
+from .pipeline import (
+    combine_stages,
+    device_costs,
+    model_flops_per_step,
+    recompute_flops_per_step,
+    stage_cost,
+)
+from .result import Estimate, StageEstimate
+from .strategy import Strategy, validate_strategy
+from .training import Training
+from .transformer_cost import StrategyArrays
+
+
+@dataclass(frozen=True)
+class StageSlot:
+    """Where one stage runs: a node group (its device and links) and whether its boundary to
+    the next stage crosses nodes."""
+
+    group: NodeGroup
+    links: Links
+    cross_node_next: bool
+    mixed: bool = False
+
+
+def _slowest_group(groups: Sequence[NodeGroup], dtype: str) -> NodeGroup:
+    return min(groups, key=lambda g: (g.device.peak_tflops(dtype) if dtype in g.device.supported_dtypes() else 0.0, g.device.memory_GB))
+
+
+def default_stage_slots(cluster: Cluster, strategy: Strategy, dtype: str) -> list[StageSlot]:
+    """Cut contiguous blocks of dp·cp·tp GPUs, in cluster order, one per stage."""
+    gpus: list[NodeGroup] = []
+    for g in cluster.node_groups:
+        gpus.extend([g] * (g.gpus_per_node * len(cluster.available_nodes(g.name))))
+    block = strategy.dp * strategy.cp * strategy.tp
+    slots = []
+    for i in range(strategy.pp):
+        members = gpus[i * block : (i + 1) * block]
+        groups = list(dict.fromkeys(members))
+        slow = _slowest_group(groups, dtype)
+        links = Links.for_group(slow)
+        for g in groups[1:]:
+            links = links.slowest(Links.for_group(g))
+        nxt = gpus[(i + 1) * block] if (i + 1) * block < len(gpus) else slow
+        cross = block >= slow.gpus_per_node or nxt is not members[-1] or ((i + 1) * block) % slow.gpus_per_node == 0
+        slots.append(StageSlot(slow, links, bool(cross), mixed=len({g.device.name for g in groups}) > 1))
+    return slots
+
+
+def slots_for_groups(cluster: Cluster, strategy: Strategy, group_names: Sequence[str]) -> list[StageSlot]:
+    """Stages placed on the named node groups (one name per stage)."""
+    if len(group_names) != strategy.pp:
+        raise InvalidStrategy(f"{len(group_names)} stage groups given for pp={strategy.pp}", field="stage_groups")
+    slots = []
+    for i, name in enumerate(group_names):
+        g = cluster.group(name)
+        nxt = group_names[i + 1] if i + 1 < len(group_names) else name
+        block = strategy.dp * strategy.cp * strategy.tp
+        cross = nxt != name or block >= g.gpus_per_node
+        slots.append(StageSlot(g, Links.for_group(g), cross))
+    return slots
+
+
+def _apply_profile(cluster: Cluster, profile: Mapping[str, Any] | None) -> Cluster:
+    if profile is None:
+        return cluster
+    from dataclasses import replace
+
+    from .profiles import apply_profile
+
+    groups = []
+    for g in cluster.node_groups:
+        groups.append(replace(g, device=apply_profile(g.device, profile)))
+    return replace(cluster, node_groups=tuple(groups))
+
+
+def estimate(
+    model: Any,
+    training: Training,
+    cluster: Cluster,
+    strategy: Strategy,
+    profile: Mapping[str, Any] | None = None,
+    stage_groups: Sequence[str] | None = None,
+) -> Estimate:
+    """Predict step time, throughput, MFU and memory for one strategy (contract v1)."""
+    cluster = _apply_profile(cluster, profile)
+    if not isinstance(model, TransformerSpec):
+        from .graph_cost import estimate_graph
+
+        return estimate_graph(model, training, cluster, strategy)
+    total = cluster.total_gpus
+    strategy = validate_strategy(model, training, strategy)
+    if strategy.num_devices > total:
+        raise InvalidStrategy(
+            f"dp·tp·pp·cp = {strategy.dp}·{strategy.tp}·{strategy.pp}·{strategy.cp} = {strategy.num_devices} "
+            f"devices but the cluster has {total} available",
+            field="strategy.dp",
+        )
+    warnings = []
+    if strategy.num_devices < total:
+        warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
+    slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
+    for i, slot in enumerate(slots):
+        if slot.mixed:
+            warnings.append(f"stage {i} spans several device types and runs at the pace of {slot.group.device.name}")
+        if strategy.tp > slot.group.gpus_per_node:
+            warnings.append(f"tp={strategy.tp} spans nodes of {slot.group.name}: TP collectives cross the network")
+    S = StrategyArrays.from_strategies([strategy])
+    m = strategy.num_microbatches(training)
+    cache: dict[tuple[str, int], Any] = {}
+    stage_costs = []
+    stage_results = []
+    layer0 = 0
+    lps = strategy.layers_per_stage
+    for i, slot in enumerate(slots):
+        key = (slot.group.name, id(slot.links))
+        if key not in cache:
+            cache[key] = device_costs(model, training, slot.group.device, slot.links, S)
+        dc = cache[key]
+        n = lps[i]
+        st = stage_cost(model, training, dc, S, n, i, i == 0, i == len(slots) - 1, m, slot.cross_node_next)
+        stage_costs.append(st)
+        mem = {
+            "weights": float(st.weights_bytes[0]) / 1e9,
+            "gradients": float(st.gradients_bytes[0]) / 1e9,
+            "optimizer_state": float(st.optimizer_state_bytes[0]) / 1e9,
+            "activations": float(st.activations_bytes[0]) / 1e9,
+            "workspace": float(st.workspace_bytes[0]) / 1e9,
+        }
+        stage_results.append(
+            StageEstimate(
+                index=i,
+                first_layer=layer0,
+                last_layer=layer0 + n - 1,
+                device=slot.group.device.name,
+                node_group=slot.group.name,
+                has_embedding=i == 0,
+                has_head=i == len(slots) - 1,
+                forward_s=float(st.forward_s[0]),
+                backward_s=float(st.backward_s[0]),
+                peak_memory_GB=float(st.peak_memory_bytes[0]) / 1e9,
+                memory_capacity_GB=slot.group.device.memory_GB,
+                memory_GB=mem,
+            )
+        )
+        layer0 += n
+    step = combine_stages(stage_costs, S, m, training)
+    step_s = float(step.step_time_s[0])
+    n_dev = strategy.num_devices
+    model_flops = model_flops_per_step(model, training)
+    hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute)
+    peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
+    mean_peak = float(np.mean(peaks))
+    model_tflops = model_flops / step_s / n_dev / 1e12
+    fits = all(s.peak_memory_GB <= s.memory_capacity_GB for s in stage_results)
+    if not fits:
+        worst = max(stage_results, key=lambda s: s.peak_memory_GB - s.memory_capacity_GB)
+        warnings.append(
+            f"does not fit: stage {worst.index} needs {worst.peak_memory_GB:.1f} GB per GPU, "
+            f"{worst.device} has {worst.memory_capacity_GB:.0f} GB"
+        )
+    breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
+    bottleneck = max(breakdown, key=breakdown.get)
+    profile_ids = tuple(sorted({slot.group.device.profile_id for slot in slots if slot.group.device.profile_id}))
+    return Estimate(
+        step_time_s=step_s,
+        tokens_per_s=training.tokens_per_step / step_s,
+        samples_per_s=training.global_batch_size / step_s,
+        model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=hw_flops / step_s / n_dev / 1e12,
+        mfu=model_tflops / mean_peak,
+        fits=fits,
+        peak_memory_GB=tuple(s.peak_memory_GB for s in stage_results),
+        breakdown_s=breakdown,
+        stages=tuple(stage_results),
+        num_devices=n_dev,
+        num_microbatches=m,
+        bottleneck=bottleneck,
+        profile_ids=profile_ids,
+        warnings=tuple(warnings),
+    )

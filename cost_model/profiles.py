@@ -1,0 +1,610 @@
+"""Operator profiles: validation, calibration (least-squares fit) and application to a device.
+
+A *profile* is the versioned JSON document that ``planner profile`` writes (micro-benchmarks on a
+host) or that the trace importer builds from a PyTorch profiler trace.  Its format is documented in
+``docs/PROFILE_FORMAT.md``; :func:`validate_profile` enforces it.  This module is pure: no I/O
+besides :func:`load_profile_file`, no torch, no global state.
+
+Calibration keeps the cost model's functional forms (``cost_model.compute`` and
+``cost_model.comm``) and fits their parameters to the measurements:
+
+* GEMMs (``op: gemm``), per dtype::
+
+      t = max(2·m·n·k / (R_dtype · σ(m)σ(n)σ(k)),  bytes / BW) · batch + t_launch,
+      σ(d) = d / (d + d_half)
+
+  For a fixed ``d_half`` the model is linear in ``1/R_dtype``, ``1/BW`` and ``t_launch`` (once each
+  GEMM is classified as compute- or memory-bound), so it is solved by ``numpy.linalg.lstsq`` on
+  rows divided by the measured time (i.e. minimising *relative* error), with ``d_half`` chosen by
+  a log-spaced grid search and the classification iterated to a fixed point.
+* Memory-bound ops (``add``, ``copy``, ``scale``, ``gelu``, ``layernorm``, ``softmax``):
+  ``t = bytes / BW + kernels · t_launch`` (:func:`cost_model.compute.memory_bound_time_s`), fitted
+  jointly with the GEMMs (they share ``BW`` and ``t_launch``).
+* Collectives (``allreduce``, ``allgather``, ``reduce_scatter``, ``sendrecv``) over ``n`` ranks
+  moving ``S`` bytes: ``t = c_v·(n−1)/n·S/β + c_s·(n−1)·α`` with the ring factors of
+  :mod:`cost_model.comm` (all-reduce c_v = c_s = 2; all-gather / reduce-scatter 1; send/recv
+  ``S/β + α``), linear in ``1/β`` and ``α``.
+
+The fitted rates become an :class:`~cost_model.devices.Efficiency`:
+``gemm_max_fraction = R_primary / peak_primary``, ``memory_fraction = BW / memory_bandwidth``,
+``nvlink_fraction = β / intra_node_bandwidth``.  A fraction above 1 means the catalog figure is
+too low (always possible for ``local-cpu``, whose figures are generic guesses): the device's
+figure is then replaced by the measured one and the fraction set to 1, so predictions reproduce
+the measurements either way.  GEMM rates of secondary dtypes are expressed as corrected peaks for
+those dtypes (the Efficiency has one ``gemm_max_fraction``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .devices import BYTES_PER_ELEMENT, DTYPES, DeviceSpec, Efficiency, get_device
+from .errors import InvalidProfile, UnknownName
+
+SCHEMA_NAME = "planner-profile"
+SCHEMA_VERSION = 1
+#: Versions this code reads.  (Version 0 was never released outside development builds.)
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+FIT_VERSION = 1
+
+MAX_PROFILE_BYTES = 16 * 1024 * 1024
+MAX_MEASUREMENTS = 50_000
+MAX_SECONDS = 3600.0
+MAX_DIM = 10_000_000
+
+GEMM_OPS = ("gemm",)
+MEMORY_OPS = ("add", "copy", "scale", "gelu", "layernorm", "softmax")
+COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "sendrecv", "alltoall")
+OTHER_OPS = ("attention", "h2d", "d2h")
+KNOWN_OPS = GEMM_OPS + MEMORY_OPS + COLLECTIVE_OPS + OTHER_OPS
+
+#: Collective ring factors (volume factor c_v, latency-steps factor c_s) as in cost_model.comm.
+_COLLECTIVE_FACTORS = {
+    "allreduce": (2.0, 2.0),
+    "allgather": (1.0, 1.0),
+    "reduce_scatter": (1.0, 1.0),
+    "alltoall": (1.0, 1.0),
+}
+
+_D_HALF_GRID = np.unique(np.concatenate([[0.0], np.geomspace(1.0, 4096.0, 73)]))
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+# ----------------------------------------------------------------------------------------------
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def _positive_int(value: Any, field: str, maximum: int = MAX_DIM) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidProfile(f"must be a positive integer, got {value!r}", field=field)
+    if value > maximum:
+        raise InvalidProfile(f"must be at most {maximum}, got {value}", field=field)
+    return value
+
+
+def _seconds(value: Any, field: str, allow_zero: bool = False) -> float:
+    if not _is_number(value):
+        raise InvalidProfile(f"must be a finite number of seconds, got {value!r}", field=field)
+    value = float(value)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidProfile(f"must be {'non-negative' if allow_zero else 'positive'}, got {value!r}", field=field)
+    if value > MAX_SECONDS:
+        raise InvalidProfile(f"must be at most {MAX_SECONDS:g} s, got {value!r}", field=field)
+    return value
+
+
+def _validate_measurement(m: Any, path: str) -> None:
+    if not isinstance(m, Mapping):
+        raise InvalidProfile("must be an object", field=path)
+    op = m.get("op")
+    if op not in KNOWN_OPS:
+        raise InvalidProfile(f"unknown op {op!r}; one of {', '.join(KNOWN_OPS)}", field=f"{path}.op")
+    sec = _seconds(m.get("seconds"), f"{path}.seconds")
+    if "repeats" in m:
+        _positive_int(m["repeats"], f"{path}.repeats", 10_000_000)
+    spread = m.get("spread")
+    if spread is not None:
+        if not isinstance(spread, Mapping):
+            raise InvalidProfile("must be an object with min_s / max_s", field=f"{path}.spread")
+        lo = _seconds(spread["min_s"], f"{path}.spread.min_s", allow_zero=True) if "min_s" in spread else None
+        hi = _seconds(spread["max_s"], f"{path}.spread.max_s", allow_zero=True) if "max_s" in spread else None
+        if "iqr_s" in spread:
+            _seconds(spread["iqr_s"], f"{path}.spread.iqr_s", allow_zero=True)
+        tol = 1e-9 + 1e-6 * sec
+        if lo is not None and lo > sec + tol:
+            raise InvalidProfile(f"min_s {lo!r} exceeds the median seconds {sec!r}", field=f"{path}.spread.min_s")
+        if hi is not None and hi + tol < sec:
+            raise InvalidProfile(f"max_s {hi!r} is below the median seconds {sec!r}", field=f"{path}.spread.max_s")
+    dtype = m.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise InvalidProfile(f"must be one of {', '.join(DTYPES)}, got {dtype!r}", field=f"{path}.dtype")
+    if op == "gemm":
+        shape = m.get("shape")
+        if not isinstance(shape, Mapping):
+            raise InvalidProfile("a gemm needs a shape {m, n, k, batch?}", field=f"{path}.shape")
+        for key in ("m", "n", "k"):
+            _positive_int(shape.get(key), f"{path}.shape.{key}")
+        if "batch" in shape:
+            _positive_int(shape["batch"], f"{path}.shape.batch")
+        if dtype is None:
+            raise InvalidProfile("a gemm needs a dtype", field=f"{path}.dtype")
+    elif op in MEMORY_OPS or op in COLLECTIVE_OPS or op in ("h2d", "d2h"):
+        b = m.get("bytes")
+        if not _is_number(b) or b <= 0:
+            raise InvalidProfile(f"must be a positive number of bytes, got {b!r}", field=f"{path}.bytes")
+        if op in MEMORY_OPS and "kernels" in m:
+            _positive_int(m["kernels"], f"{path}.kernels", 1_000_000)
+        if op in COLLECTIVE_OPS:
+            _positive_int(m.get("group_size"), f"{path}.group_size", 1_000_000)
+            if m["group_size"] < 2:
+                raise InvalidProfile("a collective needs at least 2 ranks", field=f"{path}.group_size")
+            scope = m.get("scope", "intra_node")
+            if scope not in ("intra_node", "inter_node"):
+                raise InvalidProfile(f"must be intra_node or inter_node, got {scope!r}", field=f"{path}.scope")
+    elif op == "attention":
+        shape = m.get("shape")
+        if not isinstance(shape, Mapping):
+            raise InvalidProfile("attention needs a shape {batch_heads, q_len, kv_len, head_dim}", field=f"{path}.shape")
+        for key in ("batch_heads", "q_len", "kv_len", "head_dim"):
+            _positive_int(shape.get(key), f"{path}.shape.{key}")
+
+
+def resolve_profile_device(name: Any, field: str = "device.name") -> DeviceSpec:
+    """The catalog device a profile was taken on (``local-cpu`` for this host's CPU)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidProfile("must name the catalog device the profile was taken on (e.g. local-cpu, H100-SXM5-80GB)", field=field)
+    try:
+        return get_device(name, field)
+    except UnknownName as exc:
+        raise InvalidProfile(exc.message, field=field) from None
+
+
+def validate_profile(data: Any) -> dict[str, Any]:
+    """Check a profile dict against schema v1; return it (unchanged) or raise
+    :class:`~cost_model.errors.InvalidProfile` naming the field and the reason."""
+    if not isinstance(data, Mapping):
+        raise InvalidProfile("a profile must be a JSON object", field="profile")
+    schema = data.get("schema", SCHEMA_NAME)
+    if schema != SCHEMA_NAME:
+        raise InvalidProfile(f"is {schema!r}, expected {SCHEMA_NAME!r} (is this a trace? upload traces with ?device=NAME)", field="schema")
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidProfile(f"is required and must be an integer (current: {SCHEMA_VERSION}), got {version!r}", field="schema_version")
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        if version > SCHEMA_VERSION:
+            msg = f"{version} is newer than this planner understands (reads {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}); upgrade the planner"
+        else:
+            msg = f"{version} is no longer supported (reads {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}); re-run `planner profile` to produce a current profile"
+        raise InvalidProfile(msg, field="schema_version")
+    device = data.get("device")
+    if not isinstance(device, Mapping):
+        raise InvalidProfile("is required: an object with at least the catalog 'name'", field="device")
+    resolve_profile_device(device.get("name"))
+    measurements = data.get("measurements")
+    if not isinstance(measurements, list) or not measurements:
+        raise InvalidProfile("must be a non-empty list of measurements", field="measurements")
+    if len(measurements) > MAX_MEASUREMENTS:
+        raise InvalidProfile(f"has {len(measurements)} entries; the limit is {MAX_MEASUREMENTS}", field="measurements")
+    for i, m in enumerate(measurements):
+        _validate_measurement(m, f"measurements[{i}]")
+    if not any(m["op"] in GEMM_OPS + MEMORY_OPS + COLLECTIVE_OPS for m in measurements):
+        raise InvalidProfile("contains no gemm, memory-bound or collective measurement to calibrate from", field="measurements")
+    pid = data.get("id")
+    if pid is not None and (not isinstance(pid, str) or not pid or len(pid) > 128):
+        raise InvalidProfile("must be a non-empty string of at most 128 characters", field="id")
+    return data if isinstance(data, dict) else dict(data)
+
+
+def parse_profile_bytes(raw: bytes | str, max_bytes: int = MAX_PROFILE_BYTES) -> dict[str, Any]:
+    """Decode and validate a profile from raw JSON (size-limited)."""
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > max_bytes:
+        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB", field="profile")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidProfile(f"is not valid JSON: {exc}", field="profile") from None
+    return validate_profile(data)
+
+
+def load_profile_file(path: str | Path, max_bytes: int = MAX_PROFILE_BYTES) -> dict[str, Any]:
+    """Read, size-check and validate a profile file."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise InvalidProfile(f"cannot read {str(p)!r}: {exc.strerror}", field="profile") from None
+    if size > max_bytes:
+        raise InvalidProfile(f"{str(p)!r} is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB", field="profile")
+    return parse_profile_bytes(p.read_bytes(), max_bytes)
+
+
+def profile_id_of(profile: Mapping[str, Any]) -> str:
+    """The stored id, or a content hash of device + measurements for unstored profiles."""
+    pid = profile.get("id")
+    if isinstance(pid, str) and pid:
+        return pid
+    canon = json.dumps({"device": profile.get("device"), "measurements": profile.get("measurements")}, sort_keys=True, default=str)
+    return "sha-" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# fitting
+# ----------------------------------------------------------------------------------------------
+def _gemm_bytes(m, n, k, dtype: str):
+    return (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
+
+
+def _select_backend(measurements: list[Mapping[str, Any]], ops: Iterable[str], prefer: tuple[str, ...]) -> str | None:
+    ops = set(ops)
+    present = [m.get("backend", "unknown") for m in measurements if m["op"] in ops]
+    if not present:
+        return None
+    for b in prefer:
+        if b in present:
+            return b
+    return max(set(present), key=present.count)
+
+
+def _primary_dtype(device: DeviceSpec, dtypes: Iterable[str]) -> str:
+    dtypes = list(dtypes)
+    order = ("fp32", "bf16", "fp16", "fp8") if device.kind == "cpu" else ("bf16", "fp16", "fp32", "fp8")
+    for d in order:
+        if d in dtypes:
+            return d
+    return dtypes[0]
+
+
+def _weighted_lstsq(a: np.ndarray, t: np.ndarray, nonneg: Iterable[int]) -> np.ndarray:
+    """Least squares on relative error (rows divided by the measured time), with the listed
+    columns clamped at zero (clamped columns are dropped and the rest refitted)."""
+    w = 1.0 / t
+    aw = a * w[:, None]
+    bw = t * w
+    active = list(range(a.shape[1]))
+    nonneg = set(nonneg)
+    for _ in range(a.shape[1] + 1):
+        x_active, *_ = np.linalg.lstsq(aw[:, active], bw, rcond=None)
+        x = np.zeros(a.shape[1])
+        x[active] = x_active
+        bad = [j for j in active if j in nonneg and x[j] < 0]
+        if not bad:
+            return x
+        active = [j for j in active if j not in bad]
+        if not active:
+            return np.zeros(a.shape[1])
+    return x
+
+
+def _rel_errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
+    if len(meas) == 0:
+        return {"points": 0}
+    err = np.abs(pred - meas) / meas
+    return {
+        "points": int(len(meas)),
+        "median_abs_rel_error": float(np.median(err)),
+        "p90_abs_rel_error": float(np.quantile(err, 0.9)),
+        "max_abs_rel_error": float(np.max(err)),
+    }
+
+
+def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, Any]], dtypes: list[str]) -> dict[str, Any]:
+    """Joint fit of per-dtype GEMM rates, d_half, bandwidth and launch overhead."""
+    nd = len(dtypes)
+    col_u, col_t0 = nd, nd + 1
+    g_m = np.array([g["shape"]["m"] for g in gemms], dtype=float)
+    g_n = np.array([g["shape"]["n"] for g in gemms], dtype=float)
+    g_k = np.array([g["shape"]["k"] for g in gemms], dtype=float)
+    g_b = np.array([g["shape"].get("batch", 1) for g in gemms], dtype=float)
+    g_d = np.array([dtypes.index(g["dtype"]) for g in gemms], dtype=int)
+    g_t = np.array([g["seconds"] for g in gemms], dtype=float)
+    g_bytes = np.array([_gemm_bytes(mm, nn, kk, g["dtype"]) for mm, nn, kk, g in zip(g_m, g_n, g_k, gemms)], dtype=float)
+    m_bytes = np.array([x["bytes"] for x in mems], dtype=float)
+    m_kern = np.array([x.get("kernels", 1) for x in mems], dtype=float)
+    m_t = np.array([x["seconds"] for x in mems], dtype=float)
+    t_all = np.concatenate([g_t, m_t])
+
+    def solve(d_half: float):
+        sig = 1.0 if d_half == 0 else (g_m / (g_m + d_half)) * (g_n / (g_n + d_half)) * (g_k / (g_k + d_half))
+        x_flops = 2.0 * g_m * g_n * g_k / sig
+        compute_bound = np.ones(len(gemms), dtype=bool)
+        x = None
+        for _ in range(8):
+            a = np.zeros((len(gemms) + len(mems), nd + 2))
+            rows = np.arange(len(gemms))
+            a[rows[compute_bound], g_d[compute_bound]] = (x_flops * g_b)[compute_bound]
+            a[rows[~compute_bound], col_u] = (g_bytes * g_b)[~compute_bound]
+            a[rows, col_t0] = 1.0
+            a[len(gemms):, col_u] = m_bytes
+            a[len(gemms):, col_t0] = m_kern
+            # A dtype (or the bandwidth) with no informative rows gets no column.
+            usable = [j for j in range(nd + 2) if np.any(a[:, j] != 0)]
+            x_u = _weighted_lstsq(a[:, usable], t_all, nonneg=range(len(usable)))
+            x = np.zeros(nd + 2)
+            x[usable] = x_u
+            t_c = x[g_d] * x_flops
+            t_m = x[col_u] * g_bytes
+            new_cb = (t_c >= t_m) | (x[col_u] == 0)
+            if np.array_equal(new_cb, compute_bound):
+                break
+            compute_bound = new_cb
+        pred_g = np.maximum(x[g_d] * x_flops, x[col_u] * g_bytes) * g_b + x[col_t0]
+        pred_m = x[col_u] * m_bytes + m_kern * x[col_t0]
+        pred = np.concatenate([pred_g, pred_m])
+        loss = float(np.sum(((pred - t_all) / t_all) ** 2))
+        return loss, x
+
+    grid = _D_HALF_GRID if gemms else np.array([0.0])
+    best = min((solve(float(dh)) + (float(dh),) for dh in grid), key=lambda r: r[0])
+    _, x, d_half = best
+    return {
+        "sec_per_flop": {d: float(x[i]) for i, d in enumerate(dtypes)},
+        "sec_per_byte": float(x[col_u]),
+        "launch_s": float(x[col_t0]),
+        "gemm_half_dim": d_half,
+    }
+
+
+def _fit_collectives(colls: list[Mapping[str, Any]]) -> dict[str, float] | None:
+    if not colls:
+        return None
+    a = np.zeros((len(colls), 2))
+    t = np.zeros(len(colls))
+    for i, c in enumerate(colls):
+        n = float(c["group_size"])
+        s = float(c["bytes"])
+        if c["op"] == "sendrecv":
+            a[i] = (s, 1.0)
+        else:
+            cv, cs = _COLLECTIVE_FACTORS[c["op"]]
+            a[i] = (cv * (n - 1.0) / n * s, cs * (n - 1.0))
+        t[i] = c["seconds"]
+    x = _weighted_lstsq(a, t, nonneg=(0, 1))
+    if x[0] <= 0:
+        return None
+    return {"sec_per_byte": float(x[0]), "alpha_s": float(x[1])}
+
+
+def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """Fit the device's efficiency parameters to the profile's measurements.
+
+    Returns the ``fit`` object stored alongside the profile (see docs/PROFILE_FORMAT.md): the
+    :class:`Efficiency` fields, device figure overrides, the raw fitted rates, and the fit
+    quality (relative error of the *cost model functions* evaluated on the fitted device against
+    every measurement used).
+    """
+    profile = validate_profile(profile)
+    device = resolve_profile_device(profile["device"]["name"])
+    ms = profile["measurements"]
+    warnings: list[str] = []
+
+    prefer = ("torch", "numpy") if device.kind == "cpu" else ("torch", "cuda", "numpy")
+    backend = _select_backend(ms, GEMM_OPS + MEMORY_OPS, prefer)
+    gemms = [m for m in ms if m["op"] == "gemm" and m.get("backend", "unknown") == backend]
+    mems = [m for m in ms if m["op"] in MEMORY_OPS and m.get("backend", "unknown") == backend]
+    dtypes = sorted({g["dtype"] for g in gemms}, key=DTYPES.index)
+    base_eff = device.efficiency
+    overrides: dict[str, float] = {}
+    rates: dict[str, Any] = {"backend": backend}
+
+    gemm_max_fraction = base_eff.gemm_max_fraction
+    gemm_half_dim = base_eff.gemm_half_dim
+    memory_fraction = base_eff.memory_fraction
+    kernel_overhead_s = base_eff.kernel_overhead_s
+    if gemms or mems:
+        cm = _fit_compute_memory(gemms, mems, dtypes)
+        rates["gemm_tflops"] = {d: (1.0 / s / 1e12 if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
+        kernel_overhead_s = cm["launch_s"]
+        if cm["sec_per_byte"] > 0:
+            bw_GBps = 1.0 / cm["sec_per_byte"] / 1e9
+            rates["memory_bandwidth_GBps"] = bw_GBps
+            memory_fraction = bw_GBps / device.memory_bandwidth_GBps
+            if memory_fraction > 1.0:
+                overrides["memory_bandwidth_GBps"] = bw_GBps
+                memory_fraction = 1.0
+                warnings.append(
+                    f"measured bandwidth {bw_GBps:.1f} GB/s exceeds the catalog {device.memory_bandwidth_GBps:g} GB/s; "
+                    "the device's figure is replaced by the measurement"
+                )
+        elif not mems:
+            warnings.append("no memory-bound measurements: memory_fraction keeps the catalog default")
+        fitted = [d for d in dtypes if cm["sec_per_flop"][d] > 0]
+        if fitted:
+            gemm_half_dim = cm["gemm_half_dim"]
+            primary = _primary_dtype(device, fitted)
+            rates["primary_dtype"] = primary
+            rate_p = 1.0 / cm["sec_per_flop"][primary] / 1e12
+            try:
+                peak_p = device.peak_tflops(primary)
+            except Exception:  # the catalog lacks this dtype: the measurement defines it
+                peak_p = None
+            if peak_p is None or rate_p > peak_p:
+                overrides[f"{primary}_tflops"] = rate_p
+                gemm_max_fraction = 1.0
+                if peak_p is not None:
+                    warnings.append(
+                        f"measured {primary} GEMM rate {rate_p:.4g} TFLOP/s exceeds the catalog peak {peak_p:.4g}; "
+                        "the device's peak is replaced by the measurement"
+                    )
+            else:
+                gemm_max_fraction = rate_p / peak_p
+            for d in fitted:
+                if d == primary:
+                    continue
+                rate_d = 1.0 / cm["sec_per_flop"][d] / 1e12
+                overrides[f"{d}_tflops"] = rate_d / gemm_max_fraction
+        elif gemms:
+            warnings.append("GEMM measurements did not determine a compute rate (all memory-bound?)")
+    else:
+        warnings.append("no GEMM or memory-bound measurements: compute efficiency keeps the catalog default")
+
+    coll_backend = _select_backend(ms, COLLECTIVE_OPS, ("nccl", "gloo") if device.kind == "gpu" else ("gloo",))
+    colls = [m for m in ms if m["op"] in COLLECTIVE_OPS and m.get("backend", "unknown") == coll_backend]
+    nvlink_fraction = base_eff.nvlink_fraction
+    nic_fraction = base_eff.nic_fraction
+    collective_latency_s = base_eff.collective_latency_s
+    intra = [c for c in colls if c.get("scope", "intra_node") == "intra_node"]
+    inter = [c for c in colls if c.get("scope") == "inter_node"]
+    fi = _fit_collectives(intra)
+    if fi:
+        beta_GBps = 1.0 / fi["sec_per_byte"] / 1e9
+        rates["collectives"] = {"backend": coll_backend, "intra_node_bus_GBps": beta_GBps, "alpha_s": fi["alpha_s"]}
+        nvlink_fraction = beta_GBps / device.intra_node_bandwidth_GBps
+        collective_latency_s = fi["alpha_s"]
+    elif intra:
+        warnings.append("collective measurements did not determine a bandwidth")
+    else:
+        warnings.append("no collective measurements: link fractions and latency keep the catalog defaults")
+    fe = _fit_collectives(inter)
+    if fe:
+        nic_GBps = 1.0 / fe["sec_per_byte"] / 1e9
+        rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
+        nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
+        nic_fraction = nic_GBps / nic_per_gpu
+
+    efficiency = {
+        "gemm_max_fraction": gemm_max_fraction,
+        "gemm_half_dim": gemm_half_dim,
+        "memory_fraction": memory_fraction,
+        "nvlink_fraction": nvlink_fraction,
+        "nic_fraction": nic_fraction,
+        "collective_latency_s": collective_latency_s,
+        "kernel_overhead_s": kernel_overhead_s,
+    }
+    fit = {
+        "fit_version": FIT_VERSION,
+        "device": device.name,
+        "profile_id": profile_id_of(profile),
+        "efficiency": efficiency,
+        "device_overrides": overrides,
+        "rates": rates,
+        "warnings": warnings,
+    }
+    fit["quality"] = _fit_quality(device, fit, gemms, mems, colls)
+    return fit
+
+
+def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) -> DeviceSpec:
+    e = fit["efficiency"]
+    eff = Efficiency(
+        gemm_max_fraction=float(e["gemm_max_fraction"]),
+        gemm_half_dim=float(e["gemm_half_dim"]),
+        memory_fraction=float(e["memory_fraction"]),
+        nvlink_fraction=float(e["nvlink_fraction"]),
+        nic_fraction=float(e["nic_fraction"]),
+        collective_latency_s=float(e["collective_latency_s"]),
+        kernel_overhead_s=float(e["kernel_overhead_s"]),
+        source=f"profile {profile_id}",
+    )
+    figures = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}
+    source = f"{device.source}; calibrated by profile {profile_id}" if device.source else f"calibrated by profile {profile_id}"
+    return replace(device, efficiency=eff, profile_id=profile_id, source=source, **figures)
+
+
+def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls) -> dict[str, Any]:
+    """Relative error of the cost model's own functions on the fitted device."""
+    from .comm import Links, allreduce_time_s, reduce_scatter_time_s, p2p_time_s, alltoall_time_s
+    from .compute import gemm_time_s, memory_bound_time_s
+
+    dev = _fitted_device(device, fit, fit["profile_id"])
+    out: dict[str, Any] = {}
+    if gemms:
+        pred = np.array([
+            float(gemm_time_s(g["shape"]["m"], g["shape"]["n"], g["shape"]["k"], dev, g["dtype"], g["shape"].get("batch", 1)))
+            for g in gemms
+        ])
+        out["gemm"] = _rel_errors(pred, np.array([g["seconds"] for g in gemms]))
+    if mems:
+        pred = np.array([float(memory_bound_time_s(x["bytes"], dev, x.get("kernels", 1))) for x in mems])
+        out["memory"] = _rel_errors(pred, np.array([x["seconds"] for x in mems]))
+    if colls:
+        links = Links(
+            intra_GBps=dev.intra_node_bandwidth_GBps * dev.efficiency.nvlink_fraction,
+            inter_GBps=dev.inter_node_bandwidth_GBps / max(dev.gpus_per_node, 1) * dev.efficiency.nic_fraction,
+            gpus_per_node=10**9,
+            alpha_s=dev.efficiency.collective_latency_s,
+        )
+        pred = []
+        for c in colls:
+            n, s = c["group_size"], c["bytes"]
+            per_node = n if c.get("scope", "intra_node") == "intra_node" else 1
+            if c["op"] == "allreduce":
+                pred.append(float(allreduce_time_s(n, s, links, per_node)))
+            elif c["op"] in ("allgather", "reduce_scatter"):
+                pred.append(float(reduce_scatter_time_s(n, s, links, per_node)))
+            elif c["op"] == "alltoall":
+                pred.append(float(alltoall_time_s(n, s, links, per_node)))
+            else:
+                pred.append(float(p2p_time_s(s, links, per_node == 1)))
+        out["collectives"] = _rel_errors(np.array(pred), np.array([c["seconds"] for c in colls]))
+    return out
+
+
+def _validate_fit(fit: Any) -> bool:
+    if not isinstance(fit, Mapping) or fit.get("fit_version") != FIT_VERSION:
+        return False
+    eff = fit.get("efficiency")
+    if not isinstance(eff, Mapping):
+        return False
+    for key in ("gemm_max_fraction", "gemm_half_dim", "memory_fraction", "nvlink_fraction", "nic_fraction", "collective_latency_s", "kernel_overhead_s"):
+        v = eff.get(key)
+        if not _is_number(v) or v < 0:
+            return False
+    for key in ("gemm_max_fraction", "memory_fraction", "nvlink_fraction", "nic_fraction"):
+        if eff[key] <= 0:
+            return False
+    over = fit.get("device_overrides", {})
+    if not isinstance(over, Mapping):
+        return False
+    allowed = {f"{d}_tflops" for d in DTYPES} | {"memory_bandwidth_GBps"}
+    return all(k in allowed and _is_number(v) and v > 0 for k, v in over.items())
+
+
+def with_fit(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile with its ``fit`` (re)computed: what is stored and written by the CLI."""
+    out = dict(validate_profile(profile))
+    out.pop("fit", None)
+    out["fit"] = fit_profile(out)
+    return out
+
+
+def profile_matches(device: DeviceSpec, profile: Mapping[str, Any]) -> bool:
+    """Whether ``profile`` was taken on ``device`` (catalog name, case-insensitive, aliases)."""
+    name = profile.get("device", {}).get("name") if isinstance(profile.get("device"), Mapping) else None
+    if not isinstance(name, str):
+        return False
+    try:
+        return get_device(name).name == device.name
+    except UnknownName:
+        return name.lower() == device.name.lower()
+
+
+def apply_profile(device: DeviceSpec, profile: Mapping[str, Any]) -> DeviceSpec:
+    """``device`` calibrated by ``profile``: fitted :class:`Efficiency`, corrected figures where
+    the catalog's were exceeded (or missing), and ``profile_id`` set.
+
+    Uses the profile's stored ``fit`` when it is current and well-formed, otherwise fits now.
+    Raises :class:`InvalidProfile` when the profile was taken on another device.
+    """
+    profile = validate_profile(profile)
+    if not profile_matches(device, profile):
+        raise InvalidProfile(
+            f"was taken on {profile['device']['name']!r}, not on {device.name!r}; a profile applies only to its own device",
+            field="device.name",
+        )
+    pid = profile_id_of(profile)
+    fit = profile.get("fit")
+    # A stored fit is trusted only if it belongs to exactly these measurements (stored profiles
+    # are refitted by the service on upload; a hand-edited file gets refitted here).
+    if not _validate_fit(fit) or fit.get("profile_id") != pid:
+        fit = fit_profile(profile)
+    return _fitted_device(device, fit, pid)

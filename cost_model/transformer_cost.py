@@ -1,0 +1,436 @@
+"""Per-layer costs of a transformer under a parallel strategy — vectorised.
+
+Every function takes a :class:`StrategyArrays` (one numpy array per strategy knob, all the same
+length) and returns arrays of that length, so the planner costs thousands of candidates in one
+call and :func:`cost_model.estimate` costs one (length-1 arrays) through the *same* code.
+
+Notation (DESIGN.md appendix): b micro-batch, s sequence, h hidden, a heads, g KV heads,
+d head dim, f FFN hidden, V vocabulary, t tensor-parallel size, c context-parallel size.
+Per GPU a layer sees T = b·s/c tokens.
+
+Sources: GEMM shapes of Megatron-LM tensor parallelism (Shoeybi et al. 2019: column-parallel
+QKV and FC1, row-parallel projection and FC2; two all-reduces forward, two backward);
+activation bytes per layer from Korthikanti et al. 2022 Table 2, generalised term by term to
+grouped-query attention, gated FFNs, fused attention and context parallelism (each term's
+origin is given where it is computed); model state from Rajbhandari et al. 2020 (ZeRO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .comm import Links, allreduce_time_s, alltoall_time_s, p2p_time_s, ranks_per_node, reduce_scatter_time_s
+from .compute import (
+    FLASH_BACKWARD_RATIO,
+    attention_flops,
+    flash_attention_time_s,
+    gemm_fwd_bwd_time_s,
+    gemm_time_s,
+    memory_bound_time_s,
+)
+from .devices import BYTES_PER_ELEMENT, DeviceSpec
+from .model import TransformerSpec
+from .training import Training
+
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+
+#: Fixed per-GPU reserve for the CUDA context, cuBLAS/NCCL workspaces (bytes), plus a fraction
+#: of the rest lost to allocator fragmentation.  PyTorch's caching allocator typically shows
+#: 1–2 GB of context + workspaces and 5–10% fragmentation on large-model runs.
+WORKSPACE_BYTES = 1.5e9
+FRAGMENTATION_FRACTION = 0.07
+
+#: With ``Training.tp_comm_overlap`` the TP collectives are pipelined with the GEMMs they feed
+#: (Megatron-Core userbuffers): the part that a GEMM of the layer can hide is hidden, at most
+#: this fraction of the collective.
+TP_OVERLAP_MAX_HIDDEN = 0.8
+#: Fraction of one micro-batch's backward compute of a stage during which bucketed DP gradient
+#: reduction can run (the first buckets are ready only after the last layers' backward).
+DP_OVERLAP_WINDOW = 0.8
+
+
+@dataclass(frozen=True)
+class StrategyArrays:
+    """Struct of arrays: the i-th element of every field is one candidate strategy."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    vpp: np.ndarray
+    mbs: np.ndarray
+    sp: np.ndarray  # bool
+    recompute: np.ndarray  # 0 none, 1 selective, 2 full
+    zero: np.ndarray
+
+    @staticmethod
+    def from_strategies(strategies) -> "StrategyArrays":
+        def col(fn, dtype=float):
+            return np.array([fn(s) for s in strategies], dtype=dtype)
+
+        return StrategyArrays(
+            dp=col(lambda s: s.dp),
+            tp=col(lambda s: s.tp),
+            pp=col(lambda s: s.pp),
+            cp=col(lambda s: s.cp),
+            ep=col(lambda s: s.ep),
+            vpp=col(lambda s: s.vpp),
+            mbs=col(lambda s: s.micro_batch_size),
+            sp=col(lambda s: s.sequence_parallel, bool),
+            recompute=col(lambda s: RECOMPUTE_CODE[s.recompute]),
+            zero=col(lambda s: s.zero_stage),
+        )
+
+    def __len__(self) -> int:
+        return len(self.dp)
+
+    def take(self, index) -> "StrategyArrays":
+        return StrategyArrays(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Costs of ONE decoder layer for ONE micro-batch on one GPU (arrays over candidates).
+
+    Times in seconds.  ``forward_s``/``backward_s`` include the layer's compute and its exposed
+    tensor/context/expert-parallel communication; the ``*_comm_s`` fields say how much of them
+    is communication, ``recompute_s`` is extra backward work from activation recomputation.
+    """
+
+    forward_compute_s: np.ndarray
+    backward_compute_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_comm_s: np.ndarray  # forward + backward (+ recomputed forward), exposed part
+    cp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    activation_bytes: np.ndarray  # stored for backward, per micro-batch
+    full_activation_bytes: np.ndarray  # what a layer holds while it runs (no recompute)
+    model_flops: np.ndarray  # forward+backward model FLOPs of this GPU, no recompute
+    recompute_flops: np.ndarray
+
+    @property
+    def forward_s(self) -> np.ndarray:
+        return self.forward_compute_s + 0.5 * (self.tp_comm_s + self.cp_comm_s + self.ep_comm_s)
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return (
+            self.forward_compute_s
+            + self.backward_compute_s
+            + self.recompute_s
+            + self.tp_comm_s
+            + self.cp_comm_s
+            + self.ep_comm_s
+        )
+
+
+def _act_bytes(training: Training) -> int:
+    """Activation element size: 16-bit for bf16/fp16/fp8 training (fp8 GEMM inputs are cast
+    copies; stored activations stay 16-bit), 32-bit for fp32."""
+    return 4 if training.dtype == "fp32" else 2
+
+
+def _kv_local(model: TransformerSpec, tp):
+    """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head)."""
+    return model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
+
+
+def _group_links_per_node(n, stride, gpn):
+    return ranks_per_node(n, stride, gpn)
+
+
+def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
+    """Cost one decoder layer per micro-batch for every candidate in ``S``."""
+    dt = training.dtype
+    eb = _act_bytes(training)
+    h = float(model.hidden_size)
+    a = float(model.num_heads)
+    d = float(model.head_dim)
+    f = float(model.ffn_hidden_size)
+    s = float(training.sequence_length)
+    t, c, b = S.tp, S.cp, S.mbs
+    sc = s / c
+    T = b * sc  # tokens per GPU per micro-batch
+    kv = _kv_local(model, t)
+    gpn = links.gpus_per_node
+    unfused = training.attention == "unfused"
+
+    # ---- GEMMs (forward) ---------------------------------------------------------------------
+    # Megatron TP: QKV column-parallel [T,h]x[h,(h+2kv)/t]; projection row-parallel [T,h/t]x[h/t,h].
+    t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, h / t + 2 * kv, h, device, dt)
+    t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, h / t, device, dt)
+    flops_qkv = 2 * T * h * (h / t + 2 * kv)
+    flops_proj = 2 * T * h * h / t
+    # FFN: FC1 column-parallel (gate and up fused when gated), FC2 row-parallel.
+    fm = model.ffn_matrices
+    if model.is_moe:
+        e_local = model.num_experts / S.ep
+        tokens_per_expert = T * model.experts_per_token * S.ep / model.num_experts
+        t_fc1, b_fc1 = gemm_fwd_bwd_time_s(tokens_per_expert, (fm - 1) * f / t, h, device, dt, batch=e_local)
+        t_fc2, b_fc2 = gemm_fwd_bwd_time_s(tokens_per_expert, h, f / t, device, dt, batch=e_local)
+        t_router, b_router = gemm_fwd_bwd_time_s(T, model.num_experts, h, device, dt)
+        flops_ffn = 2 * T * model.experts_per_token * fm * h * f / t + 2 * T * h * model.num_experts
+        if model.shared_expert_ffn_hidden_size:
+            fs = float(model.shared_expert_ffn_hidden_size)
+            s1f, s1b = gemm_fwd_bwd_time_s(T, (fm - 1) * fs / t, h, device, dt)
+            s2f, s2b = gemm_fwd_bwd_time_s(T, h, fs / t, device, dt)
+            t_router, b_router = t_router + s1f + s2f, b_router + s1b + s2b
+            flops_ffn = flops_ffn + 2 * T * fm * h * fs / t
+    else:
+        t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt)
+        t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt)
+        t_router = b_router = 0.0
+        flops_ffn = 2 * T * fm * h * f / t
+    gemm_bwd = b_qkv + b_proj + b_fc1 + b_fc2 + b_router
+    gemm_fwd = t_qkv + t_proj + t_fc1 + t_fc2 + t_router
+
+    # ---- attention core ----------------------------------------------------------------------
+    heads_local = a / t
+    # Model FLOPs count the full s×s square (Narayanan 2021 Eq. 3 / Megatron MFU convention).
+    flops_attn = attention_flops(b, heads_local, sc, s, d)
+    if unfused:
+        bh = b * heads_local
+        t_scores = gemm_time_s(sc, s, d, device, dt, batch=bh)
+        t_pv = gemm_time_s(sc, d, s, device, dt, batch=bh)
+        elems = bh * sc * s
+        # Megatron's fused scale-mask-softmax reads and writes the scores (2+2 bytes), dropout
+        # reads them, writes the result and a 1-byte mask (2+2+1): 9 bytes per score forward;
+        # backward: dropout (2+1 read, 2 write) and softmax (2+2 read, 2 write): 11 bytes.
+        t_softmax_fwd = memory_bound_time_s(9 * elems, device, kernels=2)
+        t_softmax_bwd = memory_bound_time_s(11 * elems, device, kernels=2)
+        attn_fwd = t_scores + t_pv + t_softmax_fwd
+        _, b_scores = gemm_fwd_bwd_time_s(sc, s, d, device, dt, batch=bh)
+        _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, device, dt, batch=bh)
+        attn_bwd = b_scores + b_pv + t_softmax_bwd
+    else:
+        attn_fwd = flash_attention_time_s(b * heads_local, sc, s, d, device, dt, causal_fraction=0.5)
+        attn_bwd = FLASH_BACKWARD_RATIO * attn_fwd
+
+    # ---- memory-bound elementwise work ----------------------------------------------------------
+    # Replicated region (norms, dropout, residual adds) runs on T·h elements per TP rank, or
+    # T·h/t under sequence parallelism.  Bytes per element forward: 2 norms (read+write, 2·eb
+    # each), 2 fused bias-dropout-add (read 2·eb, write eb, mask 1 when dropout is used).
+    rep_elems = T * h / np.where(S.sp, t, 1.0)
+    drop_mask = 1.0 if model.bias else 0.0
+    rep_bytes_fwd = rep_elems * (2 * 2 * eb + 2 * (3 * eb + drop_mask))
+    # Activation function on the FFN hidden: GELU read+write (2·eb), SwiGLU reads two inputs.
+    ffn_hidden_elems = T * f / t * (model.experts_per_token if model.is_moe else 1.0)
+    act_bytes_fwd = ffn_hidden_elems * ((3 if model.gated_ffn else 2) * eb)
+    # Rotary embedding on Q and K (read+write) for RoPE models.
+    rope_bytes = 0.0 if model.learned_positions else T * (h / t + kv) * 2 * eb
+    elem_fwd = memory_bound_time_s(rep_bytes_fwd + act_bytes_fwd + rope_bytes, device, kernels=6)
+    # Backward of these kernels moves ≈1.25× the forward bytes (norm backward reads x and dy and
+    # writes dx; dropout backward reads dy and the mask and writes dx).
+    elem_bwd = memory_bound_time_s(1.25 * (rep_bytes_fwd + act_bytes_fwd + rope_bytes), device, kernels=8)
+
+    forward_compute = gemm_fwd + attn_fwd + elem_fwd
+    backward_compute = gemm_bwd + attn_bwd + elem_bwd
+
+    # ---- recompute ---------------------------------------------------------------------------
+    # full: the whole forward again (with its TP collectives); selective: the attention core
+    # only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
+    if unfused:
+        selective_s = attn_fwd
+        selective_flops = flops_attn
+    else:
+        selective_s = 0.0 * attn_fwd
+        selective_flops = 0.0 * flops_attn
+    recompute_s = np.where(S.recompute == 2, forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
+    layer_fwd_flops = flops_qkv + flops_proj + flops_ffn + flops_attn
+    recompute_flops = np.where(S.recompute == 2, layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
+
+    # ---- tensor-parallel communication ---------------------------------------------------------
+    # Per layer: 2 all-reduces forward and 2 backward of T·h elements (SP: reduce-scatter +
+    # all-gather of the same volume), 2 more when the forward is recomputed.
+    tp_per_node = np.minimum(t, gpn)
+    msg = T * h * eb
+    one_ar = np.where(
+        S.sp,
+        2 * reduce_scatter_time_s(t, msg, links, tp_per_node),
+        allreduce_time_s(t, msg, links, tp_per_node),
+    )
+    n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
+    tp_comm = n_collectives * one_ar
+    if training.tp_comm_overlap:
+        hideable = TP_OVERLAP_MAX_HIDDEN * tp_comm
+        hidden = np.minimum(hideable, (gemm_fwd * 3) * TP_OVERLAP_MAX_HIDDEN)
+        tp_comm = tp_comm - hidden
+
+    # ---- context-parallel ring exchange ---------------------------------------------------------
+    # Each rank passes its K,V chunk around the ring: (c−1) steps of 2·b·sc·kv·eb bytes forward,
+    # twice that backward (K,V and their gradients); overlapped with the attention blocks it feeds.
+    kv_chunk = 2 * b * sc * kv * eb
+    cp_fwd = (c - 1) * p2p_time_s(kv_chunk, links, c > gpn // np.maximum(t, 1))
+    cp_fwd = np.where(c > 1, cp_fwd, 0.0)
+    cp_exposed = np.maximum(0.0, cp_fwd - attn_fwd) + np.maximum(0.0, 2 * cp_fwd - attn_bwd)
+
+    # ---- expert-parallel all-to-all ---------------------------------------------------------
+    # Dispatch and combine forward, the same backward: each sends T·k·h elements.
+    if model.is_moe:
+        ep_per_node = ranks_per_node(S.ep, t, gpn)
+        a2a = alltoall_time_s(S.ep, T * model.experts_per_token * h * eb, links, ep_per_node)
+        ep_comm = 4 * a2a + np.where(S.recompute == 2, 2 * a2a, 0.0)
+    else:
+        ep_comm = 0.0 * t
+
+    # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
+    act, full_act = activation_bytes(model, training, S)
+
+    model_flops = 3 * layer_fwd_flops
+    return LayerCosts(
+        forward_compute_s=forward_compute,
+        backward_compute_s=backward_compute,
+        recompute_s=recompute_s,
+        tp_comm_s=tp_comm,
+        cp_comm_s=cp_exposed,
+        ep_comm_s=ep_comm,
+        activation_bytes=act,
+        full_activation_bytes=full_act,
+        model_flops=model_flops,
+        recompute_flops=recompute_flops,
+    )
+
+
+def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays):
+    """Bytes one layer keeps for backward per micro-batch, and the bytes it holds while running.
+
+    Korthikanti et al. 2022 Table 2 term by term (16-bit, per layer, s·b·h units):
+    attention block 11·sbh + 5·a·s²·b (QKV input 2, Q 2, K 2, V 2, projection input 2,
+    dropout mask 1; scores 2·as²b, softmax-dropout mask as²b, dropout output 2·as²b), MLP 19·sbh
+    (FC1 input 2, GELU input 8, FC2 input 8, mask 1), two norms 4·sbh.  Under TP the inner terms
+    divide by t; under SP the rest does too.  Generalised here: K and V use the KV width, the
+    FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
+    with selective recompute, dropout masks vanish without dropout (models without biases), and
+    sequences divide by cp.  Full recompute keeps only the layer input (2·sbh, /t under SP).
+    """
+    eb = _act_bytes(training)
+    h = float(model.hidden_size)
+    a = float(model.num_heads)
+    f = float(model.ffn_hidden_size)
+    s = float(training.sequence_length)
+    t, c, b = S.tp, S.cp, S.mbs
+    sc = s / c
+    sbh = sc * b * h  # elements
+    kv = _kv_local(model, t)
+    mask = 1.0 if model.bias else 0.0
+    rep = np.where(S.sp, t, 1.0)
+
+    # Replicated (outside TP regions): QKV input, FC1 input (eb each), two dropout masks, two norm inputs.
+    replicated = sbh * (eb + eb + 2 * mask + 2 * eb) / rep
+    # Inside TP regions: Q, K, V, projection input.
+    attn_inner = sc * b * (h / t * eb + 2 * kv * eb + h / t * eb)
+    k_experts = model.experts_per_token if model.is_moe else 1.0
+    ffn_inner = sc * b * f / t * k_experts * (eb * (3 if model.gated_ffn else 2))
+    scores = a * sc * s * b / t * (2 * eb + mask)  # softmax output, dropout output and mask (unfused only)
+    store_scores = (training.attention == "unfused") & (S.recompute == 0)
+    full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
+    stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
+    stored = np.where(S.recompute == 2, sbh * eb / rep, stored)
+    return stored, full
+
+
+def model_state_bytes_per_param(training: Training, zero_stage, shard):
+    """Bytes per parameter on one GPU for weights, gradients and optimizer state.
+
+    Mixed precision with Adam (Rajbhandari et al. 2020; Megatron docs): 16-bit weights (2),
+    fp32 gradient accumulation (4, as Megatron does), fp32 master weights + momentum +
+    variance (12).  fp32 training: weights 4, gradients 4, Adam moments 8.  SGD keeps one
+    momentum (4) plus the fp32 master copy under mixed precision.  ZeRO divides over ``shard``
+    ranks: stage ≥1 the optimizer state, ≥2 the gradients, 3 the weights.
+    """
+    mixed = training.dtype != "fp32"
+    w = 2.0 if mixed else 4.0
+    g = 4.0
+    if training.optimizer == "adam":
+        o = 12.0 if mixed else 8.0
+    else:
+        o = 8.0 if mixed else 4.0
+    z = np.asarray(zero_stage)
+    shard = np.asarray(shard, dtype=float)
+    weights = np.where(z >= 3, w / shard, w)
+    grads = np.where(z >= 2, g / shard, g)
+    opt = np.where(z >= 1, o / shard, o)
+    return weights, grads, opt
+
+
+def dp_gradient_comm_s(params_per_gpu, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu=0.0):
+    """Data-parallel gradient synchronisation per step (ring, hierarchical).
+
+    ZeRO 0: all-reduce; ZeRO 1/2 (Megatron distributed optimizer): reduce-scatter of gradients
+    + all-gather of updated weights (the same volume); ZeRO 3: weights all-gathered in forward
+    and again in backward plus the gradient reduce-scatter (1.5× the volume).  Gradients are
+    reduced in the training dtype (16-bit) or fp32 for fp32 training.  DP groups span dp·cp
+    ranks with TP ranks in between; expert weights sync over dp·cp/ep ranks.
+    """
+    gb = 4.0 if training.dtype == "fp32" else 2.0
+    n = S.dp * S.cp
+    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    dense = allreduce_time_s(n, params_per_gpu * gb, links, per_node)
+    n_e = np.maximum(n / S.ep, 1.0)
+    per_node_e = ranks_per_node(n_e, S.tp * S.ep, links.gpus_per_node)
+    experts = allreduce_time_s(n_e, expert_params_per_gpu * gb, links, per_node_e)
+    total = dense + experts
+    return np.where(S.zero >= 3, 1.5 * total, total)
+
+
+def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays):
+    """Optimizer update: a memory-bound pass over this GPU's shard of the model state.
+
+    Adam (mixed precision) reads fp32 master, momentum, variance and gradient (16 B) and writes
+    master, momentum, variance and the 16-bit weight (14 B), plus a gradient-norm read (4 B):
+    34 B/param.  SGD: 22 B/param.  fp32 training: the master copy is the weight.
+    """
+    if training.optimizer == "adam":
+        per_param = 34.0 if training.dtype != "fp32" else 32.0
+    else:
+        per_param = 22.0 if training.dtype != "fp32" else 16.0
+    shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
+    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=4)
+
+
+def embedding_head_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays):
+    """Forward+backward time of the vocab-parallel embedding (first stage) and the LM head with
+    cross-entropy (last stage) per micro-batch, and their activation bytes.
+
+    Head GEMM [T,h]x[h,V/t] forward, ×2 backward; the loss reads fp32 logits (softmax,
+    gradient: ≈ 4 passes of 4 B over T·V/t).  The embedding gathers T·h rows and all-reduces
+    (or reduce-scatters under SP) them across TP; its backward scatters gradients.
+    """
+    dt = training.dtype
+    eb = _act_bytes(training)
+    h = float(model.hidden_size)
+    V = float(model.vocab_size)
+    t, c, b = S.tp, S.cp, S.mbs
+    T = b * training.sequence_length / c
+    gpn = links.gpus_per_node
+    head_gemm = gemm_time_s(T, V / t, h, device, dt)
+    loss = memory_bound_time_s(T * V / t * (eb + 4 * 4), device, kernels=4)
+    head_s = 3 * head_gemm + loss
+    tp_per_node = np.minimum(t, gpn)
+    emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
+    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + 2 * emb_comm
+    head_flops = 3 * 2 * T * h * V / t
+    # Logits (16-bit) and the fp32 copy the loss keeps for backward.
+    head_act = T * V / t * (eb + 4)
+    emb_act = T * h * eb / np.where(S.sp, t, 1.0)
+    return emb_s, head_s, head_flops, emb_act, head_act
+
+
+def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node):
+    """One stage boundary crossing of one micro-batch's activations (b·s/c·h elements; with TP
+    Megatron's scatter/gather optimisation sends 1/t per rank and all-gathers over NVLink)."""
+    eb = _act_bytes(training)
+    size = S.mbs * training.sequence_length / S.cp * model.hidden_size * eb / S.tp
+    gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)
+    return p2p_time_s(size, links, cross_node) + gather
+
+
+def inflight_microbatches(stage_index, S: StrategyArrays, m):
+    """Micro-batches whose activations a stage holds at its peak under 1F1B: ``pp − i`` for
+    stage i (Narayanan 2021 §2.2), capped at m; the interleaved schedule holds
+    ``1 + (p−1)/(p·v)`` times more (Korthikanti 2022 §4.3 / Megatron's warm-up count)."""
+    base = np.minimum(S.pp - stage_index, m)
+    return base * np.where(S.vpp > 1, 1.0 + (S.pp - 1) / (S.pp * S.vpp), 1.0)
