@@ -1,0 +1,64 @@
+"""Launch artifacts for a stored plan: pure functions over the plan JSON (no database).
+
+    from planner_service.exporters import render, LaunchParams
+    artifact = render(plan_dict, "slurm", LaunchParams(command="train.py --cfg x"))
+    artifact.files  # {"job.sbatch": "...", "rankmap.json": "..."}
+
+Every artifact puts each rank on exactly the host and GPU in ``plan["best"]["ranks"]``; see
+:mod:`planner_service.exporters.placement` for how.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Callable, Mapping
+
+from .common import Artifact, LaunchParams, rankmap_dict, rankmap_json
+from .frameworks import render_deepspeed_config, render_megatron, render_paddle_fleet, render_torchtitan
+from .kubernetes import render_paddlejob, render_pytorchjob, render_trainjob, render_volcano
+from .launchers import render_deepspeed, render_paddle_launch, render_torchrun
+from .placement import InvalidPlan, PlanView, plan_view
+from .slurm import render_slurm
+
+
+def render_rankmap(view: PlanView, params: LaunchParams) -> Artifact:
+    data = rankmap_dict(view)
+    buf = io.StringIO()
+    cols = ["rank", "host", "gpu", "node_rank", "local_rank", "node_group", "device", "stage", "pp", "dp", "cp", "tp", "first_layer", "last_layer"]
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(cols)
+    for r in data["ranks"]:
+        layers = r.get("layers") or ["", ""]
+        writer.writerow([r[c] for c in cols[:-2]] + layers)
+    return Artifact("rankmap", {"rankmap.json": rankmap_json(view), "rankmap.csv": buf.getvalue()}, "rankmap.json")
+
+
+TARGETS: Mapping[str, Callable[[PlanView, LaunchParams], Artifact]] = {
+    "torchrun": render_torchrun,
+    "paddle-launch": render_paddle_launch,
+    "deepspeed": render_deepspeed,
+    "slurm": render_slurm,
+    "kubernetes-pytorchjob": render_pytorchjob,
+    "kubernetes-paddlejob": render_paddlejob,
+    "volcano": render_volcano,
+    "kubeflow-trainjob": render_trainjob,
+    "megatron": render_megatron,
+    "deepspeed-config": render_deepspeed_config,
+    "paddle-fleet": render_paddle_fleet,
+    "torchtitan": render_torchtitan,
+    "rankmap": render_rankmap,
+}
+
+
+def render(plan: Mapping[str, Any], target: str, params: LaunchParams | None = None) -> Artifact:
+    """Render ``target`` for ``plan`` (the plan JSON).  Raises :class:`InvalidPlan` (a
+    :class:`cost_model.errors.InvalidInput`, HTTP 422) naming the field on bad input."""
+    if target not in TARGETS:
+        raise InvalidPlan(f"unknown target {target!r}; one of {', '.join(TARGETS)}", field="target")
+    view = plan_view(plan)
+    params = (params or LaunchParams()).validated(view)
+    return TARGETS[target](view, params)
+
+
+__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "plan_view", "render"]

@@ -1,0 +1,450 @@
+"""Training-framework configurations: Megatron-LM arguments, DeepSpeed config JSON, Paddle Fleet
+hybrid/pipeline configs, torchtitan TOML.  Each comes with the launcher that starts it on the
+plan's hosts (torchrun, DeepSpeed, Paddle's launcher), so one artifact launches the plan.
+
+Uneven stages are emitted natively (docs/integration.md §4, §7.2): Megatron's
+``--pipeline-model-parallel-layout``, Paddle's ``seg_method`` boundary list, torchtitan's
+``module_fqns_per_model_part``; DeepSpeed has no upstream per-stage list, so its layer
+boundaries go to ``pipeline_partition.json`` for a ``PipelineModule`` partition override.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+from .common import Artifact, LaunchParams, q
+from .launchers import render_deepspeed, render_paddle_launch, render_torchrun
+from .placement import InvalidPlan, PlanView
+
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
+
+
+@lru_cache(maxsize=1)
+def megatron_reference() -> Mapping[str, Mapping[str, Any]]:
+    """Megatron-LM's option names, types and choices (planner_service/reference)."""
+    text = resources.files("planner_service").joinpath("reference/megatron_arguments.json").read_text()
+    return json.loads(text)["arguments"]
+
+
+def _spec(view: PlanView) -> Mapping[str, Any]:
+    return view.model_spec or {}
+
+
+def _is_llama_style(spec: Mapping[str, Any]) -> bool:
+    if "gated_ffn" in spec:
+        return bool(spec["gated_ffn"])
+    model_type = str(spec.get("model_type", "")).lower()
+    if model_type in ("gpt2", "gpt", "gpt_neox", "opt", "bloom"):
+        return False
+    return "intermediate_size" in spec or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3")
+
+
+def megatron_layout(chunks: tuple[int, ...]) -> str:
+    """``--pipeline-model-parallel-layout``: one entry per model chunk, ``|``-separated, with
+    ``E`` (embedding) in the first chunk, ``t`` per decoder layer and ``L`` (loss) in the last."""
+    parts = []
+    for k, n in enumerate(chunks):
+        part = ("E" if k == 0 else "") + "t" * n + ("L" if k == len(chunks) - 1 else "")
+        parts.append(part)
+    return "|".join(parts)
+
+
+def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """(flag, value) pairs in Megatron-LM's own option names, and notes."""
+    chunks = view.require_layers("megatron")
+    spec = _spec(view)
+    notes: list[str] = []
+    args: list[tuple[str, str | None]] = [
+        ("--tensor-model-parallel-size", str(view.tp)),
+        ("--pipeline-model-parallel-size", str(view.pp)),
+        ("--context-parallel-size", str(view.cp)),
+    ]
+    if view.ep > 1:
+        args.append(("--expert-model-parallel-size", str(view.ep)))
+        if view.tp > 1 and not view.s("sequence_parallel", False):
+            notes.append("Megatron requires --sequence-parallel when TP is combined with EP; added")
+    if view.tp > 1 and (view.s("sequence_parallel", False) or view.ep > 1):
+        args.append(("--sequence-parallel", None))
+    args += [
+        ("--micro-batch-size", str(view.micro_batch_size)),
+        ("--global-batch-size", str(view.global_batch_size)),
+    ]
+    seq = view.training.get("sequence_length")
+    if isinstance(seq, int):
+        args.append(("--seq-length", str(seq)))
+        args.append(("--max-position-embeddings", str(max(seq, int(spec.get("max_position_embeddings") or 0)))))
+    total = sum(chunks)
+    args.append(("--num-layers", str(total)))
+    for key, flag in (("hidden_size", "--hidden-size"), ("intermediate_size", "--ffn-hidden-size"), ("num_attention_heads", "--num-attention-heads")):
+        if isinstance(spec.get(key), int):
+            args.append((flag, str(spec[key])))
+    heads, kv = spec.get("num_attention_heads"), spec.get("num_key_value_heads")
+    if isinstance(heads, int) and isinstance(kv, int) and kv < heads:
+        args += [("--group-query-attention", None), ("--num-query-groups", str(kv))]
+    if _is_llama_style(spec):
+        args += [
+            ("--swiglu", None),
+            ("--normalization", "RMSNorm"),
+            ("--position-embedding-type", "rope"),
+            ("--disable-bias-linear", None),
+        ]
+    elif spec:
+        args.append(("--position-embedding-type", "learned_absolute"))
+    if spec and spec.get("tie_word_embeddings") is False:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    experts = spec.get("num_local_experts") or spec.get("num_experts")
+    if isinstance(experts, int) and experts > 1:
+        args.append(("--num-experts", str(experts)))
+        topk = spec.get("num_experts_per_tok")
+        if isinstance(topk, int):
+            args.append(("--moe-router-topk", str(topk)))
+    dtype = view.training.get("dtype", "bf16")
+    if dtype == "bf16":
+        args.append(("--bf16", None))
+    elif dtype == "fp16":
+        args.append(("--fp16", None))
+    elif dtype == "fp8":
+        args += [("--bf16", None), ("--fp8-format", "hybrid")]
+    optimizer = view.training.get("optimizer")
+    if optimizer in ("adam", "sgd"):
+        args.append(("--optimizer", optimizer))
+    zero = int(view.s("zero_stage", 0))
+    if zero == 1:
+        args.append(("--use-distributed-optimizer", None))
+    elif zero in (2, 3):
+        args += [
+            ("--use-megatron-fsdp", None),
+            ("--data-parallel-sharding-strategy", "optim_grads" if zero == 2 else "optim_grads_params"),
+        ]
+        notes.append(f"ZeRO stage {zero} maps to Megatron-FSDP; check your Megatron-LM version supports it with pp={view.pp}")
+    if view.dp > 1:
+        args.append(("--overlap-grad-reduce", None))
+    recompute = view.s("recompute", "none")
+    if recompute == "full":
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
+    elif recompute == "selective":
+        args.append(("--recompute-granularity", "selective"))
+    uniform = len(set(chunks)) == 1
+    ref = megatron_reference()
+    if view.pp > 1 or view.vpp > 1:
+        if uniform and view.vpp > 1:
+            args.append(("--num-virtual-stages-per-pipeline-rank", str(view.vpp)))
+        elif not uniform:
+            if "--pipeline-model-parallel-layout" in ref:
+                args.append(("--pipeline-model-parallel-layout", megatron_layout(chunks)))
+                notes.append("uneven stages: --pipeline-model-parallel-layout " + megatron_layout(chunks))
+            else:  # pragma: no cover - older reference without the layout flag
+                middle = chunks[1:-1]
+                if view.vpp > 1 or len(set(middle)) > 1:
+                    raise InvalidPlan("this Megatron-LM version cannot express the stage split", field="target")
+                args += [
+                    ("--decoder-first-pipeline-num-layers", str(chunks[0])),
+                    ("--decoder-last-pipeline-num-layers", str(chunks[-1])),
+                ]
+    validate_megatron_args(args)
+    return args, notes
+
+
+def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
+    """Every flag must be one of Megatron-LM's; flag-only options take no value; choices hold."""
+    ref = megatron_reference()
+    for flag, value in args:
+        info = ref.get(flag)
+        if info is None:
+            raise InvalidPlan(f"{flag} is not a Megatron-LM argument", field="target")
+        if info.get("flag_only") and value is not None:
+            raise InvalidPlan(f"{flag} takes no value", field="target")
+        if not info.get("flag_only") and value is None:
+            raise InvalidPlan(f"{flag} needs a value", field="target")
+        if value is not None and info.get("choices") and value not in info["choices"]:
+            raise InvalidPlan(f"{flag} {value} is not one of {info['choices']}", field="target")
+        if value is not None and info.get("type") == "int":
+            int(value)
+
+
+def render_megatron(view: PlanView, params: LaunchParams) -> Artifact:
+    args, notes = megatron_args(view)
+    lines = [
+        "# Megatron-LM arguments for plan " + view.plan_id + " (generated by the auto-parallel planner).",
+        "# Source this file and pass \"${MEGATRON_ARGS[@]}\" to pretrain_gpt.py, plus data/tokenizer arguments.",
+        "# shellcheck disable=SC2034",
+        "MEGATRON_ARGS=(",
+    ]
+    for flag, value in args:
+        lines.append(f"  {flag}" + (f" {q(value)}" if value is not None else ""))
+    lines.append(")")
+    args_text = "\n".join(lines) + "\n"
+    params = params.with_default_command("pretrain_gpt.py")
+    launch = render_torchrun(
+        view,
+        params,
+        preamble=["# shellcheck source=/dev/null", 'source "$PLAN_DIR/megatron_args.sh"'],
+        entry=params.command_words + ['"${MEGATRON_ARGS[@]}"'],
+    )
+    files = {"megatron_args.sh": args_text, **{("launch_megatron.sh" if k == "launch_torchrun.sh" else k): v for k, v in launch.files.items()}}
+    notes = notes + ["Megatron builds groups in tp-cp-ep-dp-pp order, the plan's rank order", *launch.notes]
+    return Artifact("megatron", files, "megatron_args.sh", tuple(notes))
+
+
+def _layer_boundaries(chunks: tuple[int, ...]) -> list[int]:
+    """Boundaries over the layer list [embedding, decoder 0..L-1, head]: chunk k holds items
+    ``[b_k, b_{k+1})``; the embedding goes with the first chunk, the head with the last."""
+    bounds = [0]
+    acc = 1
+    for n in chunks[:-1]:
+        acc += n
+        bounds.append(acc)
+    bounds.append(sum(chunks) + 2)
+    return bounds
+
+
+def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
+    notes: list[str] = []
+    dp = view.dp
+    mbs = view.micro_batch_size
+    gas = view.num_microbatches
+    if mbs * gas * dp != view.global_batch_size:
+        notes.append(
+            f"global batch {view.global_batch_size} is not micro-batch {mbs} x accumulation x dp {dp}; using {mbs * gas * dp}"
+        )
+    cfg: dict[str, Any] = {
+        "train_batch_size": mbs * gas * dp,
+        "train_micro_batch_size_per_gpu": mbs,
+        "gradient_accumulation_steps": gas,
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+    }
+    zero = int(view.s("zero_stage", 0))
+    cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0, "contiguous_gradients": zero > 0}
+    if zero > 1 and view.pp > 1:
+        notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only; the plan asks for stage " + str(zero))
+    dtype = view.training.get("dtype", "bf16")
+    if dtype in ("bf16", "fp8"):
+        cfg["bf16"] = {"enabled": True}
+    elif dtype == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    if view.s("recompute", "none") != "none":
+        cfg["activation_checkpointing"] = {
+            "partition_activations": view.tp > 1,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "number_checkpoints": None,
+        }
+    if view.pp > 1:
+        cfg["pipeline"] = {"stages": view.pp, "partition": "parameters"}
+    if view.tp > 1 or view.cp > 1:
+        notes.append(f"tp={view.tp}, cp={view.cp} are set by the model code (e.g. Megatron-DeepSpeed --tensor-model-parallel-size)")
+    return cfg, notes
+
+
+def render_deepspeed_config(view: PlanView, params: LaunchParams) -> Artifact:
+    cfg, notes = deepspeed_config(view)
+    files: dict[str, str] = {"ds_config.json": json.dumps(cfg, indent=2) + "\n"}
+    if view.pp > 1:
+        chunks = view.require_layers("deepspeed-config")
+        if view.vpp > 1:
+            notes.append("DeepSpeed has no interleaved pipeline; chunks are merged per stage")
+        stages = view.stage_layers or chunks
+        files["pipeline_partition.json"] = json.dumps(
+            {
+                "num_stages": view.pp,
+                "layer_list": "embedding, decoder layers, head",
+                "layers_per_stage": list(stages),
+                "parts": _layer_boundaries(tuple(stages)),
+                "usage": "PipelineModule: set self.parts to 'parts' in a _partition_layers override "
+                "(upstream partition_method has no explicit per-stage list)",
+            },
+            indent=2,
+        ) + "\n"
+    launch = render_deepspeed(view, params, extra_entry_args=["--deepspeed_config", "ds_config.json"])
+    files.update(launch.files)
+    return Artifact("deepspeed-config", files, "ds_config.json", tuple(notes + list(launch.notes)))
+
+
+FLEET_ORDER = ["pp", "sharding", "dp", "sep", "mp"]
+
+
+def fleet_config(view: PlanView) -> dict[str, Any]:
+    chunks = view.require_layers("paddle-fleet")
+    zero = int(view.s("zero_stage", 0))
+    hybrid: dict[str, Any] = {
+        "dp_degree": 1 if zero > 0 else view.dp,
+        "mp_degree": view.tp,
+        "pp_degree": view.pp,
+        "sharding_degree": view.dp if zero > 0 else 1,
+        "sep_degree": view.cp,
+        "order": FLEET_ORDER,
+    }
+    if view.ep > 1:
+        hybrid["ep_degree"] = view.ep
+    return {
+        "hybrid_configs": hybrid,
+        "pipeline_configs": {"accumulate_steps": view.num_microbatches, "micro_batch_size": view.micro_batch_size},
+        "seg_method": _layer_boundaries(chunks),
+        "seg_layer_list": "embedding, decoder layers, head (PipelineLayer layers in this order)",
+        "num_virtual_pipeline_stages": view.vpp,
+        "layers_per_stage": list(view.stage_layers or ()),
+        "sharding_stage": zero,
+        "recompute": view.s("recompute", "none"),
+        "sequence_parallel": bool(view.s("sequence_parallel", False)),
+        "amp_dtype": DTYPE_NAMES.get(view.training.get("dtype", "bf16"), "bfloat16"),
+    }
+
+
+FLEET_INIT = '''"""Build Paddle Fleet's DistributedStrategy from fleet_strategy.json and initialise fleet.
+Generated by the auto-parallel planner.
+
+    from fleet_init import init_fleet
+    cfg = init_fleet()            # reads $PLANNER_FLEET_STRATEGY or ./fleet_strategy.json
+    PipelineLayer(layers=[embedding, *decoders, head], num_stages=..., seg_method=cfg["seg_method"], ...)
+"""
+import json
+import os
+
+
+def load_config(path=None):
+    path = path or os.environ.get("PLANNER_FLEET_STRATEGY") or os.path.join(os.path.dirname(__file__), "fleet_strategy.json")
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def build_strategy(cfg):
+    from paddle.distributed import fleet
+
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = dict(cfg["hybrid_configs"])
+    strategy.pipeline_configs = dict(cfg["pipeline_configs"])
+    return strategy
+
+
+def init_fleet(path=None):
+    from paddle.distributed import fleet
+
+    cfg = load_config(path)
+    fleet.init(is_collective=True, strategy=build_strategy(cfg))
+    return cfg
+'''
+
+
+def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
+    cfg = fleet_config(view)
+    params = params.with_default_command("train.py")
+    env = dict(params.env)
+    env.setdefault("PLANNER_FLEET_STRATEGY", "fleet_strategy.json")
+    from dataclasses import replace
+
+    launch = render_paddle_launch(view, replace(params, env=env))
+    files = {"fleet_strategy.json": json.dumps(cfg, indent=2) + "\n", "fleet_init.py": FLEET_INIT, **launch.files}
+    notes = [
+        "hybrid_configs.order is outermost-first and matches the plan's rank order (pp, dp, cp, tp)",
+        "seg_method lists boundaries over [embedding, decoder layers..., head]",
+        *launch.notes,
+    ]
+    if view.cp > 1:
+        notes.append("context parallelism maps to sep_degree (Paddle's sequence parallel axis)")
+    return Artifact("paddle-fleet", files, "fleet_strategy.json", tuple(notes))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(type(value))
+
+
+def to_toml(sections: Mapping[str, Mapping[str, Any]], header: str = "") -> str:
+    lines = [header] if header else []
+    for name, body in sections.items():
+        lines.append(f"[{name}]")
+        for key, value in body.items():
+            if value is None:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
+    chunks = view.require_layers("torchtitan")
+    zero = int(view.s("zero_stage", 0))
+    parts: list[list[str]] = []
+    layer = 0
+    for k, n in enumerate(chunks):
+        names = ["tok_embeddings"] if k == 0 else []
+        names += [f"layers.{layer + i}" for i in range(n)]
+        layer += n
+        if k == len(chunks) - 1:
+            names += ["norm", "output"]
+        parts.append(names)
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": view.dp if zero == 0 else 1,
+        "data_parallel_shard_degree": 1 if zero == 0 else view.dp,
+        "fsdp_reshard_after_forward": "never" if zero in (1, 2) else "default",
+        "tensor_parallel_degree": view.tp,
+        "enable_sequence_parallel": bool(view.s("sequence_parallel", False)) if view.tp > 1 else None,
+        "pipeline_parallel_degree": view.pp,
+        "context_parallel_degree": view.cp,
+        "expert_parallel_degree": view.ep,
+    }
+    if view.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if view.vpp > 1 else "1F1B"
+        parallelism["pipeline_parallel_microbatch_size"] = view.micro_batch_size
+        parallelism["module_fqns_per_model_part"] = parts
+    local = view.global_batch_size // view.dp if view.pp > 1 else view.micro_batch_size
+    training = {
+        "local_batch_size": local,
+        "global_batch_size": view.global_batch_size,
+        "seq_len": view.training.get("sequence_length"),
+        "mixed_precision_param": DTYPE_NAMES.get(view.training.get("dtype", "bf16"), "bfloat16"),
+    }
+    recompute = view.s("recompute", "none")
+    ac = {"mode": recompute, "selective_ac_option": "op" if recompute == "selective" else None}
+    return {
+        "job": {"description": f"plan {view.plan_id}: {view.model_name}"},
+        "model": {"name": str(_spec(view).get("model_type") or view.model_name)},
+        "training": training,
+        "parallelism": parallelism,
+        "activation_checkpoint": ac,
+    }
+
+
+def _flatten_overrides(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    out = []
+    for name, body in sections.items():
+        if name in ("job", "model"):
+            continue
+        for key, value in body.items():
+            if value is None:
+                continue
+            if name == "parallelism" and key == "pipeline_parallel_microbatch_size":
+                continue
+            out.append(f"--{name}.{key}={_toml_value(value) if not isinstance(value, (str, int)) or isinstance(value, bool) else value}")
+    return out
+
+
+def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
+    sections = torchtitan_sections(view)
+    toml_text = to_toml(sections, f"# torchtitan config for plan {view.plan_id} (TOML era, before torchtitan PR #2386)")
+    overrides = _flatten_overrides(sections)
+    if view.pp > 1:
+        overrides.append(f"--parallelism.num_pp_microbatches={view.num_microbatches}")
+    params = params.with_default_command("-m torchtitan.train")
+    launch = render_torchrun(view, params, entry=params.command_words + ["--job.config_file", '"$PLAN_DIR/torchtitan.toml"'])
+    files = {
+        "torchtitan.toml": toml_text,
+        "torchtitan_overrides.txt": "# CLI overrides for torchtitan after PR #2386 (Python configs)\n" + "\n".join(overrides) + "\n",
+        **{("launch_torchtitan.sh" if k == "launch_torchrun.sh" else k): v for k, v in launch.files.items()},
+    }
+    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *launch.notes]
+    if int(view.s("zero_stage", 0)) in (1, 2):
+        notes.append("ZeRO 1/2 has no exact torchtitan equivalent: FSDP with reshard_after_forward=never")
+    return Artifact("torchtitan", files, "torchtitan.toml", tuple(notes))
