@@ -1,0 +1,70 @@
+"""Model builders for the graph tests and ``bench/graph_bench.py``: operator-graph JSON and ONNX
+files made with ``onnx.helper`` directly (no torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def gpt_graph(layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 1024, positions: int = 2048,
+              ffn: int | None = None, name: str = "gpt") -> dict[str, Any]:
+    """A GPT (pre-LN, learned positions, GELU MLP, biases, dropout, untied head) as graph JSON."""
+    h = hidden
+    f = ffn or 4 * h
+    ops: list[dict[str, Any]] = [
+        {"name": "wte", "type": "Embedding", "inputs": ["input_ids"], "outputs": ["tok"], "params": {"weight": [vocab, h]}},
+        {"name": "wpe", "type": "Embedding", "inputs": ["position_ids"], "outputs": ["pos"], "params": {"weight": [positions, h]}},
+        {"name": "embed_add", "type": "Add", "inputs": ["tok", "pos"], "outputs": ["emb"]},
+        {"name": "embed_drop", "type": "Dropout", "inputs": ["emb"], "outputs": ["x0"]},
+    ]
+    x = "x0"
+    for i in range(layers):
+        p = f"h{i}."
+        ops += [
+            {"name": p + "ln1", "type": "LayerNorm", "inputs": [x], "outputs": [p + "ln1"], "params": {"scale": [h], "bias": [h]}},
+            {"name": p + "qkv", "type": "MatMul", "inputs": [p + "ln1"], "outputs": [p + "qkv"], "params": {"weight": [h, 3 * h], "bias": [3 * h]}},
+            {"name": p + "split", "type": "Split", "inputs": [p + "qkv"], "outputs": [p + "q", p + "k", p + "v"], "attrs": {"axis": -1}},
+            {"name": p + "attn", "type": "Attention", "inputs": [p + "q", p + "k", p + "v"], "outputs": [p + "ctx"],
+             "attrs": {"num_heads": heads, "causal": 1}},
+            {"name": p + "proj", "type": "MatMul", "inputs": [p + "ctx"], "outputs": [p + "proj"], "params": {"weight": [h, h], "bias": [h]}},
+            {"name": p + "drop1", "type": "Dropout", "inputs": [p + "proj"], "outputs": [p + "d1"]},
+            {"name": p + "res1", "type": "Add", "inputs": [x, p + "d1"], "outputs": [p + "r1"]},
+            {"name": p + "ln2", "type": "LayerNorm", "inputs": [p + "r1"], "outputs": [p + "ln2"], "params": {"scale": [h], "bias": [h]}},
+            {"name": p + "fc1", "type": "MatMul", "inputs": [p + "ln2"], "outputs": [p + "fc1"], "params": {"weight": [h, f], "bias": [f]}},
+            {"name": p + "gelu", "type": "Gelu", "inputs": [p + "fc1"], "outputs": [p + "act"]},
+            {"name": p + "fc2", "type": "MatMul", "inputs": [p + "act"], "outputs": [p + "fc2"], "params": {"weight": [f, h], "bias": [h]}},
+            {"name": p + "drop2", "type": "Dropout", "inputs": [p + "fc2"], "outputs": [p + "d2"]},
+            {"name": p + "res2", "type": "Add", "inputs": [p + "r1", p + "d2"], "outputs": [p + "out"]},
+        ]
+        x = p + "out"
+    ops += [
+        {"name": "ln_f", "type": "LayerNorm", "inputs": [x], "outputs": ["lnf"], "params": {"scale": [h], "bias": [h]}},
+        {"name": "lm_head", "type": "MatMul", "inputs": ["lnf"], "outputs": ["logits"], "params": {"weight": [h, vocab]}},
+        {"name": "loss", "type": "CrossEntropy", "inputs": ["logits", "labels"], "outputs": ["loss"]},
+    ]
+    return {
+        "name": name,
+        "inputs": [
+            {"name": "input_ids", "shape": ["batch", "seq"], "dtype": "int64"},
+            {"name": "position_ids", "shape": ["batch", "seq"], "dtype": "int64"},
+            {"name": "labels", "shape": ["batch", "seq"], "dtype": "int64"},
+        ],
+        "ops": ops,
+        "outputs": ["loss"],
+    }
+
+
+def megatron_shardings(layers: int) -> dict[str, str]:
+    """Megatron-LM tensor parallelism (no sequence parallelism) for :func:`gpt_graph`:
+    column-parallel QKV and FC1, row-parallel projection and FC2, heads split, vocab-parallel
+    embedding, head and loss; everything else replicated over the TP ranks."""
+    out = {"wte": "shard_embedding_rows", "wpe": "replicate", "embed_add": "replicate", "embed_drop": "replicate",
+           "ln_f": "replicate", "lm_head": "split_weight_cols", "loss": "split_vocab"}
+    for i in range(layers):
+        p = f"h{i}."
+        out.update({p + "ln1": "replicate", p + "qkv": "split_weight_cols", p + "split": "split_dim2",
+                    p + "attn": "split_heads", p + "proj": "split_weight_rows", p + "drop1": "replicate",
+                    p + "res1": "replicate", p + "ln2": "replicate", p + "fc1": "split_weight_cols",
+                    p + "gelu": "split_dim2", p + "fc2": "split_weight_rows", p + "drop2": "replicate",
+                    p + "res2": "replicate"})
+    return out
