@@ -1,0 +1,119 @@
+"""The FastAPI app factory.  No import-time state: everything hangs off the app it returns."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, Callable
+
+from fastapi import FastAPI
+from prometheus_client.core import GaugeMetricFamily
+
+from planner_service.api.errors import install_error_handlers
+from planner_service.api.middleware import BodyLimitMiddleware, Metrics, MetricsMiddleware
+from planner_service.api.routes import all_routers
+from planner_service.plan_service import PlanService
+from planner_service.settings import ServiceSettings
+from planner_service.storage.db import check_schema, make_engine, upgrade
+from planner_service.storage.repository import Repository
+from planner_service.worker import JobWorker, WorkerThread
+
+log = logging.getLogger("planner.api")
+
+DESCRIPTION = """\
+Plans hybrid-parallel training (data, tensor, pipeline, context, expert parallel; ZeRO;
+micro-batching; recompute) of a model on a GPU cluster and stores the plans.
+
+Errors always have the body `{"error": {"code", "message", "field"}}`: `field` is the dotted path
+of the offending input (e.g. `cluster.node_groups[0].count`).
+"""
+
+
+class _StoredCounts:
+    """Prometheus collector: stored plans and jobs by status, read from the database on scrape."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+
+    def collect(self):
+        plans = GaugeMetricFamily("planner_plans_stored", "Plans stored in the database, by status", labels=["status"])
+        jobs = GaugeMetricFamily("planner_jobs", "Jobs in the database, by status", labels=["status"])
+        try:
+            for status, n in sorted(self.repo.count_plans_by_status().items()):
+                plans.add_metric([status], n)
+            for status, n in sorted(self.repo.count_jobs_by_status().items()):
+                jobs.add_metric([status], n)
+        except Exception as exc:  # noqa: BLE001 - metrics must not fail because the DB is down
+            log.warning("metrics: cannot count plans: %s", exc)
+        yield plans
+        yield jobs
+
+
+def create_app(
+    settings: ServiceSettings | None = None,
+    *,
+    plan_fn: Callable[..., Any] | None = None,
+    search_size_fn: Callable[..., int | None] | None = None,
+    start_worker: bool | None = None,
+) -> FastAPI:
+    """Build the app.
+
+    ``settings`` default to the environment.  On SQLite (or with ``auto_migrate``) the schema is
+    upgraded here; otherwise a schema that is not at the latest revision raises
+    :class:`planner_service.storage.db.SchemaNotReady` (``planner serve`` prints it and exits).
+    ``plan_fn`` replaces :func:`planner_service.planner.plan` (tests: a slow or failing
+    planner).  ``start_worker`` overrides ``settings.run_inline_worker``.
+    """
+    settings = settings or ServiceSettings()
+    engine = make_engine(settings.database_url, settings.db_pool_size, settings.db_max_overflow)
+    if settings.migrate_on_start:
+        upgrade(engine)
+    else:
+        check_schema(engine)
+    repo = Repository(engine)
+    metrics = Metrics()
+    metrics.registry.register(_StoredCounts(repo))
+    run_worker = settings.run_inline_worker if start_worker is None else start_worker
+    holder: dict[str, WorkerThread] = {}
+
+    def wake_worker() -> None:
+        if "thread" in holder:
+            holder["thread"].wake()
+
+    service = PlanService(repo, settings, plan_fn=plan_fn, search_size_fn=search_size_fn, on_job_created=wake_worker)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if run_worker:
+            thread = WorkerThread(JobWorker(repo, service, settings, worker_id=None))
+            holder["thread"] = thread
+            thread.start()
+        try:
+            yield
+        finally:
+            thread = holder.pop("thread", None)
+            if thread is not None:
+                thread.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Auto-parallel planner",
+        version="1.0.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.repository = repo
+    app.state.service = service
+    app.state.metrics = metrics
+    app.state.worker_holder = holder
+    install_error_handlers(app)
+    for router in all_routers():
+        app.include_router(router)
+    # Outermost first: metrics see every response, the body limit runs before routing.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,136 @@
+"""ASGI middleware: request body size limit (413) and Prometheus request metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from .errors import error_body
+
+_BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+async def _send_json(send: Any, status: int, body: dict) -> None:
+    raw = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": raw})
+
+
+class BodyLimitMiddleware:
+    """Rejects bodies over ``max_bytes`` with 413 before any route sees them.
+
+    A declared ``Content-Length`` over the limit is refused without reading; otherwise the body
+    is read (chunked uploads included) up to the limit and replayed to the app, so a body that
+    grows past the limit is refused too.
+    """
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> dict:
+        return error_body(
+            "payload_too_large", f"the request body exceeds the limit of {self.max_bytes} bytes", "body"
+        )
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes:
+                    await _send_json(send, 413, self._too_large())
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await _send_json(send, 413, self._too_large())
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class Metrics:
+    """The app's own Prometheus registry (no process-global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "planner_http_requests_total", "HTTP requests by route template, method and status", ("method", "route", "status"), registry=self.registry
+        )
+        self.latency = Histogram(
+            "planner_http_request_duration_seconds",
+            "HTTP request latency by route template and method",
+            ("method", "route"),
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
+        self.plans_created = Counter(
+            "planner_plans_created_total", "Plans stored by this process, by kind (plan, forced, replan, job)", ("kind",), registry=self.registry
+        )
+        self.plans_deduplicated = Counter(
+            "planner_plan_requests_deduplicated_total", "Plan requests answered with an existing plan", registry=self.registry
+        )
+        self.jobs_created = Counter("planner_jobs_created_total", "Jobs enqueued by this process", registry=self.registry)
+
+
+class MetricsMiddleware:
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, template, str(status["code"])).inc()
+            self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
+
+
+__all__ = ["BodyLimitMiddleware", "Metrics", "MetricsMiddleware"]

@@ -1,0 +1,20 @@
+"""The API's routers, one module per resource.  To add a resource: create
+``routes/<resource>.py`` with a ``router`` and add its module name to ``ROUTER_MODULES``."""
+
+from __future__ import annotations
+
+import importlib
+
+from fastapi import APIRouter
+
+ROUTER_MODULES = (
+    "planner_service.api.routes.health",
+    "planner_service.api.routes.catalog",
+    "planner_service.api.routes.estimate",
+    "planner_service.api.routes.plans",
+    "planner_service.api.routes.jobs",
+)
+
+
+def all_routers() -> list[APIRouter]:
+    return [importlib.import_module(name).router for name in ROUTER_MODULES]

@@ -1,0 +1,276 @@
+"""Real processes: ``planner serve`` under concurrent identical POSTs, SIGKILL in the middle of a
+stream of POSTs, two ``planner worker`` processes sharing one queue, start-up schema checks."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select, text
+
+from planner_service.plan_service import PlanService, canonical_request, request_hash
+from planner_service.settings import ServiceSettings
+from planner_service.storage.db import check_schema, head_revision, make_engine
+from planner_service.storage.models import PlanRow
+from planner_service.storage.repository import Repository
+
+from .conftest import PG_URL, small_request
+
+pytestmark = pytest.mark.slow
+
+CLI = [sys.executable, "-m", "planner_service.cli"]
+
+
+def _env(db_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"DATABASE_URL": db_url, "PLANNER_SOLVER_TIME_LIMIT_S": "1.0", "PLANNER_WORKER_POLL_INTERVAL_S": "0.05", "PYTHONUNBUFFERED": "1"})
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, db_url: str, log: Path, **env: str) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._fh = open(log, "ab")
+        self.proc = subprocess.Popen(
+            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log", "--log-level", "warning"],
+            env=_env(db_url, **env),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited {self.proc.returncode}: {log.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.base + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._fh.close()
+
+
+@pytest.fixture
+def servers(tmp_path):
+    started: list[Server] = []
+
+    def start(db_url: str, **env: str) -> Server:
+        s = Server(db_url, tmp_path / f"server{len(started)}.log", **env)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def _plan_rows(db_url: str) -> list:
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(select(PlanRow.__table__)).all()
+    finally:
+        engine.dispose()
+
+
+def test_16_clients_posting_the_same_request_50_times_store_one_plan(db_url, servers):
+    server = servers(db_url)
+    results: list[tuple[int, str]] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(16)
+    body = small_request()
+
+    def client() -> None:
+        with httpx.Client(base_url=server.base, timeout=60) as c:
+            barrier.wait()
+            for _ in range(50):
+                r = c.post("/v1/plans", json=body)
+                with lock:
+                    if r.status_code in (200, 201):
+                        results.append((r.status_code, r.json()["id"]))
+                    else:
+                        errors.append(f"{r.status_code} {r.text[:200]}")
+
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 800
+    assert len({plan_id for _, plan_id in results}) == 1
+    assert sum(1 for status, _ in results if status == 201) == 1
+    assert len(_plan_rows(db_url)) == 1
+
+
+def test_sigkill_mid_stream_keeps_every_acknowledged_plan_and_no_partial_rows(db_url, servers, tmp_path):
+    server = servers(db_url)
+    acked: dict[str, tuple[dict, dict]] = {}
+    lock = threading.Lock()
+    killed = threading.Event()
+    target = 10
+
+    def stream(k: int) -> None:
+        with httpx.Client(base_url=server.base, timeout=60) as c:
+            i = 0
+            while not killed.is_set():
+                body = small_request(model={"preset": "gpt3-125m", "name": f"kill-{k}-{i}"})
+                i += 1
+                try:
+                    r = c.post("/v1/plans", json=body)
+                except httpx.TransportError:
+                    return
+                assert r.status_code == 201, r.text
+                with lock:
+                    acked[r.json()["id"]] = (body, r.json())
+
+    threads = [threading.Thread(target=stream, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    while len(acked) < target:
+        assert time.monotonic() < deadline and all(t.is_alive() for t in threads)
+        time.sleep(0.01)
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait()
+    killed.set()
+    for t in threads:
+        t.join()
+    assert server.proc.returncode == -signal.SIGKILL
+
+    rows = _plan_rows(db_url)
+    assert len(acked) <= len(rows) <= len(acked) + 4  # at most the in-flight requests committed unacknowledged
+    for row in rows:  # every row is whole: summary columns and the full request and result
+        assert row.result["best"]["ranks"] and row.request["model"]["name"].startswith("kill-")
+        assert row.tokens_per_s > 0 and row.step_time_s > 0 and row.device_types.startswith(",")
+    if db_url.startswith("sqlite"):
+        engine = make_engine(db_url)
+        with engine.connect() as conn:
+            assert conn.execute(text("PRAGMA integrity_check")).scalar() == "ok"
+        engine.dispose()
+
+    restarted = servers(db_url)
+    with httpx.Client(base_url=restarted.base, timeout=60) as c:
+        for plan_id, (body, plan) in acked.items():
+            got = c.get(f"/v1/plans/{plan_id}")
+            assert got.status_code == 200 and got.json() == plan
+            again = c.post("/v1/plans", json=body)
+            assert again.status_code == 200 and again.json()["id"] == plan_id
+    assert len(_plan_rows(db_url)) == len(rows)
+
+
+def _start_worker(db_url: str, log: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    fh = open(log, "wb")
+    proc = subprocess.Popen([*CLI, "worker", "--worker-id", name, "--log-level", "info"], env=_env(db_url), stdout=fh, stderr=subprocess.STDOUT)
+    fh.close()
+    deadline = time.monotonic() + 60
+    while b"ready" not in log.read_bytes():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return proc, log
+
+
+def test_two_worker_processes_never_run_the_same_job_twice(db_url, tmp_path):
+    workers = [_start_worker(db_url, tmp_path / f"w{i}.log", f"worker-{i}") for i in range(2)]
+    engine = make_engine(db_url)
+    repo = Repository(engine)
+    service = PlanService(repo, ServiceSettings(database_url=db_url))
+    job_ids = []
+    try:
+        for i in range(16):
+            body = small_request(model={"preset": "gpt3-125m", "name": f"job-{i}"})
+            canonical = canonical_request(body, service.parse(body))
+            job_ids.append(repo.create_job("plan", canonical, request_hash(canonical)).id)
+        deadline = time.monotonic() + 90
+        while True:
+            jobs = [repo.get_job(j) for j in job_ids]
+            if all(j.finished for j in jobs):
+                break
+            assert time.monotonic() < deadline, [j.status for j in jobs]
+            time.sleep(0.1)
+    finally:
+        for proc, _ in workers:
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in workers:
+            proc.wait(30)
+    assert [j.status for j in jobs] == ["succeeded"] * 16
+    assert all(j.attempts == 1 for j in jobs)
+    claimed = [re.findall(r"claimed job ([0-9a-f-]{36})", log.read_text()) for _, log in workers]
+    all_claims = claimed[0] + claimed[1]
+    assert sorted(all_claims) == sorted(job_ids)  # each job claimed exactly once, by one worker
+    assert all(claimed), "both workers took jobs"
+    assert {j.worker_id for j in jobs} == {"worker-0", "worker-1"}
+    assert len({j.plan_id for j in jobs}) == 16
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(PlanRow)).scalar() == 16
+    assert all(proc.returncode == 0 for proc, _ in workers)
+    engine.dispose()
+
+
+def test_sqlite_file_is_created_and_migrated_on_start(tmp_path, servers):
+    path = tmp_path / "sub" / "fresh.db"
+    server = servers(f"sqlite:///{path}")
+    assert httpx.get(server.base + "/readyz").json()["status"] == "ready"
+    assert path.exists()
+
+
+@pytest.mark.skipif(not PG_URL, reason="PLANNER_TEST_DATABASE_URL is not set")
+def test_postgres_unmigrated_schema_is_refused_until_db_upgrade(tmp_path):
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(PG_URL)
+    name = f"{url.database}_unmigrated_{os.getpid()}"
+    admin = url.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    fresh = url.set(database=name).render_as_string(hide_password=False)
+    try:
+        refused = subprocess.run([*CLI, "serve", "--port", str(_free_port())], env=_env(fresh), capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1
+        assert "planner db upgrade" in refused.stderr and "no planner schema" in refused.stderr
+        upgraded = subprocess.run([*CLI, "db", "upgrade"], env=_env(fresh), capture_output=True, text=True, timeout=60)
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert f"at revision {head_revision()}" in upgraded.stdout
+        engine = make_engine(fresh)
+        check_schema(engine)  # what serve and worker check on start
+        engine.dispose()
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_bad_database_url_is_a_usage_error():
+    bad = subprocess.run([*CLI, "db", "upgrade", "--database-url", "nosuchdb://x"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "DATABASE_URL" in bad.stderr
