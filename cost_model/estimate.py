@@ -46,6 +46,13 @@ def _slowest_group(groups: Sequence[NodeGroup], dtype: str) -> NodeGroup:
     return min(groups, key=lambda g: (g.device.peak_tflops(dtype) if dtype in g.device.supported_dtypes() else 0.0, g.device.memory_GB))
 
 
+def _cross_node(block: int, group: NodeGroup, next_group: NodeGroup) -> bool:
+    """Whether a stage boundary's point-to-point traffic crosses the network: always when a
+    stage fills whole nodes (block ≥ GPUs per node) or the next stage is on another node group;
+    a boundary between two partial-node stages of one group is taken as intra-node (NVLink)."""
+    return block >= group.gpus_per_node or next_group is not group
+
+
 def default_stage_slots(cluster: Cluster, strategy: Strategy, dtype: str) -> list[StageSlot]:
     """Cut contiguous blocks of dp·cp·tp GPUs, in cluster order, one per stage."""
     gpus: list[NodeGroup] = []
@@ -60,23 +67,33 @@ def default_stage_slots(cluster: Cluster, strategy: Strategy, dtype: str) -> lis
         links = Links.for_group(slow)
         for g in groups[1:]:
             links = links.slowest(Links.for_group(g))
-        nxt = gpus[(i + 1) * block] if (i + 1) * block < len(gpus) else slow
-        cross = block >= slow.gpus_per_node or nxt is not members[-1] or ((i + 1) * block) % slow.gpus_per_node == 0
-        slots.append(StageSlot(slow, links, bool(cross), mixed=len({g.device.name for g in groups}) > 1))
+        nxt = gpus[(i + 1) * block] if (i + 1) * block < len(gpus) and i + 1 < strategy.pp else members[-1]
+        cross = _cross_node(block, members[-1], nxt) or len(groups) > 1
+        slots.append(StageSlot(slow, links, cross, mixed=len({g.device.name for g in groups}) > 1))
     return slots
 
 
 def slots_for_groups(cluster: Cluster, strategy: Strategy, group_names: Sequence[str]) -> list[StageSlot]:
-    """Stages placed on the named node groups (one name per stage)."""
+    """Stages placed on the named node groups (one name per stage), each group's GPUs used in
+    order.  Raises when a group has too few available GPUs for its stages."""
     if len(group_names) != strategy.pp:
         raise InvalidStrategy(f"{len(group_names)} stage groups given for pp={strategy.pp}", field="stage_groups")
+    block = strategy.dp * strategy.cp * strategy.tp
+    groups = []
+    for name in group_names:
+        try:
+            groups.append(cluster.group(name))
+        except KeyError:
+            raise InvalidStrategy(f"no node group named {name!r}", field="stage_groups") from None
+    for g in set(groups):
+        need = block * sum(1 for x in groups if x is g)
+        have = cluster.available_gpus(g.name)
+        if need > have:
+            raise InvalidStrategy(f"node group {g.name} has {have} available GPUs, its stages need {need}", field="stage_groups")
     slots = []
-    for i, name in enumerate(group_names):
-        g = cluster.group(name)
-        nxt = group_names[i + 1] if i + 1 < len(group_names) else name
-        block = strategy.dp * strategy.cp * strategy.tp
-        cross = nxt != name or block >= g.gpus_per_node
-        slots.append(StageSlot(g, Links.for_group(g), cross))
+    for i, g in enumerate(groups):
+        nxt = groups[i + 1] if i + 1 < len(groups) else g
+        slots.append(StageSlot(g, Links.for_group(g), _cross_node(block, g, nxt)))
     return slots
 
 

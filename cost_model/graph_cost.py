@@ -706,6 +706,9 @@ class CostTables:
     tensor_bytes: dict[str, float]
     capacity_b: float
     model_flops_per_microbatch: float
+    params_dev: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sync_dpt: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    cpu_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def n_choices(self, op: int) -> int:
         return int(self.row_start[op + 1] - self.row_start[op])
@@ -782,7 +785,7 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
     mem_b = np.zeros(n_rows)
     kern = np.zeros(n_rows)
     params_dev = np.zeros(n_rows)
-    sync_n = np.ones(n_rows)
+    sync_dpt = np.zeros(n_rows, dtype=bool)
     extra_act = np.zeros(n_rows)
     flops = np.zeros(n_rows)
     comm_rows, comm_kind, comm_bytes, comm_dir = [], [], [], []
@@ -792,7 +795,7 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
         oc = costs[i]
         op = graph.ops[i]
         params_dev[r] = c.params_dev
-        sync_n[r] = mesh.dp * (t if c.sync == "dpt" else 1)
+        sync_dpt[r] = c.sync == "dpt"
         if c.cpu:
             cpu_rows.append(r)
             continue
@@ -863,22 +866,6 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
         np.add.at(comm_fwd, cr[cd == 0], ct[cd == 0])
         np.add.at(comm_bwd, cr[cd == 1], ct[cd == 1])
 
-    # -- model state ----------------------------------------------------------------------------
-    w_pp, g_pp, o_pp = model_state_bytes_per_param(training, mesh.zero_stage, sync_n)
-    w_pp, g_pp, o_pp = (np.broadcast_to(np.asarray(x, dtype=float), (n_rows,)) for x in (w_pp, g_pp, o_pp))
-    weights_b = params_dev * w_pp
-    grads_b = params_dev * g_pp
-    optstate_b = params_dev * o_pp
-    gbytes = 4.0 if dt == "fp32" else 2.0
-    # Bandwidth term of the ring all-reduce over sync_n ranks (latency is paid per bucket, not
-    # per operator: it is added once per stage in evaluate()).
-    nolat = Links(links.intra_GBps, links.inter_GBps, links.gpus_per_node, 0.0)
-    stride = np.where(sync_n > mesh.dp, 1.0, float(t))
-    per_node = ranks_per_node(sync_n, stride, links.gpus_per_node)
-    sync_s = np.where(sync_n > 1, allreduce_time_s(sync_n, params_dev * gbytes, nolat, per_node), 0.0)
-    opt_shard = np.where(mesh.zero_stage >= 1, sync_n, 1.0)
-    opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction)
-
     # -- saved activations: each saved tensor once, at its producer's layout -------------------
     act_b = extra_act.copy()
     tensor_bytes: dict[str, float] = {}
@@ -902,32 +889,6 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
             for r in range(row_start[v], row_start[v + 1]):
                 lay = in_l[r][j]
                 act_b[r] += size / t if lay >= 2 else size
-
-    # -- CPU parameter-server rows ----------------------------------------------------------------
-    cpu_s = np.zeros(n_rows)
-    cpu_comm = np.zeros(n_rows)
-    cpu_mem = np.zeros(n_rows)
-    cpu_opt = np.zeros(n_rows)
-    if cpu_rows and mesh.cpu is not None:
-        pool = mesh.cpu
-        for r in cpu_rows:
-            i = row_op[r]
-            op = graph.ops[i]
-            table = op.params[0]
-            dim = table.shape[1]
-            idx_shape = shapes[op.inputs[-1]]
-            lookups = float(math.prod(idx_shape))  # per dp replica per micro-batch
-            row_b = dim * eb_act
-            total = mesh.dp * lookups  # lookups of all replicas for one micro-batch slot
-            per_gpu = lookups / (t if in_l[r][-1] >= 2 else 1)
-            net = max((total * (row_b + 8)) / pool.nic_Bps, per_gpu * row_b / (links.inter_GBps * 1e9))
-            gather = total * dim * 4.0 * 2 / pool.memory_bandwidth_Bps  # fp32 rows read + packed
-            cpu_comm[r] = 2 * net  # rows forward, row gradients backward
-            cpu_s[r] = 2 * gather + 2 * pool.device.efficiency.kernel_overhead_s
-            cpu_mem[r] = table.count * cpu_state_bytes_per_param(training)
-            steps_rows = min(float(table.shape[0]), lookups * mesh.dp * mesh.num_microbatches)
-            # sparse update: read+write the fp32 row and its optimizer state, read the gradient
-            cpu_opt[r] = steps_rows * dim * (2 * cpu_state_bytes_per_param(training) + 4.0) / pool.memory_bandwidth_Bps
 
     # -- edges ----------------------------------------------------------------------------------
     edges: list[tuple[int, int, str, int]] = []
@@ -957,8 +918,8 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
     if edges:
         src = np.array(e_src, dtype=np.int64)
         size = np.array(e_size, dtype=float)
-        kf = np.array([reshard_kind(a, b) for a, b in zip(src[:, 0], src[:, 1])], dtype=np.int64)
-        kb = np.array([reshard_kind(g, nt) if g >= 0 else NONE for nt, g in zip(src[:, 2], src[:, 3])], dtype=np.int64)
+        kf = reshard_kinds(src[:, 0], src[:, 1])
+        kb = np.where(src[:, 3] >= 0, reshard_kinds(src[:, 3], src[:, 2]), NONE)
         tf = _reshard_time(kf, size, mesh)
         tb = _reshard_time(kb, size, mesh)
         pos = 0
@@ -968,20 +929,97 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
             edge_bwd.append(tb[pos:pos + cnt].reshape(nu, nv))
             pos += cnt
 
+    zeros = np.zeros(n_rows)
     cap = mesh.device.memory_bytes
     model_flops = 0.0
     for oc, op in zip(costs, graph.ops):
         if op.category in ("matmul", "conv", "attention"):
             model_flops += oc.fwd_flops + oc.bwd_flops
-    return CostTables(
+    return for_mesh(CostTables(
         graph=graph, mesh=mesh, training=training, analysis=analysis, op_costs=costs,
         row_start=np.array(row_start, dtype=np.int64), row_op=row_op_a, names=names, in_l=in_l, in_g=in_g, out_l=out_l,
-        fwd_s=fwd_s, bwd_s=bwd_s, comm_fwd_s=comm_fwd, comm_bwd_s=comm_bwd, sync_s=sync_s, opt_s=opt_s,
-        weights_b=weights_b, grads_b=grads_b, optstate_b=optstate_b, act_b=act_b,
-        cpu_s=cpu_s, cpu_comm_s=cpu_comm, cpu_mem_b=cpu_mem, cpu_opt_s=cpu_opt, flops=flops,
+        fwd_s=fwd_s, bwd_s=bwd_s, comm_fwd_s=comm_fwd, comm_bwd_s=comm_bwd, sync_s=zeros, opt_s=zeros,
+        weights_b=zeros, grads_b=zeros, optstate_b=zeros, act_b=act_b,
+        cpu_s=zeros, cpu_comm_s=zeros, cpu_mem_b=zeros, cpu_opt_s=zeros, flops=flops,
+        params_dev=params_dev, sync_dpt=sync_dpt, cpu_rows=np.array(cpu_rows, dtype=np.int64),
         edges=edges, edge_fwd=edge_fwd, edge_bwd=edge_bwd, tensor_bytes=tensor_bytes, capacity_b=cap,
         model_flops_per_microbatch=model_flops,
-    )
+    ), mesh)
+
+
+def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
+    """The tables for ``mesh``, which must share the node group, ``t`` and micro-batch size
+    with ``tables.mesh`` (operator costs, choices and edges depend only on those): recomputes
+    what depends on dp, pp, the number of micro-batches and ZeRO — gradient synchronisation,
+    optimizer time, model-state bytes and the CPU parameter-server terms."""
+    base = tables.mesh
+    if (mesh.group.name, mesh.t, mesh.micro_batch) != (base.group.name, base.t, base.micro_batch):
+        raise ValueError("for_mesh needs the same node group, t and micro-batch size")
+    training = tables.training
+    device = mesh.device
+    links = mesh.links
+    t = mesh.t
+    graph = tables.graph
+    params_dev = tables.params_dev
+    n_rows = len(params_dev)
+    sync_n = np.where(tables.sync_dpt, mesh.dp * t, mesh.dp).astype(float)
+    w_pp, g_pp, o_pp = model_state_bytes_per_param(training, mesh.zero_stage, sync_n)
+    w_pp, g_pp, o_pp = (np.broadcast_to(np.asarray(x, dtype=float), (n_rows,)) for x in (w_pp, g_pp, o_pp))
+    weights_b = params_dev * w_pp
+    grads_b = params_dev * g_pp
+    optstate_b = params_dev * o_pp
+    gbytes = 4.0 if training.dtype == "fp32" else 2.0
+    # Bandwidth term of the ring all-reduce over sync_n ranks (its latency is paid per bucket,
+    # not per operator, and is negligible next to the volume).
+    nolat = Links(links.intra_GBps, links.inter_GBps, links.gpus_per_node, 0.0)
+    stride = np.where(tables.sync_dpt, 1.0, float(t))
+    per_node = ranks_per_node(sync_n, stride, links.gpus_per_node)
+    sync_s = np.where(sync_n > 1, allreduce_time_s(sync_n, params_dev * gbytes, nolat, per_node), 0.0)
+    opt_shard = np.where(mesh.zero_stage >= 1, sync_n, 1.0)
+    opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction)
+
+    # CPU parameter-server rows: the table lives on the CPU nodes (fp32 + optimizer state);
+    # per micro-batch slot the rows of all dp replicas are gathered there and sent over the
+    # slower of the CPU NICs (aggregate) and each GPU's NIC share; gradients of the rows come
+    # back the same way; the sparse update touches only rows looked up this step.
+    cpu_s = np.zeros(n_rows)
+    cpu_comm = np.zeros(n_rows)
+    cpu_mem = np.zeros(n_rows)
+    cpu_opt = np.zeros(n_rows)
+    pool = mesh.cpu
+    if len(tables.cpu_rows) and pool is not None:
+        eb_act = 4 if training.dtype == "fp32" else 2
+        shapes = None
+        for r in tables.cpu_rows:
+            i = int(tables.row_op[r])
+            op = graph.ops[i]
+            table = op.params[0]
+            dim = table.shape[1]
+            if shapes is None:
+                shapes = graph.bind(mesh.micro_batch, training.sequence_length)
+            lookups = float(math.prod(shapes[op.inputs[-1]]))  # per dp replica per micro-batch
+            total = mesh.dp * lookups
+            per_gpu = lookups / (t if tables.in_l[r][-1] >= 2 else 1)
+            row_b = dim * eb_act
+            net = max(total * (row_b + 8) / pool.nic_Bps, per_gpu * row_b / (links.inter_GBps * 1e9))
+            gather = total * dim * 4.0 * 2 / pool.memory_bandwidth_Bps  # fp32 rows read + packed
+            cpu_comm[r] = 2 * net  # rows forward, row gradients backward
+            cpu_s[r] = 2 * gather + 2 * pool.device.efficiency.kernel_overhead_s
+            cpu_mem[r] = table.count * cpu_state_bytes_per_param(training)
+            rows_touched = min(float(table.shape[0]), total * mesh.num_microbatches)
+            cpu_opt[r] = rows_touched * dim * (2 * cpu_state_bytes_per_param(training) + 4.0) / pool.memory_bandwidth_Bps
+    return replace(tables, mesh=mesh, sync_s=sync_s, opt_s=opt_s, weights_b=weights_b, grads_b=grads_b,
+                   optstate_b=optstate_b, cpu_s=cpu_s, cpu_comm_s=cpu_comm, cpu_mem_b=cpu_mem, cpu_opt_s=cpu_opt)
+
+
+def reshard_kinds(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """:func:`reshard_kind` over arrays."""
+    src = np.asarray(src)
+    dst = np.asarray(dst)
+    out = np.where(dst == R, ALLGATHER, ALLTOALL)
+    out = np.where(src == P, np.where(dst == R, ALLREDUCE, REDUCE_SCATTER), out)
+    out = np.where((src == dst) | (dst == P) | (src == R), NONE, out)
+    return out.astype(np.int64)
 
 
 def _elt(graph: GraphSpec, name: str, dtype: str) -> int:

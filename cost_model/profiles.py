@@ -73,7 +73,6 @@ _COLLECTIVE_FACTORS = {
     "alltoall": (1.0, 1.0),
 }
 
-_D_HALF_GRID = np.unique(np.concatenate([[0.0], np.geomspace(1.0, 4096.0, 73)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -81,6 +80,10 @@ _D_HALF_GRID = np.unique(np.concatenate([[0.0], np.geomspace(1.0, 4096.0, 73)]))
 # ----------------------------------------------------------------------------------------------
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def _number_or(value: Any, default: float) -> float:
+    return float(value) if _is_number(value) else default
 
 
 def _positive_int(value: Any, field: str, maximum: int = MAX_DIM) -> int:
@@ -228,13 +231,20 @@ def load_profile_file(path: str | Path, max_bytes: int = MAX_PROFILE_BYTES) -> d
     return parse_profile_bytes(p.read_bytes(), max_bytes)
 
 
+def content_hash(profile: Mapping[str, Any]) -> str:
+    """SHA-256 of the device name and the measurements: what a fit depends on."""
+    device = profile.get("device")
+    name = device.get("name") if isinstance(device, Mapping) else None
+    canon = json.dumps({"device": name, "measurements": profile.get("measurements")}, sort_keys=True, default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
 def profile_id_of(profile: Mapping[str, Any]) -> str:
-    """The stored id, or a content hash of device + measurements for unstored profiles."""
+    """The stored id, or ``sha-`` + the content hash for profiles that were never stored."""
     pid = profile.get("id")
     if isinstance(pid, str) and pid:
         return pid
-    canon = json.dumps({"device": profile.get("device"), "measurements": profile.get("measurements")}, sort_keys=True, default=str)
-    return "sha-" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+    return "sha-" + content_hash(profile)[:16]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,8 +307,16 @@ def _rel_errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
     }
 
 
+#: Coarse grid for the two half-dimensions (0 = no shape penalty), refined around the best cell.
+_HALF_GRID = np.concatenate([[0.0], np.geomspace(1.0, 8192.0, 27)])
+#: A measurement whose time is off the fitted model by more than this factor (after a first fit)
+#: is treated as disturbed (e.g. preempted by another process) and left out of the final fit.
+OUTLIER_FACTOR = 2.5
+
+
 def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, Any]], dtypes: list[str]) -> dict[str, Any]:
-    """Joint fit of per-dtype GEMM rates, d_half, bandwidth and launch overhead."""
+    """Joint fit of per-dtype GEMM rates, the two half-dimensions (m/n and k), the bandwidth and
+    the launch overhead, minimising squared relative error; gross outliers are dropped once."""
     nd = len(dtypes)
     col_u, col_t0 = nd, nd + 1
     g_m = np.array([g["shape"]["m"] for g in gemms], dtype=float)
@@ -312,25 +330,26 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
     m_kern = np.array([x.get("kernels", 1) for x in mems], dtype=float)
     m_t = np.array([x["seconds"] for x in mems], dtype=float)
     t_all = np.concatenate([g_t, m_t])
+    ng = len(gemms)
 
-    def solve(d_half: float):
-        sig = 1.0 if d_half == 0 else (g_m / (g_m + d_half)) * (g_n / (g_n + d_half)) * (g_k / (g_k + d_half))
+    def solve(d_half: float, k_half: float, keep: np.ndarray):
+        sig = (g_m / (g_m + d_half)) * (g_n / (g_n + d_half)) * (g_k / (g_k + k_half))
         x_flops = 2.0 * g_m * g_n * g_k / sig
-        compute_bound = np.ones(len(gemms), dtype=bool)
-        x = None
+        compute_bound = np.ones(ng, dtype=bool)
+        x = np.zeros(nd + 2)
         for _ in range(8):
-            a = np.zeros((len(gemms) + len(mems), nd + 2))
-            rows = np.arange(len(gemms))
+            a = np.zeros((ng + len(mems), nd + 2))
+            rows = np.arange(ng)
             a[rows[compute_bound], g_d[compute_bound]] = (x_flops * g_b)[compute_bound]
             a[rows[~compute_bound], col_u] = (g_bytes * g_b)[~compute_bound]
             a[rows, col_t0] = 1.0
-            a[len(gemms):, col_u] = m_bytes
-            a[len(gemms):, col_t0] = m_kern
+            a[ng:, col_u] = m_bytes
+            a[ng:, col_t0] = m_kern
+            a_k = a[keep]
             # A dtype (or the bandwidth) with no informative rows gets no column.
-            usable = [j for j in range(nd + 2) if np.any(a[:, j] != 0)]
-            x_u = _weighted_lstsq(a[:, usable], t_all, nonneg=range(len(usable)))
+            usable = [j for j in range(nd + 2) if np.any(a_k[:, j] != 0)]
             x = np.zeros(nd + 2)
-            x[usable] = x_u
+            x[usable] = _weighted_lstsq(a_k[:, usable], t_all[keep], nonneg=range(len(usable)))
             t_c = x[g_d] * x_flops
             t_m = x[col_u] * g_bytes
             new_cb = (t_c >= t_m) | (x[col_u] == 0)
@@ -340,17 +359,49 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
         pred_g = np.maximum(x[g_d] * x_flops, x[col_u] * g_bytes) * g_b + x[col_t0]
         pred_m = x[col_u] * m_bytes + m_kern * x[col_t0]
         pred = np.concatenate([pred_g, pred_m])
-        loss = float(np.sum(((pred - t_all) / t_all) ** 2))
-        return loss, x
+        loss = float(np.sum((((pred - t_all) / t_all) ** 2)[keep]))
+        return loss, x, pred
 
-    grid = _D_HALF_GRID if gemms else np.array([0.0])
-    best = min((solve(float(dh)) + (float(dh),) for dh in grid), key=lambda r: r[0])
-    _, x, d_half = best
+    def search(keep: np.ndarray):
+        if ng == 0:
+            loss, x, pred = solve(0.0, 0.0, keep)
+            return loss, x, pred, 0.0, 0.0
+        best = None
+        for dh in _HALF_GRID:
+            for kh in _HALF_GRID:
+                r = solve(float(dh), float(kh), keep)
+                if best is None or r[0] < best[0]:
+                    best = r + (float(dh), float(kh))
+        # refine: a finer grid between the neighbouring coarse points
+        _, _, _, dh0, kh0 = best
+        step = float(_HALF_GRID[2] / _HALF_GRID[1])
+        fine_d = np.unique(np.concatenate([[dh0], dh0 * step ** np.linspace(-1, 1, 9)])) if dh0 > 0 else np.array([0.0, 0.5, 1.0])
+        fine_k = np.unique(np.concatenate([[kh0], kh0 * step ** np.linspace(-1, 1, 9)])) if kh0 > 0 else np.array([0.0, 0.5, 1.0])
+        for dh in fine_d:
+            for kh in fine_k:
+                r = solve(float(dh), float(kh), keep)
+                if r[0] < best[0]:
+                    best = r + (float(dh), float(kh))
+        return best
+
+    keep = np.ones(len(t_all), dtype=bool)
+    _, x, pred, d_half, k_half = search(keep)
+    ratio = np.maximum(pred / t_all, t_all / np.maximum(pred, 1e-30))
+    outliers = ratio > OUTLIER_FACTOR
+    # Drop outliers only if they are a minority: otherwise the model, not the data, is off.
+    if 0 < outliers.sum() <= 0.25 * len(t_all):
+        keep = ~outliers
+        _, x, pred, d_half, k_half = search(keep)
+    else:
+        outliers = np.zeros(len(t_all), dtype=bool)
     return {
         "sec_per_flop": {d: float(x[i]) for i, d in enumerate(dtypes)},
         "sec_per_byte": float(x[col_u]),
         "launch_s": float(x[col_t0]),
         "gemm_half_dim": d_half,
+        "gemm_half_k": k_half,
+        "excluded_gemm": [int(i) for i in np.nonzero(outliers[:ng])[0]],
+        "excluded_memory": [int(i) for i in np.nonzero(outliers[ng:])[0]],
     }
 
 
@@ -398,10 +449,20 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
 
     gemm_max_fraction = base_eff.gemm_max_fraction
     gemm_half_dim = base_eff.gemm_half_dim
+    gemm_half_k = _number_or(getattr(base_eff, "gemm_half_k", None), 256.0)
     memory_fraction = base_eff.memory_fraction
     kernel_overhead_s = base_eff.kernel_overhead_s
+    used_gemms, used_mems = gemms, mems
     if gemms or mems:
         cm = _fit_compute_memory(gemms, mems, dtypes)
+        excluded_g, excluded_m = set(cm["excluded_gemm"]), set(cm["excluded_memory"])
+        used_gemms = [g for i, g in enumerate(gemms) if i not in excluded_g]
+        used_mems = [x for i, x in enumerate(mems) if i not in excluded_m]
+        if excluded_g or excluded_m:
+            warnings.append(
+                f"left out {len(excluded_g)} GEMM and {len(excluded_m)} memory-bound measurements more than "
+                f"{OUTLIER_FACTOR:g}x off the fitted model (disturbed runs?)"
+            )
         rates["gemm_tflops"] = {d: (1.0 / s / 1e12 if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
         kernel_overhead_s = cm["launch_s"]
         if cm["sec_per_byte"] > 0:
@@ -420,6 +481,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         fitted = [d for d in dtypes if cm["sec_per_flop"][d] > 0]
         if fitted:
             gemm_half_dim = cm["gemm_half_dim"]
+            gemm_half_k = cm["gemm_half_k"]
             primary = _primary_dtype(device, fitted)
             rates["primary_dtype"] = primary
             rate_p = 1.0 / cm["sec_per_flop"][primary] / 1e12
@@ -441,7 +503,14 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
                 if d == primary:
                     continue
                 rate_d = 1.0 / cm["sec_per_flop"][d] / 1e12
-                overrides[f"{d}_tflops"] = rate_d / gemm_max_fraction
+                implied_peak = rate_d / gemm_max_fraction
+                try:
+                    catalog_peak = device.peak_tflops(d)
+                except Exception:
+                    catalog_peak = None
+                # Within 2% the catalog figure stands (fit noise, not a correction).
+                if catalog_peak is None or abs(implied_peak / catalog_peak - 1.0) > 0.02:
+                    overrides[f"{d}_tflops"] = implied_peak
         elif gemms:
             warnings.append("GEMM measurements did not determine a compute rate (all memory-bound?)")
     else:
@@ -454,12 +523,30 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     collective_latency_s = base_eff.collective_latency_s
     intra = [c for c in colls if c.get("scope", "intra_node") == "intra_node"]
     inter = [c for c in colls if c.get("scope") == "inter_node"]
-    fi = _fit_collectives(intra)
+    per_op = {}
+    for op in COLLECTIVE_OPS:
+        f_op = _fit_collectives([c for c in intra if c["op"] == op])
+        if f_op:
+            per_op[op] = {"bus_GBps": 1.0 / f_op["sec_per_byte"] / 1e9, "alpha_s": f_op["alpha_s"]}
+    # The Efficiency has one (β, α) per link.  All-reduce defines it when measured: it is the
+    # data-parallel gradient collective and its ring model is the reference for the others
+    # (NCCL reaches the same bus bandwidth for all of them; gloo's all-gather/reduce-scatter are
+    # slower, which the per-op figures and the quality report show).
+    basis = [c for c in intra if c["op"] == "allreduce"] or intra
+    fi = _fit_collectives(basis)
+    used_colls = basis
     if fi:
         beta_GBps = 1.0 / fi["sec_per_byte"] / 1e9
-        rates["collectives"] = {"backend": coll_backend, "intra_node_bus_GBps": beta_GBps, "alpha_s": fi["alpha_s"]}
+        rates["collectives"] = {
+            "backend": coll_backend,
+            "basis": "allreduce" if any(c["op"] == "allreduce" for c in intra) else "all collectives",
+            "intra_node_bus_GBps": beta_GBps,
+            "alpha_s": fi["alpha_s"],
+            "per_op": per_op,
+        }
         nvlink_fraction = beta_GBps / device.intra_node_bandwidth_GBps
         collective_latency_s = fi["alpha_s"]
+        used_colls = intra
     elif intra:
         warnings.append("collective measurements did not determine a bandwidth")
     else:
@@ -470,10 +557,12 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
         nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
         nic_fraction = nic_GBps / nic_per_gpu
+        used_colls = used_colls + inter
 
     efficiency = {
         "gemm_max_fraction": gemm_max_fraction,
         "gemm_half_dim": gemm_half_dim,
+        "gemm_half_k": gemm_half_k,
         "memory_fraction": memory_fraction,
         "nvlink_fraction": nvlink_fraction,
         "nic_fraction": nic_fraction,
@@ -484,12 +573,13 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         "fit_version": FIT_VERSION,
         "device": device.name,
         "profile_id": profile_id_of(profile),
+        "content_hash": content_hash(profile),
         "efficiency": efficiency,
         "device_overrides": overrides,
         "rates": rates,
         "warnings": warnings,
     }
-    fit["quality"] = _fit_quality(device, fit, gemms, mems, colls)
+    fit["quality"] = _fit_quality(device, fit, used_gemms, used_mems, used_colls)
     return fit
 
 
@@ -498,6 +588,7 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
     eff = Efficiency(
         gemm_max_fraction=float(e["gemm_max_fraction"]),
         gemm_half_dim=float(e["gemm_half_dim"]),
+        gemm_half_k=float(e["gemm_half_k"]),
         memory_fraction=float(e["memory_fraction"]),
         nvlink_fraction=float(e["nvlink_fraction"]),
         nic_fraction=float(e["nic_fraction"]),
@@ -545,7 +636,11 @@ def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls)
                 pred.append(float(alltoall_time_s(n, s, links, per_node)))
             else:
                 pred.append(float(p2p_time_s(s, links, per_node == 1)))
-        out["collectives"] = _rel_errors(np.array(pred), np.array([c["seconds"] for c in colls]))
+        pred_a = np.array(pred)
+        meas_a = np.array([c["seconds"] for c in colls])
+        out["collectives"] = _rel_errors(pred_a, meas_a)
+        ops = np.array([c["op"] for c in colls])
+        out["collectives"]["per_op"] = {op: _rel_errors(pred_a[ops == op], meas_a[ops == op]) for op in sorted(set(ops))}
     return out
 
 
@@ -555,7 +650,7 @@ def _validate_fit(fit: Any) -> bool:
     eff = fit.get("efficiency")
     if not isinstance(eff, Mapping):
         return False
-    for key in ("gemm_max_fraction", "gemm_half_dim", "memory_fraction", "nvlink_fraction", "nic_fraction", "collective_latency_s", "kernel_overhead_s"):
+    for key in ("gemm_max_fraction", "gemm_half_dim", "gemm_half_k", "memory_fraction", "nvlink_fraction", "nic_fraction", "collective_latency_s", "kernel_overhead_s"):
         v = eff.get(key)
         if not _is_number(v) or v < 0:
             return False
@@ -603,8 +698,8 @@ def apply_profile(device: DeviceSpec, profile: Mapping[str, Any]) -> DeviceSpec:
         )
     pid = profile_id_of(profile)
     fit = profile.get("fit")
-    # A stored fit is trusted only if it belongs to exactly these measurements (stored profiles
-    # are refitted by the service on upload; a hand-edited file gets refitted here).
-    if not _validate_fit(fit) or fit.get("profile_id") != pid:
+    # A stored fit is used only if it belongs to exactly these measurements (the service refits
+    # every upload; a hand-edited file is refitted here).
+    if not _validate_fit(fit) or fit.get("content_hash") != content_hash(profile):
         fit = fit_profile(profile)
     return _fitted_device(device, fit, pid)

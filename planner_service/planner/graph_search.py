@@ -1,0 +1,950 @@
+"""Op-level sharding search for operator graphs (Alpa-style intra-operator parallelism) with a
+contiguous pipeline split, solved with CP-SAT.
+
+Search space for one graph on one cluster:
+
+* outer, enumerated: the GPU node group, the sharding-axis size ``t`` (powers of two), the
+  pipeline depth ``pp``, ``dp = devices/(t·pp)``, the micro-batch size and ZeRO-1 (optimizer
+  state sharded over gradient replicas) unless pinned;
+* inner, per candidate: every operator's sharding (see :mod:`cost_model.graph_cost`) and the
+  split of the topological order into ``pp`` contiguous stages, minimising the step time of
+  :func:`cost_model.graph_cost.evaluate` under per-GPU memory (and CPU memory for tables placed
+  on CPU parameter servers).
+
+Tractability: operators are *coarsened* into chains (elementwise / activation / layout ops
+follow their producer); a chain's choices are the combinations of its members' choices, with
+internal resharding priced in and dominated combinations (no better in any cost term, same
+external interface) dropped — an exact reduction.  Stage cuts are allowed between chains, at
+most :data:`MAX_SEGMENTS` candidate cut points (low activation traffic, spread evenly by
+compute).  Outer candidates are screened with a greedy assignment (iterated conditional modes)
+and a dynamic-programming split; the best few are solved exactly with CP-SAT, seeded with the
+greedy answer as a hint, under a time limit.  All integer scaling happens in :class:`IntScale`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from cost_model.cluster import Cluster, NodeGroup
+from cost_model.errors import InvalidInput, NoFeasiblePlan
+from cost_model.graph import GraphSpec
+from cost_model.graph_cost import (
+    FRACTION,
+    WORKSPACE_BYTES,
+    CostTables,
+    CpuPool,
+    GraphAnalysis,
+    GraphEval,
+    GraphMesh,
+    DP_OVERLAP_WINDOW,
+    analyse,
+    build_tables,
+    for_mesh,
+    evaluate,
+    gpu_groups,
+    greedy_choices,
+    inflight,
+    p2p_boundary_vector,
+    split_stages,
+    to_estimate,
+    _position_crossing,
+)
+from cost_model.training import Training
+
+MAX_SEGMENTS = 48
+MAX_GROUP_COMBOS = 96
+MAX_CPSAT_CANDIDATES = 3
+
+
+# ---- integer scaling (the one place) -----------------------------------------------------------
+@dataclass(frozen=True)
+class IntScale:
+    """Seconds and bytes → CP-SAT integers.  Times round to the nearest unit (the objective is
+    re-evaluated in floating point afterwards); memory rounds *up* and capacities *down*, so an
+    integer-feasible plan is feasible in bytes."""
+
+    time_unit_s: float
+    mem_unit_b: float
+
+    @staticmethod
+    def for_problem(reference_step_s: float, capacity_b: float, n_terms: int) -> "IntScale":
+        resolution = 1e8 if n_terms <= 400 else 1e6
+        return IntScale(max(reference_step_s, 1e-9) / resolution, max(capacity_b, 1.0) / 1e6)
+
+    def t(self, seconds) -> np.ndarray:
+        return np.rint(np.asarray(seconds, dtype=float) / self.time_unit_s).astype(np.int64)
+
+    def mem_up(self, b) -> np.ndarray:
+        return np.ceil(np.asarray(b, dtype=float) / self.mem_unit_b - 1e-9).astype(np.int64)
+
+    def mem_down(self, b: float) -> int:
+        return int(math.floor(b / self.mem_unit_b))
+
+
+# ---- coarsening -------------------------------------------------------------------------------
+@dataclass
+class Group:
+    """A chain of operators planned as one node; ``combos[a]`` gives each member's choice."""
+
+    members: tuple[int, ...]
+    combos: np.ndarray  # [n, len(members)]
+    time: np.ndarray  # fwd+bwd+internal comm+internal resharding per micro-batch
+    bwd: np.ndarray  # backward compute (DP overlap window)
+    sync: np.ndarray
+    opt: np.ndarray
+    static: np.ndarray
+    act: np.ndarray
+    cpu_t: np.ndarray
+    cpu_mem: np.ndarray
+    cpu_opt: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.combos)
+
+
+@dataclass
+class Coarse:
+    groups: list[Group]
+    group_of_op: np.ndarray
+    edges: list[tuple[int, int, np.ndarray]]  # (U, V, seconds per micro-batch [nU, nV]), charged to V
+    exact: bool  # False when a chain hit MAX_GROUP_COMBOS and was beam-pruned
+
+
+def _pareto(vecs: np.ndarray) -> list[int]:
+    """Indices of rows not dominated (≤ everywhere, < somewhere; exact duplicates keep one)."""
+    keep: list[int] = []
+    order = np.lexsort(vecs.T[::-1])
+    for i in order:
+        v = vecs[i]
+        dominated = False
+        for j in keep:
+            if np.all(vecs[j] <= v + 1e-15):
+                dominated = True
+                break
+        if not dominated:
+            keep.append(int(i))
+    return keep
+
+
+def coarsen(tables: CostTables) -> Coarse:
+    g = tables.graph
+    an = tables.analysis
+    order = an.order
+    n = g.num_ops
+    cmax = DP_OVERLAP_WINDOW + tables.mesh.pp  # largest DP-overlap multiplier of backward time
+    group_of_op = np.empty(n, dtype=np.int64)
+    chains: list[list[int]] = []
+    for p in range(n):
+        if an.chain_start[p]:
+            chains.append([])
+        chains[-1].append(int(order[p]))
+    for gi, mem in enumerate(chains):
+        for i in mem:
+            group_of_op[i] = gi
+    in_edges: dict[int, list[int]] = {}
+    boundary: set[int] = set()
+    for e, (u, v, _, _) in enumerate(tables.edges):
+        if group_of_op[u] == group_of_op[v]:
+            in_edges.setdefault(v, []).append(e)
+        else:
+            boundary.add(u)
+            boundary.add(v)
+    tm = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s
+    static = tables.weights_b + tables.grads_b + tables.optstate_b
+    cpu_t = tables.cpu_s + tables.cpu_comm_s
+    row_vec = np.stack([tm, tables.bwd_s, tables.sync_s, tables.opt_s, static, tables.act_b, cpu_t,
+                        tables.cpu_mem_b, tables.cpu_opt_s], axis=1)
+    exact = True
+    groups: list[Group] = []
+    for mem in chains:
+        pos_in = {op: k for k, op in enumerate(mem)}
+        # members whose choice matters after they are placed: boundary members and producers of
+        # later internal consumers
+        last_use = {}
+        for k, op in enumerate(mem):
+            for e in in_edges.get(op, ()):
+                u = tables.edges[e][0]
+                last_use[u] = max(last_use.get(u, -1), k)
+        partial: list[tuple[tuple[int, ...], np.ndarray]] = [((), np.zeros(9))]
+        for k, op in enumerate(mem):
+            rows = list(tables.rows(op))
+            nxt: list[tuple[tuple[int, ...], np.ndarray]] = []
+            for combo, vec in partial:
+                for c, r in enumerate(rows):
+                    v = vec + row_vec[r]
+                    add = 0.0
+                    for e in in_edges.get(op, ()):
+                        u = tables.edges[e][0]
+                        cu = combo[pos_in[u]]
+                        add += tables.edge_fwd[e][cu, c] + tables.edge_bwd[e][cu, c]
+                    if add:
+                        v = v.copy()
+                        v[0] += add
+                    nxt.append((combo + (c,), v))
+            # prune within identical interfaces
+            live = [j for j, o in enumerate(mem[: k + 1]) if o in boundary or last_use.get(o, -1) > k]
+            buckets: dict[tuple, list[int]] = {}
+            for idx, (combo, _) in enumerate(nxt):
+                buckets.setdefault(tuple(combo[j] for j in live), []).append(idx)
+            kept: list[tuple[tuple[int, ...], np.ndarray]] = []
+            for idxs in buckets.values():
+                if len(idxs) == 1:
+                    kept.append(nxt[idxs[0]])
+                    continue
+                vecs = np.array([_dom_vec(nxt[i][1], cmax) for i in idxs])
+                kept.extend(nxt[idxs[i]] for i in _pareto(vecs))
+            if len(kept) > MAX_GROUP_COMBOS:
+                exact = False
+                kept.sort(key=lambda cv: cv[1][0] + cv[1][2] + cv[1][3] + cv[1][6])
+                kept = kept[:MAX_GROUP_COMBOS]
+            partial = kept
+        combos = np.array([c for c, _ in partial], dtype=np.int64).reshape(len(partial), len(mem))
+        vecs = np.array([v for _, v in partial]).reshape(len(partial), 9)
+        groups.append(Group(tuple(mem), combos, vecs[:, 0], vecs[:, 1], vecs[:, 2], vecs[:, 3], vecs[:, 4], vecs[:, 5],
+                            vecs[:, 6], vecs[:, 7], vecs[:, 8]))
+    member_index = {op: (gi, k) for gi, gr in enumerate(groups) for k, op in enumerate(gr.members)}
+    acc: dict[tuple[int, int], np.ndarray] = {}
+    for e, (u, v, _, _) in enumerate(tables.edges):
+        U, ku = member_index[u]
+        V, kv = member_index[v]
+        if U == V:
+            continue
+        E = tables.edge_fwd[e] + tables.edge_bwd[e]
+        M = E[np.ix_(groups[U].combos[:, ku], groups[V].combos[:, kv])]
+        if not M.any():
+            continue
+        key = (U, V)
+        acc[key] = acc[key] + M if key in acc else M.copy()
+    edges = [(U, V, M) for (U, V), M in acc.items()]
+    return Coarse(groups, group_of_op, edges, exact)
+
+
+def _dom_vec(v: np.ndarray, cmax: float) -> np.ndarray:
+    """Cost terms a combination is judged on: time, dp exposure at both ends of the overlap
+    multiplier range (sync − c·bwd is linear in c), optimizer, memory, CPU terms."""
+    return np.array([v[0], v[2], v[2] - cmax * v[1], v[3], v[4], v[5], v[6], v[7], v[8]])
+
+
+def group_choice_from_ops(coarse: Coarse, choice: np.ndarray) -> np.ndarray:
+    """Index of each group's combination matching per-op choices (nearest when pruned)."""
+    out = np.zeros(len(coarse.groups), dtype=np.int64)
+    for gi, gr in enumerate(coarse.groups):
+        want = choice[list(gr.members)]
+        diff = (gr.combos != want[None, :]).sum(axis=1)
+        out[gi] = int(np.argmin(diff + 1e-9 * gr.time))
+    return out
+
+
+def ops_from_groups(coarse: Coarse, gchoice: Sequence[int], n_ops: int) -> np.ndarray:
+    out = np.zeros(n_ops, dtype=np.int64)
+    for gi, gr in enumerate(coarse.groups):
+        out[list(gr.members)] = gr.combos[int(gchoice[gi])]
+    return out
+
+
+# ---- cut candidates -----------------------------------------------------------------------------
+def cut_candidates(tables: CostTables, coarse: Coarse, choice: np.ndarray | None = None, limit: int = MAX_SEGMENTS) -> list[int]:
+    """Positions (in the analysis order) where a stage may start: chain starts; when there are
+    more than ``limit``, the one with the least crossing activation traffic in each of
+    ``limit`` equal slices of the cumulative compute time."""
+    an = tables.analysis
+    starts = [int(p) for p in np.nonzero(an.chain_start)[0] if p > 0]
+    if len(starts) <= limit:
+        return starts
+    n = tables.graph.num_ops
+    if choice is None:
+        choice = np.zeros(n, dtype=np.int64)
+    rows = tables.row_start[:-1] + choice
+    t = (tables.fwd_s + tables.bwd_s)[rows][an.order]
+    cum = np.concatenate([[0.0], np.cumsum(t)])
+    total = cum[-1] if cum[-1] > 0 else 1.0
+    crossing = _position_crossing(tables)
+    chosen: list[int] = []
+    sa = np.array(starts)
+    frac = cum[sa] / total
+    for k in range(1, limit + 1):
+        lo, hi = (k - 0.5) / (limit + 1), (k + 0.5) / (limit + 1)
+        sel = sa[(frac >= lo) & (frac < hi)]
+        if len(sel) == 0:
+            continue
+        p = int(sel[np.argmin(crossing[sel] + 1e-12 * np.abs(cum[sel] / total - k / (limit + 1)))])
+        if p not in chosen:
+            chosen.append(p)
+    return sorted(chosen)
+
+
+# ---- CP-SAT ---------------------------------------------------------------------------------------
+@dataclass
+class SolveResult:
+    choice: np.ndarray
+    stage_of_op: np.ndarray
+    status: str
+    objective_s: float | None
+    wall_s: float
+
+
+def solve_mesh(
+    tables: CostTables,
+    coarse: Coarse,
+    cuts: Sequence[int],
+    time_limit_s: float,
+    headroom_fraction: float = 0.1,
+    hint: tuple[np.ndarray, np.ndarray] | None = None,
+    workers: int = 2,
+) -> SolveResult | None:
+    """Optimal op shardings and contiguous stage split for one mesh (the formulation of the
+    module docstring).  ``cuts`` are positions where a stage may start (each at a chain
+    start).  Returns None when infeasible (or nothing found in time)."""
+    t0 = time.perf_counter()
+    mesh = tables.mesh
+    pp = mesh.pp
+    m = mesh.num_microbatches
+    an = tables.analysis
+    groups = coarse.groups
+    G = len(groups)
+    # segments: runs of groups between cuts
+    gpos = [int(an.position[gr.members[0]]) for gr in groups]
+    cutset = sorted(set(int(c) for c in cuts))
+    seg_of_group = np.searchsorted(np.array(cutset, dtype=np.int64), np.array(gpos), side="right") if cutset else np.zeros(G, dtype=np.int64)
+    # renumber to consecutive segment ids
+    uniq = sorted(set(int(s) for s in seg_of_group))
+    remap = {s: i for i, s in enumerate(uniq)}
+    seg_of_group = np.array([remap[int(s)] for s in seg_of_group], dtype=np.int64)
+    nseg = len(uniq)
+    if nseg < pp:
+        return None
+    seg_start_pos = [min(gpos[g] for g in range(G) if seg_of_group[g] == s) for s in range(nseg)]
+    crossing = _position_crossing(tables)
+    # p2p per boundary after segment s for boundary index k
+    P2P = np.zeros((nseg, max(pp - 1, 1)))
+    if pp > 1:
+        sizes = np.array([crossing[seg_start_pos[s + 1]] if s + 1 < nseg else 0.0 for s in range(nseg)])
+        for k in range(pp - 1):
+            P2P[:, k] = p2p_boundary_vector(tables, sizes, k)
+
+    ref = float(np.sum([gr.time.min() for gr in groups]) * m + 1e-6)
+    scale = IntScale.for_problem(ref, mesh.device.memory_bytes, sum(gr.n for gr in groups))
+    ti = lambda x: scale.t(x)  # noqa: E731
+
+    model = cp_model.CpModel()
+    x = [[model.new_bool_var(f"x{g}_{a}") for a in range(gr.n)] for g, gr in enumerate(groups)]
+    for g in range(G):
+        model.add_exactly_one(x[g])
+
+    def lin(g: int, coeffs: np.ndarray):
+        ci = coeffs
+        return sum(int(ci[a]) * x[g][a] for a in range(len(ci)) if ci[a] != 0)
+
+    # edge resharding
+    edge_terms: dict[int, list] = {}
+    edge_max: dict[int, int] = {}
+    for (U, V, M) in coarse.edges:
+        Mi = ti(M)
+        if not Mi.any():
+            continue
+        nu, nv = Mi.shape
+        if nu == 1:
+            expr = sum(int(Mi[0, b]) * x[V][b] for b in range(nv) if Mi[0, b])
+        elif nv == 1:
+            expr = sum(int(Mi[a, 0]) * x[U][a] for a in range(nu) if Mi[a, 0])
+        else:
+            r = model.new_int_var(0, int(Mi.max()), f"r{U}_{V}")
+            for a in range(nu):
+                row = Mi[a]
+                if not row.any():
+                    continue
+                mx = int(row.max())
+                model.add(r >= sum(int(row[b]) * x[V][b] for b in range(nv) if row[b]) - mx * (1 - x[U][a]))
+            expr = r
+        edge_terms.setdefault(V, []).append(expr)
+        edge_max[V] = edge_max.get(V, 0) + int(Mi.max())
+
+    t_i = [ti(gr.time) for gr in groups]
+    b_i = [ti(gr.bwd) for gr in groups]
+    s_i = [ti(gr.sync) for gr in groups]
+    o_i = [ti(gr.opt) for gr in groups]
+    cpu_i = [ti(gr.cpu_t) for gr in groups]
+    copt_i = [ti(gr.cpu_opt) for gr in groups]
+    st_i = [scale.mem_up(gr.static * (1 + FRACTION)) for gr in groups]
+    ac_i = [scale.mem_up(gr.act * (1 + FRACTION)) for gr in groups]
+    cap_total = mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES
+    if cap_total <= 0:
+        return None
+    cap_i = scale.mem_down(cap_total)
+
+    seg_groups = [[g for g in range(G) if seg_of_group[g] == s] for s in range(nseg)]
+
+    def seg_expr(s: int, arrs) -> Any:
+        return sum(lin(g, arrs[g]) for g in seg_groups[s])
+
+    def seg_max(s: int, arrs) -> int:
+        return int(sum(int(arrs[g].max()) for g in seg_groups[s]))
+
+    def seg_min(s: int, arrs) -> int:
+        return int(sum(int(arrs[g].min()) for g in seg_groups[s]))
+
+    Tseg = []
+    Tseg_max = []
+    for s in range(nseg):
+        e = seg_expr(s, t_i) + sum(sum(edge_terms.get(g, [])) for g in seg_groups[s])
+        Tseg.append(e)
+        Tseg_max.append(seg_max(s, t_i) + sum(edge_max.get(g, 0) for g in seg_groups[s]))
+    total_max = int(sum(Tseg_max)) + 1
+    window = DP_OVERLAP_WINDOW if tables.training.grad_reduce_overlap else 0.0
+
+    T = model.new_int_var(0, total_max + int(sum(int(c.max()) for c in cpu_i)) + 1, "T")
+    D = model.new_int_var(0, int(sum(int(a.max()) for a in s_i)) + 1, "D")
+    O = model.new_int_var(0, int(sum(int(a.max()) for a in o_i)) + int(sum(int(a.max()) for a in copt_i)) + 1, "O")
+    cpu_T = sum(lin(g, cpu_i[g]) for g in range(G) if cpu_i[g].any())
+    if not isinstance(cpu_T, int):
+        model.add(T >= cpu_T)
+    cpu_opt = sum(lin(g, copt_i[g]) for g in range(G) if copt_i[g].any())
+    if not isinstance(cpu_opt, int):
+        model.add(O >= cpu_opt)
+    # CPU memory
+    pool = mesh.cpu
+    cpu_mem_groups = [g for g in range(G) if groups[g].cpu_mem.any()]
+    if cpu_mem_groups and pool is not None:
+        cunit = pool.memory_bytes / 1e6
+        cm = sum(sum(int(math.ceil(groups[g].cpu_mem[a] / cunit)) * x[g][a] for a in range(groups[g].n) if groups[g].cpu_mem[a])
+                 for g in cpu_mem_groups)
+        model.add(cm <= int(math.floor(pool.memory_bytes * (1.0 - headroom_fraction) / cunit)))
+
+    p2p_total = 0
+    if pp == 1:
+        model.add(T >= sum(Tseg))
+        f0 = sum(seg_expr(s, s_i) for s in range(nseg)) - sum(
+            sum(int(round(window * float(b_i[g][a]))) * x[g][a] for a in range(groups[g].n) if b_i[g][a]) for g in range(G))
+        model.add(D >= f0)
+        model.add(O >= sum(seg_expr(s, o_i) for s in range(nseg)))
+        fl = inflight(mesh, 0)
+        model.add(sum(seg_expr(s, st_i) for s in range(nseg)) + fl * sum(seg_expr(s, ac_i) for s in range(nseg)) <= cap_i)
+        z = None
+    else:
+        z = [[model.new_bool_var(f"z{s}_{k}") for k in range(pp)] for s in range(nseg)]
+        for s in range(nseg):
+            model.add_exactly_one(z[s])
+        stg = [sum(k * z[s][k] for k in range(1, pp)) for s in range(nseg)]
+        model.add(z[0][0] == 1)
+        model.add(z[nseg - 1][pp - 1] == 1)
+        for s in range(nseg - 1):
+            model.add(stg[s + 1] >= stg[s])
+            model.add(stg[s + 1] <= stg[s] + 1)
+        bnd = [[None] * (pp - 1) for _ in range(nseg)]
+        for s in range(nseg - 1):
+            for k in range(pp - 1):
+                b = model.new_bool_var(f"b{s}_{k}")
+                model.add(b >= z[s][k] + z[s + 1][k + 1] - 1)
+                bnd[s][k] = b
+        P2Pi = ti(P2P)
+        for k in range(pp):
+            terms = []
+            for s in range(nseg):
+                mx = max(Tseg_max[s], 0)
+                w = model.new_int_var(0, mx, f"wt{s}_{k}")
+                model.add(w >= Tseg[s] - mx * (1 - z[s][k]))
+                terms.append(w)
+            p2p_k = []
+            for s in range(nseg - 1):
+                if k < pp - 1 and P2Pi[s, k]:
+                    p2p_k.append(int(P2Pi[s, k]) * bnd[s][k])
+                if k > 0 and P2Pi[s, k - 1]:
+                    p2p_k.append(int(P2Pi[s, k - 1]) * bnd[s][k - 1])
+            model.add(T >= sum(terms) + sum(p2p_k))
+            # data-parallel exposure: sync_k − (window + k)·bwd_k
+            dterms = []
+            for s in range(nseg):
+                fpos = seg_max(s, s_i)
+                fneg = int(math.ceil((window + k) * seg_max(s, b_i)))
+                if fpos == 0:
+                    continue
+                wd = model.new_int_var(-fneg, fpos, f"wd{s}_{k}")
+                expr = seg_expr(s, s_i) - sum(
+                    sum(int(round((window + k) * float(b_i[g][a]))) * x[g][a] for a in range(groups[g].n) if b_i[g][a])
+                    for g in seg_groups[s])
+                model.add(wd >= expr - (fpos + fneg) * (1 - z[s][k]))
+                model.add(wd >= -fneg * z[s][k])
+                dterms.append(wd)
+            if dterms:
+                model.add(D >= sum(dterms))
+            oterms = []
+            for s in range(nseg):
+                mx = seg_max(s, o_i)
+                if mx == 0:
+                    continue
+                wo = model.new_int_var(0, mx, f"wo{s}_{k}")
+                model.add(wo >= seg_expr(s, o_i) - mx * (1 - z[s][k]))
+                oterms.append(wo)
+            if oterms:
+                model.add(O >= sum(oterms))
+            fl = inflight(mesh, k)
+            mterms = []
+            for s in range(nseg):
+                mx = seg_max(s, st_i) + fl * seg_max(s, ac_i)
+                if mx == 0:
+                    continue
+                wm = model.new_int_var(0, mx, f"wm{s}_{k}")
+                model.add(wm >= seg_expr(s, st_i) + fl * seg_expr(s, ac_i) - mx * (1 - z[s][k]))
+                mterms.append(wm)
+            if mterms:
+                model.add(sum(mterms) <= cap_i)
+        p2p_total = sum(2 * int(P2Pi[s, k]) * bnd[s][k] for s in range(nseg - 1) for k in range(pp - 1) if P2Pi[s, k])
+    model.minimize((m - 1) * T + sum(Tseg) + p2p_total + cpu_T + D + O)
+
+    if hint is not None:
+        hc, hs = hint
+        gch = group_choice_from_ops(coarse, hc)
+        for g in range(G):
+            for a in range(groups[g].n):
+                model.add_hint(x[g][a], int(a == gch[g]))
+        if z is not None and hs is not None:
+            for s in range(nseg):
+                k = int(hs[groups[seg_groups[s][0]].members[0]])
+                for kk in range(pp):
+                    model.add_hint(z[s][kk], int(kk == k))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, float(time_limit_s))
+    solver.parameters.num_workers = max(1, int(workers))
+    status = solver.solve(model)
+    name = solver.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SolveResult(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), name, None, time.perf_counter() - t0) if status == cp_model.INFEASIBLE else None
+    gch = [next(a for a in range(groups[g].n) if solver.value(x[g][a])) for g in range(G)]
+    choice = ops_from_groups(coarse, gch, tables.graph.num_ops)
+    stage = np.zeros(tables.graph.num_ops, dtype=np.int64)
+    if z is not None:
+        for s in range(nseg):
+            k = next(kk for kk in range(pp) if solver.value(z[s][kk]))
+            for g in seg_groups[s]:
+                stage[list(groups[g].members)] = k
+    return SolveResult(choice, stage, name, solver.objective_value * scale.time_unit_s, time.perf_counter() - t0)
+
+
+# ---- outer search ---------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    mesh: GraphMesh
+    tables: CostTables
+    choice: np.ndarray
+    stage_of_op: np.ndarray
+    ev: GraphEval
+    fits: bool
+    solver_status: str = "GREEDY"
+
+    @property
+    def key(self) -> tuple:
+        m = self.mesh
+        return (m.group.name, m.t, m.pp, m.dp, m.micro_batch)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _pin(constraints: Any, key: str) -> Any:
+    if constraints is None:
+        return None
+    pinned = getattr(constraints, "pinned", None)
+    if pinned is None and isinstance(constraints, Mapping):
+        pinned = constraints
+    return (pinned or {}).get(key)
+
+
+def _cattr(constraints: Any, key: str, default: Any = None) -> Any:
+    if constraints is None:
+        return default
+    if isinstance(constraints, Mapping):
+        return constraints.get(key, default)
+    v = getattr(constraints, key, default)
+    return default if v is None else v
+
+
+def enumerate_meshes(graph: GraphSpec, training: Training, cluster: Cluster, constraints: Any = None,
+                     n_groups: int | None = None) -> tuple[list[GraphMesh], int, list[str]]:
+    """Outer candidates (node group, t, pp, dp, micro-batch, ZeRO) after divisibility, pins and
+    limits; returns (meshes, number pruned, notes)."""
+    notes: list[str] = []
+    B = training.global_batch_size
+    allowed = _cattr(constraints, "allowed_device_types")
+    max_tp = _cattr(constraints, "max_tp")
+    max_pp = _cattr(constraints, "max_pp")
+    max_dev = _cattr(constraints, "max_devices")
+    pins = {k: _pin(constraints, k) for k in ("dp", "tp", "pp", "micro_batch_size", "zero_stage", "cp", "ep", "vpp", "recompute", "sequence_parallel")}
+    for k in ("cp", "ep", "vpp"):
+        if pins[k] not in (None, 1):
+            raise InvalidInput(f"{k}={pins[k]} cannot be used with an operator graph (only dp, tp, pp, micro_batch_size, zero_stage)",
+                               field=f"constraints.{k}")
+    if pins["recompute"] not in (None, "none"):
+        raise InvalidInput("recompute is not modelled for operator graphs; use 'none'", field="constraints.recompute")
+    zero = pins["zero_stage"] if pins["zero_stage"] is not None else 1
+    if zero not in (0, 1):
+        raise InvalidInput(f"zero_stage={zero}: operator graphs support ZeRO stages 0 and 1", field="constraints.zero_stage")
+    pool = CpuPool.from_cluster(cluster)
+    meshes: list[GraphMesh] = []
+    pruned = 0
+    groups = gpu_groups(cluster)
+    if allowed:
+        groups = [g for g in groups if g.device.name in allowed]
+    if not groups:
+        raise NoFeasiblePlan("no GPU node group is available (CPU-only clusters cannot train an operator graph here)",
+                             field="cluster.node_groups")
+    limit_pp = min(graph.num_ops, n_groups or graph.num_ops, 32)
+    seen_dev: set[tuple] = set()
+    for grp in groups:
+        G = cluster.available_gpus(grp.name)
+        if max_dev:
+            G = min(G, max_dev)
+        dev_key = (grp.device.name, G)
+        if dev_key in seen_dev:  # identical groups: plan on one of them
+            continue
+        seen_dev.add(dev_key)
+        if training.dtype not in grp.device.supported_dtypes():
+            notes.append(f"{grp.name}: {grp.device.name} has no {training.dtype} peak")
+            continue
+        for t in _pow2_upto(G):
+            if max_tp and t > max_tp or pins["tp"] is not None and t != pins["tp"]:
+                pruned += 1
+                continue
+            for pp in _divisors(G // t) if G % t == 0 else []:
+                if pp > limit_pp or (max_pp and pp > max_pp) or (pins["pp"] is not None and pp != pins["pp"]):
+                    pruned += 1
+                    continue
+                dp = G // (t * pp)
+                if pins["dp"] is not None:
+                    if pins["dp"] > dp:
+                        pruned += 1
+                        continue
+                    dp = pins["dp"]
+                if B % dp:
+                    pruned += 1
+                    continue
+                per = B // dp
+                if pins["micro_batch_size"] is not None:
+                    mbs_list = [pins["micro_batch_size"]] if per % pins["micro_batch_size"] == 0 else []
+                else:
+                    mbs_list = sorted(set([d for d in _pow2_upto(per) if per % d == 0] + [per]))
+                for mbs in mbs_list:
+                    mc = per // mbs
+                    if pp > 1 and mc < pp:
+                        pruned += 1
+                        continue
+                    meshes.append(GraphMesh(grp, t, dp, pp, mbs, mc, zero if dp * t > 1 else 0, pool))
+    if pins["tp"] is not None and not meshes:
+        notes.append(f"pinned tp={pins['tp']} leaves no layout")
+    return meshes, pruned, notes
+
+
+def _memory_lower_bound_ok(graph: GraphSpec, training: Training, mesh: GraphMesh, headroom: float, params_total: float,
+                           table_params: float) -> bool:
+    """Weights+gradients+optimizer state cannot shrink below total/(t·pp) per GPU (tables may
+    leave for CPU parameter servers)."""
+    from cost_model.graph_cost import model_state_bytes_per_param
+
+    w, g, o = model_state_bytes_per_param(training, mesh.zero_stage, mesh.dp * mesh.t)
+    per_param = float(np.asarray(w)) + float(np.asarray(g)) + float(np.asarray(o))
+    movable = table_params if mesh.cpu is not None else 0.0
+    need = (params_total - movable) * per_param / (mesh.t * mesh.pp) + WORKSPACE_BYTES
+    return need <= mesh.device.memory_bytes * (1.0 - headroom)
+
+
+def plan_graph(
+    model: GraphSpec,
+    training: Training,
+    cluster: Cluster,
+    constraints: Any = None,
+    top_k: int = 3,
+    time_limit_s: float = 30.0,
+    workers: int = 2,
+) -> dict[str, Any]:
+    """Plan an operator graph: the best op shardings, stage split, layout and placement.
+
+    Returns ``{"best": {"strategy", "prediction", "stages", "ranks", ...}, "alternatives",
+    "search": {"candidates", "pruned", "solver_status", "wall_time_s"}, "explanation"}``;
+    raises :class:`NoFeasiblePlan` with what is short when nothing fits."""
+    t_start = time.perf_counter()
+    deadline = t_start + max(1.0, float(time_limit_s))
+    graph = model
+    headroom = float(_cattr(constraints, "memory_headroom_fraction", 0.1))
+    analysis = analyse(graph)
+    n_chains = int(analysis.chain_id.max()) + 1 if graph.num_ops else 0
+    meshes, pruned, notes = enumerate_meshes(graph, training, cluster, constraints, n_chains)
+    params_total = float(graph.total_params())
+    table_params = float(sum(op.param_count for op in graph.ops if op.category in ("embedding",) or (op.category == "gather" and op.params)))
+    feasible_meshes = []
+    for mesh in meshes:
+        if _memory_lower_bound_ok(graph, training, mesh, headroom, params_total, table_params):
+            feasible_meshes.append(mesh)
+        else:
+            pruned += 1
+    if not feasible_meshes:
+        raise NoFeasiblePlan(_short_message(graph, training, cluster, meshes, headroom), field="cluster")
+    # Screen: one table per (group, t, dp, micro_batch, pp-independent) ... tables depend on pp only
+    # through inflight counts and p2p, which evaluate() handles; build per mesh but share op costs.
+    by_key: dict[tuple, list[GraphMesh]] = {}
+    for mesh in feasible_meshes:
+        by_key.setdefault((mesh.group.name, mesh.t, mesh.micro_batch), []).append(mesh)
+    keys = sorted(by_key, key=lambda k: _key_priority(k, by_key[k], graph, training))
+    screen_deadline = t_start + 0.5 * (deadline - t_start)
+    cost_cache: dict[int, Any] = {}
+    candidates: list[Candidate] = []
+    screened = 0
+    for key in keys:
+        if candidates and time.perf_counter() > screen_deadline:
+            pruned += len(by_key[key])
+            continue
+        grp_name, t, mbs = key
+        if mbs not in cost_cache:
+            cost_cache[mbs] = graph.op_costs(mbs, training.sequence_length, training.dtype)
+        group_meshes = sorted(by_key[key], key=lambda ms: ms.pp)
+        base = build_tables(graph, training, group_meshes[0], analysis, cost_cache[mbs])
+        choice = greedy_choices(base)
+        mem_choice = None
+        for mesh in group_meshes:
+            tables = base if mesh is group_meshes[0] else for_mesh(base, mesh)
+            cand = _screen(tables, choice, headroom)
+            screened += 1
+            if cand is None:
+                if mem_choice is None:  # trade time for memory
+                    mem_choice = greedy_choices(tables, memory_weight=_memory_weight(tables))
+                cand = _screen(tables, mem_choice, headroom)
+            if cand is None:
+                pruned += 1
+                continue
+            candidates.append(cand)
+    if not candidates:
+        raise NoFeasiblePlan(_short_message(graph, training, cluster, feasible_meshes, headroom, screened=True), field="cluster")
+    candidates.sort(key=lambda c: c.ev.step_time_s)
+    # CP-SAT on the best few outer candidates
+    statuses: list[str] = []
+    refine = candidates[:MAX_CPSAT_CANDIDATES]
+    coarse_sizes = []
+    for idx, cand in enumerate(refine):
+        remaining = deadline - time.perf_counter()
+        if remaining < 0.3:
+            statuses.append("NOT_RUN(time)")
+            continue
+        share = remaining / (len(refine) - idx) * 0.9
+        t_c = time.perf_counter()
+        coarse = coarsen(cand.tables)
+        coarse_sizes.append(len(coarse.groups))
+        cuts = cut_candidates(cand.tables, coarse, cand.choice)
+        spent = time.perf_counter() - t_c
+        res = solve_mesh(cand.tables, coarse, cuts, max(0.1, share - spent), headroom, hint=(cand.choice, cand.stage_of_op),
+                         workers=workers)
+        if res is None:
+            statuses.append("UNKNOWN")
+            continue
+        statuses.append(res.status)
+        if res.status == "INFEASIBLE":
+            continue
+        ev = evaluate(cand.tables, res.choice, res.stage_of_op)
+        if _fits(cand.tables, ev, headroom) and ev.step_time_s < cand.ev.step_time_s * (1 - 1e-12):
+            candidates[idx] = Candidate(cand.mesh, cand.tables, res.choice, res.stage_of_op, ev, True, res.status)
+        else:
+            cand.solver_status = res.status
+    candidates.sort(key=lambda c: c.ev.step_time_s)
+    best = candidates[0]
+    alts = _distinct(candidates[1:], top_k)
+    wall = time.perf_counter() - t_start
+    result = {
+        "best": describe(best, cluster),
+        "alternatives": [describe(c, cluster, brief=True) for c in alts],
+        "search": {
+            "candidates": screened,
+            "pruned": pruned,
+            "solver_status": best.solver_status if best.solver_status != "GREEDY" else (statuses[0] if statuses else "GREEDY"),
+            "solver_statuses": statuses,
+            "wall_time_s": wall,
+            "operators": graph.num_ops,
+            "coarsened_nodes": coarse_sizes[0] if coarse_sizes else n_chains,
+        },
+        "explanation": explain(best, alts, notes, headroom),
+    }
+    return result
+
+
+def _screen(tables: CostTables, choice: np.ndarray, headroom: float) -> Candidate | None:
+    coarse_cuts = None
+    if tables.mesh.pp > 1:
+        # restrict cut points for speed: same selection the solver uses
+        an = tables.analysis
+        starts = np.nonzero(an.chain_start)[0]
+        if len(starts) > MAX_SEGMENTS:
+            coarse_cuts = cut_candidates(tables, None, choice)  # type: ignore[arg-type]
+    stage = split_stages(tables, choice, coarse_cuts, headroom_fraction=headroom)
+    if stage is None:
+        return None
+    ev = evaluate(tables, choice, stage)
+    if not _fits(tables, ev, headroom):
+        return None
+    return Candidate(tables.mesh, tables, choice, stage, ev, True)
+
+
+def _fits(tables: CostTables, ev: GraphEval, headroom: float) -> bool:
+    cap = tables.mesh.device.memory_bytes * (1.0 - headroom)
+    if any(s.peak_b > cap * (1 + 1e-9) for s in ev.stages):
+        return False
+    pool = tables.mesh.cpu
+    if pool is not None and ev.cpu_memory_b > pool.memory_bytes * (1.0 - headroom) * (1 + 1e-9):
+        return False
+    return True
+
+
+def _memory_weight(tables: CostTables) -> float:
+    """Seconds per byte that make memory matter to the greedy: a step's time over the capacity."""
+    rows = tables.row_start[:-1]
+    t = float((tables.fwd_s + tables.bwd_s)[rows].sum()) * tables.mesh.num_microbatches
+    return 4.0 * max(t, 1e-6) / tables.mesh.device.memory_bytes
+
+
+def _key_priority(key: tuple, meshes: list[GraphMesh], graph: GraphSpec, training: Training) -> tuple:
+    """Screen first the layouts most likely to win: moderate micro-batches (bubble vs GEMM
+    efficiency), small sharding degree first for small models."""
+    _, t, mbs = key
+    m = meshes[0].num_microbatches
+    return (abs(math.log2(max(mbs, 1)) - 2.0) + 0.25 * math.log2(t) + (0 if m >= 2 else 0.5),)
+
+
+def _distinct(cands: list[Candidate], k: int) -> list[Candidate]:
+    seen: set[tuple] = set()
+    out = []
+    for c in cands:
+        key = (c.mesh.t, c.mesh.pp, c.mesh.dp, c.mesh.micro_batch, c.mesh.group.name)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+        if len(out) >= k:
+            break
+    return out
+
+
+def _short_message(graph: GraphSpec, training: Training, cluster: Cluster, meshes: list[GraphMesh], headroom: float,
+                   screened: bool = False) -> str:
+    from cost_model.graph_cost import model_state_bytes_per_param
+
+    groups = gpu_groups(cluster)
+    if not meshes:
+        return "no parallel layout satisfies the constraints (pins, max_tp, max_pp, divisibility of the global batch)"
+    params = float(graph.total_params())
+    w, g, o = model_state_bytes_per_param(training, 1, max(m.dp * m.t for m in meshes))
+    per_param = float(np.asarray(w)) + float(np.asarray(g)) + float(np.asarray(o))
+    best_split = max(m.t * m.pp for m in meshes)
+    need = params * per_param / best_split / 1e9 + WORKSPACE_BYTES / 1e9
+    cap = max(gr.device.memory_GB for gr in groups) * (1 - headroom)
+    cpu = CpuPool.from_cluster(cluster)
+    extra = ""
+    if cpu is not None:
+        extra = f"; the CPU nodes hold {cpu.memory_bytes / 1e9:.0f} GB for embedding tables"
+    if screened:
+        return (f"no layout fits: model state alone needs about {need:.1f} GB per GPU at the largest model-parallel size "
+                f"({best_split}), activations come on top; devices allow {cap:.1f} GB after the {headroom:.0%} headroom{extra}")
+    return (f"no strategy fits: needs at least {need:.1f} GB per GPU for weights, gradients and optimizer state at the "
+            f"largest model-parallel size allowed ({best_split}); devices have {cap:.1f} GB after the {headroom:.0%} headroom{extra}")
+
+
+# ---- result description ---------------------------------------------------------------------------
+def describe(c: Candidate, cluster: Cluster, brief: bool = False) -> dict[str, Any]:
+    mesh = c.mesh
+    tables = c.tables
+    graph = tables.graph
+    est = to_estimate(tables, c.ev)
+    names = {op.name: tables.names[int(tables.row_start[i] + c.choice[i])] for i, op in enumerate(graph.ops)}
+    stage_ops = [sorted(s.ops, key=lambda i: tables.analysis.position[i]) for s in c.ev.stages]
+    strategy = {
+        "dp": mesh.dp, "tp": mesh.t, "pp": mesh.pp, "cp": 1, "ep": 1, "vpp": 1, "micro_batch_size": mesh.micro_batch,
+        "sequence_parallel": False, "recompute": "none", "zero_stage": mesh.zero_stage,
+        "layers_per_stage": [len(o) for o in stage_ops], "node_group": mesh.group.name,
+    }
+    out: dict[str, Any] = {"strategy": strategy, "prediction": est.to_dict()}
+    if brief:
+        out["solver_status"] = c.solver_status
+        return out
+    strategy["op_shardings"] = names
+    hosts = [n.hostname for n in cluster.available_nodes(mesh.group.name)]
+    gpn = mesh.group.gpus_per_node
+    ranks = []
+    block = mesh.dp * mesh.t
+    for p in range(mesh.pp):
+        for d in range(mesh.dp):
+            for tt in range(mesh.t):
+                r = (p * mesh.dp + d) * mesh.t + tt
+                ranks.append({"rank": r, "host": hosts[r // gpn] if r // gpn < len(hosts) else None, "gpu": r % gpn,
+                              "node_group": mesh.group.name, "device": mesh.device.name, "stage": p, "dp": d, "pp": p,
+                              "tp": tt, "cp": 0})
+    stages = []
+    for s, ops in zip(est.stages, stage_ops):
+        d = s.to_dict()
+        stage_ranks = [rk for rk in ranks if rk["stage"] == s.index]
+        d.update({
+            "first_op": graph.ops[ops[0]].name if ops else None,
+            "last_op": graph.ops[ops[-1]].name if ops else None,
+            "num_ops": len(ops),
+            "hosts": sorted({rk["host"] for rk in stage_ranks if rk["host"]}),
+            "gpus": len(stage_ranks),
+            "ops": {graph.ops[i].name: names[graph.ops[i].name] for i in ops},
+        })
+        stages.append(d)
+    out["stages"] = stages
+    out["ranks"] = ranks
+    cpu_ops = [n for n, sh in names.items() if sh == "embedding_on_cpu"]
+    if cpu_ops and mesh.cpu is not None:
+        out["parameter_servers"] = {
+            "hosts": list(mesh.cpu.hostnames), "node_groups": list(mesh.cpu.groups), "device": mesh.cpu.device.name,
+            "tables": cpu_ops, "memory_GB": c.ev.cpu_memory_b / 1e9,
+            "time_per_microbatch_s": c.ev.cpu_stage_s,
+        }
+    out["solver_status"] = c.solver_status
+    del block
+    return out
+
+
+def explain(best: Candidate, alts: list[Candidate], notes: list[str], headroom: float) -> dict[str, Any]:
+    ev = best.ev
+    tables = best.tables
+    cap = tables.mesh.device.memory_GB
+    peak = max(s.peak_b for s in ev.stages) / 1e9
+    counts: dict[str, int] = {}
+    for i in range(tables.graph.num_ops):
+        nm = tables.names[int(tables.row_start[i] + best.choice[i])]
+        counts[nm] = counts.get(nm, 0) + 1
+    why = []
+    for a in alts:
+        delta = a.ev.step_time_s / ev.step_time_s - 1.0
+        worst = max(a.ev.breakdown_s, key=lambda k: a.ev.breakdown_s[k] - ev.breakdown_s.get(k, 0.0))
+        grow = a.ev.breakdown_s[worst] - ev.breakdown_s.get(worst, 0.0)
+        why.append(f"tp={a.mesh.t}, pp={a.mesh.pp}, dp={a.mesh.dp}, micro_batch={a.mesh.micro_batch}: "
+                   f"+{delta:.0%} step time ({worst} +{grow * 1e3:.1f} ms)")
+    emb = {}
+    g = tables.graph
+    for i, op in enumerate(g.ops):
+        if op.category == "embedding" or (op.category == "gather" and op.params):
+            emb[op.name] = {"sharding": tables.names[int(tables.row_start[i] + best.choice[i])],
+                            "table_GB": op.param_count * 2 / 1e9}
+    return {
+        "bottleneck": ev.bottleneck,
+        "memory_headroom_GB": cap * (1 - headroom) - peak,
+        "peak_memory_GB": peak,
+        "sharding_summary": counts,
+        "embeddings": emb,
+        "alternatives": why,
+        "notes": notes,
+    }

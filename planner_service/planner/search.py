@@ -1,0 +1,486 @@
+"""Plan search: enumerate → cost (vectorised) → bound → CP-SAT split/assignment → place ranks.
+
+1. Normalise the cluster into *pools*: available nodes of node groups with identical device and
+   links merged; ``allowed_device_types`` filters them.
+2. For every non-empty subset of pools (one device type alone, or several together): enumerate
+   the knob space (``space.enumerate_space``), cost every candidate with the cost model's
+   vectorised functions (``costing.evaluate_even``): exact step time for the near-even split,
+   a lower bound over all splits, and exact memory feasibility.
+3. Branch and bound: candidates whose lower bound beats the best exact time so far get an
+   optimal stage split (and, with several pools, stage → pool assignment) from CP-SAT
+   (``solver.solve_split``), re-checked with ``cost_model.estimate``.  Stops when no bound can
+   beat the incumbent (the answer is then optimal under the cost model) or the time limit is hit.
+4. Place ranks (``placement``), explain (``explain``), return the best and top-k alternatives.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from cost_model.cluster import Cluster, NodeGroup
+from cost_model.errors import NoFeasiblePlan, PlannerError
+from cost_model.estimate import estimate
+from cost_model.model import TransformerSpec
+from cost_model.result import Estimate
+from cost_model.strategy import Strategy
+from planner_service.requests import PlanRequest
+
+from .costing import evaluate_even, pool_costs, stage_linear
+from .explain import explain
+from .placement import place_ranks, stage_entries
+from .solver import solve_split
+from .space import enumerate_space, even_split, strategy_at
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    time_limit_s: float = 2.0
+    num_workers: int = 2
+    max_refinements: int = 200
+
+
+class SearchCancelled(PlannerError):
+    code = "cancelled"
+
+
+@dataclass
+class Evaluated:
+    """One fully evaluated plan candidate (exact prediction from ``estimate``)."""
+
+    strategy: Strategy
+    stage_groups: tuple[str, ...]
+    prediction: Estimate
+    objective: float
+
+
+@dataclass
+class PlanResult:
+    best: Evaluated
+    alternatives: list[Evaluated]
+    search: dict[str, Any]
+    explanation: dict[str, Any]
+    warnings: list[str]
+    cluster: Cluster  # the normalised cluster the ranks refer to
+    model: Any
+    objective: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_tokens_per_s(self) -> float:
+        return self.best.prediction.tokens_per_s
+
+    @property
+    def best_step_time_s(self) -> float:
+        return self.best.prediction.step_time_s
+
+    @property
+    def best_mfu(self) -> float:
+        return self.best.prediction.mfu
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.device for s in self.best.prediction.stages))
+
+    @property
+    def num_devices(self) -> int:
+        return self.best.prediction.num_devices
+
+    def _entry(self, ev: Evaluated) -> dict[str, Any]:
+        return {
+            "strategy": ev.strategy.to_dict(),
+            "prediction": ev.prediction.to_dict(),
+            "stages": stage_entries(self.cluster, ev.strategy, ev.stage_groups, ev.prediction),
+            "ranks": place_ranks(self.cluster, ev.strategy, ev.stage_groups),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "best": self._entry(self.best),
+            "alternatives": [self._entry(a) for a in self.alternatives],
+            "search": dict(self.search),
+            "explanation": dict(self.explanation),
+            "warnings": list(self.warnings),
+        }
+        out.update(self.extra)
+        return out
+
+
+# ---- pools -------------------------------------------------------------------------------------
+
+
+def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Cluster:
+    """Merge node groups with identical device, GPUs per node, links and price into one pool
+    (their available nodes, in order) and drop unavailable nodes and disallowed devices."""
+    from cost_model.cluster import Node
+
+    buckets: dict[tuple, list[NodeGroup]] = {}
+    for g in cluster.node_groups:
+        if allowed and g.device.name not in allowed:
+            continue
+        if not cluster.available_nodes(g.name):
+            continue
+        key = (g.device, g.gpus_per_node, g.intra_node_bandwidth_GBps, g.inter_node_bandwidth_GBps, g.price_per_gpu_hour)
+        buckets.setdefault(key, []).append(g)
+    groups, nodes = [], []
+    for members in buckets.values():
+        hosts = [n.hostname for g in members for n in cluster.available_nodes(g.name)]
+        name = "+".join(g.name for g in members)
+        base = members[0]
+        groups.append(replace(base, name=name, count=len(hosts), hostnames=tuple(hosts)))
+        for g in members:
+            nodes.extend(replace(n, group=name) for n in cluster.available_nodes(g.name))
+    if not groups:
+        raise NoFeasiblePlan("no available nodes of an allowed device type", field="constraints.allowed_device_types")
+    return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes))
+
+
+def search_size(request: PlanRequest) -> int:
+    """Number of candidate strategies the search enumerates (cheap; decides sync vs async)."""
+    model = request.model
+    if not isinstance(model, TransformerSpec):
+        return len(getattr(model, "ops", ())) * 8
+    cl = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
+    total = 0
+    for r in range(1, len(cl.node_groups) + 1):
+        for subset in itertools.combinations(cl.node_groups, r):
+            gpus = sum(g.gpus_per_node * g.count for g in subset)
+            if request.constraints.max_devices:
+                gpus = min(gpus, request.constraints.max_devices)
+            S = enumerate_space(model, request.training, gpus, min(g.gpus_per_node for g in subset), request.constraints.pinned, request.constraints.max_tp, request.constraints.max_pp)
+            total += len(S)
+    return total
+
+
+# ---- objective ---------------------------------------------------------------------------------
+
+
+def _objective_value(objective: str, est: Estimate, cluster: Cluster, stage_groups: tuple[str, ...], strategy: Strategy) -> float:
+    if objective == "cost":
+        block = strategy.dp * strategy.cp * strategy.tp
+        dollars_per_s = sum(cluster.group(g).price_per_gpu_hour * block for g in stage_groups) / 3600.0
+        return dollars_per_s / est.tokens_per_s * 1e6  # $ per million tokens
+    return est.step_time_s
+
+
+# ---- the search --------------------------------------------------------------------------------
+
+
+def plan(
+    request: PlanRequest,
+    settings: SolverSettings | None = None,
+    progress: Callable[[float], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> PlanResult:
+    settings = settings or SolverSettings()
+    t0 = time.perf_counter()
+    if not isinstance(request.model, TransformerSpec):
+        from .graph_entry import plan_graph_request
+
+        return plan_graph_request(request, settings)
+    profile = None
+    cluster = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
+    if request.profile_id and getattr(request, "profile", None):
+        profile = request.profile  # resolved by the service
+    return _search_transformer(request, cluster, settings, progress, should_cancel, t0, profile)
+
+
+def _search_transformer(request, cluster, settings, progress, should_cancel, t0, profile) -> PlanResult:
+    model: TransformerSpec = request.model
+    training = request.training
+    cons = request.constraints
+    headroom = cons.memory_headroom_fraction
+    pools = [g for g in cluster.node_groups if training.dtype in g.device.supported_dtypes()]
+    dtype_warnings = [
+        f"{g.device.name} ({g.name}) has no {training.dtype} support: left out"
+        for g in cluster.node_groups
+        if training.dtype not in g.device.supported_dtypes()
+    ]
+    if not pools:
+        raise NoFeasiblePlan(
+            f"no device in the cluster supports {training.dtype}: " + "; ".join(dtype_warnings), field="training.dtype"
+        )
+    enumerated = 0
+    pruned = 0
+    solver_statuses: list[str] = []
+    exact: dict[tuple, Evaluated] = {}
+    closest_shortfall: list[tuple[float, str]] = []
+    pending: list[tuple[float, int, tuple[int, ...], Any, Any]] = []  # (lb, subset id, pools, pc list, cand)
+
+    subsets = [s for r in range(1, len(pools) + 1) for s in itertools.combinations(range(len(pools)), r)]
+    pinned_lps = cons.pinned.get("layers_per_stage")
+
+    def record(strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
+        key = (strategy.key(), stage_groups)
+        if key in exact:
+            return exact[key]
+        try:
+            est = estimate(model, training, cluster, strategy, profile=profile, stage_groups=stage_groups)
+        except PlannerError:
+            return None
+        caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - headroom) + 1e-9 for s in est.stages)
+        if not caps_ok:
+            return None
+        ev = Evaluated(strategy, stage_groups, est, _objective_value(request.objective, est, cluster, stage_groups, strategy))
+        exact[key] = ev
+        return ev
+
+    def incumbent() -> float:
+        return min((e.objective for e in exact.values()), default=np.inf)
+
+    for si, subset in enumerate(subsets):
+        # Pipeline order of pools: large memory first (the first stages hold the most
+        # in-flight activations), then fast first.
+        subset = tuple(sorted(subset, key=lambda i: (-pools[i].device.memory_GB, -pools[i].device.peak_tflops(training.dtype))))
+        groups = [pools[i] for i in subset]
+        gpn = min(g.gpus_per_node for g in groups)
+        if any(g.gpus_per_node % gpn for g in groups):
+            continue
+        gpus = sum(g.gpus_per_node * g.count for g in groups)
+        if cons.max_devices:
+            gpus = min(gpus, cons.max_devices)
+        S = enumerate_space(model, training, gpus, gpn, cons.pinned, cons.max_tp, cons.max_pp)
+        if len(S) == 0:
+            continue
+        block = S.dp * S.cp * S.tp
+        caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])
+        keep = caps.sum(axis=0) >= S.pp
+        if len(groups) > 1:
+            # Several pools: every pool hosts ≥ 1 stage (else it is another subset), interleaving
+            # needs an even split, and pinned uneven splits are single-pool only.
+            keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
+        S = S.take(np.nonzero(keep)[0])
+        enumerated += len(S)
+        if len(S) == 0:
+            continue
+        pcs = [pool_costs(model, training, g, S) for g in groups]
+        if len(groups) == 1:
+            g = groups[0]
+            cap_bytes = g.device.memory_bytes * (1 - headroom)
+            ev_even = evaluate_even(model, training, pcs[0], cap_bytes)
+            feasible = ev_even.feasible
+            lb = ev_even.lower_bound_s
+            pruned += int((~feasible).sum())
+            if not feasible.any():
+                j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
+                closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
+                continue
+            # Exact results for the even splits that fit.
+            order = np.argsort(ev_even.step_time_s)
+            fits = np.isfinite(ev_even.step_time_s)
+            for j in order[: max(4, request.top_k * 4)]:
+                if not fits[j]:
+                    break
+                pp = int(S.pp[j])
+                lps = pinned_lps or even_split(model.num_layers, pp)
+                if int(S.vpp[j]) > 1:
+                    lps = None
+                record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp)
+            for j in np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]:
+                if pinned_lps:
+                    continue
+                pending.append((float(lb[j]), si, (subset[0],), pcs, int(j)))
+        else:
+            lbs = _hetero_lower_bounds(model, training, pcs, S, groups)
+            for j in np.argsort(lbs):
+                pending.append((float(lbs[j]), si, subset, pcs, int(j)))
+    if progress:
+        progress(0.3)
+
+    # Branch and bound over the candidates whose bound beats the incumbent; the solver's time
+    # budget starts here (enumeration and costing are bounded by the space size).
+    deadline = time.perf_counter() + settings.time_limit_s
+    pending.sort(key=lambda x: x[0])
+    refinements = 0
+    complete = True
+    for lb, si, subset, pcs, j in pending:
+        if should_cancel and should_cancel():
+            raise SearchCancelled("the job was cancelled")
+        inc = incumbent()
+        if request.objective == "throughput" or request.objective == "time_to_train":
+            if lb >= inc * (1 - 1e-9):
+                pruned += 1
+                continue
+        if time.perf_counter() > deadline or refinements >= settings.max_refinements:
+            complete = False
+            break
+        refinements += 1
+        res = _refine(model, training, cluster, [pools[i] for i in subset], pcs, j, headroom, settings, deadline)
+        if res is None:
+            continue
+        strategy, stage_groups, status = res
+        solver_statuses.append(status)
+        record(strategy, stage_groups)
+        if progress and pending:
+            progress(0.3 + 0.6 * refinements / max(len(pending), 1))
+
+    if not exact:
+        _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
+    ranked = sorted(exact.values(), key=lambda e: e.objective)
+    best = ranked[0]
+    alternatives = _distinct_alternatives(ranked[1:], best, request.top_k)
+    if solver_statuses:
+        status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in solver_statuses) else "FEASIBLE"
+    else:
+        status = "OPTIMAL" if complete else "FEASIBLE"
+    warnings = dtype_warnings + list(best.prediction.warnings)
+    try:
+        from planner_service.preflight import preflight_warnings  # noqa: WPS433 - optional integration
+
+        plan_view = {
+            "cluster": request.cluster.to_dict(),
+            "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
+        }
+        warnings += preflight_warnings(plan_view)
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - warnings must never break planning
+        pass
+    search = {
+        "candidates": enumerated,
+        "pruned": pruned,
+        "refined": refinements,
+        "solver_status": status,
+        "wall_time_s": round(time.perf_counter() - t0, 4),
+    }
+    if progress:
+        progress(1.0)
+    return PlanResult(
+        best=best,
+        alternatives=alternatives,
+        search=search,
+        explanation=explain(best, alternatives, cluster),
+        warnings=warnings,
+        cluster=cluster,
+        model=model,
+        objective=request.objective,
+    )
+
+
+def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
+    """Bound for multi-pool candidates (vectorised).  With per-layer stage times b_p, stage
+    time T ≥ n_i·b_{p(i)}, so L = Σ n_i ≤ T·Σ_i 1/b_{p(i)} ≤ T·(the pp largest 1/b_p the pool
+    capacities allow); and Σ t ≥ L·min_p b_p.  Pipeline ≥ (m − 1/v)·T + Σt/v."""
+    L = model.num_layers
+    block = S.dp * S.cp * S.tp
+    b = np.stack([pc.dc.layer.total_s for pc in pcs])  # [P, N]
+    caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])  # [P, N]
+    order = np.argsort(b, axis=0)
+    inv_sum = np.zeros(len(S))
+    left = S.pp.copy()
+    for r in range(len(pcs)):
+        p = order[r]
+        bp = np.take_along_axis(b, p[None, :], 0)[0]
+        cp = np.take_along_axis(caps, p[None, :], 0)[0]
+        take = np.minimum(cp, left)
+        inv_sum += take / bp
+        left -= take
+    T_lb = L / np.maximum(inv_sum, 1e-30)
+    m = training.global_batch_size / (S.dp * S.mbs)
+    sum_t = L * b.min(axis=0)
+    return (m - 1.0) * T_lb + sum_t
+
+
+def _refine(model, training, cluster, groups: list[NodeGroup], pcs, j, headroom, settings, deadline):
+    """Optimal split (and pool assignment) for candidate j with CP-SAT."""
+    S = pcs[0].S
+    pp = int(S.pp[j])
+    block = int(S.dp[j] * S.cp[j] * S.tp[j])
+    lins = []
+    for g, pc in zip(groups, pcs):
+        cross_default = block >= g.gpus_per_node
+        lins.append(stage_linear(model, training, pc, j, pp, cross_default))
+    caps_bytes = [g.device.memory_bytes * (1 - headroom) for g in groups]
+    stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
+    m = training.global_batch_size / (S.dp[j] * S.mbs[j])
+    hint_pools = _greedy_pools(groups, stage_caps, pp, [float(l.time_b.mean()) for l in lins])
+    hint_layers = _proportional_layers(model.num_layers, [float(lins[p].time_b.mean()) for p in hint_pools])
+    ref = sum(float(l.time_b.mean()) for l in lins) / len(lins) * model.num_layers / pp * m + 1e-6
+    remaining = max(0.05, min(settings.time_limit_s / 4, deadline - time.perf_counter()))
+    res = solve_split(
+        lins,
+        caps_bytes,
+        stage_caps,
+        model.num_layers,
+        pp,
+        m,
+        int(S.vpp[j]),
+        training.grad_reduce_overlap,
+        remaining,
+        settings.num_workers,
+        hint_layers,
+        hint_pools,
+        scale_ref_s=ref,
+    )
+    if res is None:
+        return None
+    strategy = strategy_at(S, j, res.layers)
+    return strategy, tuple(groups[p].name for p in res.pools), res.status
+
+
+def _greedy_pools(groups, stage_caps, pp, per_layer_s) -> list[int]:
+    """Greedy first answer: the fastest pools host stages first, in pipeline (pool) order."""
+    by_speed = sorted(range(len(groups)), key=lambda p: per_layer_s[p])
+    count = [0] * len(groups)
+    left = pp
+    for p in by_speed:
+        count[p] = min(stage_caps[p], left)
+        left -= count[p]
+    if left > 0:
+        count[by_speed[0]] += left
+    return [p for p in range(len(groups)) for _ in range(count[p])]
+
+
+def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]:
+    """Layers per stage proportional to stage speed, ≥ 1 each, summing to the layer count."""
+    w = np.array([1.0 / max(t, 1e-12) for t in per_layer_s])
+    raw = w / w.sum() * num_layers
+    out = np.maximum(1, np.floor(raw)).astype(int)
+    while out.sum() < num_layers:
+        out[int(np.argmax(raw - out))] += 1
+    while out.sum() > num_layers:
+        k = int(np.argmax(np.where(out > 1, out - raw, -np.inf)))
+        out[k] -= 1
+    return [int(v) for v in out]
+
+
+def _distinct_alternatives(ranked: list[Evaluated], best: Evaluated, k: int) -> list[Evaluated]:
+    """Top-k alternatives that differ from the best (and each other) in a structural knob."""
+
+    def shape(e: Evaluated) -> tuple:
+        s = e.strategy
+        return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(e.stage_groups))))
+
+    seen = {shape(best)}
+    out = []
+    for e in ranked:
+        sh = shape(e)
+        if sh in seen:
+            continue
+        seen.add(sh)
+        out.append(e)
+        if len(out) >= k:
+            break
+    return out
+
+
+def _raise_infeasible(model, training, cluster, headroom, shortfalls) -> None:
+    if shortfalls:
+        need_bytes, device = min(shortfalls)
+        dev = next(g.device for g in cluster.node_groups if g.device.name == device)
+        usable = dev.memory_GB * (1 - headroom)
+        raise NoFeasiblePlan(
+            f"no strategy fits: needs at least {need_bytes / 1e9:.1f} GB per GPU (weights, gradients, optimizer "
+            f"state and one layer's activations at the largest model-parallel size allowed); {device} has "
+            f"{dev.memory_GB:.0f} GB ({usable:.1f} GB usable with {headroom:.0%} headroom)",
+            field="cluster",
+        )
+    raise NoFeasiblePlan(
+        "no valid strategy: no combination of tp/pp/dp/cp/micro-batch divides the model, batch and cluster "
+        "under the constraints (check pinned fields, max_devices and global_batch_size)",
+        field="constraints",
+    )
