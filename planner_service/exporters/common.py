@@ -110,7 +110,10 @@ class Artifact:
 
 
 def q(word: Any) -> str:
-    return shlex.quote(str(word))
+    text = str(word)
+    if text.startswith("="):  # NCCL's exact-match prefix: quote so no shell reads "=="
+        return "'" + text.replace("'", "'\\''") + "'"
+    return shlex.quote(text)
 
 
 def python_command(words: list[str]) -> list[str]:

@@ -94,7 +94,7 @@ def node_script(view: PlanView, params: LaunchParams, mode: str) -> str:
         "    exit 3",
         "    ;;",
         "esac",
-        'export PLAN_NODE_NAME="$host"',
+        'export PLAN_NODE_NAME="$host" PLAN_NODE_RANK="$node_rank"',
     ]
     for k, v in params.env.items():
         lines.append(f"export {k}={q(v)}")
