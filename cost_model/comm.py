@@ -8,10 +8,10 @@ For n ranks moving S bytes at bus bandwidth β per rank (NCCL's performance note
 * all-to-all        (n−1)/n · S/β + (n−1)·α          (S = bytes each rank sends in total)
 * send/recv         S/β + α
 
-Hierarchical (group spans nodes with ``r`` ranks per node): the intra-node part runs on NVLink,
-the inter-node part on each GPU's share of the node's NICs, on 1/r of the data (reduce-scatter
-inside the node, all-reduce across nodes, all-gather inside the node).  β is the link figure
-times the device family's achieved fraction.  All functions broadcast over numpy arrays.
+Across nodes (``r`` of the group's ranks on each node) the ring runs one channel per NIC, so β
+is the slower of NVLink and the r NICs the group owns on a node (NCCL's bus bandwidth on
+DGX-class nodes).  β is the link figure times the device family's achieved fraction.  All
+functions broadcast over numpy arrays.
 """
 
 from __future__ import annotations
@@ -63,32 +63,35 @@ def ranks_per_node(n, stride, gpus_per_node):
     return np.minimum(n, per_node)
 
 
-def _flat_time(n, size_bytes, beta_GBps, alpha_s, volume_factor, steps_factor):
+def _ring_beta(r, nodes, links: Links):
+    """Bus bandwidth of a ring over ``nodes`` nodes with ``r`` of the group's ranks on each: on
+    one node NVLink; across nodes NCCL runs one channel per NIC, so the ring moves at the
+    slower of NVLink and the ``r`` NICs the group's ranks own on a node (DGX A100: 8 × 25 GB/s
+    = 200 GB/s bus bandwidth for a full-node group, 25 GB/s when one rank per node)."""
+    return np.where(nodes > 1, np.minimum(links.intra_GBps, r * links.inter_GBps), links.intra_GBps)
+
+
+def _ring_time(n, size_bytes, links: Links, per_node, volume_factor):
     n = _f(n)
     safe = np.maximum(n, 1.0)
-    t = volume_factor * (safe - 1.0) / safe * _f(size_bytes) / (beta_GBps * 1e9) + steps_factor * (safe - 1.0) * alpha_s
+    r = np.maximum(np.minimum(_f(per_node), safe), 1.0)
+    nodes = np.maximum(1.0, np.ceil(safe / r))
+    beta = _ring_beta(r, nodes, links)
+    steps = (r - 1.0) + (nodes - 1.0)
+    t = volume_factor * (safe - 1.0) / safe * _f(size_bytes) / (beta * 1e9) + volume_factor * steps * links.alpha_s
     return np.where(n > 1, t, 0.0)
 
 
 def allreduce_time_s(n, size_bytes, links: Links, per_node):
-    """Hierarchical ring all-reduce of ``size_bytes`` over ``n`` ranks, ``per_node`` of them on
-    each node."""
-    n = _f(n)
-    r = np.minimum(_f(per_node), n)
-    nodes = np.maximum(1.0, n / np.maximum(r, 1.0))
-    intra = _flat_time(r, size_bytes, links.intra_GBps, links.alpha_s, 2.0, 2.0)
-    inter = _flat_time(nodes, _f(size_bytes) / np.maximum(r, 1.0), links.inter_GBps, links.alpha_s, 2.0, 2.0)
-    return intra + inter
+    """Ring all-reduce of ``size_bytes`` over ``n`` ranks, ``per_node`` of them on each node:
+    2·(n−1)/n·S/β + 2·steps·α with β from :func:`_ring_beta` and steps = (r−1) + (nodes−1)
+    (NCCL's hierarchical latency)."""
+    return _ring_time(n, size_bytes, links, per_node, 2.0)
 
 
 def reduce_scatter_time_s(n, size_bytes, links: Links, per_node):
-    """Hierarchical reduce-scatter (input ``size_bytes`` per rank); all-gather costs the same."""
-    n = _f(n)
-    r = np.minimum(_f(per_node), n)
-    nodes = np.maximum(1.0, n / np.maximum(r, 1.0))
-    intra = _flat_time(r, size_bytes, links.intra_GBps, links.alpha_s, 1.0, 1.0)
-    inter = _flat_time(nodes, _f(size_bytes) / np.maximum(r, 1.0), links.inter_GBps, links.alpha_s, 1.0, 1.0)
-    return intra + inter
+    """Ring reduce-scatter (input ``size_bytes`` per rank); all-gather costs the same."""
+    return _ring_time(n, size_bytes, links, per_node, 1.0)
 
 
 allgather_time_s = reduce_scatter_time_s

@@ -1,0 +1,83 @@
+"""At least 20 invalid strategies, models, trainings and clusters: each a typed error naming the
+field and the reason, never a traceback."""
+
+import pytest
+
+from cost_model.errors import PlannerError
+from planner_service.requests import parse_estimate_request
+from cost_model import estimate
+
+GOOD = {
+    "model": {"preset": "llama3-8b"},
+    "training": {"global_batch_size": 64, "sequence_length": 4096},
+    "cluster": {"name": "c", "node_groups": [{"name": "h", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+    "strategy": {"dp": 4, "tp": 4, "pp": 1, "micro_batch_size": 1},
+}
+
+
+def with_(path, value):
+    import copy
+
+    body = copy.deepcopy(GOOD)
+    cur = body
+    keys = path.split(".")
+    for k in keys[:-1]:
+        cur = cur[int(k)] if isinstance(cur, list) else cur[k]
+    last = keys[-1]
+    if isinstance(cur, list):
+        cur[int(last)] = value
+    elif value is ...:
+        cur.pop(last)
+    else:
+        cur[last] = value
+    return body
+
+
+CASES = [
+    (with_("strategy.tp", 3), "strategy.tp", "does not divide the 32 attention heads"),
+    (with_("strategy.tp", 0), "strategy.tp", "positive integer"),
+    (with_("strategy.tp", "8"), "strategy.tp", "positive integer"),
+    (with_("strategy.pp", 5), "strategy.pp", "does not divide the 32 layers"),
+    (with_("strategy.pp", 64), "strategy.pp", "exceeds"),
+    (with_("strategy.dp", 8), "strategy.dp", "cluster has 16"),
+    (with_("strategy.micro_batch_size", 3), "strategy.micro_batch_size", "not divisible"),
+    (with_("strategy.cp", 3), "strategy.cp", "does not divide sequence_length"),
+    (with_("strategy.ep", 2), "strategy.ep", "mixture-of-experts"),
+    (with_("strategy.sequence_parallel", True) | {"strategy": {"dp": 16, "tp": 1, "sequence_parallel": True}}, "strategy.sequence_parallel", "needs tp > 1"),
+    (with_("strategy.recompute", "some"), "strategy.recompute", "one of"),
+    (with_("strategy.zero_stage", 4), "strategy.zero_stage", "0, 1, 2 or 3"),
+    ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "layers_per_stage": [10, 10]}}, "strategy.layers_per_stage", "sums to 20"),
+    ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "layers_per_stage": [16, 8, 8]}}, "strategy.layers_per_stage", "3 entries"),
+    ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 3}}, "strategy.pp", "does not divide"),
+    ({**GOOD, "strategy": {"dp": 16, "vpp": 2}}, "strategy.vpp", "needs pp > 1"),
+    ({**GOOD, "strategy": {"dp": 4, "tp": 4, "zero_stage": 3, "pp": 1, "bogus": 1}}, "strategy.bogus", "unknown strategy fields"),
+    ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "zero_stage": 3}}, "strategy.zero_stage", "pipeline"),
+    (with_("model", {"preset": "gpt-9"}), "model.preset", "unknown preset"),
+    (with_("model", {"preset": "llama3-8b", "transformer": {}}), "model", "exactly one"),
+    (with_("model", {"transformer": {"hidden_size": 64}}), "model.transformer.num_hidden_layers", "required"),
+    (with_("training.global_batch_size", 0), "training.global_batch_size", "positive integer"),
+    (with_("training.sequence_length", ...), "training.sequence_length", "required"),
+    (with_("training.dtype", "int4"), "training.dtype", "one of"),
+    (with_("training.optimizer", "lamb"), "training.optimizer", "one of"),
+    (with_("cluster.node_groups.0.device", "TPU-v5"), "cluster.node_groups[0].device", "unknown device"),
+    (with_("cluster.node_groups.0.count", 0), "cluster.node_groups[0].count", "positive integer"),
+    (with_("cluster.node_groups.0.intra_node_bandwidth_GBps", -5), "cluster.node_groups[0].intra_node_bandwidth_GBps", "positive"),
+    (with_("cluster.node_groups", []), "cluster.node_groups", "non-empty"),
+    (with_("cluster.nodes", [{"hostname": "nope", "available": False}]), "cluster.nodes[0].hostname", "in no node group"),
+    (with_("cluster.nodes", [{"hostname": "h-0", "available": False}, {"hostname": "h-1", "available": False}]), "cluster.nodes", "unavailable"),
+    (with_("cluster.node_groups.0.device", {"name": "x", "memory_GB": 80}), "cluster.node_groups[0].device.memory_bandwidth_GBps", "positive"),
+    (with_("training.dtype", "fp8") | {"cluster": {"name": "c", "node_groups": [{"name": "a", "count": 2, "device": "A100-SXM4-80GB"}]}}, "training.dtype", "no fp8 peak"),
+]
+
+
+@pytest.mark.parametrize("body, field, reason", CASES, ids=[c[1] + ":" + c[2][:20] for c in CASES])
+def test_bad_input_names_field_and_reason(body, field, reason):
+    with pytest.raises(PlannerError) as e:
+        req = parse_estimate_request(body)
+        estimate(req.model, req.training, req.cluster, req.strategy)
+    assert e.value.field == field, e.value.to_dict()
+    assert reason in e.value.message, e.value.message
+
+
+def test_table_is_large_enough():
+    assert len(CASES) >= 20

@@ -1,0 +1,94 @@
+import pytest
+
+from cost_model import Strategy, Training, cluster_from_dict, estimate, get_preset, simple_cluster
+from cost_model.result import BREAKDOWN_KEYS
+
+TR = Training(global_batch_size=512, sequence_length=2048)
+
+
+def test_contract_fields_and_breakdown_sum_to_step_time():
+    est = estimate(get_preset("gpt3-6.7b"), TR, simple_cluster("A100-SXM4-80GB", 4), Strategy(dp=8, tp=4, micro_batch_size=2, sequence_parallel=True))
+    d = est.to_dict()
+    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "fits", "peak_memory_GB", "breakdown_s"):
+        assert key in d
+    assert set(d["breakdown_s"]) == set(BREAKDOWN_KEYS)
+    assert sum(d["breakdown_s"].values()) == pytest.approx(est.step_time_s, rel=1e-9)
+    assert est.tokens_per_s == pytest.approx(512 * 2048 / est.step_time_s)
+    assert 0.2 < est.mfu < 0.8
+
+
+def test_hardware_flops_include_recompute_and_model_flops_do_not():
+    model, cl = get_preset("gpt3-6.7b"), simple_cluster("A100-SXM4-80GB", 4)
+    none = estimate(model, TR, cl, Strategy(dp=8, tp=4, micro_batch_size=2, sequence_parallel=True))
+    full = estimate(model, TR, cl, Strategy(dp=8, tp=4, micro_batch_size=2, sequence_parallel=True, recompute="full"))
+    assert none.hardware_tflops_per_gpu == pytest.approx(none.model_tflops_per_gpu)
+    assert full.hardware_tflops_per_gpu > full.model_tflops_per_gpu * 1.25
+    assert full.step_time_s > none.step_time_s and full.breakdown_s["recompute"] > 0
+    assert max(full.peak_memory_GB) < max(none.peak_memory_GB)
+
+
+def test_tp_group_spanning_nodes_pays_the_network():
+    model = get_preset("gpt3-13b")
+    inside = estimate(model, TR, simple_cluster("A100-SXM4-80GB", 4), Strategy(dp=4, tp=8, micro_batch_size=1, sequence_parallel=True))
+    across = estimate(model, TR, simple_cluster("A100-SXM4-80GB", 8, gpus_per_node=4), Strategy(dp=4, tp=8, micro_batch_size=1, sequence_parallel=True))
+    # 4 NICs of 25 GB/s per node instead of NVLink: the bandwidth term grows ~2.7x
+    assert across.breakdown_s["tp_comm"] > 1.5 * inside.breakdown_s["tp_comm"]
+    assert across.step_time_s > inside.step_time_s
+    assert any("spans nodes" in w for w in across.warnings)
+
+
+def test_bubble_shrinks_with_more_microbatches_and_interleaving():
+    model, cl = get_preset("gpt3-13b"), simple_cluster("A100-SXM4-80GB", 2)
+    few = estimate(model, Training(32, 2048), cl, Strategy(dp=2, tp=2, pp=4, micro_batch_size=2))
+    many = estimate(model, Training(256, 2048), cl, Strategy(dp=2, tp=2, pp=4, micro_batch_size=2))
+    inter = estimate(model, Training(256, 2048), cl, Strategy(dp=2, tp=2, pp=4, vpp=2, micro_batch_size=2))
+    frac = lambda e: e.breakdown_s["bubble"] / e.step_time_s  # noqa: E731
+    assert frac(few) > frac(many) > frac(inter)
+    # (p-1)/(m) with m = 256/(2*2) = 64: about 3/67 of the pipeline time
+    assert frac(many) == pytest.approx(3 / 67, rel=0.25)
+
+
+def test_more_devices_more_throughput_and_faster_devices_faster():
+    model = get_preset("llama3-8b")
+    tr = Training(256, 4096)
+    a = estimate(model, tr, simple_cluster("A100-SXM4-80GB", 2), Strategy(dp=8, tp=2, micro_batch_size=1, sequence_parallel=True))
+    b = estimate(model, tr, simple_cluster("A100-SXM4-80GB", 4), Strategy(dp=16, tp=2, micro_batch_size=1, sequence_parallel=True))
+    h = estimate(model, tr, simple_cluster("H100-SXM5-80GB", 2), Strategy(dp=8, tp=2, micro_batch_size=1, sequence_parallel=True))
+    assert b.tokens_per_s > 1.7 * a.tokens_per_s
+    assert h.tokens_per_s > 2 * a.tokens_per_s
+
+
+def test_context_and_expert_parallel_costs_appear():
+    tr = Training(64, 32768)
+    cp = estimate(get_preset("llama3-8b"), tr, simple_cluster("H100-SXM5-80GB", 2), Strategy(dp=2, tp=2, cp=4, micro_batch_size=1, sequence_parallel=True, recompute="full", zero_stage=1))
+    assert cp.breakdown_s["cp_comm"] >= 0 and cp.fits
+    moe = estimate(get_preset("mixtral-8x7b"), Training(256, 4096), simple_cluster("H100-SXM5-80GB", 4), Strategy(dp=8, tp=4, ep=8, micro_batch_size=1, sequence_parallel=True, zero_stage=1))
+    assert moe.breakdown_s["ep_comm"] > 0
+
+
+def test_heterogeneous_default_layout_and_stage_groups():
+    cl = cluster_from_dict({"name": "mix", "node_groups": [
+        {"name": "h", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"},
+        {"name": "a", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]})
+    model = get_preset("llama3-8b")
+    tr = Training(64, 4096)
+    s = Strategy(dp=2, tp=4, pp=2, micro_batch_size=1, sequence_parallel=True, layers_per_stage=(20, 12))
+    est = estimate(model, tr, cl, s)
+    assert [st.device for st in est.stages] == ["H100-SXM5-80GB", "A100-SXM4-80GB"]
+    swapped = estimate(model, tr, cl, s, stage_groups=("a", "h"))
+    assert [st.device for st in swapped.stages] == ["A100-SXM4-80GB", "H100-SXM5-80GB"]
+    assert swapped.step_time_s > est.step_time_s  # 20 layers on the slower device
+
+
+def test_unavailable_nodes_reduce_devices():
+    cl = cluster_from_dict({"name": "c", "node_groups": [{"name": "g", "count": 2, "device": "A100-SXM4-80GB"}],
+                            "nodes": [{"hostname": "g-1", "available": False}]})
+    assert cl.total_gpus == 8
+    with pytest.raises(Exception) as e:
+        estimate(get_preset("gpt3-1.3b"), TR, cl, Strategy(dp=16))
+    assert "8 available" in str(e.value)
+
+
+def test_does_not_fit_is_reported():
+    est = estimate(get_preset("llama3-70b"), Training(64, 4096), simple_cluster("A100-SXM4-40GB", 1), Strategy(dp=8, micro_batch_size=1))
+    assert not est.fits and any("does not fit" in w for w in est.warnings)
