@@ -16,48 +16,54 @@ records RANK and its GPU; the result is ``{rank: (host, physical gpu)}``.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
+import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-RECORDER = r'''#!{python}
-import json, os, sys, uuid
-tool = os.path.basename(sys.argv[0])
-argv = sys.argv[1:]
-if tool == "hostname":
-    print(os.environ.get("FAKE_HOSTNAME", "unknown-host"))
-    sys.exit(0)
-if tool == "srun":
-    i = 0
-    while i < len(argv) and argv[i].startswith("-"):
-        i += 1
-    os.execvp(argv[i], argv[i:])
-if tool == "python" and argv[:2] == ["-m", "paddle.distributed.launch"]:
-    tool = "paddle"
-kind = "proc" if tool == "python" else "launch"
-rec = {{"tool": tool, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}}
-path = os.path.join(os.environ["SIM_RECORD"], kind + "-" + uuid.uuid4().hex + ".json")
-with open(path, "w") as fh:
-    json.dump(rec, fh)
+RECORDER = r'''#!/bin/bash
+# Fake launcher / python / srun / hostname: records argv, env and cwd, starts nothing.
+tool="$(basename "$0")"
+case "$tool" in
+  hostname) echo "${FAKE_HOSTNAME:-unknown-host}"; exit 0 ;;
+  srun) while [[ "${1:-}" == -* ]]; do shift; done; exec "$@" ;;
+esac
+if [ "$tool" = python ] && [ "${1:-}" = -m ] && [ "${2:-}" = paddle.distributed.launch ]; then tool=paddle; shift 2; fi
+kind=launch; if [ "$tool" = python ]; then kind=proc; fi
+d="$SIM_RECORD/$kind-$$-$RANDOM$RANDOM"
+mkdir "$d"
+echo "$tool" > "$d/tool"
+pwd > "$d/cwd"
+printf '%s\0' "$@" > "$d/argv"
+env -0 > "$d/env"
 '''
 
 
 def make_bin(tmp: Path) -> Path:
     bindir = tmp / "fakebin"
     bindir.mkdir(exist_ok=True)
-    text = RECORDER.format(python=sys.executable)
     for name in ("torchrun", "deepspeed", "srun", "python", "hostname"):
         p = bindir / name
-        p.write_text(text)
+        p.write_text(RECORDER)
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
     return bindir
+
+
+def _read_record(d: Path) -> dict[str, Any]:
+    def split0(data: bytes) -> list[str]:
+        return [x.decode() for x in data.split(b"\0")[:-1]]
+
+    env = {}
+    for item in split0((d / "env").read_bytes()):
+        k, _, v = item.partition("=")
+        env[k] = v
+    return {"tool": (d / "tool").read_text().strip(), "argv": split0((d / "argv").read_bytes()), "env": env,
+            "cwd": (d / "cwd").read_text().strip()}
 
 
 class Sim:
@@ -92,9 +98,9 @@ class Sim:
 
     def take(self, kind: str) -> list[dict[str, Any]]:
         recs = []
-        for p in sorted(self.record.glob(f"{kind}-*.json")):
-            recs.append(json.loads(p.read_text()))
-            p.unlink()
+        for p in sorted(self.record.glob(f"{kind}-*")):
+            recs.append(_read_record(p))
+            shutil.rmtree(p)
         return recs
 
     # --- launcher emulation -------------------------------------------------------------
@@ -157,7 +163,7 @@ class Sim:
     def _paddle(self, launches: list[dict[str, Any]]) -> None:
         nodes = []
         for rec in launches:
-            flags, entry = self._flags(rec["argv"][2:])
+            flags, entry = self._flags(rec["argv"])
             nodes.append((rec, flags, entry))
         nodes.sort(key=lambda n: int(n[1]["rank"]))
         assert [int(n[1]["rank"]) for n in nodes] == list(range(len(nodes)))

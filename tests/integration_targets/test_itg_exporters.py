@@ -20,8 +20,8 @@ from cost_model.errors import InvalidInput
 from planner_service.exporters import TARGETS, LaunchParams, render
 from planner_service.exporters.frameworks import megatron_layout, megatron_reference
 
-from .plans import ALL_PLANS, homogeneous_plan, interleaved_plan, mixed_plan, uneven_gpu_plan
-from .simulate import Sim, affinity_hosts, plan_mapping, pod_templates
+from itg_plans import ALL_PLANS, homogeneous_plan, interleaved_plan, mixed_plan, uneven_gpu_plan
+from itg_simulate import Sim, affinity_hosts, plan_mapping, pod_templates
 
 PARAMS = LaunchParams(image="nvcr.io/nvidia/pytorch:24.05-py3", command="train.py --config cfg.yaml", queue="gpu", smoke_test=False)
 PLAN_NAMES = list(ALL_PLANS)
