@@ -13,6 +13,7 @@ ROUTER_MODULES = (
     "planner_service.api.routes.estimate",
     "planner_service.api.routes.plans",
     "planner_service.api.routes.jobs",
+    "planner_service.api.routes.profiles",
 )
 
 
