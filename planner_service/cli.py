@@ -12,6 +12,7 @@ app = typer.Typer(help="Auto-parallel planner: estimate, plan, serve, profile, l
 #: Modules that define ``register(app: typer.Typer)``.
 COMMAND_MODULES = (
     "planner_service.cli_estimate",
+    "planner_service.cli_integration",
     "planner_service.cli_plan",
     "planner_service.cli_service",
     "planner_service.cli_profile",

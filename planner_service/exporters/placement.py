@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cost_model.errors import InvalidInput
+from cost_model.errors import InvalidInput, PlannerError
+from cost_model.model import from_hf_config, get_preset
 
 
 class InvalidPlan(InvalidInput):
@@ -207,7 +208,7 @@ def _even_split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def _layers(plan: Mapping[str, Any], best: Mapping[str, Any], strategy: Mapping[str, Any], pp: int, vpp: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: Mapping[str, Any], pp: int, vpp: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """Decoder layers per physical stage and per model chunk (virtual stage), model order.
 
     ``layers_per_stage`` may list ``pp`` physical stages or ``pp·vpp`` model chunks (chunk ``k``
@@ -222,7 +223,6 @@ def _layers(plan: Mapping[str, Any], best: Mapping[str, Any], strategy: Mapping[
             ordered = sorted(stages, key=lambda s: s.get("index", 0))
             lps = [s["num_layers"] for s in ordered]
     if lps is None:
-        spec = (plan.get("model") or {}).get("spec") if isinstance(plan.get("model"), Mapping) else None
         total = None
         if isinstance(spec, Mapping):
             total = spec.get("num_hidden_layers", spec.get("n_layer"))
@@ -248,6 +248,30 @@ def _layers(plan: Mapping[str, Any], best: Mapping[str, Any], strategy: Mapping[
     if sum(physical) < 1:
         raise InvalidPlan("must hold at least one layer", field="plan.best.strategy.layers_per_stage")
     return tuple(physical), tuple(chunks)
+
+
+def _model_spec(model: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """HF-style keys of the plan's model.  ``model.spec`` may already hold them, or be the
+    request's model (``{"transformer": {...}}`` / ``{"preset": name}``; GPT-2 names too), which
+    cost_model normalises; a graph model has no layer shape."""
+    spec = model.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    try:
+        if isinstance(spec.get("transformer"), Mapping):
+            return from_hf_config(spec["transformer"]).to_dict()
+        if isinstance(spec.get("preset"), str):
+            return get_preset(spec["preset"]).to_dict()
+    except PlannerError:
+        return None
+    if "graph" in spec or "model_id" in spec:
+        return None
+    if "num_hidden_layers" not in spec and "n_layer" in spec:
+        try:
+            return from_hf_config(spec).to_dict()
+        except PlannerError:
+            return None
+    return spec
 
 
 def plan_view(plan: Mapping[str, Any]) -> PlanView:
@@ -353,9 +377,9 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         )
         base += len(slots_h)
 
-    physical, chunks = _layers(plan, best, strategy, pp, vpp)
     model = plan.get("model") if isinstance(plan.get("model"), Mapping) else {}
-    spec = model.get("spec") if isinstance(model.get("spec"), Mapping) else None
+    spec = _model_spec(model)
+    physical, chunks = _layers(spec, best, strategy, pp, vpp)
     training = plan.get("training") if isinstance(plan.get("training"), Mapping) else {}
     plan_id = plan.get("id")
     return PlanView(

@@ -46,7 +46,7 @@ env -0 > "$d/env"
 
 def make_bin(tmp: Path) -> Path:
     bindir = tmp / "fakebin"
-    bindir.mkdir(exist_ok=True)
+    bindir.mkdir(parents=True, exist_ok=True)
     for name in ("torchrun", "deepspeed", "srun", "python", "hostname"):
         p = bindir / name
         p.write_text(RECORDER)

@@ -13,6 +13,8 @@ ROUTER_MODULES = (
     "planner_service.api.routes.estimate",
     "planner_service.api.routes.plans",
     "planner_service.api.routes.jobs",
+    "planner_service.api.routes.launch",
+    "planner_service.api.routes.clusters",
     "planner_service.api.routes.profiles",
 )
 
