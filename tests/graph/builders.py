@@ -68,3 +68,54 @@ def megatron_shardings(layers: int) -> dict[str, str]:
                     p + "gelu": "split_dim2", p + "fc2": "split_weight_rows", p + "drop2": "replicate",
                     p + "res2": "replicate"})
     return out
+
+
+def synthetic_graph(num_ops: int = 5000, hidden: int = 1024, seed: int = 0) -> dict[str, Any]:
+    """A deterministic random DAG of about ``num_ops`` operators: residual blocks of norms,
+    GEMMs, activations, gates and skip connections (a stand-in for an exported model with many
+    small operators)."""
+    import random
+
+    rnd = random.Random(seed)
+    h = hidden
+    ops: list[dict[str, Any]] = []
+    x = "x"
+    i = 0
+    while len(ops) < num_ops - 3:
+        p = f"b{i}."
+        w = rnd.choice([h, 2 * h, 4 * h])
+        act = rnd.choice(["Relu", "Gelu", "Silu", "Tanh"])
+        block = [
+            {"name": p + "norm", "type": rnd.choice(["LayerNorm", "RMSNorm"]), "inputs": [x], "outputs": [p + "n"], "params": {"scale": [h]}},
+            {"name": p + "up", "type": "MatMul", "inputs": [p + "n"], "outputs": [p + "u"], "params": {"weight": [h, w]}},
+            {"name": p + "act", "type": act, "inputs": [p + "u"], "outputs": [p + "a"]},
+        ]
+        if rnd.random() < 0.5:
+            block += [
+                {"name": p + "gate", "type": "MatMul", "inputs": [p + "n"], "outputs": [p + "g"], "params": {"weight": [h, w]}},
+                {"name": p + "sig", "type": "Sigmoid", "inputs": [p + "g"], "outputs": [p + "gs"]},
+                {"name": p + "mul", "type": "Mul", "inputs": [p + "a", p + "gs"], "outputs": [p + "m"]},
+            ]
+            mid = p + "m"
+        else:
+            mid = p + "a"
+        block += [
+            {"name": p + "down", "type": "MatMul", "inputs": [mid], "outputs": [p + "d"], "params": {"weight": [w, h]}},
+            {"name": p + "scale", "type": "Mul", "inputs": [p + "d"], "outputs": [p + "s"], "params": {"gamma": [h]}},
+            {"name": p + "drop", "type": "Dropout", "inputs": [p + "s"], "outputs": [p + "dr"]},
+            {"name": p + "res", "type": "Add", "inputs": [x, p + "dr"], "outputs": [p + "out"]},
+        ]
+        ops += block
+        x = p + "out"
+        i += 1
+    ops += [
+        {"name": "final_norm", "type": "LayerNorm", "inputs": [x], "outputs": ["fn"], "params": {"scale": [h]}},
+        {"name": "classifier", "type": "MatMul", "inputs": ["fn"], "outputs": ["logits"], "params": {"weight": [h, 1000]}},
+        {"name": "loss", "type": "CrossEntropy", "inputs": ["logits", "labels"], "outputs": ["loss"]},
+    ]
+    return {
+        "name": f"synthetic-{len(ops)}",
+        "inputs": [{"name": "x", "shape": ["batch", "seq", h]}, {"name": "labels", "shape": ["batch", "seq"], "dtype": "int64"}],
+        "ops": ops,
+        "outputs": ["loss"],
+    }

@@ -1,0 +1,77 @@
+"""Exhaustive enumeration of strategies × stage splits × stage placements, through the public
+``cost_model.estimate`` — the reference the planner must match on small instances."""
+
+from __future__ import annotations
+
+import itertools
+
+from cost_model import Strategy, estimate
+from cost_model.errors import PlannerError
+
+
+def compositions(total: int, parts: int):
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        bounds = (0,) + cuts + (total,)
+        yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
+
+
+def brute_force(model, training, cluster, headroom=0.1):
+    """Minimum step time over every valid strategy, split and contiguous placement of stages on
+    node groups (each stage on one group; one group's stages consecutive)."""
+    groups = list(cluster.node_groups)
+    gpus = {g.name: g.gpus_per_node * len(cluster.available_nodes(g.name)) for g in groups}
+    L = model.num_layers
+    B = training.global_batch_size
+    s = training.sequence_length
+    best = (float("inf"), None, None)
+    for tp in (1, 2, 4, 8):
+        if any(g.gpus_per_node % tp for g in groups) or model.num_heads % tp:
+            continue
+        for cp in (1, 2, 4):
+            if s % cp or (cp > 1 and s // cp < 1024):
+                continue
+            for dp in [d for d in range(1, B + 1) if B % d == 0]:
+                block = dp * cp * tp
+                if block > sum(gpus.values()):
+                    continue
+                for pp in range(1, L + 1):
+                    for mbs in (1, 2, 4, 8):
+                        if (B // dp) % mbs:
+                            continue
+                        m = B // dp // mbs
+                        for vpp in (1, 2, 4):
+                            if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
+                                continue
+                            for rc in ("none", "selective", "full"):
+                                if rc == "selective" and training.attention != "unfused":
+                                    continue
+                                for zero in (0, 1, 2, 3):
+                                    if zero >= 2 and pp > 1:
+                                        continue
+                                    for sp in ((False, True) if tp > 1 else (False,)):
+                                        splits = [None] if vpp > 1 else list(compositions(L, pp))
+                                        for placement in _placements(groups, gpus, block, pp):
+                                            for split in splits:
+                                                st = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch_size=mbs,
+                                                              sequence_parallel=sp, recompute=rc, zero_stage=zero,
+                                                              layers_per_stage=split)
+                                                try:
+                                                    est = estimate(model, training, cluster, st, stage_groups=placement)
+                                                except PlannerError:
+                                                    continue
+                                                if all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages):
+                                                    if est.step_time_s < best[0]:
+                                                        best = (est.step_time_s, st, placement)
+    return best
+
+
+def _placements(groups, gpus, block, pp):
+    """Contiguous stage blocks per group, groups in any order."""
+    out = []
+    names = [g.name for g in groups]
+    for r in range(1, len(names) + 1):
+        for order in itertools.permutations(names, r):
+            for counts in compositions(pp, r) if pp >= r else []:
+                if all(c * block <= gpus[n] for n, c in zip(order, counts)):
+                    out.append(tuple(n for n, c in zip(order, counts) for _ in range(c)))
+    return out
