@@ -119,3 +119,40 @@ def synthetic_graph(num_ops: int = 5000, hidden: int = 1024, seed: int = 0) -> d
         "ops": ops,
         "outputs": ["loss"],
     }
+
+
+def recommender_graph(num_tables: int = 4, rows: int = 10_000_000, dim: int = 128, lookups: int = 1,
+                      dense_features: int = 13, name: str = "dlrm") -> dict[str, Any]:
+    """A DLRM-style recommender: embedding-bag tables (declared by shape, nothing materialised),
+    a bottom MLP on dense features, concatenation and a top MLP with a 2-class loss."""
+    ops: list[dict[str, Any]] = [
+        {"name": "bot1", "type": "MatMul", "inputs": ["dense"], "outputs": ["b1"], "params": {"weight": [dense_features, 512], "bias": [512]}},
+        {"name": "bot1_relu", "type": "Relu", "inputs": ["b1"], "outputs": ["b1r"]},
+        {"name": "bot2", "type": "MatMul", "inputs": ["b1r"], "outputs": ["b2"], "params": {"weight": [512, dim], "bias": [dim]}},
+        {"name": "bot2_relu", "type": "Relu", "inputs": ["b2"], "outputs": ["b2r"]},
+    ]
+    inputs = [{"name": "dense", "shape": ["batch", dense_features]}, {"name": "label", "shape": ["batch"], "dtype": "int64"}]
+    feats = ["b2r"]
+    for i in range(num_tables):
+        inputs.append({"name": f"ids{i}", "shape": ["batch", lookups], "dtype": "int64"})
+        ops.append({"name": f"table{i}", "type": "EmbeddingBag", "inputs": [f"ids{i}"], "outputs": [f"e{i}"],
+                    "params": {"weight": [rows, dim]}, "attrs": {"mode": "sum"}})
+        feats.append(f"e{i}")
+    width = dim * (num_tables + 1)
+    ops += [
+        {"name": "interact", "type": "Concat", "inputs": feats, "outputs": ["z"], "attrs": {"axis": 1}},
+        {"name": "top1", "type": "MatMul", "inputs": ["z"], "outputs": ["t1"], "params": {"weight": [width, 1024], "bias": [1024]}},
+        {"name": "top1_relu", "type": "Relu", "inputs": ["t1"], "outputs": ["t1r"]},
+        {"name": "top2", "type": "MatMul", "inputs": ["t1r"], "outputs": ["t2"], "params": {"weight": [1024, 512], "bias": [512]}},
+        {"name": "top2_relu", "type": "Relu", "inputs": ["t2"], "outputs": ["t2r"]},
+        {"name": "top3", "type": "MatMul", "inputs": ["t2r"], "outputs": ["logits"], "params": {"weight": [512, 2], "bias": [2]}},
+        {"name": "loss", "type": "CrossEntropy", "inputs": ["logits", "label"], "outputs": ["loss"]},
+    ]
+    return {"name": name, "inputs": inputs, "ops": ops, "outputs": ["loss"]}
+
+
+def cpu_group(count: int, memory_GB: float = 512.0, name: str = "cpu") -> dict[str, Any]:
+    """A node group of CPU parameter-server hosts (inline device, family "cpu")."""
+    return {"name": name, "count": count, "gpus_per_node": 1, "inter_node_bandwidth_GBps": 25.0,
+            "device": {"name": "xeon-ps", "family": "cpu", "kind": "cpu", "memory_GB": memory_GB,
+                       "memory_bandwidth_GBps": 200.0, "fp32_tflops": 3.0, "cores": 64}}
