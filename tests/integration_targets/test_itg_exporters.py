@@ -411,12 +411,13 @@ def test_deepspeed_config_batch_identity(plan_name):
     assert parts[0] == 0 and parts[-1] == sum(s["layers_per_stage"]) + 2 and len(parts) == s["pp"] + 1
 
 
-def test_deepspeed_config_loads_in_deepspeed_when_installed():
-    ds = pytest.importorskip("deepspeed")
+def test_deepspeed_config_keys_are_deepspeeds_when_installed():
+    consts = pytest.importorskip("deepspeed.runtime.constants")
+    known = {v for v in vars(consts).values() if isinstance(v, str)}
     _, art = _render("mixed", "deepspeed-config")
-    from deepspeed.runtime.config import DeepSpeedConfig  # noqa: F401 - needs a distributed env to build
-
-    assert json.loads(art.files["ds_config.json"])["train_batch_size"] == 128 and ds
+    cfg = json.loads(art.files["ds_config.json"])
+    for key in cfg:
+        assert key in known or key in ("zero_optimization", "activation_checkpointing"), key
 
 
 @pytest.mark.parametrize("plan_name", PLAN_NAMES)
@@ -447,6 +448,8 @@ def test_paddle_fleet_strategy_accepts_config_when_installed(tmp_path):
     spec.loader.exec_module(mod)
     strategy = mod.build_strategy(mod.load_config(str(tmp_path / "fleet_strategy.json")))
     assert strategy.hybrid_configs["mp_degree"] == 2 and strategy.hybrid_configs["pp_degree"] == 2
+    assert strategy.hybrid_configs["sharding_degree"] == 4  # zero_stage 1 → sharding over the dp ranks
+    assert strategy.hybrid_parallel_order == ["pp", "sharding", "dp", "sep", "mp"]
     assert strategy.pipeline_configs["accumulate_steps"] == 16
 
 
