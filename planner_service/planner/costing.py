@@ -75,6 +75,27 @@ class EvenEval:
     min_memory_shortfall_bytes: np.ndarray  # > 0: bytes missing on the tightest stage of the best split
 
 
+def _row(st, i: int):
+    """Row i of a StageCost whose arrays are [stages, candidates]."""
+    import dataclasses
+
+    return dataclasses.replace(st, **{f.name: np.broadcast_to(getattr(st, f.name), st.time_s.shape)[i] for f in dataclasses.fields(st)})
+
+
+def _stages_for_split(model, training, pcg, Sg, layers, cross):
+    """StageCost per stage for a fixed split ``layers`` (vectorised over the stage index for
+    the middle stages; first and last carry the embedding and head)."""
+    p = len(layers)
+    if p == 1:
+        return [_stage(model, training, pcg, Sg, layers[0], 0, True, True, cross)]
+    idx = np.arange(p, dtype=float)[:, None]
+    n = np.asarray(layers, dtype=float)[:, None]
+    mid = _stage(model, training, pcg, Sg, n, idx, False, False, cross)
+    first = _stage(model, training, pcg, Sg, layers[0], 0, True, False, cross)
+    last = _stage(model, training, pcg, Sg, layers[-1], p - 1, False, True, cross)
+    return [first] + [_row(mid, i) for i in range(1, p - 1)] + [last]
+
+
 def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float) -> EvenEval:
     """Evaluate every candidate in ``pc.S`` with the near-even split, bound all splits, and
     decide memory feasibility exactly (stage memory is affine in its layer count, so a split
@@ -94,29 +115,18 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         Sg = pcg.S
         p = int(pp)
         cross = cross_all[idx]
-        q, r = divmod(L, p)
-        stages = []
-        cap_layers = np.zeros(len(idx))
-        min_one_ok = np.ones(len(idx), dtype=bool)
-        worst_short = np.zeros(len(idx))
-        sum_t = np.zeros(len(idx))
-        for i in range(p):
-            first, last = i == 0, i == p - 1
-            n_i = q + (1 if i < r else 0)
-            st = _stage(model, training, pcg, Sg, n_i, i, first, last, cross)
-            stages.append(st)
-            st0 = _stage(model, training, pcg, Sg, 0, i, first, last, cross)
-            st1 = _stage(model, training, pcg, Sg, 1, i, first, last, cross)
-            a = st0.peak_memory_bytes
-            b = st1.peak_memory_bytes - a
-            k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
-            cap_layers += np.clip(k, 0, L)
-            min_one_ok &= k >= 1
-            worst_short = np.maximum(worst_short, a + b - capacity_bytes)
-            sum_t += st.time_s
-        fits_even = np.ones(len(idx), dtype=bool)
-        for st in stages:
-            fits_even &= st.peak_memory_bytes <= capacity_bytes
+        split = even_split_layers(L, p)
+        stages = _stages_for_split(model, training, pcg, Sg, split, cross)
+        zero = _stages_for_split(model, training, pcg, Sg, [0] * p, cross)
+        one = _stages_for_split(model, training, pcg, Sg, [1] * p, cross)
+        a = np.stack([st.peak_memory_bytes for st in zero])
+        b = np.stack([st.peak_memory_bytes for st in one]) - a
+        k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
+        cap_layers = np.clip(k, 0, L).sum(axis=0)
+        min_one_ok = (k >= 1).all(axis=0)
+        worst_short = (a + b - capacity_bytes).max(axis=0)
+        sum_t = np.stack([st.time_s for st in stages]).sum(axis=0)
+        fits_even = (np.stack([st.peak_memory_bytes for st in stages]) <= capacity_bytes).all(axis=0)
         sc = combine_stages(stages, Sg, _m(Sg, training), training)
         step[idx] = np.where(fits_even, sc.step_time_s, np.inf)
         feas = min_one_ok & (cap_layers >= L)
@@ -129,6 +139,11 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         mid = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross)
         lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid.optimizer_s
     return EvenEval(step, lb, feasible, shortfall)
+
+
+def even_split_layers(num_layers: int, pp: int) -> list[int]:
+    q, r = divmod(num_layers, pp)
+    return [q + (1 if i < r else 0) for i in range(pp)]
 
 
 @dataclass(frozen=True)

@@ -233,9 +233,6 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0,
         return min((e.objective for e in exact.values()), default=np.inf)
 
     for si, subset in enumerate(subsets):
-        # Pipeline order of pools: large memory first (the first stages hold the most
-        # in-flight activations), then fast first.
-        subset = tuple(sorted(subset, key=lambda i: (-pools[i].device.memory_GB, -pools[i].device.peak_tflops(training.dtype))))
         groups = [pools[i] for i in subset]
         gpn = min(g.gpus_per_node for g in groups)
         if any(g.gpus_per_node % gpn for g in groups):
@@ -423,7 +420,8 @@ def _refine(model, training, cluster, groups: list[NodeGroup], pcs, j, headroom,
 
 
 def _greedy_pools(groups, stage_caps, pp, per_layer_s) -> list[int]:
-    """Greedy first answer: the fastest pools host stages first, in pipeline (pool) order."""
+    """Greedy first answer: the fastest pools host as many stages as they can, pools in the
+    order given."""
     by_speed = sorted(range(len(groups)), key=lambda p: per_layer_s[p])
     count = [0] * len(groups)
     left = pp

@@ -12,8 +12,9 @@ pool p) and ``n[i,p]`` (its layers) to minimise the cost model's step time
 
 where T ≥ t_i (bottleneck stage), E ≥ the exposed DP sync of every stage, O ≥ every stage's
 optimizer step — exactly ``cost_model.pipeline.combine_stages`` — subject to Σ n = L, each
-stage ≥ 1 layer and within its pool's memory, and each pool hosting at most as many stages as
-it has blocks of dp·cp·tp GPUs.  Seconds are scaled to integers in :func:`_scale` (one place).
+stage ≥ 1 layer and within its pool's memory, each pool hosting at most as many stages as it
+has blocks of dp·cp·tp GPUs, and the stages of one pool forming one contiguous block (pools in
+any order).  Seconds are scaled to integers in :func:`_scale` (one place).
 """
 
 from __future__ import annotations
@@ -83,10 +84,19 @@ def solve_split(
     if P > 1:
         for p in range(P):
             model.Add(sum(x[i][p] for i in range(pp)) <= stage_caps[p])
-        # Stages of one pool are contiguous, pools in the given order (symmetry breaking; the
-        # caller orders pools large-memory first, where 1F1B keeps the most activations).
-        for i in range(pp - 1):
-            model.Add(sum(p * x[i][p] for p in range(P)) <= sum(p * x[i + 1][p] for p in range(P)))
+        # The stages of one pool form one contiguous block (pools in any order): pool p's
+        # stages are exactly the indices start_p..end_p when it is used.
+        for p in range(P):
+            k = sum(x[i][p] for i in range(pp))
+            used = model.NewBoolVar(f"used{p}")
+            start = model.NewIntVar(0, pp - 1, f"start{p}")
+            end = model.NewIntVar(0, pp - 1, f"end{p}")
+            model.Add(k >= 1).OnlyEnforceIf(used)
+            model.Add(k == 0).OnlyEnforceIf(used.Not())
+            model.Add(end - start + 1 == k).OnlyEnforceIf(used)
+            for i in range(pp):
+                model.Add(start <= i).OnlyEnforceIf(x[i][p])
+                model.Add(end >= i).OnlyEnforceIf(x[i][p])
 
     # Memory per stage: a + b·n ≤ capacity on the chosen pool.
     for i in range(pp):

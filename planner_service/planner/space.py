@@ -24,7 +24,7 @@ from cost_model.training import Training
 from cost_model.transformer_cost import RECOMPUTE_CODE, StrategyArrays
 
 MBS_CHOICES = (1, 2, 4, 8)
-VPP_CHOICES = (1, 2, 4)
+VPP_CHOICES = (1, 2, 3, 4, 6, 8)
 CP_CHOICES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODE.items()}
 

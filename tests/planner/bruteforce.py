@@ -39,7 +39,7 @@ def brute_force(model, training, cluster, headroom=0.1):
                         if (B // dp) % mbs:
                             continue
                         m = B // dp // mbs
-                        for vpp in (1, 2, 4):
+                        for vpp in (1, 2, 3, 4, 6, 8):
                             if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
                                 continue
                             for rc in ("none", "selective", "full"):
