@@ -70,10 +70,7 @@ def to_json_safe(value: Any) -> Any:
         return int(value)
     if isinstance(value, float):
         return float(value) if math.isfinite(value) else None
-    item = getattr(value, "item", None)  # numpy scalar
-    if callable(item):
-        return to_json_safe(item())
-    tolist = getattr(value, "tolist", None)  # numpy array
+    tolist = getattr(value, "tolist", None)  # numpy scalar or array
     if callable(tolist):
         return to_json_safe(tolist())
     if hasattr(value, "to_dict"):

@@ -303,17 +303,30 @@ def test_callback_url_gets_the_finished_job(client):
         server.shutdown()
 
 
+SERVICE_BODIES = {("/v1/plans", "post"), ("/v1/plans/{plan_id}/replan", "post"), ("/v1/estimate", "post")}
+
+
 def test_openapi_documents_every_request_body_with_examples(client):
     spec = client.get("/openapi.json").json()
-    bodies = 0
-    for path, ops in spec["paths"].items():
-        for method, op in ops.items():
-            if "requestBody" in op:
-                bodies += 1
-                content = op["requestBody"]["content"]["application/json"]
-                assert content.get("examples"), f"{method.upper()} {path} has no examples"
-    assert bodies >= 3
+    for path, method in SERVICE_BODIES:
+        content = spec["paths"][path][method]["requestBody"]["content"]["application/json"]
+        assert content.get("examples"), f"{method.upper()} {path} has no examples"
+        for example in content["examples"].values():
+            assert example["value"] and example["summary"]
+    for path in ("/v1/plans", "/v1/plans/{plan_id}", "/v1/jobs/{job_id}", "/v1/devices", "/v1/presets", "/healthz", "/readyz", "/metrics"):
+        assert path in spec["paths"], path
     assert client.get("/docs").status_code == 200
+
+
+def test_openapi_examples_are_accepted(client):
+    """The documented examples are valid requests (those that need no saved state)."""
+    from planner_service.api.schemas import ESTIMATE_EXAMPLES, PLAN_EXAMPLES
+
+    assert client.post("/v1/estimate", json=ESTIMATE_EXAMPLES["megatron_style"]["value"]).status_code == 200
+    assert client.post("/v1/plans", json=PLAN_EXAMPLES["preset"]["value"]).status_code == 201
+    body = dict(PLAN_EXAMPLES["hf_config_async"]["value"])
+    body.pop("callback_url")
+    assert client.post("/v1/plans", json=body).status_code == 202
 
 
 def test_metrics(client):
