@@ -120,6 +120,7 @@ class PlanView:
     node_info: Mapping[str, Mapping[str, Any]]  # hostname → cluster.nodes entry
     stage_layers: tuple[int, ...] | None  # decoder layers per physical stage (len pp)
     virtual_layers: tuple[int, ...] | None  # decoder layers per model chunk (len pp·vpp), model order
+    graph_model: bool = False  # an operator-graph / ONNX model: stages hold ops, not decoder layers
 
     # convenience accessors ---------------------------------------------------------------
     def s(self, key: str, default: Any = None) -> Any:
@@ -179,6 +180,12 @@ class PlanView:
         return len(self.device_types) > 1
 
     def require_layers(self, target: str) -> tuple[int, ...]:
+        if self.graph_model:
+            raise InvalidPlan(
+                f"target {target} configures a transformer framework, but this plan is for an operator-graph model; "
+                "use a launcher or scheduler target (torchrun, slurm, ...) or rankmap",
+                field="target",
+            )
         if not self.virtual_layers:
             raise InvalidPlan(
                 f"target {target} needs the layer split: the plan has no best.strategy.layers_per_stage, "
@@ -393,4 +400,5 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         node_info=node_info,
         stage_layers=physical,
         virtual_layers=chunks,
+        graph_model=isinstance(model.get("spec"), Mapping) and ("graph" in model["spec"] or "model_id" in model["spec"]),
     )

@@ -547,3 +547,13 @@ def test_framework_target_without_layers_is_a_clear_error():
     with pytest.raises(InvalidInput) as exc:
         render(plan, "megatron", PARAMS)
     assert "layer" in exc.value.message
+
+
+def test_graph_model_plans_refuse_framework_targets_but_launch():
+    plan = homogeneous_plan()
+    plan["model"] = {"name": "onnx-net", "params": 1000, "spec": {"model_id": "abc"}}
+    assert render(plan, "slurm", PARAMS).files and render(plan, "rankmap", PARAMS).files
+    for target in ("megatron", "torchtitan", "paddle-fleet"):
+        with pytest.raises(InvalidInput) as exc:
+            render(plan, target, PARAMS)
+        assert exc.value.field == "target" and "operator-graph" in exc.value.message
