@@ -576,9 +576,9 @@ def graph_from_dict(data: Any, name: str | None = None, field_path: str = "model
             out_dtypes = [dt for _, _, dt in out_decl]
         else:
             try:
-                shapes, out_dtypes = infer_shapes(op, tensors, len(out_decl))
+                shapes, out_dtypes = infer_shapes(op, tensors, len(out_decl), dims)
             except InvalidGraph as exc:
-                raise _err(f"operator {oname!r} ({otype}): {exc.message}", exc.field if exc.field else p) from None
+                raise _err(f"operator {oname!r} ({otype}): {exc.message}", f"{p}.attrs.{exc.field}" if exc.field else p) from None
             except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
                 raise _err(f"operator {oname!r} ({otype}): inputs or attributes do not fit the operator ({exc!s})", p) from None
             for j, (tn, shp, _) in enumerate(out_decl):
@@ -707,7 +707,8 @@ def _ints(value: Any, n: int, default: int, name: str) -> list[int]:
     return vals
 
 
-def infer_shapes(op: OpSpec, tensors: Mapping[str, TensorSpec], n_outputs: int) -> tuple[list[Shape], list[str | None]]:
+def infer_shapes(op: OpSpec, tensors: Mapping[str, TensorSpec], n_outputs: int,
+                 dims: Mapping[str, int] | None = None) -> tuple[list[Shape], list[str | None]]:
     """Output shapes of a known operator; raises :class:`InvalidGraph` with the mismatch."""
     ins = _in_shapes(op, tensors)
     t, cat = op.type, op.category
@@ -818,7 +819,7 @@ def infer_shapes(op: OpSpec, tensors: Mapping[str, TensorSpec], n_outputs: int) 
         if t == "Expand":
             target = op.attr("shape")
             _need(target is not None, "Expand needs attribute shape")
-            tgt = tuple(parse_dim(v, {}, "shape") if not isinstance(v, Dim) else v for v in target)
+            tgt = tuple(parse_dim(v, dims or {}, "shape") if not isinstance(v, Dim) else v for v in target)
             return one(_broadcast([ins[0], tgt]))
         if t == "Where":
             _need(len(shapes) == 3, "Where takes condition, x, y")
@@ -886,7 +887,7 @@ def infer_shapes(op: OpSpec, tensors: Mapping[str, TensorSpec], n_outputs: int) 
         return one(())
 
     if cat == "layout":
-        return _layout_shapes(op, ins, n_outputs, dt, tensors)
+        return _layout_shapes(op, ins, n_outputs, dt, tensors, dims or {})
     raise InvalidGraph(f"no shape rule for {t}")  # pragma: no cover
 
 
@@ -909,7 +910,8 @@ def _conv_pads(op: OpSpec, nsp: int, ks: Sequence[int], dil: Sequence[int], spat
     return pads
 
 
-def _layout_shapes(op: OpSpec, ins: list[Shape], n_outputs: int, dt: str | None, tensors: Mapping[str, TensorSpec]):
+def _layout_shapes(op: OpSpec, ins: list[Shape], n_outputs: int, dt: str | None, tensors: Mapping[str, TensorSpec],
+                   dims: Mapping[str, int]):
     t = op.type
     x = ins[0]
     dt = tensors[op.inputs[0]].dtype
@@ -933,7 +935,7 @@ def _layout_shapes(op: OpSpec, ins: list[Shape], n_outputs: int, dt: str | None,
             elif isinstance(v, Dim):
                 out.append(v)
             else:
-                out.append(parse_dim(v, {}, "shape"))
+                out.append(parse_dim(v, dims, "shape"))
         _need(sum(d is None for d in out) <= 1, "at most one -1 in a reshape")
         total = numel(x)
         known = numel([d for d in out if d is not None])

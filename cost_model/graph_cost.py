@@ -639,7 +639,7 @@ def _generic_choices(op: OpSpec, cost: OpCost, ins, outs, t: int, P_all: float) 
                 continue
             seen.add(key)
             out_l = (S(d),) * len(outs)
-            res.append(_Choice(f"split_dim{d}", in_l, tuple(in_g_list), out_l, mem_frac=1.0 / t, params_dev=P_all,
+            res.append(_Choice("split_batch" if d == 0 else f"split_dim{d}", in_l, tuple(in_g_list), out_l, mem_frac=1.0 / t, params_dev=P_all,
                                sync="dpt" if P_all else "dp", extra_act_frac=1.0 / t))
             continue
         key = (in_l, out_l)

@@ -190,41 +190,53 @@ class StepCost:
     breakdown_s: dict
 
 
-def combine_stages(stages: list[StageCost], S: StrategyArrays, m, training: Training) -> StepCost:
+def stack_stages(stages: list[StageCost]) -> StageCost:
+    """One StageCost whose fields are [stages, candidates] arrays."""
+    import dataclasses
+
+    n = np.broadcast(*[st.time_s for st in stages]).shape
+    return StageCost(
+        **{
+            f.name: np.stack([np.broadcast_to(getattr(st, f.name), n) for st in stages])
+            for f in dataclasses.fields(StageCost)
+        }
+    )
+
+
+def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m, training: Training) -> StepCost:
     """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
     ``m·max_i t_i + (Σ t_i − max_i t_i)/v`` — for equal stages ``t·m·(1 + (p−1)/(m·v))``,
     the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021.  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (nor behind the pipeline drain for later
-    stages), then the optimizer step of the slowest stage.
+    stages), then the optimizer step of the slowest stage.  ``stages`` is a list of per-stage
+    costs or one stacked cost with [stages, candidates] arrays.
     """
+    st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
-    times = np.stack([st.time_s for st in stages])  # [stages, candidates]
+    times = st.time_s  # [stages, candidates]
     t_max = times.max(axis=0)
     bottleneck = times.argmax(axis=0)
     pipeline = m * t_max + (times.sum(axis=0) - t_max) / S.vpp
-    exposed = []
-    for i, st in enumerate(stages):
-        window = np.where(training.grad_reduce_overlap, DP_OVERLAP_WINDOW * st.backward_s, 0.0)
-        drain = i * st.backward_s / S.vpp
-        exposed.append(np.maximum(0.0, st.dp_comm_s - window - drain))
-    dp_exposed = np.stack(exposed).max(axis=0)
-    optimizer = np.stack([st.optimizer_s for st in stages]).max(axis=0)
+    index = np.arange(times.shape[0], dtype=float).reshape((-1,) + (1,) * (times.ndim - 1))
+    window = (DP_OVERLAP_WINDOW if training.grad_reduce_overlap else 0.0) * st.backward_s
+    drain = index * st.backward_s / S.vpp
+    dp_exposed = np.maximum(0.0, st.dp_comm_s - window - drain).max(axis=0)
+    optimizer = st.optimizer_s.max(axis=0)
     step = pipeline + dp_exposed + optimizer
 
     # Breakdown along the critical path: the bottleneck stage's components × m, the remaining
     # pipeline time is the bubble.
-    def pick(attr):
-        arr = np.stack([getattr(st, attr) for st in stages])
-        return np.take_along_axis(arr, bottleneck[None, :], axis=0)[0]
+    def pick(arr):
+        return np.take_along_axis(arr, bottleneck[None, ...], axis=0)[0]
 
-    compute = m * pick("compute_s")
-    recompute = m * pick("recompute_s")
-    tp_c = m * pick("tp_comm_s")
-    cp_c = m * pick("cp_comm_s")
-    ep_c = m * pick("ep_comm_s")
-    pp_c = m * pick("pp_comm_s")
+    compute = m * pick(st.compute_s)
+    recompute = m * pick(st.recompute_s)
+    tp_c = m * pick(st.tp_comm_s)
+    cp_c = m * pick(st.cp_comm_s)
+    ep_c = m * pick(st.ep_comm_s)
+    pp_c = m * pick(st.pp_comm_s)
     bubble = pipeline - (compute + recompute + tp_c + cp_c + ep_c + pp_c)
     breakdown = {
         "compute": compute,

@@ -75,25 +75,32 @@ class EvenEval:
     min_memory_shortfall_bytes: np.ndarray  # > 0: bytes missing on the tightest stage of the best split
 
 
-def _row(st, i: int):
-    """Row i of a StageCost whose arrays are [stages, candidates]."""
-    import dataclasses
-
-    return dataclasses.replace(st, **{f.name: np.broadcast_to(getattr(st, f.name), st.time_s.shape)[i] for f in dataclasses.fields(st)})
-
-
 def _stages_for_split(model, training, pcg, Sg, layers, cross):
-    """StageCost per stage for a fixed split ``layers`` (vectorised over the stage index for
-    the middle stages; first and last carry the embedding and head)."""
+    """Stacked StageCost ([stages, candidates]) for a fixed split ``layers``: the middle stages
+    vectorised over the stage index; the first and last carry the embedding and head."""
+    from cost_model.pipeline import StageCost, stack_stages
+
     p = len(layers)
     if p == 1:
-        return [_stage(model, training, pcg, Sg, layers[0], 0, True, True, cross)]
-    idx = np.arange(p, dtype=float)[:, None]
-    n = np.asarray(layers, dtype=float)[:, None]
-    mid = _stage(model, training, pcg, Sg, n, idx, False, False, cross)
+        return stack_stages([_stage(model, training, pcg, Sg, layers[0], 0, True, True, cross)])
     first = _stage(model, training, pcg, Sg, layers[0], 0, True, False, cross)
     last = _stage(model, training, pcg, Sg, layers[-1], p - 1, False, True, cross)
-    return [first] + [_row(mid, i) for i in range(1, p - 1)] + [last]
+    if p == 2:
+        return stack_stages([first, last])
+    idx = np.arange(1, p - 1, dtype=float)[:, None]
+    n = np.asarray(layers[1:-1], dtype=float)[:, None]
+    mid = _stage(model, training, pcg, Sg, n, idx, False, False, cross)
+    import dataclasses
+
+    shape = (p - 2, len(Sg))
+    return StageCost(
+        **{
+            f.name: np.concatenate(
+                [np.broadcast_to(getattr(first, f.name), shape[1:])[None, :], np.broadcast_to(getattr(mid, f.name), shape), np.broadcast_to(getattr(last, f.name), shape[1:])[None, :]]
+            )
+            for f in dataclasses.fields(StageCost)
+        }
+    )
 
 
 def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float) -> EvenEval:
@@ -119,14 +126,14 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         stages = _stages_for_split(model, training, pcg, Sg, split, cross)
         zero = _stages_for_split(model, training, pcg, Sg, [0] * p, cross)
         one = _stages_for_split(model, training, pcg, Sg, [1] * p, cross)
-        a = np.stack([st.peak_memory_bytes for st in zero])
-        b = np.stack([st.peak_memory_bytes for st in one]) - a
+        a = zero.peak_memory_bytes
+        b = one.peak_memory_bytes - a
         k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
         cap_layers = np.clip(k, 0, L).sum(axis=0)
         min_one_ok = (k >= 1).all(axis=0)
         worst_short = (a + b - capacity_bytes).max(axis=0)
-        sum_t = np.stack([st.time_s for st in stages]).sum(axis=0)
-        fits_even = (np.stack([st.peak_memory_bytes for st in stages]) <= capacity_bytes).all(axis=0)
+        sum_t = stages.time_s.sum(axis=0)
+        fits_even = (stages.peak_memory_bytes <= capacity_bytes).all(axis=0)
         sc = combine_stages(stages, Sg, _m(Sg, training), training)
         step[idx] = np.where(fits_even, sc.step_time_s, np.inf)
         feas = min_one_ok & (cap_layers >= L)

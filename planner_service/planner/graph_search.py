@@ -647,7 +647,9 @@ def solve_mesh(
             k = next(kk for kk in range(pp) if solver.value(z[s][kk]))
             for g in seg_groups[s]:
                 stage[list(groups[g].members)] = k
-    return SolveResult(choice, stage, name, solver.objective_value * scale.time_unit_s, time.perf_counter() - t0)
+    # evaluate() adds the optimizer's kernel launches as a constant
+    constant_s = 4 * mesh.device.efficiency.kernel_overhead_s
+    return SolveResult(choice, stage, name, solver.objective_value * scale.time_unit_s + constant_s, time.perf_counter() - t0)
 
 
 # ---- outer search ---------------------------------------------------------------------------------
@@ -853,7 +855,7 @@ def plan_graph(
             candidates.append(cand)
     if not candidates:
         raise NoFeasiblePlan(_short_message(graph, training, cluster, feasible_meshes, headroom, screened=True), field="cluster")
-    candidates.sort(key=_rank)
+    candidates = _order(candidates)
     # CP-SAT on the best few outer candidates
     statuses: list[str] = []
     refine = candidates[:1 if large else MAX_CPSAT_CANDIDATES]
@@ -884,7 +886,7 @@ def plan_graph(
             candidates[idx] = Candidate(cand.mesh, cand.tables, res.choice, res.stage_of_op, ev, True, res.status)
         else:
             cand.solver_status = res.status
-    candidates.sort(key=_rank)
+    candidates = _order(candidates)
     best = candidates[0]
     alts = _distinct(candidates[1:], top_k)
     wall = time.perf_counter() - t_start
@@ -906,10 +908,21 @@ def plan_graph(
     return result
 
 
-def _rank(c: "Candidate") -> tuple:
-    """Fastest first; among equal step times (within 1e-9) the simpler layout: smaller t, then
-    fewer stages."""
-    return (round(c.ev.step_time_s, 9 - int(math.floor(math.log10(max(c.ev.step_time_s, 1e-12))))), c.mesh.t, c.mesh.pp)
+#: Step times within this relative margin count as a tie, broken toward the simpler layout.
+TIE_FRACTION = 1e-3
+
+
+def _order(cands: list["Candidate"]) -> list["Candidate"]:
+    """Fastest first; the winner is the simplest layout (smaller t, then fewer stages, then the
+    larger micro-batch) among those within :data:`TIE_FRACTION` of the fastest — sharding
+    every operator's batch along t is data parallelism by another name."""
+    cands = sorted(cands, key=lambda c: c.ev.step_time_s)
+    if not cands:
+        return cands
+    limit = cands[0].ev.step_time_s * (1 + TIE_FRACTION)
+    tied = [c for c in cands if c.ev.step_time_s <= limit]
+    best = min(tied, key=lambda c: (c.mesh.t, c.mesh.pp, -c.mesh.micro_batch, c.ev.step_time_s))
+    return [best] + [c for c in cands if c is not best]
 
 
 def _screen(tables: CostTables, choice: np.ndarray, headroom: float) -> Candidate | None:

@@ -1,0 +1,174 @@
+"""Planning wall time for four cases, side by side with exhaustive enumeration of the same
+space through ``cost_model.estimate``.
+
+The exhaustive baseline evaluates every candidate strategy of the planner's search space (each
+with its near-even split, and for mixed clusters each contiguous placement of stages on device
+types) by calling ``estimate`` once per candidate — the "one Python call per candidate" approach.
+It would take minutes to hours, so the bench times ``estimate`` on a random sample of the
+candidates (``--sample``, default 300) in the same run and multiplies the measured mean by the
+candidate count; it ignores uneven splits, so the true exhaustive time is larger still.
+
+Run: make bench-plan   (writes bench/results/plan.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from cost_model import estimate  # noqa: E402
+from cost_model.errors import PlannerError  # noqa: E402
+from planner_service.planner import SolverSettings, plan  # noqa: E402
+from planner_service.planner.search import normalise_cluster  # noqa: E402
+from planner_service.planner.space import enumerate_space, even_split, strategy_at  # noqa: E402
+from planner_service.requests import parse_plan_request  # noqa: E402
+
+
+def group(name, count, device):
+    return {"name": name, "count": count, "gpus_per_node": 8, "device": device}
+
+
+CASES = {
+    "gpt3-175b on 128x8 A100-80GB": {
+        "model": {"preset": "gpt3-175b"},
+        "training": {"global_batch_size": 1536, "sequence_length": 2048},
+        "cluster": {"name": "a100-1024", "node_groups": [group("a100", 128, "A100-SXM4-80GB")]},
+        "target_s": 1.0,
+    },
+    "llama3-70b on 128x8 H100": {
+        "model": {"preset": "llama3-70b"},
+        "training": {"global_batch_size": 1024, "sequence_length": 8192},
+        "cluster": {"name": "h100-1024", "node_groups": [group("h100", 128, "H100-SXM5-80GB")]},
+        "target_s": 1.0,
+    },
+    "llama3-405b on 2048x8 H100": {
+        "model": {"preset": "llama3-405b"},
+        "training": {"global_batch_size": 2048, "sequence_length": 8192},
+        "cluster": {"name": "h100-16384", "node_groups": [group("h100", 2048, "H100-SXM5-80GB")]},
+        "target_s": 5.0,
+    },
+    "llama3-70b on 32x8 H100 + 32x8 A100 + 16x8 V100": {
+        "model": {"preset": "llama3-70b"},
+        # fp16: the V100s have no bf16 tensor cores; with bf16 they would simply be left out.
+        "training": {"global_batch_size": 1024, "sequence_length": 4096, "dtype": "fp16"},
+        "cluster": {"name": "mixed", "node_groups": [group("h100", 32, "H100-SXM5-80GB"), group("a100", 32, "A100-SXM4-80GB"), group("v100", 16, "V100-SXM2-32GB")]},
+        "target_s": 10.0,
+    },
+}
+
+
+def exhaustive_candidates(req):
+    """(strategy, stage_groups) pairs of the same space, one estimate call each."""
+    cluster = normalise_cluster(req.cluster, None)
+    pools = [g for g in cluster.node_groups if req.training.dtype in g.device.supported_dtypes()]
+    out = []
+    for r in range(1, len(pools) + 1):
+        import itertools
+
+        for subset in itertools.combinations(pools, r):
+            gpus = sum(g.gpus_per_node * g.count for g in subset)
+            S = enumerate_space(req.model, req.training, gpus, min(g.gpus_per_node for g in subset), {})
+            for j in range(len(S)):
+                pp = int(S.pp[j])
+                block = int(S.dp[j] * S.cp[j] * S.tp[j])
+                caps = [(g.gpus_per_node * g.count) // block for g in subset]
+                if sum(caps) < pp or (r > 1 and (min(caps) < 1 or pp < r or S.vpp[j] > 1)):
+                    continue
+                lps = even_split(req.model.num_layers, pp) if (pp > 1 and S.vpp[j] == 1) else None
+                st = strategy_at(S, j, lps)
+                if r == 1:
+                    out.append((cluster, st, (subset[0].name,) * pp))
+                else:
+                    # every contiguous placement: pools in any order, each ≥ 1 stage
+                    for order in itertools.permutations(subset):
+                        for counts in _compositions(pp, r):
+                            if all(c <= cap for c, cap in zip(counts, [caps[subset.index(g)] for g in order])):
+                                out.append((cluster, st, tuple(g.name for g, c in zip(order, counts) for _ in range(c))))
+    return out
+
+
+def _compositions(total, parts):
+    import itertools
+
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        b = (0,) + cuts + (total,)
+        yield tuple(b[i + 1] - b[i] for i in range(parts))
+
+
+def time_exhaustive(req, cands, sample, rng):
+    picked = cands if len(cands) <= sample else rng.sample(cands, sample)
+    t0 = time.perf_counter()
+    for cluster, st, place in picked:
+        try:
+            estimate(req.model, req.training, cluster, st, stage_groups=place)
+        except PlannerError:
+            pass
+    per_call = (time.perf_counter() - t0) / max(len(picked), 1)
+    return per_call, per_call * len(cands), len(picked)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sample", type=int, default=300)
+    args = ap.parse_args()
+    rng = random.Random(0)
+    rows = []
+    # Warm the imports (OR-tools, numpy) so process start is excluded.
+    plan(parse_plan_request(CASES["gpt3-175b on 128x8 A100-80GB"]), SolverSettings())
+    for name, case in CASES.items():
+        body = {k: v for k, v in case.items() if k != "target_s"}
+        req = parse_plan_request(body)
+        walls = []
+        result = None
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            result = plan(req, SolverSettings())
+            walls.append(time.perf_counter() - t0)
+        cands = exhaustive_candidates(req)
+        per_call, exhaustive_s, sampled = time_exhaustive(req, cands, args.sample, rng)
+        med = statistics.median(walls)
+        best = result.best
+        rows.append(
+            {
+                "case": name,
+                "plan_wall_s_median": round(med, 3),
+                "plan_wall_s_runs": [round(w, 3) for w in walls],
+                "target_s": case["target_s"],
+                "within_target": med <= case["target_s"],
+                "candidates": result.search["candidates"],
+                "solver_status": result.search["solver_status"],
+                "exhaustive_candidates": len(cands),
+                "exhaustive_estimate_s_per_call": round(per_call, 5),
+                "exhaustive_s": round(exhaustive_s, 1),
+                "exhaustive_sampled_calls": sampled,
+                "speedup": round(exhaustive_s / med, 1),
+                "best_strategy": best.strategy.to_dict(),
+                "best_devices": list(result.device_types),
+                "best_step_time_s": round(best.prediction.step_time_s, 4),
+                "best_mfu": round(best.prediction.mfu, 4),
+            }
+        )
+        print(f"{name:48s} plan {med:6.2f} s (target {case['target_s']:.0f} s)  exhaustive ≈ {exhaustive_s:8.1f} s "
+              f"({len(cands)} × {per_call * 1e3:.2f} ms)  speed-up {exhaustive_s / med:7.1f}×  status {result.search['solver_status']}")
+    import os
+
+    out = {"cpu_count": os.cpu_count(), "repeats": args.repeats, "rows": rows}
+    res = ROOT / "bench" / "results"
+    res.mkdir(parents=True, exist_ok=True)
+    (res / "plan.json").write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
