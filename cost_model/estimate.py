@@ -146,14 +146,13 @@ def estimate(
     cache: dict[tuple[str, int], Any] = {}
     stage_costs = []
     stage_results = []
-    layer0 = 0
-    lps = strategy.layers_per_stage
+    ranges = strategy.stage_layer_ranges()
     for i, slot in enumerate(slots):
         key = (slot.group.name, id(slot.links))
         if key not in cache:
             cache[key] = device_costs(model, training, slot.group.device, slot.links, S)
         dc = cache[key]
-        n = lps[i]
+        n = sum(b - a + 1 for a, b in ranges[i])
         st = stage_cost(model, training, dc, S, n, i, i == 0, i == len(slots) - 1, m, slot.cross_node_next)
         stage_costs.append(st)
         mem = {
@@ -166,8 +165,8 @@ def estimate(
         stage_results.append(
             StageEstimate(
                 index=i,
-                first_layer=layer0,
-                last_layer=layer0 + n - 1,
+                first_layer=ranges[i][0][0],
+                last_layer=ranges[i][-1][1],
                 device=slot.group.device.name,
                 node_group=slot.group.name,
                 has_embedding=i == 0,
@@ -177,9 +176,9 @@ def estimate(
                 peak_memory_GB=float(st.peak_memory_bytes[0]) / 1e9,
                 memory_capacity_GB=slot.group.device.memory_GB,
                 memory_GB=mem,
+                layer_ranges=tuple(ranges[i]),
             )
         )
-        layer0 += n
     step = combine_stages(stage_costs, S, m, training)
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices

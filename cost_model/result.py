@@ -37,9 +37,12 @@ class StageEstimate:
     peak_memory_GB: float
     memory_capacity_GB: float
     memory_GB: dict[str, float]
+    layer_ranges: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_layers(self) -> int:
+        if self.layer_ranges:
+            return sum(b - a + 1 for a, b in self.layer_ranges)
         return self.last_layer - self.first_layer + 1
 
     @property
@@ -52,6 +55,7 @@ class StageEstimate:
             "first_layer": self.first_layer,
             "last_layer": self.last_layer,
             "num_layers": self.num_layers,
+            "layer_ranges": [list(r) for r in self.layer_ranges] or [[self.first_layer, self.last_layer]],
             "device": self.device,
             "node_group": self.node_group,
             "has_embedding": self.has_embedding,

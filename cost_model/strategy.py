@@ -45,6 +45,20 @@ class Strategy:
         out["layers_per_stage"] = list(self.layers_per_stage) if self.layers_per_stage else None
         return out
 
+    def stage_layer_ranges(self) -> list[list[tuple[int, int]]]:
+        """Per pipeline stage, the [first, last] decoder-layer ranges of its model chunks.
+        ``layers_per_stage`` lists pp entries, or pp·vpp chunks in model order when
+        interleaved (chunk k runs on stage k mod pp)."""
+        lps = self.layers_per_stage
+        if lps is None:
+            raise ValueError("validate the strategy first")
+        out: list[list[tuple[int, int]]] = [[] for _ in range(self.pp)]
+        start = 0
+        for k, n in enumerate(lps):
+            out[k % self.pp].append((start, start + n - 1))
+            start += n
+        return out
+
     def key(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self))
 
@@ -121,26 +135,24 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         raise InvalidStrategy("vpp > 1 (interleaved pipeline) needs pp > 1", field=f"{f}.vpp")
     if s.pp > model.num_layers:
         raise InvalidStrategy(f"pp={s.pp} exceeds the {model.num_layers} layers", field=f"{f}.pp")
+    chunks = s.pp * s.vpp
     if s.layers_per_stage is not None:
-        if s.vpp > 1:
-            raise InvalidStrategy("layers_per_stage cannot be combined with vpp > 1", field=f"{f}.layers_per_stage")
-        if len(s.layers_per_stage) != s.pp:
-            raise InvalidStrategy(
-                f"has {len(s.layers_per_stage)} entries but pp={s.pp}", field=f"{f}.layers_per_stage"
-            )
+        if len(s.layers_per_stage) != chunks:
+            what = f"pp={s.pp}" if s.vpp == 1 else f"pp·vpp = {s.pp}·{s.vpp} = {chunks} (one entry per model chunk, in model order)"
+            raise InvalidStrategy(f"has {len(s.layers_per_stage)} entries but needs {what}", field=f"{f}.layers_per_stage")
         if sum(s.layers_per_stage) != model.num_layers:
             raise InvalidStrategy(
                 f"sums to {sum(s.layers_per_stage)} but the model has {model.num_layers} layers",
                 field=f"{f}.layers_per_stage",
             )
     else:
-        if model.num_layers % (s.pp * s.vpp):
+        if model.num_layers % chunks:
             raise InvalidStrategy(
-                f"pp·vpp = {s.pp}·{s.vpp} = {s.pp * s.vpp} does not divide the {model.num_layers} layers "
+                f"pp·vpp = {s.pp}·{s.vpp} = {chunks} does not divide the {model.num_layers} layers "
                 "(give layers_per_stage for an uneven split)",
                 field=f"{f}.pp",
             )
-        s = replace(s, layers_per_stage=(model.num_layers // s.pp,) * s.pp)
+        s = replace(s, layers_per_stage=(model.num_layers // chunks,) * chunks)
     per_step = s.dp * s.micro_batch_size
     if training.global_batch_size % per_step:
         raise InvalidStrategy(
