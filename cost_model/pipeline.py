@@ -64,7 +64,8 @@ class StageCost:
     cp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
-    dp_comm_s: np.ndarray
+    dp_microbatch_s: np.ndarray  # ZeRO 2/3 sync per micro-batch not hidden by its compute
+    dp_comm_s: np.ndarray  # per-step DP sync (hidden partly behind the last backward)
     optimizer_s: np.ndarray
     weights_bytes: np.ndarray
     gradients_bytes: np.ndarray
@@ -74,8 +75,9 @@ class StageCost:
 
     @property
     def time_s(self) -> np.ndarray:
-        """Time of one micro-batch through this stage (forward + backward + p2p)."""
-        return self.forward_s + self.backward_s + self.pp_comm_s
+        """Time of one micro-batch through this stage (forward + backward + p2p + exposed
+        per-micro-batch ZeRO 2/3 traffic)."""
+        return self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
 
     @property
     def peak_memory_bytes(self) -> np.ndarray:
@@ -159,7 +161,10 @@ def stage_cost(
     state = weights + grads + opt + acts
     workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
 
-    dp_comm = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
+    window = DP_OVERLAP_WINDOW * (forward_s + backward_s) if training.grad_reduce_overlap else 0.0
+    dp_mb_exposed = np.maximum(0.0, dp_mb - window)
     optimizer = optimizer_step_s(dense + experts, training, dc.device, S)
     return StageCost(
         forward_s=forward_s,
@@ -170,6 +175,7 @@ def stage_cost(
         cp_comm_s=cp,
         ep_comm_s=ep,
         pp_comm_s=pp_comm,
+        dp_microbatch_s=dp_mb_exposed,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
         weights_bytes=weights,
@@ -237,7 +243,8 @@ def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m, 
     cp_c = m * pick(st.cp_comm_s)
     ep_c = m * pick(st.ep_comm_s)
     pp_c = m * pick(st.pp_comm_s)
-    bubble = pipeline - (compute + recompute + tp_c + cp_c + ep_c + pp_c)
+    dp_mb = m * pick(st.dp_microbatch_s)
+    bubble = pipeline - (compute + recompute + tp_c + cp_c + ep_c + pp_c + dp_mb)
     breakdown = {
         "compute": compute,
         "recompute": recompute,
@@ -245,7 +252,7 @@ def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m, 
         "cp_comm": cp_c,
         "ep_comm": ep_c,
         "pp_comm": pp_c,
-        "dp_comm_exposed": dp_exposed,
+        "dp_comm_exposed": dp_exposed + dp_mb,
         "bubble": np.maximum(bubble, 0.0),
         "optimizer": optimizer,
     }

@@ -357,23 +357,33 @@ def model_state_bytes_per_param(training: Training, zero_stage, shard):
 
 
 def dp_gradient_comm_s(params_per_gpu, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu=0.0):
-    """Data-parallel gradient synchronisation per step (ring, hierarchical).
+    """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds).
 
-    ZeRO 0: all-reduce; ZeRO 1/2 (Megatron distributed optimizer): reduce-scatter of gradients
-    + all-gather of updated weights (the same volume); ZeRO 3: weights all-gathered in forward
-    and again in backward plus the gradient reduce-scatter (1.5× the volume).  Gradients are
-    reduced in the training dtype (16-bit) or fp32 for fp32 training.  DP groups span dp·cp
-    ranks with TP ranks in between; expert weights sync over dp·cp/ep ranks.
+    One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
+    2R (ring; DP groups span dp·cp ranks with TP ranks in between; expert weights sync over
+    dp·cp/ep ranks).  By ZeRO stage (Rajbhandari et al. 2020):
+
+    * 0 — gradients accumulate locally over the micro-batches and are all-reduced once: 2R per step;
+    * 1 — Megatron's distributed optimizer: reduce-scatter of gradients + all-gather of the
+      updated weights, once per step: 2R per step;
+    * 2 — gradients are kept only as shards, so every micro-batch's gradients are
+      reduce-scattered (R per micro-batch) and the weights all-gathered once per step (R);
+    * 3 — weights are sharded too: every micro-batch all-gathers them for forward and again for
+      backward and reduce-scatters its gradients (3R per micro-batch).
+
+    Gradients are reduced in the training dtype (16-bit) or fp32 for fp32 training.
     """
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp
     per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
-    dense = allreduce_time_s(n, params_per_gpu * gb, links, per_node)
     n_e = np.maximum(n / S.ep, 1.0)
     per_node_e = ranks_per_node(n_e, S.tp * S.ep, links.gpus_per_node)
-    experts = allreduce_time_s(n_e, expert_params_per_gpu * gb, links, per_node_e)
-    total = dense + experts
-    return np.where(S.zero >= 3, 1.5 * total, total)
+    rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
+        n_e, expert_params_per_gpu * gb, links, per_node_e
+    )
+    per_step = np.where(S.zero >= 3, 0.0, np.where(S.zero == 2, rs, 2.0 * rs))
+    per_microbatch = np.where(S.zero >= 3, 3.0 * rs, np.where(S.zero == 2, rs, 0.0))
+    return per_step, per_microbatch
 
 
 def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays):
