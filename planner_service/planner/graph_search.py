@@ -62,6 +62,8 @@ MAX_SEGMENTS = 48
 MAX_GROUP_COMBOS = 96
 MAX_CPSAT_CANDIDATES = 3
 LARGE_MODEL_GROUPS = 300
+#: Edge formulations with at most this many (choice, choice) cells use product variables.
+MARGINAL_EDGE_CELLS = 40_000
 MAX_COMBOS_LARGE = 6
 
 
@@ -136,7 +138,7 @@ EXACT_COARSEN_OPS = 400
 
 
 def coarsen(tables: CostTables, keep: np.ndarray | None = None, max_per_group: int | None = None,
-            exact: bool | None = None) -> Coarse:
+            exact: bool | None = None, memory: bool = True) -> Coarse:
     """Group chains and enumerate each chain's useful combinations of member choices
     (vectorised over partial combinations).
 
@@ -148,7 +150,10 @@ def coarsen(tables: CostTables, keep: np.ndarray | None = None, max_per_group: i
     exact reduction.  Otherwise each interface keeps its cheapest combination by a step-time
     proxy and its least-memory one, and ``max_per_group`` keeps at most that many per chain:
     the one matching ``keep`` (e.g. the greedy hint), the least memory, then the cheapest per
-    distinct interface; the solver then optimises over what is kept."""
+    distinct interface; the solver then optimises over what is kept.
+
+    ``memory=False`` leaves memory out of the dominance test: exact for the problem without
+    memory constraints (whose optimum, when it fits, is the optimum)."""
     g = tables.graph
     an = tables.analysis
     order = an.order
@@ -226,8 +231,10 @@ def coarsen(tables: CostTables, keep: np.ndarray | None = None, max_per_group: i
                     if len(grp) == 1:
                         sel.append(int(grp[0]))
                         continue
-                    dv = np.stack([V[grp, 0], V[grp, 2], V[grp, 2] - cmax * V[grp, 1], V[grp, 3], V[grp, 4], V[grp, 5],
-                                   V[grp, 6], V[grp, 7], V[grp, 8]], axis=1)
+                    cols = [V[grp, 0], V[grp, 2], V[grp, 2] - cmax * V[grp, 1], V[grp, 3], V[grp, 6], V[grp, 8]]
+                    if memory:
+                        cols += [V[grp, 4], V[grp, 5], V[grp, 7]]
+                    dv = np.stack(cols, axis=1)
                     sel.extend(int(grp[i]) for i in _pareto(dv))
                 idx = np.array(sorted(sel), dtype=np.int64)
             else:
@@ -432,6 +439,7 @@ def solve_mesh(
         return int(ci[hg[g]]) if hg is not None else 0
 
     # chain-to-chain resharding, charged to the consumer chain
+    marginal = sum(M.size for _, _, M in coarse.edges) <= MARGINAL_EDGE_CELLS
     edge_terms: dict[int, list] = {}
     edge_max: dict[int, int] = {}
     edge_hint: dict[int, int] = {}
@@ -445,6 +453,19 @@ def solve_mesh(
             expr = sum(int(Mi[0, b]) * x[V][b] for b in range(nv) if Mi[0, b])
         elif nv == 1:
             expr = sum(int(Mi[a, 0]) * x[U][a] for a in range(nu) if Mi[a, 0])
+        elif marginal:
+            # y[a][b] = x[U][a]·x[V][b] through its marginals (the local-polytope relaxation Alpa
+            # uses): a tight LP bound, nu·nv Booleans per edge.
+            y = [[model.new_bool_var(f"y{U}_{V}_{a}_{b}") for b in range(nv)] for a in range(nu)]
+            for a in range(nu):
+                model.add(sum(y[a]) == x[U][a])
+            for b in range(nv):
+                model.add(sum(y[a][b] for a in range(nu)) == x[V][b])
+            if hg is not None:
+                for a in range(nu):
+                    for b in range(nv):
+                        hints.append((y[a][b], int(a == hg[U] and b == hg[V])))
+            expr = sum(int(Mi[a, b]) * y[a][b] for a in range(nu) for b in range(nv) if Mi[a, b])
         else:
             r = model.new_int_var(0, int(Mi.max()), f"r{U}_{V}")
             for a in range(nu):
@@ -890,7 +911,7 @@ def plan_graph(
     best = candidates[0]
     alts = _distinct(candidates[1:], top_k)
     wall = time.perf_counter() - t_start
-    result = {
+    result = GraphPlan({
         "best": describe(best, cluster),
         "alternatives": [describe(c, cluster, brief=True) for c in alts],
         "search": {
@@ -904,7 +925,10 @@ def plan_graph(
             "exact_reduction": all(exact_flags) if exact_flags else None,
         },
         "explanation": explain(best, alts, notes, headroom),
-    }
+        "warnings": list(to_estimate(best.tables, best.ev).warnings),
+    })
+    result.device_types = (best.mesh.device.name,)
+    result.num_devices = best.mesh.num_devices
     return result
 
 
@@ -923,6 +947,17 @@ def _order(cands: list["Candidate"]) -> list["Candidate"]:
     tied = [c for c in cands if c.ev.step_time_s <= limit]
     best = min(tied, key=lambda c: (c.mesh.t, c.mesh.pp, -c.mesh.micro_batch, c.ev.step_time_s))
     return [best] + [c for c in cands if c is not best]
+
+
+class GraphPlan(dict):
+    """The plan as a plain dict (contract v1 keys), plus what the plan service reads from a
+    planner result: ``to_dict()``, ``device_types`` and ``num_devices``."""
+
+    device_types: tuple[str, ...] = ()
+    num_devices: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self)
 
 
 def _screen(tables: CostTables, choice: np.ndarray, headroom: float) -> Candidate | None:

@@ -156,3 +156,206 @@ def cpu_group(count: int, memory_GB: float = 512.0, name: str = "cpu") -> dict[s
     return {"name": name, "count": count, "gpus_per_node": 1, "inter_node_bandwidth_GBps": 25.0,
             "device": {"name": "xeon-ps", "family": "cpu", "kind": "cpu", "memory_GB": memory_GB,
                        "memory_bandwidth_GBps": 200.0, "fp32_tflops": 3.0, "cores": 64}}
+
+
+# ---- ONNX models (onnx.helper, no torch) ----------------------------------------------------------
+def _onnx():
+    import onnx
+    from onnx import TensorProto, helper
+
+    return onnx, TensorProto, helper
+
+
+def _init(name: str, shape, rng=None, dtype=None):
+    """A small float initializer with real (deterministic) values."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    rng = rng or np.random.default_rng(0)
+    arr = (rng.standard_normal(shape) * 0.02).astype(dtype or np.float32)
+    return numpy_helper.from_array(arr, name)
+
+
+def _save(model, path: str) -> str:
+    import onnx
+
+    onnx.save(model, path)
+    return path
+
+
+def mlp_onnx(path: str, layers: int = 4, width: int = 1024, in_features: int = 784, classes: int = 10) -> str:
+    onnx, TP, h = _onnx()
+    nodes, inits = [], []
+    x = "input"
+    d = in_features
+    for i in range(layers):
+        out = width if i < layers - 1 else classes
+        inits += [_init(f"fc{i}.weight", (d, out)), _init(f"fc{i}.bias", (out,))]
+        nodes += [h.make_node("MatMul", [x, f"fc{i}.weight"], [f"mm{i}"], name=f"fc{i}"),
+                  h.make_node("Add", [f"mm{i}", f"fc{i}.bias"], [f"z{i}"], name=f"fc{i}.add")]
+        x = f"z{i}"
+        if i < layers - 1:
+            nodes.append(h.make_node("Relu", [x], [f"a{i}"], name=f"relu{i}"))
+            x = f"a{i}"
+        d = out
+    nodes.append(h.make_node("SoftmaxCrossEntropyLoss", [x, "labels"], ["loss"], name="loss", reduction="mean"))
+    g = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("input", TP.FLOAT, ["batch_size", in_features]),
+                                    h.make_tensor_value_info("labels", TP.INT64, ["batch_size"])],
+                     [h.make_tensor_value_info("loss", TP.FLOAT, [])], inits)
+    return _save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
+
+
+def resnet_onnx(path: str, blocks: tuple[int, ...] = (2, 2, 2, 2), width: int = 64, image: int = 224, classes: int = 1000) -> str:
+    """A ResNet-18-style CNN: stem conv + BN + ReLU + max-pool, basic residual blocks with
+    stride-2 downsampling (1×1 projection), global average pool, FC."""
+    onnx, TP, h = _onnx()
+    nodes, inits = [], []
+    cnt = [0]
+
+    def conv_bn(x, cin, cout, k, stride, relu=True):
+        i = cnt[0]
+        cnt[0] += 1
+        inits.extend([_init(f"conv{i}.w", (cout, cin, k, k)), _init(f"bn{i}.scale", (cout,)), _init(f"bn{i}.bias", (cout,)),
+                      _init(f"bn{i}.mean", (cout,)), _init(f"bn{i}.var", (cout,))])
+        nodes.append(h.make_node("Conv", [x, f"conv{i}.w"], [f"c{i}"], name=f"conv{i}", kernel_shape=[k, k],
+                                 strides=[stride, stride], pads=[k // 2] * 4))
+        nodes.append(h.make_node("BatchNormalization", [f"c{i}", f"bn{i}.scale", f"bn{i}.bias", f"bn{i}.mean", f"bn{i}.var"],
+                                 [f"n{i}"], name=f"bn{i}"))
+        if relu:
+            nodes.append(h.make_node("Relu", [f"n{i}"], [f"r{i}"], name=f"relu{i}"))
+            return f"r{i}"
+        return f"n{i}"
+
+    x = conv_bn("image", 3, width, 7, 2)
+    nodes.append(h.make_node("MaxPool", [x], ["pool0"], name="maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    x, c = "pool0", width
+    for stage, n in enumerate(blocks):
+        cout = width * 2 ** stage
+        for b in range(n):
+            stride = 2 if (b == 0 and stage > 0) else 1
+            y = conv_bn(x, c, cout, 3, stride)
+            y = conv_bn(y, cout, cout, 3, 1, relu=False)
+            skip = conv_bn(x, c, cout, 1, stride, relu=False) if (stride != 1 or c != cout) else x
+            nodes.append(h.make_node("Add", [y, skip], [f"s{stage}_{b}"], name=f"add{stage}_{b}"))
+            nodes.append(h.make_node("Relu", [f"s{stage}_{b}"], [f"o{stage}_{b}"], name=f"out{stage}_{b}"))
+            x, c = f"o{stage}_{b}", cout
+    nodes.append(h.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(h.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    inits += [_init("fc.w", (classes, c)), _init("fc.b", (classes,))]
+    nodes.append(h.make_node("Gemm", ["flat", "fc.w", "fc.b"], ["logits"], name="fc", transB=1))
+    nodes.append(h.make_node("SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"], name="loss"))
+    g = h.make_graph(nodes, "resnet", [h.make_tensor_value_info("image", TP.FLOAT, ["N", 3, image, image]),
+                                       h.make_tensor_value_info("labels", TP.INT64, ["N"])],
+                     [h.make_tensor_value_info("loss", TP.FLOAT, [])], inits)
+    return _save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
+
+
+def gpt_onnx(path: str, layers: int = 4, hidden: int = 768, heads: int = 12, vocab: int = 50257, positions: int = 1024,
+             external_data: bool = False) -> str:
+    """A GPT block stack with the opset-23 Attention operator; reshapes computed from the input
+    shape (Shape → Gather → Concat) as exporters emit them."""
+    onnx, TP, h = _onnx()
+    H = hidden
+    nodes, inits = [], []
+    inits += [_init("wte", (vocab, H)), _init("wpe", (positions, H))]
+    nodes += [h.make_node("Gather", ["wte", "input_ids"], ["tok"], name="wte"),
+              h.make_node("Gather", ["wpe", "position_ids"], ["pos"], name="wpe"),
+              h.make_node("Add", ["tok", "pos"], ["x0"], name="embed_add")]
+    # dynamic shape plumbing: [batch, seq, H] from the input
+    inits.append(onnx.numpy_helper.from_array(__import__("numpy").array([0], dtype="int64"), "idx0"))
+    inits.append(onnx.numpy_helper.from_array(__import__("numpy").array([1], dtype="int64"), "idx1"))
+    inits.append(onnx.numpy_helper.from_array(__import__("numpy").array([H], dtype="int64"), "hid"))
+    nodes += [h.make_node("Shape", ["input_ids"], ["ids_shape"], name="shape"),
+              h.make_node("Gather", ["ids_shape", "idx0"], ["b_dim"], name="get_b", axis=0),
+              h.make_node("Gather", ["ids_shape", "idx1"], ["s_dim"], name="get_s", axis=0),
+              h.make_node("Concat", ["b_dim", "s_dim", "hid"], ["bsh"], name="bsh", axis=0)]
+    x = "x0"
+    for i in range(layers):
+        p = f"h{i}."
+        inits += [_init(p + "ln1.s", (H,)), _init(p + "ln1.b", (H,)), _init(p + "qkv.w", (H, 3 * H)), _init(p + "qkv.b", (3 * H,)),
+                  _init(p + "proj.w", (H, H)), _init(p + "proj.b", (H,)), _init(p + "ln2.s", (H,)), _init(p + "ln2.b", (H,)),
+                  _init(p + "fc1.w", (H, 4 * H)), _init(p + "fc1.b", (4 * H,)), _init(p + "fc2.w", (4 * H, H)), _init(p + "fc2.b", (H,))]
+        nodes += [
+            h.make_node("LayerNormalization", [x, p + "ln1.s", p + "ln1.b"], [p + "ln1"], name=p + "ln1", axis=-1),
+            h.make_node("MatMul", [p + "ln1", p + "qkv.w"], [p + "qkv_mm"], name=p + "qkv"),
+            h.make_node("Add", [p + "qkv_mm", p + "qkv.b"], [p + "qkv_o"], name=p + "qkv_bias"),
+            h.make_node("Split", [p + "qkv_o"], [p + "q", p + "k", p + "v"], name=p + "split", axis=-1, num_outputs=3),
+            h.make_node("Attention", [p + "q", p + "k", p + "v"], [p + "ctx"], name=p + "attn", is_causal=1,
+                        q_num_heads=heads, kv_num_heads=heads),
+            h.make_node("Reshape", [p + "ctx", "bsh"], [p + "ctx2"], name=p + "merge"),
+            h.make_node("MatMul", [p + "ctx2", p + "proj.w"], [p + "proj_mm"], name=p + "proj"),
+            h.make_node("Add", [p + "proj_mm", p + "proj.b"], [p + "proj_o"], name=p + "proj_bias"),
+            h.make_node("Add", [x, p + "proj_o"], [p + "r1"], name=p + "res1"),
+            h.make_node("LayerNormalization", [p + "r1", p + "ln2.s", p + "ln2.b"], [p + "ln2"], name=p + "ln2", axis=-1),
+            h.make_node("MatMul", [p + "ln2", p + "fc1.w"], [p + "fc1_mm"], name=p + "fc1"),
+            h.make_node("Add", [p + "fc1_mm", p + "fc1.b"], [p + "fc1_o"], name=p + "fc1_bias"),
+            h.make_node("Gelu", [p + "fc1_o"], [p + "act"], name=p + "gelu"),
+            h.make_node("MatMul", [p + "act", p + "fc2.w"], [p + "fc2_mm"], name=p + "fc2"),
+            h.make_node("Add", [p + "fc2_mm", p + "fc2.b"], [p + "fc2_o"], name=p + "fc2_bias"),
+            h.make_node("Add", [p + "r1", p + "fc2_o"], [p + "out"], name=p + "res2"),
+        ]
+        x = p + "out"
+    inits += [_init("lnf.s", (H,)), _init("lnf.b", (H,)), _init("head.w", (H, vocab))]
+    nodes += [h.make_node("LayerNormalization", [x, "lnf.s", "lnf.b"], ["lnf"], name="ln_f", axis=-1),
+              h.make_node("MatMul", ["lnf", "head.w"], ["logits"], name="lm_head"),
+              h.make_node("Transpose", ["logits"], ["logits_t"], name="to_nc", perm=[0, 2, 1]),
+              h.make_node("SoftmaxCrossEntropyLoss", ["logits_t", "labels"], ["loss"], name="loss")]
+    g = h.make_graph(nodes, "gpt", [h.make_tensor_value_info("input_ids", TP.INT64, ["batch", "sequence"]),
+                                    h.make_tensor_value_info("position_ids", TP.INT64, ["batch", "sequence"]),
+                                    h.make_tensor_value_info("labels", TP.INT64, ["batch", "sequence"])],
+                     [h.make_tensor_value_info("loss", TP.FLOAT, [])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 23)])
+    if external_data:
+        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="gpt.data",
+                  size_threshold=1024)
+        return path
+    return _save(model, path)
+
+
+def recommender_onnx(path: str, num_tables: int = 4, rows: int = 40_000_000, dim: int = 128, lookups: int = 8,
+                     dense_features: int = 13) -> str:
+    """A DLRM-style recommender whose embedding tables are external data in one *sparse* file:
+    the tensors are declared (dims, offsets) but never written, so tens of GB take no disk."""
+    import os
+
+    onnx, TP, h = _onnx()
+    nodes, inits = [], []
+    data_name = os.path.basename(path) + ".tables"
+    offset = 0
+    for i in range(num_tables):
+        t = onnx.TensorProto()
+        t.name = f"table{i}.weight"
+        t.data_type = TP.FLOAT
+        t.dims.extend([rows, dim])
+        t.data_location = onnx.TensorProto.EXTERNAL
+        length = rows * dim * 4
+        for k, v in (("location", data_name), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        offset += length
+        inits.append(t)
+        nodes += [h.make_node("Gather", [f"table{i}.weight", f"ids{i}"], [f"rows{i}"], name=f"table{i}", axis=0),
+                  h.make_node("ReduceSum", [f"rows{i}", "axis1"], [f"e{i}"], name=f"pool{i}", keepdims=0)]
+    inits.append(onnx.numpy_helper.from_array(__import__("numpy").array([1], dtype="int64"), "axis1"))
+    with open(os.path.join(os.path.dirname(os.path.abspath(path)), data_name), "wb") as fh:
+        fh.truncate(offset)  # sparse: no blocks allocated
+    inits += [_init("bot1.w", (dense_features, 512)), _init("bot1.b", (512,)), _init("bot2.w", (512, dim)), _init("bot2.b", (dim,))]
+    nodes += [h.make_node("Gemm", ["dense", "bot1.w", "bot1.b"], ["b1"], name="bot1"),
+              h.make_node("Relu", ["b1"], ["b1r"], name="bot1_relu"),
+              h.make_node("Gemm", ["b1r", "bot2.w", "bot2.b"], ["b2"], name="bot2"),
+              h.make_node("Relu", ["b2"], ["b2r"], name="bot2_relu"),
+              h.make_node("Concat", ["b2r"] + [f"e{i}" for i in range(num_tables)], ["z"], name="interact", axis=1)]
+    width = dim * (num_tables + 1)
+    inits += [_init("top1.w", (width, 1024)), _init("top1.b", (1024,)), _init("top2.w", (1024, 512)), _init("top2.b", (512,)),
+              _init("top3.w", (512, 2)), _init("top3.b", (2,))]
+    nodes += [h.make_node("Gemm", ["z", "top1.w", "top1.b"], ["t1"], name="top1"),
+              h.make_node("Relu", ["t1"], ["t1r"], name="top1_relu"),
+              h.make_node("Gemm", ["t1r", "top2.w", "top2.b"], ["t2"], name="top2"),
+              h.make_node("Relu", ["t2"], ["t2r"], name="top2_relu"),
+              h.make_node("Gemm", ["t2r", "top3.w", "top3.b"], ["logits"], name="top3"),
+              h.make_node("SoftmaxCrossEntropyLoss", ["logits", "label"], ["loss"], name="loss")]
+    ins = [h.make_tensor_value_info("dense", TP.FLOAT, ["batch", dense_features]),
+           h.make_tensor_value_info("label", TP.INT64, ["batch"])]
+    ins += [h.make_tensor_value_info(f"ids{i}", TP.INT64, ["batch", lookups]) for i in range(num_tables)]
+    g = h.make_graph(nodes, "dlrm", ins, [h.make_tensor_value_info("loss", TP.FLOAT, [])], inits)
+    return _save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)

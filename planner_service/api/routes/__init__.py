@@ -16,6 +16,7 @@ ROUTER_MODULES = (
     "planner_service.api.routes.launch",
     "planner_service.api.routes.clusters",
     "planner_service.api.routes.profiles",
+    "planner_service.api.routes.models",
 )
 
 

@@ -1,0 +1,81 @@
+"""/v1/models: upload an ONNX model (multipart) → a stored model id usable in plan requests as
+``{"model": {"model_id": "<id>"}}``; read it back."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from fastapi.responses import JSONResponse
+
+from cost_model.errors import InvalidGraph, InvalidInput
+from cost_model.graph import graph_from_dict
+from planner_service.api.deps import get_repository
+from planner_service.onnx_import import MAX_ONNX_BYTES, load_onnx_bytes
+from planner_service.storage.repository import Repository
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+def _summary(graph: dict[str, Any]) -> dict[str, Any]:
+    spec = graph_from_dict(graph, field_path="model.onnx")
+    return spec.summary()
+
+
+def _parse_dims(dims: str | None) -> dict[str, int] | None:
+    if dims is None or dims == "":
+        return None
+    try:
+        value = json.loads(dims)
+    except json.JSONDecodeError:
+        raise InvalidInput("must be a JSON object of dimension name → size", field="dims") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                              for k, v in value.items()):
+        raise InvalidInput("must be a JSON object of dimension name → positive integer", field="dims")
+    return value
+
+
+@router.post(
+    "/onnx",
+    status_code=201,
+    summary="Upload an ONNX model; returns its id",
+    responses={
+        201: {"description": "Stored: id, name, format and a summary (operators, parameters)"},
+        413: {"description": "Upload larger than the body limit"},
+        422: {"description": "Not an ONNX model, unsupported operators (listed), bad shapes, too many nodes"},
+    },
+)
+def upload_onnx(
+    file: Annotated[UploadFile, File(description="The .onnx file (weights in external data need not be uploaded: only shapes are read)")],
+    name: Annotated[str | None, Form(description="Model name (default: the file name)")] = None,
+    dims: Annotated[str | None, Form(description='JSON object binding extra symbolic dimensions, e.g. {"num_experts": 8}')] = None,
+    repo: Repository = Depends(get_repository),
+) -> JSONResponse:
+    data = file.file.read(MAX_ONNX_BYTES + 1)
+    if len(data) > MAX_ONNX_BYTES:
+        raise InvalidGraph("ONNX uploads over 2 GB must keep their weights as external data", field="file")
+    model_name = name or (file.filename or "onnx-model").rsplit("/", 1)[-1].removesuffix(".onnx") or "onnx-model"
+    graph = load_onnx_bytes(data, name=model_name, dims=_parse_dims(dims))
+    summary = _summary(graph)
+    model_id = repo.save_model(model_name, "onnx", graph)
+    body = {"id": model_id, "name": model_name, "format": "onnx", "summary": summary,
+            "links": {"self": f"/v1/models/{model_id}"}}
+    return JSONResponse(body, status_code=201, headers={"Location": f"/v1/models/{model_id}"})
+
+
+@router.get("/{model_id}", summary="A stored model: metadata, summary and (optionally) its operator graph")
+def get_model(
+    model_id: str,
+    include_graph: Annotated[bool, Query(description="Include the operator graph JSON")] = False,
+    repo: Repository = Depends(get_repository),
+) -> dict[str, Any]:
+    stored = repo.get_model(model_id)
+    out = stored.to_dict(include_graph=include_graph)
+    out["summary"] = _summary(stored.graph)
+    return out
+
+
+@router.get("", summary="Stored models (newest first)")
+def list_models(repo: Repository = Depends(get_repository)) -> dict[str, Any]:
+    return {"items": [m.to_dict() for m in repo.list_models()]}
