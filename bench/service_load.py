@@ -63,14 +63,14 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, db_url: str, solver_time_limit_s: float) -> None:
+    def __init__(self, db_url: str, solver_time_limit_s: float, workers: int = 1) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s))
         self.log = tempfile.NamedTemporaryFile(prefix="planner-bench-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "planner_service.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--no-access-log", "--log-level", "warning"],
+             "--no-access-log", "--log-level", "warning", "--workers", str(workers)],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         deadline = time.monotonic() + 60
@@ -225,7 +225,7 @@ def bench_database(kind: str, args: argparse.Namespace) -> dict:
         url = PG_URL_TEMPLATE.format(db=pg_db)
         subprocess.run([sys.executable, "-m", "planner_service.cli", "db", "upgrade", "--database-url", url], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
-    server = Server(url, args.solver_time_limit_s)
+    server = Server(url, args.solver_time_limit_s, args.server_workers)
     try:
         t0 = time.monotonic()
         seeded = asyncio.run(seed(server.base, args.seed_plans, tag))
@@ -260,6 +260,7 @@ def main() -> int:
     ap.add_argument("--seed-plans", type=int, default=24)
     ap.add_argument("--solver-time-limit-s", type=float, default=2.0)
     ap.add_argument("--databases", default="sqlite,postgresql")
+    ap.add_argument("--server-workers", type=int, default=1, help="planner serve --workers")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "service.json"))
     args = ap.parse_args()
@@ -268,7 +269,9 @@ def main() -> int:
     if bad:
         ap.error(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
     kinds = [k for k in args.databases.split(",") if k]
+    load_before = os.getloadavg()
     results = [bench_database(kind, args) for kind in kinds]
+    load_after = os.getloadavg()
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -276,13 +279,19 @@ def main() -> int:
     doc = {
         "benchmark": "service_load",
         "commit": commit,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "loadavg_1m_before": round(load_before[0], 2),
+            "loadavg_1m_after": round(load_after[0], 2),
+        },
         "config": {
             "clients": args.clients,
             "duration_s_per_scenario": args.duration_s,
             "seed_plans": args.seed_plans,
             "solver_time_limit_s": args.solver_time_limit_s,
-            "server": "planner serve (one uvicorn process) on 127.0.0.1; clients in the same machine",
+            "server": f"planner serve --workers {args.server_workers} on 127.0.0.1; clients (asyncio, one connection each) on the same machine",
             "request": "gpt3-125m / gpt3-350m on 1-2 nodes x 8 A100-SXM4-80GB, global batch 64, seq 2048",
         },
         "results": results,

@@ -47,22 +47,49 @@ def register(app: typer.Typer) -> None:
         database_url: Optional[str] = DB_URL_OPTION,
         log_level: str = typer.Option("info", help="uvicorn log level."),
         access_log: bool = typer.Option(True, help="Log every request."),
+        workers: int = typer.Option(1, min=1, max=64, help="Server processes (each a stateless replica)."),
     ) -> None:
         """Run the HTTP API (and, on SQLite, the job worker in-process)."""
+        import os
+
         import uvicorn
+        from sqlalchemy.exc import OperationalError
 
         from planner_service.api import create_app
-        from planner_service.storage.db import SchemaNotReady
+        from planner_service.storage.db import SchemaNotReady, check_schema, upgrade
 
         settings = _settings(database_url)
-        _engine(settings).dispose()  # validates the URL with a clear message
+        engine = _engine(settings)  # validates the URL with a clear message
         logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
-            application = create_app(settings)
+            if settings.migrate_on_start:
+                upgrade(engine)  # once, here, not in every server process
+            else:
+                check_schema(engine)
         except SchemaNotReady as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-        uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log)
+        except OperationalError as exc:
+            typer.echo(f"error: cannot reach the database: {exc.orig}", err=True)
+            raise typer.Exit(1) from None
+        finally:
+            engine.dispose()
+        if workers == 1:
+            application = create_app(settings.model_copy(update={"auto_migrate": False}))
+            uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log)
+            return
+        # Several processes: uvicorn imports the factory in each; settings travel by environment.
+        os.environ["DATABASE_URL"] = settings.database_url
+        os.environ["PLANNER_AUTO_MIGRATE"] = "false"
+        uvicorn.run(
+            "planner_service.api.app:create_app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            access_log=access_log,
+        )
 
     @db.command("upgrade")
     def db_upgrade(

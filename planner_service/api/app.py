@@ -116,4 +116,10 @@ def create_app(
     return app
 
 
-__all__ = ["create_app"]
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (``planner serve --workers N``): settings from the
+    environment."""
+    return create_app(ServiceSettings())
+
+
+__all__ = ["create_app", "create_app_from_env"]
