@@ -338,3 +338,18 @@ def test_metrics(client):
     assert "planner_http_request_duration_seconds_bucket" in text
     assert "planner_plans_stored{status=" in text
     assert 'planner_plans_created_total{kind="plan"} 1.0' in text
+
+
+def test_lost_database_is_a_503_not_a_500(make_client, db_url):
+    if not db_url.startswith("sqlite"):
+        pytest.skip("simulated by removing the SQLite file")
+    import os
+
+    client = make_client(start_worker=False)
+    path = db_url.removeprefix("sqlite:///")
+    client.app.state.repository.engine.dispose()
+    os.remove(path)  # new connections see an empty database without the planner schema
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and "planner db upgrade" in ready.json()["error"]["message"]
+    listing = client.get("/v1/plans")
+    assert listing.status_code == 503 and listing.json()["error"]["code"] == "database_unavailable"
