@@ -370,6 +370,7 @@ def solve_mesh(
     headroom_fraction: float = 0.1,
     hint: tuple[np.ndarray, np.ndarray] | None = None,
     workers: int = 2,
+    cutoff_s: float | None = None,
 ) -> SolveResult | None:
     """Optimal op shardings and contiguous stage split for one mesh.
 
@@ -639,7 +640,12 @@ def solve_mesh(
             if mterms:
                 model.add(sum(mterms) <= cap_i)
         p2p_total = sum(2 * int(P2Pi[s, k]) * bnd[s][k] for s in range(nseg - 1) for k in range(pp - 1) if bnd[s][k] is not None)
-    model.minimize((m - 1) * T + sum(Tseg) + p2p_total + cpu_T + D + O)
+    objective = (m - 1) * T + sum(Tseg) + p2p_total + cpu_T + D + O
+    model.minimize(objective)
+    if cutoff_s is not None:
+        # only solutions at least as good as an incumbent step time are of interest: INFEASIBLE
+        # then means "cannot beat it" (optimizer kernel launches are a constant outside)
+        model.add(objective <= int(math.floor((cutoff_s - 4 * mesh.device.efficiency.kernel_overhead_s) / scale.time_unit_s)))
     if hg is not None:
         hints.append((T, max(max(T_h), cpu_T_h)))
         hints.append((D, max(0, max(D_h))))
@@ -887,7 +893,10 @@ def plan_graph(
         if remaining < 0.3:
             statuses.append("NOT_RUN(time)")
             continue
-        share = remaining / (len(refine) - idx) * 0.9
+        # the most promising layout gets most of the time; the others only need to show
+        # whether they can beat the incumbent (objective cutoff)
+        share = remaining * (0.6 if idx == 0 and len(refine) > 1 else 1.0 / (len(refine) - idx)) * 0.95
+        incumbent = min(c.ev.step_time_s for c in candidates[: idx + 1]) if idx > 0 else None
         t_c = time.perf_counter()
         coarse = coarsen(cand.tables, keep=cand.choice, max_per_group=MAX_COMBOS_LARGE if large else None)
         coarse_sizes.append(len(coarse.groups))
@@ -895,11 +904,11 @@ def plan_graph(
         cuts = cut_candidates(cand.tables, coarse, cand.choice)
         spent = time.perf_counter() - t_c
         res = solve_mesh(cand.tables, coarse, cuts, max(0.1, share - spent), headroom, hint=(cand.choice, cand.stage_of_op),
-                         workers=workers)
+                         workers=workers, cutoff_s=incumbent)
         if res is None:
             statuses.append("UNKNOWN")
             continue
-        statuses.append(res.status)
+        statuses.append(res.status if not (incumbent and res.status == "INFEASIBLE") else "CANNOT_BEAT_BEST")
         if res.status == "INFEASIBLE":
             continue
         ev = evaluate(cand.tables, res.choice, res.stage_of_op)

@@ -250,14 +250,45 @@ def resnet_onnx(path: str, blocks: tuple[int, ...] = (2, 2, 2, 2), width: int = 
     return _save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
 
 
+def sparse_initializer(name: str, shape, data_file: str, offset: int):
+    """A float32 initializer declared as external data at ``offset`` of ``data_file`` without
+    writing its bytes (the caller truncates the file to the total length: a sparse file)."""
+    import onnx
+
+    t = onnx.TensorProto()
+    t.name = name
+    t.data_type = onnx.TensorProto.FLOAT
+    t.dims.extend(list(shape))
+    t.data_location = onnx.TensorProto.EXTERNAL
+    length = 4
+    for d in shape:
+        length *= d
+    for k, v in (("location", data_file), ("offset", str(offset)), ("length", str(length))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return t, length
+
+
 def gpt_onnx(path: str, layers: int = 4, hidden: int = 768, heads: int = 12, vocab: int = 50257, positions: int = 1024,
-             external_data: bool = False) -> str:
+             external_data: bool = False, sparse: bool = False) -> str:
     """A GPT block stack with the opset-23 Attention operator; reshapes computed from the input
-    shape (Shape → Gather → Concat) as exporters emit them."""
+    shape (Shape → Gather → Concat) as exporters emit them.  ``external_data``: weights saved
+    to a side file; ``sparse``: weights declared in a sparse side file (nothing written —
+    for billion-parameter benchmarks)."""
     onnx, TP, h = _onnx()
     H = hidden
+
+    def W(name, shape):
+        if not sparse:
+            return _init(name, shape)
+        t = onnx.TensorProto()  # dims only; turned into a sparse external reference below
+        t.name = name
+        t.data_type = TP.FLOAT
+        t.dims.extend(list(shape))
+        return t
+
     nodes, inits = [], []
-    inits += [_init("wte", (vocab, H)), _init("wpe", (positions, H))]
+    inits += [W("wte", (vocab, H)), W("wpe", (positions, H))]
     nodes += [h.make_node("Gather", ["wte", "input_ids"], ["tok"], name="wte"),
               h.make_node("Gather", ["wpe", "position_ids"], ["pos"], name="wpe"),
               h.make_node("Add", ["tok", "pos"], ["x0"], name="embed_add")]
@@ -272,9 +303,9 @@ def gpt_onnx(path: str, layers: int = 4, hidden: int = 768, heads: int = 12, voc
     x = "x0"
     for i in range(layers):
         p = f"h{i}."
-        inits += [_init(p + "ln1.s", (H,)), _init(p + "ln1.b", (H,)), _init(p + "qkv.w", (H, 3 * H)), _init(p + "qkv.b", (3 * H,)),
-                  _init(p + "proj.w", (H, H)), _init(p + "proj.b", (H,)), _init(p + "ln2.s", (H,)), _init(p + "ln2.b", (H,)),
-                  _init(p + "fc1.w", (H, 4 * H)), _init(p + "fc1.b", (4 * H,)), _init(p + "fc2.w", (4 * H, H)), _init(p + "fc2.b", (H,))]
+        inits += [W(p + "ln1.s", (H,)), W(p + "ln1.b", (H,)), W(p + "qkv.w", (H, 3 * H)), W(p + "qkv.b", (3 * H,)),
+                  W(p + "proj.w", (H, H)), W(p + "proj.b", (H,)), W(p + "ln2.s", (H,)), W(p + "ln2.b", (H,)),
+                  W(p + "fc1.w", (H, 4 * H)), W(p + "fc1.b", (4 * H,)), W(p + "fc2.w", (4 * H, H)), W(p + "fc2.b", (H,))]
         nodes += [
             h.make_node("LayerNormalization", [x, p + "ln1.s", p + "ln1.b"], [p + "ln1"], name=p + "ln1", axis=-1),
             h.make_node("MatMul", [p + "ln1", p + "qkv.w"], [p + "qkv_mm"], name=p + "qkv"),
@@ -295,7 +326,7 @@ def gpt_onnx(path: str, layers: int = 4, hidden: int = 768, heads: int = 12, voc
             h.make_node("Add", [p + "r1", p + "fc2_o"], [p + "out"], name=p + "res2"),
         ]
         x = p + "out"
-    inits += [_init("lnf.s", (H,)), _init("lnf.b", (H,)), _init("head.w", (H, vocab))]
+    inits += [W("lnf.s", (H,)), W("lnf.b", (H,)), W("head.w", (H, vocab))]
     nodes += [h.make_node("LayerNormalization", [x, "lnf.s", "lnf.b"], ["lnf"], name="ln_f", axis=-1),
               h.make_node("MatMul", ["lnf", "head.w"], ["logits"], name="lm_head"),
               h.make_node("Transpose", ["logits"], ["logits_t"], name="to_nc", perm=[0, 2, 1]),
@@ -305,6 +336,24 @@ def gpt_onnx(path: str, layers: int = 4, hidden: int = 768, heads: int = 12, voc
                                     h.make_tensor_value_info("labels", TP.INT64, ["batch", "sequence"])],
                      [h.make_tensor_value_info("loss", TP.FLOAT, [])], inits)
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 23)])
+    if sparse:
+        import os
+
+        data_name = os.path.basename(path) + ".weights"
+        offset = 0
+        new_inits = []
+        for t in model.graph.initializer:
+            if t.data_type == TP.FLOAT and not t.raw_data and not t.float_data:
+                st, length = sparse_initializer(t.name, list(t.dims), data_name, offset)
+                offset += length
+                new_inits.append(st)
+            else:
+                new_inits.append(t)
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(new_inits)
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), data_name), "wb") as fh:
+            fh.truncate(offset)
+        return _save(model, path)
     if external_data:
         onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="gpt.data",
                   size_threshold=1024)

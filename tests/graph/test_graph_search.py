@@ -119,7 +119,7 @@ def test_memory_binding_case_really_binds():
 def test_plan_graph_result_contract():
     g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
     cluster = simple_cluster("A100-SXM4-80GB", 1)
-    out = plan_graph(g, Training(32, 256), cluster, None, top_k=2, time_limit_s=10)
+    out = plan_graph(g, Training(32, 256), cluster, None, top_k=2, time_limit_s=3)
     best = out["best"]
     for key in ("dp", "tp", "pp", "cp", "micro_batch_size", "zero_stage", "op_shardings"):
         assert key in best["strategy"]
@@ -144,7 +144,7 @@ def test_pinned_gpt_plan_is_within_10_percent_of_the_transformer_path():
     training = Training(global_batch_size=32, sequence_length=2048)
     cluster = simple_cluster("A100-SXM4-80GB", 1)
     pins = {"dp": 2, "tp": 4, "pp": 1, "micro_batch_size": 2}
-    out = plan_graph(g, training, cluster, pins, top_k=0, time_limit_s=5)
+    out = plan_graph(g, training, cluster, pins, top_k=0, time_limit_s=2)
     s = out["best"]["strategy"]
     assert (s["dp"], s["tp"], s["pp"], s["micro_batch_size"]) == (2, 4, 1, 2)
     ref = estimate(spec, training, cluster, Strategy(dp=2, tp=4, micro_batch_size=2, zero_stage=1))
@@ -214,8 +214,8 @@ def test_cpu_placement_beats_gpu_only_when_gpu_sharding_is_feasible_but_slower()
     """Two nodes of 8 GPUs can hold the tables sharded, but syncing and updating 20 B dense
     parameters per step costs more than serving the looked-up rows from CPU nodes."""
     g = graph_from_dict(recommender_graph(num_tables=4, rows=40_000_000, dim=128, lookups=8))
-    gpu_only = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB"), None, top_k=0, time_limit_s=10)
-    hetero = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB", cpu_nodes=16), None, top_k=0, time_limit_s=10)
+    gpu_only = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB"), None, top_k=0, time_limit_s=3)
+    hetero = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB", cpu_nodes=16), None, top_k=0, time_limit_s=3)
     assert gpu_only["best"]["prediction"]["fits"]
     t_gpu = gpu_only["best"]["prediction"]["step_time_s"]
     t_het = hetero["best"]["prediction"]["step_time_s"]
@@ -230,13 +230,13 @@ def test_cpu_placement_beats_gpu_only_when_gpu_sharding_is_feasible_but_slower()
 def test_constraints_pin_the_layout_and_bad_pins_are_named():
     g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
     cluster = simple_cluster("A100-SXM4-80GB", 1)
-    out = plan_graph(g, Training(32, 256), cluster, {"tp": 2, "pp": 2}, top_k=0, time_limit_s=10)
+    out = plan_graph(g, Training(32, 256), cluster, {"tp": 2, "pp": 2}, top_k=0, time_limit_s=3)
     assert (out["best"]["strategy"]["tp"], out["best"]["strategy"]["pp"]) == (2, 2)
     with pytest.raises(InvalidInput) as ei:
-        plan_graph(g, Training(32, 256), cluster, {"cp": 2}, top_k=0, time_limit_s=5)
+        plan_graph(g, Training(32, 256), cluster, {"cp": 2}, top_k=0, time_limit_s=2)
     assert ei.value.field == "constraints.cp"
     with pytest.raises(NoFeasiblePlan):
-        plan_graph(g, Training(32, 256), cluster, {"tp": 3}, top_k=0, time_limit_s=5)
+        plan_graph(g, Training(32, 256), cluster, {"tp": 3}, top_k=0, time_limit_s=2)
 
 
 def test_large_graphs_take_the_coarsened_path_and_still_improve_or_keep_the_greedy_answer():
