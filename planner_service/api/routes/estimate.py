@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
+from fastapi.responses import JSONResponse
 
 from planner_service.api.deps import get_service
 from planner_service.api.schemas import ESTIMATE_EXAMPLES, EstimateCreate
@@ -17,5 +18,5 @@ router = APIRouter(prefix="/v1", tags=["estimate"])
 def estimate(
     body: Annotated[EstimateCreate, Body(openapi_examples=ESTIMATE_EXAMPLES)],
     service: PlanService = Depends(get_service),
-) -> dict:
-    return service.estimate(body.model_dump(exclude_unset=True))
+) -> JSONResponse:
+    return JSONResponse(service.estimate(body.model_dump(exclude_unset=True)))

@@ -89,7 +89,7 @@ def list_plans(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most {MAX_PAGE}")] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
     repo: Repository = Depends(get_repository),
-) -> dict:
+) -> JSONResponse:
     if status is not None and status not in PLAN_STATUSES:
         raise InvalidInput(f"must be one of {', '.join(PLAN_STATUSES)}, got {status!r}", field="status")
     if device is not None:
@@ -109,12 +109,13 @@ def list_plans(
         request_hash=request_hash,
     )
     items, next_cursor = repo.list_plans(filters, sort=sort, limit=limit, cursor=cursor)
-    return {"items": [p.to_dict() for p in items], "next_cursor": next_cursor, "limit": limit, "sort": sort}
+    return JSONResponse({"items": [p.to_dict() for p in items], "next_cursor": next_cursor, "limit": limit, "sort": sort})
 
 
 @router.get("/{plan_id}", summary="One stored plan")
-def get_plan(plan_id: str, repo: Repository = Depends(get_repository)) -> dict:
-    return plan_to_api(repo.get_plan(plan_id))
+def get_plan(plan_id: str, repo: Repository = Depends(get_repository)) -> JSONResponse:
+    # Stored JSON is plain already: JSONResponse skips FastAPI's recursive jsonable_encoder.
+    return JSONResponse(plan_to_api(repo.get_plan(plan_id)))
 
 
 @router.delete("/{plan_id}", status_code=204, summary="Delete a stored plan (409 while replans refer to it)")
