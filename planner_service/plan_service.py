@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
@@ -25,6 +26,8 @@ from cost_model.errors import InvalidInput, NotFound, PlannerError, UnknownName
 from planner_service.requests import PlanRequest, parse_cluster, parse_estimate_request, parse_plan_request
 from planner_service.settings import ServiceSettings
 from planner_service.storage.repository import NewPlan, Repository, StoredJob, StoredPlan
+
+log = logging.getLogger("planner.service")
 
 #: Keys of a plan request that do not change the answer (excluded from the request hash).
 NON_IDENTITY_KEYS = ("async", "force", "callback_url")
@@ -326,10 +329,16 @@ def _default_plan_fn() -> PlanFn:
 
 def _default_search_size(req: PlanRequest) -> int | None:
     try:
-        from planner_service.planner import search_size
-    except ImportError:  # older planner without a size estimate: always synchronous
+        from planner_service.planner.search import search_size
+    except ImportError:  # a planner without a size estimate: always synchronous
         return None
-    return int(search_size(req))
+    try:
+        return int(search_size(req))
+    except PlannerError:
+        raise  # a bad request: the same error the planner would give
+    except Exception:  # noqa: BLE001 - a failing estimate must not fail the request
+        log.warning("search_size failed; planning synchronously", exc_info=True)
+        return None
 
 
 class PlanService:

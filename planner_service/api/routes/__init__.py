@@ -17,6 +17,7 @@ ROUTER_MODULES = (
     "planner_service.api.routes.clusters",
     "planner_service.api.routes.profiles",
     "planner_service.api.routes.models",
+    "planner_service.api.routes.web",
 )
 
 

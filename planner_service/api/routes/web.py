@@ -1,0 +1,70 @@
+"""The web page: GET / (planner_service/web/index.html) and its assets under /static/.
+
+The page is plain HTML, CSS and JavaScript shipped as package data (no build step, nothing
+fetched from elsewhere); it talks to the same /v1 API as every other client.  Only the files
+listed in ``ASSETS`` are served, so no request path reaches the file system.  The list of launch
+targets is written into the page from :data:`planner_service.exporters.TARGETS`, so the page
+offers exactly the targets the server can render.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from importlib import resources
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse
+
+from cost_model.errors import NotFound
+from planner_service.exporters import TARGETS
+
+router = APIRouter(tags=["web"], include_in_schema=False)
+
+#: Served asset → content type.
+ASSETS = {
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
+
+#: The page loads only its own script and stylesheet and talks only to this origin.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+_TARGETS_PLACEHOLDER = "__LAUNCH_TARGETS__"
+
+
+def _read(name: str) -> bytes:
+    return (resources.files("planner_service") / "web" / name).read_bytes()
+
+
+def _respond(request: Request, body: bytes, media_type: str, headers: dict[str, str] | None = None) -> Response:
+    """The body with a strong ETag; 304 when the browser already has it.  ``no-cache`` makes
+    the browser revalidate on every load, so a new release is picked up at once."""
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    common = {"ETag": etag, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", **(headers or {})}
+    if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=common)
+    return Response(body, media_type=media_type, headers=common)
+
+
+@router.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse, summary="The web page")
+def index(request: Request) -> Response:
+    page = _read("index.html").decode("utf-8")
+    page = page.replace(_TARGETS_PLACEHOLDER, html.escape(",".join(TARGETS), quote=True))
+    return _respond(
+        request,
+        page.encode("utf-8"),
+        "text/html; charset=utf-8",
+        {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Referrer-Policy": "no-referrer"},
+    )
+
+
+@router.api_route("/static/{name}", methods=["GET", "HEAD"], summary="A static asset of the web page")
+def asset(name: str, request: Request) -> Response:
+    media_type = ASSETS.get(name)
+    if media_type is None:
+        raise NotFound(f"no static file {name!r}", field="name")
+    return _respond(request, _read(name), media_type)

@@ -1,0 +1,335 @@
+"""The web page in headless Chromium against a real uvicorn server: compose and submit a plan,
+read the rendered plan, get launch files, list and page through stored plans, see 4xx errors
+next to the field they name, run a job, replan after a node failure.
+
+Every wait is an explicit condition (WebDriverWait); nothing sleeps.  Skipped when Chromium,
+chromedriver or selenium are missing (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+pytest.importorskip("selenium", reason="browser tests need the selenium package (pip install -e '.[test]')")
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+SMALL_CLUSTER = {"name": "one-node", "node_groups": [{"name": "g0", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}
+SMALL_REQUEST = {"model": {"preset": "gpt3-125m"}, "training": {"global_batch_size": 64, "sequence_length": 2048}, "cluster": SMALL_CLUSTER}
+
+
+def wait(driver, timeout_s: float = 15):
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.05)
+
+
+def css(root, selector):
+    return root.find_element(By.CSS_SELECTOR, selector)
+
+
+def all_css(root, selector):
+    return root.find_elements(By.CSS_SELECTOR, selector)
+
+
+def present(selector):
+    """Condition: the element matching ``selector`` (or False)."""
+
+    def check(driver):
+        found = all_css(driver, selector)
+        return found[0] if found else False
+
+    return check
+
+
+def fill(element, value) -> None:
+    element.clear()
+    element.send_keys(str(value))
+
+
+def open_page(driver, base: str, hash_: str = "#/new") -> None:
+    """A fresh load of the page (a URL that differs only in its hash would not reload it)."""
+    driver.get("about:blank")
+    driver.get(f"{base}/{hash_}")
+    wait(driver).until(present("body[data-ready]"))
+
+
+def rendered_plan_id(driver, previous: str | None = None) -> str:
+    """Wait until a plan (other than ``previous``) is rendered; its id."""
+
+    def check(d):
+        els = all_css(d, "#plan-body[data-plan-id]")
+        if not els:
+            return False
+        pid = els[0].get_attribute("data-plan-id")
+        return pid if pid != previous else False
+
+    return wait(driver).until(check)
+
+
+def text_of(element) -> str:
+    return element.get_attribute("textContent")
+
+
+def pairs(driver, selector: str, key: str, value: str) -> dict[str, str]:
+    """{text of ``key`` → text of ``value``} inside each element matching ``selector`` (one
+    round trip to the browser)."""
+    return driver.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll(arguments[0]))"
+        ".map(e => [e.querySelector(arguments[1]).textContent, e.querySelector(arguments[2]).textContent]))",
+        selector,
+        key,
+        value,
+    )
+
+
+def cell_texts(driver, selector: str) -> list[list[str]]:
+    """The cells' texts of each table row matching ``selector``."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(tr => Array.from(tr.cells).map(td => td.textContent))",
+        selector,
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_script_errors(browser):
+    """Fail a test whose page logged an error (an exception, a CSP violation); a 4xx answer
+    that the page shows on purpose is fine."""
+    browser.get_log("browser")  # drop what earlier tests left
+    yield
+    errors = [
+        e["message"]
+        for e in browser.get_log("browser")
+        if e["level"] == "SEVERE" and "the server responded with a status of 4" not in e["message"]
+    ]
+    assert not errors, errors
+
+
+def api(live_server, method: str, path: str, body=None) -> httpx.Response:
+    return httpx.request(method, live_server.base + path, json=body, timeout=30)
+
+
+def test_submit_a_plan_see_it_find_it_in_the_list_and_get_launch_files(browser, live_server, screenshot):
+    d = browser
+    open_page(d, live_server.base)
+    Select(css(d, "#preset")).select_by_value("gpt3-125m")
+    assert "12 layers" in css(d, "#preset-info").text
+    fill(css(d, "#global-batch"), 64)
+    fill(css(d, "#seq-len"), 2048)
+    Select(css(d, "#dtype")).select_by_value("bf16")
+    fill(css(d, "#cluster-name"), "web-one-node")
+    group = css(d, "#groups tr")
+    Select(css(group, '[data-key="device"]')).select_by_value("A100-SXM4-80GB")
+    fill(css(group, '[data-key="count"]'), 1)
+    fill(css(group, '[data-key="gpus_per_node"]'), 8)
+    css(d, "#submit-plan").click()
+
+    plan_id = rendered_plan_id(d)
+    assert d.current_url.endswith(f"#/plans/{plan_id}")
+    plan = api(live_server, "GET", f"/v1/plans/{plan_id}").json()
+    assert plan["model"]["name"] == "gpt3-125m" and plan["cluster"]["name"] == "web-one-node"
+    assert plan["training"]["global_batch_size"] == 64 and plan["training"]["sequence_length"] == 2048
+    assert css(d, "#flash").text == "Planned."
+
+    # Strategy knobs: exactly the stored plan's.
+    knobs = pairs(d, "#strategy > div", "dt", "dd")
+    strategy = plan["best"]["strategy"]
+    for key, label in (("dp", "data parallel (dp)"), ("tp", "tensor parallel (tp)"), ("pp", "pipeline parallel (pp)"), ("micro_batch_size", "micro-batch size"), ("zero_stage", "ZeRO stage")):
+        assert knobs[label] == str(strategy[key]), label
+    assert knobs["recompute"] == strategy["recompute"]
+
+    # Prediction cards and the stages table.
+    cards = pairs(d, ".card", ".card-label", ".card-value")
+    assert cards["Tokens/s"] == f"{round(plan['best']['prediction']['tokens_per_s']):,}"
+    assert cards["MFU"] == f"{plan['best']['prediction']['mfu'] * 100:.1f}%"
+    rows = cell_texts(d, "#stages-table tbody tr")
+    assert len(rows) == len(plan["best"]["stages"]) == 1
+    cells = rows[0]
+    stage = plan["best"]["stages"][0]
+    assert cells[1].startswith(f"{stage['first_layer']}–{stage['last_layer']} ({stage['num_layers']})")
+    assert cells[2] == "A100-SXM4-80GB" and cells[4] == ", ".join(stage["hosts"]) and cells[5] == "8"
+
+    # The breakdown bar: one segment per non-zero term, widths adding up to the whole bar.
+    breakdown = plan["best"]["prediction"]["breakdown_s"]
+    segments = all_css(d, '[data-section="breakdown"] .bar .seg')
+    assert len(segments) == sum(1 for v in breakdown.values() if v > 0)
+    widths = d.execute_script("return Array.from(document.querySelectorAll('.bar .seg')).map(s => parseFloat(s.style.width))")
+    assert abs(sum(widths) - 100.0) < 0.01
+    alt_rows = all_css(d, "#alternatives-table tbody tr")
+    assert len(alt_rows) == len(plan["alternatives"])
+    assert text_of(css(d, "#explanation-summary")) == plan["explanation"]["summary"]
+    assert not re.search(r"\b(null|undefined|NaN)\b|\[object ", text_of(css(d, "#plan-body")))
+    shot = screenshot(d, "plan")
+    assert shot.stat().st_size > 10_000
+
+    # Launch files: the page shows what the API renders, and the download link serves it.
+    Select(css(d, "#launch-target")).select_by_value("slurm")
+    css(d, "#launch-submit").click()
+    sbatch = wait(d).until(present('.launch-file[data-name="job.sbatch"]'))
+    expected = api(live_server, "GET", f"/v1/plans/{plan_id}/launch?target=slurm").json()["files"]
+    assert sorted(el.get_attribute("data-name") for el in all_css(d, ".launch-file")) == sorted(expected)
+    assert text_of(css(sbatch, "pre")) == expected["job.sbatch"]
+    assert "#SBATCH" in expected["job.sbatch"]
+    href = css(sbatch, "a[download]").get_attribute("href")
+    assert httpx.get(href, timeout=10).text == expected["job.sbatch"]
+
+    # The plans list has it; filters narrow the list; a click opens it again.
+    css(d, "#nav-plans").click()
+    wait(d).until(present(f'#plans-body[data-query] tr[data-plan-id="{plan_id}"]'))
+    fill(css(d, "#f-model"), "gpt3-125m")
+    Select(css(d, "#f-device")).select_by_value("A100-SXM4-80GB")
+    css(d, '#filter-form button[type="submit"]').click()
+    wait(d).until(present('#plans-body[data-query*="device=A100-SXM4-80GB"]'))
+    assert all_css(d, f'#plans-body tr[data-plan-id="{plan_id}"]')
+    assert "model=gpt3-125m" in d.current_url
+    fill(css(d, "#f-min-tps"), 10**12)
+    css(d, '#filter-form button[type="submit"]').click()
+    wait(d).until(present('#plans-body[data-query*="min_tokens_per_s"]'))
+    assert css(d, "#plans-empty").is_displayed() and not all_css(d, "#plans-body tr")
+    d.back()
+    row = wait(d).until(present(f'#plans-body[data-query] tr[data-plan-id="{plan_id}"]'))
+    css(row, "td:nth-child(3)").click()
+    assert rendered_plan_id(d) == plan_id
+
+
+def test_api_errors_are_shown_next_to_the_field_they_name(browser, live_server):
+    d = browser
+    open_page(d, live_server.base)
+    count = css(d, '#groups [data-key="count"]')
+    fill(count, 0)
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#groups [data-key="count"][aria-invalid="true"]'))
+    assert count.get_attribute("data-field") == "cluster.node_groups[0].count"
+    note = css(d, "#" + count.get_attribute("aria-describedby"))
+    assert "positive integer" in note.text
+    assert css(d, "#form-error").text.startswith("cluster.node_groups[0].count:")
+    assert d.switch_to.active_element == count
+    fill(count, 1)
+
+    # A config.json without hidden_size: the server names model.transformer.hidden_size; the
+    # page marks the config text area.
+    css(d, 'input[name="model-kind"][value="transformer"]').click()
+    config = css(d, "#hf-config")
+    fill(config, json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000}))
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#hf-config[aria-invalid="true"]'))
+    assert css(d, "#form-error").text.startswith("model.transformer.hidden_size:")
+    assert "model.transformer.hidden_size" in css(d, "#" + config.get_attribute("aria-describedby")).text
+    # Not JSON at all: caught before sending.
+    fill(config, "{not json")
+    css(d, "#submit-plan").click()
+    wait(d).until(present("#form-error:not([hidden])"))
+    assert "model.transformer: is not valid JSON" in css(d, "#form-error").text
+
+    # An infeasible request: the message says what is short.
+    css(d, 'input[name="model-kind"][value="preset"]').click()
+    Select(css(d, "#preset")).select_by_value("llama3-70b")
+    Select(css(d, '#groups [data-key="device"]')).select_by_value("A10-24GB")
+    css(d, "#submit-plan").click()
+    wait(d).until(lambda d: "no strategy fits" in css(d, "#form-error").text)
+    assert css(d, "#form-error").text.startswith("cluster:")
+
+
+def test_request_json_mode_and_an_async_job(browser, live_server):
+    d = browser
+    open_page(d, live_server.base)
+    Select(css(d, "#preset")).select_by_value("gpt3-125m")
+    css(d, 'input[name="mode"][value="json"]').click()
+    area = css(d, "#request-json")
+    assert area.is_displayed() and not css(d, "#preset").is_displayed()
+    body = json.loads(area.get_attribute("value"))
+    assert body["model"] == {"preset": "gpt3-125m"}
+    assert body["cluster"]["node_groups"][0]["device"] == "A100-SXM4-80GB"
+    body.update({"async": True, "force": True, "top_k": 2})
+    d.execute_script("arguments[0].value = arguments[1]", area, json.dumps(body))
+    css(d, "#submit-plan").click()
+    plan_id = rendered_plan_id(d)
+    assert css(d, "#flash").text.startswith("Planned by job ")
+    plan = api(live_server, "GET", f"/v1/plans/{plan_id}").json()
+    assert plan["top_k"] == 2 and len(all_css(d, "#alternatives-table tbody tr")) == len(plan["alternatives"]) <= 2
+
+    # Malformed JSON in the text area is reported without a request.
+    css(d, "#nav-new").click()
+    wait(d).until(lambda d: css(d, "#request-json").is_displayed())
+    d.execute_script("arguments[0].value = '[1, 2'", css(d, "#request-json"))
+    css(d, "#submit-plan").click()
+    wait(d).until(present("#form-error:not([hidden])"))
+    assert css(d, "#form-error").text.startswith("body: is not valid JSON")
+
+
+def test_saved_cluster_and_constraints(browser, live_server):
+    d = browser
+    saved = {"name": "web-saved", "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}
+    assert api(live_server, "PUT", "/v1/clusters/web-saved", saved).status_code == 200
+    open_page(d, live_server.base)
+    css(d, 'input[name="cluster-kind"][value="saved"]').click()
+    Select(css(d, "#saved-cluster")).select_by_value("web-saved")
+    assert css(d, "#saved-info").text == "1 × 8 A100-SXM4-80GB"
+    css(d, "#more-options summary").click()
+    fill(css(d, "#c-tp"), 2)
+    fill(css(d, "#c-headroom"), 0.2)
+    Select(css(d, "#objective")).select_by_value("throughput")
+    css(d, "#submit-plan").click()
+    plan_id = rendered_plan_id(d)
+    plan = api(live_server, "GET", f"/v1/plans/{plan_id}").json()
+    assert plan["cluster"]["name"] == "web-saved"
+    assert plan["constraints"]["tp"] == 2 and plan["constraints"]["memory_headroom_fraction"] == 0.2
+    assert plan["best"]["strategy"]["tp"] == 2
+    assert pairs(d, "#strategy > div", "dt", "dd")["tensor parallel (tp)"] == "2"
+
+
+def test_deep_link_replan_with_a_node_down_shows_the_diff(browser, live_server):
+    d = browser
+    open_page(d, live_server.base, "#/plans/no-such-plan")
+    box = wait(d).until(present("#plan-error:not([hidden])"))
+    assert box.text == "id: plan 'no-such-plan' does not exist"
+    request = {
+        **SMALL_REQUEST,
+        "cluster": {"name": "web-two-node", "node_groups": [{"name": "g0", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB", "hostnames": ["web-n0", "web-n1"]}]},
+    }
+    created = api(live_server, "POST", "/v1/plans", request)
+    assert created.status_code in (200, 201), created.text
+    parent_id = created.json()["id"]
+    open_page(d, live_server.base, f"#/plans/{parent_id}")
+    assert rendered_plan_id(d) == parent_id
+    boxes = {el.get_attribute("value"): el for el in all_css(d, '#replan-form input[type="checkbox"]')}
+    assert set(boxes) == {"web-n0", "web-n1"}
+    boxes["web-n1"].click()
+    css(d, "#replan-submit").click()
+    child_id = rendered_plan_id(d, previous=parent_id)
+    child = api(live_server, "GET", f"/v1/plans/{child_id}").json()
+    assert child["parent_id"] == parent_id
+    diff = child["diff"]
+    section = css(d, '[data-section="diff"]')
+    assert f"{diff['ranks_moved']} (ranks {diff['ranks_before']} → {diff['ranks_after']})" in section.text
+    changes = {row[0]: row[1:] for row in cell_texts(d, "#diff-table tbody tr")}
+    assert changes == {k: [json.dumps(v["from"]), json.dumps(v["to"])] for k, v in diff["strategy_changes"].items()}
+    # The node that is down now shows as such; replanning with every node down is a 422 shown inline.
+    boxes = {el.get_attribute("value"): el for el in all_css(d, '#replan-form input[type="checkbox"]')}
+    assert boxes["web-n1"].get_attribute("disabled") is not None and boxes["web-n1"].is_selected()
+    boxes["web-n0"].click()
+    css(d, "#replan-submit").click()
+    box = wait(d).until(present("#replan-form .error-box:not([hidden])"))
+    assert "no devices left" in box.text
+
+
+def test_plans_list_pages_with_the_more_button(browser, live_server):
+    d = browser
+    for batch in (32, 128, 256):
+        r = api(live_server, "POST", "/v1/plans", {**SMALL_REQUEST, "training": {"global_batch_size": batch, "sequence_length": 1024}})
+        assert r.status_code in (200, 201), r.text
+    expected = [p["id"] for p in api(live_server, "GET", "/v1/plans?limit=200").json()["items"]]
+    assert len(expected) >= 4
+    open_page(d, live_server.base, "#/plans?limit=2")
+    wait(d).until(present("#plans-body[data-query]"))
+    assert len(all_css(d, "#plans-body tr")) == 2
+    more = css(d, "#plans-more")
+    while more.is_displayed():
+        before = len(all_css(d, "#plans-body tr"))
+        more.click()
+        wait(d).until(lambda d: len(all_css(d, "#plans-body tr")) > before or not more.is_displayed())
+    shown = [tr.get_attribute("data-plan-id") for tr in all_css(d, "#plans-body tr")]
+    assert shown == expected

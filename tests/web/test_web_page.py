@@ -1,0 +1,105 @@
+"""The web page is served by the app itself: GET / and its assets, with the right types and
+caching, nothing loaded from elsewhere, and the script only refers to elements that exist."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from planner_service.api.routes.web import ASSETS
+from planner_service.exporters import TARGETS
+
+REPO = Path(__file__).resolve().parents[2]
+WEB = resources.files("planner_service") / "web"
+
+
+def test_root_serves_the_page_with_its_assets_and_the_launch_targets(web_client):
+    r = web_client.get("/")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/html; charset=utf-8"
+    page = r.text
+    assert "<title>Auto-parallel planner</title>" in page
+    assert '<script src="/static/app.js" defer></script>' in page
+    assert '<link rel="stylesheet" href="/static/style.css">' in page
+    targets = re.search(r'<meta name="planner-launch-targets" content="([^"]*)">', page).group(1)
+    assert targets.split(",") == list(TARGETS)
+    assert "__LAUNCH_TARGETS__" not in page
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "connect-src 'self'" in csp
+
+
+def test_assets_have_their_content_types_and_contents(web_client):
+    expected = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+    assert ASSETS == expected
+    for name, ctype in expected.items():
+        r = web_client.get(f"/static/{name}")
+        assert r.status_code == 200, name
+        assert r.headers["content-type"] == ctype
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.content == (WEB / name).read_bytes()
+
+
+def test_unknown_assets_and_paths_outside_the_web_folder_are_404_with_the_error_body(web_client):
+    for path in ("/static/nope.js", "/static/index.html", "/static/..%2Fapi%2Fapp.py", "/static/%2E%2E/pyproject.toml"):
+        r = web_client.get(path)
+        assert r.status_code == 404, path
+        assert r.json()["error"]["code"] == "not_found"
+    r = web_client.get("/static/..%2F..%2Fpyproject.toml")
+    assert r.status_code == 404
+
+
+def test_etag_revalidation_and_head(web_client):
+    for path in ("/", "/static/app.js", "/static/style.css"):
+        first = web_client.get(path)
+        etag = first.headers["etag"]
+        assert first.headers["cache-control"] == "no-cache"
+        again = web_client.get(path, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        other = web_client.get(path, headers={"If-None-Match": '"something-else"'})
+        assert other.status_code == 200 and other.content == first.content
+        head = web_client.head(path)
+        assert head.status_code == 200 and head.headers["etag"] == etag
+
+
+def test_web_routes_stay_out_of_the_api_schema(web_client):
+    paths = web_client.get("/openapi.json").json()["paths"]
+    assert "/" not in paths and not any(p.startswith("/static") for p in paths)
+    assert "/v1/plans" in paths
+
+
+def test_page_loads_nothing_from_other_origins():
+    for name in ("index.html", "app.js", "style.css"):
+        text = (WEB / name).read_text()
+        assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), name
+        assert not re.search(r"""\burl\(\s*["']?(https?:)?//""", text), name
+        assert not re.search(r"""fetch\(\s*["'`]https?:""", text), name
+        assert "@import" not in text, name
+
+
+def test_every_element_the_script_looks_up_by_id_exists():
+    page = (WEB / "index.html").read_text()
+    script = (WEB / "app.js").read_text()
+    page_ids = set(re.findall(r'\bid="([^"]+)"', page))
+    made_ids = set(re.findall(r'\bid: "([^"]+)"', script))
+    looked_up = set(re.findall(r'\$\("#([A-Za-z0-9_-]+)', script))
+    assert looked_up, "the id pattern no longer matches the script"
+    assert looked_up <= page_ids | made_ids, sorted(looked_up - page_ids - made_ids)
+
+
+def test_every_form_control_has_a_label():
+    page = (WEB / "index.html").read_text()
+    for m in re.finditer(r"<(input|select|textarea)\b([^>]*)>", page):
+        attrs = m.group(2)
+        ident = re.search(r'\bid="([^"]+)"', attrs)
+        wrapped = page.rfind("<label", 0, m.start()) > page.rfind("</label>", 0, m.start())
+        labelled_for = ident is not None and f'for="{ident.group(1)}"' in page
+        assert wrapped or labelled_for or "aria-label=" in attrs, m.group(0)
+
+
+def test_package_data_ships_the_web_folder():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "web/*" in config["tool"]["setuptools"]["package-data"]["planner_service"]
+    for name in ("index.html", "app.js", "style.css"):
+        assert (REPO / "planner_service" / "web" / name).is_file()
