@@ -802,16 +802,25 @@ def enumerate_meshes(graph: GraphSpec, training: Training, cluster: Cluster, con
     return meshes, pruned, notes
 
 
-def _memory_lower_bound_ok(graph: GraphSpec, training: Training, mesh: GraphMesh, headroom: float, params_total: float,
-                           table_params: float) -> bool:
-    """Weights+gradients+optimizer state cannot shrink below total/(t·pp) per GPU (tables may
-    leave for CPU parameter servers)."""
+def state_bytes_lower_bound(training: Training, mesh: GraphMesh) -> float:
+    """Fewest model-state bytes one parameter can cost per GPU of a stage: either sharded over
+    the t ranks (weights, gradients and optimizer state /t, ZeRO-1 over the dp replicas) or
+    replicated along t (ZeRO-1 over all dp·t replicas)."""
     from cost_model.graph_cost import model_state_bytes_per_param
 
-    w, g, o = model_state_bytes_per_param(training, mesh.zero_stage, mesh.dp * mesh.t)
-    per_param = float(np.asarray(w)) + float(np.asarray(g)) + float(np.asarray(o))
+    def total(shard):
+        w, g, o = model_state_bytes_per_param(training, mesh.zero_stage, shard)
+        return float(np.asarray(w)) + float(np.asarray(g)) + float(np.asarray(o))
+
+    return min(total(mesh.dp) / mesh.t, total(mesh.dp * mesh.t))
+
+
+def _memory_lower_bound_ok(graph: GraphSpec, training: Training, mesh: GraphMesh, headroom: float, params_total: float,
+                           table_params: float) -> bool:
+    """Model state per GPU cannot shrink below :func:`state_bytes_lower_bound` × parameters /
+    pp (tables may leave for CPU parameter servers)."""
     movable = table_params if mesh.cpu is not None else 0.0
-    need = (params_total - movable) * per_param / (mesh.t * mesh.pp) + WORKSPACE_BYTES
+    need = (params_total - movable) * state_bytes_lower_bound(training, mesh) / mesh.pp + WORKSPACE_BYTES
     return need <= mesh.device.memory_bytes * (1.0 - headroom)
 
 
@@ -856,6 +865,7 @@ def plan_graph(
     screen_deadline = t_start + (0.35 if large else 0.5) * (deadline - t_start)
     cost_cache: dict[int, Any] = {}
     candidates: list[Candidate] = []
+    fallback: list[CostTables] = []
     screened = 0
     for key in keys:
         if candidates and time.perf_counter() > screen_deadline:
@@ -867,19 +877,40 @@ def plan_graph(
         group_meshes = sorted(by_key[key], key=lambda ms: ms.pp)
         base = build_tables(graph, training, group_meshes[0], analysis, cost_cache[mbs])
         choice = greedy_choices(base)
-        mem_choice = None
+        mem_choices: list[np.ndarray] = []
         for mesh in group_meshes:
             tables = base if mesh is group_meshes[0] else for_mesh(base, mesh)
             cand = _screen(tables, choice, headroom)
             screened += 1
-            if cand is None:
-                if mem_choice is None:  # trade time for memory
-                    mem_choice = greedy_choices(tables, memory_weight=_memory_weight(tables))
-                cand = _screen(tables, mem_choice, headroom)
+            for factor in (1.0, 10.0, 100.0):  # trade time for memory, harder each round
+                if cand is not None:
+                    break
+                k = (1.0, 10.0, 100.0).index(factor)
+                if len(mem_choices) <= k:
+                    mem_choices.append(greedy_choices(tables, memory_weight=factor * _memory_weight(tables)))
+                cand = _screen(tables, mem_choices[k], headroom)
             if cand is None:
                 pruned += 1
+                fallback.append(tables)
                 continue
             candidates.append(cand)
+    if not candidates:
+        # No greedy layout fits: let CP-SAT look for a fitting one on the layouts that shard
+        # the most (memory constraints are exact there), within the remaining time.
+        fallback.sort(key=lambda tb: (-(tb.mesh.t * tb.mesh.pp), tb.mesh.micro_batch))
+        for tables in fallback[:2]:
+            remaining = deadline - time.perf_counter()
+            if remaining < 0.5:
+                break
+            hint_choice = greedy_choices(tables, memory_weight=100.0 * _memory_weight(tables))
+            coarse = coarsen(tables, keep=hint_choice, max_per_group=MAX_COMBOS_LARGE if large else None)
+            res = solve_mesh(tables, coarse, cut_candidates(tables, coarse, hint_choice), remaining / 2, headroom,
+                             hint=(hint_choice, None), workers=workers)
+            if res is not None and res.status in ("OPTIMAL", "FEASIBLE"):
+                ev = evaluate(tables, res.choice, res.stage_of_op)
+                if _fits(tables, ev, headroom):
+                    candidates.append(Candidate(tables.mesh, tables, res.choice, res.stage_of_op, ev, True, res.status))
+                    break
     if not candidates:
         raise NoFeasiblePlan(_short_message(graph, training, cluster, feasible_meshes, headroom, screened=True), field="cluster")
     candidates = _order(candidates)
@@ -1027,16 +1058,13 @@ def _distinct(cands: list[Candidate], k: int) -> list[Candidate]:
 
 def _short_message(graph: GraphSpec, training: Training, cluster: Cluster, meshes: list[GraphMesh], headroom: float,
                    screened: bool = False) -> str:
-    from cost_model.graph_cost import model_state_bytes_per_param
-
     groups = gpu_groups(cluster)
     if not meshes:
         return "no parallel layout satisfies the constraints (pins, max_tp, max_pp, divisibility of the global batch)"
     params = float(graph.total_params())
-    w, g, o = model_state_bytes_per_param(training, 1, max(m.dp * m.t for m in meshes))
-    per_param = float(np.asarray(w)) + float(np.asarray(g)) + float(np.asarray(o))
-    best_split = max(m.t * m.pp for m in meshes)
-    need = params * per_param / best_split / 1e9 + WORKSPACE_BYTES / 1e9
+    best = min(meshes, key=lambda m: state_bytes_lower_bound(training, m) / m.pp)
+    best_split = best.t * best.pp
+    need = params * state_bytes_lower_bound(training, best) / best.pp / 1e9 + WORKSPACE_BYTES / 1e9
     cap = max(gr.device.memory_GB for gr in groups) * (1 - headroom)
     cpu = CpuPool.from_cluster(cluster)
     extra = ""
