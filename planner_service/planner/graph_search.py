@@ -1145,17 +1145,28 @@ def explain(best: Candidate, alts: list[Candidate], notes: list[str], headroom: 
     why = []
     for a in alts:
         delta = a.ev.step_time_s / ev.step_time_s - 1.0
+        name = f"tp={a.mesh.t}, pp={a.mesh.pp}, dp={a.mesh.dp}, micro_batch={a.mesh.micro_batch}"
+        if abs(delta) < TIE_FRACTION:
+            why.append(f"{name}: the same step time (within {TIE_FRACTION:.1%}); the simpler layout was kept")
+            continue
         worst = max(a.ev.breakdown_s, key=lambda k: a.ev.breakdown_s[k] - ev.breakdown_s.get(k, 0.0))
         grow = a.ev.breakdown_s[worst] - ev.breakdown_s.get(worst, 0.0)
-        why.append(f"tp={a.mesh.t}, pp={a.mesh.pp}, dp={a.mesh.dp}, micro_batch={a.mesh.micro_batch}: "
-                   f"+{delta:.0%} step time ({worst} +{grow * 1e3:.1f} ms)")
+        why.append(f"{name}: {delta:+.1%} step time ({worst} +{grow * 1e3:.2f} ms)")
     emb = {}
     g = tables.graph
     for i, op in enumerate(g.ops):
         if op.category == "embedding" or (op.category == "gather" and op.params):
             emb[op.name] = {"sharding": tables.names[int(tables.row_start[i] + best.choice[i])],
                             "table_GB": op.param_count * 2 / 1e9}
+    share = ev.breakdown_s.get(ev.bottleneck, 0.0) / ev.step_time_s if ev.step_time_s > 0 else 0.0
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+    summary = (f"{ev.bottleneck} is {share:.0%} of the step; dp={best.mesh.dp} tp={best.mesh.t} pp={best.mesh.pp} "
+               f"micro-batch {best.mesh.micro_batch}; {tables.graph.num_ops} operators: "
+               + ", ".join(f"{n} {k}" for k, n in top))
+    if any(v["sharding"] == "embedding_on_cpu" for v in emb.values()):
+        summary += "; embedding tables on CPU parameter servers"
     return {
+        "summary": summary,
         "bottleneck": ev.bottleneck,
         "memory_headroom_GB": cap * (1 - headroom) - peak,
         "peak_memory_GB": peak,
