@@ -1201,3 +1201,78 @@ def iter_param_tables(graph: GraphSpec) -> Iterable[tuple[OpSpec, ParamSpec]]:
     for op in graph.ops:
         if op.category in ("embedding", "gather") and op.params:
             yield op, op.params[0]
+
+
+#: JSON Schema (draft 2020-12) of the v1 ``model.graph`` object, for OpenAPI and clients.  The
+#: validator above is the authority (it also checks shapes per operator type); this describes
+#: the shape of the document.
+_DIM_SCHEMA = {
+    "oneOf": [
+        {"type": "integer", "minimum": 1},
+        {"type": "string", "pattern": r"^\s*([A-Za-z_][A-Za-z0-9_]*|\d+)(\s*\*\s*([A-Za-z_][A-Za-z0-9_]*|\d+))*\s*$",
+         "description": "'batch' (the micro-batch), 'seq' (training.sequence_length), a name from 'dims', or a product such as 'batch*seq'"},
+    ]
+}
+_SHAPE_SCHEMA = {"type": "array", "maxItems": MAX_RANK, "items": _DIM_SCHEMA}
+_TENSOR_SCHEMA = {
+    "type": "object",
+    "required": ["name", "shape"],
+    "properties": {"name": {"type": "string", "minLength": 1}, "shape": _SHAPE_SCHEMA,
+                   "dtype": {"type": "string", "enum": sorted(DTYPE_BYTES)}},
+}
+GRAPH_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Operator graph (model.graph)",
+    "type": "object",
+    "required": ["ops"],
+    "properties": {
+        "name": {"type": "string"},
+        "dims": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},
+        "inputs": {"type": "array", "items": _TENSOR_SCHEMA},
+        "outputs": {"type": "array", "items": {"type": "string"}},
+        "ops": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_OPS,
+            "items": {
+                "type": "object",
+                "required": ["type", "outputs"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "type": {"type": "string", "description": "a built-in type (see supported_op_types()) or any name with flops and bytes"},
+                    "inputs": {"type": "array", "items": {"type": "string"}},
+                    "outputs": {"type": "array", "minItems": 1, "items": {"oneOf": [{"type": "string"}, _TENSOR_SCHEMA]}},
+                    "params": {"type": "object", "additionalProperties": {"oneOf": [
+                        {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                        {"type": "object", "required": ["shape"], "properties": {
+                            "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                            "dtype": {"type": "string"}}},
+                    ]}},
+                    "attrs": {"type": "object"},
+                    "flops": {"type": "number", "minimum": 0, "description": "forward FLOPs per sample (custom types)"},
+                    "bytes": {"type": "number", "minimum": 0, "description": "forward bytes per sample (custom types)"},
+                    "backward_flops": {"type": "number", "minimum": 0},
+                    "backward_bytes": {"type": "number", "minimum": 0},
+                    "saved_bytes": {"type": "number", "minimum": 0},
+                },
+            },
+        },
+    },
+}
+
+#: A small complete example (an MLP block with a custom operator) for documentation.
+GRAPH_EXAMPLE: dict[str, Any] = {
+    "name": "mlp-block",
+    "dims": {"hidden": 1024},
+    "inputs": [{"name": "x", "shape": ["batch", "seq", "hidden"]}],
+    "ops": [
+        {"name": "norm", "type": "LayerNorm", "inputs": ["x"], "outputs": ["n"], "params": {"scale": [1024], "bias": [1024]}},
+        {"name": "fc1", "type": "MatMul", "inputs": ["n"], "outputs": ["h"], "params": {"weight": [1024, 4096], "bias": [4096]}},
+        {"name": "act", "type": "Gelu", "inputs": ["h"], "outputs": ["a"]},
+        {"name": "fc2", "type": "MatMul", "inputs": ["a"], "outputs": ["y"], "params": {"weight": [4096, 1024], "bias": [1024]}},
+        {"name": "res", "type": "Add", "inputs": ["x", "y"], "outputs": ["out"]},
+        {"name": "my_op", "type": "MyFusedThing", "inputs": ["out"], "outputs": [{"name": "z", "shape": ["batch", "seq", 1024]}],
+         "flops": 2.0e6, "bytes": 4.0e6},
+    ],
+    "outputs": ["z"],
+}

@@ -200,3 +200,17 @@ def test_round_trip_through_to_dict():
     again = graph_from_dict(g.to_dict())
     assert again.num_ops == g.num_ops and again.total_params() == g.total_params()
     assert again.bind(2, 16) == g.bind(2, 16)
+
+
+def test_json_schema_describes_the_documents_the_validator_accepts():
+    import jsonschema
+
+    from builders import recommender_graph, synthetic_graph
+    from cost_model.graph import GRAPH_EXAMPLE, GRAPH_JSON_SCHEMA
+
+    for doc in (GRAPH_EXAMPLE, gpt_graph(layers=1, hidden=64, heads=2, vocab=100, positions=16),
+                recommender_graph(num_tables=2, rows=100, dim=8), synthetic_graph(50)):
+        jsonschema.validate(doc, GRAPH_JSON_SCHEMA)
+        graph_from_dict(doc)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"ops": []}, GRAPH_JSON_SCHEMA)
