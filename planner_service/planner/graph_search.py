@@ -76,11 +76,21 @@ class IntScale:
 
     time_unit_s: float
     mem_unit_b: float
+    cpu_mem_unit_b: float = 1.0
 
     @staticmethod
-    def for_problem(reference_step_s: float, capacity_b: float, n_terms: int) -> "IntScale":
+    def for_problem(reference_step_s: float, capacity_b: float, n_terms: int, cpu_capacity_b: float = 1.0) -> "IntScale":
+        """Units: 1/1e8 of a reference step time for small models (1/1e6 above 400 choice
+        variables, where large coefficients slow the LP), 1/1e6 of a GPU's (and of the CPU
+        pool's) memory."""
         resolution = 1e8 if n_terms <= 400 else 1e6
-        return IntScale(max(reference_step_s, 1e-9) / resolution, max(capacity_b, 1.0) / 1e6)
+        return IntScale(max(reference_step_s, 1e-9) / resolution, max(capacity_b, 1.0) / 1e6, max(cpu_capacity_b, 1.0) / 1e6)
+
+    def cpu_mem_up(self, b) -> np.ndarray:
+        return np.ceil(np.asarray(b, dtype=float) / self.cpu_mem_unit_b - 1e-9).astype(np.int64)
+
+    def cpu_mem_down(self, b: float) -> int:
+        return int(math.floor(b / self.cpu_mem_unit_b))
 
     def t(self, seconds) -> np.ndarray:
         return np.rint(np.asarray(seconds, dtype=float) / self.time_unit_s).astype(np.int64)
@@ -409,7 +419,8 @@ def solve_mesh(
             P2P[:, k] = p2p_boundary_vector(tables, sizes, k)
 
     ref = float(np.sum([gr.time.min() for gr in groups]) * m + 1e-6)
-    scale = IntScale.for_problem(ref, mesh.device.memory_bytes, sum(gr.n for gr in groups))
+    scale = IntScale.for_problem(ref, mesh.device.memory_bytes, sum(gr.n for gr in groups),
+                                 mesh.cpu.memory_bytes if mesh.cpu is not None else 1.0)
     ti = scale.t
 
     # hint values
@@ -523,10 +534,8 @@ def solve_mesh(
     pool = mesh.cpu
     cpu_groups = [g for g in range(G) if groups[g].cpu_mem.any()]
     if cpu_groups and pool is not None:
-        cunit = pool.memory_bytes / 1e6
-        cm = sum(sum(int(math.ceil(groups[g].cpu_mem[a] / cunit)) * x[g][a] for a in range(groups[g].n) if groups[g].cpu_mem[a])
-                 for g in cpu_groups)
-        model.add(cm <= int(math.floor(pool.memory_bytes * (1.0 - headroom_fraction) / cunit)))
+        cm = sum(lin(g, scale.cpu_mem_up(groups[g].cpu_mem)) for g in cpu_groups)
+        model.add(cm <= scale.cpu_mem_down(pool.memory_bytes * (1.0 - headroom_fraction)))
 
     T_h = [0] * pp
     D_h = [0] * pp
