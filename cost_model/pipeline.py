@@ -253,7 +253,8 @@ def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m, 
         "ep_comm": ep_c,
         "pp_comm": pp_c,
         "dp_comm_exposed": dp_exposed + dp_mb,
-        "bubble": np.maximum(bubble, 0.0),
+        # Floating-point residue of the subtraction is not a bubble.
+        "bubble": np.where(bubble > 1e-9 * pipeline, bubble, 0.0),
         "optimizer": optimizer,
     }
     return StepCost(step, pipeline, bottleneck, dp_exposed, optimizer, breakdown)

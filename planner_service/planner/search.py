@@ -98,15 +98,27 @@ class PlanResult:
             "ranks": place_ranks(self.cluster, ev.strategy, ev.stage_groups),
         }
 
+    def objective_report(self) -> dict[str, Any]:
+        """The objective the search minimised and the best plan's value of it."""
+        p = self.best.prediction
+        out: dict[str, Any] = {"name": self.objective}
+        if self.objective == "cost":
+            out.update(value=self.best.objective, unit="USD per million tokens")
+        elif self.objective == "time_to_train" and self.extra.get("total_tokens"):
+            out.update(value=self.extra["total_tokens"] / p.tokens_per_s, unit="s")
+        else:
+            out.update(value=p.step_time_s, unit="s per step")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         out = {
+            "objective_value": self.objective_report(),
             "best": self._entry(self.best),
             "alternatives": [self._entry(a) for a in self.alternatives],
             "search": dict(self.search),
             "explanation": dict(self.explanation),
             "warnings": list(self.warnings),
         }
-        out.update(self.extra)
         return out
 
 
@@ -355,6 +367,7 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0,
         cluster=cluster,
         model=model,
         objective=request.objective,
+        extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
     )
 
 
@@ -471,10 +484,11 @@ def _raise_infeasible(model, training, cluster, headroom, shortfalls) -> None:
         need_bytes, device = min(shortfalls)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)
         usable = dev.memory_GB * (1 - headroom)
+        digits = 1 if abs(need_bytes / 1e9 - usable) >= 0.1 else 2
         raise NoFeasiblePlan(
-            f"no strategy fits: needs at least {need_bytes / 1e9:.1f} GB per GPU (weights, gradients, optimizer "
-            f"state and one layer's activations at the largest model-parallel size allowed); {device} has "
-            f"{dev.memory_GB:.0f} GB ({usable:.1f} GB usable with {headroom:.0%} headroom)",
+            f"no strategy fits: needs at least {need_bytes / 1e9:.{digits}f} GB per GPU (weights, gradients, "
+            f"optimizer state and one layer's activations at the largest model-parallel size allowed); {device} "
+            f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
             field="cluster",
         )
     raise NoFeasiblePlan(
