@@ -62,7 +62,7 @@ MAX_DIM = 10_000_000
 GEMM_OPS = ("gemm",)
 MEMORY_OPS = ("add", "copy", "scale", "gelu", "layernorm", "softmax")
 COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "sendrecv", "alltoall")
-OTHER_OPS = ("attention", "h2d", "d2h")
+OTHER_OPS = ("attention", "h2d", "d2h", "op_overhead")
 KNOWN_OPS = GEMM_OPS + MEMORY_OPS + COLLECTIVE_OPS + OTHER_OPS
 
 #: Collective ring factors (volume factor c_v, latency-steps factor c_s) as in cost_model.comm.

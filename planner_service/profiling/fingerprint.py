@@ -198,30 +198,64 @@ def cuda_fingerprint(torch: Any, index: int, device_name: str | None, threads: i
     }
 
 
+def _proc_stat_busy_s() -> float | None:
+    """CPU seconds all processes have been busy since boot (from /proc/stat)."""
+    try:
+        with open("/proc/stat") as fh:
+            parts = fh.readline().split()[1:]
+    except OSError:
+        return None
+    vals = [float(v) for v in parts[:8]]
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return (sum(vals) - vals[3] - vals[4]) / hz
+
+
+class HostMonitor:
+    """Cores kept busy by *other* processes since the last :meth:`reset`: all CPU time on the
+    host (/proc/stat, 10 ms resolution) minus this process's own.  A measurement taken while
+    others compute measures the contention, so the runner re-takes it when the host is quiet."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        import time
+
+        self._busy0 = _proc_stat_busy_s()
+        self._own0 = time.process_time()
+        self._t0 = time.monotonic()
+
+    def elapsed_s(self) -> float:
+        import time
+
+        return time.monotonic() - self._t0
+
+    def others_busy_cores(self) -> float | None:
+        import time
+
+        busy = _proc_stat_busy_s()
+        wall = time.monotonic() - self._t0
+        if busy is None or self._busy0 is None or wall <= 0:
+            return None
+        return max(0.0, (busy - self._busy0 - (time.process_time() - self._own0)) / wall)
+
+
 def host_busy_cores(interval_s: float = 0.5) -> float | None:
-    """CPU cores kept busy by *other* processes over ``interval_s`` (from /proc/stat minus this
-    process's own CPU time).  A profile taken on a busy host measures the contention too."""
+    """Cores other processes keep busy, sampled over ``interval_s``."""
     import time
 
-    def total_busy() -> tuple[float, float] | None:
-        try:
-            with open("/proc/stat") as fh:
-                parts = fh.readline().split()[1:]
-        except OSError:
-            return None
-        vals = [float(v) for v in parts[:8]]
-        idle = vals[3] + vals[4]
-        return sum(vals) - idle, sum(vals)
-
-    a = total_busy()
-    own0 = time.process_time()
-    t0 = time.monotonic()
+    mon = HostMonitor()
     time.sleep(interval_s)
-    b = total_busy()
-    own1 = time.process_time()
-    wall = time.monotonic() - t0
-    if a is None or b is None or wall <= 0:
-        return None
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    busy_s = (b[0] - a[0]) / hz
-    return max(0.0, (busy_s - (own1 - own0)) / wall)
+    return mon.others_busy_cores()
+
+
+def wait_until_quiet(threshold_cores: float, max_wait_s: float, poll_s: float = 0.5) -> tuple[float | None, float]:
+    """Sleep until other processes use less than ``threshold_cores`` (or ``max_wait_s`` passed).
+    Returns (last reading, seconds waited)."""
+    import time
+
+    t0 = time.monotonic()
+    busy = host_busy_cores(poll_s)
+    while busy is not None and busy >= threshold_cores and time.monotonic() - t0 < max_wait_s:
+        busy = host_busy_cores(poll_s)
+    return busy, time.monotonic() - t0

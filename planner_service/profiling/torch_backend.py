@@ -10,6 +10,8 @@
   to exceed twice the last-level cache (CPU LLC, GPU L2), so operands come from memory as in a
   training step rather than from the cache of the previous repetition.
 * ``scaled_dot_product_attention`` (causal), recorded but not fitted.
+* The fixed cost of one op (``op_overhead``: dispatcher / launch; with autograd, forward op plus
+  backward node), recorded but not fitted: the cost model has no per-op framework term.
 * CUDA only: host↔device copies from/to pinned memory.
 """
 
@@ -154,6 +156,37 @@ def _copy_case(torch: Any, device: str, direction: str, nbytes: int) -> Case:
     )
 
 
+def _overhead_case(torch: Any, device: str, autograd: bool) -> Case:
+    """Fixed cost of framework ops on a one-element tensor: one in-place add (dispatcher, and
+    kernel launch on CUDA) without autograd; with autograd, a chain of 32 multiplies and a sum,
+    then ``backward()`` — per call 33 forward ops and their 33 backward nodes plus one engine
+    start, so ``seconds / ops`` is the amortised forward+backward cost of one op."""
+    chain = 32
+
+    def setup():
+        if autograd:
+            x = torch.ones(1, device=device, requires_grad=True)
+
+            def fn():
+                y = x
+                for _ in range(chain):
+                    y = y * 1.0001
+                y.sum().backward()
+        else:
+            x = torch.ones(1, device=device)
+
+            def fn():
+                x.add_(1.0)
+        return fn, _sync_for(torch, device)
+
+    return Case(
+        label=f"torch {device} op overhead{' (autograd)' if autograd else ''}",
+        fields={"op": "op_overhead", "backend": BACKEND, "autograd": autograd, "ops": chain + 1 if autograd else 1},
+        setup=setup,
+        cost_hint=1.0,
+    )
+
+
 def supported_dtypes(device: str) -> tuple[str, ...]:
     return ("fp32", "bf16", "fp16") if device.startswith("cuda") else ("fp32",)
 
@@ -166,7 +199,7 @@ def plan(torch: Any, device: str, quick: bool) -> list[Case]:
     else:
         dims = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024, 2048)
         side_dims = (256, 1024) if quick else (128, 512, 1024, 2048)
-    cases: list[Case] = []
+    cases: list[Case] = [_overhead_case(torch, device, False), _overhead_case(torch, device, True)]
     for dtype in supported_dtypes(device):
         cases += [_gemm_case(torch, device, dtype, m, n, k, "nt") for m, n, k in gemm_grid(dims)]
         for layout in ("nn", "tn"):

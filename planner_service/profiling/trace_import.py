@@ -22,7 +22,6 @@ count, ``spread`` min / max / IQR.  Times in the trace are microseconds.
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from typing import Any, Mapping
 
