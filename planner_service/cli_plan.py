@@ -36,7 +36,7 @@ def render_plan(result: PlanResult) -> None:
     p = best["prediction"]
     s = best["strategy"]
     t = Table(title="best plan", show_header=False)
-    knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("layers_per_stage",) and v is not None)
+    knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("layers_per_stage", "op_shardings") and v is not None)
     t.add_row("strategy", knobs)
     t.add_row("devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
     t.add_row("step time", f"{p['step_time_s']:.4g} s")

@@ -12,4 +12,12 @@ def plan_graph_request(request: PlanRequest, settings):
         from .graph_search import plan_graph
     except ImportError as exc:  # pragma: no cover - the graph search ships with the package
         raise InvalidModel(f"operator-graph planning is unavailable: {exc}", field="model.graph") from None
-    return plan_graph(request.model, request.training, request.cluster, request.constraints, request.top_k, settings.time_limit_s)
+    return plan_graph(
+        request.model,
+        request.training,
+        request.cluster,
+        request.constraints,
+        request.top_k,
+        max(settings.time_limit_s, settings.graph_time_limit_s),
+        settings.num_workers,
+    )
