@@ -97,17 +97,25 @@ def slots_for_groups(cluster: Cluster, strategy: Strategy, group_names: Sequence
     return slots
 
 
-def _apply_profile(cluster: Cluster, profile: Mapping[str, Any] | None) -> Cluster:
+def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None, field: str = "profile") -> Cluster:
+    """The cluster with every node group of the profiled device calibrated by ``profile``
+    (``cost_model.profiles.apply_profile``).  Raises when no node group has that device."""
     if profile is None:
         return cluster
     from dataclasses import replace
 
-    from .profiles import apply_profile
+    from .errors import InvalidProfile
+    from .profiles import apply_profile, profile_matches
 
-    groups = []
-    for g in cluster.node_groups:
-        groups.append(replace(g, device=apply_profile(g.device, profile)))
-    return replace(cluster, node_groups=tuple(groups))
+    groups = tuple(replace(g, device=apply_profile(g.device, profile)) if profile_matches(g.device, profile) else g for g in cluster.node_groups)
+    if all(a is b for a, b in zip(groups, cluster.node_groups)):
+        device = profile.get("device", {}).get("name") if isinstance(profile.get("device"), Mapping) else None
+        raise InvalidProfile(
+            f"the profile was taken on {device!r}, which no node group of the cluster has "
+            f"({', '.join(sorted({g.device.name for g in cluster.node_groups}))})",
+            field=field,
+        )
+    return replace(cluster, node_groups=groups)
 
 
 def estimate(
@@ -119,7 +127,7 @@ def estimate(
     stage_groups: Sequence[str] | None = None,
 ) -> Estimate:
     """Predict step time, throughput, MFU and memory for one strategy (contract v1)."""
-    cluster = _apply_profile(cluster, profile)
+    cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):
         from .graph_cost import estimate_graph
 

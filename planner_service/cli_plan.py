@@ -17,8 +17,15 @@ from planner_service.planner import PlanResult, SolverSettings, plan
 from planner_service.requests import parse_plan_request
 
 
-def plan_body(body: dict, settings: SolverSettings, progress=None) -> PlanResult:
-    return plan(parse_plan_request(body), settings, progress=progress)
+def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict | None = None) -> PlanResult:
+    req = parse_plan_request(body)
+    if profile is not None:
+        from dataclasses import replace
+
+        from cost_model.estimate import apply_profile_to_cluster
+
+        req = replace(req, cluster=apply_profile_to_cluster(req.cluster, profile))
+    return plan(req, settings, progress=progress)
 
 
 def with_onnx(body: dict, onnx_path: Path) -> dict:
@@ -67,14 +74,14 @@ def render_plan(result: PlanResult) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _run_with_progress(body: dict, settings: SolverSettings) -> PlanResult:
+def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | None = None) -> PlanResult:
     """Run the search in a thread; show a progress bar if it takes longer than a second."""
     box: dict = {}
     frac = {"v": 0.0}
 
     def work():
         try:
-            box["result"] = plan_body(body, settings, progress=lambda f: frac.__setitem__("v", f))
+            box["result"] = plan_body(body, settings, progress=lambda f: frac.__setitem__("v", f), profile=profile)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             box["error"] = exc
 
@@ -100,11 +107,13 @@ def register(app: typer.Typer) -> None:
         batch: Optional[Path] = typer.Option(None, "--batch", help="JSON Lines file: one request per line; one JSON line out per line."),
         onnx: Optional[Path] = typer.Option(None, "--onnx", help="Plan this ONNX model with the request's training and cluster."),
         time_limit_s: float = typer.Option(2.0, "--time-limit", help="Solver time budget in seconds."),
+        profile: Optional[Path] = typer.Option(None, "--profile", help="Operator profile JSON to apply to the device it was taken on."),
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""
         settings = SolverSettings(time_limit_s=time_limit_s)
+        prof = read_json_file(profile) if profile else None
         if batch is not None:
-            run_batch(batch, lambda body: plan_body(body, settings).to_dict())
+            run_batch(batch, lambda body: plan_body(body, settings, profile=prof).to_dict())
             return
         if request is None:
             err_console.print("[red]error:[/red] give a REQUEST.json or --batch FILE")
@@ -113,7 +122,7 @@ def register(app: typer.Typer) -> None:
         try:
             if onnx is not None:
                 body = with_onnx(body, onnx)
-            result = plan_body(body, settings) if as_json else _run_with_progress(body, settings)
+            result = plan_body(body, settings, profile=prof) if as_json else _run_with_progress(body, settings, prof)
         except PlannerError as exc:
             fail(exc, as_json)
             return

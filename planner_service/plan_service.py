@@ -396,21 +396,10 @@ class PlanService:
         calibrated device, which the planner then costs them with."""
         if req.profile_id is None:
             return req
-        from cost_model.profiles import apply_profile, profile_matches
+        from cost_model.estimate import apply_profile_to_cluster
 
         doc = self.load_profile(req.profile_id)
-        groups = tuple(
-            replace(g, device=apply_profile(g.device, doc)) if profile_matches(g.device, doc) else g
-            for g in req.cluster.node_groups
-        )
-        if all(a is b for a, b in zip(groups, req.cluster.node_groups)):
-            device = (doc.get("device") or {}).get("name") if isinstance(doc.get("device"), Mapping) else None
-            raise InvalidInput(
-                f"profile {req.profile_id!r} was taken on {device!r}, which no node group of the cluster has "
-                f"({', '.join(sorted({g.device.name for g in req.cluster.node_groups}))})",
-                field="profile_id",
-            )
-        return replace(req, cluster=replace(req.cluster, node_groups=groups))
+        return replace(req, cluster=apply_profile_to_cluster(req.cluster, doc, field="profile_id"))
 
     # ---------------------------------------------------------------- planning
     def solver_settings(self) -> Any:

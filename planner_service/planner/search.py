@@ -196,14 +196,13 @@ def plan(
         from .graph_entry import plan_graph_request
 
         return plan_graph_request(request, settings)
-    profile = None
+    # Operator profiles are applied to the cluster's devices before planning (the service does
+    # it for profile_id; the CLI for --profile), so the search sees calibrated devices.
     cluster = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
-    if request.profile_id and getattr(request, "profile", None):
-        profile = request.profile  # resolved by the service
-    return _search_transformer(request, cluster, settings, progress, should_cancel, t0, profile)
+    return _search_transformer(request, cluster, settings, progress, should_cancel, t0)
 
 
-def _search_transformer(request, cluster, settings, progress, should_cancel, t0, profile) -> PlanResult:
+def _search_transformer(request, cluster, settings, progress, should_cancel, t0) -> PlanResult:
     model: TransformerSpec = request.model
     training = request.training
     cons = request.constraints
@@ -233,7 +232,7 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0,
         if key in exact:
             return exact[key]
         try:
-            est = estimate(model, training, cluster, strategy, profile=profile, stage_groups=stage_groups)
+            est = estimate(model, training, cluster, strategy, stage_groups=stage_groups)
         except PlannerError:
             return None
         caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - headroom) + 1e-9 for s in est.stages)
