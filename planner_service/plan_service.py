@@ -316,6 +316,35 @@ def apply_cluster_changes(base: Mapping[str, Any], unavailable: list[Any] | None
     return cluster
 
 
+def sticky_host_order(cluster: Mapping[str, Any], parent_ranks: Any) -> dict[str, Any]:
+    """Reorder each node group's hostnames so that a replan places ranks where they were.
+
+    The planner fills a pool's available nodes in hostname order, so listing the parent's hosts
+    first, in the order its ranks used them, keeps an unchanged strategy on the same GPUs; a
+    host that went down has its slot taken by a spare (an available host the parent did not
+    use), so only the ranks of the lost node move.
+    """
+    out = copy.deepcopy(dict(cluster))
+    order: list[str] = []
+    seen: set[str] = set()
+    for r in sorted((r for r in parent_ranks or [] if isinstance(r, Mapping)), key=lambda r: r.get("rank", 0)):
+        h = r.get("host")
+        if isinstance(h, str) and h not in seen:
+            seen.add(h)
+            order.append(h)
+    down = {n.get("hostname") for n in out.get("nodes") or [] if isinstance(n, Mapping) and n.get("available") is False}
+    for g in out.get("node_groups") or []:
+        names = list(g.get("hostnames") or [])
+        members = set(names)
+        used = [h for h in order if h in members]
+        spares = [h for h in names if h not in seen and h not in down]
+        new: list[str] = []
+        for h in used:
+            new.append(spares.pop(0) if h in down and spares else h)
+        g["hostnames"] = new + [h for h in names if h not in set(new)]
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # The service
 # --------------------------------------------------------------------------------------------
@@ -499,6 +528,7 @@ class PlanService:
         else:
             base = parent.request["cluster"]
         cluster = apply_cluster_changes(base, body.get("unavailable_nodes"), body.get("added_nodes"))
+        cluster = sticky_host_order(cluster, (parent.result.get("best") or {}).get("ranks"))
         new_body = {**parent.request, "cluster": cluster}
         req = self.parse(new_body)
         canonical = canonical_request(new_body, req)

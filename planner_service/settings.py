@@ -31,9 +31,11 @@ class ServiceSettings(BaseSettings):
     #: CP-SAT worker threads per plan.
     solver_num_workers: int = Field(default=2, ge=1, le=64)
     #: A POST /v1/plans whose search has more candidate strategies than this runs as a job (202).
-    sync_max_candidates: int = Field(default=20_000, ge=1)
+    sync_max_candidates: int = Field(default=100_000, ge=1)
     #: Largest accepted request body; larger bodies get 413.
     max_body_bytes: int = Field(default=2_000_000, ge=1024)
+    #: Largest accepted file upload (POST /v1/models/onnx); larger uploads get 413.
+    max_upload_bytes: int = Field(default=256_000_000, ge=1024)
     #: A running job whose worker has not renewed its lease for this long is re-queued.
     job_lease_timeout_s: float = Field(default=30.0, gt=0)
     #: A job claimed this many times without finishing is failed instead of re-queued.

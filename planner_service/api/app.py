@@ -111,7 +111,11 @@ def create_app(
     for router in all_routers():
         app.include_router(router)
     # Outermost first: metrics see every response, the body limit runs before routing.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        upload_paths={"/v1/models/onnx": settings.max_upload_bytes},
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 

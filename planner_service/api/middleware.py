@@ -33,27 +33,28 @@ class BodyLimitMiddleware:
     grows past the limit is refused too.
     """
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, upload_paths: dict[str, int] | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_max_bytes = max_bytes
+        #: Path → its own limit (file uploads such as ONNX models are larger than JSON bodies).
+        self.upload_paths = dict(upload_paths or {})
 
-    def _too_large(self) -> dict:
-        return error_body(
-            "payload_too_large", f"the request body exceeds the limit of {self.max_bytes} bytes", "body"
-        )
+    def _too_large(self, limit: int) -> dict:
+        return error_body("payload_too_large", f"the request body exceeds the limit of {limit} bytes", "body")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
+        limit = self.upload_paths.get(scope.get("path", ""), self.default_max_bytes)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = -1
-                if declared > self.max_bytes:
-                    await _send_json(send, 413, self._too_large())
+                if declared > limit:
+                    await _send_json(send, 413, self._too_large(limit))
                     return
         chunks: list[bytes] = []
         size = 0
@@ -64,8 +65,8 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await _send_json(send, 413, self._too_large())
+            if size > limit:
+                await _send_json(send, 413, self._too_large(limit))
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)

@@ -353,3 +353,22 @@ def test_lost_database_is_a_503_not_a_500(make_client, db_url):
     assert ready.status_code == 503 and "planner db upgrade" in ready.json()["error"]["message"]
     listing = client.get("/v1/plans")
     assert listing.status_code == 503 and listing.json()["error"]["code"] == "database_unavailable"
+
+
+def test_replan_keeps_surviving_ranks_in_place_when_a_spare_node_exists(client):
+    """One node of a 4-node plan dies while a fifth, spare node is up: the same strategy is
+    kept and only that node's 8 ranks move (to the spare)."""
+    body = {
+        "model": {"preset": "gpt3-1.3b"},
+        "training": {"global_batch_size": 256, "sequence_length": 2048},
+        "cluster": {"name": "spare", "node_groups": [{"name": "g0", "count": 5, "gpus_per_node": 8, "device": "A100-SXM4-80GB",
+                                                      "hostnames": [f"node-{i}" for i in range(5)]}]},
+        "constraints": {"max_devices": 32},
+    }
+    parent = client.post("/v1/plans", json=body).json()
+    used = {r["host"] for r in parent["best"]["ranks"]}
+    victim = sorted(used)[1]
+    child = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [victim]}).json()
+    assert child["diff"]["strategy_changed"] is False
+    assert child["diff"]["ranks_moved"] == 8
+    assert victim not in {r["host"] for r in child["best"]["ranks"]}
