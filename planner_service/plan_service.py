@@ -465,6 +465,11 @@ class PlanService:
             stored_result["best"] = chosen
             stored_result["alternatives"] = others[: canonical.get("top_k", 3)]
             stored_result["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
+            if stored_result["alternatives"] and chosen.get("stages") and "prediction" in chosen:
+                from planner_service.planner.explain import explain
+
+                gpn = min(g.gpus_per_node for g in req.cluster.node_groups)
+                stored_result["explanation"] = explain(chosen, stored_result["alternatives"], gpn)
         best = stored_result["best"] or {}
         pred = best.get("prediction") or {}
         device_types = tuple(getattr(result, "device_types", None) or req.cluster.device_types)

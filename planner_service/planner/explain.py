@@ -1,54 +1,62 @@
-"""Why this plan: the bottleneck term, the memory headroom, and why the main alternatives lost."""
+"""Why this plan: the bottleneck term, the memory headroom, and why each alternative lost.
+
+Works on the contract's plan entries (``{"strategy", "prediction", "stages", ...}``) so that the
+service can explain again after a replan picks a different candidate as the best.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from cost_model.cluster import Cluster
+from typing import Any, Mapping, Sequence
 
 KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage")
 
 
-def _knob_diff(best, alt) -> str:
-    parts = []
-    for k in KNOBS:
-        a, b = getattr(alt.strategy, k), getattr(best.strategy, k)
-        if a != b:
-            parts.append(f"{k}={a}")
-    if set(alt.stage_groups) != set(best.stage_groups):
-        parts.append("on " + "+".join(sorted(set(alt.stage_groups))))
+def _knob_diff(best: Mapping[str, Any], alt: Mapping[str, Any]) -> str:
+    bs, as_ = best["strategy"], alt["strategy"]
+    parts = [f"{k}={as_.get(k)}" for k in KNOBS if as_.get(k) != bs.get(k)]
+    devices = lambda e: sorted({s["device"] for s in e.get("stages") or []})  # noqa: E731
+    if devices(alt) != devices(best):
+        parts.append("on " + "+".join(devices(alt)))
     return ", ".join(parts) or "different stage split"
 
 
-def explain(best, alternatives, cluster: Cluster) -> dict[str, Any]:
-    p = best.prediction
-    terms = {k: v for k, v in p.breakdown_s.items()}
+def why_alternative_lost(best: Mapping[str, Any], alt: Mapping[str, Any], gpus_per_node: int) -> dict[str, Any]:
+    p, a = best["prediction"], alt["prediction"]
+    deltas = {k: a["breakdown_s"][k] - p["breakdown_s"][k] for k in p["breakdown_s"]}
+    worst = max(deltas, key=deltas.get)
+    base = p["breakdown_s"][worst]
+    rel = f"+{deltas[worst] / base * 100:.0f}% {worst}" if base > 1e-9 else f"+{deltas[worst]:.3g} s {worst}"
+    if alt["strategy"].get("tp", 1) > gpus_per_node:
+        rel = f"tp={alt['strategy']['tp']} crosses nodes: {rel}"
+    change = a["step_time_s"] / p["step_time_s"] - 1.0
+    diff = _knob_diff(best, alt)
+    return {
+        "changes": diff,
+        "step_time_change_fraction": change,
+        "main_term": worst,
+        "text": f"{diff}: step {change * 100:+.1f}% ({rel})",
+    }
+
+
+def explain(best: Mapping[str, Any], alternatives: Sequence[Mapping[str, Any]], gpus_per_node: int) -> dict[str, Any]:
+    """``alternatives[i]`` of the result is explained by ``explanation["alternatives"][i]``."""
+    p = best["prediction"]
+    terms = dict(p["breakdown_s"])
     non_compute = {k: v for k, v in terms.items() if k != "compute"}
     top_overhead = max(non_compute, key=non_compute.get) if non_compute else None
-    tight = max(p.stages, key=lambda s: s.peak_memory_GB / s.memory_capacity_GB)
-    headroom_GB = tight.memory_capacity_GB - tight.peak_memory_GB
-    lines = []
-    for alt in alternatives:
-        a = alt.prediction
-        deltas = {k: a.breakdown_s[k] - p.breakdown_s[k] for k in p.breakdown_s}
-        worst = max(deltas, key=deltas.get)
-        base = p.breakdown_s[worst]
-        rel = f"+{deltas[worst] / base * 100:.0f}% {worst}" if base > 1e-9 else f"+{deltas[worst]:.3g} s {worst}"
-        why = rel
-        if alt.strategy.tp > 1 and any(alt.strategy.tp > g.gpus_per_node for g in cluster.node_groups):
-            why = f"tp={alt.strategy.tp} crosses nodes: {rel}"
-        lines.append(
-            f"{_knob_diff(best, alt)}: step {a.step_time_s / p.step_time_s * 100 - 100:+.1f}% ({why})"
-        )
+    stages = p["stages"]
+    tight = max(stages, key=lambda s: s["peak_memory_GB"] / s["memory_capacity_GB"])
+    summary = (
+        f"{p['step_time_s']:.3g} s per step, {p['tokens_per_s']:,.0f} tokens/s, MFU {p['mfu'] * 100:.1f}%; "
+        f"{terms['compute'] / p['step_time_s'] * 100:.0f}% compute"
+    )
+    if top_overhead:
+        summary += f", largest overhead {top_overhead} {non_compute[top_overhead] / p['step_time_s'] * 100:.1f}%"
     return {
-        "bottleneck": p.bottleneck,
+        "bottleneck": p["bottleneck"],
         "largest_overhead": top_overhead,
-        "summary": (
-            f"{p.step_time_s:.3g} s per step, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu * 100:.1f}%; "
-            f"{terms['compute'] / p.step_time_s * 100:.0f}% compute"
-            + (f", largest overhead {top_overhead} {non_compute[top_overhead] / p.step_time_s * 100:.1f}%" if top_overhead else "")
-        ),
-        "memory_headroom_GB": round(headroom_GB, 2),
-        "tightest_stage": tight.index,
-        "alternatives": lines,
+        "summary": summary,
+        "memory_headroom_GB": round(tight["memory_capacity_GB"] - tight["peak_memory_GB"], 2),
+        "tightest_stage": tight["index"],
+        "alternatives": [why_alternative_lost(best, a, gpus_per_node)["text"] for a in alternatives],
     }

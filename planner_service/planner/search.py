@@ -65,7 +65,6 @@ class PlanResult:
     best: Evaluated
     alternatives: list[Evaluated]
     search: dict[str, Any]
-    explanation: dict[str, Any]
     warnings: list[str]
     cluster: Cluster  # the normalised cluster the ranks refer to
     model: Any
@@ -113,15 +112,17 @@ class PlanResult:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        out = {
+        best = self._entry(self.best)
+        alternatives = [self._entry(a) for a in self.alternatives]
+        gpn = min(g.gpus_per_node for g in self.cluster.node_groups)
+        return {
             "objective_value": self.objective_report(),
-            "best": self._entry(self.best),
-            "alternatives": [self._entry(a) for a in self.alternatives],
+            "best": best,
+            "alternatives": alternatives,
             "search": dict(self.search),
-            "explanation": dict(self.explanation),
+            "explanation": explain(best, alternatives, gpn),
             "warnings": list(self.warnings),
         }
-        return out
 
 
 # ---- pools -------------------------------------------------------------------------------------
@@ -363,7 +364,6 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
         best=best,
         alternatives=alternatives,
         search=search,
-        explanation=explain(best, alternatives, cluster),
         warnings=warnings,
         cluster=cluster,
         model=model,
