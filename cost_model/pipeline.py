@@ -200,7 +200,7 @@ def stack_stages(stages: list[StageCost]) -> StageCost:
     """One StageCost whose fields are [stages, candidates] arrays."""
     import dataclasses
 
-    n = np.broadcast(*[st.time_s for st in stages]).shape
+    n = np.broadcast_shapes(*[np.shape(st.time_s) for st in stages])
     return StageCost(
         **{
             f.name: np.stack([np.broadcast_to(getattr(st, f.name), n) for st in stages])
