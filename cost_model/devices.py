@@ -70,7 +70,7 @@ FAMILY_EFFICIENCY: dict[str, Efficiency] = {
     "ada": Efficiency(gemm_max_fraction=0.72, gemm_half_dim=96.0, memory_fraction=0.80, nvlink_fraction=0.75, nic_fraction=0.85, collective_latency_s=10e-6, kernel_overhead_s=5e-6, gemm_half_k=256.0, source="ada family default"),
     "cdna": Efficiency(gemm_max_fraction=0.55, gemm_half_dim=128.0, memory_fraction=0.75, nvlink_fraction=0.70, nic_fraction=0.85, collective_latency_s=12e-6, kernel_overhead_s=8e-6, gemm_half_k=256.0, source="cdna family default"),
     "ascend": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=128.0, memory_fraction=0.75, nvlink_fraction=0.70, nic_fraction=0.85, collective_latency_s=12e-6, kernel_overhead_s=8e-6, gemm_half_k=256.0, source="ascend family default"),
-    "cpu": Efficiency(0.60, 32.0, 0.60, 0.50, 0.50, 30e-6, 2e-6, "cpu default (no profile)"),
+    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, source="cpu default (no profile)"),
 }
 
 
