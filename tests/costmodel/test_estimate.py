@@ -92,3 +92,20 @@ def test_unavailable_nodes_reduce_devices():
 def test_does_not_fit_is_reported():
     est = estimate(get_preset("llama3-70b"), Training(64, 4096), simple_cluster("A100-SXM4-40GB", 1), Strategy(dp=8, micro_batch_size=1))
     assert not est.fits and any("does not fit" in w for w in est.warnings)
+
+
+def test_every_catalog_device_and_family_constant_is_usable():
+    from dataclasses import fields
+
+    from cost_model import catalog
+    from cost_model.devices import FAMILY_EFFICIENCY
+
+    for name, eff in FAMILY_EFFICIENCY.items():
+        for f in fields(eff):
+            if f.name != "source":
+                assert isinstance(getattr(eff, f.name), float) and getattr(eff, f.name) > 0, (name, f.name)
+    model = get_preset("gpt3-125m")
+    for name, dev in catalog().items():
+        dtype = "bf16" if "bf16" in dev.supported_dtypes() else dev.supported_dtypes()[0]
+        est = estimate(model, Training(8, 1024, dtype=dtype), simple_cluster(dev, 1, gpus_per_node=1), Strategy(micro_batch_size=1))
+        assert est.step_time_s > 0, name
