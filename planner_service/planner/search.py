@@ -280,8 +280,10 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
                 j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
                 closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
                 continue
-            # Exact results for the even splits that fit.
-            order = np.argsort(ev_even.step_time_s)
+            # Exact results for the even splits that fit (ranked by the objective).
+            factor = _objective_factor(request.objective, training, S, [g])
+            lb = lb * factor
+            order = np.argsort(ev_even.step_time_s * factor)
             fits = np.isfinite(ev_even.step_time_s)
             for j in order[: max(4, request.top_k * 4)]:
                 if not fits[j]:
@@ -296,7 +298,7 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
                     continue
                 pending.append((float(lb[j]), si, (subset[0],), pcs, int(j)))
         else:
-            lbs = _hetero_lower_bounds(model, training, pcs, S, groups)
+            lbs = _hetero_lower_bounds(model, training, pcs, S, groups) * _objective_factor(request.objective, training, S, groups)
             for j in np.argsort(lbs):
                 pending.append((float(lbs[j]), si, subset, pcs, int(j)))
     if progress:
@@ -312,10 +314,9 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
         if should_cancel and should_cancel():
             raise SearchCancelled("the job was cancelled")
         inc = incumbent()
-        if request.objective == "throughput" or request.objective == "time_to_train":
-            if lb >= inc * (1 - 1e-9):
-                pruned += 1
-                continue
+        if lb >= inc * (1 - 1e-9):
+            pruned += 1
+            continue
         if time.perf_counter() > deadline or refinements >= settings.max_refinements:
             complete = False
             break
@@ -372,10 +373,22 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
     )
 
 
+def _objective_factor(objective: str, training, S, groups) -> np.ndarray:
+    """Objective = step time × factor.  Throughput and time to train: 1.  Cost (USD per
+    million tokens): the price per second of the GPUs a candidate uses over the tokens of a
+    step — for several pools a lower bound, every GPU at the cheapest pool's price."""
+    if objective != "cost":
+        return np.ones(len(S))
+    cheapest = min(g.price_per_gpu_hour for g in groups)
+    gpus = S.dp * S.cp * S.tp * S.pp
+    return cheapest / 3600.0 * gpus * 1e6 / training.tokens_per_step
+
+
 def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
     """Bound for multi-pool candidates (vectorised).  With per-layer stage times b_p, stage
     time T ≥ n_i·b_{p(i)}, so L = Σ n_i ≤ T·Σ_i 1/b_{p(i)} ≤ T·(the pp largest 1/b_p the pool
-    capacities allow); and Σ t ≥ L·min_p b_p.  Pipeline ≥ (m − 1/v)·T + Σt/v."""
+    capacities allow); and Σ t ≥ L·min_p b_p + the cheapest embedding and head.  Pipeline ≥
+    (m − 1/v)·T + Σt/v with v = 1."""
     L = model.num_layers
     block = S.dp * S.cp * S.tp
     b = np.stack([pc.dc.layer.total_s for pc in pcs])  # [P, N]
@@ -392,7 +405,8 @@ def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
         left -= take
     T_lb = L / np.maximum(inv_sum, 1e-30)
     m = training.global_batch_size / (S.dp * S.mbs)
-    sum_t = L * b.min(axis=0)
+    extras = np.stack([pc.dc.embedding_s + pc.dc.head_s for pc in pcs]).min(axis=0)
+    sum_t = L * b.min(axis=0) + extras
     return (m - 1.0) * T_lb + sum_t
 
 

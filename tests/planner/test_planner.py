@@ -24,6 +24,11 @@ def _plan(body):
     return plan(parse_plan_request(body), EXACT)
 
 
+def _plan_budgeted(body):
+    """Production settings: for properties that hold for any plan the search returns."""
+    return plan(parse_plan_request(body), SolverSettings())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(cases()), ids=lambda c: c.row_id)
 def test_never_worse_than_the_published_layout(case):
@@ -58,7 +63,8 @@ def test_slow_devices_are_left_out_when_they_only_slow_the_pipeline():
 
 def test_unavailable_nodes_are_never_used():
     cluster = {**H100_A100, "nodes": [{"hostname": "h100-1", "available": False}, {"hostname": "a100-0", "available": False}]}
-    result = _plan({"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 256, "sequence_length": 4096}, "cluster": cluster})
+    # Whatever the search budget ends on, no rank may land on a node that is down.
+    result = _plan_budgeted({"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 256, "sequence_length": 4096}, "cluster": cluster})
     hosts = {r["host"] for r in result.to_dict()["best"]["ranks"]}
     assert hosts and not hosts & {"h100-1", "a100-0"}
 
@@ -124,7 +130,8 @@ def test_cost_objective_uses_prices():
         {"name": "h100", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB", "price_per_gpu_hour": 12.0},
         {"name": "a100", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB", "price_per_gpu_hour": 1.0}]}
     body = {"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch_size": 256, "sequence_length": 2048}, "cluster": cluster}
-    cheap = _plan({**body, "objective": "cost"})
+    cheap = _plan_budgeted({**body, "objective": "cost"})
     fast = _plan(body)
+    assert cheap.to_dict()["objective_value"]["unit"] == "USD per million tokens"
     assert "A100-SXM4-80GB" in cheap.device_types
     assert fast.best_tokens_per_s >= cheap.best_tokens_per_s
