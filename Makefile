@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench clean
+.PHONY: venv run test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench bench-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,7 +34,10 @@ bench-cpu: $(STAMP)
 bench-graph: $(STAMP)
 	$(BIN)/python bench/graph_bench.py
 
-bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph
+bench-report: $(STAMP)
+	$(BIN)/python bench/report.py
+
+bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-report
 
 clean:
 	rm -rf $(VENV) *.egg-info planner.db
