@@ -1231,30 +1231,7 @@ def greedy_choices(tables: CostTables, memory_weight: float = 0.0, rounds: int =
     for i in range(n):
         r = tables.rows(i)
         choice[i] = int(np.argmin(own[r.start:r.stop]))
-    in_edges: list[list[int]] = [[] for _ in range(n)]
-    out_edges: list[list[int]] = [[] for _ in range(n)]
-    for e, (u, v, _, _) in enumerate(tables.edges):
-        in_edges[v].append(e)
-        out_edges[u].append(e)
-    order = tables.analysis.order
-    for _ in range(rounds):
-        changed = False
-        for i in order:
-            r = tables.rows(int(i))
-            c = own[r.start:r.stop].copy()
-            for e in in_edges[i]:
-                u = tables.edges[e][0]
-                c += m * (tables.edge_fwd[e][choice[u], :] + tables.edge_bwd[e][choice[u], :])
-            for e in out_edges[i]:
-                v = tables.edges[e][1]
-                c += m * (tables.edge_fwd[e][:, choice[v]] + tables.edge_bwd[e][:, choice[v]])
-            best = int(np.argmin(c))
-            if best != choice[i] and c[best] < c[choice[i]] - 1e-15:
-                choice[i] = best
-                changed = True
-        if not changed:
-            break
-    return choice
+    return _icm_with(tables, choice, own, rounds)
 
 
 def op_times(tables: CostTables, choice: np.ndarray) -> np.ndarray:
