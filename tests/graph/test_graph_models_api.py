@@ -95,3 +95,47 @@ def test_malformed_graph_bodies_are_422(client):
     err = r.json()["error"]
     assert "dangling" in err["message"] and err["field"].startswith("model.graph.ops[5]")
     json.dumps(err)
+
+
+FOUR = {
+    "mlp": ({"global_batch_size": 4096, "sequence_length": 1}, 8),
+    "resnet": ({"global_batch_size": 512, "sequence_length": 1}, 8),
+    "gpt": ({"global_batch_size": 64, "sequence_length": 256}, 8),
+    "rec": ({"global_batch_size": 65536, "sequence_length": 1}, 8),
+}
+
+
+@pytest.fixture(scope="module")
+def four_onnx(tmp_path_factory):
+    from builders import gpt_onnx, recommender_onnx, resnet_onnx
+
+    d = tmp_path_factory.mktemp("four")
+    return {
+        "mlp": mlp_onnx(str(d / "mlp.onnx"), layers=3, width=256),
+        "resnet": resnet_onnx(str(d / "resnet.onnx"), blocks=(1, 1, 1, 1), width=16, image=64, classes=100),
+        "gpt": gpt_onnx(str(d / "gpt.onnx"), layers=2, hidden=128, heads=4, vocab=1000, positions=256),
+        "rec": recommender_onnx(str(d / "rec.onnx"), num_tables=4, rows=40_000_000, dim=128, lookups=8),
+    }
+
+
+@pytest.mark.parametrize("kind", list(FOUR))
+def test_the_four_onnx_models_plan_through_the_api_and_the_cli(client, four_onnx, kind, tmp_path):
+    import subprocess
+    import sys
+
+    training, _ = FOUR[kind]
+    with open(four_onnx[kind], "rb") as fh:
+        up = client.post("/v1/models/onnx", files={"file": (f"{kind}.onnx", fh.read(), "application/octet-stream")})
+    assert up.status_code == 201, up.text
+    r = client.post("/v1/plans", json={"model": {"model_id": up.json()["id"]}, "training": training, "cluster": CLUSTER})
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["best"]["prediction"]["fits"]
+
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"training": training, "cluster": CLUSTER}))
+    cli = subprocess.run(
+        [sys.executable, "-m", "planner_service.cli", "plan", str(req), "--onnx", four_onnx[kind], "--json", "--time-limit", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["best"]["prediction"]["fits"]
