@@ -65,6 +65,9 @@ def plan() -> str | None:
             f"| ≈ {r['exhaustive_s']:,.0f} s ({r['exhaustive_candidates']:,} × {r['exhaustive_estimate_s_per_call'] * 1e3:.1f} ms) "
             f"| {r['speedup']:,.0f}× | tp {s['tp']} pp {s['pp']} dp {s['dp']} cp {s['cp']} on {devs}, MFU {r['best_mfu'] * 100:.0f}% |"
         )
+    rp = d.get("replan")
+    if rp:
+        out.append(f"| replan: {rp['case']} (HTTP, in-process) | {rp['replan_wall_s_median']:.2f} s | ≤ {rp['target_s']:.0f} s | | | | ranks moved {rp['ranks_moved']} |")
     load = d.get("loadavg")
     note = f" Load average during the run: {load}." if load else ""
     out += ["", f"Median of {d.get('repeats', '?')} runs on a {d.get('cpu_count', '?')}-core machine, process start excluded; "
