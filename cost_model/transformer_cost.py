@@ -196,11 +196,12 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         t_scores = gemm_time_s(sc, s, d, device, dt, batch=bh)
         t_pv = gemm_time_s(sc, d, s, device, dt, batch=bh)
         elems = bh * sc * s
-        # Megatron's fused scale-mask-softmax reads and writes the scores (2+2 bytes), dropout
-        # reads them, writes the result and a 1-byte mask (2+2+1): 9 bytes per score forward;
-        # backward: dropout (2+1 read, 2 write) and softmax (2+2 read, 2 write): 11 bytes.
-        t_softmax_fwd = memory_bound_time_s(9 * elems, device, kernels=2)
-        t_softmax_bwd = memory_bound_time_s(11 * elems, device, kernels=2)
+        # Megatron's fused scale-mask-softmax reads and writes the scores (2·eb), dropout reads
+        # them, writes the result and a 1-byte mask (2·eb + 1): 4·eb + 1 bytes per score forward
+        # (9 in 16-bit); backward: dropout (eb + 1 read, eb write) and softmax (2·eb read, eb
+        # write): 5·eb + 1 (11 in 16-bit).
+        t_softmax_fwd = memory_bound_time_s((4 * eb + 1) * elems, device, kernels=2)
+        t_softmax_bwd = memory_bound_time_s((5 * eb + 1) * elems, device, kernels=2)
         attn_fwd = t_scores + t_pv + t_softmax_fwd
         _, b_scores = gemm_fwd_bwd_time_s(sc, s, d, device, dt, batch=bh)
         _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, device, dt, batch=bh)
