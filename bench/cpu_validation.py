@@ -164,6 +164,87 @@ def measure_single(case: dict[str, Any], threads: int, warmup: int, steps: int) 
             "max_host_busy_cores": max(busy_seen), "params": sum(p.numel() for p in model.parameters())}
 
 
+# ------------------------------------------------------------- where a measured step goes
+_CATEGORIES = (
+    ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
+    ("dropout_rng", ("aten::bernoulli_",)),
+    ("softmax", ("aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data", "aten::_log_softmax_backward_data")),
+    ("layernorm", ("aten::native_layer_norm", "aten::native_layer_norm_backward")),
+    ("gelu", ("aten::gelu", "aten::gelu_backward")),
+    ("copies", ("aten::copy_", "aten::cat", "aten::clone", "aten::contiguous")),
+    ("loss", ("aten::nll_loss_forward", "aten::nll_loss_backward", "aten::nll_loss_nd", "aten::nll_loss")),
+    ("embedding", ("aten::embedding", "aten::embedding_dense_backward", "aten::index_select", "aten::index_add_")),
+)
+
+
+def explain_step(case: dict[str, Any], threads: int, profile: dict[str, Any], tries: int = 5) -> dict[str, Any]:
+    """One training step under torch.profiler (taken when the host is quiet): self time per
+    category of ATen op, the optimizer, and the time outside any op (Python, autograd engine,
+    allocator), next to the cost model's GEMM time for exactly the GEMM shapes that ran."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from cost_model.compute import gemm_time_s
+    from cost_model.devices import get_device
+    from cost_model.profiles import apply_profile
+    from planner_service.profiling.fingerprint import HostMonitor, wait_until_quiet
+    from planner_service.profiling.trace_import import _gemm_shape
+
+    torch.set_num_threads(threads)
+    model = build_model(case)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    _steps(model, opt, case, 2)
+    dev = apply_profile(get_device("local-cpu"), profile)
+    mon = HostMonitor()
+    for attempt in range(tries):
+        wait_until_quiet(QUIET_CORES, 60.0)
+        mon.reset()
+        with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            wall = _steps(model, opt, case, 1)[0]
+        busy = mon.others_busy_cores() or 0.0
+        if busy < QUIET_CORES:
+            break
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        prof.export_chrome_trace(fh.name)
+        events = [e for e in json.load(open(fh.name))["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (e.get("tid"), e["ts"], -e["dur"]))
+    opt_spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("Optimizer.step")]
+    # self time = duration minus the durations of the ops directly nested in it
+    child = {id(e): 0.0 for e in ops}
+    stack: list[dict] = []
+    last_tid = None
+    for e in ops:
+        if e.get("tid") != last_tid:
+            stack, last_tid = [], e.get("tid")
+        while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+            stack.pop()
+        if stack:
+            child[id(stack[-1])] += e["dur"]
+        stack.append(e)
+    cats: dict[str, float] = {}
+    gemm_model = 0.0
+    n_ops = 0
+    for e in ops:
+        self_s = max(0.0, e["dur"] - child[id(e)]) * 1e-6
+        name = e["name"]
+        n_ops += 1
+        in_opt = any(a <= e["ts"] < b for a, b in opt_spans)
+        cat = "optimizer" if in_opt else next((c for c, names in _CATEGORIES if name in names), "other_elementwise")
+        cats[cat] = cats.get(cat, 0.0) + self_s
+        if cat == "gemm":
+            shp = _gemm_shape(name, e.get("args", {}).get("Input Dims"))
+            if shp:
+                gemm_model += float(gemm_time_s(shp["m"], shp["n"], shp["k"], dev, "fp32", shp["batch"]))
+    in_ops = sum(cats.values())
+    cats["outside_ops"] = max(0.0, wall - in_ops)
+    return {"profiled_step_s": wall, "host_busy_cores": busy, "aten_ops": n_ops, "self_s": cats,
+            "gemm_model_same_shapes_s": gemm_model}
+
+
 # ---------------------------------------------------------------------- data parallel (gloo)
 def _dp_worker(rank: int, world: int, port: int, case: dict[str, Any], warmup: int, steps: int) -> None:
     import datetime
@@ -279,6 +360,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cases", default=",".join(c["name"] for c in CASES))
     ap.add_argument("--no-dp", action="store_true")
     ap.add_argument("--reuse-profiles", action="store_true", help="use the profiles of a previous run if present")
+    ap.add_argument("--no-explain", action="store_true", help="skip the torch.profiler breakdown of one step per case")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -302,12 +384,15 @@ def main(argv: list[str]) -> int:
             prof = prof_all if dp == 1 else prof_rank
             with_p = predict(case, dp, prof)
             without = predict(case, dp, None)
+            explained = explain_step(case, cores, prof) if dp == 1 and not args.no_explain else None
             rows.append({
                 "case": case["name"], "dp": dp, "config": case, "threads_per_process": m["threads"],
                 "measured_step_s": m["median_s"], "measured_samples_s": m["samples_s"],
                 "host_busy_cores": busy,
                 "predicted_with_profile": with_p, "error_with_profile": _err(with_p, m["median_s"]),
                 "predicted_without_profile": without, "error_without_profile": _err(without, m["median_s"]),
+                "dropped_busy_steps": m.get("dropped_busy_steps"),
+                "explain": explained,
             })
             r = rows[-1]
             print(f"  measured {m['median_s']:.3f} s; predicted {with_p.get('step_time_s', float('nan')):.3f} s with profile"
@@ -344,6 +429,15 @@ def main(argv: list[str]) -> int:
         eo = f"{r['error_without_profile'] * 100:+.1f}%" if r["error_without_profile"] is not None else "failed"
         print(f"{r['case']:<5}{r['dp']:>3}{c['hidden']:>6}{c['seq']:>6}{c['micro_batch']:>4}{c['layers']:>4}  {r['measured_step_s']:>10.3f}  "
               f"{wp.get('step_time_s', float('nan')):>14.3f}  {ew:>7}  {wo.get('step_time_s', float('nan')):>14.3f}  {eo:>8}")
+    explained = [r for r in rows if r.get("explain")]
+    if explained:
+        cols = ["gemm", "dropout_rng", "softmax", "layernorm", "gelu", "copies", "other_elementwise", "loss", "embedding", "optimizer", "outside_ops"]
+        print("\nwhere one profiled step goes (s, self time; dp=1), vs the model's GEMM time on the same shapes:")
+        print(f"{'case':<5}{'step':>7}{'ops':>6}{'gemm(model)':>12}" + "".join(f"{c[:9]:>10}" for c in cols))
+        for r in explained:
+            e = r["explain"]
+            print(f"{r['case']:<5}{e['profiled_step_s']:>7.3f}{e['aten_ops']:>6}{e['gemm_model_same_shapes_s']:>12.3f}"
+                  + "".join(f"{e['self_s'].get(c, 0.0):>10.3f}" for c in cols))
     fmt = lambda v: f"{v * 100:.1f}%" if v is not None else "n/a"  # noqa: E731
     print(f"\nmedian |error|: {fmt(summary['median_abs_error_with_profile'])} with the profile, "
           f"{fmt(summary['median_abs_error_without_profile'])} with catalog defaults (target ≤ {TARGET_MEDIAN_ERROR * 100:.0f}% with the profile)")

@@ -17,7 +17,7 @@ Calibration keeps the cost model's functional forms (``cost_model.compute`` and
   GEMM is classified as compute- or memory-bound), so it is solved by ``numpy.linalg.lstsq`` on
   rows divided by the measured time (i.e. minimising *relative* error), with ``d_half`` chosen by
   a log-spaced grid search and the classification iterated to a fixed point.
-* Memory-bound ops (``add``, ``copy``, ``scale``, ``gelu``, ``layernorm``, ``softmax``):
+* Memory-bound ops (``add``, ``copy``, ``scale``, ``gelu``, ``layernorm``, ``softmax``, ``dropout``):
   ``t = bytes / BW + kernels · t_launch`` (:func:`cost_model.compute.memory_bound_time_s`), fitted
   jointly with the GEMMs (they share ``BW`` and ``t_launch``).
 * Collectives (``allreduce``, ``allgather``, ``reduce_scatter``, ``sendrecv``) over ``n`` ranks
@@ -60,7 +60,7 @@ MAX_SECONDS = 3600.0
 MAX_DIM = 10_000_000
 
 GEMM_OPS = ("gemm",)
-MEMORY_OPS = ("add", "copy", "scale", "gelu", "layernorm", "softmax")
+MEMORY_OPS = ("add", "copy", "scale", "gelu", "layernorm", "softmax", "dropout")
 COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "sendrecv", "alltoall")
 OTHER_OPS = ("attention", "h2d", "d2h", "op_overhead")
 KNOWN_OPS = GEMM_OPS + MEMORY_OPS + COLLECTIVE_OPS + OTHER_OPS
@@ -274,10 +274,11 @@ def _primary_dtype(device: DeviceSpec, dtypes: Iterable[str]) -> str:
     return dtypes[0]
 
 
-def _weighted_lstsq(a: np.ndarray, t: np.ndarray, nonneg: Iterable[int]) -> np.ndarray:
-    """Least squares on relative error (rows divided by the measured time), with the listed
-    columns clamped at zero (clamped columns are dropped and the rest refitted)."""
-    w = 1.0 / t
+def _weighted_lstsq(a: np.ndarray, t: np.ndarray, nonneg: Iterable[int], scale: np.ndarray | None = None) -> np.ndarray:
+    """Least squares on relative error (rows divided by ``scale``, the measured time unless
+    given), with the listed columns clamped at zero (clamped columns are dropped and the rest
+    refitted)."""
+    w = 1.0 / (t if scale is None else scale)
     aw = a * w[:, None]
     bw = t * w
     active = list(range(a.shape[1]))
@@ -308,15 +309,32 @@ def _rel_errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
 
 
 #: Coarse grid for the two half-dimensions (0 = no shape penalty), refined around the best cell.
-_HALF_GRID = np.concatenate([[0.0], np.geomspace(1.0, 8192.0, 27)])
-#: A measurement whose time is off the fitted model by more than this factor (after a first fit)
-#: is treated as disturbed (e.g. preempted by another process) and left out of the final fit.
+_HALF_GRID = np.concatenate([[0.0], np.geomspace(1.0, 8192.0, 20)])
+#: A measurement more than this factor off the first fit is left out of the final fit when its
+#: own record marks it as disturbed (see :func:`_disturbed`).  A measurement that is merely far
+#: from the model (e.g. GELU on a CPU, compute-bound, in the memory-bound family) stays: the fit
+#: must average over what the cost model will apply it to, not hide it.
 OUTLIER_FACTOR = 2.5
+#: Disturbed: other processes kept at least this many cores busy during the measurement ...
+DISTURBED_BUSY_CORES = 0.3
+#: ... or its samples spread over more than this factor (max/min).
+DISTURBED_SPREAD = 3.0
+
+
+def _disturbed(m: Mapping[str, Any]) -> bool:
+    busy = m.get("host_busy_cores")
+    if _is_number(busy) and busy >= DISTURBED_BUSY_CORES:
+        return True
+    spread = m.get("spread")
+    if isinstance(spread, Mapping) and _is_number(spread.get("max_s")) and _is_number(spread.get("min_s")) and spread["min_s"] > 0:
+        return spread["max_s"] / spread["min_s"] > DISTURBED_SPREAD
+    return False
 
 
 def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, Any]], dtypes: list[str]) -> dict[str, Any]:
     """Joint fit of per-dtype GEMM rates, the two half-dimensions (m/n and k), the bandwidth and
-    the launch overhead, minimising squared relative error; gross outliers are dropped once."""
+    the launch overhead, minimising squared log error (see ``solve``); disturbed gross outliers
+    are dropped once."""
     nd = len(dtypes)
     col_u, col_t0 = nd, nd + 1
     g_m = np.array([g["shape"]["m"] for g in gemms], dtype=float)
@@ -332,12 +350,17 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
     t_all = np.concatenate([g_t, m_t])
     ng = len(gemms)
 
-    def solve(d_half: float, k_half: float, keep: np.ndarray):
+    def solve(d_half: float, k_half: float, keep: np.ndarray, symmetric: bool = False):
+        """Fit for fixed half-dimensions.  ``symmetric``: iteratively reweighted so that the
+        objective is Σ log²(pred/meas) (rows scaled by √(pred·meas)); plain relative error
+        (pred−meas)/meas penalises over-prediction more than under-prediction, which biases
+        the rate of a mixed family of ops (a 20× slower op can cost at most an error of 1)."""
         sig = (g_m / (g_m + d_half)) * (g_n / (g_n + d_half)) * (g_k / (g_k + k_half))
         x_flops = 2.0 * g_m * g_n * g_k / sig
         compute_bound = np.ones(ng, dtype=bool)
         x = np.zeros(nd + 2)
-        for _ in range(8):
+        scale = t_all.copy()
+        for it in range(12 if symmetric else 8):
             a = np.zeros((ng + len(mems), nd + 2))
             rows = np.arange(ng)
             a[rows[compute_bound], g_d[compute_bound]] = (x_flops * g_b)[compute_bound]
@@ -349,45 +372,53 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
             # A dtype (or the bandwidth) with no informative rows gets no column.
             usable = [j for j in range(nd + 2) if np.any(a_k[:, j] != 0)]
             x = np.zeros(nd + 2)
-            x[usable] = _weighted_lstsq(a_k[:, usable], t_all[keep], nonneg=range(len(usable)))
+            x[usable] = _weighted_lstsq(a_k[:, usable], t_all[keep], nonneg=range(len(usable)), scale=scale[keep])
             t_c = x[g_d] * x_flops
             t_m = x[col_u] * g_bytes
             new_cb = (t_c >= t_m) | (x[col_u] == 0)
-            if np.array_equal(new_cb, compute_bound):
+            pred = a @ x
+            new_scale = np.sqrt(t_all * np.maximum(pred, 1e-3 * t_all)) if symmetric else t_all
+            converged = np.allclose(new_scale, scale, rtol=1e-3)
+            if np.array_equal(new_cb, compute_bound) and converged:
                 break
-            compute_bound = new_cb
+            compute_bound, scale = new_cb, new_scale
         pred_g = np.maximum(x[g_d] * x_flops, x[col_u] * g_bytes) * g_b + x[col_t0]
         pred_m = x[col_u] * m_bytes + m_kern * x[col_t0]
         pred = np.concatenate([pred_g, pred_m])
-        loss = float(np.sum((((pred - t_all) / t_all) ** 2)[keep]))
+        if symmetric:
+            loss = float(np.sum((np.log(np.maximum(pred, 1e-30) / t_all) ** 2)[keep]))
+        else:
+            loss = float(np.sum((((pred - t_all) / t_all) ** 2)[keep]))
         return loss, x, pred
 
     def search(keep: np.ndarray):
         if ng == 0:
-            loss, x, pred = solve(0.0, 0.0, keep)
+            loss, x, pred = solve(0.0, 0.0, keep, symmetric=True)
             return loss, x, pred, 0.0, 0.0
-        best = None
+        coarse = None
         for dh in _HALF_GRID:
             for kh in _HALF_GRID:
                 r = solve(float(dh), float(kh), keep)
-                if best is None or r[0] < best[0]:
-                    best = r + (float(dh), float(kh))
-        # refine: a finer grid between the neighbouring coarse points
-        _, _, _, dh0, kh0 = best
+                if coarse is None or r[0] < coarse[0]:
+                    coarse = r + (float(dh), float(kh))
+        # refine with the symmetric (log-error) objective on a finer grid around the best cell
+        _, _, _, dh0, kh0 = coarse
         step = float(_HALF_GRID[2] / _HALF_GRID[1])
-        fine_d = np.unique(np.concatenate([[dh0], dh0 * step ** np.linspace(-1, 1, 9)])) if dh0 > 0 else np.array([0.0, 0.5, 1.0])
-        fine_k = np.unique(np.concatenate([[kh0], kh0 * step ** np.linspace(-1, 1, 9)])) if kh0 > 0 else np.array([0.0, 0.5, 1.0])
+        fine_d = np.unique(np.concatenate([[dh0], dh0 * step ** np.linspace(-1, 1, 7)])) if dh0 > 0 else np.array([0.0, 0.5, 1.0])
+        fine_k = np.unique(np.concatenate([[kh0], kh0 * step ** np.linspace(-1, 1, 7)])) if kh0 > 0 else np.array([0.0, 0.5, 1.0])
+        best = None
         for dh in fine_d:
             for kh in fine_k:
-                r = solve(float(dh), float(kh), keep)
-                if r[0] < best[0]:
+                r = solve(float(dh), float(kh), keep, symmetric=True)
+                if best is None or r[0] < best[0]:
                     best = r + (float(dh), float(kh))
         return best
 
     keep = np.ones(len(t_all), dtype=bool)
     _, x, pred, d_half, k_half = search(keep)
     ratio = np.maximum(pred / t_all, t_all / np.maximum(pred, 1e-30))
-    outliers = ratio > OUTLIER_FACTOR
+    disturbed = np.array([_disturbed(m) for m in list(gemms) + list(mems)], dtype=bool)
+    outliers = (ratio > OUTLIER_FACTOR) & disturbed
     # Drop outliers only if they are a minority: otherwise the model, not the data, is off.
     if 0 < outliers.sum() <= 0.25 * len(t_all):
         keep = ~outliers
@@ -460,8 +491,8 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         used_mems = [x for i, x in enumerate(mems) if i not in excluded_m]
         if excluded_g or excluded_m:
             warnings.append(
-                f"left out {len(excluded_g)} GEMM and {len(excluded_m)} memory-bound measurements more than "
-                f"{OUTLIER_FACTOR:g}x off the fitted model (disturbed runs?)"
+                f"left out {len(excluded_g)} GEMM and {len(excluded_m)} memory-bound measurements taken on a busy "
+                f"host or with unstable samples and more than {OUTLIER_FACTOR:g}x off the fitted model"
             )
         rates["gemm_tflops"] = {d: (1.0 / s / 1e12 if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
         kernel_overhead_s = cm["launch_s"]

@@ -3,6 +3,7 @@ docs/PROFILE_FORMAT.md).  The fit (cost_model.profiles.fit_profile) is attached 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib
 import re
@@ -35,7 +36,7 @@ class ProfileOptions:
     #: CPU only: re-take a measurement during which other processes kept this many cores busy
     #: (after waiting for the host to be quiet), spending at most ``max_wait_s`` waiting in all.
     quiet_threshold_cores: float = 0.3
-    max_wait_s: float = 120.0
+    max_wait_s: float | None = None  # default: 20 s for --quick (it must stay short), else 120 s
 
 
 def import_torch() -> Any | None:
@@ -126,6 +127,8 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
         if not torch.cuda.is_available() or index >= torch.cuda.device_count():
             have = torch.cuda.device_count() if torch.cuda.is_available() else 0
             raise InvalidProfile(f"CUDA device {index} is not available (this host has {have})", field="device")
+    if options.max_wait_s is None:
+        options = dataclasses.replace(options, max_wait_s=20.0 if options.quick else 120.0)
     threads = options.threads or cpu_count()
     if threads < 1:
         raise InvalidProfile("must be at least 1", field="threads")

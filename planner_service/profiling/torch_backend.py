@@ -5,8 +5,9 @@
   dtype the device supports (CPU: fp32; CUDA: fp32 with TF32 off, bf16, fp16).
 * Batched GEMMs (``torch.bmm``) of attention shapes.
 * Memory-bound ops, out of place as in training: clone, scale, add, GELU, LayerNorm (rows of
-  1024), softmax (rows of 1024).  ``bytes`` is the minimum traffic (operands read once, result
-  written once); ``kernels`` is 1 (each is one ATen kernel).  Inputs rotate over enough copies
+  1024), softmax (rows of 1024), dropout (p = 0.1, training mode, mask generation included).
+  ``bytes`` is the minimum traffic (operands read once, result written once, plus dropout's
+  one-byte mask); ``kernels`` is 1 (one ATen op each).  Inputs rotate over enough copies
   to exceed twice the last-level cache (CPU LLC, GPU L2), so operands come from memory as in a
   training step rather than from the cache of the previous repetition.
 * ``scaled_dot_product_attention`` (causal), recorded but not fitted.
@@ -79,9 +80,19 @@ def _cache_bytes(torch: Any, device: str) -> int:
     return last_level_cache_bytes()
 
 
+def _memory_bytes(op: str, dtype: str, elements: int) -> int:
+    """Minimum traffic: operands read once, result written once; dropout also writes a one-byte
+    mask (what a fused dropout kernel stores for backward)."""
+    e = _ESIZE[dtype]
+    if op == "add":
+        return 3 * e * elements
+    if op == "dropout":
+        return (2 * e + 1) * elements
+    return 2 * e * elements
+
+
 def _memory_case(torch: Any, device: str, dtype: str, op: str, elements: int) -> Case:
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
-    traffic = 3 if op == "add" else 2
     n_inputs = 2 if op == "add" else 1
     rotate = rotation_count(n_inputs * elements * _ESIZE[dtype], _cache_bytes(torch, device))
 
@@ -98,6 +109,7 @@ def _memory_case(torch: Any, device: str, dtype: str, op: str, elements: int) ->
             "gelu": lambda x, y: F.gelu(x),
             "layernorm": lambda x, y: F.layer_norm(x, (_ROW,), w, b),
             "softmax": lambda x, y: torch.softmax(x, dim=-1),
+            "dropout": lambda x, y: F.dropout(x, 0.1, True),
         }[op]
         state = [0]
 
@@ -111,7 +123,7 @@ def _memory_case(torch: Any, device: str, dtype: str, op: str, elements: int) ->
         label=f"torch {device} {op} {dtype} {elements} elements",
         fields={
             "op": op, "backend": BACKEND, "dtype": dtype, "shape": {"elements": elements, "row": _ROW},
-            "bytes": traffic * _ESIZE[dtype] * elements, "kernels": 1, "cold_inputs": rotate > 1,
+            "bytes": _memory_bytes(op, dtype, elements), "kernels": 1, "cold_inputs": rotate > 1,
         },
         setup=setup,
         cost_hint=float(elements),
@@ -214,7 +226,7 @@ def plan(torch: Any, device: str, quick: bool) -> list[Case]:
             elems = tuple(e * 16 for e in elems)  # HBM: go well past the L2 cache
         mem_dtypes = ("fp32",) if not cuda else ("fp32", "bf16")
         if dtype in mem_dtypes:
-            for op in ("copy", "scale", "add", "gelu", "layernorm", "softmax"):
+            for op in ("copy", "scale", "add", "gelu", "layernorm", "softmax", "dropout"):
                 cases += [_memory_case(torch, device, dtype, op, e) for e in elems]
         for s in seqs:
             cases.append(_attention_case(torch, device, dtype, bh // 8 if bh >= 8 else 1, 8, s, 64))

@@ -53,6 +53,8 @@ MEMORY_OPS = {
     "aten::mul": "scale",
     "aten::mul_": "scale",
     "aten::copy_": "copy",
+    "aten::native_dropout": "dropout",
+    "aten::native_dropout_backward": "dropout",
 }
 _NCCL_KINDS = (
     ("allreduce", "allreduce"), ("all_reduce", "allreduce"),

@@ -77,14 +77,22 @@ def test_rates_above_the_catalog_replace_the_catalog_figures():
     assert any("exceeds the catalog" in w for w in fit["warnings"])
 
 
-def test_disturbed_measurements_are_left_out():
+def test_disturbed_measurements_are_left_out_but_model_misfits_stay():
     prof = synthetic_profile(collectives=False)
     gemms = [m for m in prof["measurements"] if m["op"] == "gemm"]
     for m in gemms[:4]:
-        scale(m, 6.0)  # preempted runs
+        scale(m, 6.0)  # preempted runs: the runner recorded the contention
+        m["host_busy_cores"] = 1.4
     fit = fit_profile(prof)
     assert fit["efficiency"]["gemm_max_fraction"] == pytest.approx(TRUE_EFF.gemm_max_fraction, rel=0.03)
     assert any("left out 4 GEMM" in w for w in fit["warnings"])
+    assert fit["quality"]["gemm"]["points"] == len(gemms) - 4
+    # the same slow points on a quiet host are data the model must average over
+    for m in gemms[:4]:
+        m["host_busy_cores"] = 0.0
+    fit = fit_profile(prof)
+    assert not any("left out" in w for w in fit["warnings"])
+    assert fit["quality"]["gemm"]["points"] == len(gemms)
 
 
 def test_estimate_compute_time_scales_with_measured_gemm_speed():
