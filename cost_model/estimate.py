@@ -118,6 +118,33 @@ def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None
     return replace(cluster, node_groups=groups)
 
 
+def _stage_costs(model, training, slots: list[StageSlot], S, layers: list[int], m) -> list:
+    """Per-stage costs, computed in a few vectorised calls: stages that share a node group,
+    links and boundary kind are costed together with the stage index as an array."""
+    import dataclasses
+
+    from .pipeline import StageCost
+
+    p = len(slots)
+    dcs: dict[tuple, Any] = {}
+    batches: dict[tuple, list[int]] = {}
+    for i, slot in enumerate(slots):
+        key = (slot.group.name, slot.links)  # Links is a frozen dataclass: equal links share costs
+        if key not in dcs:
+            dcs[key] = device_costs(model, training, slot.group.device, slot.links, S)
+        batches.setdefault((key, slot.cross_node_next, i == 0, i == p - 1), []).append(i)
+    out: list[Any] = [None] * p
+    for (key, cross, first, last), idx in batches.items():
+        n = np.array([layers[i] for i in idx], dtype=float)[:, None]
+        index = np.array(idx, dtype=float)[:, None]
+        st = stage_cost(model, training, dcs[key], S, n, index, first, last, m, cross)
+        for r, i in enumerate(idx):
+            out[i] = StageCost(
+                **{f.name: np.broadcast_to(getattr(st, f.name), (len(idx), 1))[r] for f in dataclasses.fields(StageCost)}
+            )
+    return out
+
+
 def estimate(
     model: Any,
     training: Training,
@@ -151,18 +178,11 @@ def estimate(
             warnings.append(f"tp={strategy.tp} spans nodes of {slot.group.name}: TP collectives cross the network")
     S = StrategyArrays.from_strategies([strategy])
     m = strategy.num_microbatches(training)
-    cache: dict[tuple[str, int], Any] = {}
-    stage_costs = []
-    stage_results = []
     ranges = strategy.stage_layer_ranges()
+    stage_costs = _stage_costs(model, training, slots, S, [sum(b - a + 1 for a, b in r) for r in ranges], m)
+    stage_results = []
     for i, slot in enumerate(slots):
-        key = (slot.group.name, id(slot.links))
-        if key not in cache:
-            cache[key] = device_costs(model, training, slot.group.device, slot.links, S)
-        dc = cache[key]
-        n = sum(b - a + 1 for a, b in ranges[i])
-        st = stage_cost(model, training, dc, S, n, i, i == 0, i == len(slots) - 1, m, slot.cross_node_next)
-        stage_costs.append(st)
+        st = stage_costs[i]
         mem = {
             "weights": float(st.weights_bytes[0]) / 1e9,
             "gradients": float(st.gradients_bytes[0]) / 1e9,

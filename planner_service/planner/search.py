@@ -285,9 +285,17 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
             lb = lb * factor
             order = np.argsort(ev_even.step_time_s * factor)
             fits = np.isfinite(ev_even.step_time_s)
-            for j in order[: max(4, request.top_k * 4)]:
-                if not fits[j]:
+            # Estimate only the best even split of each distinct layout, enough of them for the
+            # best answer and its top-k alternatives.
+            shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
+            seen_shapes: set[tuple] = set()
+            for j in order:
+                if not fits[j] or len(seen_shapes) > request.top_k:
                     break
+                key = tuple(shapes[j])
+                if key in seen_shapes:
+                    continue
+                seen_shapes.add(key)
                 pp = int(S.pp[j])
                 lps = pinned_lps or even_split(model.num_layers, pp)
                 if int(S.vpp[j]) > 1:

@@ -175,7 +175,8 @@ def solve_split(
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
-    solver.parameters.num_workers = max(1, num_workers)
+    # A single pool is a small pure-integer model: one search thread avoids the portfolio start-up.
+    solver.parameters.num_workers = 1 if P == 1 else max(1, num_workers)
     status = solver.Solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
