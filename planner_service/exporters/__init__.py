@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 from typing import Any, Callable, Mapping
+from cost_model.errors import InvalidInput
 
 from .common import Artifact, LaunchParams, rankmap_dict, rankmap_json
 from .frameworks import render_deepspeed_config, render_megatron, render_paddle_fleet, render_torchtitan
@@ -55,7 +56,7 @@ def render(plan: Mapping[str, Any], target: str, params: LaunchParams | None = N
     """Render ``target`` for ``plan`` (the plan JSON).  Raises :class:`InvalidPlan` (a
     :class:`cost_model.errors.InvalidInput`, HTTP 422) naming the field on bad input."""
     if target not in TARGETS:
-        raise InvalidPlan(f"unknown target {target!r}; one of {', '.join(TARGETS)}", field="target")
+        raise InvalidInput(f"unknown target {target!r}; one of {', '.join(TARGETS)}", field="target")
     view = plan_view(plan)
     params = (params or LaunchParams()).validated(view)
     return TARGETS[target](view, params)

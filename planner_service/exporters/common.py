@@ -9,6 +9,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from cost_model.errors import InvalidInput
+
 from .placement import GroupInfo, InvalidPlan, NodeSlot, PlanView
 
 _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -92,7 +94,7 @@ class LaunchParams:
 
     def require_image(self, target: str) -> str:
         if not self.image:
-            raise InvalidPlan(f"is required for target {target}", field="image")
+            raise InvalidInput(f"is required for target {target}", field="image")
         return self.image
 
 
