@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .errors import PlannerError
 from .estimate import estimate
-from .published import PublishedCase, cases, gpt_model
+from .published import PublishedCase, gpt_model
 from .result import Estimate
 from .strategy import Strategy
 from .training import Training

@@ -56,7 +56,7 @@ from .cluster import Cluster, NodeGroup
 from .comm import Links, allgather_time_s, allreduce_time_s, alltoall_time_s, p2p_time_s, ranks_per_node, reduce_scatter_time_s
 from .compute import FLASH_BACKWARD_RATIO, flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from .devices import BYTES_PER_ELEMENT, DeviceSpec
-from .errors import InvalidGraph, InvalidStrategy, NoFeasiblePlan
+from .errors import InvalidGraph, InvalidStrategy
 from .graph import GraphSpec, OpCost, OpSpec
 from .result import Estimate, StageEstimate
 from .training import Training

@@ -30,7 +30,7 @@ from .compute import (
     gemm_time_s,
     memory_bound_time_s,
 )
-from .devices import BYTES_PER_ELEMENT, DeviceSpec
+from .devices import DeviceSpec
 from .model import TransformerSpec
 from .training import Training
 

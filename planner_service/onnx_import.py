@@ -26,7 +26,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 

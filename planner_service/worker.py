@@ -22,7 +22,7 @@ import socket
 import threading
 import traceback
 import uuid
-from typing import Any, Callable
+from typing import Callable
 
 import httpx
 

@@ -23,16 +23,15 @@ greedy answer as a hint, under a time limit.  All integer scaling happens in :cl
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from cost_model.cluster import Cluster, NodeGroup
+from cost_model.cluster import Cluster
 from cost_model.errors import InvalidInput, NoFeasiblePlan
 from cost_model.graph import GraphSpec
 from cost_model.graph_cost import (
@@ -40,7 +39,6 @@ from cost_model.graph_cost import (
     WORKSPACE_BYTES,
     CostTables,
     CpuPool,
-    GraphAnalysis,
     GraphEval,
     GraphMesh,
     DP_OVERLAP_WINDOW,

@@ -131,7 +131,6 @@ class PlanResult:
 def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Cluster:
     """Merge node groups with identical device, GPUs per node, links and price into one pool
     (their available nodes, in order) and drop unavailable nodes and disallowed devices."""
-    from cost_model.cluster import Node
 
     buckets: dict[tuple, list[NodeGroup]] = {}
     for g in cluster.node_groups:

@@ -408,3 +408,16 @@ def recommender_onnx(path: str, num_tables: int = 4, rows: int = 40_000_000, dim
     ins += [h.make_tensor_value_info(f"ids{i}", TP.INT64, ["batch", lookups]) for i in range(num_tables)]
     g = h.make_graph(nodes, "dlrm", ins, [h.make_tensor_value_info("loss", TP.FLOAT, [])], inits)
     return _save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
+
+
+def four_onnx_models(directory: str) -> dict[str, str]:
+    """The four ONNX model families of the done-when list, small enough for tests: an MLP, a
+    ResNet-style CNN, a GPT block stack and a recommender whose 40M-row tables are external data."""
+    import os
+
+    return {
+        "mlp": mlp_onnx(os.path.join(directory, "mlp.onnx"), layers=3, width=256),
+        "resnet": resnet_onnx(os.path.join(directory, "resnet.onnx"), blocks=(1, 1, 1, 1), width=16, image=64, classes=100),
+        "gpt": gpt_onnx(os.path.join(directory, "gpt.onnx"), layers=2, hidden=128, heads=4, vocab=1000, positions=256),
+        "rec": recommender_onnx(os.path.join(directory, "rec.onnx"), num_tables=4, rows=40_000_000, dim=128, lookups=8),
+    }

@@ -107,15 +107,9 @@ FOUR = {
 
 @pytest.fixture(scope="module")
 def four_onnx(tmp_path_factory):
-    from builders import gpt_onnx, recommender_onnx, resnet_onnx
+    from builders import four_onnx_models
 
-    d = tmp_path_factory.mktemp("four")
-    return {
-        "mlp": mlp_onnx(str(d / "mlp.onnx"), layers=3, width=256),
-        "resnet": resnet_onnx(str(d / "resnet.onnx"), blocks=(1, 1, 1, 1), width=16, image=64, classes=100),
-        "gpt": gpt_onnx(str(d / "gpt.onnx"), layers=2, hidden=128, heads=4, vocab=1000, positions=256),
-        "rec": recommender_onnx(str(d / "rec.onnx"), num_tables=4, rows=40_000_000, dim=128, lookups=8),
-    }
+    return four_onnx_models(str(tmp_path_factory.mktemp("four")))
 
 
 @pytest.mark.parametrize("kind", list(FOUR))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from builders import gpt_onnx, mlp_onnx, recommender_onnx, resnet_onnx
+from builders import four_onnx_models, gpt_onnx
 from cost_model import Training, cluster_from_dict, simple_cluster
 from cost_model.errors import InvalidGraph
 from cost_model.graph import MAX_OPS, graph_from_dict
@@ -18,13 +18,7 @@ from planner_service.planner.graph_search import plan_graph
 
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("onnx")
-    return {
-        "mlp": mlp_onnx(str(d / "mlp.onnx"), layers=3, width=256),
-        "resnet": resnet_onnx(str(d / "resnet.onnx"), blocks=(1, 1, 1, 1), width=16, image=64, classes=100),
-        "gpt": gpt_onnx(str(d / "gpt.onnx"), layers=2, hidden=128, heads=4, vocab=1000, positions=256),
-        "rec": recommender_onnx(str(d / "rec.onnx"), num_tables=4, rows=40_000_000, dim=128, lookups=8),
-    }
+    return four_onnx_models(str(tmp_path_factory.mktemp("onnx")))
 
 
 CASES = {
