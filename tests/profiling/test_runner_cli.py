@@ -124,3 +124,11 @@ def test_gloo_collectives_across_two_processes():
     # moving 4096x more bytes takes longer (compared within this one run, not against a clock)
     ar = {m["bytes"]: m["seconds"] for m in res if m["op"] == "allreduce"}
     assert ar[1 << 24] > ar[1 << 12]
+
+
+def test_cli_cuda_without_a_gpu_exits_2():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    res = CliRunner().invoke(_cli(), ["profile", "--device", "cuda:0", "--quick"])
+    assert res.exit_code == 2 and "not available" in res.output
