@@ -172,3 +172,12 @@ def test_huge_and_malformed_files_are_rejected():
     assert "not valid JSON" in exc.value.message
     ok = parse_profile_bytes(json.dumps(synthetic_profile(collectives=False)))
     assert ok["device"]["name"] == "A100-SXM4-80GB"
+
+
+def test_measured_op_overhead_pins_the_launch_term():
+    prof = synthetic_profile(collectives=False)
+    prof["measurements"].append({"op": "op_overhead", "backend": "torch", "autograd": False, "ops": 1, "seconds": 7e-6, "repeats": 5})
+    fit = fit_profile(prof)
+    assert fit["efficiency"]["kernel_overhead_s"] == pytest.approx(7e-6)
+    assert fit["rates"]["kernel_overhead_source"] == "op_overhead measurement"
+    assert fit["efficiency"]["gemm_max_fraction"] == pytest.approx(TRUE_EFF.gemm_max_fraction, rel=0.03)
