@@ -112,6 +112,12 @@ def test_estimate_compute_time_scales_with_measured_gemm_speed():
     assert 0.48 < ratio < 0.58, ratio  # GEMMs and attention halve; elementwise work does not
     assert fast.step_time_s < base.step_time_s
     assert fast.profile_ids and not base.profile_ids
+    # everything measured 2x faster (memory-bound ops too): compute time halves
+    all_fast = synthetic_profile(name, eff=catalog_eff, collectives=False)
+    for m in all_fast["measurements"]:
+        scale(m, 0.5)
+    half = estimate(model, training, cluster, strategy, profile=all_fast)
+    assert half.breakdown_s["compute"] / base.breakdown_s["compute"] == pytest.approx(0.5, rel=0.03)
 
 
 def test_profile_applies_only_to_its_own_device():
