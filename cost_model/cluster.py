@@ -8,7 +8,7 @@ Bandwidth conventions (DESIGN.md): ``intra_node_bandwidth_GBps`` is per GPU, one
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from .devices import DeviceSpec, resolve_device
 from .errors import InvalidCluster
@@ -76,14 +76,6 @@ class Cluster:
             if self.available_nodes(g.name) and g.device.name not in seen:
                 seen.append(g.device.name)
         return tuple(seen)
-
-    def with_unavailable(self, hostnames: Iterable[str]) -> "Cluster":
-        down = set(hostnames)
-        unknown = down - {n.hostname for n in self.nodes}
-        if unknown:
-            raise InvalidCluster(f"unknown hostnames: {', '.join(sorted(unknown))}", field="unavailable_nodes")
-        nodes = tuple(replace(n, available=False) if n.hostname in down else n for n in self.nodes)
-        return replace(self, nodes=nodes)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -19,9 +19,6 @@ import numpy as np
 
 from .devices import BYTES_PER_ELEMENT, DeviceSpec
 
-ArrayLike = "float | np.ndarray"
-
-
 def shape_factor(dim, half_dim: float):
     """σ(d) = d/(d + d_half): fraction of the large-GEMM rate reached along one dimension."""
     d = np.asarray(dim, dtype=float)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
@@ -124,9 +124,6 @@ class DeviceSpec:
     @property
     def memory_bytes(self) -> float:
         return self.memory_GB * 1e9
-
-    def with_efficiency(self, efficiency: Efficiency, profile_id: str | None) -> "DeviceSpec":
-        return replace(self, efficiency=efficiency, profile_id=profile_id)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1123,7 +1123,6 @@ def op_cost(op: OpSpec, graph: GraphSpec, shapes: Mapping[str, tuple[int, ...]],
         bh = b_ * heads
         fl = 2.0 * bh * sq * skv * (d + dv)
         by = sum(in_b[:3]) + out_b[0]
-        probs = bh * sq * skv * e
         # Flash keeps q, k, v, the output and fp32 log-sum-exp per row; the unfused variant also
         # keeps the softmax probabilities and the dropout mask (Korthikanti's 5·a·s²·b term) —
         # graph_cost adds those when training.attention == "unfused".

@@ -751,7 +751,6 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
     dt = training.dtype
     eb_act = 4 if dt == "fp32" else 2
     device = mesh.device
-    links = mesh.links
     t = mesh.t
     costs = op_costs if op_costs is not None else graph.op_costs(mesh.micro_batch, training.sequence_length, dt)
     shapes = graph.bind(mesh.micro_batch, training.sequence_length)

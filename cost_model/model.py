@@ -91,10 +91,6 @@ class TransformerSpec:
     def decoder_layer_params(self) -> int:
         return self.attention_params() + self.ffn_params() + 2 * self.norm_params()
 
-    def dense_layer_params(self) -> int:
-        """Parameters of a layer that every rank of a TP group shards (not expert weights)."""
-        return self.decoder_layer_params() - self.num_experts * self.expert_params() if self.is_moe else self.decoder_layer_params()
-
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size + self.learned_positions * self.hidden_size
 

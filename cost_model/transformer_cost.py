@@ -138,10 +138,6 @@ def _kv_local(model: TransformerSpec, tp):
     return model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
 
 
-def _group_links_per_node(n, stride, gpn):
-    return ranks_per_node(n, stride, gpn)
-
-
 def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
     """Cost one decoder layer per micro-batch for every candidate in ``S``."""
     dt = training.dtype

@@ -16,11 +16,19 @@ from planner_service.cli_common import EXIT_BAD_INPUT, console, err_console, fai
 from planner_service.requests import parse_estimate_request
 
 
-def estimate_body(body: dict, profile: dict | None = None) -> dict:
-    """Parse an estimate request body and return the prediction as a dict."""
+def run_estimate(body: dict, profile: dict | None = None):
+    """Parse an estimate request body and predict it: (request, Estimate)."""
     req = parse_estimate_request(body)
-    est = estimate(req.model, req.training, req.cluster, req.strategy, profile=profile)
+    return req, estimate(req.model, req.training, req.cluster, req.strategy, profile=profile)
+
+
+def as_json(req, est) -> dict:
     return {"strategy": req.strategy.to_dict(), "prediction": est.to_dict()}
+
+
+def estimate_body(body: dict, profile: dict | None = None) -> dict:
+    """The prediction for one request body as the JSON the CLI prints."""
+    return as_json(*run_estimate(body, profile))
 
 
 def render_estimate(est: Estimate, title: str) -> None:
@@ -66,13 +74,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_BAD_INPUT)
         body = read_json_file(request)
         try:
-            out = estimate_body(body, prof)
+            req, est = run_estimate(body, prof)
         except PlannerError as exc:
             fail(exc, as_json)
             return
         if as_json:
-            print(json.dumps(out, indent=1))
+            print(json.dumps(as_json(req, est), indent=1))
             return
-        req = parse_estimate_request(body)
-        est = estimate(req.model, req.training, req.cluster, req.strategy, profile=prof)
         render_estimate(est, f"{req.model.name} on {req.cluster.name}: {req.strategy.to_dict()}")

@@ -14,7 +14,6 @@ constraints replace the knob's range by the single pinned value.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -38,12 +37,6 @@ def _pin(pins: Mapping[str, Any], key: str, values):
         v = pins[key]
         return [v] if v in values or key in ("dp", "pp", "micro_batch_size", "vpp") else []
     return list(values)
-
-
-@dataclass(frozen=True)
-class SpaceStats:
-    enumerated: int
-    pruned: int
 
 
 def pp_choices(num_layers: int) -> list[int]:
