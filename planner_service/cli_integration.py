@@ -12,6 +12,7 @@ import typer
 from cost_model.errors import InvalidInput, NotFound, PlannerError
 from planner_service.cli_common import EXIT_BAD_INPUT, err_console, fail, read_json_file
 from planner_service.exporters import TARGETS, LaunchParams, render
+from planner_service.exporters.common import parse_env_pairs
 from planner_service.importers import FORMATS, import_cluster
 from planner_service.preflight import preflight_warnings
 
@@ -33,16 +34,6 @@ def _fetch_plan(plan_id: str, server: str) -> dict[str, Any]:
         err_console.print(f"[red]error:[/red] {url} answered {resp.status_code}: {resp.text[:300]}")
         raise typer.Exit(1)
     return resp.json()
-
-
-def _env_pairs(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"must be KEY=VALUE, got {pair!r}", field="env")
-        env[key] = value
-    return env
 
 
 def _write_files(out: Path, files: dict[str, str]) -> None:
@@ -92,7 +83,7 @@ def register(app: typer.Typer) -> None:
                 job_name=job_name,
                 namespace=namespace,
                 queue=queue,
-                env=_env_pairs(env),
+                env=parse_env_pairs(env),
                 smoke_test=smoke_test,
                 nccl_debug=nccl_debug,
             )

@@ -17,6 +17,18 @@ _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def parse_env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` strings (HTTP ``env`` query parameters, CLI ``--env``) → dict; a pair
+    without ``=`` is an error naming ``env``."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"must be KEY=VALUE, got {pair!r}", field="env")
+        env[key] = value
+    return env
+
+
 @dataclass(frozen=True)
 class LaunchParams:
     """What the user adds to a plan to launch it.

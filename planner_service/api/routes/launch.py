@@ -10,22 +10,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from cost_model.errors import InvalidInput
 from planner_service.api.deps import get_repository
 from planner_service.exporters import TARGETS, LaunchParams, render
+from planner_service.exporters.common import parse_env_pairs
 from planner_service.plan_service import plan_to_api
 from planner_service.preflight import preflight_warnings
 from planner_service.storage.repository import Repository
 
 router = APIRouter(prefix="/v1/plans", tags=["launch"])
-
-
-def parse_env(pairs: list[str] | None) -> dict[str, str]:
-    """``K=V`` strings → dict; a pair without ``=`` is a 422 naming ``env``."""
-    env: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"must be KEY=VALUE, got {pair!r}", field="env")
-        env[key] = value
-    return env
 
 
 @router.get(
@@ -62,7 +52,7 @@ def launch(
         job_name=job_name,
         namespace=namespace,
         queue=queue,
-        env=parse_env(env),
+        env=parse_env_pairs(env),
         smoke_test=smoke_test,
         master_port=master_port,
         nccl_debug=nccl_debug,
