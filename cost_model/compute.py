@@ -25,12 +25,13 @@ def shape_factor(dim, half_dim: float):
     return d / (d + half_dim)
 
 
-def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
+def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1, fresh_output=True):
     """Time of ``batch`` independent (m×k)·(k×n) GEMMs on one device.
 
     FLOPs 2·m·n·k per GEMM; bytes (m·k + k·n + m·n)·element size (each operand read or
     written once).  Source: roofline model (Williams et al. 2009) with a saturating
-    tile-efficiency factor per dimension.
+    tile-efficiency factor per dimension.  ``fresh_output``: the result is a newly allocated
+    tensor (:func:`first_touch_s`); false for tiles that stay on chip (fused attention).
     """
     eff = device.efficiency
     m = np.asarray(m, dtype=float)
@@ -42,7 +43,8 @@ def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
     bytes_moved = (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
     t_flops = flops / rate
     t_mem = bytes_moved / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
-    return np.maximum(t_flops, t_mem) * batch + eff.kernel_overhead_s
+    fresh = first_touch_s(m * n * batch * BYTES_PER_ELEMENT[dtype], device) if fresh_output else 0.0
+    return np.maximum(t_flops, t_mem) * batch + fresh + eff.kernel_overhead_s
 
 
 def gemm_fwd_bwd_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
@@ -57,11 +59,34 @@ def gemm_fwd_bwd_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
     return fwd, bwd
 
 
-def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1):
-    """Streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved HBM
-    bandwidth plus one launch overhead per kernel."""
+def first_touch_s(tensor_bytes, device: DeviceSpec, count=1):
+    """Page-fault cost of writing ``count`` freshly allocated tensors of ``tensor_bytes`` each.
+
+    Tensors of at least ``first_touch_min_bytes`` get new pages from the OS every time (glibc's
+    mmap threshold on CPUs; never on GPUs, whose caching allocators reuse blocks), and the first
+    write to each page faults and zero-fills it: ``first_touch_s_per_byte`` per byte.
+    """
     eff = device.efficiency
-    return np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction) + kernels * eff.kernel_overhead_s
+    b = np.asarray(tensor_bytes, dtype=float)
+    if eff.first_touch_s_per_byte <= 0.0:
+        return 0.0 * b
+    return np.where(b >= eff.first_touch_min_bytes, b * eff.first_touch_s_per_byte, 0.0) * count
+
+
+def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1, rng_elements=0.0, transcendental_elements=0.0):
+    """Streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved memory
+    bandwidth, or the per-element arithmetic when that is slower (random numbers for dropout
+    masks, exp/erf/log), plus one launch overhead per kernel.
+
+    ``t = max(bytes / (B · f_mem), n_rng · c_rng + n_exp · c_exp) + kernels · t_launch`` — a
+    streaming loop overlaps its loads with its arithmetic, so the slower of the two sets the
+    pace (roofline).  The element costs are zero on GPUs (:class:`~cost_model.devices.Efficiency`).
+    Fresh large outputs add :func:`first_touch_s`, charged by the caller per tensor.
+    """
+    eff = device.efficiency
+    t_mem = np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    t_alu = np.asarray(rng_elements, dtype=float) * eff.rng_s_per_element + np.asarray(transcendental_elements, dtype=float) * eff.transcendental_s_per_element
+    return np.maximum(t_mem, t_alu) + kernels * eff.kernel_overhead_s
 
 
 #: Fraction of GEMM throughput a fused attention kernel keeps while it also does the online
@@ -80,7 +105,7 @@ def flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceS
     rank).  Rate: the GEMM model on the (q × kv × d) shape times
     :data:`FLASH_FORWARD_FRACTION`.
     """
-    per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads)
+    per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads, fresh_output=False)
     return 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
 
 

@@ -39,6 +39,25 @@ class Efficiency:
     Collectives run at ``link_bandwidth * link_fraction`` plus ``collective_latency_s`` per ring
     step (NCCL's bus-bandwidth model).  ``kernel_overhead_s`` is the fixed cost of one kernel
     launch, which dominates tiny operators.
+
+    Three per-element terms describe what makes elementwise work compute-bound or slower than
+    its bytes on some devices (all zero on GPUs: there the memory traffic hides them):
+
+    * ``rng_s_per_element``: generating one random Bernoulli mask element (dropout).  CPU
+      frameworks draw them one by one from a scalar generator (PyTorch's CPU ``bernoulli_``:
+      mt19937, ~10–20 ns per element per socket), far slower than reading the bytes; GPU dropout
+      kernels generate Philox numbers in registers at memory speed.
+    * ``transcendental_s_per_element``: one exp/erf/tanh/log (softmax, GELU, SiLU, log-softmax).
+      Vectorised libm on a CPU core runs ~1–3 G of them per second, below its share of memory
+      bandwidth; GPU special-function units are an order of magnitude faster than HBM.
+    * ``first_touch_s_per_byte`` for fresh tensors of at least ``first_touch_min_bytes``: a CPU
+      allocator (glibc malloc) serves requests above its mmap threshold — at most 32 MiB on
+      64-bit Linux (``DEFAULT_MMAP_THRESHOLD_MAX`` = 4 MiB · sizeof(long)) — with a new mapping
+      each time, so writing the result page-faults and zero-fills every 4 KiB page; GPU caching
+      allocators reuse their blocks (threshold ∞).
+
+    Elementwise time is ``max(bytes / (bandwidth · memory_fraction), rng + transcendental
+    element costs) + first-touch cost + launches`` (:func:`cost_model.compute.memory_bound_time_s`).
     """
 
     gemm_max_fraction: float
@@ -49,6 +68,10 @@ class Efficiency:
     collective_latency_s: float
     kernel_overhead_s: float
     gemm_half_k: float = 256.0
+    rng_s_per_element: float = 0.0
+    transcendental_s_per_element: float = 0.0
+    first_touch_s_per_byte: float = 0.0
+    first_touch_min_bytes: float = float("inf")
     source: str = "family default"
 
 
@@ -70,7 +93,11 @@ FAMILY_EFFICIENCY: dict[str, Efficiency] = {
     "ada": Efficiency(gemm_max_fraction=0.72, gemm_half_dim=96.0, memory_fraction=0.80, nvlink_fraction=0.75, nic_fraction=0.85, collective_latency_s=10e-6, kernel_overhead_s=5e-6, gemm_half_k=256.0, source="ada family default"),
     "cdna": Efficiency(gemm_max_fraction=0.55, gemm_half_dim=128.0, memory_fraction=0.75, nvlink_fraction=0.70, nic_fraction=0.85, collective_latency_s=12e-6, kernel_overhead_s=8e-6, gemm_half_k=256.0, source="cdna family default"),
     "ascend": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=128.0, memory_fraction=0.75, nvlink_fraction=0.70, nic_fraction=0.85, collective_latency_s=12e-6, kernel_overhead_s=8e-6, gemm_half_k=256.0, source="ascend family default"),
-    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, source="cpu default (no profile)"),
+    # CPUs: the mmap threshold is glibc's (the allocator PyTorch and numpy use on Linux); the
+    # per-element RNG, transcendental and page-fault costs depend on the library build, the
+    # allocator and the hypervisor as much as on the chip, so the catalog does not guess them
+    # (zero): only a profile of the host (``planner profile``) measures them.
+    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, first_touch_min_bytes=32.0 * 2**20, source="cpu default (no profile)"),
 }
 
 

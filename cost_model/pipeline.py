@@ -28,6 +28,7 @@ from .transformer_cost import (
     layer_costs,
     model_state_bytes_per_param,
     optimizer_step_s,
+    param_tensors_per_layer,
     pp_p2p_s,
 )
 
@@ -165,7 +166,11 @@ def stage_cost(
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     window = DP_OVERLAP_WINDOW * (forward_s + backward_s) if training.grad_reduce_overlap else 0.0
     dp_mb_exposed = np.maximum(0.0, dp_mb - window)
-    optimizer = optimizer_step_s(dense + experts, training, dc.device, S)
+    # parameter tensors of the stage: its layers, the embedding (and learned positions), the
+    # final norm and an untied head (only a for-loop optimizer pays per tensor)
+    tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions) if has_embedding else 0) + (
+        (2 if model.bias else 1) + (0 if model.tie_embeddings else 1) if has_head else 0)
+    optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
     return StageCost(
         forward_s=forward_s,
         backward_s=backward_s,

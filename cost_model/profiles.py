@@ -17,9 +17,16 @@ Calibration keeps the cost model's functional forms (``cost_model.compute`` and
   GEMM is classified as compute- or memory-bound), so it is solved by ``numpy.linalg.lstsq`` on
   rows divided by the measured time (i.e. minimising *relative* error), with ``d_half`` chosen by
   a log-spaced grid search and the classification iterated to a fixed point.
-* Memory-bound ops (``add``, ``copy``, ``scale``, ``gelu``, ``layernorm``, ``softmax``, ``dropout``):
-  ``t = bytes / BW + kernels · t_launch`` (:func:`cost_model.compute.memory_bound_time_s`), fitted
-  jointly with the GEMMs (they share ``BW`` and ``t_launch``).
+* Streaming ops without special arithmetic (``add``, ``copy``, ``scale``, ``layernorm``) whose
+  output is below the device's first-touch threshold: ``t = bytes / BW + kernels · t_launch``
+  (:func:`cost_model.compute.memory_bound_time_s`), fitted jointly with the GEMMs (they share
+  ``BW`` and ``t_launch``).
+* Per-element arithmetic (same function, ``t = max(bytes / BW, n · c) + t_launch``): ``c_exp``
+  from ``gelu`` and ``softmax``, ``c_rng`` from ``dropout`` — each the median over sizes of
+  ``(t − t_launch) / n``, kept only where it exceeds the bytes' time (else 0: memory-bound).
+* First touch (:func:`cost_model.compute.first_touch_s`): the median over the streaming ops
+  whose fresh outputs reach ``first_touch_min_bytes`` of (measured − modelled without it) per
+  output byte.
 * Collectives (``allreduce``, ``allgather``, ``reduce_scatter``, ``sendrecv``) over ``n`` ranks
   moving ``S`` bytes: ``t = c_v·(n−1)/n·S/β + c_s·(n−1)·α`` with the ring factors of
   :mod:`cost_model.comm` (all-reduce c_v = c_s = 2; all-gather / reduce-scatter 1; send/recv
@@ -52,7 +59,10 @@ SCHEMA_NAME = "planner-profile"
 SCHEMA_VERSION = 1
 #: Versions this code reads.  (Version 0 was never released outside development builds.)
 SUPPORTED_SCHEMA_VERSIONS = (1,)
-FIT_VERSION = 1
+FIT_VERSION = 2
+#: Memory-bound ops whose per-element arithmetic is fitted, by the Efficiency term it sets.
+TRANSCENDENTAL_OPS = ("gelu", "softmax")
+RNG_OPS = ("dropout",)
 
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
 MAX_MEASUREMENTS = 50_000
@@ -146,6 +156,10 @@ def _validate_measurement(m: Any, path: str) -> None:
             raise InvalidProfile(f"must be a positive number of bytes, got {b!r}", field=f"{path}.bytes")
         if op in MEMORY_OPS and "kernels" in m:
             _positive_int(m["kernels"], f"{path}.kernels", 1_000_000)
+        if op in MEMORY_OPS and "output_bytes" in m and (not _is_number(m["output_bytes"]) or m["output_bytes"] <= 0):
+            raise InvalidProfile(f"must be a positive number of bytes, got {m['output_bytes']!r}", field=f"{path}.output_bytes")
+        if op in MEMORY_OPS and isinstance(m.get("shape"), Mapping) and "elements" in m["shape"]:
+            _positive_int(m["shape"]["elements"], f"{path}.shape.elements", 1 << 40)
         if op in COLLECTIVE_OPS:
             _positive_int(m.get("group_size"), f"{path}.group_size", 1_000_000)
             if m["group_size"] < 2:
@@ -445,6 +459,58 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
     }
 
 
+def _fresh_output_bytes(m: Mapping[str, Any]) -> float:
+    """Bytes of the tensors a memory-bound measurement allocates per call: its ``output_bytes``
+    when recorded, else one output of the input's size (dropout: the output and the mask,
+    which PyTorch's CPU dropout keeps in the input's dtype)."""
+    if _is_number(m.get("output_bytes")):
+        return float(m["output_bytes"])
+    elements = float(m.get("shape", {}).get("elements", 0))
+    esize = BYTES_PER_ELEMENT.get(m.get("dtype", "fp32"), 4)
+    return elements * esize * (2 if m["op"] in RNG_OPS else 1)
+
+
+def _memory_op_time_s(m: Mapping[str, Any], device: DeviceSpec) -> float:
+    """The cost model's time for one memory-bound measurement on ``device``."""
+    from .compute import first_touch_s, memory_bound_time_s
+
+    n = float(m.get("shape", {}).get("elements", 0))
+    rng = n if m["op"] in RNG_OPS else 0.0
+    exp = n if m["op"] in TRANSCENDENTAL_OPS else 0.0
+    t = memory_bound_time_s(m["bytes"], device, m.get("kernels", 1), rng_elements=rng, transcendental_elements=exp)
+    return float(t + first_touch_s(_fresh_output_bytes(m), device))
+
+
+def _fit_elementwise(small: list[Mapping[str, Any]], fresh_large: list[Mapping[str, Any]], sec_per_byte: float,
+                     launch_s: float, touch_min: float) -> dict[str, float]:
+    """Per-element arithmetic costs and the first-touch cost (see the module docstring).
+
+    ``small``: memory-bound measurements whose outputs stay below ``touch_min``;
+    ``fresh_large``: those at or above it.  Medians, so one disturbed size does not move them.
+    """
+    def per_element(ops: tuple[str, ...]) -> float:
+        rows = [x for x in small if x["op"] in ops and float(x.get("shape", {}).get("elements", 0)) > 0]
+        if not rows:
+            return 0.0
+        alu = [(x["seconds"] - launch_s * x.get("kernels", 1)) / float(x["shape"]["elements"]) for x in rows]
+        mem = [x["bytes"] * sec_per_byte / float(x["shape"]["elements"]) for x in rows]
+        c = float(np.median(alu))
+        # memory-bound after all: the bytes already explain the time
+        return c if c > float(np.median(mem)) else 0.0
+
+    out = {"rng_s_per_element": per_element(RNG_OPS), "transcendental_s_per_element": per_element(TRANSCENDENTAL_OPS),
+           "first_touch_s_per_byte": 0.0, "points_first_touch": len(fresh_large)}
+    if fresh_large and math.isfinite(touch_min):
+        probe = DeviceSpec(name="fit", family="fit", kind="cpu", memory_GB=1.0, memory_bandwidth_GBps=1e-9 / sec_per_byte,
+                           fp32_tflops=1.0, efficiency=Efficiency(
+                               gemm_max_fraction=1.0, gemm_half_dim=0.0, memory_fraction=1.0, nvlink_fraction=1.0, nic_fraction=1.0,
+                               collective_latency_s=0.0, kernel_overhead_s=launch_s,
+                               rng_s_per_element=out["rng_s_per_element"], transcendental_s_per_element=out["transcendental_s_per_element"]))
+        extra = [(x["seconds"] - _memory_op_time_s(x, probe)) / _fresh_output_bytes(x) for x in fresh_large]
+        out["first_touch_s_per_byte"] = max(0.0, float(np.median(extra)))
+    return out
+
+
 def _fit_collectives(colls: list[Mapping[str, Any]]) -> dict[str, float] | None:
     if not colls:
         return None
@@ -481,7 +547,11 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     prefer = ("torch", "numpy") if device.kind == "cpu" else ("torch", "cuda", "numpy")
     backend = _select_backend(ms, GEMM_OPS + MEMORY_OPS, prefer)
     gemms = [m for m in ms if m["op"] == "gemm" and m.get("backend", "unknown") == backend]
-    mems = [m for m in ms if m["op"] in MEMORY_OPS and m.get("backend", "unknown") == backend]
+    all_mems = [m for m in ms if m["op"] in MEMORY_OPS and m.get("backend", "unknown") == backend]
+    touch_min = device.efficiency.first_touch_min_bytes
+    fresh_large = [m for m in all_mems if _fresh_output_bytes(m) >= touch_min]
+    small = [m for m in all_mems if _fresh_output_bytes(m) < touch_min]
+    mems = [m for m in small if m["op"] not in TRANSCENDENTAL_OPS + RNG_OPS]
     dtypes = sorted({g["dtype"] for g in gemms}, key=DTYPES.index)
     base_eff = device.efficiency
     overrides: dict[str, float] = {}
@@ -492,6 +562,9 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     gemm_half_k = _number_or(getattr(base_eff, "gemm_half_k", None), 256.0)
     memory_fraction = base_eff.memory_fraction
     kernel_overhead_s = base_eff.kernel_overhead_s
+    elementwise = {"rng_s_per_element": base_eff.rng_s_per_element,
+                   "transcendental_s_per_element": base_eff.transcendental_s_per_element,
+                   "first_touch_s_per_byte": base_eff.first_touch_s_per_byte}
     used_gemms, used_mems = gemms, mems
     if gemms or mems:
         # A measured per-op overhead (the op_overhead micro-benchmark, no autograd) pins the
@@ -525,6 +598,10 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
                 )
         elif not mems:
             warnings.append("no memory-bound measurements: memory_fraction keeps the catalog default")
+        sec_per_byte = cm["sec_per_byte"] if cm["sec_per_byte"] > 0 else 1.0 / (device.memory_bandwidth_GBps * 1e9 * memory_fraction)
+        elementwise = _fit_elementwise(small, fresh_large, sec_per_byte, kernel_overhead_s, touch_min)
+        rates["elementwise"] = elementwise
+        used_mems = used_mems + [m for m in small if m["op"] in TRANSCENDENTAL_OPS + RNG_OPS] + fresh_large
         fitted = [d for d in dtypes if cm["sec_per_flop"][d] > 0]
         if fitted:
             gemm_half_dim = cm["gemm_half_dim"]
@@ -615,6 +692,11 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         "nic_fraction": nic_fraction,
         "collective_latency_s": collective_latency_s,
         "kernel_overhead_s": kernel_overhead_s,
+        "rng_s_per_element": elementwise["rng_s_per_element"],
+        "transcendental_s_per_element": elementwise["transcendental_s_per_element"],
+        "first_touch_s_per_byte": elementwise["first_touch_s_per_byte"],
+        # JSON has no infinity: null means "never" (GPU caching allocators)
+        "first_touch_min_bytes": touch_min if math.isfinite(touch_min) else None,
     }
     fit = {
         "fit_version": FIT_VERSION,
@@ -641,6 +723,10 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
         nic_fraction=float(e["nic_fraction"]),
         collective_latency_s=float(e["collective_latency_s"]),
         kernel_overhead_s=float(e["kernel_overhead_s"]),
+        rng_s_per_element=float(e["rng_s_per_element"]),
+        transcendental_s_per_element=float(e["transcendental_s_per_element"]),
+        first_touch_s_per_byte=float(e["first_touch_s_per_byte"]),
+        first_touch_min_bytes=float("inf") if e["first_touch_min_bytes"] is None else float(e["first_touch_min_bytes"]),
         source=f"profile {profile_id}",
     )
     figures = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}
@@ -651,7 +737,7 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
 def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls) -> dict[str, Any]:
     """Relative error of the cost model's own functions on the fitted device."""
     from .comm import Links, allreduce_time_s, reduce_scatter_time_s, p2p_time_s, alltoall_time_s
-    from .compute import gemm_time_s, memory_bound_time_s
+    from .compute import gemm_time_s
 
     dev = _fitted_device(device, fit, fit["profile_id"])
     out: dict[str, Any] = {}
@@ -662,7 +748,7 @@ def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls)
         ])
         out["gemm"] = _rel_errors(pred, np.array([g["seconds"] for g in gemms]))
     if mems:
-        pred = np.array([float(memory_bound_time_s(x["bytes"], dev, x.get("kernels", 1))) for x in mems])
+        pred = np.array([_memory_op_time_s(x, dev) for x in mems])
         out["memory"] = _rel_errors(pred, np.array([x["seconds"] for x in mems]))
     if colls:
         links = Links(
@@ -697,10 +783,14 @@ def _validate_fit(fit: Any) -> bool:
     eff = fit.get("efficiency")
     if not isinstance(eff, Mapping):
         return False
-    for key in ("gemm_max_fraction", "gemm_half_dim", "gemm_half_k", "memory_fraction", "nvlink_fraction", "nic_fraction", "collective_latency_s", "kernel_overhead_s"):
+    for key in ("gemm_max_fraction", "gemm_half_dim", "gemm_half_k", "memory_fraction", "nvlink_fraction", "nic_fraction", "collective_latency_s",
+                "kernel_overhead_s", "rng_s_per_element", "transcendental_s_per_element", "first_touch_s_per_byte"):
         v = eff.get(key)
         if not _is_number(v) or v < 0:
             return False
+    touch = eff.get("first_touch_min_bytes")
+    if touch is not None and (not _is_number(touch) or touch <= 0):
+        return False
     for key in ("gemm_max_fraction", "memory_fraction", "nvlink_fraction", "nic_fraction"):
         if eff[key] <= 0:
             return False

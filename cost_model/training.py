@@ -21,7 +21,11 @@ class Training:
     and dropout as separate memory-bound kernels).  ``tp_comm_overlap``: the framework overlaps
     tensor-parallel collectives with GEMMs (Megatron-Core ``--tp-comm-overlap``).
     ``grad_reduce_overlap``: DP gradient reduction is bucketed and overlapped with backward
-    (PyTorch DDP / Megatron ``--overlap-grad-reduce``).
+    (PyTorch DDP / Megatron ``--overlap-grad-reduce``).  ``fused_kernels``: the framework fuses
+    elementwise work (Megatron/DeepSpeed/Apex: fused scale-mask-softmax, bias-dropout-add, fused
+    Adam); ``false`` is plain eager PyTorch (e.g. a Hugging Face model with ``attn_implementation=
+    "eager"`` and ``torch.optim.Adam``): every elementwise step is its own operator — a pass over
+    memory, a fresh tensor and one framework dispatch each.
     """
 
     global_batch_size: int
@@ -32,6 +36,7 @@ class Training:
     tp_comm_overlap: bool = False
     grad_reduce_overlap: bool = True
     total_tokens: float | None = None
+    fused_kernels: bool = True
 
     @property
     def tokens_per_step(self) -> int:
@@ -46,6 +51,7 @@ class Training:
             "attention": self.attention,
             "tp_comm_overlap": self.tp_comm_overlap,
             "grad_reduce_overlap": self.grad_reduce_overlap,
+            "fused_kernels": self.fused_kernels,
             **({"total_tokens": self.total_tokens} if self.total_tokens is not None else {}),
         }
 
@@ -68,7 +74,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
-    for key in ("tp_comm_overlap", "grad_reduce_overlap"):
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")

@@ -25,6 +25,7 @@ from .comm import Links, allreduce_time_s, alltoall_time_s, p2p_time_s, ranks_pe
 from .compute import (
     FLASH_BACKWARD_RATIO,
     attention_flops,
+    first_touch_s,
     flash_attention_time_s,
     gemm_fwd_bwd_time_s,
     gemm_time_s,
@@ -133,6 +134,13 @@ def _act_bytes(training: Training) -> int:
     return 4 if training.dtype == "fp32" else 2
 
 
+def _dropout(model: TransformerSpec) -> float:
+    """1.0 when the model trains with dropout: GPT-style models (biases, learned positions; GPT-2,
+    GPT-3, Megatron's GPT) use it on the attention probabilities and both residual branches,
+    Llama-style models (no biases) train without it."""
+    return 1.0 if model.bias else 0.0
+
+
 def _kv_local(model: TransformerSpec, tp):
     """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head)."""
     return model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
@@ -153,6 +161,7 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     kv = _kv_local(model, t)
     gpn = links.gpus_per_node
     unfused = training.attention == "unfused"
+    eager = not training.fused_kernels
 
     # ---- GEMMs (forward) ---------------------------------------------------------------------
     # Megatron TP: QKV column-parallel [T,h]x[h,(h+2kv)/t]; projection row-parallel [T,h/t]x[h/t,h].
@@ -192,12 +201,21 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         t_scores = gemm_time_s(sc, s, d, device, dt, batch=bh)
         t_pv = gemm_time_s(sc, d, s, device, dt, batch=bh)
         elems = bh * sc * s
-        # Megatron's fused scale-mask-softmax reads and writes the scores (2·eb), dropout reads
-        # them, writes the result and a 1-byte mask (2·eb + 1): 4·eb + 1 bytes per score forward
-        # (9 in 16-bit); backward: dropout (eb + 1 read, eb write) and softmax (2·eb read, eb
-        # write): 5·eb + 1 (11 in 16-bit).
-        t_softmax_fwd = memory_bound_time_s((4 * eb + 1) * elems, device, kernels=2)
-        t_softmax_bwd = memory_bound_time_s((5 * eb + 1) * elems, device, kernels=2)
+        drop = _dropout(model)
+        # Megatron's fused scale-mask-softmax reads and writes the scores (2·eb, one exp per
+        # score), dropout reads them, writes the result and a 1-byte mask (2·eb + 1, one random
+        # number per score): 4·eb + 1 bytes per score forward (9 in 16-bit); backward: dropout
+        # (eb + 1 read, eb write) and softmax (2·eb read, eb write): 5·eb + 1 (11 in 16-bit).
+        # Fresh tensors: probabilities, dropout output and mask forward; two gradients backward.
+        if eager:
+            t_softmax_fwd, t_softmax_bwd = _eager_attention_elementwise_s(elems, eb, drop, device)
+        else:
+            t_softmax_fwd = (
+                memory_bound_time_s(2 * eb * elems, device, kernels=1, transcendental_elements=elems)
+                + memory_bound_time_s((2 * eb + 1) * elems, device, kernels=1, rng_elements=drop * elems)
+                + first_touch_s(elems * eb, device, count=1 + 2 * drop)
+            )
+            t_softmax_bwd = memory_bound_time_s((5 * eb + 1) * elems, device, kernels=2) + first_touch_s(elems * eb, device, count=2)
         attn_fwd = t_scores + t_pv + t_softmax_fwd
         _, b_scores = gemm_fwd_bwd_time_s(sc, s, d, device, dt, batch=bh)
         _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, device, dt, batch=bh)
@@ -211,17 +229,32 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     # T·h/t under sequence parallelism.  Bytes per element forward: 2 norms (read+write, 2·eb
     # each), 2 fused bias-dropout-add (read 2·eb, write eb, mask 1 when dropout is used).
     rep_elems = T * h / np.where(S.sp, t, 1.0)
-    drop_mask = 1.0 if model.bias else 0.0
-    rep_bytes_fwd = rep_elems * (2 * 2 * eb + 2 * (3 * eb + drop_mask))
-    # Activation function on the FFN hidden: GELU read+write (2·eb), SwiGLU reads two inputs.
+    drop = _dropout(model)
+    norm_bytes_fwd = rep_elems * 2 * 2 * eb
+    # Two residual branches: fused bias-dropout-add reads 2·eb, writes eb and a 1-byte mask.
+    # Eager PyTorch runs bernoulli_ into a mask of the activation dtype (eb), div_ (2·eb),
+    # mul (3·eb) and the residual add (3·eb): four operators, 9·eb bytes.
+    dropout_bytes_fwd = rep_elems * 2 * ((3 * eb + drop) if not eager else (3 * eb + drop * 6 * eb))
+    dropout_kernels = 2 * (1 + 3 * drop) if eager else 2
+    # Activation function on the FFN hidden: GELU read+write (2·eb), SwiGLU reads two inputs;
+    # one erf/exp per element forward and backward.
     ffn_hidden_elems = T * f / t * (model.experts_per_token if model.is_moe else 1.0)
     act_bytes_fwd = ffn_hidden_elems * ((3 if model.gated_ffn else 2) * eb)
     # Rotary embedding on Q and K (read+write) for RoPE models.
     rope_bytes = 0.0 if model.learned_positions else T * (h / t + kv) * 2 * eb
-    elem_fwd = memory_bound_time_s(rep_bytes_fwd + act_bytes_fwd + rope_bytes, device, kernels=6)
+    elem_fwd = (
+        memory_bound_time_s(norm_bytes_fwd + rope_bytes, device, kernels=3)
+        + memory_bound_time_s(dropout_bytes_fwd, device, kernels=dropout_kernels, rng_elements=2 * drop * rep_elems)
+        + memory_bound_time_s(act_bytes_fwd, device, kernels=1, transcendental_elements=ffn_hidden_elems)
+        + first_touch_s(ffn_hidden_elems * eb, device)
+    )
     # Backward of these kernels moves ≈1.25× the forward bytes (norm backward reads x and dy and
-    # writes dx; dropout backward reads dy and the mask and writes dx).
-    elem_bwd = memory_bound_time_s(1.25 * (rep_bytes_fwd + act_bytes_fwd + rope_bytes), device, kernels=8)
+    # writes dx; dropout backward reads dy and the mask and writes dx; no random numbers).
+    elem_bwd = (
+        memory_bound_time_s(1.25 * (norm_bytes_fwd + dropout_bytes_fwd + rope_bytes), device, kernels=7)
+        + memory_bound_time_s(1.25 * act_bytes_fwd, device, kernels=1, transcendental_elements=ffn_hidden_elems)
+        + first_touch_s(ffn_hidden_elems * eb, device)
+    )
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
@@ -291,6 +324,30 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     )
 
 
+def _eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
+    """Forward and backward time of the score-sized elementwise work of attention written in
+    plain PyTorch ops (no fused softmax), per ``elems`` scores.
+
+    Forward: scale (``mul``, 2·eb), ``masked_fill`` out of place (a copy 2·eb, then the fill
+    reads the 1-byte mask and writes eb), ``softmax`` (2·eb, one exp per score), and with dropout
+    ``bernoulli_`` into a mask of the scores' dtype (eb, one random number per score), ``div_``
+    (2·eb) and ``mul`` (3·eb).  Backward: dropout's ``mul`` (3·eb), softmax backward (3·eb),
+    the masked fill of the gradient (2·eb + 1) and the scale's ``mul`` (2·eb).  Every result is
+    a fresh tensor.  Operator sequence as in PyTorch's eager ``F.softmax``/``F.dropout`` (and
+    Hugging Face's ``eager`` attention).
+    """
+    fwd = (
+        memory_bound_time_s(2 * eb * elems, device, kernels=1)
+        + memory_bound_time_s((3 * eb + 1) * elems, device, kernels=2)
+        + memory_bound_time_s(2 * eb * elems, device, kernels=1, transcendental_elements=elems)
+        + memory_bound_time_s(drop * eb * elems, device, kernels=drop, rng_elements=drop * elems)
+        + memory_bound_time_s(drop * 5 * eb * elems, device, kernels=2 * drop)
+        + first_touch_s(elems * eb, device, count=3 + 2 * drop)
+    )
+    bwd = memory_bound_time_s((drop * 3 * eb + 3 * eb + 2 * eb + 1 + 2 * eb) * elems, device, kernels=3 + drop) + first_touch_s(elems * eb, device, count=3 + drop)
+    return fwd, bwd
+
+
 def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays):
     """Bytes one layer keeps for backward per micro-batch, and the bytes it holds while running.
 
@@ -321,7 +378,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     attn_inner = sc * b * (h / t * eb + 2 * kv * eb + h / t * eb)
     k_experts = model.experts_per_token if model.is_moe else 1.0
     ffn_inner = sc * b * f / t * k_experts * (eb * (3 if model.gated_ffn else 2))
-    scores = a * sc * s * b / t * (2 * eb + mask)  # softmax output, dropout output and mask (unfused only)
+    # softmax output, dropout output and mask (unfused only; eager dropout keeps its mask in the
+    # scores' dtype)
+    scores = a * sc * s * b / t * ((2 * eb + mask) if training.fused_kernels else (eb + mask * 2 * eb))
     store_scores = (training.attention == "unfused") & (S.recompute == 0)
     full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
     stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
@@ -383,19 +442,43 @@ def dp_gradient_comm_s(params_per_gpu, training: Training, S: StrategyArrays, li
     return per_step, per_microbatch
 
 
-def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays):
+#: Operators per parameter tensor of PyTorch's single-tensor (for-loop) ``torch.optim.Adam``:
+#: step count, ``lerp_``, ``mul_``, ``addcmul_``, bias corrections, ``sqrt``, ``div_``,
+#: ``add_``, ``addcdiv_`` — and its bytes per parameter: lerp (r 8, w 4), mul (r 4, w 4),
+#: addcmul (r 8, w 4), sqrt to a fresh tensor (r 4, w 4), div_ (r 4, w 4), add_ (r 4, w 4),
+#: addcdiv (r 12, w 4): 72 B/param in fp32.
+EAGER_ADAM_OPS_PER_TENSOR = 11
+EAGER_ADAM_BYTES_PER_PARAM = 72.0
+
+
+def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu=0.0):
     """Optimizer update: a memory-bound pass over this GPU's shard of the model state.
 
-    Adam (mixed precision) reads fp32 master, momentum, variance and gradient (16 B) and writes
-    master, momentum, variance and the 16-bit weight (14 B), plus a gradient-norm read (4 B):
-    34 B/param.  SGD: 22 B/param.  fp32 training: the master copy is the weight.
+    Fused Adam (mixed precision) reads fp32 master, momentum, variance and gradient (16 B) and
+    writes master, momentum, variance and the 16-bit weight (14 B), plus a gradient-norm read
+    (4 B): 34 B/param.  SGD: 22 B/param.  fp32 training: the master copy is the weight.
+    Unfused (``training.fused_kernels`` false): PyTorch's for-loop Adam,
+    :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision) and
+    :data:`EAGER_ADAM_OPS_PER_TENSOR` operators per parameter tensor (``tensors_per_gpu``).
     """
     if training.optimizer == "adam":
         per_param = 34.0 if training.dtype != "fp32" else 32.0
+        if not training.fused_kernels:
+            per_param = EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
     else:
         per_param = 22.0 if training.dtype != "fp32" else 16.0
+    kernels = 4 if training.fused_kernels or training.optimizer != "adam" else EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
     shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
-    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=4)
+    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=kernels)
+
+
+def param_tensors_per_layer(model: TransformerSpec) -> int:
+    """Parameter tensors of one decoder layer (what a for-loop optimizer iterates over): the
+    QKV and output projections, the FFN matrices (per expert, plus the router), two norms;
+    biases double the projections' and norms' count."""
+    mats = 2 + model.ffn_matrices * (model.num_experts if model.is_moe else 1) + (1 if model.is_moe else 0)
+    norms = 2
+    return (mats + norms) * (2 if model.bias else 1)
 
 
 def embedding_head_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays):
@@ -413,12 +496,26 @@ def embedding_head_costs(model: TransformerSpec, training: Training, device: Dev
     t, c, b = S.tp, S.cp, S.mbs
     T = b * training.sequence_length / c
     gpn = links.gpus_per_node
-    head_gemm = gemm_time_s(T, V / t, h, device, dt)
-    loss = memory_bound_time_s(T * V / t * (eb + 4 * 4), device, kernels=4)
+    logits = T * V / t
+    head_gemm = gemm_time_s(T, V / t, h, device, dt, fresh_output=False)
+    # Log-softmax forward reads the logits and writes fp32 log-probabilities (one exp per logit);
+    # backward writes the zero-filled gradient, reads it and the log-probabilities and writes
+    # the logits' gradient (one exp per logit again).  Fresh tensors: logits, log-probabilities,
+    # the two gradients.
+    loss = (
+        memory_bound_time_s(logits * (eb + 4), device, kernels=2, transcendental_elements=logits)
+        + memory_bound_time_s(logits * 12, device, kernels=2, transcendental_elements=logits)
+        + first_touch_s(logits * eb, device, count=2)
+        + first_touch_s(logits * 4, device, count=2)
+    )
     head_s = 3 * head_gemm + loss
     tp_per_node = np.minimum(t, gpn)
     emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
-    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + 2 * emb_comm
+    # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
+    # apply dropout to the embedding output (one random number per element).
+    drop = _dropout(model)
+    emb_dropout = memory_bound_time_s(drop * T * h * (3 * eb + 1), device, kernels=drop, rng_elements=drop * T * h)
+    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + emb_dropout + 2 * emb_comm
     head_flops = 3 * 2 * T * h * V / t
     # Logits (16-bit) and the fp32 copy the loss keeps for backward.
     head_act = T * V / t * (eb + 4)

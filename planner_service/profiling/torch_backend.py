@@ -39,7 +39,11 @@ def _sync_for(torch: Any, device: str):
 
 
 def _gemm_case(torch: Any, device: str, dtype: str, m: int, n: int, k: int, layout: str, batch: int = 1) -> Case:
+    """One GEMM shape and layout.  Operands rotate over enough copies to exceed twice the
+    last-level cache, as in a training step, where a GEMM reads activations and weights that
+    other operators have since evicted (small GEMMs run up to ~1.4× slower cold on a CPU)."""
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
+    rotate = rotation_count(batch * (m * k + k * n) * _ESIZE[dtype], _cache_bytes(torch, device))
 
     def setup():
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -49,22 +53,29 @@ def _gemm_case(torch: Any, device: str, dtype: str, m: int, n: int, k: int, layo
             return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=tdt)
 
         if batch > 1:
-            a, b = rand(batch, m, k), rand(batch, k, n)
-            fn = lambda: torch.bmm(a, b)  # noqa: E731
+            sets = [(rand(batch, m, k), rand(batch, k, n)) for _ in range(rotate)]
+            op = torch.bmm
         elif layout == "nt":
-            x, w = rand(m, k), rand(n, k)
-            fn = lambda: F.linear(x, w)  # noqa: E731
+            sets = [(rand(m, k), rand(n, k)) for _ in range(rotate)]
+            op = F.linear
         elif layout == "nn":
-            x, w = rand(m, k), rand(k, n)
-            fn = lambda: torch.mm(x, w)  # noqa: E731
+            sets = [(rand(m, k), rand(k, n)) for _ in range(rotate)]
+            op = torch.mm
         else:  # "tn": (k×m)ᵀ @ (k×n), the weight-gradient layout
-            x, g = rand(k, m), rand(k, n)
-            fn = lambda: torch.mm(x.t(), g)  # noqa: E731
+            sets = [(rand(k, m).t(), rand(k, n)) for _ in range(rotate)]
+            op = torch.mm
+        state = [0]
+
+        def fn():
+            i = state[0] = (state[0] + 1) % rotate
+            return op(*sets[i])
+
         return fn, _sync_for(torch, device)
 
     return Case(
         label=f"torch {device} gemm {dtype} {m}x{n}x{k} {layout}" + (f" x{batch}" if batch > 1 else ""),
-        fields={"op": "gemm", "backend": BACKEND, "dtype": dtype, "shape": {"m": m, "n": n, "k": k, "batch": batch}, "layout": layout},
+        fields={"op": "gemm", "backend": BACKEND, "dtype": dtype, "shape": {"m": m, "n": n, "k": k, "batch": batch}, "layout": layout,
+                "cold_inputs": rotate > 1},
         setup=setup,
         cost_hint=2.0 * m * n * k * batch,
     )
@@ -124,6 +135,8 @@ def _memory_case(torch: Any, device: str, dtype: str, op: str, elements: int) ->
         fields={
             "op": op, "backend": BACKEND, "dtype": dtype, "shape": {"elements": elements, "row": _ROW},
             "bytes": _memory_bytes(op, dtype, elements), "kernels": 1, "cold_inputs": rotate > 1,
+            # fresh tensors per call: the result (dropout: and its mask, kept in the input dtype)
+            "output_bytes": elements * _ESIZE[dtype] * (2 if op == "dropout" else 1),
         },
         setup=setup,
         cost_hint=float(elements),

@@ -187,3 +187,70 @@ def test_measured_op_overhead_pins_the_launch_term():
     assert fit["efficiency"]["kernel_overhead_s"] == pytest.approx(7e-6)
     assert fit["rates"]["kernel_overhead_source"] == "op_overhead measurement"
     assert fit["efficiency"]["gemm_max_fraction"] == pytest.approx(TRUE_EFF.gemm_max_fraction, rel=0.03)
+
+
+def _cpu_elementwise_profile(rng_s: float, exp_s: float, touch_s_per_byte: float) -> tuple[dict, "object"]:
+    """A local-cpu profile generated from the cost model's own functions with known per-element
+    costs: plain streaming ops, GELU/softmax (exp-bound), dropout (RNG-bound), at sizes below
+    and above the first-touch threshold, plus GEMMs."""
+    from dataclasses import replace
+
+    from cost_model.compute import first_touch_s, memory_bound_time_s
+
+    base = get_device("local-cpu")
+    dev = replace(base, efficiency=replace(base.efficiency, rng_s_per_element=rng_s, transcendental_s_per_element=exp_s,
+                                           first_touch_s_per_byte=touch_s_per_byte))
+    ms = []
+    for d in (64, 256, 1024):
+        for k in (64, 256, 1024):
+            ms.append({"op": "gemm", "backend": "torch", "dtype": "fp32", "shape": {"m": d, "n": d, "k": k, "batch": 1},
+                       "seconds": float(gemm_time_s(d, d, k, dev, "fp32"))})
+    for e in (1 << 14, 1 << 18, 1 << 22, 1 << 24):
+        for op, traffic in (("copy", 8), ("add", 12), ("gelu", 8), ("softmax", 8), ("dropout", 9)):
+            out = e * 4 * (2 if op == "dropout" else 1)
+            t = memory_bound_time_s(traffic * e, dev, rng_elements=e if op == "dropout" else 0.0,
+                                    transcendental_elements=e if op in ("gelu", "softmax") else 0.0) + first_touch_s(out, dev)
+            ms.append({"op": op, "backend": "torch", "dtype": "fp32", "bytes": traffic * e, "kernels": 1, "output_bytes": out,
+                       "shape": {"elements": e, "row": 1024}, "seconds": float(t)})
+    prof = {"schema": "planner-profile", "schema_version": 1, "source": "microbenchmark", "device": {"name": "local-cpu", "kind": "cpu"},
+            "measurements": ms}
+    return prof, dev
+
+
+def test_fit_recovers_per_element_costs_and_first_touch():
+    prof, truth = _cpu_elementwise_profile(rng_s=15e-9, exp_s=1.2e-9, touch_s_per_byte=0.5e-9)
+    e = fit_profile(prof)["efficiency"]
+    assert e["rng_s_per_element"] == pytest.approx(15e-9, rel=0.05)
+    assert e["transcendental_s_per_element"] == pytest.approx(1.2e-9, rel=0.05)
+    assert e["first_touch_s_per_byte"] == pytest.approx(0.5e-9, rel=0.1)
+    assert e["first_touch_min_bytes"] == truth.efficiency.first_touch_min_bytes
+    assert fit_profile(prof)["quality"]["memory"]["median_abs_rel_error"] < 0.05
+    # exp that the bytes already explain is memory-bound: no arithmetic term
+    cheap, _ = _cpu_elementwise_profile(rng_s=15e-9, exp_s=0.05e-9, touch_s_per_byte=0.0)
+    e2 = fit_profile(cheap)["efficiency"]
+    assert e2["transcendental_s_per_element"] == 0.0 and e2["first_touch_s_per_byte"] == 0.0
+
+
+def test_rng_bound_dropout_makes_a_dropout_model_slower_not_a_llama():
+    """The measured RNG cost applies where the model draws random numbers: a GPT-style model
+    (dropout) gets slower in proportion to its dropout elements; a Llama-style model (no
+    dropout) keeps its time."""
+    slow_rng, _ = _cpu_elementwise_profile(rng_s=40e-9, exp_s=1.2e-9, touch_s_per_byte=0.5e-9)
+    fast_rng, _ = _cpu_elementwise_profile(rng_s=10e-9, exp_s=1.2e-9, touch_s_per_byte=0.5e-9)
+    training = Training(global_batch_size=4, sequence_length=256, dtype="fp32", attention="unfused")
+    cluster = simple_cluster("local-cpu", 1, 1)
+    from cost_model import from_hf_config
+
+    gpt = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 4096, "n_positions": 256})
+    llama = from_hf_config({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+                            "intermediate_size": 688, "vocab_size": 4096, "max_position_embeddings": 256})
+    strategy = Strategy(micro_batch_size=4)
+    g_slow = estimate(gpt, training, cluster, strategy, profile=slow_rng).step_time_s
+    g_fast = estimate(gpt, training, cluster, strategy, profile=fast_rng).step_time_s
+    # dropout elements per step: each layer's attention probabilities and two residual branches, plus the embeddings
+    b, s, h, a, L = 4, 256, 256, 4, 2
+    rng_elements = L * (b * a * s * s + 2 * b * s * h) + b * s * h
+    assert g_slow - g_fast == pytest.approx(rng_elements * 30e-9, rel=0.1)
+    l_slow = estimate(llama, training, cluster, strategy, profile=slow_rng).step_time_s
+    l_fast = estimate(llama, training, cluster, strategy, profile=fast_rng).step_time_s
+    assert l_slow == pytest.approx(l_fast, rel=1e-9)
