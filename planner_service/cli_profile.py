@@ -59,13 +59,18 @@ def summary_table(profile: dict[str, Any]) -> Table:
             t.add_row(f"GEMM rate {dtype}", f"{tf * 1e3:.4g} GFLOP/s (large shapes); half-dims m,n {eff['gemm_half_dim']:.3g}, k {eff['gemm_half_k']:.3g}")
     if rates.get("memory_bandwidth_GBps"):
         t.add_row("memory-bound ops", f"{rates['memory_bandwidth_GBps']:.3g} GB/s, {eff['kernel_overhead_s'] * 1e6:.3g} µs per kernel")
+    ew = rates.get("elementwise")
+    if ew and (ew["rng_s_per_element"] or ew["transcendental_s_per_element"] or ew["first_touch_s_per_byte"]):
+        touch = eff.get("first_touch_min_bytes")
+        t.add_row("per-element costs", f"random numbers {ew['rng_s_per_element'] * 1e9:.3g} ns, exp/erf {ew['transcendental_s_per_element'] * 1e9:.3g} ns; "
+                  f"first touch {ew['first_touch_s_per_byte'] * 1e9:.3g} ns/byte" + (f" for tensors ≥ {touch / 2**20:.0f} MiB" if touch else ""))
     coll = rates.get("collectives")
     if coll and "intra_node_bus_GBps" in coll:
         t.add_row(f"collectives ({coll['backend']})", f"{coll['intra_node_bus_GBps']:.3g} GB/s bus, α {coll['alpha_s'] * 1e6:.3g} µs")
     for key, q in fit.get("quality", {}).items():
         if q.get("points"):
             t.add_row(f"fit error {key}", f"median {q['median_abs_rel_error'] * 100:.1f}%, p90 {q['p90_abs_rel_error'] * 100:.1f}% over {q['points']} points")
-    t.add_row("efficiency", ", ".join(f"{k}={v:.4g}" for k, v in eff.items()))
+    t.add_row("efficiency", ", ".join(f"{k}={v:.4g}" if v is not None else f"{k}=none" for k, v in eff.items()))
     if fit.get("device_overrides"):
         t.add_row("replaced figures", ", ".join(f"{k}={v:.4g}" for k, v in fit["device_overrides"].items()))
     return t
@@ -92,6 +97,7 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small grid: under a minute on a 2-core CPU."),
         upload: Optional[str] = typer.Option(None, "--upload", help="Service URL to upload the profile to (POST /v1/profiles)."),
         threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads for numpy/torch (default: all cores). Profile with the threads one training rank gets."),
+        concurrent: int = typer.Option(1, "--concurrent", help="CPU: ranks sharing this host; N-1 neighbour processes run the same benchmarks meanwhile, so the profile is one rank's share (use with --threads = cores/N)."),
         backend: str = typer.Option("auto", "--backend", help="auto (numpy, plus torch when installed), numpy or torch."),
         collectives: bool = typer.Option(True, "--collectives/--no-collectives", help="Measure torch.distributed collectives (needs torch)."),
         world_size: Optional[int] = typer.Option(None, "--world-size", min=2, help="Ranks for the collective benchmark (default: 2 on CPU, all GPUs on CUDA)."),
@@ -108,7 +114,7 @@ def register(app: typer.Typer) -> None:
         if backend == "torch" and import_torch() is None:
             fail(InvalidProfile("torch is not installed (pip install '.[torch]')", field="backend"), as_json)
         backends = ("numpy", "torch") if backend == "auto" else (backend,)
-        options = ProfileOptions(device=device, quick=quick, threads=threads, backends=backends,
+        options = ProfileOptions(device=device, quick=quick, threads=threads, backends=backends, concurrent=concurrent,
                                  collectives=collectives, world_size=world_size, device_name=device_name)
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -210,19 +210,36 @@ def _proc_stat_busy_s() -> float | None:
     return (sum(vals) - vals[3] - vals[4]) / hz
 
 
+def _pids_cpu_s(pids: tuple[int, ...]) -> float:
+    """CPU seconds (user + system, all threads) the given processes have used; 0 for one that is gone."""
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (float(fields[11]) + float(fields[12])) / hz  # utime, stime (fields 14, 15)
+    return total
+
+
 class HostMonitor:
     """Cores kept busy by *other* processes since the last :meth:`reset`: all CPU time on the
-    host (/proc/stat, 10 ms resolution) minus this process's own.  A measurement taken while
-    others compute measures the contention, so the runner re-takes it when the host is quiet."""
+    host (/proc/stat, 10 ms resolution) minus this process's own and that of ``own_pids``
+    (processes this measurement starts on purpose, e.g. neighbour ranks).  A measurement taken
+    while others compute measures the contention, so the runner re-takes it when the host is
+    quiet."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_pids: tuple[int, ...] = ()) -> None:
+        self.own_pids = tuple(own_pids)
         self.reset()
 
     def reset(self) -> None:
         import time
 
         self._busy0 = _proc_stat_busy_s()
-        self._own0 = time.process_time()
+        self._own0 = time.process_time() + _pids_cpu_s(self.own_pids)
         self._t0 = time.monotonic()
 
     def elapsed_s(self) -> float:
@@ -237,25 +254,27 @@ class HostMonitor:
         wall = time.monotonic() - self._t0
         if busy is None or self._busy0 is None or wall <= 0:
             return None
-        return max(0.0, (busy - self._busy0 - (time.process_time() - self._own0)) / wall)
+        own = time.process_time() + _pids_cpu_s(self.own_pids)
+        return max(0.0, (busy - self._busy0 - (own - self._own0)) / wall)
 
 
-def host_busy_cores(interval_s: float = 0.5) -> float | None:
-    """Cores other processes keep busy, sampled over ``interval_s``."""
+def host_busy_cores(interval_s: float = 0.5, own_pids: tuple[int, ...] = ()) -> float | None:
+    """Cores other processes (not this one, nor ``own_pids``) keep busy, sampled over ``interval_s``."""
     import time
 
-    mon = HostMonitor()
+    mon = HostMonitor(own_pids)
     time.sleep(interval_s)
     return mon.others_busy_cores()
 
 
-def wait_until_quiet(threshold_cores: float, max_wait_s: float, poll_s: float = 0.5) -> tuple[float | None, float]:
-    """Sleep until other processes use less than ``threshold_cores`` (or ``max_wait_s`` passed).
-    Returns (last reading, seconds waited)."""
+def wait_until_quiet(threshold_cores: float, max_wait_s: float, poll_s: float = 0.5,
+                     own_pids: tuple[int, ...] = ()) -> tuple[float | None, float]:
+    """Sleep until other processes (not ``own_pids``) use less than ``threshold_cores`` (or
+    ``max_wait_s`` passed).  Returns (last reading, seconds waited)."""
     import time
 
     t0 = time.monotonic()
-    busy = host_busy_cores(poll_s)
+    busy = host_busy_cores(poll_s, own_pids)
     while busy is not None and busy >= threshold_cores and time.monotonic() - t0 < max_wait_s:
-        busy = host_busy_cores(poll_s)
+        busy = host_busy_cores(poll_s, own_pids)
     return busy, time.monotonic() - t0

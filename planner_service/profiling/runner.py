@@ -36,6 +36,10 @@ class ProfileOptions:
     #: CPU only: re-take a measurement during which other processes kept this many cores busy
     #: (after waiting for the host to be quiet), spending at most ``max_wait_s`` waiting in all.
     quiet_threshold_cores: float = 0.3
+    #: CPU only: ranks sharing the host while measuring.  With N > 1, N − 1 neighbour processes
+    #: run the same micro-benchmarks at the same time (:mod:`.neighbour`), so the profile is the
+    #: share of the host (memory bandwidth, last-level cache, clock) one of N ranks gets.
+    concurrent: int = 1
     max_wait_s: float | None = None  # default: 20 s for --quick (it must stay short), else 120 s
 
 
@@ -57,15 +61,41 @@ def parse_device(value: str) -> tuple[str, int | None]:
 CONTENTION_WINDOW_S = 0.3
 
 
+def cpu_cases(torch: Any | None, quick: bool, backends: tuple[str, ...]) -> tuple[list[Case], list[str]]:
+    """The CPU micro-benchmarks, torch first (the fit prefers it), then numpy."""
+    cases: list[Case] = []
+    used: list[str] = []
+    if torch is not None:
+        from . import torch_backend
+
+        cases += torch_backend.plan(torch, "cpu", quick)
+        used.append("torch")
+    if "numpy" in backends:
+        cases += numpy_backend.plan(quick)
+        used.append("numpy")
+    return cases, used
+
+
+def cpu_backend_switcher(torch: Any | None, threads: int) -> Callable[[str], None]:
+    """Give the cores to one backend's thread pool and shrink the other's to one thread (two
+    pools spinning on the same cores halve each other's throughput)."""
+    def switch(backend: str) -> None:
+        numpy_blas_threads(threads if backend == "numpy" else 1)
+        if torch is not None:
+            torch.set_num_threads(threads if backend == "torch" else 1)
+
+    return switch
+
+
 def _measure_cases(cases: list[Case], settings: TimingSettings, check_host: bool, options: ProfileOptions,
                    waited: dict[str, float], progress: Progress | None, total: int,
-                   switch_backend: Callable[[str], None]) -> list[dict[str, Any]]:
+                   switch_backend: Callable[[str], None], own_pids: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     """Time every case.  On a CPU, consecutive cases are grouped into windows of at least
     CONTENTION_WINDOW_S; when other processes kept ``quiet_threshold_cores`` busy during a
     window, the runner waits for a quiet host and re-takes the window's cases (at most 3 times,
     within the ``max_wait_s`` budget).  Each measurement records the contention it saw."""
     out: list[dict[str, Any] | None] = [None] * len(cases)
-    monitor = HostMonitor()
+    monitor = HostMonitor(own_pids)
     window: list[int] = []
     retakes = 0
     previous_backend = None
@@ -81,7 +111,7 @@ def _measure_cases(cases: list[Case], settings: TimingSettings, check_host: bool
         busy = monitor.others_busy_cores()
         tries = 0
         while busy is not None and busy >= options.quiet_threshold_cores and waited["s"] < options.max_wait_s and tries < 3:
-            _, w = wait_until_quiet(options.quiet_threshold_cores, options.max_wait_s - waited["s"])
+            _, w = wait_until_quiet(options.quiet_threshold_cores, options.max_wait_s - waited["s"], own_pids=own_pids)
             waited["s"] += w
             tries += 1
             retakes += 1
@@ -118,6 +148,41 @@ def _measure_cases(cases: list[Case], settings: TimingSettings, check_host: bool
     return [m for m in out if m is not None]
 
 
+def start_neighbours(n: int, quick: bool, threads: int, backends: tuple[str, ...]) -> list[Any]:
+    """Start ``n`` neighbour processes (:mod:`.neighbour`) and wait until each has built its
+    benchmarks and is about to run them."""
+    import os
+    import subprocess
+    import sys
+
+    procs = []
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "planner_service.profiling.neighbour", "--threads", str(threads),
+                 "--backends", ",".join(backends)] + (["--quick"] if quick else []),
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
+        for p in procs:
+            line = p.stdout.readline() if p.stdout else ""
+            if line.strip() != "ready":
+                raise RuntimeError("a neighbour process for --concurrent did not start")
+    except BaseException:
+        stop_neighbours(procs)
+        raise
+    return procs
+
+
+def stop_neighbours(procs: list[Any]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - it must not outlive the profile
+            p.kill()
+
+
 def run_profile(options: ProfileOptions, progress: Progress | None = None) -> dict[str, Any]:
     kind, index = parse_device(options.device)
     torch = import_torch() if "torch" in options.backends or kind == "cuda" else None
@@ -132,6 +197,14 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
     threads = options.threads or cpu_count()
     if threads < 1:
         raise InvalidProfile("must be at least 1", field="threads")
+    if options.concurrent < 1:
+        raise InvalidProfile("must be at least 1", field="concurrent")
+    if options.concurrent > 1:
+        if kind != "cpu":
+            raise InvalidProfile("concurrent ranks are measured on a CPU only (a GPU is one rank's)", field="concurrent")
+        if options.concurrent * threads > cpu_count():
+            raise InvalidProfile(f"{options.concurrent} ranks × {threads} threads exceed this host's {cpu_count()} cores "
+                                 "(the profile would measure time slicing); lower --threads or --concurrent", field="concurrent")
 
     busy_before = host_busy_cores(0.3)
     old_blas = numpy_blas_threads()
@@ -144,17 +217,7 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
         cases: list[Case] = []
         backends_used: list[str] = []
         if kind == "cpu":
-            # torch first (the fit prefers it), then numpy; each backend gets the cores while
-            # the other's thread pool is shrunk to one thread (two pools spinning on the same
-            # cores halve each other's throughput)
-            if torch is not None:
-                from . import torch_backend
-
-                cases += torch_backend.plan(torch, "cpu", options.quick)
-                backends_used.append("torch")
-            if "numpy" in options.backends:
-                cases += numpy_backend.plan(options.quick)
-                backends_used.append("numpy")
+            cases, backends_used = cpu_cases(torch, options.quick, options.backends)
             fingerprint = cpu_fingerprint(threads, torch)
             dev_str = "cpu"
         else:
@@ -177,14 +240,13 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
         settings = TimingSettings.quick() if options.quick else TimingSettings()
         waited = {"s": 0.0}
 
-        def switch_backend(backend: str) -> None:
-            if kind != "cpu":
-                return
-            numpy_blas_threads(threads if backend == "numpy" else 1)
-            if torch is not None:
-                torch.set_num_threads(threads if backend == "torch" else 1)
-
-        measurements = _measure_cases(cases, settings, kind == "cpu", options, waited, progress, total, switch_backend)
+        switch_backend = cpu_backend_switcher(torch, threads) if kind == "cpu" else (lambda backend: None)
+        neighbours = start_neighbours(options.concurrent - 1, options.quick, threads, tuple(backends_used)) if kind == "cpu" else []
+        try:
+            measurements = _measure_cases(cases, settings, kind == "cpu", options, waited, progress, total, switch_backend,
+                                          own_pids=tuple(p.pid for p in neighbours))
+        finally:
+            stop_neighbours(neighbours)
         done = len(cases)
         if do_coll:
             if kind == "cpu":
@@ -221,6 +283,7 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
             "quick": options.quick,
             "device": dev_str,
             "threads": threads,
+            "concurrent": options.concurrent,
             "backends": backends_used,
             "collectives": {"world_size": world, "backend": ("nccl" if cuda else "gloo")} if do_coll else None,
             "timing": settings.to_dict(),

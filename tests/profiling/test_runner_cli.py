@@ -132,3 +132,55 @@ def test_cli_cuda_without_a_gpu_exits_2():
         pytest.skip("this host has a GPU")
     res = CliRunner().invoke(_cli(), ["profile", "--device", "cuda:0", "--quick"])
     assert res.exit_code == 2 and "not available" in res.output
+
+
+def test_concurrent_ranks_are_checked():
+    with pytest.raises(InvalidProfile) as e:
+        run_profile(ProfileOptions(concurrent=0, backends=("numpy",), collectives=False))
+    assert e.value.field == "concurrent"
+    from planner_service.profiling.fingerprint import cpu_count
+
+    with pytest.raises(InvalidProfile) as e:
+        run_profile(ProfileOptions(concurrent=cpu_count() + 1, threads=1, backends=("numpy",), collectives=False))
+    assert e.value.field == "concurrent" and "exceed" in e.value.message
+
+
+@pytest.mark.skipif(__import__("os").cpu_count() < 2, reason="a neighbour rank needs a second core")
+def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan, monkeypatch):
+    """--concurrent 2 starts one neighbour process running the benchmarks, does not count it as
+    contention (no waiting, no retakes), records the setting, and leaves no process behind."""
+    from planner_service.profiling import runner
+
+    started = []
+    real_start = runner.start_neighbours
+
+    def spy(*args):
+        procs = real_start(*args)
+        started.extend(procs)
+        return procs
+
+    monkeypatch.setattr(runner, "start_neighbours", spy)
+    prof = run_profile(ProfileOptions(quick=True, backends=("numpy",), collectives=False, threads=1, concurrent=2, max_wait_s=5.0))
+    validate_profile(prof)
+    assert prof["settings"]["concurrent"] == 2
+    assert len(started) == 1 and all(p.poll() is not None for p in started)  # stopped
+    assert prof["settings"]["waited_for_quiet_host_s"] < 5.0
+    assert not any(m.get("retakes") for m in prof["measurements"])
+
+
+def test_host_monitor_does_not_count_its_own_processes():
+    import subprocess
+    import sys
+    import time
+
+    from planner_service.profiling.fingerprint import HostMonitor
+
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    try:
+        time.sleep(0.3)
+        own, other = HostMonitor((spin.pid,)), HostMonitor()
+        time.sleep(1.0)
+        assert other.others_busy_cores() > own.others_busy_cores() + 0.5
+    finally:
+        spin.kill()
+        spin.wait()
