@@ -63,6 +63,17 @@ class Outcome:
 def to_json_safe(value: Any) -> Any:
     """Plain JSON types only: numpy scalars → Python, tuples → lists, NaN/±inf → None (neither
     PostgreSQL's json type nor strict JSON parsers accept them)."""
+    # Exact built-in types first: a plan holds ~10^5 values (a rank entry per GPU), and the
+    # generic checks below (``isinstance(…, Mapping)``) cost several times more per value.
+    kind = type(value)
+    if kind is dict:
+        return {k if type(k) is str else str(k): to_json_safe(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [to_json_safe(v) for v in value]
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
         return {str(k): to_json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -140,8 +151,11 @@ def _rank_places(ranks: Any) -> dict[int, tuple[Any, Any]]:
 
 def ranks_moved(old_ranks: Any, new_ranks: Any) -> int:
     """Ranks whose (host, gpu) changed; a rank present in only one plan counts as moved."""
-    old, new = _rank_places(old_ranks), _rank_places(new_ranks)
-    return sum(1 for r in set(old) | set(new) if old.get(r) != new.get(r))
+    return _moved(_rank_places(old_ranks), _rank_places(new_ranks))
+
+
+def _moved(old: Mapping[int, tuple[Any, Any]], new: Mapping[int, tuple[Any, Any]]) -> int:
+    return sum(1 for r in old.keys() | new.keys() if old.get(r) != new.get(r))
 
 
 def _tokens_per_s(candidate: Mapping[str, Any]) -> float:
@@ -154,16 +168,25 @@ def _candidate_score(candidate: Mapping[str, Any], objective: str) -> float:
     (a price-independent proxy; the planner already ranked by price)."""
     tps = _tokens_per_s(candidate)
     if objective == "cost":
-        n = len(candidate.get("ranks") or []) or 1
+        n = len(candidate.get("ranks") or []) or (candidate.get("prediction") or {}).get("num_devices") or 1
         return tps / n
     return tps
 
 
-def choose_stable(result: Mapping[str, Any], parent_best: Mapping[str, Any], objective: str) -> tuple[dict, list[dict], int]:
+def choose_stable(
+    result: Mapping[str, Any],
+    parent_best: Mapping[str, Any],
+    objective: str,
+    ranks_of: Callable[[int], list] | None = None,
+) -> tuple[dict, list[dict], int]:
     """Among the best candidate and its alternatives, those within :data:`REPLAN_TOLERANCE` of
     the best score; of those, the one that moves the fewest ranks relative to ``parent_best``
     (ties: higher score, then the planner's order).  Returns (chosen, the others, how many were
-    within tolerance)."""
+    within tolerance).
+
+    A candidate may come without ``ranks`` (the planner leaves them out of alternatives a
+    replan may not need): ``ranks_of(i)`` gives those of candidate i (0: the best, then the
+    alternatives) and is called only for the candidates within tolerance, which get them added."""
     candidates = [result["best"], *list(result.get("alternatives") or [])]
     top = max(_candidate_score(c, objective) for c in candidates)
     near = [
@@ -171,9 +194,13 @@ def choose_stable(result: Mapping[str, Any], parent_best: Mapping[str, Any], obj
         for i, c in enumerate(candidates)
         if _candidate_score(c, objective) >= top * (1.0 - REPLAN_TOLERANCE)
     ]
-    parent_ranks = parent_best.get("ranks")
+    if ranks_of is not None:
+        for i, c in near:
+            if "ranks" not in c:
+                c["ranks"] = ranks_of(i)
+    parent_places = _rank_places(parent_best.get("ranks"))
     i_best, chosen = min(
-        near, key=lambda ic: (ranks_moved(parent_ranks, ic[1].get("ranks")), -_candidate_score(ic[1], objective), ic[0])
+        near, key=lambda ic: (_moved(parent_places, _rank_places(ic[1].get("ranks"))), -_candidate_score(ic[1], objective), ic[0])
     )
     others = [c for i, c in enumerate(candidates) if i != i_best]
     return chosen, others, len(near)
@@ -456,14 +483,26 @@ class PlanService:
         result = self._run_planner(req, progress, should_cancel)
         if should_cancel is not None and should_cancel():
             raise JobCancelled()
-        d = to_json_safe(result.to_dict())
+        # A replan asks for more alternatives than it keeps: their ranks (one entry per GPU) are
+        # placed only for those the fewest-moves rule compares and those stored.
+        entry_ranks = getattr(result, "entry_ranks", None) if parent is not None else None
+        d = to_json_safe(result.to_dict(alternative_ranks=False) if entry_ranks else result.to_dict())
         stored_result = {k: d.get(k) for k in ("best", "alternatives", "search", "explanation", "warnings")}
         stored_result["alternatives"] = stored_result["alternatives"] or []
         stored_result["warnings"] = stored_result["warnings"] or []
         if parent is not None:
-            chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective)
+
+            def ranks_of(i: int) -> list:
+                return to_json_safe(entry_ranks(i))
+
+            chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of if entry_ranks else None)
             stored_result["best"] = chosen
             stored_result["alternatives"] = others[: canonical.get("top_k", 3)]
+            if entry_ranks:
+                index = {id(c): i for i, c in enumerate([d["best"], *d["alternatives"]])}
+                for c in stored_result["alternatives"]:
+                    if "ranks" not in c:
+                        c["ranks"] = ranks_of(index[id(c)])
             stored_result["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
             if stored_result["alternatives"] and chosen.get("stages") and "prediction" in chosen:
                 from planner_service.planner.explain import explain

@@ -17,16 +17,22 @@ functions ``cost_model.estimate`` uses.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Callable
 
 import numpy as np
 
 from cost_model.cluster import NodeGroup
 from cost_model.comm import Links
 from cost_model.model import TransformerSpec
-from cost_model.pipeline import combine_stages, device_costs, stage_cost
+from cost_model.pipeline import StageCost, combine_stages, device_costs, stage_cost
 from cost_model.training import Training
 from cost_model.transformer_cost import StrategyArrays
+
+
+_STAGE_FIELDS = dataclasses.fields(StageCost)
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,6 @@ def pool_costs(model: TransformerSpec, training: Training, group: NodeGroup, S: 
 
 def _take(obj, idx, n: int):
     """Index every per-candidate array field of a frozen dataclass (recursively)."""
-    import dataclasses
-
     changes = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
@@ -75,32 +79,49 @@ class EvenEval:
     min_memory_shortfall_bytes: np.ndarray  # > 0: bytes missing on the tightest stage of the best split
 
 
-def _stages_for_split(model, training, pcg, Sg, layers, cross):
-    """Stacked StageCost ([stages, candidates]) for a fixed split ``layers``: the middle stages
-    vectorised over the stage index; the first and last carry the embedding and head."""
-    from cost_model.pipeline import StageCost, stack_stages
+@dataclass(frozen=True)
+class _SplitStages:
+    """Stage costs of V splits of one pipeline depth p, as ``stage_cost`` returned them: the
+    first stage, the middle stages ([V, p−2, N]) and the last.  Per-stage arrays ([p, N]) of one
+    split are stacked on demand, only for the quantities asked for."""
 
-    p = len(layers)
+    parts: tuple[StageCost, ...]
+    middle: tuple[bool, ...]  # which part holds the middle stages
+    V: int
+    p: int
+    N: int
+
+    def stacked(self, k: int, value: Callable[[StageCost], np.ndarray]) -> np.ndarray:
+        """``value`` of every stage of split k, [p, N]."""
+        rows = []
+        for part, is_middle in zip(self.parts, self.middle):
+            if is_middle:
+                rows.append(np.broadcast_to(value(part), (self.V, self.p - 2, self.N))[k])
+            else:
+                rows.append(np.broadcast_to(value(part), (self.V, self.N))[k][None, :])
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def stage_cost(self, k: int) -> StageCost:
+        """Every field of split k ([stages, candidates] arrays, as ``combine_stages`` takes)."""
+        return StageCost(**{f.name: self.stacked(k, attrgetter(f.name)) for f in _STAGE_FIELDS})
+
+
+def _stages_for_splits(model, training, pcg, Sg, layers: np.ndarray, cross) -> _SplitStages:
+    """Costs of the splits ``layers`` ([V, p] layer counts, one row per split) in at most three
+    ``stage_cost`` calls: the first stage (it carries the embedding), the middle stages
+    vectorised over the stage index, the last (it carries the head)."""
+    V, p = layers.shape
+    N = len(Sg)
     if p == 1:
-        return stack_stages([_stage(model, training, pcg, Sg, layers[0], 0, True, True, cross)])
-    first = _stage(model, training, pcg, Sg, layers[0], 0, True, False, cross)
-    last = _stage(model, training, pcg, Sg, layers[-1], p - 1, False, True, cross)
+        only = _stage(model, training, pcg, Sg, layers[:, :1], 0, True, True, cross)
+        return _SplitStages((only,), (False,), V, p, N)
+    first = _stage(model, training, pcg, Sg, layers[:, :1], 0, True, False, cross)
+    last = _stage(model, training, pcg, Sg, layers[:, -1:], p - 1, False, True, cross)
     if p == 2:
-        return stack_stages([first, last])
+        return _SplitStages((first, last), (False, False), V, p, N)
     idx = np.arange(1, p - 1, dtype=float)[:, None]
-    n = np.asarray(layers[1:-1], dtype=float)[:, None]
-    mid = _stage(model, training, pcg, Sg, n, idx, False, False, cross)
-    import dataclasses
-
-    shape = (p - 2, len(Sg))
-    return StageCost(
-        **{
-            f.name: np.concatenate(
-                [np.broadcast_to(getattr(first, f.name), shape[1:])[None, :], np.broadcast_to(getattr(mid, f.name), shape), np.broadcast_to(getattr(last, f.name), shape[1:])[None, :]]
-            )
-            for f in dataclasses.fields(StageCost)
-        }
-    )
+    mid = _stage(model, training, pcg, Sg, layers[:, 1:-1, None], idx, False, False, cross)
+    return _SplitStages((first, mid, last), (False, True, False), V, p, N)
 
 
 def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float) -> EvenEval:
@@ -123,11 +144,13 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         p = int(pp)
         cross = cross_all[idx]
         split = even_split_layers(L, p)
-        stages = _stages_for_split(model, training, pcg, Sg, split, cross)
-        zero = _stages_for_split(model, training, pcg, Sg, [0] * p, cross)
-        one = _stages_for_split(model, training, pcg, Sg, [1] * p, cross)
-        a = zero.peak_memory_bytes
-        b = one.peak_memory_bytes - a
+        # The near-even split, 0 and 1 layers per stage (memory is affine in the layer count),
+        # and L/p layers everywhere (the optimizer bound below) in one pass.
+        layer_rows = np.array([split, [0] * p, [1] * p, [L / p] * p], dtype=float)
+        variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
+        stages = variants.stage_cost(0)
+        a = variants.stacked(1, attrgetter("peak_memory_bytes"))
+        b = variants.stacked(2, attrgetter("peak_memory_bytes")) - a
         k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
         cap_layers = np.clip(k, 0, L).sum(axis=0)
         min_one_ok = (k >= 1).all(axis=0)
@@ -143,8 +166,11 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         # optimizer ≥ its value for the mean parameter share of a middle stage.
         m = _m(Sg, training)
         v = Sg.vpp
-        mid = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross)
-        lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid.optimizer_s
+        if p > 2:
+            mid_optimizer_s = variants.stacked(3, attrgetter("optimizer_s"))[1]
+        else:  # no middle stage: a stage without embedding or head
+            mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 0, False, False, cross).optimizer_s
+        lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
     return EvenEval(step, lb, feasible, shortfall)
 
 
@@ -178,38 +204,33 @@ def stage_linear(model: TransformerSpec, training: Training, pc: PoolCosts, cand
     pcr = subset(pc, rep)
     S = pcr.S
     idx = np.arange(pp, dtype=float)
+    # Three variants in one pass, arrays [3, pp]: 0 layers, 1 layer (same links), 0 layers with
+    # the next stage on another node.
+    n = np.array([[0.0], [1.0], [0.0]])
+    cross = np.array([[cross_default], [cross_default], [True]])
 
-    def at(n, first: bool, last: bool, cross) -> dict[str, np.ndarray]:
+    def at(first: bool, last: bool) -> dict[str, np.ndarray]:
         st = _stage(model, training, pcr, S, n, idx, first, last, cross)
+        shape = (3, pp)
         return {
-            "time": st.time_s,
-            "bwd": st.backward_s,
-            "dp": st.dp_comm_s,
-            "opt": st.optimizer_s,
-            "mem": st.peak_memory_bytes,
+            "time": np.broadcast_to(st.time_s, shape),
+            "bwd": np.broadcast_to(st.backward_s, shape),
+            "dp": np.broadcast_to(st.dp_comm_s, shape),
+            "opt": np.broadcast_to(st.optimizer_s, shape),
+            "mem": np.broadcast_to(st.peak_memory_bytes, shape),
         }
 
-    def merged(n, cross):
-        mid = at(n, False, False, cross)
-        if pp == 1:
-            only = at(n, True, True, cross)
-            return {k: only[k] for k in mid}
-        first = at(n, True, False, cross)
-        last = at(n, False, True, cross)
-        out = {}
-        for k in mid:
-            v = mid[k].copy()
-            v[0] = first[k][0]
-            v[-1] = last[k][-1]
-            out[k] = v
-        return out
-
-    v0 = merged(0.0, cross_default)
-    v1 = merged(1.0, cross_default)
-    vx = merged(0.0, True)
+    if pp == 1:
+        v = at(True, True)
+    else:
+        v = {k: a.copy() for k, a in at(False, False).items()}
+        first, last = at(True, False), at(False, True)
+        for k in v:
+            v[k][:, 0] = first[k][:, 0]
+            v[k][:, -1] = last[k][:, -1]
     cols = {}
-    for k in v0:
-        cols[k + "_a"] = v0[k]
-        cols[k + "_b"] = v1[k] - v0[k]
-    cols["p2p_cross_extra_s"] = vx["time"] - v0["time"]
+    for k in v:
+        cols[k + "_a"] = v[k][0]
+        cols[k + "_b"] = v[k][1] - v[k][0]
+    cols["p2p_cross_extra_s"] = v["time"][2] - v["time"][0]
     return StageLinear(**cols)

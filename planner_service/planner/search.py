@@ -7,10 +7,13 @@
    vectorised functions (``costing.evaluate_even``): exact step time for the near-even split,
    a lower bound over all splits, and exact memory feasibility.
 3. Branch and bound: candidates whose lower bound beats the best exact time so far get an
-   optimal stage split (and, with several pools, stage → pool assignment) from CP-SAT
-   (``solver.solve_split``), re-checked with ``cost_model.estimate``.  Stops when no bound can
-   beat the incumbent (the answer is then optimal under the cost model) or the time limit is hit.
-4. Place ranks (``placement``), explain (``explain``), return the best and top-k alternatives.
+   optimal stage split (``solver.solve_split``: exact enumeration for one pool, CP-SAT for the
+   split and stage → pool assignment over several).  Stops when no bound can beat the
+   incumbent (the answer is then optimal under the cost model) or the time limit is hit.
+   One-pool candidates carry their exact objective from the cost tables; multi-pool ones are
+   estimated at once.
+4. The best and top-k alternatives are (re-)checked with ``cost_model.estimate``; place ranks
+   (``placement``), explain (``explain``).
 """
 
 from __future__ import annotations
@@ -60,6 +63,16 @@ class Evaluated:
     objective: float
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A split found by the search; ``evaluated`` is None until ``estimate`` has run on it."""
+
+    objective: float
+    strategy: Strategy
+    stage_groups: tuple[str, ...]
+    evaluated: Evaluated | None
+
+
 @dataclass
 class PlanResult:
     best: Evaluated
@@ -91,13 +104,21 @@ class PlanResult:
     def num_devices(self) -> int:
         return self.best.prediction.num_devices
 
-    def _entry(self, ev: Evaluated) -> dict[str, Any]:
-        return {
+    def _entry(self, ev: Evaluated, with_ranks: bool = True) -> dict[str, Any]:
+        out = {
             "strategy": ev.strategy.to_dict(),
             "prediction": ev.prediction.to_dict(),
             "stages": stage_entries(self.cluster, ev.strategy, ev.stage_groups, ev.prediction),
-            "ranks": place_ranks(self.cluster, ev.strategy, ev.stage_groups),
         }
+        if with_ranks:
+            out["ranks"] = place_ranks(self.cluster, ev.strategy, ev.stage_groups)
+        return out
+
+    def entry_ranks(self, index: int) -> list[dict[str, Any]]:
+        """The ``ranks`` of entry ``index`` of :meth:`to_dict` (0: the best, then the
+        alternatives in order)."""
+        ev = self.best if index == 0 else self.alternatives[index - 1]
+        return place_ranks(self.cluster, ev.strategy, ev.stage_groups)
 
     def objective_report(self) -> dict[str, Any]:
         """The objective the search minimised and the best plan's value of it."""
@@ -111,9 +132,11 @@ class PlanResult:
             out.update(value=p.step_time_s, unit="s per step")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, alternative_ranks: bool = True) -> dict[str, Any]:
+        """The result as plan JSON.  ``alternative_ranks=False`` leaves ``ranks`` out of the
+        alternatives (a replan adds them, with :meth:`entry_ranks`, to the ones it needs)."""
         best = self._entry(self.best)
-        alternatives = [self._entry(a) for a in self.alternatives]
+        alternatives = [self._entry(a, alternative_ranks) for a in self.alternatives]
         gpn = min(g.gpus_per_node for g in self.cluster.node_groups)
         return {
             "objective_value": self.objective_report(),
@@ -220,17 +243,17 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
     enumerated = 0
     pruned = 0
     solver_statuses: list[str] = []
-    exact: dict[tuple, Evaluated] = {}
+    candidates: dict[tuple, _Candidate] = {}  # every split found, in the order found
     closest_shortfall: list[tuple[float, str]] = []
-    pending: list[tuple[float, int, tuple[int, ...], Any, Any]] = []  # (lb, subset id, pools, pc list, cand)
+    # (lb, subset id, pools, pc list, cand, objective factor — None: estimate it at once)
+    pending: list[tuple[float, int, tuple[int, ...], Any, int, float | None]] = []
 
     subsets = [s for r in range(1, len(pools) + 1) for s in itertools.combinations(range(len(pools)), r)]
     pinned_lps = cons.pinned.get("layers_per_stage")
 
-    def record(strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
-        key = (strategy.key(), stage_groups)
-        if key in exact:
-            return exact[key]
+    best_objective = [np.inf]  # the incumbent: the best exact objective so far
+
+    def evaluate(strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
         try:
             est = estimate(model, training, cluster, strategy, stage_groups=stage_groups)
         except PlannerError:
@@ -238,12 +261,24 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
         caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - headroom) + 1e-9 for s in est.stages)
         if not caps_ok:
             return None
-        ev = Evaluated(strategy, stage_groups, est, _objective_value(request.objective, est, cluster, stage_groups, strategy))
-        exact[key] = ev
-        return ev
+        return Evaluated(strategy, stage_groups, est, _objective_value(request.objective, est, cluster, stage_groups, strategy))
 
-    def incumbent() -> float:
-        return min((e.objective for e in exact.values()), default=np.inf)
+    def record(strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
+        """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
+        cost model's step time for this exact split, by the same functions ``estimate`` uses),
+        and the candidate is estimated only if it ends up among the answers.  Otherwise it is
+        estimated now."""
+        key = (strategy.key(), stage_groups)
+        if key in candidates:
+            return
+        ev = None
+        if objective is None:
+            ev = evaluate(strategy, stage_groups)
+            if ev is None:
+                return
+            objective = ev.objective
+        candidates[key] = _Candidate(objective, strategy, stage_groups, ev)
+        best_objective[0] = min(best_objective[0], objective)
 
     for si, subset in enumerate(subsets):
         groups = [pools[i] for i in subset]
@@ -282,9 +317,10 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
             # Exact results for the even splits that fit (ranked by the objective).
             factor = _objective_factor(request.objective, training, S, [g])
             lb = lb * factor
-            order = np.argsort(ev_even.step_time_s * factor)
+            even_objective = ev_even.step_time_s * factor
+            order = np.argsort(even_objective)
             fits = np.isfinite(ev_even.step_time_s)
-            # Estimate only the best even split of each distinct layout, enough of them for the
+            # Keep only the best even split of each distinct layout, enough of them for the
             # best answer and its top-k alternatives.
             shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
             seen_shapes: set[tuple] = set()
@@ -299,15 +335,17 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
                 lps = pinned_lps or even_split(model.num_layers, pp)
                 if int(S.vpp[j]) > 1:
                     lps = None
-                record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp)
+                # A pinned split is not the one the tables costed: estimate it.
+                known = None if pinned_lps else float(even_objective[j])
+                record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known)
             for j in np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]:
                 if pinned_lps:
                     continue
-                pending.append((float(lb[j]), si, (subset[0],), pcs, int(j)))
+                pending.append((float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j])))
         else:
             lbs = _hetero_lower_bounds(model, training, pcs, S, groups) * _objective_factor(request.objective, training, S, groups)
             for j in np.argsort(lbs):
-                pending.append((float(lbs[j]), si, subset, pcs, int(j)))
+                pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
     if progress:
         progress(0.3)
 
@@ -317,13 +355,14 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
     pending.sort(key=lambda x: x[0])
     refinements = 0
     complete = True
-    for lb, si, subset, pcs, j in pending:
+    for k, (lb, si, subset, pcs, j, factor_j) in enumerate(pending):
         if should_cancel and should_cancel():
             raise SearchCancelled("the job was cancelled")
-        inc = incumbent()
-        if lb >= inc * (1 - 1e-9):
-            pruned += 1
-            continue
+        if lb >= best_objective[0] * (1 - 1e-9):
+            # Bounds only rise down the sorted list and the incumbent only falls: every
+            # candidate from here on is pruned.
+            pruned += len(pending) - k
+            break
         if time.perf_counter() > deadline or refinements >= settings.max_refinements:
             complete = False
             break
@@ -331,17 +370,22 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
         res = _refine(model, training, cluster, [pools[i] for i in subset], pcs, j, headroom, settings, deadline)
         if res is None:
             continue
-        strategy, stage_groups, status = res
+        strategy, stage_groups, status, split_s = res
         solver_statuses.append(status)
-        record(strategy, stage_groups)
+        # One pool: the split's objective is the cost model's step time (solver.py); several
+        # pools: the CP-SAT objective is scaled to integers, so estimate.
+        record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
         if progress and pending:
             progress(0.3 + 0.6 * refinements / max(len(pending), 1))
 
-    if not exact:
+    if not candidates:
         _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
-    ranked = sorted(exact.values(), key=lambda e: e.objective)
-    best = ranked[0]
-    alternatives = _distinct_alternatives(ranked[1:], best, request.top_k)
+    picked, incumbent_held = _pick_answers(list(candidates.values()), evaluate, request.top_k)
+    if not picked:
+        _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
+    # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
+    complete = complete and incumbent_held
+    best, alternatives = picked[0], picked[1:]
     if solver_statuses:
         status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in solver_statuses) else "FEASIBLE"
     else:
@@ -451,7 +495,7 @@ def _refine(model, training, cluster, groups: list[NodeGroup], pcs, j, headroom,
     if res is None:
         return None
     strategy = strategy_at(S, j, res.layers)
-    return strategy, tuple(groups[p].name for p in res.pools), res.status
+    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s
 
 
 def _greedy_pools(groups, stage_caps, pp, per_layer_s) -> list[int]:
@@ -481,24 +525,35 @@ def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]
     return [int(v) for v in out]
 
 
-def _distinct_alternatives(ranked: list[Evaluated], best: Evaluated, k: int) -> list[Evaluated]:
-    """Top-k alternatives that differ from the best (and each other) in a structural knob."""
+def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple:
+    """The structural knobs that make two candidates different plans (not the split)."""
+    s = strategy
+    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))))
 
-    def shape(e: Evaluated) -> tuple:
-        s = e.strategy
-        return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(e.stage_groups))))
 
-    seen = {shape(best)}
-    out = []
-    for e in ranked:
-        sh = shape(e)
+def _pick_answers(candidates: list[_Candidate], evaluate, k: int) -> tuple[list[Evaluated], bool]:
+    """The best candidate and top-k alternatives that differ from it (and each other) in a
+    structural knob, by objective; candidates not yet estimated are estimated here (a
+    candidate ``estimate`` rejects is skipped).  Returns (best first, whether the lowest
+    objective found survived its estimate)."""
+    ranked = sorted(candidates, key=lambda c: c.objective)
+    seen: set[tuple] = set()
+    out: list[Evaluated] = []
+    held = True
+    for i, c in enumerate(ranked):
+        sh = _shape(c.strategy, c.stage_groups)
         if sh in seen:
             continue
+        ev = c.evaluated if c.evaluated is not None else evaluate(c.strategy, c.stage_groups)
+        if ev is None:
+            held = held and i > 0
+            continue
         seen.add(sh)
-        out.append(e)
-        if len(out) >= k:
+        out.append(ev)
+        if len(out) > k:
             break
-    return out
+    out.sort(key=lambda e: e.objective)
+    return out, held
 
 
 def _raise_infeasible(model, training, cluster, headroom, shortfalls) -> None:

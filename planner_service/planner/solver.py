@@ -15,6 +15,10 @@ optimizer step — exactly ``cost_model.pipeline.combine_stages`` — subject to
 stage ≥ 1 layer and within its pool's memory, each pool hosting at most as many stages as it
 has blocks of dp·cp·tp GPUs, and the stages of one pool forming one contiguous block (pools in
 any order).  Seconds are scaled to integers in :func:`_scale` (one place).
+
+With a single pool (no assignment to choose) the split is found exactly by threshold
+enumeration (``split.single_pool_split``, no MIP start-up per candidate); CP-SAT takes over
+when that enumeration would exceed its budget, and ``method="cp-sat"`` forces it.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from ortools.sat.python import cp_model
 from cost_model.transformer_cost import DP_OVERLAP_WINDOW
 
 from .costing import StageLinear
+from .split import MEMORY_UNIT_BYTES, SplitBudgetExceeded, single_pool_split, split_objective_s
 
 TIME_UNITS = 1e9  # the step time of the hint maps to ~1e9 integer units
-MEMORY_UNIT_BYTES = 1e3
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,20 @@ def solve_split(
     hint_layers: Sequence[int] | None = None,
     hint_pools: Sequence[int] | None = None,
     scale_ref_s: float = 1.0,
+    method: str = "auto",
 ) -> SplitResult | None:
     """Optimal stage split (and pool per stage).  ``lins[p]`` are pool p's coefficients for a
-    pp-stage pipeline.  Returns None when no split fits."""
+    pp-stage pipeline.  Returns None when no split fits.  ``method``: ``"auto"`` (exact
+    enumeration for one pool, CP-SAT otherwise) or ``"cp-sat"``."""
     P = len(lins)
     L = num_layers
+    if P == 1 and method == "auto":
+        try:
+            exact = single_pool_split(lins[0], capacities_bytes[0], L, pp, m, vpp, grad_overlap)
+        except SplitBudgetExceeded:
+            pass  # CP-SAT below
+        else:
+            return None if exact is None else SplitResult(exact.layers, (0,) * pp, "OPTIMAL", exact.objective_s)
     scale = TIME_UNITS / max(scale_ref_s, 1e-9)
     model = cp_model.CpModel()
 
@@ -187,5 +200,9 @@ def solve_split(
                 layers.append(int(solver.Value(n[i][p])))
                 pools.append(p)
                 break
-    return SplitResult(tuple(layers), tuple(pools), solver.StatusName(status), solver.ObjectiveValue() / v / scale)
+    if P == 1:  # the exact step time of the split, not the integer-scaled objective
+        objective_s = split_objective_s(lins[0], layers, m, vpp, grad_overlap)
+    else:
+        objective_s = solver.ObjectiveValue() / v / scale
+    return SplitResult(tuple(layers), tuple(pools), solver.StatusName(status), objective_s)
 

@@ -94,43 +94,58 @@ def enumerate_space(
             for ep in eps:
                 if (dp * cp) % ep == 0:
                     outer.append((dp, tp, pp, cp, ep))
-    rows: list[tuple] = []
-    for dp, tp, pp, cp, ep in outer:
-        per_dp = B // dp
-        if "zero_stage" in pins:
-            zeros = [pins["zero_stage"]] if not (pins["zero_stage"] >= 2 and pp > 1) else []
-        else:
-            zeros = [1] if pp > 1 else [2, 3]
-        if "sequence_parallel" in pins:
-            sps = [pins["sequence_parallel"]] if (tp > 1 or not pins["sequence_parallel"]) else []
-        else:
-            sps = [tp > 1]
-        for mbs in mbss:
-            if per_dp % mbs:
-                continue
-            m = per_dp // mbs
-            for vpp in vpps:
-                if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
-                    continue
-                for rc in rcs:
-                    for z in zeros:
-                        for sp in sps:
-                            rows.append((dp, tp, pp, cp, ep, vpp, mbs, sp, RECOMPUTE_CODE[rc], z))
-    if not rows:
+    if not outer:
         return _empty()
-    a = np.array(rows, dtype=float)
+    # Inner knobs, vectorised: each step repeats every row once per value of the next knob
+    # (rows stay in nested-loop order: outer knobs first, then mbs, vpp, recompute, zero).
+    o = np.array(outer, dtype=np.int64)
+    cols = {"dp": o[:, 0], "tp": o[:, 1], "pp": o[:, 2], "cp": o[:, 3], "ep": o[:, 4]}
+    cols = _cross(cols, "mbs", mbss)
+    cols = _keep(cols, (B // cols["dp"]) % cols["mbs"] == 0)
+    cols = _cross(cols, "vpp", vpps)
+    pp, vpp = cols["pp"], cols["vpp"]
+    m = B // cols["dp"] // cols["mbs"]
+    cols = _keep(cols, (vpp == 1) | ((pp > 1) & (L % (pp * vpp) == 0) & (m % pp == 0)))
+    cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
+    if "zero_stage" in pins:
+        cols = _cross(cols, "zero", [pins["zero_stage"]])
+        cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
+    else:
+        cols = _cross(cols, "zero", [1, 2, 3])
+        cols = _keep(cols, (cols["pp"] > 1) == (cols["zero"] == 1))
+    if "sequence_parallel" in pins:
+        sp = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
+        cols = _keep({**cols, "sp": sp}, (cols["tp"] > 1) | ~sp)
+    else:
+        cols["sp"] = cols["tp"] > 1
+    if len(cols["dp"]) == 0:
+        return _empty()
+    f = {k: v.astype(float) for k, v in cols.items() if k != "sp"}
     return StrategyArrays(
-        dp=a[:, 0],
-        tp=a[:, 1],
-        pp=a[:, 2],
-        cp=a[:, 3],
-        ep=a[:, 4],
-        vpp=a[:, 5],
-        mbs=a[:, 6],
-        sp=a[:, 7].astype(bool),
-        recompute=a[:, 8],
-        zero=a[:, 9],
+        dp=f["dp"],
+        tp=f["tp"],
+        pp=f["pp"],
+        cp=f["cp"],
+        ep=f["ep"],
+        vpp=f["vpp"],
+        mbs=f["mbs"],
+        sp=cols["sp"].astype(bool),
+        recompute=f["recompute"],
+        zero=f["zero"],
     )
+
+
+def _cross(cols: dict[str, np.ndarray], name: str, values) -> dict[str, np.ndarray]:
+    """Every row once per value of a new knob ``name`` (the new knob varies fastest)."""
+    k = len(values)
+    out = {key: np.repeat(v, k) for key, v in cols.items()}
+    n = len(next(iter(cols.values())))
+    out[name] = np.tile(np.asarray(values, dtype=np.int64), n)
+    return out
+
+
+def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {key: v[mask] for key, v in cols.items()}
 
 
 def _empty() -> StrategyArrays:

@@ -151,6 +151,11 @@ def test_replan_after_a_node_dies_and_after_nodes_are_added(client):
     assert diff["tokens_per_s_before"] == parent["best"]["prediction"]["tokens_per_s"]
     assert diff["tokens_per_s_after"] == child["best"]["prediction"]["tokens_per_s"]
     assert diff["ranks_before"] == 16 and diff["ranks_moved"] >= 8
+    # Alternatives carry their ranks as in a fresh plan (the replan places them lazily).
+    assert child["alternatives"]
+    for alt in child["alternatives"]:
+        assert len(alt["ranks"]) == alt["prediction"]["num_devices"]
+        assert {rk["host"] for rk in alt["ranks"]} <= {"node-0"}
     assert isinstance(diff["strategy_changed"], bool) and isinstance(diff["strategy_changes"], dict)
     down = [n for n in child["cluster"]["nodes"] if not n["available"]]
     assert [n["hostname"] for n in down] == ["node-1"]

@@ -62,6 +62,24 @@ def test_choose_stable_cost_objective_uses_tokens_per_gpu_second():
     assert chosen is small
 
 
+def test_choose_stable_places_ranks_only_for_candidates_within_tolerance():
+    parent = cand(100.0, A)
+    places = {0: list(reversed(A)), 1: A, 2: A}
+    best, near, far = (cand(t, places[i]) for i, t in enumerate((100.0, 99.0, 90.0)))
+    for c in (best, near, far):
+        del c["ranks"]
+    asked = []
+
+    def ranks_of(i):
+        asked.append(i)
+        return ranks(places[i])
+
+    chosen, others, n_near = choose_stable({"best": best, "alternatives": [far, near]}, parent, "throughput", ranks_of)
+    assert sorted(asked) == [0, 2] and n_near == 2
+    assert chosen is near and chosen["ranks"] == ranks(A)
+    assert others == [best, far] and "ranks" in best and "ranks" not in far
+
+
 def test_request_hash_is_order_independent():
     assert request_hash({"a": 1, "b": {"c": 2, "d": 3}}) == request_hash({"b": {"d": 3, "c": 2}, "a": 1})
     assert request_hash({"a": 1}) != request_hash({"a": 2})
