@@ -9,22 +9,32 @@ fitted profile and once with the catalog defaults.
 Cases: several transformer sizes (hidden size, sequence length, micro-batch, layers), each run
 in one process (all cores) and, when the machine has at least 2 cores, with data parallelism
 over 2 processes (gloo, DistributedDataParallel, one core each).  A device of the cost model is
-what one rank gets, so the DP cases use a profile taken with one thread per process
-(``planner profile --threads 1``) and a cluster of ``gpus_per_node=2`` local-cpu devices; the
-two ranks share the socket's caches and memory bandwidth, which neither profile sees.
+what one rank gets, so the DP cases use a profile of one thread taken while a neighbour process
+runs the same benchmarks on the other core (``planner profile --threads 1 --concurrent 2``: the
+two ranks share the socket's caches, memory bandwidth and clock) and a cluster of
+``gpus_per_node=2`` local-cpu devices.
+
+Every case gets a fresh profile taken right before it is measured, so that profile and
+measurement see the host in the same state: this VM's speed drifts by up to 2× over minutes,
+which no model predicts.  A short speed probe (a GEMM and a memory pass) right after profiling
+and around the measurement says how far it moved; a case more than 15% off is measured again
+(twice at most) and the probe ratios are recorded with it.
 
 The torch model matches cost_model's GPT assumptions (TransformerSpec from a GPT-2 config):
 learned positions, LayerNorm with bias, QKV/projection/FC1/FC2 with biases, 4h GELU FFN, tied
 LM head, dropout 0.1 (attention probabilities and both residual branches), unfused causal
-attention (scores materialised, masked softmax) — so ``training.attention = "unfused"``.
+attention (scores materialised, masked softmax) — so ``training.attention = "unfused"`` — written
+in plain PyTorch ops with ``torch.optim.Adam`` (no fused kernels: ``training.fused_kernels =
+False``).
 
-Writes bench/results/cpu_validation.json (and the fitted profiles next to it) and prints a table.
+Writes bench/results/cpu_validation.json (and each case's fitted profile in bench/results/cpu_profiles/) and prints a table.
 Usage: python bench/cpu_validation.py [--steps 5] [--cases A,B] [--no-dp] [--reuse-profiles]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -33,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results"
+PROFILES = RESULTS / "cpu_profiles"
 TARGET_MEDIAN_ERROR = 0.15
 QUIET_CORES = 0.3
 
@@ -166,43 +178,97 @@ def measure_single(case: dict[str, Any], threads: int, warmup: int, steps: int) 
 
 # ---------------------------------------------------------------- host speed drift probe
 PROBE_SHAPE = (1024, 1024, 1024)  # in the quick profile's torch grid (layout nt)
+PROBE_ELEMENTS = 1 << 22  # the profile's "scale" op at 4M elements (16 MB, below the first-touch size)
 
 
-#: A case counts only if the host runs within this fraction of its speed at profiling time.
+#: A case is measured again (at most twice) when the host runs further than this fraction off
+#: its speed right after profiling, for GEMMs or for streaming memory access.
 DRIFT_TOLERANCE = 0.15
 
 
-def settle(profile: dict[str, Any], threads: int, tries: int = 8) -> float | None:
-    """Wait (10 s at a time) until the probe GEMM runs within DRIFT_TOLERANCE of the profile."""
-    ratio = probe_speed(profile, threads)
+def within_drift(*ratios: float | None) -> bool:
+    return all(r is None or abs(r - 1) <= DRIFT_TOLERANCE for r in ratios)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Times of two short probes, taken right after profiling (the reference) or now: a 1024³
+    ``F.linear`` GEMM (in the profile's grid) and an in-place pass over 16 MB (no allocation,
+    so the allocator's state does not enter), inputs rotated past the last-level cache."""
+
+    gemm_s: float
+    stream_s: float
+    threads: int
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_buffers():
+    """The probe's operands, made once per process (allocating and filling them would cost more
+    than the probe and would page-fault)."""
+    import torch
+
+    from planner_service.profiling.cases import last_level_cache_bytes, rotation_count
+
+    m, n, k = PROBE_SHAPE
+    llc = last_level_cache_bytes()
+    sets = [(torch.randn(m, k), torch.randn(n, k)) for _ in range(rotation_count(4 * (m * k + k * n), llc))]
+    xs = [torch.ones(PROBE_ELEMENTS // 1024, 1024) for _ in range(rotation_count(4 * PROBE_ELEMENTS, llc))]
+    return sets, xs
+
+
+def take_probe(threads: int, repeats: int = 1) -> Probe:
+    """The probe's times now (per component the median of ``repeats`` probes)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    sets, xs = _probe_buffers()
+    gemm, stream = [], []
+    if repeats > 1:  # a reference: first bring the clock and the operands to steady state
+        for _ in range(2):
+            _median_time(lambda i: torch.nn.functional.linear(*sets[i % len(sets)]))
+            _median_time(lambda i: xs[i % len(xs)].mul_(1.0))
+    for _ in range(repeats):
+        gemm.append(_median_time(lambda i: torch.nn.functional.linear(*sets[i % len(sets)])))
+        stream.append(_median_time(lambda i: xs[i % len(xs)].mul_(1.0)))
+    return Probe(gemm_s=statistics.median(gemm), stream_s=statistics.median(stream), threads=threads)
+
+
+def probe_speed(ref: Probe) -> float:
+    """How fast the host runs now compared with the reference: time now over time then, of the
+    GEMM or of the memory pass, whichever is further from 1 (> 1: slower — which no
+    calibration can predict)."""
+    now = take_probe(ref.threads)
+    return max((now.gemm_s / ref.gemm_s, now.stream_s / ref.stream_s), key=lambda r: abs(r - 1))
+
+
+def settle(ref: Probe, tries: int = 3) -> float:
+    """Wait (10 s at a time) until the probes run within DRIFT_TOLERANCE of the reference."""
+    ratio = probe_speed(ref)
     for _ in range(tries):
-        if ratio is None or abs(ratio - 1) <= DRIFT_TOLERANCE:
+        if within_drift(ratio):
             break
         time.sleep(10.0)
-        ratio = probe_speed(profile, threads)
+        ratio = probe_speed(ref)
     return ratio
 
 
-def probe_speed(profile: dict[str, Any], threads: int) -> float | None:
-    """Measured time of the profile's 1024³ ``F.linear`` GEMM now, over its time in the profile:
-    > 1 means the host runs slower than when it was profiled (a shared VM's neighbours are not
-    all visible in /proc/stat), which no calibration can predict."""
-    import torch
-
+def profile_gemm_ratio(profile: dict[str, Any], probe: Probe) -> float | None:
+    """The probe's GEMM time over the same GEMM's time in the profile: far from 1 means the
+    host's speed moved while it was being profiled."""
     m, n, k = PROBE_SHAPE
     ref = [x["seconds"] for x in profile["measurements"] if x["op"] == "gemm" and x.get("backend") == "torch"
            and x.get("layout") == "nt" and (x["shape"]["m"], x["shape"]["n"], x["shape"]["k"]) == (m, n, k)]
-    if not ref:
-        return None
-    torch.set_num_threads(threads)
-    a, w = torch.randn(m, k), torch.randn(n, k)
-    torch.nn.functional.linear(a, w)
+    return probe.gemm_s / ref[0] if ref else None
+
+
+def _median_time(fn, repeats: int = 7) -> float:
+    fn(0)
     times = []
-    for _ in range(7):
+    for i in range(1, repeats + 1):
         t0 = time.perf_counter()
-        torch.nn.functional.linear(a, w)
+        fn(i)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) / ref[0]
+    return statistics.median(times)
 
 
 # ------------------------------------------------------------- where a measured step goes
@@ -218,7 +284,7 @@ _CATEGORIES = (
 )
 
 
-def explain_step(case: dict[str, Any], threads: int, profile: dict[str, Any], tries: int = 5) -> dict[str, Any]:
+def explain_step(case: dict[str, Any], threads: int, profile: dict[str, Any], ref: Probe, tries: int = 5) -> dict[str, Any]:
     """One training step under torch.profiler (taken when the host is quiet): self time per
     category of ATen op, the optimizer, and the time outside any op (Python, autograd engine,
     allocator), next to the cost model's GEMM time for exactly the GEMM shapes that ran."""
@@ -243,12 +309,15 @@ def explain_step(case: dict[str, Any], threads: int, profile: dict[str, Any], tr
     mon = HostMonitor()
     for attempt in range(tries):
         wait_until_quiet(QUIET_CORES, 60.0)
+        before = probe_speed(ref)
+        torch.set_num_threads(threads)
         mon.reset()
         with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             wall = _steps(model, opt, case, 1)[0]
         busy = mon.others_busy_cores() or 0.0
-        if busy < QUIET_CORES:
+        if busy < QUIET_CORES and within_drift(before, probe_speed(ref)):
             break
+        time.sleep(5.0)
     with tempfile.NamedTemporaryFile(suffix=".json") as fh:
         prof.export_chrome_trace(fh.name)
         events = [e for e in json.load(open(fh.name))["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
@@ -348,7 +417,7 @@ def predict(case: dict[str, Any], dp: int, profile: dict[str, Any] | None) -> di
 
     model = from_hf_config(hf_config(case), name=f"case-{case['name']}")
     training = Training(global_batch_size=case["micro_batch"] * dp, sequence_length=case["seq"], dtype="fp32",
-                        optimizer="adam", attention="unfused", grad_reduce_overlap=dp > 1)
+                        optimizer="adam", attention="unfused", fused_kernels=False, grad_reduce_overlap=dp > 1)
     cluster = cluster_from_dict({"name": "local", "node_groups": [{"name": "cpu", "count": 1, "gpus_per_node": dp, "device": "local-cpu"}]})
     try:
         est = estimate(model, training, cluster, Strategy(dp=dp, micro_batch_size=case["micro_batch"]), profile=profile)
@@ -372,34 +441,42 @@ def wait_for_quiet(max_wait_s: float = 300.0) -> float | None:
     return busy
 
 
-def take_profile(threads: int, path: Path, reuse: bool) -> dict[str, Any]:
+def take_profile(threads: int, path: Path, reuse: bool, concurrent: int = 1) -> tuple[dict[str, Any], Probe]:
+    """The profile (taken now, or the saved one) and the speed probe's reference right after it.
+    ``concurrent``: ranks sharing the host while profiling (``planner profile --concurrent``);
+    such a profile is slower than the probe alone by design, so its drift check is skipped."""
     from cost_model.profiles import load_profile_file, with_fit
     from planner_service.profiling import ProfileOptions, run_profile
 
     if reuse and path.exists():
         print(f"reusing {path.relative_to(ROOT)}")
-        return load_profile_file(path)
+        return load_profile_file(path), take_probe(threads, repeats=5)
     best = None
     for attempt in range(3):
         wait_for_quiet()
         t0 = time.monotonic()
-        prof = with_fit(run_profile(ProfileOptions(quick=True, threads=threads)))
+        prof = with_fit(run_profile(ProfileOptions(quick=True, threads=threads, concurrent=concurrent)))
         # the host's speed right after profiling must match what the profile saw, or the
         # profile caught a transient slow (or fast) phase of the shared machine
-        ratio = probe_speed(prof, threads)
+        probe = take_probe(threads, repeats=5)
+        ratio = profile_gemm_ratio(prof, probe) if concurrent == 1 else None
         print(f"profiled with {threads} thread(s) in {time.monotonic() - t0:.0f} s: "
               f"GEMM {prof['fit']['rates']['gemm_tflops'].get('fp32', 0) * 1e3:.0f} GFLOP/s, "
               f"bandwidth {prof['fit']['rates'].get('memory_bandwidth_GBps', float('nan')):.1f} GB/s, "
               f"fit median error GEMM {prof['fit']['quality']['gemm']['median_abs_rel_error'] * 100:.1f}%; "
               f"probe now/profile {ratio if ratio is None else round(ratio, 2)}", flush=True)
         if best is None or (ratio is not None and abs(ratio - 1) < abs(best[1] - 1)):
-            best = (prof, ratio if ratio is not None else 1.0)
-        if ratio is None or abs(ratio - 1) <= DRIFT_TOLERANCE:
+            best = (prof, ratio if ratio is not None else 1.0, probe)
+        if within_drift(ratio):
             break
         print("  the host's speed moved during profiling; profiling again", flush=True)
     prof = best[0]
     path.write_text(json.dumps(prof, indent=1) + "\n")
-    return prof
+    return prof, best[2]
+
+
+def profile_path(case: dict[str, Any], dp: int) -> Path:
+    return PROFILES / f"case_{case['name']}_dp{dp}.json"
 
 
 def _err(pred: dict[str, Any], measured: float) -> float | None:
@@ -430,26 +507,30 @@ def main(argv: list[str]) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     cores = cpu_count()
     dp_world = 2 if cores >= 2 and not args.no_dp else 0
-    prof_all = take_profile(cores, RESULTS / "cpu_profile.json", args.reuse_profiles)
-    prof_rank = take_profile(1, RESULTS / "cpu_profile_1thread.json", args.reuse_profiles) if dp_world else None
+    PROFILES.mkdir(parents=True, exist_ok=True)
     wanted = set(args.cases.split(","))
     rows = []
     for case in (c for c in CASES if c["name"] in wanted):
         for dp in ([1, dp_world] if dp_world else [1]):
-            prof = prof_all if dp == 1 else prof_rank
-            threads = cores if dp == 1 else 1
+            # A fresh profile right before each case, so that profile and measurement see the
+            # host in the same state (this VM's speed drifts by up to 2× over minutes).  A DP
+            # rank is one core of a host whose other core runs the other rank: profile it so.
+            if dp == 1:
+                prof, ref = take_profile(cores, profile_path(case, dp), args.reuse_profiles)
+            else:
+                prof, ref = take_profile(1, profile_path(case, dp), args.reuse_profiles, concurrent=dp)
             for attempt in range(3):
                 busy = wait_for_quiet()
-                speed_before = settle(prof, threads)
+                speed_before = settle(ref)
                 print(f"case {case['name']} dp={dp}: measuring…", flush=True)
                 m = measure_single(case, cores, args.warmup, args.steps) if dp == 1 else measure_dp(case, dp, args.warmup, args.steps)
-                speed_after = probe_speed(prof, threads)
-                if all(x is None or abs(x - 1) <= DRIFT_TOLERANCE for x in (speed_before, speed_after)):
+                speed_after = probe_speed(ref)
+                if within_drift(speed_before, speed_after):
                     break
                 print(f"  host speed vs profile {speed_before:.2f}/{speed_after:.2f}: outside ±{DRIFT_TOLERANCE:.0%}, measuring again", flush=True)
             with_p = predict(case, dp, prof)
             without = predict(case, dp, None)
-            explained = explain_step(case, cores, prof) if dp == 1 and not args.no_explain else None
+            explained = explain_step(case, cores, prof, ref) if dp == 1 and not args.no_explain else None
             rows.append({
                 "case": case["name"], "dp": dp, "config": case, "threads_per_process": m["threads"],
                 "measured_step_s": m["median_s"], "measured_samples_s": m["samples_s"],
@@ -457,12 +538,17 @@ def main(argv: list[str]) -> int:
                 "predicted_with_profile": with_p, "error_with_profile": _err(with_p, m["median_s"]),
                 "predicted_without_profile": without, "error_without_profile": _err(without, m["median_s"]),
                 "dropped_busy_steps": m.get("dropped_busy_steps"),
+                "profile": {"file": str(profile_path(case, dp).relative_to(ROOT)), "profile_id": prof["fit"]["profile_id"],
+                            "threads": prof["settings"]["threads"], "concurrent": prof["settings"].get("concurrent", 1),
+                            "gemm_GFLOPs": prof["fit"]["rates"]["gemm_tflops"].get("fp32", 0) * 1e3,
+                            "memory_bandwidth_GBps": prof["fit"]["rates"].get("memory_bandwidth_GBps"),
+                            "probe_reference": asdict(ref)},
                 "host_slowdown_vs_profile": [speed_before, speed_after],
                 "explain": explained,
             })
             r = rows[-1]
             slow = [f"{x:.2f}" for x in (speed_before, speed_after) if x is not None]
-            print(f"  probe GEMM time vs profile before/after: {'/'.join(slow) or 'n/a'}")
+            print(f"  host speed probe vs right after profiling, before/after: {'/'.join(slow) or 'n/a'}")
             print(f"  measured {m['median_s']:.3f} s; predicted {with_p.get('step_time_s', float('nan')):.3f} s with profile"
                   f" ({(r['error_with_profile'] or float('nan')) * 100:+.1f}%), "
                   f"{without.get('step_time_s', float('nan')):.3f} s without"
@@ -470,38 +556,30 @@ def main(argv: list[str]) -> int:
                   flush=True)
 
     host = {"cpu": cpu_model(), "cores": cores, "torch": torch.__version__}
-    return finish(rows, prof_all, prof_rank, host)
+    return finish(rows, host)
 
 
 def repredict() -> int:
     from cost_model.profiles import load_profile_file, with_fit
 
     saved = json.loads((RESULTS / "cpu_validation.json").read_text())
-
-    def refit(name: str) -> dict[str, Any] | None:
-        path = RESULTS / name
-        if not path.exists():
-            return None
+    rows = saved["cases"]
+    for r in rows:
+        path = ROOT / r["profile"]["file"]
         prof = dict(load_profile_file(path))
         prof.pop("fit", None)
         prof = with_fit(prof)
         path.write_text(json.dumps(prof, indent=1) + "\n")
-        return prof
-
-    prof_all, prof_rank = refit("cpu_profile.json"), refit("cpu_profile_1thread.json")
-    rows = saved["cases"]
-    for r in rows:
-        prof = prof_all if r["dp"] == 1 else prof_rank
         r["predicted_with_profile"] = predict(r["config"], r["dp"], prof)
         r["error_with_profile"] = _err(r["predicted_with_profile"], r["measured_step_s"])
         r["predicted_without_profile"] = predict(r["config"], r["dp"], None)
         r["error_without_profile"] = _err(r["predicted_without_profile"], r["measured_step_s"])
         if r.get("explain") and r["dp"] == 1:
             r["explain"]["note"] = "gemm_model_same_shapes_s is from the measuring run's fit"
-    return finish(rows, prof_all, prof_rank, saved["host"])
+    return finish(rows, saved["host"])
 
 
-def finish(rows: list[dict[str, Any]], prof_all: dict[str, Any], prof_rank: dict[str, Any] | None, host: dict[str, Any]) -> int:
+def finish(rows: list[dict[str, Any]], host: dict[str, Any]) -> int:
     """Summarise, write bench/results/cpu_validation.json and print the tables."""
     def med_abs(key):
         vals = [abs(r[key]) for r in rows if r[key] is not None]
@@ -516,7 +594,6 @@ def finish(rows: list[dict[str, Any]], prof_all: dict[str, Any], prof_rank: dict
     summary["meets_target"] = summary["median_abs_error_with_profile"] is not None and summary["median_abs_error_with_profile"] <= TARGET_MEDIAN_ERROR
     out = {
         "host": host,
-        "profiles": {"all_cores": prof_all["fit"], "one_thread": prof_rank["fit"] if prof_rank else None},
         "cases": rows,
         "summary": summary,
     }

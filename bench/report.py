@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def plan() -> str | None:
         )
     rp = d.get("replan")
     if rp:
-        out.append(f"| replan: {rp['case']} (HTTP, in-process) | {rp['replan_wall_s_median']:.2f} s | ≤ {rp['target_s']:.0f} s | | | | ranks moved {rp['ranks_moved']} |")
+        planner = f"planner {rp['planner_wall_s_median']:.2f} s of it; " if rp.get("planner_wall_s_median") is not None else ""
+        out.append(f"| replan: {rp['case']} (HTTP, in-process) | {rp['replan_wall_s_median']:.2f} s | ≤ {rp['target_s']:.0f} s | | | | {planner}ranks moved {rp['ranks_moved']} |")
     load = d.get("loadavg")
     note = f" Load average during the run: {load}." if load else ""
     out += ["", f"Median of {d.get('repeats', '?')} runs on a {d.get('cpu_count', '?')}-core machine, process start excluded; "
@@ -122,6 +124,13 @@ def cpu() -> str | None:
     with_ = sm.get("median_abs_error_with_profile")
     without = sm.get("median_abs_error_without_profile")
     out += ["", f"Median |error| with the fitted profile **{with_ * 100:.0f}%**" + (f", with catalog defaults **{without * 100:.0f}%**." if without is not None else ".")]
+    by_dp = {}
+    for c in d["cases"]:
+        if isinstance(c.get("error_with_profile"), (int, float)):
+            by_dp.setdefault(c["dp"], []).append(abs(c["error_with_profile"]))
+    if len(by_dp) > 1:
+        parts = [f"{'one process' if dp == 1 else f'{dp} DDP processes'} {statistics.median(v) * 100:.0f}%" for dp, v in sorted(by_dp.items())]
+        out[-1] += " By setting, with the profile: " + ", ".join(parts) + "."
     return "\n".join(out)
 
 
