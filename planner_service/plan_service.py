@@ -349,7 +349,10 @@ def sticky_host_order(cluster: Mapping[str, Any], parent_ranks: Any) -> dict[str
     The planner fills a pool's available nodes in hostname order, so listing the parent's hosts
     first, in the order its ranks used them, keeps an unchanged strategy on the same GPUs; a
     host that went down has its slot taken by a spare (an available host the parent did not
-    use), so only the ranks of the lost node move.
+    use), so only the ranks of the lost node move.  Without a spare, the parent's last host
+    moves into the hole rather than every later host shifting up one slot (which would move
+    every rank after the lost node): the new plan runs on fewer GPUs, and the ranks it drops
+    are the tail's.
     """
     out = copy.deepcopy(dict(cluster))
     order: list[str] = []
@@ -365,9 +368,14 @@ def sticky_host_order(cluster: Mapping[str, Any], parent_ranks: Any) -> dict[str
         members = set(names)
         used = [h for h in order if h in members]
         spares = [h for h in names if h not in seen and h not in down]
-        new: list[str] = []
-        for h in used:
-            new.append(spares.pop(0) if h in down and spares else h)
+        slots: list[str | None] = [(spares.pop(0) if spares else None) if h in down else h for h in used]
+        while None in slots:
+            hole = slots.index(None)
+            while slots and slots[-1] is None:
+                slots.pop()
+            if hole < len(slots):
+                slots[hole] = slots.pop()
+        new = [h for h in slots if h is not None]
         g["hostnames"] = new + [h for h in names if h not in set(new)]
     return out
 

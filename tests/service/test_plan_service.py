@@ -14,6 +14,7 @@ from planner_service.plan_service import (
     plan_status,
     ranks_moved,
     request_hash,
+    sticky_host_order,
     to_json_safe,
 )
 
@@ -123,3 +124,21 @@ def test_apply_cluster_changes_errors_name_the_entry(down, added, field):
     with pytest.raises(InvalidInput) as exc:
         apply_cluster_changes(BASE, down, added)
     assert exc.value.field == field
+
+
+def _cluster(hosts, down=()):
+    return {"name": "c", "node_groups": [{"name": "g", "count": len(hosts), "device": "H100-SXM5-80GB", "hostnames": list(hosts)}],
+            "nodes": [{"hostname": h, "available": False} for h in down]}
+
+
+def test_sticky_order_fills_a_lost_host_with_a_spare_else_with_the_last_host():
+    parent = ranks([(h, 0) for h in ("n3", "n0", "n1", "n2")])  # the parent's rank order, not hostname order
+    spare = sticky_host_order(_cluster(["n0", "n1", "n2", "n3", "n4"], down=["n0"]), parent)
+    assert spare["node_groups"][0]["hostnames"][:4] == ["n3", "n4", "n1", "n2"]  # only n0's ranks move
+    # no spare: the last host fills the hole; hosts before and after it keep their slots
+    full = sticky_host_order(_cluster(["n0", "n1", "n2", "n3"], down=["n3"]), parent)
+    assert full["node_groups"][0]["hostnames"] == ["n2", "n0", "n1", "n3"]
+    middle = sticky_host_order(_cluster(["n0", "n1", "n2", "n3"], down=["n0"]), parent)
+    assert middle["node_groups"][0]["hostnames"][:3] == ["n3", "n2", "n1"]
+    last = sticky_host_order(_cluster(["n0", "n1", "n2", "n3"], down=["n2"]), parent)
+    assert last["node_groups"][0]["hostnames"][:3] == ["n3", "n0", "n1"]
