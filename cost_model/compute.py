@@ -43,7 +43,7 @@ def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1, fresh_output=T
     bytes_moved = (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
     t_flops = flops / rate
     t_mem = bytes_moved / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
-    fresh = first_touch_s(m * n * batch * BYTES_PER_ELEMENT[dtype], device) if fresh_output else 0.0
+    fresh = first_touch_s(m * n * batch * BYTES_PER_ELEMENT[dtype], device) if fresh_output and eff.first_touch_s_per_byte > 0 else 0.0
     return np.maximum(t_flops, t_mem) * batch + fresh + eff.kernel_overhead_s
 
 
@@ -67,9 +67,9 @@ def first_touch_s(tensor_bytes, device: DeviceSpec, count=1):
     write to each page faults and zero-fills it: ``first_touch_s_per_byte`` per byte.
     """
     eff = device.efficiency
+    if eff.first_touch_s_per_byte <= 0.0:  # GPUs: nothing to compute on the planner's hot path
+        return 0.0
     b = np.asarray(tensor_bytes, dtype=float)
-    if eff.first_touch_s_per_byte <= 0.0:
-        return 0.0 * b
     return np.where(b >= eff.first_touch_min_bytes, b * eff.first_touch_s_per_byte, 0.0) * count
 
 
@@ -85,8 +85,10 @@ def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1, rng_elements
     """
     eff = device.efficiency
     t_mem = np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
-    t_alu = np.asarray(rng_elements, dtype=float) * eff.rng_s_per_element + np.asarray(transcendental_elements, dtype=float) * eff.transcendental_s_per_element
-    return np.maximum(t_mem, t_alu) + kernels * eff.kernel_overhead_s
+    if eff.rng_s_per_element > 0 or eff.transcendental_s_per_element > 0:
+        t_alu = np.asarray(rng_elements, dtype=float) * eff.rng_s_per_element + np.asarray(transcendental_elements, dtype=float) * eff.transcendental_s_per_element
+        t_mem = np.maximum(t_mem, t_alu)
+    return t_mem + kernels * eff.kernel_overhead_s
 
 
 #: Fraction of GEMM throughput a fused attention kernel keeps while it also does the online

@@ -481,7 +481,7 @@ def _memory_op_time_s(m: Mapping[str, Any], device: DeviceSpec) -> float:
     return float(t + first_touch_s(_fresh_output_bytes(m), device))
 
 
-def _fit_elementwise(small: list[Mapping[str, Any]], fresh_large: list[Mapping[str, Any]], sec_per_byte: float,
+def _fit_elementwise(device: DeviceSpec, small: list[Mapping[str, Any]], fresh_large: list[Mapping[str, Any]], sec_per_byte: float,
                      launch_s: float, touch_min: float) -> dict[str, float]:
     """Per-element arithmetic costs and the first-touch cost (see the module docstring).
 
@@ -501,12 +501,11 @@ def _fit_elementwise(small: list[Mapping[str, Any]], fresh_large: list[Mapping[s
     out = {"rng_s_per_element": per_element(RNG_OPS), "transcendental_s_per_element": per_element(TRANSCENDENTAL_OPS),
            "first_touch_s_per_byte": 0.0, "points_first_touch": len(fresh_large)}
     if fresh_large and math.isfinite(touch_min):
-        probe = DeviceSpec(name="fit", family="fit", kind="cpu", memory_GB=1.0, memory_bandwidth_GBps=1e-9 / sec_per_byte,
-                           fp32_tflops=1.0, efficiency=Efficiency(
-                               gemm_max_fraction=1.0, gemm_half_dim=0.0, memory_fraction=1.0, nvlink_fraction=1.0, nic_fraction=1.0,
-                               collective_latency_s=0.0, kernel_overhead_s=launch_s,
-                               rng_s_per_element=out["rng_s_per_element"], transcendental_s_per_element=out["transcendental_s_per_element"]))
-        extra = [(x["seconds"] - _memory_op_time_s(x, probe)) / _fresh_output_bytes(x) for x in fresh_large]
+        # the device as fitted so far (bandwidth, launch, element costs), without first touch
+        fitted = replace(device, memory_bandwidth_GBps=1e-9 / sec_per_byte, efficiency=replace(
+            device.efficiency, memory_fraction=1.0, kernel_overhead_s=launch_s, first_touch_s_per_byte=0.0,
+            rng_s_per_element=out["rng_s_per_element"], transcendental_s_per_element=out["transcendental_s_per_element"]))
+        extra = [(x["seconds"] - _memory_op_time_s(x, fitted)) / _fresh_output_bytes(x) for x in fresh_large]
         out["first_touch_s_per_byte"] = max(0.0, float(np.median(extra)))
     return out
 
@@ -599,7 +598,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         elif not mems:
             warnings.append("no memory-bound measurements: memory_fraction keeps the catalog default")
         sec_per_byte = cm["sec_per_byte"] if cm["sec_per_byte"] > 0 else 1.0 / (device.memory_bandwidth_GBps * 1e9 * memory_fraction)
-        elementwise = _fit_elementwise(small, fresh_large, sec_per_byte, kernel_overhead_s, touch_min)
+        elementwise = _fit_elementwise(device, small, fresh_large, sec_per_byte, kernel_overhead_s, touch_min)
         rates["elementwise"] = elementwise
         used_mems = used_mems + [m for m in small if m["op"] in TRANSCENDENTAL_OPS + RNG_OPS] + fresh_large
         fitted = [d for d in dtypes if cm["sec_per_flop"][d] > 0]
