@@ -179,6 +179,21 @@ def test_estimate(client):
     assert est["tokens_per_s"] > 0 and est["fits"] is True
 
 
+def test_fused_kernels_through_the_api(client):
+    """``training.fused_kernels`` reaches the cost model through /v1/estimate, is part of a plan's
+    identity (a plain-PyTorch run is a different request), and a bad value is a 422 naming it."""
+    body = {**small_request(), "strategy": {"dp": 4, "tp": 2, "micro_batch_size": 2}}
+    fused = client.post("/v1/estimate", json=body).json()
+    eager_body = {**body, "training": {**body["training"], "fused_kernels": False}}
+    eager = client.post("/v1/estimate", json=eager_body).json()
+    assert eager["breakdown_s"]["optimizer"] > 1.5 * fused["breakdown_s"]["optimizer"]
+    a = client.post("/v1/plans", json=small_request()).json()
+    b = client.post("/v1/plans", json={**small_request(), "training": {**small_request()["training"], "fused_kernels": False}}).json()
+    assert a["request_hash"] != b["request_hash"] and b["training"]["fused_kernels"] is False
+    bad = client.post("/v1/estimate", json={**body, "training": {**body["training"], "fused_kernels": "no"}})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "training.fused_kernels"
+
+
 def test_saved_cluster_by_name(client):
     client.app.state.repository.save_cluster("lab", SMALL_CLUSTER)
     r = client.post("/v1/plans", json=small_request(cluster="lab"))
