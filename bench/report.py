@@ -131,6 +131,19 @@ def cpu() -> str | None:
     if len(by_dp) > 1:
         parts = [f"{'one process' if dp == 1 else f'{dp} DDP processes'} {statistics.median(v) * 100:.0f}%" for dp, v in sorted(by_dp.items())]
         out[-1] += " By setting, with the profile: " + ", ".join(parts) + "."
+    ew = []
+    for c in d["cases"]:
+        path = ROOT / c["profile"]["file"] if c.get("profile") else None
+        if path and path.exists():
+            ew.append(json.loads(path.read_text())["fit"]["rates"].get("elementwise") or {})
+    if ew:
+        def span(key: str, scale: float, unit: str) -> str:
+            vals = [e[key] * scale for e in ew if e.get(key)]
+            return f"{min(vals):.2g}–{max(vals):.2g} {unit}" if vals else "0"
+        out.append("")
+        out.append(f"Per-element costs the {len(ew)} profiles fitted on this CPU: dropout random numbers {span('rng_s_per_element', 1e9, 'ns')}, "
+                   f"exp/erf {span('transcendental_s_per_element', 1e9, 'ns')}, first touch of fresh tensors ≥ 32 MiB "
+                   f"{span('first_touch_s_per_byte', 1e9, 'ns/byte')} (all zero on GPUs).")
     return "\n".join(out)
 
 
