@@ -58,6 +58,14 @@ class Efficiency:
 
     Elementwise time is ``max(bytes / (bandwidth · memory_fraction), rng + transcendental
     element costs) + first-touch cost + launches`` (:func:`cost_model.compute.memory_bound_time_s`).
+
+    ``comm_overlap_fraction`` says how much of the backward pass the data-parallel gradient
+    reduction can hide behind (it scales ``DP_OVERLAP_WINDOW``): 1 on GPUs, where NCCL's
+    reduction kernels and the copy engines run beside the compute kernels on their own SMs and
+    DMA queues; 0 on CPUs, where gloo's reduction loops, its loopback socket copies and DDP's
+    bucket copies run on the same cores as the backward pass, so every second of all-reduce is
+    a second the backward does not get (PyTorch DDP still issues them asynchronously; the cores
+    are what is shared).  A property of the kind of device, not fitted by a profile.
     """
 
     gemm_max_fraction: float
@@ -72,6 +80,7 @@ class Efficiency:
     transcendental_s_per_element: float = 0.0
     first_touch_s_per_byte: float = 0.0
     first_touch_min_bytes: float = float("inf")
+    comm_overlap_fraction: float = 1.0
     source: str = "family default"
 
 
@@ -97,7 +106,7 @@ FAMILY_EFFICIENCY: dict[str, Efficiency] = {
     # per-element RNG, transcendental and page-fault costs depend on the library build, the
     # allocator and the hypervisor as much as on the chip, so the catalog does not guess them
     # (zero): only a profile of the host (``planner profile``) measures them.
-    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, first_touch_min_bytes=32.0 * 2**20, source="cpu default (no profile)"),
+    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, first_touch_min_bytes=32.0 * 2**20, comm_overlap_fraction=0.0, source="cpu default (no profile)"),
 }
 
 

@@ -207,7 +207,7 @@ def estimate(
                 layer_ranges=tuple(ranges[i]),
             )
         )
-    step = combine_stages(stage_costs, S, m, training)
+    step = combine_stages(stage_costs, S, m)
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
     model_flops = model_flops_per_step(model, training)

@@ -32,7 +32,10 @@ Step time (same schedule as :func:`cost_model.pipeline.combine_stages`, ``vpp = 
 
     step = m·max_k T_k + Σ_k T_k − max_k T_k + max_k exposed_dp_k + max_k optimizer_k
     T_k  = Σ_{ops in k} (fwd + bwd + internal comm + incoming resharding) + p2p sends of k
-    exposed_dp_k = max(0, dp_sync_k − (0.8·overlap + k)·backward_compute_k)
+    exposed_dp_k = max(0, dp_sync_k − (w + k)·backward_compute_k)
+
+with ``w`` = :func:`transformer_cost.dp_overlap_fraction` (0.8 with ``grad_reduce_overlap`` on a
+GPU, 0 on a CPU, whose all-reduce runs on its compute cores).
 
 The CPU parameter-server stage (when some embedding is placed on CPU nodes) is an extra
 pipeline stage in front: its time per micro-batch is the row gather on the CPU nodes plus the
@@ -61,16 +64,8 @@ from .graph import GraphSpec, OpCost, OpSpec
 from .result import Estimate, StageEstimate
 from .training import Training
 
-try:  # the transformer path's constants, so both paths price the same things the same way
-    from .transformer_cost import DP_OVERLAP_WINDOW, FRAGMENTATION_FRACTION, WORKSPACE_BYTES, model_state_bytes_per_param
-except ImportError:  # pragma: no cover - only while the transformer path is being written
-    WORKSPACE_BYTES, FRAGMENTATION_FRACTION, DP_OVERLAP_WINDOW = 1.5e9, 0.07, 0.8
-
-    def model_state_bytes_per_param(training, zero_stage, shard):  # type: ignore[no-redef]
-        mixed = training.dtype != "fp32"
-        w, g = (2.0 if mixed else 4.0), 4.0
-        o = (12.0 if mixed else 8.0) if training.optimizer == "adam" else (8.0 if mixed else 4.0)
-        return w, g, (o / shard if zero_stage >= 1 else o)
+# the transformer path's constants, so both paths price the same things the same way
+from .transformer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction, model_state_bytes_per_param
 
 
 # ---- layouts -------------------------------------------------------------------------------
@@ -1161,7 +1156,7 @@ def evaluate(tables: CostTables, choice: Sequence[int], stage_of_op: Sequence[in
     stages: list[StageResult] = []
     times = []
     exposed = []
-    window_frac = DP_OVERLAP_WINDOW if training.grad_reduce_overlap else 0.0
+    window_frac = dp_overlap_fraction(training, mesh.device)
     for k in range(pp):
         fl = inflight(mesh, k)
         state = wb[k] + gb[k] + ob[k] + fl * ab[k]

@@ -17,7 +17,6 @@ from .devices import DeviceSpec
 from .model import TransformerSpec
 from .training import Training
 from .transformer_cost import (
-    DP_OVERLAP_WINDOW,
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
     LayerCosts,
@@ -29,6 +28,7 @@ from .transformer_cost import (
     model_state_bytes_per_param,
     optimizer_step_s,
     param_tensors_per_layer,
+    dp_overlap_fraction,
     pp_p2p_s,
 )
 
@@ -67,6 +67,7 @@ class StageCost:
     pp_comm_s: np.ndarray
     dp_microbatch_s: np.ndarray  # ZeRO 2/3 sync per micro-batch not hidden by its compute
     dp_comm_s: np.ndarray  # per-step DP sync (hidden partly behind the last backward)
+    dp_window_s: np.ndarray  # the part of the last backward that DP sync can hide behind
     optimizer_s: np.ndarray
     weights_bytes: np.ndarray
     gradients_bytes: np.ndarray
@@ -164,8 +165,8 @@ def stage_cost(
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
-    window = DP_OVERLAP_WINDOW * (forward_s + backward_s) if training.grad_reduce_overlap else 0.0
-    dp_mb_exposed = np.maximum(0.0, dp_mb - window)
+    overlap = dp_overlap_fraction(training, dc.device)
+    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions) if has_embedding else 0) + (
@@ -182,6 +183,7 @@ def stage_cost(
         pp_comm_s=pp_comm,
         dp_microbatch_s=dp_mb_exposed,
         dp_comm_s=dp_comm,
+        dp_window_s=overlap * backward_s,
         optimizer_s=optimizer,
         weights_bytes=weights,
         gradients_bytes=grads,
@@ -214,14 +216,15 @@ def stack_stages(stages: list[StageCost]) -> StageCost:
     )
 
 
-def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m, training: Training) -> StepCost:
+def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m) -> StepCost:
     """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
     ``m·max_i t_i + (Σ t_i − max_i t_i)/v`` — for equal stages ``t·m·(1 + (p−1)/(m·v))``,
     the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021.  Then the DP gradient sync not
-    hidden behind the last micro-batch's backward (nor behind the pipeline drain for later
-    stages), then the optimizer step of the slowest stage.  ``stages`` is a list of per-stage
+    hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
+    reduction shares its compute cores) nor behind the pipeline drain for later stages (the
+    stage's own device is idle then, whatever kind it is), then the optimizer step of the slowest stage.  ``stages`` is a list of per-stage
     costs or one stacked cost with [stages, candidates] arrays.
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
@@ -231,9 +234,8 @@ def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m, 
     bottleneck = times.argmax(axis=0)
     pipeline = m * t_max + (times.sum(axis=0) - t_max) / S.vpp
     index = np.arange(times.shape[0], dtype=float).reshape((-1,) + (1,) * (times.ndim - 1))
-    window = (DP_OVERLAP_WINDOW if training.grad_reduce_overlap else 0.0) * st.backward_s
     drain = index * st.backward_s / S.vpp
-    dp_exposed = np.maximum(0.0, st.dp_comm_s - window - drain).max(axis=0)
+    dp_exposed = np.maximum(0.0, st.dp_comm_s - st.dp_window_s - drain).max(axis=0)
     optimizer = st.optimizer_s.max(axis=0)
     step = pipeline + dp_exposed + optimizer
 

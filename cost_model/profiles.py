@@ -726,6 +726,7 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
         transcendental_s_per_element=float(e["transcendental_s_per_element"]),
         first_touch_s_per_byte=float(e["first_touch_s_per_byte"]),
         first_touch_min_bytes=float("inf") if e["first_touch_min_bytes"] is None else float(e["first_touch_min_bytes"]),
+        comm_overlap_fraction=device.efficiency.comm_overlap_fraction,  # the kind of device's, not fitted
         source=f"profile {profile_id}",
     )
     figures = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}

@@ -52,6 +52,19 @@ TP_OVERLAP_MAX_HIDDEN = 0.8
 DP_OVERLAP_WINDOW = 0.8
 
 
+def dp_overlap_fraction(training: Training, device: DeviceSpec) -> float:
+    """Fraction of a stage's backward pass that hides its DP gradient reduction.
+
+    ``DP_OVERLAP_WINDOW`` when the framework overlaps the reduction with backward
+    (``training.grad_reduce_overlap``), scaled by the device's ``comm_overlap_fraction``: the
+    reduction hides only where it runs beside the compute (GPUs, 1), not where it shares the
+    cores that compute (CPUs, 0: the all-reduce adds to the step).  0 without overlap.
+    """
+    if not training.grad_reduce_overlap:
+        return 0.0
+    return DP_OVERLAP_WINDOW * device.efficiency.comm_overlap_fraction
+
+
 @dataclass(frozen=True)
 class StrategyArrays:
     """Struct of arrays: the i-th element of every field is one candidate strategy."""

@@ -157,7 +157,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         worst_short = (a + b - capacity_bytes).max(axis=0)
         sum_t = stages.time_s.sum(axis=0)
         fits_even = (stages.peak_memory_bytes <= capacity_bytes).all(axis=0)
-        sc = combine_stages(stages, Sg, _m(Sg, training), training)
+        sc = combine_stages(stages, Sg, _m(Sg, training))
         step[idx] = np.where(fits_even, sc.step_time_s, np.inf)
         feas = min_one_ok & (cap_layers >= L)
         feasible[idx] = feas
@@ -189,6 +189,8 @@ class StageLinear:
     bwd_b: np.ndarray
     dp_a: np.ndarray
     dp_b: np.ndarray
+    win_a: np.ndarray  # the part of the last backward the DP sync can hide behind
+    win_b: np.ndarray
     opt_a: np.ndarray
     opt_b: np.ndarray
     mem_a: np.ndarray
@@ -216,6 +218,7 @@ def stage_linear(model: TransformerSpec, training: Training, pc: PoolCosts, cand
             "time": np.broadcast_to(st.time_s, shape),
             "bwd": np.broadcast_to(st.backward_s, shape),
             "dp": np.broadcast_to(st.dp_comm_s, shape),
+            "win": np.broadcast_to(st.dp_window_s, shape),
             "opt": np.broadcast_to(st.optimizer_s, shape),
             "mem": np.broadcast_to(st.peak_memory_bytes, shape),
         }

@@ -41,7 +41,6 @@ from cost_model.graph_cost import (
     CpuPool,
     GraphEval,
     GraphMesh,
-    DP_OVERLAP_WINDOW,
     analyse,
     build_tables,
     for_mesh,
@@ -55,6 +54,7 @@ from cost_model.graph_cost import (
     _position_crossing,
 )
 from cost_model.training import Training
+from cost_model.transformer_cost import DP_OVERLAP_WINDOW, dp_overlap_fraction
 
 MAX_SEGMENTS = 48
 MAX_GROUP_COMBOS = 96
@@ -501,7 +501,7 @@ def solve_mesh(
     if cap_total <= 0:
         return SolveResult(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), "INFEASIBLE", None, time.perf_counter() - t0)
     cap_i = scale.mem_down(cap_total)
-    window = DP_OVERLAP_WINDOW if tables.training.grad_reduce_overlap else 0.0
+    window = dp_overlap_fraction(tables.training, mesh.device)
 
     def seg_lin(s: int, arrs) -> Any:
         return sum(lin(g, arrs[g]) for g in seg_groups[s])

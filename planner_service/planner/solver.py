@@ -28,8 +28,6 @@ from typing import Sequence
 
 from ortools.sat.python import cp_model
 
-from cost_model.transformer_cost import DP_OVERLAP_WINDOW
-
 from .costing import StageLinear
 from .split import MEMORY_UNIT_BYTES, SplitBudgetExceeded, single_pool_split, split_objective_s
 
@@ -56,7 +54,6 @@ def solve_split(
     pp: int,
     m: float,
     vpp: int,
-    grad_overlap: bool,
     time_limit_s: float,
     num_workers: int,
     hint_layers: Sequence[int] | None = None,
@@ -71,7 +68,7 @@ def solve_split(
     L = num_layers
     if P == 1 and method == "auto":
         try:
-            exact = single_pool_split(lins[0], capacities_bytes[0], L, pp, m, vpp, grad_overlap)
+            exact = single_pool_split(lins[0], capacities_bytes[0], L, pp, m, vpp)
         except SplitBudgetExceeded:
             pass  # CP-SAT below
         else:
@@ -144,12 +141,13 @@ def solve_split(
     t_vars, e_vars, o_vars = [], [], []
     v = max(int(vpp), 1)
     for i in range(pp):
-        t_expr, bwd_expr, dp_expr, opt_expr = [], [], [], []
+        t_expr, bwd_expr, dp_expr, win_expr, opt_expr = [], [], [], [], []
         for p in range(P):
             lin = lins[p]
             t_expr += [_scale(lin.time_a[i], scale) * on(i, p), _scale(lin.time_b[i], scale) * n[i][p]]
             bwd_expr += [_scale(lin.bwd_a[i], scale) * on(i, p), _scale(lin.bwd_b[i], scale) * n[i][p]]
             dp_expr += [_scale(lin.dp_a[i], scale) * on(i, p), _scale(lin.dp_b[i], scale) * n[i][p]]
+            win_expr += [_scale(lin.win_a[i], scale) * on(i, p), _scale(lin.win_b[i], scale) * n[i][p]]
             opt_expr += [_scale(lin.opt_a[i], scale) * on(i, p), _scale(lin.opt_b[i], scale) * n[i][p]]
             if cross[i] is not None and lin.p2p_cross_extra_s[i] > 0:
                 w = model.NewBoolVar(f"w{i}_{p}")
@@ -158,12 +156,10 @@ def solve_split(
         t = model.NewIntVar(0, horizon, f"t{i}")
         model.Add(t == sum(t_expr))
         t_vars.append(t)
-        # Exposed DP sync: dp − window·bwd − (i/v)·bwd, floored at 0 (combine_stages).
-        # factor = window + i/v is a multiple of 1/(20·v): multiply through by D = 20·v.
-        factor = (DP_OVERLAP_WINDOW if grad_overlap else 0.0) + i / v
-        D = 20 * v
+        # Exposed DP sync: dp − window − (i/v)·bwd (the drain), floored at 0 (combine_stages);
+        # multiplied through by v to stay integral.
         e = model.NewIntVar(0, horizon, f"e{i}")
-        model.Add(D * e >= D * sum(dp_expr) - int(round(factor * D)) * sum(bwd_expr))
+        model.Add(v * e >= v * (sum(dp_expr) - sum(win_expr)) - i * sum(bwd_expr))
         e_vars.append(e)
         o = model.NewIntVar(0, horizon, f"o{i}")
         model.Add(o == sum(opt_expr))
@@ -201,7 +197,7 @@ def solve_split(
                 pools.append(p)
                 break
     if P == 1:  # the exact step time of the split, not the integer-scaled objective
-        objective_s = split_objective_s(lins[0], layers, m, vpp, grad_overlap)
+        objective_s = split_objective_s(lins[0], layers, m, vpp)
     else:
         objective_s = solver.ObjectiveValue() / v / scale
     return SplitResult(tuple(layers), tuple(pools), solver.StatusName(status), objective_s)

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_model.transformer_cost import DP_OVERLAP_WINDOW
-
 from .costing import StageLinear
 
 MEMORY_UNIT_BYTES = 1e3
@@ -67,13 +65,13 @@ def max_layers_in_memory(mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capac
     return out
 
 
-def split_objective_s(lin: StageLinear, layers, m: float, vpp: int, grad_overlap: bool) -> float:
+def split_objective_s(lin: StageLinear, layers, m: float, vpp: int) -> float:
     """F(layers) for one pool: the step time ``combine_stages`` gives for this split."""
     n = np.asarray(layers, dtype=float)
     v = max(int(vpp), 1)
     t = lin.time_a + lin.time_b * n
-    factor = (DP_OVERLAP_WINDOW if grad_overlap else 0.0) + np.arange(len(n)) / v
-    e = np.maximum(0.0, lin.dp_a + lin.dp_b * n - factor * (lin.bwd_a + lin.bwd_b * n))
+    drain = np.arange(len(n)) / v
+    e = np.maximum(0.0, lin.dp_a + lin.dp_b * n - (lin.win_a + lin.win_b * n) - drain * (lin.bwd_a + lin.bwd_b * n))
     o = lin.opt_a + lin.opt_b * n
     return float((m - 1.0 / v) * t.max() + e.max() + o.max() + t.sum() / v)
 
@@ -139,7 +137,6 @@ def single_pool_split(
     pp: int,
     m: float,
     vpp: int,
-    grad_overlap: bool,
     max_pairs: int = DEFAULT_MAX_PAIRS,
 ) -> ExactSplit | None:
     """Optimal split of ``num_layers`` layers over ``pp`` stages of one pool (≥ 1 layer each,
@@ -156,8 +153,9 @@ def single_pool_split(
     n = np.arange(L + 1, dtype=float)
     valid = (n[None, :] >= 1) & (n[None, :] <= hi_mem[:, None])  # [pp, L+1]
     t = lin.time_a[:, None] + lin.time_b[:, None] * n
-    factor = (DP_OVERLAP_WINDOW if grad_overlap else 0.0) + np.arange(pp, dtype=float)[:, None] / v
-    e = np.maximum(0.0, lin.dp_a[:, None] + lin.dp_b[:, None] * n - factor * (lin.bwd_a[:, None] + lin.bwd_b[:, None] * n))
+    drain = np.arange(pp, dtype=float)[:, None] / v
+    win = lin.win_a[:, None] + lin.win_b[:, None] * n
+    e = np.maximum(0.0, lin.dp_a[:, None] + lin.dp_b[:, None] * n - win - drain * (lin.bwd_a[:, None] + lin.bwd_b[:, None] * n))
     o = lin.opt_a[:, None] + lin.opt_b[:, None] * n
     c = lin.time_b / v  # linear part Σ c_i·n_i (+ Σ time_a / v)
     groups = _cost_groups(c)
@@ -218,7 +216,7 @@ def single_pool_split(
             layers = _fill(lo[k], hi[k], groups, L)
             total = X_E[k] + (c * layers).sum(axis=1)
             cand = layers[int(np.argmin(total))]
-            F = split_objective_s(lin, cand, m, v, grad_overlap)
+            F = split_objective_s(lin, cand, m, v)
             if F < best_F:
                 best_F, best_n = F, cand
     if best_n is None:

@@ -101,9 +101,11 @@ def test_every_catalog_device_and_family_constant_is_usable():
     from cost_model.devices import FAMILY_EFFICIENCY
 
     # The per-element terms are zero where the device's memory traffic hides them (GPUs) or
-    # where only a profile can tell (CPUs); everything else is a positive figure.
-    may_be_zero = {"rng_s_per_element", "transcendental_s_per_element", "first_touch_s_per_byte"}
+    # where only a profile can tell (CPUs), and CPUs hide no communication behind compute;
+    # everything else is a positive figure.
+    may_be_zero = {"rng_s_per_element", "transcendental_s_per_element", "first_touch_s_per_byte", "comm_overlap_fraction"}
     for name, eff in FAMILY_EFFICIENCY.items():
+        assert 0.0 <= eff.comm_overlap_fraction <= 1.0, name
         for f in fields(eff):
             if f.name != "source":
                 value = getattr(eff, f.name)
@@ -133,3 +135,23 @@ def test_unfused_kernels_cost_the_extra_passes_where_they_run():
     # 72 B/param (+6 for the 16-bit copy) against fused Adam's 34 B/param, same bandwidth
     opt_ratio = e2.breakdown_s["optimizer"] / f2.breakdown_s["optimizer"]
     assert opt_ratio == pytest.approx(78 / 34, rel=0.05)
+
+
+def test_gradient_allreduce_hides_behind_backward_on_gpus_but_not_on_cpus():
+    """DDP overlaps the bucketed all-reduce with backward.  On GPUs NCCL runs beside the compute
+    kernels, so most of it hides; on a CPU gloo reduces on the cores that compute, so all of it
+    adds to the step (``Efficiency.comm_overlap_fraction`` 0)."""
+    model = get_preset("gpt3-125m")
+    on, off = Training(16, 1024), Training(16, 1024, grad_reduce_overlap=False)
+    strategy = Strategy(dp=2, micro_batch_size=8)
+
+    gpu = simple_cluster("A100-SXM4-80GB", 1, 2)
+    gpu_on, gpu_off = estimate(model, on, gpu, strategy), estimate(model, off, gpu, strategy)
+    assert gpu_off.breakdown_s["dp_comm_exposed"] > 0
+    assert gpu_on.breakdown_s["dp_comm_exposed"] < 0.5 * gpu_off.breakdown_s["dp_comm_exposed"]
+
+    cpu = simple_cluster("local-cpu", 1, 2)
+    cpu_on, cpu_off = estimate(model, on, cpu, strategy), estimate(model, off, cpu, strategy)
+    assert cpu_on.breakdown_s["dp_comm_exposed"] > 0
+    assert cpu_on.breakdown_s["dp_comm_exposed"] == pytest.approx(cpu_off.breakdown_s["dp_comm_exposed"], rel=1e-12)
+    assert cpu_on.step_time_s == pytest.approx(cpu_off.step_time_s, rel=1e-12)

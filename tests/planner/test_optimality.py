@@ -57,3 +57,18 @@ def test_two_device_types_match_brute_force(model):
             {"name": "slow", "count": 1, "gpus_per_node": 4, "device": {**SMALL_GPU, "memory_GB": 6}}]},
     })
     assert set(result.best.stage_groups) == {"fast", "slow"}
+
+
+@pytest.mark.slow
+def test_pools_that_do_and_do_not_overlap_gradient_reduction_match_brute_force():
+    # The slow pool is of the cpu family: its DP all-reduce cannot hide behind its backward
+    # (comm_overlap_fraction 0) while the fast pool's can, so the split model's exposed-sync
+    # terms differ per pool.  The optimum is a data-parallel pipeline over both pools.
+    result = _check({
+        "model": GPT_WIDE,
+        "training": {"global_batch_size": 32, "sequence_length": 2048},
+        "cluster": {"name": "c", "node_groups": [
+            {"name": "fast", "count": 1, "gpus_per_node": 4, "device": {**FAST_GPU, "memory_GB": 8}},
+            {"name": "cpu-like", "count": 1, "gpus_per_node": 4, "device": {**SMALL_GPU, "name": "cpu-like", "family": "cpu", "memory_GB": 8}}]},
+    })
+    assert set(result.best.stage_groups) == {"fast", "cpu-like"} and result.best.strategy.dp > 1

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from bruteforce import compositions
+from cost_model.transformer_cost import DP_OVERLAP_WINDOW
 from planner_service.planner import solver
 from planner_service.planner.costing import StageLinear, pool_costs, stage_linear
 from planner_service.planner.search import normalise_cluster
@@ -30,6 +31,7 @@ def random_instance(rng: np.random.Generator, pp: int, mem_tight: bool) -> Stage
     time_a[-1] += rng.uniform(0.0, 4.0) * per_layer_s
     time_b = np.full(pp, per_layer_s) * (1 + rng.uniform(-1e-12, 1e-12, pp))  # rounding noise
     bwd_a, bwd_b = time_a * 2 / 3, time_b * 2 / 3
+    window = rng.choice([0.0, DP_OVERLAP_WINDOW])  # the device's overlap: none (CPUs) or the GPUs'
     dp_a = np.full(pp, rng.uniform(0.0, 0.2))
     dp_b = np.full(pp, rng.uniform(0.0, 3.0) * per_layer_s)
     opt_a = np.full(pp, rng.uniform(0.0, 0.01))
@@ -38,11 +40,11 @@ def random_instance(rng: np.random.Generator, pp: int, mem_tight: bool) -> Stage
     opt_b = np.full(pp, rng.uniform(0.001, 0.01))
     mem_a = np.full(pp, 1e9) + rng.uniform(0, 1e9) * (pp - np.arange(pp)) / pp
     mem_b = (rng.uniform(0.5e9, 2e9) if mem_tight else 1e8) * (pp - np.arange(pp)) / pp + 1e8
-    return StageLinear(time_a, time_b, bwd_a, bwd_b, dp_a, dp_b, opt_a, opt_b, mem_a, mem_b, np.zeros(pp))
+    return StageLinear(time_a, time_b, bwd_a, bwd_b, dp_a, dp_b, window * bwd_a, window * bwd_b, opt_a, opt_b, mem_a, mem_b, np.zeros(pp))
 
 
-def _cp_sat(lin, cap, L, pp, m, vpp, overlap):
-    return solve_split([lin], [cap], [pp], L, pp, m, vpp, overlap, 30.0, 1, scale_ref_s=float(lin.time_b.mean()) * L / pp * m, method="cp-sat")
+def _cp_sat(lin, cap, L, pp, m, vpp):
+    return solve_split([lin], [cap], [pp], L, pp, m, vpp, 30.0, 1, scale_ref_s=float(lin.time_b.mean()) * L / pp * m, method="cp-sat")
 
 
 def _check_split(lin, cap, L, layers):
@@ -57,18 +59,17 @@ def test_exact_split_matches_cp_sat_on_random_single_pool_instances(seed):
     L = int(rng.integers(pp, 41))
     m = float(rng.choice([pp, 2 * pp, 16, 64]))
     vpp = 1
-    overlap = bool(rng.integers(0, 2))
     lin = random_instance(rng, pp, mem_tight=bool(rng.integers(0, 2)))
     cap = float(rng.uniform(4e9, 40e9))
-    fast = single_pool_split(lin, cap, L, pp, m, vpp, overlap)
-    ref = _cp_sat(lin, cap, L, pp, m, vpp, overlap)
+    fast = single_pool_split(lin, cap, L, pp, m, vpp)
+    ref = _cp_sat(lin, cap, L, pp, m, vpp)
     assert (fast is None) == (ref is None)
     if fast is None:
         return
     assert ref.status == "OPTIMAL"
     _check_split(lin, cap, L, fast.layers)
-    ref_s = split_objective_s(lin, ref.layers, m, vpp, overlap)
-    assert fast.objective_s == pytest.approx(split_objective_s(lin, fast.layers, m, vpp, overlap), rel=1e-12)
+    ref_s = split_objective_s(lin, ref.layers, m, vpp)
+    assert fast.objective_s == pytest.approx(split_objective_s(lin, fast.layers, m, vpp), rel=1e-12)
     assert fast.objective_s <= ref_s * (1 + 1e-9)
     assert fast.objective_s == pytest.approx(ref_s, rel=1e-7)
 
@@ -83,19 +84,19 @@ def test_exact_split_matches_enumerating_every_split(seed):
     cap = float(rng.uniform(3e9, 20e9))
     hi = max_layers_in_memory(lin.mem_a, lin.mem_b, cap, L)
     splits = [c for c in compositions(L, pp) if all(n <= h for n, h in zip(c, hi))]
-    fast = single_pool_split(lin, cap, L, pp, m, 1, True)
+    fast = single_pool_split(lin, cap, L, pp, m, 1)
     if not splits:
         assert fast is None
         return
-    best = min(split_objective_s(lin, c, m, 1, True) for c in splits)
+    best = min(split_objective_s(lin, c, m, 1) for c in splits)
     assert fast is not None
     assert fast.objective_s == pytest.approx(best, rel=1e-9)
 
 
 def test_equal_stages_get_a_level_split():
     pp, L = 4, 10
-    lin = StageLinear(*(np.full(pp, v) for v in (0.01, 0.1, 0.0, 0.06, 0.0, 0.01, 0.0, 0.001, 1e9, 1e8)), np.zeros(pp))
-    fast = single_pool_split(lin, 80e9, L, pp, 16.0, 1, True)
+    lin = StageLinear(*(np.full(pp, v) for v in (0.01, 0.1, 0.0, 0.06, 0.0, 0.01, 0.0, 0.048, 0.0, 0.001, 1e9, 1e8)), np.zeros(pp))
+    fast = single_pool_split(lin, 80e9, L, pp, 16.0, 1)
     assert sorted(fast.layers, reverse=True) == [3, 3, 2, 2]
 
 
@@ -115,8 +116,8 @@ def test_level_fill_keeps_bounds_and_total_and_is_level():
 def test_no_split_fits_memory():
     pp, L = 4, 40
     lin = random_instance(np.random.default_rng(7), pp, mem_tight=True)
-    assert single_pool_split(lin, 2.5e9, L, pp, 16.0, 1, True) is None
-    assert _cp_sat(lin, 2.5e9, L, pp, 16.0, 1, True) is None
+    assert single_pool_split(lin, 2.5e9, L, pp, 16.0, 1) is None
+    assert _cp_sat(lin, 2.5e9, L, pp, 16.0, 1) is None
 
 
 @pytest.mark.parametrize("pp", [3, 7, 15])
@@ -137,13 +138,13 @@ def test_exact_split_matches_cp_sat_on_the_cost_models_coefficients(pp):
         j = int(j)
         lin = stage_linear(model, training, pc, j, pp, bool(S.dp[j] * S.cp[j] * S.tp[j] >= 8))
         m = float(m_all[j])
-        fast = single_pool_split(lin, cap, model.num_layers, pp, m, 1, training.grad_reduce_overlap)
-        ref = _cp_sat(lin, cap, model.num_layers, pp, m, 1, training.grad_reduce_overlap)
+        fast = single_pool_split(lin, cap, model.num_layers, pp, m, 1)
+        ref = _cp_sat(lin, cap, model.num_layers, pp, m, 1)
         assert (fast is None) == (ref is None)
         if fast is None:
             continue
         checked += 1
-        ref_s = split_objective_s(lin, ref.layers, m, 1, training.grad_reduce_overlap)
+        ref_s = split_objective_s(lin, ref.layers, m, 1)
         assert fast.objective_s == pytest.approx(ref_s, rel=1e-7)
     assert checked > 0
 
@@ -153,13 +154,13 @@ def test_solve_split_falls_back_to_cp_sat_past_the_enumeration_budget(monkeypatc
     pp, L = 5, 30
     lin = random_instance(rng, pp, mem_tight=False)
     with pytest.raises(SplitBudgetExceeded):
-        single_pool_split(lin, 80e9, L, pp, 16.0, 1, True, max_pairs=0)
+        single_pool_split(lin, 80e9, L, pp, 16.0, 1, max_pairs=0)
 
     def over_budget(*args, **kwargs):
         raise SplitBudgetExceeded("test")
 
     monkeypatch.setattr(solver, "single_pool_split", over_budget)
-    res = solve_split([lin], [80e9], [pp], L, pp, 16.0, 1, True, 30.0, 1, scale_ref_s=1.0)
+    res = solve_split([lin], [80e9], [pp], L, pp, 16.0, 1, 30.0, 1, scale_ref_s=1.0)
     assert res is not None and res.status == "OPTIMAL"
-    fast = single_pool_split(lin, 80e9, L, pp, 16.0, 1, True)
-    assert split_objective_s(lin, res.layers, 16.0, 1, True) == pytest.approx(fast.objective_s, rel=1e-7)
+    fast = single_pool_split(lin, 80e9, L, pp, 16.0, 1)
+    assert split_objective_s(lin, res.layers, 16.0, 1) == pytest.approx(fast.objective_s, rel=1e-7)

@@ -120,6 +120,16 @@ def test_estimate_compute_time_scales_with_measured_gemm_speed():
     assert half.breakdown_s["compute"] / base.breakdown_s["compute"] == pytest.approx(0.5, rel=0.03)
 
 
+def test_a_profile_keeps_whether_the_device_overlaps_communication():
+    """Whether gradient reduction can hide behind compute is the kind of device's (CPUs share
+    their cores with gloo), not something a profile's fit may change."""
+    from dataclasses import replace
+
+    cpu = synthetic_profile("local-cpu", dtypes=("fp32",), eff=replace(TRUE_EFF, comm_overlap_fraction=1.0))
+    assert apply_profile(get_device("local-cpu"), cpu).efficiency.comm_overlap_fraction == 0.0
+    assert apply_profile(get_device("A100-SXM4-80GB"), synthetic_profile()).efficiency.comm_overlap_fraction == 1.0
+
+
 def test_profile_applies_only_to_its_own_device():
     prof = synthetic_profile()
     assert profile_matches(get_device("a100"), prof)  # alias of A100-SXM4-80GB
