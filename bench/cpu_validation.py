@@ -25,7 +25,8 @@ learned positions, LayerNorm with bias, QKV/projection/FC1/FC2 with biases, 4h G
 LM head, dropout 0.1 (attention probabilities and both residual branches), unfused causal
 attention (scores materialised, masked softmax) — so ``training.attention = "unfused"`` — written
 in plain PyTorch ops with ``torch.optim.Adam`` (no fused kernels: ``training.fused_kernels =
-False``).
+False``), initialised as GPT-2 is (PyTorch's default initialisation drives this untrained toy's
+softmax into fp32 subnormals, which x86 cores process ~50× slower: see ``build_model``).
 
 Writes bench/results/cpu_validation.json (and each case's fitted profile in bench/results/cpu_profiles/) and prints a table.
 Usage: python bench/cpu_validation.py [--steps 5] [--cases A,B] [--no-dp] [--reuse-profiles]
@@ -110,7 +111,20 @@ def build_model(case: dict[str, Any]):
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     torch.manual_seed(0)
-    return GPT()
+    gpt = GPT()
+    # GPT-2's initialisation (Radford et al. 2019; nanoGPT): N(0, 0.02) weights and embeddings,
+    # zero biases, residual projections scaled by 1/sqrt(2·layers).  PyTorch's defaults (N(0, 1)
+    # embeddings tied to the head, Kaiming-uniform projections) make logits and attention scores
+    # of tens, whose softmax underflows into fp32 subnormals — and x86 cores take a microcode
+    # assist per subnormal operand, slowing the head's backward GEMMs ~50× and the softmax ~20×:
+    # a slowdown of the untrained toy, not of training, which no cost model should learn.
+    for name, p in gpt.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * case["layers"]) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+    return gpt
 
 
 def hf_config(case: dict[str, Any]) -> dict[str, Any]:

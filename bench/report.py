@@ -131,11 +131,20 @@ def cpu() -> str | None:
     if len(by_dp) > 1:
         parts = [f"{'one process' if dp == 1 else f'{dp} DDP processes'} {statistics.median(v) * 100:.0f}%" for dp, v in sorted(by_dp.items())]
         out[-1] += " By setting, with the profile: " + ", ".join(parts) + "."
-    ew = []
+    ew, gemm_GFLOPs = [], {}
     for c in d["cases"]:
         path = ROOT / c["profile"]["file"] if c.get("profile") else None
         if path and path.exists():
-            ew.append(json.loads(path.read_text())["fit"]["rates"].get("elementwise") or {})
+            rates = json.loads(path.read_text())["fit"]["rates"]
+            ew.append(rates.get("elementwise") or {})
+            if rates.get("gemm_tflops", {}).get("fp32"):
+                gemm_GFLOPs.setdefault(c["threads_per_process"], []).append(rates["gemm_tflops"]["fp32"] * 1e3)
+    host = d.get("host") or {}
+    if host:
+        speeds = ", ".join(f"{min(v):.0f}–{max(v):.0f} GFLOP/s with {t} thread{'s' if t > 1 else ''}" for t, v in sorted(gemm_GFLOPs.items()))
+        out.append("")
+        out.append(f"Host: {host.get('cpu', '?')}, {host.get('cores', '?')} cores, torch {host.get('torch', '?')}"
+                   + (f"; profiled fp32 GEMM rate {speeds}." if speeds else "."))
     if ew:
         def span(key: str, scale: float, unit: str) -> str:
             vals = [e[key] * scale for e in ew if e.get(key)]
