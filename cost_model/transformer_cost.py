@@ -222,6 +222,8 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         # Fresh tensors: probabilities, dropout output and mask forward; two gradients backward.
         if eager:
             t_softmax_fwd, t_softmax_bwd = _eager_attention_elementwise_s(elems, eb, drop, device)
+            layout_fwd, layout_bwd = _eager_head_layout_s(T * h / t, T * kv, eb, device)
+            t_softmax_fwd, t_softmax_bwd = t_softmax_fwd + layout_fwd, t_softmax_bwd + layout_bwd
         else:
             t_softmax_fwd = (
                 memory_bound_time_s(2 * eb * elems, device, kernels=1, transcendental_elements=elems)
@@ -249,12 +251,20 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     # mul (3·eb) and the residual add (3·eb): four operators, 9·eb bytes.
     dropout_bytes_fwd = rep_elems * 2 * ((3 * eb + drop) if not eager else (3 * eb + drop * 6 * eb))
     dropout_kernels = 2 * (1 + 3 * drop) if eager else 2
-    # Activation function on the FFN hidden: GELU read+write (2·eb), SwiGLU reads two inputs;
-    # one erf/exp per element forward and backward.
+    # Activation function on the FFN hidden: GELU read+write (2·eb), SwiGLU reads two inputs.
+    # Transcendentals per element: GELU x·Φ(x) one erf forward and, backward Φ(x) + x·φ(x), an
+    # erf and an exp; SiLU x·σ(x) one exp each way (the backward recomputes σ).
     ffn_hidden_elems = T * f / t * (model.experts_per_token if model.is_moe else 1.0)
     act_bytes_fwd = ffn_hidden_elems * ((3 if model.gated_ffn else 2) * eb)
+    act_bwd_transcendentals = ffn_hidden_elems * (1 if model.gated_ffn else 2)
     # Rotary embedding on Q and K (read+write) for RoPE models.
     rope_bytes = 0.0 if model.learned_positions else T * (h / t + kv) * 2 * eb
+    # Bias gradients: eager PyTorch reduces each biased linear layer's output gradient over the
+    # tokens (``grad_output.sum(0)``), one read of the QKV, projection, FC1 and FC2 outputs'
+    # gradients; fused kernels compute it in the weight-gradient GEMM's epilogue (cuBLASLt's
+    # BGRAD epilogue, Transformer Engine) or the bias-GELU backward.
+    ffn_out = (fm - 1) * f / t * (model.experts_per_token if model.is_moe else 1.0)
+    bias_grad_bytes = float(model.bias and eager) * T * (h / t + 2 * kv + h + ffn_out + h) * eb
     elem_fwd = (
         memory_bound_time_s(norm_bytes_fwd + rope_bytes, device, kernels=3)
         + memory_bound_time_s(dropout_bytes_fwd, device, kernels=dropout_kernels, rng_elements=2 * drop * rep_elems)
@@ -265,8 +275,9 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     # writes dx; dropout backward reads dy and the mask and writes dx; no random numbers).
     elem_bwd = (
         memory_bound_time_s(1.25 * (norm_bytes_fwd + dropout_bytes_fwd + rope_bytes), device, kernels=7)
-        + memory_bound_time_s(1.25 * act_bytes_fwd, device, kernels=1, transcendental_elements=ffn_hidden_elems)
+        + memory_bound_time_s(1.25 * act_bytes_fwd, device, kernels=1, transcendental_elements=act_bwd_transcendentals)
         + first_touch_s(ffn_hidden_elems * eb, device)
+        + memory_bound_time_s(bias_grad_bytes, device, kernels=4 * int(model.bias and eager))
     )
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
@@ -335,6 +346,24 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         model_flops=model_flops,
         recompute_flops=recompute_flops,
     )
+
+
+def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
+    """Forward and backward time of moving attention's operands between the token-major layout
+    of the projections ([b, s, heads, d]) and the head-major layout batched GEMMs need
+    ([b, heads, s, d]), in plain PyTorch (``view(...).transpose(1, 2)`` then ``@``).
+
+    Forward: Q, K and V are made contiguous head-major (``bmm`` cannot take the transposed
+    view) and the attention output is copied back token-major (``transpose(1, 2).reshape``).
+    Backward: the output gradient is copied head-major, the Q, K and V gradients token-major,
+    and the fused QKV projection's ``split`` concatenates them into one gradient: five passes.
+    Each copy reads and writes every element (2·eb bytes).  Fused kernels read the strided
+    layouts directly (none of this).
+    """
+    qkv = q_elems + 2 * kv_elems
+    fwd = memory_bound_time_s(2 * eb * (qkv + q_elems), device, kernels=4)
+    bwd = memory_bound_time_s(2 * eb * (2 * qkv + q_elems), device, kernels=5)
+    return fwd, bwd
 
 
 def _eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
@@ -500,7 +529,8 @@ def embedding_head_costs(model: TransformerSpec, training: Training, device: Dev
 
     Head GEMM [T,h]x[h,V/t] forward, ×2 backward; the loss reads fp32 logits (softmax,
     gradient: ≈ 4 passes of 4 B over T·V/t).  The embedding gathers T·h rows and all-reduces
-    (or reduce-scatters under SP) them across TP; its backward scatters gradients.
+    (or reduce-scatters under SP) them across TP; its backward scatters gradients into a dense,
+    zero-filled [V/t, h] gradient.
     """
     dt = training.dtype
     eb = _act_bytes(training)
@@ -521,14 +551,22 @@ def embedding_head_costs(model: TransformerSpec, training: Training, device: Dev
         + first_touch_s(logits * eb, device, count=2)
         + first_touch_s(logits * 4, device, count=2)
     )
-    head_s = 3 * head_gemm + loss
+    # A tied head on the embedding's stage in eager PyTorch: autograd adds the head's and the
+    # embedding's gradients of the shared [V/t, h] weight (read two, write one); Megatron
+    # accumulates both into the fp32 gradient buffer inside the GEMM (gradient-accumulation fusion).
+    tied = model.tie_embeddings and not training.fused_kernels
+    tied_accumulate = np.where(S.pp == 1, memory_bound_time_s(3 * V / t * h * eb, device, kernels=1), 0.0) if tied else 0.0
+    head_s = 3 * head_gemm + loss + tied_accumulate
     tp_per_node = np.minimum(t, gpn)
     emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
     # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
     # apply dropout to the embedding output (one random number per element).
     drop = _dropout(model)
     emb_dropout = memory_bound_time_s(drop * T * h * (3 * eb + 1), device, kernels=drop, rng_elements=drop * T * h)
-    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + emb_dropout + 2 * emb_comm
+    # The embedding's backward builds a dense [V/t, h] gradient: zero-filled, then the T rows
+    # scattered into it.
+    emb_grad = memory_bound_time_s(V / t * h * eb, device, kernels=1)
+    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + emb_grad + emb_dropout + 2 * emb_comm
     head_flops = 3 * 2 * T * h * V / t
     # Logits (16-bit) and the fp32 copy the loss keeps for backward.
     head_act = T * V / t * (eb + 4)
