@@ -22,8 +22,12 @@ Parallel layout (Alpa-style, Zheng et al. 2022, with the data-parallel axis fixe
 
 Cost per operator choice (per micro-batch, per GPU): GEMMs by :func:`compute.gemm_time_s` on the
 sharded shape (backward as two GEMMs, dX and dW, with their own shapes), fused attention by
-:func:`compute.flash_attention_time_s`, memory-bound operators by bytes over HBM bandwidth where
-chains of elementwise operators fuse into one kernel (intermediates stay on chip).  Memory:
+:func:`compute.flash_attention_time_s`, memory-bound operators by bytes over HBM bandwidth
+where chains of elementwise operators fuse into one kernel (intermediates stay on chip; with
+``training.fused_kernels`` false — eager PyTorch — every operator is its own kernel and pass,
+and unfused attention runs each of its elementwise ops separately).  The graph path places
+compute on accelerators only (CPU node groups serve embedding tables), so the CPU per-element
+terms of the transformer path have no counterpart here.  Memory:
 weights, gradients and optimizer state per parameter as the transformer path
 (:func:`transformer_cost.model_state_bytes_per_param`, ZeRO-1 shards optimizer state over the
 replicas of a weight), saved activations per micro-batch times the 1F1B in-flight count.
@@ -65,7 +69,15 @@ from .result import Estimate, StageEstimate
 from .training import Training
 
 # the transformer path's constants, so both paths price the same things the same way
-from .transformer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction, model_state_bytes_per_param
+from .transformer_cost import (
+    FRAGMENTATION_FRACTION,
+    WORKSPACE_BYTES,
+    eager_attention_elementwise_s,
+    dp_overlap_fraction,
+    model_state_bytes_per_param,
+    optimizer_bytes_per_param,
+    optimizer_kernels,
+)
 
 
 # ---- layouts -------------------------------------------------------------------------------
@@ -96,14 +108,6 @@ def grad_target(out_layout: int) -> int:
     """Layout in which a producer needs the gradient of an output it produced in ``out_layout``:
     the same, except that the gradient of a partial sum is replicated."""
     return R if out_layout == P else out_layout
-
-
-#: Optimizer bytes touched per parameter per step (the transformer path's figures:
-#: mixed-precision Adam 34 B, SGD 22 B; fp32 32 / 16).
-def optimizer_bytes_per_param(training: Training) -> float:
-    if training.optimizer == "adam":
-        return 34.0 if training.dtype != "fp32" else 32.0
-    return 22.0 if training.dtype != "fp32" else 16.0
 
 
 #: CPU parameter-server tables are fp32 with their optimizer state (Adam: 2 moments) and no
@@ -751,6 +755,7 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
     shapes = graph.bind(mesh.micro_batch, training.sequence_length)
     graph_inputs = set(graph.inputs)
     unfused = training.attention == "unfused"
+    eager = not training.fused_kernels
 
     row_start = [0]
     row_op: list[int] = []
@@ -793,7 +798,8 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
         if c.cpu:
             cpu_rows.append(r)
             continue
-        frac = analysis.fused_bytes_fraction[i]
+        # Eager frameworks run every operator as its own kernel (no chain fusion).
+        frac = 1.0 if eager else analysis.fused_bytes_fraction[i]
         if c.gemm is not None:
             m, n, k, b = c.gemm
             for direction, (mm, nn, kk) in enumerate(((m, n, k), (m, k, n), (k, n, m))):
@@ -818,7 +824,7 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
         else:
             mem_f[r] = oc.fwd_bytes * frac * c.mem_frac
             mem_b[r] = oc.bwd_bytes * frac * c.mem_frac
-            kern[r] = analysis.first_kernel[i]
+            kern[r] = (1 if oc.fwd_bytes > 0 else 0) if eager else analysis.first_kernel[i]
             flops[r] += (oc.fwd_flops + oc.bwd_flops) * c.mem_frac
         extra_act[r] += oc.extra_saved_bytes * c.extra_act_frac
         for kind, size, direction in c.comm:
@@ -844,8 +850,13 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
             tq = gemm_time_s(sq, skv, d, device, dt, batch=bh)
             tp_ = gemm_time_s(sq, d, skv, device, dt, batch=bh)
             elems = bh * sq * skv
-            f = tq + tp_ + memory_bound_time_s(9 * elems, device, kernels=2)
-            b_ = 2 * (tq + tp_) + memory_bound_time_s(11 * elems, device, kernels=2)
+            if eager:  # plain PyTorch: every op of it its own pass (the transformer path's rule)
+                ef, eb_ = eager_attention_elementwise_s(elems, eb_act, 1.0, device)
+            else:
+                ef = memory_bound_time_s(9 * elems, device, kernels=2)
+                eb_ = memory_bound_time_s(11 * elems, device, kernels=2)
+            f = tq + tp_ + ef
+            b_ = 2 * (tq + tp_) + eb_
         else:
             f = flash_attention_time_s(bh, sq, skv, d, device, dt, causal_fraction=fr)
             b_ = FLASH_BACKWARD_RATIO * f
@@ -971,6 +982,9 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     sync_s = np.where(sync_n > 1, allreduce_time_s(sync_n, params_dev * gbytes, nolat, per_node), 0.0)
     opt_shard = np.where(mesh.zero_stage >= 1, sync_n, 1.0)
     opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction)
+    if not training.fused_kernels:  # a for-loop optimizer launches its kernels per parameter tensor
+        tensors = np.array([len(graph.ops[i].params) for i in tables.row_op], dtype=float) * (params_dev > 0)
+        opt_s = opt_s + optimizer_kernels(training, tensors) * device.efficiency.kernel_overhead_s
 
     # CPU parameter-server rows: the table lives on the CPU nodes (fp32 + optimizer state);
     # per micro-batch slot the rows of all dp replicas are gathered there and sent over the

@@ -169,7 +169,7 @@ def stage_cost(
     dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
-    tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions) if has_embedding else 0) + (
+    tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
         (2 if model.bias else 1) + (0 if model.tie_embeddings else 1) if has_head else 0)
     optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
     return StageCost(

@@ -221,7 +221,7 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         # (eb + 1 read, eb write) and softmax (2·eb read, eb write): 5·eb + 1 (11 in 16-bit).
         # Fresh tensors: probabilities, dropout output and mask forward; two gradients backward.
         if eager:
-            t_softmax_fwd, t_softmax_bwd = _eager_attention_elementwise_s(elems, eb, drop, device)
+            t_softmax_fwd, t_softmax_bwd = eager_attention_elementwise_s(elems, eb, drop, device)
             layout_fwd, layout_bwd = _eager_head_layout_s(T * h / t, T * kv, eb, device)
             t_softmax_fwd, t_softmax_bwd = t_softmax_fwd + layout_fwd, t_softmax_bwd + layout_bwd
         else:
@@ -366,7 +366,7 @@ def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
     return fwd, bwd
 
 
-def _eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
+def eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
     """Forward and backward time of the score-sized elementwise work of attention written in
     plain PyTorch ops (no fused softmax), per ``elems`` scores.
 
@@ -493,25 +493,37 @@ EAGER_ADAM_OPS_PER_TENSOR = 11
 EAGER_ADAM_BYTES_PER_PARAM = 72.0
 
 
-def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu=0.0):
-    """Optimizer update: a memory-bound pass over this GPU's shard of the model state.
+def optimizer_bytes_per_param(training: Training) -> float:
+    """Bytes the optimizer step moves per parameter.
 
     Fused Adam (mixed precision) reads fp32 master, momentum, variance and gradient (16 B) and
     writes master, momentum, variance and the 16-bit weight (14 B), plus a gradient-norm read
     (4 B): 34 B/param.  SGD: 22 B/param.  fp32 training: the master copy is the weight.
     Unfused (``training.fused_kernels`` false): PyTorch's for-loop Adam,
-    :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision) and
-    :data:`EAGER_ADAM_OPS_PER_TENSOR` operators per parameter tensor (``tensors_per_gpu``).
+    :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision).
     """
     if training.optimizer == "adam":
-        per_param = 34.0 if training.dtype != "fp32" else 32.0
         if not training.fused_kernels:
-            per_param = EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
-    else:
-        per_param = 22.0 if training.dtype != "fp32" else 16.0
-    kernels = 4 if training.fused_kernels or training.optimizer != "adam" else EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
+            return EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
+        return 34.0 if training.dtype != "fp32" else 32.0
+    return 22.0 if training.dtype != "fp32" else 16.0
+
+
+def optimizer_kernels(training: Training, tensors_per_gpu=0.0):
+    """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
+    for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
+    if training.fused_kernels or training.optimizer != "adam":
+        return 4
+    return EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
+
+
+def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu=0.0):
+    """Optimizer update: a memory-bound pass over this GPU's shard of the model state
+    (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
+    parameter tensors a for-loop optimizer iterates over)."""
     shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
-    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=kernels)
+    per_param = optimizer_bytes_per_param(training)
+    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
 
 
 def param_tensors_per_layer(model: TransformerSpec) -> int:

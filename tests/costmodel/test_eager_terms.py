@@ -94,3 +94,17 @@ def test_embedding_backward_writes_a_dense_gradient_and_eager_tied_heads_add_the
     assert emb == pytest.approx(Vh_s + 3 * T_h_s + 2 * 1024 * model.hidden_size * 13 / (BW_GBps * 1e9), rel=1e-9)  # + dropout
     assert emb_head(False, 1)[1] - head == pytest.approx(3 * Vh_s, rel=1e-9)
     assert emb_head(False, 2)[1] == pytest.approx(emb_head(True, 2)[1], rel=1e-12)
+
+
+def test_for_loop_optimizer_pays_per_parameter_tensor_not_per_position():
+    """A learned position table is one parameter tensor whatever its length: a longer table adds
+    its bytes to the eager optimizer step, not launches."""
+    from cost_model import estimate, simple_cluster
+
+    cluster = simple_cluster("A100-SXM4-80GB", 1, 1)
+    training = Training(8, 1024, fused_kernels=False)
+    short, long = get_preset("gpt3-125m"), replace(get_preset("gpt3-125m"), learned_positions=8192)
+    opt = [estimate(m, training, cluster, Strategy(dp=1, micro_batch_size=1)).breakdown_s["optimizer"] for m in (short, long)]
+    device = get_device("A100-SXM4-80GB")
+    extra_bytes = (8192 - short.learned_positions) * short.hidden_size * tc.optimizer_bytes_per_param(training)
+    assert opt[1] - opt[0] == pytest.approx(extra_bytes / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction), rel=1e-6)

@@ -161,3 +161,21 @@ def test_embedding_tables_shard_memory_by_the_sharding_degree():
     assert rep.stages[0].memory_GB["weights"] * 1e9 > 2 * 4_000_000 * 64 * 2 * 0.99
     saved = (rep.stages[0].peak_memory_GB - sharded.stages[0].peak_memory_GB) * 1e9
     assert saved == pytest.approx(table_state * 7 / 8 * 1.07, rel=0.1)
+
+
+@pytest.mark.parametrize("attention", ["flash", "unfused"])
+def test_eager_gpt_graph_matches_the_transformer_path(gpt13, attention):
+    """``fused_kernels: false`` (plain PyTorch) on an operator graph: no elementwise chain fuses,
+    unfused attention runs each of its ops separately and Adam is the for-loop one — priced as
+    the transformer path prices the same model, and slower than fused."""
+    cluster = simple_cluster("A100-SXM4-80GB", 2)
+    strategy = Strategy(dp=16, micro_batch_size=1)
+    fused = Training(global_batch_size=64, sequence_length=2048, attention=attention)
+    eager = Training(global_batch_size=64, sequence_length=2048, attention=attention, fused_kernels=False)
+    ref = estimate(GPT, eager, cluster, strategy)
+    got = estimate_graph(gpt13, eager, cluster, strategy)
+    assert got.step_time_s == pytest.approx(ref.step_time_s, rel=0.10), (got.breakdown_s, ref.breakdown_s)
+    assert got.breakdown_s["optimizer"] == pytest.approx(ref.breakdown_s["optimizer"], rel=0.10)
+    fused_graph = estimate_graph(gpt13, fused, cluster, strategy)
+    assert got.breakdown_s["compute"] > fused_graph.breakdown_s["compute"] * 1.01
+    assert got.breakdown_s["optimizer"] > 2 * fused_graph.breakdown_s["optimizer"]
