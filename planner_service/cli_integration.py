@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
         env: list[str] = typer.Option([], "--env", "-e", help="Extra environment KEY=VALUE (repeatable)"),
         smoke_test: bool = typer.Option(False, "--smoke-test", help="NCCL all-reduce smoke test before training"),
         nccl_debug: str = typer.Option("WARN", help="NCCL_DEBUG level"),
+        master_port: int = typer.Option(29500, help="Rendezvous port on the master node"),
         as_json: bool = typer.Option(False, "--json", help="Print {target, primary, files, notes, warnings} as JSON"),
     ) -> None:
         """Render the launch artifacts of a plan: every rank on the plan's host and GPU."""
@@ -85,6 +86,7 @@ def register(app: typer.Typer) -> None:
                 queue=queue,
                 env=parse_env_pairs(env),
                 smoke_test=smoke_test,
+                master_port=master_port,
                 nccl_debug=nccl_debug,
             )
             artifact = render(plan_dict, target, params)

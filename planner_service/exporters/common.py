@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from cost_model.errors import InvalidInput
@@ -81,28 +81,14 @@ class LaunchParams:
             raise InvalidPlan(f"must be VERSION, WARN, INFO or TRACE, got {self.nccl_debug!r}", field="nccl_debug")
         if self.image is not None and (not self.image or any(c.isspace() for c in self.image)):
             raise InvalidPlan(f"must be a container image reference, got {self.image!r}", field="image")
-        return LaunchParams(
-            image=self.image,
-            command=self.command,
-            job_name=job,
-            namespace=self.namespace,
-            queue=self.queue,
-            env=dict(self.env),
-            smoke_test=self.smoke_test,
-            master_port=self.master_port,
-            nccl_debug=self.nccl_debug,
-        )
+        return replace(self, job_name=job, env=dict(self.env))
 
     @property
     def command_words(self) -> list[str]:
         return shlex.split(self.command or "train.py")
 
     def with_default_command(self, command: str) -> "LaunchParams":
-        if self.command:
-            return self
-        from dataclasses import replace
-
-        return replace(self, command=command)
+        return self if self.command else replace(self, command=command)
 
     def require_image(self, target: str) -> str:
         if not self.image:

@@ -144,11 +144,15 @@ def test_cli_launch_from_file(cli, tmp_path):
     assert "NCCL versions" in res.output  # preflight warning for the mixed cluster
     res = CliRunner().invoke(cli, ["launch", str(plan_file), "--target", "rankmap"])
     assert res.exit_code == 0 and json.loads(res.stdout)["world_size"] == 16
+    # the rendezvous port, as the HTTP route's master_port
+    res = CliRunner().invoke(cli, ["launch", str(plan_file), "--target", "torchrun", "--master-port", "31337"])
+    assert res.exit_code == 0 and "--master-port=31337" in res.stdout, res.output
 
 
 @pytest.mark.parametrize(
     "args",
-    [["--target", "mpirun"], ["--target", "volcano"], ["--target", "torchrun", "--env", "X"]],
+    [["--target", "mpirun"], ["--target", "volcano"], ["--target", "torchrun", "--env", "X"],
+     ["--target", "torchrun", "--master-port", "70000"]],
 )
 def test_cli_launch_bad_input_exits_2(cli, tmp_path, args):
     plan_file = tmp_path / "plan.json"
