@@ -72,8 +72,8 @@ from .training import Training
 from .transformer_cost import (
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
-    eager_attention_elementwise_s,
     dp_overlap_fraction,
+    eager_attention_elementwise_s,
     model_state_bytes_per_param,
     optimizer_bytes_per_param,
     optimizer_kernels,

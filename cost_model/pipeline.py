@@ -22,13 +22,13 @@ from .transformer_cost import (
     LayerCosts,
     StrategyArrays,
     dp_gradient_comm_s,
+    dp_overlap_fraction,
     embedding_head_costs,
     inflight_microbatches,
     layer_costs,
     model_state_bytes_per_param,
     optimizer_step_s,
     param_tensors_per_layer,
-    dp_overlap_fraction,
     pp_p2p_s,
 )
 
@@ -224,8 +224,9 @@ def combine_stages(stages: "list[StageCost] | StageCost", S: StrategyArrays, m) 
     the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021.  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
     reduction shares its compute cores) nor behind the pipeline drain for later stages (the
-    stage's own device is idle then, whatever kind it is), then the optimizer step of the slowest stage.  ``stages`` is a list of per-stage
-    costs or one stacked cost with [stages, candidates] arrays.
+    stage's own device is idle then, whatever kind it is), then the optimizer step of the
+    slowest stage.  ``stages`` is a list of per-stage costs or one stacked cost with
+    [stages, candidates] arrays.
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
