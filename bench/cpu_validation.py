@@ -158,7 +158,10 @@ def _steps(model, opt, case, n: int, on_step=None) -> list[float]:
 def measure_single(case: dict[str, Any], threads: int, warmup: int, steps: int) -> dict[str, Any]:
     """Median of ``steps`` training steps during which no other process kept ``QUIET_CORES``
     busy (a disturbed step is dropped, the host waited for, and the step re-taken; at most
-    3×steps attempts — the record says how many were dropped)."""
+    3×steps attempts — the record says how many were dropped), and the median memory the kernel
+    mapped in per step (minor page faults × 4 KiB: fresh tensors the allocator took from the OS)."""
+    import resource
+
     import torch
 
     from planner_service.profiling.fingerprint import HostMonitor, wait_until_quiet
@@ -170,13 +173,16 @@ def measure_single(case: dict[str, Any], threads: int, warmup: int, steps: int) 
     _steps(model, opt, case, warmup)
     times: list[float] = []
     busy_seen: list[float] = []
+    faulted_bytes: list[float] = []
     dropped = 0
     mon = HostMonitor()
     for _ in range(3 * steps):
         if len(times) >= steps:
             break
         mon.reset()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t = _steps(model, opt, case, 1)[0]
+        faulted_bytes.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * resource.getpagesize())
         busy = mon.others_busy_cores() or 0.0
         if busy >= QUIET_CORES and t > 0.05:  # (shorter windows are below /proc/stat resolution)
             dropped += 1
@@ -187,7 +193,8 @@ def measure_single(case: dict[str, Any], threads: int, warmup: int, steps: int) 
     if len(times) < 3:
         raise RuntimeError(f"the host stayed busy: only {len(times)} undisturbed steps")
     return {"median_s": statistics.median(times), "samples_s": times, "threads": threads, "dropped_busy_steps": dropped,
-            "max_host_busy_cores": max(busy_seen), "params": sum(p.numel() for p in model.parameters())}
+            "max_host_busy_cores": max(busy_seen), "params": sum(p.numel() for p in model.parameters()),
+            "page_faulted_bytes_per_step": statistics.median(faulted_bytes)}
 
 
 # ---------------------------------------------------------------- host speed drift probe
@@ -552,6 +559,7 @@ def main(argv: list[str]) -> int:
                 "predicted_with_profile": with_p, "error_with_profile": _err(with_p, m["median_s"]),
                 "predicted_without_profile": without, "error_without_profile": _err(without, m["median_s"]),
                 "dropped_busy_steps": m.get("dropped_busy_steps"),
+                "page_faulted_bytes_per_step": m.get("page_faulted_bytes_per_step"),
                 "profile": {"file": str(profile_path(case, dp).relative_to(ROOT)), "profile_id": prof["fit"]["profile_id"],
                             "threads": prof["settings"]["threads"], "concurrent": prof["settings"].get("concurrent", 1),
                             "gemm_GFLOPs": prof["fit"]["rates"]["gemm_tflops"].get("fp32", 0) * 1e3,

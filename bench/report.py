@@ -139,6 +139,11 @@ def cpu() -> str | None:
             ew.append(rates.get("elementwise") or {})
             if rates.get("gemm_tflops", {}).get("fp32"):
                 gemm_GFLOPs.setdefault(c["threads_per_process"], []).append(rates["gemm_tflops"]["fp32"] * 1e3)
+    faults = [(c["case"], c["page_faulted_bytes_per_step"]) for c in d["cases"] if c.get("page_faulted_bytes_per_step") is not None]
+    if faults:
+        out.append("")
+        out.append("Memory page-faulted in per measured step (one process, minor faults × page size): "
+                   + ", ".join(f"{name} {b / 1e6:.0f} MB" for name, b in faults) + ".")
     host = d.get("host") or {}
     if host:
         speeds = ", ".join(f"{min(v):.0f}–{max(v):.0f} GFLOP/s with {t} thread{'s' if t > 1 else ''}" for t, v in sorted(gemm_GFLOPs.items()))
