@@ -67,6 +67,8 @@ def preflight_warnings(plan: Mapping[str, Any]) -> list[str]:
     warnings: list[str] = []
     for key, label in VERSION_FIELDS:
         version_of = {h: str(n[key]) for h, n in view.node_info.items() if n.get(key)}
+        if len(set(version_of.values())) < 2:  # one version everywhere (or none known): nothing mixes
+            continue
         for kind, rank_groups in groups.items():
             mixed_hosts: dict[str, str] = {}
             count = 0

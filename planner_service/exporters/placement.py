@@ -205,6 +205,8 @@ def _int(value: Any, field_path: str, minimum: int = 0) -> int:
 
 
 def _mapping(value: Any, field_path: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # the JSON case, without the ABC check (runs once per rank)
+        return value
     if not isinstance(value, Mapping):
         raise InvalidPlan("must be an object", field=field_path)
     return value
@@ -326,6 +328,7 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
 
     slots: dict[int, RankSlot] = {}
     used: dict[tuple[str, int], int] = {}
+    valid_hosts: set[str] = set()
     for i, r in enumerate(ranks_in):
         path = f"plan.best.ranks[{i}]"
         r = _mapping(r, path)
@@ -335,26 +338,29 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         if rank in slots:
             raise InvalidPlan(f"rank {rank} appears twice", field=f"{path}.rank")
         host = r.get("host")
-        if not isinstance(host, str) or not host or not re.fullmatch(r"[A-Za-z0-9._-]+", host):
-            raise InvalidPlan(f"must be a hostname (letters, digits, '.', '_', '-'), got {host!r}", field=f"{path}.host")
+        if not isinstance(host, str) or host not in valid_hosts:
+            if not isinstance(host, str) or not host or not re.fullmatch(r"[A-Za-z0-9._-]+", host):
+                raise InvalidPlan(f"must be a hostname (letters, digits, '.', '_', '-'), got {host!r}", field=f"{path}.host")
+            valid_hosts.add(host)
         gpu = _int(r.get("gpu"), f"{path}.gpu")
         if (host, gpu) in used:
             raise InvalidPlan(f"GPU {gpu} of {host} already holds rank {used[(host, gpu)]}", field=f"{path}.gpu")
         used[(host, gpu)] = rank
         # Megatron order: r = ((pp_i*dp + dp_i)*cp + cp_i)*tp + tp_i
-        coords = {"tp": rank % tp, "cp": (rank // tp) % cp, "dp": (rank // (tp * cp)) % dp, "pp": rank // (tp * cp * dp)}
-        for axis, expected in coords.items():
-            if axis in r and r[axis] is not None and r[axis] != expected:
+        tp_i, cp_i, dp_i, pp_i = rank % tp, (rank // tp) % cp, (rank // (tp * cp)) % dp, rank // (tp * cp * dp)
+        for axis, expected in (("tp", tp_i), ("cp", cp_i), ("dp", dp_i), ("pp", pp_i)):
+            given = r.get(axis)
+            if given is not None and given != expected:
                 raise InvalidPlan(
-                    f"rank {rank} has {axis}={r[axis]!r} but Megatron order (tp fastest, then cp, dp, pp) gives {expected}",
+                    f"rank {rank} has {axis}={given!r} but Megatron order (tp fastest, then cp, dp, pp) gives {expected}",
                     field=f"{path}.{axis}",
                 )
-        stage = r.get("stage", coords["pp"])
-        if stage != coords["pp"]:
-            raise InvalidPlan(f"rank {rank} is in stage {stage!r} but its pp coordinate is {coords['pp']}", field=f"{path}.stage")
+        stage = r.get("stage", pp_i)
+        if stage != pp_i:
+            raise InvalidPlan(f"rank {rank} is in stage {stage!r} but its pp coordinate is {pp_i}", field=f"{path}.stage")
         group = r.get("node_group") or host_group.get(host) or "default"
         device = r.get("device") or (groups[group].device if group in groups else "gpu")
-        slots[rank] = RankSlot(rank, host, gpu, str(group), str(device), coords["pp"], coords["dp"], coords["pp"], coords["tp"], coords["cp"])
+        slots[rank] = RankSlot(rank, host, gpu, str(group), str(device), pp_i, dp_i, pp_i, tp_i, cp_i)
     ranks = tuple(slots[k] for k in range(world))
 
     order: list[str] = []

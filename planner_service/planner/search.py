@@ -31,6 +31,7 @@ from cost_model.estimate import estimate
 from cost_model.model import TransformerSpec
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy
+from planner_service.preflight import preflight_warnings
 from planner_service.requests import PlanRequest
 
 from .costing import evaluate_even, pool_costs, stage_linear
@@ -391,18 +392,10 @@ def _search_transformer(request, cluster, settings, progress, should_cancel, t0)
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
     warnings = dtype_warnings + list(best.prediction.warnings)
-    try:
-        from planner_service.preflight import preflight_warnings  # noqa: WPS433 - optional integration
-
-        plan_view = {
-            "cluster": request.cluster.to_dict(),
-            "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
-        }
-        warnings += preflight_warnings(plan_view)
-    except ImportError:
-        pass
-    except Exception:  # noqa: BLE001 - warnings must never break planning
-        pass
+    warnings += preflight_warnings({
+        "cluster": request.cluster.to_dict(),
+        "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
+    })
     search = {
         "candidates": enumerated,
         "pruned": pruned,

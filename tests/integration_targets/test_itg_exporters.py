@@ -508,6 +508,8 @@ def test_remap_only_when_needed():
         (lambda p: p["best"]["ranks"].pop(), "plan.best.ranks"),
         (lambda p: p["best"]["ranks"][3].update(gpu=p["best"]["ranks"][2]["gpu"]), "plan.best.ranks[3].gpu"),
         (lambda p: p["best"]["ranks"][1].update(host="bad host;rm"), "plan.best.ranks[1].host"),
+        (lambda p: p["best"]["ranks"][1].update(host=["node0"]), "plan.best.ranks[1].host"),
+        (lambda p: p["best"]["ranks"].__setitem__(4, [4]), "plan.best.ranks[4]"),
         (lambda p: p["best"]["ranks"][5].update(tp=3), "plan.best.ranks[5].tp"),
         (lambda p: p["best"]["strategy"].update(layers_per_stage=[1, 2, 3]), "plan.best.strategy.layers_per_stage"),
         (lambda p: p["best"]["strategy"].update(tp=0), "plan.best.strategy.tp"),
