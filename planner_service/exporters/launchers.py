@@ -11,6 +11,7 @@ contiguous block, or DeepSpeed would reorder GPUs, ``plan_rank.sh`` sets each pr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from .common import (
@@ -157,56 +158,67 @@ def _ranks_text(ranks: tuple[int, ...]) -> str:
     return ",".join(parts)
 
 
+@dataclass(frozen=True)
+class _PerNodeLauncher:
+    """A launcher started once per node by a generated script (torchrun, Paddle's launch)."""
+
+    target: str
+    script: str
+    title: str
+    command: Callable[..., str]  # (view, params, node, entry, wrap, port_offset) -> command line
+    set_cuda_visible: bool
+    smoke_file: str
+    smoke_script: Callable[[], str]
+    master_note: str  # formatted with {master}
+    remap_note: str
+
+    def render(self, view: PlanView, params: LaunchParams, preamble: list[str] | None, entry: list[str] | None) -> Artifact:
+        wrap = view.placement.needs_remap
+        files = {
+            self.script: per_node_script(
+                view,
+                params,
+                self.title,
+                lambda node, entry, off: self.command(view, params, node, entry, wrap, off),
+                set_cuda_visible=self.set_cuda_visible,
+                smoke_entry=[self.smoke_file] if params.smoke_test else None,
+                preamble=preamble,
+                entry=entry,
+            ),
+            "rankmap.json": rankmap_json(view),
+        }
+        notes = [self.master_note.format(master=view.placement.master.host)]
+        if wrap:
+            files[RANK_WRAPPER] = rank_wrapper_script(view)
+            notes.append(f"a host's ranks are not one contiguous block: {RANK_WRAPPER} {self.remap_note}")
+        if params.smoke_test:
+            files[self.smoke_file] = self.smoke_script()
+        return Artifact(self.target, files, self.script, tuple(notes))
+
+
+_TORCHRUN = _PerNodeLauncher(
+    "torchrun", "launch_torchrun.sh", "torchrun, one command per node, static rendezvous with explicit node ranks",
+    torchrun_command, True, SMOKE_TORCH, torch_smoke_script,
+    "node 0 (rendezvous master) is {master}; run launch_torchrun.sh on every node", "sets RANK per process",
+)
+_PADDLE_LAUNCH = _PerNodeLauncher(
+    "paddle-launch", "launch_paddle.sh",
+    "python -m paddle.distributed.launch, one command per node with explicit --rank and --devices",
+    paddle_command, False, SMOKE_PADDLE, paddle_smoke_script,
+    "the launcher's master (KV store) runs on {master}", "sets PADDLE_TRAINER_ID and endpoints",
+)
+
+
 def render_torchrun(
     view: PlanView, params: LaunchParams, preamble: list[str] | None = None, entry: list[str] | None = None
 ) -> Artifact:
-    wrap = view.placement.needs_remap
-    files = {
-        "launch_torchrun.sh": per_node_script(
-            view,
-            params,
-            "torchrun, one command per node, static rendezvous with explicit node ranks",
-            lambda node, entry, off: torchrun_command(view, params, node, entry, wrap, off),
-            set_cuda_visible=True,
-            smoke_entry=[SMOKE_TORCH] if params.smoke_test else None,
-            preamble=preamble,
-            entry=entry,
-        ),
-        "rankmap.json": rankmap_json(view),
-    }
-    notes = [f"node 0 (rendezvous master) is {view.placement.master.host}; run launch_torchrun.sh on every node"]
-    if wrap:
-        files[RANK_WRAPPER] = rank_wrapper_script(view)
-        notes.append("a host's ranks are not one contiguous block: plan_rank.sh sets RANK per process")
-    if params.smoke_test:
-        files[SMOKE_TORCH] = torch_smoke_script()
-    return Artifact("torchrun", files, "launch_torchrun.sh", tuple(notes))
+    return _TORCHRUN.render(view, params, preamble, entry)
 
 
 def render_paddle_launch(
     view: PlanView, params: LaunchParams, preamble: list[str] | None = None, entry: list[str] | None = None
 ) -> Artifact:
-    wrap = view.placement.needs_remap
-    files = {
-        "launch_paddle.sh": per_node_script(
-            view,
-            params,
-            "python -m paddle.distributed.launch, one command per node with explicit --rank and --devices",
-            lambda node, entry, off: paddle_command(view, params, node, entry, wrap, off),
-            set_cuda_visible=False,
-            smoke_entry=[SMOKE_PADDLE] if params.smoke_test else None,
-            preamble=preamble,
-            entry=entry,
-        ),
-        "rankmap.json": rankmap_json(view),
-    }
-    notes = [f"the launcher's master (KV store) runs on {view.placement.master.host}"]
-    if wrap:
-        files[RANK_WRAPPER] = rank_wrapper_script(view)
-        notes.append("a host's ranks are not one contiguous block: plan_rank.sh sets PADDLE_TRAINER_ID and endpoints")
-    if params.smoke_test:
-        files[SMOKE_PADDLE] = paddle_smoke_script()
-    return Artifact("paddle-launch", files, "launch_paddle.sh", tuple(notes))
+    return _PADDLE_LAUNCH.render(view, params, preamble, entry)
 
 
 def deepspeed_hostfile(view: PlanView) -> str:
