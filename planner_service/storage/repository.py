@@ -57,8 +57,8 @@ def _iso(ts: datetime | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class NewPlan:
-    """Everything a plan row holds, computed before the insert."""
+class PlanColumns:
+    """The queryable columns of a plan row (what lists, filters and sorts use)."""
 
     request_hash: str
     status: str
@@ -72,28 +72,24 @@ class NewPlan:
     tokens_per_s: float
     mfu: float
     strategy: dict
+
+
+@dataclass(frozen=True)
+class NewPlan(PlanColumns):
+    """Everything a plan row holds, computed before the insert."""
+
     request: dict
     result: dict
     parent_id: str | None = None
 
 
 @dataclass(frozen=True)
-class PlanSummary:
+class PlanSummary(PlanColumns):
+    """A stored plan's columns and identity (no request or result bodies)."""
+
     id: str
-    request_hash: str
     revision: int
     parent_id: str | None
-    status: str
-    objective: str
-    model_name: str
-    model_params: int | None
-    cluster_name: str
-    device_types: tuple[str, ...]
-    num_devices: int
-    step_time_s: float
-    tokens_per_s: float
-    mfu: float
-    strategy: dict
     created_at: datetime
 
     def to_dict(self) -> dict[str, Any]:
