@@ -59,9 +59,10 @@ class Efficiency:
     Elementwise time is ``max(bytes / (bandwidth · memory_fraction), rng + transcendental
     element costs) + first-touch cost + launches`` (:func:`cost_model.compute.memory_bound_time_s`).
 
-    ``comm_overlap_fraction`` says how much of the backward pass the data-parallel gradient
-    reduction can hide behind (it scales ``DP_OVERLAP_WINDOW``): 1 on GPUs, where NCCL's
-    reduction kernels and the copy engines run beside the compute kernels on their own SMs and
+    ``comm_overlap_fraction`` scales every overlap of communication with compute — the DP
+    gradient reduction behind backward (``DP_OVERLAP_WINDOW``), the context-parallel K/V ring
+    behind attention, tensor-parallel collectives behind GEMMs (``tp_comm_overlap``): 1 on GPUs,
+    where NCCL's kernels and the copy engines run beside the compute kernels on their own SMs and
     DMA queues; 0 on CPUs, where gloo's reduction loops, its loopback socket copies and DDP's
     bucket copies run on the same cores as the backward pass, so every second of all-reduce is
     a second the backward does not get (PyTorch DDP still issues them asynchronously; the cores

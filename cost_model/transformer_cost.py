@@ -308,10 +308,12 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     )
     n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
     tp_comm = n_collectives * one_ar
+    # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
+    overlap = device.efficiency.comm_overlap_fraction
     if training.tp_comm_overlap:
         hideable = TP_OVERLAP_MAX_HIDDEN * tp_comm
         hidden = np.minimum(hideable, (gemm_fwd * 3) * TP_OVERLAP_MAX_HIDDEN)
-        tp_comm = tp_comm - hidden
+        tp_comm = tp_comm - overlap * hidden
 
     # ---- context-parallel ring exchange ---------------------------------------------------------
     # Each rank passes its K,V chunk around the ring: (c−1) steps of 2·b·sc·kv·eb bytes forward,
@@ -319,7 +321,7 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     kv_chunk = 2 * b * sc * kv * eb
     cp_fwd = (c - 1) * p2p_time_s(kv_chunk, links, c > gpn // np.maximum(t, 1))
     cp_fwd = np.where(c > 1, cp_fwd, 0.0)
-    cp_exposed = np.maximum(0.0, cp_fwd - attn_fwd) + np.maximum(0.0, 2 * cp_fwd - attn_bwd)
+    cp_exposed = np.maximum(0.0, cp_fwd - overlap * attn_fwd) + np.maximum(0.0, 2 * cp_fwd - overlap * attn_bwd)
 
     # ---- expert-parallel all-to-all ---------------------------------------------------------
     # Dispatch and combine forward, the same backward: each sends T·k·h elements.

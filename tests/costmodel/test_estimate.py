@@ -155,3 +155,25 @@ def test_gradient_allreduce_hides_behind_backward_on_gpus_but_not_on_cpus():
     assert cpu_on.breakdown_s["dp_comm_exposed"] > 0
     assert cpu_on.breakdown_s["dp_comm_exposed"] == pytest.approx(cpu_off.breakdown_s["dp_comm_exposed"], rel=1e-12)
     assert cpu_on.step_time_s == pytest.approx(cpu_off.step_time_s, rel=1e-12)
+
+
+def test_context_parallel_ring_hides_behind_attention_on_gpus_but_not_on_cpus():
+    """The K/V ring of context parallelism overlaps the attention blocks it feeds where the
+    transfer runs beside the compute (GPUs); on a device without that (CPUs) it is all exposed."""
+    from dataclasses import replace
+
+    from cost_model.comm import Links, p2p_time_s
+    from cost_model.devices import get_device
+    from cost_model.transformer_cost import StrategyArrays, layer_costs
+
+    model = get_preset("llama3-8b")
+    training = Training(2, 8192)
+    S = StrategyArrays.from_strategies([Strategy(dp=1, cp=2, micro_batch_size=1)])
+    gpu = get_device("A100-SXM4-80GB")
+    no_overlap = replace(gpu, efficiency=replace(gpu.efficiency, comm_overlap_fraction=0.0))
+    slow = Links(1.0, 1.0, 8, 1e-5)  # a slow link, so the ring outlasts attention
+    kv_chunk_bytes = 2 * 4096 * model.num_kv_heads * model.head_dim * 2  # K and V, half the sequence, bf16
+    ring_fwd_s = float(p2p_time_s(kv_chunk_bytes, slow, False))
+    # forward one pass around the ring (c − 1 = 1 step), backward twice that
+    assert float(layer_costs(model, training, no_overlap, slow, S).cp_comm_s[0]) == pytest.approx(3 * ring_fwd_s, rel=1e-9)
+    assert 0 < float(layer_costs(model, training, gpu, slow, S).cp_comm_s[0]) < 3 * ring_fwd_s
