@@ -38,8 +38,8 @@ Step time (same schedule as :func:`cost_model.pipeline.combine_stages`, ``vpp = 
     T_k  = Σ_{ops in k} (fwd + bwd + internal comm + incoming resharding) + p2p sends of k
     exposed_dp_k = max(0, dp_sync_k − (w + k)·backward_compute_k)
 
-with ``w`` = :func:`transformer_cost.dp_overlap_fraction` (0.8 with ``grad_reduce_overlap`` on a
-GPU, 0 on a CPU, whose all-reduce runs on its compute cores).
+with ``w`` = :func:`transformer_cost.dp_overlap_fraction` of the mesh's device (0.8 with
+``grad_reduce_overlap``, 0 without).
 
 The CPU parameter-server stage (when some embedding is placed on CPU nodes) is an extra
 pipeline stage in front: its time per micro-batch is the row gather on the CPU nodes plus the
@@ -706,6 +706,7 @@ class CostTables:
     capacity_b: float
     model_flops_per_microbatch: float
     params_dev: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    param_tensors: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per row: tensors a for-loop optimizer visits
     sync_dpt: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     cpu_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
@@ -946,7 +947,8 @@ def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis
         fwd_s=fwd_s, bwd_s=bwd_s, comm_fwd_s=comm_fwd, comm_bwd_s=comm_bwd, sync_s=zeros, opt_s=zeros,
         weights_b=zeros, grads_b=zeros, optstate_b=zeros, act_b=act_b,
         cpu_s=zeros, cpu_comm_s=zeros, cpu_mem_b=zeros, cpu_opt_s=zeros, flops=flops,
-        params_dev=params_dev, sync_dpt=sync_dpt, cpu_rows=np.array(cpu_rows, dtype=np.int64),
+        params_dev=params_dev, param_tensors=np.array([len(graph.ops[i].params) for i in row_op], dtype=float) * (params_dev > 0),
+        sync_dpt=sync_dpt, cpu_rows=np.array(cpu_rows, dtype=np.int64),
         edges=edges, edge_fwd=edge_fwd, edge_bwd=edge_bwd, tensor_bytes=tensor_bytes, capacity_b=cap,
         model_flops_per_microbatch=model_flops,
     ), mesh)
@@ -983,8 +985,7 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     opt_shard = np.where(mesh.zero_stage >= 1, sync_n, 1.0)
     opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction)
     if not training.fused_kernels:  # a for-loop optimizer launches its kernels per parameter tensor
-        tensors = np.array([len(graph.ops[i].params) for i in tables.row_op], dtype=float) * (params_dev > 0)
-        opt_s = opt_s + optimizer_kernels(training, tensors) * device.efficiency.kernel_overhead_s
+        opt_s = opt_s + optimizer_kernels(training, tables.param_tensors) * device.efficiency.kernel_overhead_s
 
     # CPU parameter-server rows: the table lives on the CPU nodes (fp32 + optimizer state);
     # per micro-batch slot the rows of all dp replicas are gathered there and sent over the
