@@ -59,8 +59,32 @@ def _name_nodes(values: Mapping[str, str]) -> str:
     return "; ".join(parts)
 
 
+def _nothing_can_mix(plan: Mapping[str, Any]) -> bool:
+    """True when no group can mix anything: one device type over the node groups and the ranks,
+    and at most one value of each version field over the nodes.  Reads the plan dict as it is
+    (no placement view), so a plan on a uniform cluster costs one pass over its ranks."""
+    cluster = plan.get("cluster")
+    best = plan.get("best")
+    if not isinstance(cluster, Mapping) or not isinstance(best, Mapping):
+        return False
+    devices: set[str | None] = set()
+    for g in cluster.get("node_groups") or []:
+        device = g.get("device") if isinstance(g, Mapping) else None
+        devices.add(device.get("name") if isinstance(device, Mapping) else device if isinstance(device, str) else None)
+    for r in best.get("ranks") or []:
+        device = r.get("device") if isinstance(r, dict) or isinstance(r, Mapping) else None
+        if device is not None:
+            devices.add(device if isinstance(device, str) else None)
+    if len(devices) != 1 or None in devices:
+        return False
+    nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
+    return all(len({str(n[key]) for n in nodes if n.get(key)}) < 2 for key, _ in VERSION_FIELDS)
+
+
 def preflight_warnings(plan: Mapping[str, Any]) -> list[str]:
     """Warnings for ``plan`` (the plan dict with ``cluster`` and ``best.ranks``)."""
+    if _nothing_can_mix(plan):
+        return []
     view = plan_view(plan)
     ranks = view.placement.ranks
     groups = _groups(view)
