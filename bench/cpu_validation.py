@@ -434,7 +434,13 @@ def measure_dp(case: dict[str, Any], world: int, warmup: int, steps: int) -> dic
 
 # ------------------------------------------------------------------------------ predictions
 def predict(case: dict[str, Any], dp: int, profile: dict[str, Any] | None) -> dict[str, Any]:
-    from cost_model import Strategy, Training, cluster_from_dict, estimate, from_hf_config
+    from cost_model import (
+        Strategy,
+        Training,
+        cluster_from_dict,
+        estimate,
+        from_hf_config,
+    )
 
     model = from_hf_config(hf_config(case), name=f"case-{case['name']}")
     training = Training(global_batch_size=case["micro_batch"] * dp, sequence_length=case["seq"], dtype="fp32",

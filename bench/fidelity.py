@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cost_model.fidelity import layer_table4, predict_case  # noqa: E402
-from cost_model.published import cases  # noqa: E402
+from cost_model.validation.fidelity import layer_table4, predict_case  # noqa: E402
+from cost_model.validation.published import cases  # noqa: E402
 
 
 def main() -> int:

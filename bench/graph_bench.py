@@ -25,12 +25,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "graph"))
 
-from builders import cpu_group, gpt_onnx, mlp_onnx, recommender_onnx, resnet_onnx, synthetic_graph  # noqa: E402
+from builders import (  # noqa: E402
+    cpu_group,
+    gpt_onnx,
+    mlp_onnx,
+    recommender_onnx,
+    resnet_onnx,
+    synthetic_graph,
+)
 
 from cost_model import Strategy, Training, cluster_from_dict, estimate, get_preset  # noqa: E402
-from cost_model.graph import graph_from_dict  # noqa: E402
-from planner_service.onnx_import import load_onnx_graph  # noqa: E402
-from planner_service.planner.graph_search import plan_graph  # noqa: E402
+from cost_model.graph.ir import graph_from_dict  # noqa: E402
+from planner_service.importers.onnx import load_onnx_graph  # noqa: E402
+from planner_service.planner.graph.search import plan_graph  # noqa: E402
 
 TIME_LIMIT_S = float(os.environ.get("GRAPH_BENCH_TIME_LIMIT_S", "30"))
 

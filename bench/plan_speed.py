@@ -24,14 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 
 from cost_model import estimate  # noqa: E402
 from cost_model.errors import PlannerError  # noqa: E402
 from planner_service.planner import SolverSettings, plan  # noqa: E402
-from planner_service.planner.search import normalise_cluster  # noqa: E402
-from planner_service.planner.space import enumerate_space, even_split, strategy_at  # noqa: E402
-from planner_service.requests import parse_plan_request  # noqa: E402
+from planner_service.planner.request import parse_plan_request  # noqa: E402
+from planner_service.planner.transformer.search import normalise_cluster  # noqa: E402
+from planner_service.planner.transformer.space import (  # noqa: E402
+    enumerate_space,
+    even_split,
+    strategy_at,
+)
 
 
 def group(name, count, device):

@@ -69,7 +69,7 @@ class Server:
         env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s))
         self.log = tempfile.NamedTemporaryFile(prefix="planner-bench-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "planner_service.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+            [sys.executable, "-m", "planner_service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--no-access-log", "--log-level", "warning", "--workers", str(workers)],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
@@ -223,7 +223,7 @@ def bench_database(kind: str, args: argparse.Namespace) -> dict:
         pg_db = f"planner_bench_{os.getpid()}"
         pg_create(pg_db)
         url = PG_URL_TEMPLATE.format(db=pg_db)
-        subprocess.run([sys.executable, "-m", "planner_service.cli", "db", "upgrade", "--database-url", url], check=True, cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "planner_service.cli.main", "db", "upgrade", "--database-url", url], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
     server = Server(url, args.solver_time_limit_s, args.server_workers)
     try:

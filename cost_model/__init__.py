@@ -5,14 +5,32 @@
 ...                Strategy(dp=32, micro_batch_size=4))
 """
 
-from .cluster import Cluster, Node, NodeGroup, cluster_from_dict, simple_cluster
-from .devices import DeviceSpec, Efficiency, catalog, get_device, resolve_device
-from .errors import PlannerError
-from .estimate import estimate
-from .model import PRESETS, TransformerSpec, from_hf_config, get_preset, model_from_dict
-from .result import Estimate, StageEstimate
-from .strategy import Strategy, strategy_from_dict, validate_strategy
-from .training import Training, training_from_dict
+from cost_model.cluster import (
+    Cluster,
+    Node,
+    NodeGroup,
+    cluster_from_dict,
+    simple_cluster,
+)
+from cost_model.devices import (
+    DeviceSpec,
+    Efficiency,
+    catalog,
+    get_device,
+    resolve_device,
+)
+from cost_model.errors import PlannerError
+from cost_model.estimate import estimate
+from cost_model.result import Estimate, StageEstimate
+from cost_model.strategy import Strategy, strategy_from_dict, validate_strategy
+from cost_model.training import Training, training_from_dict
+from cost_model.transformer.spec import (
+    PRESETS,
+    TransformerSpec,
+    from_hf_config,
+    get_preset,
+    model_from_dict,
+)
 
 __all__ = [
     "Cluster",

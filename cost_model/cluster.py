@@ -7,11 +7,12 @@ Bandwidth conventions (DESIGN.md): ``intra_node_bandwidth_GBps`` is per GPU, one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
-from .devices import DeviceSpec, resolve_device
-from .errors import InvalidCluster
+from cost_model.devices import DeviceSpec, resolve_device
+from cost_model.errors import InvalidCluster
 
 
 @dataclass(frozen=True)

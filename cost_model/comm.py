@@ -31,7 +31,7 @@ class Links:
     alpha_s: float
 
     @staticmethod
-    def for_group(group) -> "Links":
+    def for_group(group) -> Links:
         """From a :class:`cost_model.cluster.NodeGroup`."""
         eff = group.device.efficiency
         return Links(
@@ -41,7 +41,7 @@ class Links:
             alpha_s=eff.collective_latency_s,
         )
 
-    def slowest(self, other: "Links") -> "Links":
+    def slowest(self, other: Links) -> Links:
         return Links(
             min(self.intra_GBps, other.intra_GBps),
             min(self.inter_GBps, other.inter_GBps),

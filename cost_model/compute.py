@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .devices import BYTES_PER_ELEMENT, DeviceSpec
+from cost_model.devices import BYTES_PER_ELEMENT, DeviceSpec
+
 
 def shape_factor(dim, half_dim: float):
     """σ(d) = d/(d + d_half): fraction of the large-GEMM rate reached along one dimension."""

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
-from .errors import InvalidCluster, UnknownName
+from cost_model.errors import InvalidCluster, UnknownName
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}

@@ -66,11 +66,3 @@ class NoFeasiblePlan(PlannerError):
     """The search space is empty under the constraints: the message says what is short."""
 
     code = "no_feasible_plan"
-
-
-class NotFound(PlannerError):
-    code = "not_found"
-
-
-class Conflict(PlannerError):
-    code = "conflict"

@@ -9,26 +9,27 @@ whose block spans device types runs at the pace of its slowest device.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from .cluster import Cluster, NodeGroup
-from .comm import Links
-from .errors import InvalidStrategy
-from .model import TransformerSpec
-from .pipeline import (
+from cost_model.cluster import Cluster, NodeGroup
+from cost_model.comm import Links
+from cost_model.errors import InvalidStrategy
+from cost_model.result import Estimate, StageEstimate
+from cost_model.strategy import Strategy, validate_strategy
+from cost_model.training import Training
+from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.spec import TransformerSpec
+from cost_model.transformer.stage_cost import (
     combine_stages,
     device_costs,
     model_flops_per_step,
     recompute_flops_per_step,
     stage_cost,
 )
-from .result import Estimate, StageEstimate
-from .strategy import Strategy, validate_strategy
-from .training import Training
-from .transformer_cost import StrategyArrays
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,8 @@ def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None
         return cluster
     from dataclasses import replace
 
-    from .errors import InvalidProfile
-    from .profiles import apply_profile, profile_matches
+    from cost_model.errors import InvalidProfile
+    from cost_model.profiles import apply_profile, profile_matches
 
     groups = tuple(replace(g, device=apply_profile(g.device, profile)) if profile_matches(g.device, profile) else g for g in cluster.node_groups)
     if all(a is b for a, b in zip(groups, cluster.node_groups)):
@@ -123,7 +124,7 @@ def _stage_costs(model, training, slots: list[StageSlot], S, layers: list[int], 
     links and boundary kind are costed together with the stage index as an array."""
     import dataclasses
 
-    from .pipeline import StageCost
+    from cost_model.transformer.stage_cost import StageCost
 
     p = len(slots)
     dcs: dict[tuple, Any] = {}
@@ -156,7 +157,7 @@ def estimate(
     """Predict step time, throughput, MFU and memory for one strategy (contract v1)."""
     cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):
-        from .graph_cost import estimate_graph
+        from cost_model.graph.evaluate import estimate_graph
 
         return estimate_graph(model, training, cluster, strategy)
     total = cluster.total_gpus

@@ -46,14 +46,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-from .devices import BYTES_PER_ELEMENT, DTYPES, DeviceSpec, Efficiency, get_device
-from .errors import InvalidProfile, UnknownName
+from cost_model.devices import (
+    BYTES_PER_ELEMENT,
+    DTYPES,
+    DeviceSpec,
+    Efficiency,
+    get_device,
+)
+from cost_model.errors import InvalidProfile, UnknownName
 
 SCHEMA_NAME = "planner-profile"
 SCHEMA_VERSION = 1
@@ -472,7 +479,7 @@ def _fresh_output_bytes(m: Mapping[str, Any]) -> float:
 
 def _memory_op_time_s(m: Mapping[str, Any], device: DeviceSpec) -> float:
     """The cost model's time for one memory-bound measurement on ``device``."""
-    from .compute import first_touch_s, memory_bound_time_s
+    from cost_model.compute import first_touch_s, memory_bound_time_s
 
     n = float(m.get("shape", {}).get("elements", 0))
     rng = n if m["op"] in RNG_OPS else 0.0
@@ -736,8 +743,14 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
 
 def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls) -> dict[str, Any]:
     """Relative error of the cost model's own functions on the fitted device."""
-    from .comm import Links, allreduce_time_s, reduce_scatter_time_s, p2p_time_s, alltoall_time_s
-    from .compute import gemm_time_s
+    from cost_model.comm import (
+        Links,
+        allreduce_time_s,
+        alltoall_time_s,
+        p2p_time_s,
+        reduce_scatter_time_s,
+    )
+    from cost_model.compute import gemm_time_s
 
     dev = _fitted_device(device, fit, fit["profile_id"])
     out: dict[str, Any] = {}

@@ -8,12 +8,13 @@ Megatron-Core's MoE layers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
-from .errors import InvalidStrategy
-from .model import TransformerSpec
-from .training import Training
+from cost_model.errors import InvalidStrategy
+from cost_model.training import Training
+from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
 INT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")

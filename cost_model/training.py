@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from .devices import DTYPES
-from .errors import InvalidTraining
+from cost_model.devices import DTYPES
+from cost_model.errors import InvalidTraining
 
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")

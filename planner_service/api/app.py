@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client.core import GaugeMetricFamily
 
 from planner_service.api.errors import install_error_handlers
-from planner_service.api.middleware import BodyLimitMiddleware, Metrics, MetricsMiddleware
+from planner_service.api.middleware import (
+    BodyLimitMiddleware,
+    Metrics,
+    MetricsMiddleware,
+)
 from planner_service.api.routes import all_routers
-from planner_service.plan_service import PlanService
+from planner_service.service.plans import PlanService
+from planner_service.service.worker import JobWorker, WorkerThread
 from planner_service.settings import ServiceSettings
 from planner_service.storage.db import check_schema, make_engine, upgrade
 from planner_service.storage.repository import Repository
-from planner_service.worker import JobWorker, WorkerThread
 
 log = logging.getLogger("planner.api")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from planner_service.api.middleware import Metrics
-from planner_service.plan_service import PlanService
+from planner_service.service.plans import PlanService
 from planner_service.storage.repository import Repository
 
 

@@ -3,8 +3,8 @@
 Every error response has the body ``{"error": {"code", "message", "field"}}``.
 
 =====================================================  ======
-cost_model.errors.NotFound (unknown id in the path)      404
-cost_model.errors.Conflict                               409
+planner_service.storage.errors.NotFound (unknown id)      404
+planner_service.storage.errors.Conflict                409
 cost_model.errors.InvalidInput and subclasses            422
   (InvalidModel, InvalidCluster, InvalidTraining, InvalidStrategy, InvalidProfile,
   InvalidGraph, UnknownName — an unknown name *in the body*)
@@ -29,8 +29,9 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cost_model.errors import Conflict, NoFeasiblePlan, NotFound, PlannerError
+from cost_model.errors import NoFeasiblePlan, PlannerError
 from planner_service.storage.db import SchemaNotReady
+from planner_service.storage.errors import Conflict, NotFound
 
 log = logging.getLogger("planner.api")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from .errors import error_body
+from planner_service.api.errors import error_body
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 

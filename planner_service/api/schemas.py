@@ -2,7 +2,7 @@
 
 The schemas are deliberately permissive below the top level (model, training, cluster,
 constraints and strategy are objects): the rules, with their field paths and reasons, live in
-``planner_service.requests`` and ``cost_model``, which the routes call with the validated dict.
+``planner_service.planner.request`` and ``cost_model``, which the routes call with the validated dict.
 Top-level fields are strict (no coercion of "3" to 3) and unknown top-level fields are refused.
 """
 

@@ -5,22 +5,42 @@
     artifact.files  # {"job.sbatch": "...", "rankmap.json": "..."}
 
 Every artifact puts each rank on exactly the host and GPU in ``plan["best"]["ranks"]``; see
-:mod:`planner_service.exporters.placement` for how.
+:mod:`planner_service.exporters.plan_view` for how.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Callable, Mapping
-from cost_model.errors import InvalidInput
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from .common import Artifact, LaunchParams, rankmap_dict, rankmap_json
-from .frameworks import render_deepspeed_config, render_megatron, render_paddle_fleet, render_torchtitan
-from .kubernetes import render_paddlejob, render_pytorchjob, render_trainjob, render_volcano
-from .launchers import render_deepspeed, render_paddle_launch, render_torchrun
-from .placement import InvalidPlan, PlanView, plan_view
-from .slurm import render_slurm
+from cost_model.errors import InvalidInput
+from planner_service.exporters.common import (
+    Artifact,
+    LaunchParams,
+    rankmap_dict,
+    rankmap_json,
+)
+from planner_service.exporters.frameworks import (
+    render_deepspeed_config,
+    render_megatron,
+    render_paddle_fleet,
+    render_torchtitan,
+)
+from planner_service.exporters.kubernetes import (
+    render_paddlejob,
+    render_pytorchjob,
+    render_trainjob,
+    render_volcano,
+)
+from planner_service.exporters.launchers import (
+    render_deepspeed,
+    render_paddle_launch,
+    render_torchrun,
+)
+from planner_service.exporters.plan_view import InvalidPlan, PlanView, plan_view
+from planner_service.exporters.slurm import render_slurm
 
 
 def render_rankmap(view: PlanView, params: LaunchParams) -> Artifact:

@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from cost_model.errors import InvalidInput
-
-from .placement import GroupInfo, InvalidPlan, NodeSlot, PlanView
+from planner_service.exporters.plan_view import (
+    GroupInfo,
+    InvalidPlan,
+    NodeSlot,
+    PlanView,
+)
 
 _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -50,7 +55,7 @@ class LaunchParams:
     master_port: int = 29500
     nccl_debug: str = "WARN"
 
-    def validated(self, view: PlanView) -> "LaunchParams":
+    def validated(self, view: PlanView) -> LaunchParams:
         job = self.job_name or f"plan-{re.sub(r'[^a-z0-9-]', '', view.plan_id.lower())[:12] or 'job'}"
         job = job.strip("-") or "plan-job"
         if len(job) > 40 or not _DNS1123.fullmatch(job):
@@ -87,7 +92,7 @@ class LaunchParams:
     def command_words(self) -> list[str]:
         return shlex.split(self.command or "train.py")
 
-    def with_default_command(self, command: str) -> "LaunchParams":
+    def with_default_command(self, command: str) -> LaunchParams:
         return self if self.command else replace(self, command=command)
 
     def require_image(self, target: str) -> str:

@@ -11,13 +11,18 @@ boundaries go to ``pipeline_partition.json`` for a ``PipelineModule`` partition 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
-from .common import Artifact, LaunchParams, q
-from .launchers import render_deepspeed, render_paddle_launch, render_torchrun
-from .placement import InvalidPlan, PlanView
+from planner_service.exporters.common import Artifact, LaunchParams, q
+from planner_service.exporters.launchers import (
+    render_deepspeed,
+    render_paddle_launch,
+    render_torchrun,
+)
+from planner_service.exporters.plan_view import InvalidPlan, PlanView
 
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
 

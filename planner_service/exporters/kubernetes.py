@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from .common import (
+from planner_service.exporters.common import (
     RANK_WRAPPER,
     SMOKE_PADDLE,
     SMOKE_TORCH,
@@ -39,7 +39,7 @@ from .common import (
     rankmap_json,
     torch_smoke_script,
 )
-from .placement import InvalidPlan, NodeSlot, PlanView
+from planner_service.exporters.plan_view import InvalidPlan, NodeSlot, PlanView
 
 PLAN_MOUNT = "/opt/plan"
 JOB_LABEL = "planner.dev/job"

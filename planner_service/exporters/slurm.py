@@ -12,7 +12,7 @@ its GPUs) so that ``CUDA_VISIBLE_DEVICES`` can name the plan's GPUs by index.
 
 from __future__ import annotations
 
-from .common import (
+from planner_service.exporters.common import (
     RANK_WRAPPER,
     SMOKE_TORCH,
     Artifact,
@@ -24,8 +24,8 @@ from .common import (
     rankmap_json,
     torch_smoke_script,
 )
-from .launchers import HEADER, torchrun_command
-from .placement import NodeSlot, PlanView
+from planner_service.exporters.launchers import HEADER, torchrun_command
+from planner_service.exporters.plan_view import NodeSlot, PlanView
 
 
 def _components(view: PlanView) -> list[tuple[str, list[NodeSlot]]]:

@@ -11,16 +11,16 @@ labels).  Malformed input raises :class:`cost_model.errors.InvalidCluster` namin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from cost_model.cluster import cluster_from_dict
 from cost_model.errors import InvalidCluster
-
-from .common import catalog_id_for
-from .k8s_nodes import import_k8s_nodes
-from .nvidia_smi import import_nvidia_smi
-from .paddle import import_paddle
+from planner_service.importers.common import catalog_id_for
+from planner_service.importers.k8s_nodes import import_k8s_nodes
+from planner_service.importers.nvidia_smi import import_nvidia_smi
+from planner_service.importers.paddle import import_paddle
 
 FORMATS = ("paddle", "nvidia-smi", "k8s-nodes")
 

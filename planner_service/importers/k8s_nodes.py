@@ -14,11 +14,11 @@ skipped (control plane, CPU pools) and reported.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cost_model.errors import InvalidCluster
-
-from .common import NodeRecord, catalog_id_for, group_nodes
+from planner_service.importers.common import NodeRecord, catalog_id_for, group_nodes
 
 
 def _version(labels: Mapping[str, str], prefix: str, parts: tuple[str, ...]) -> str | None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from cost_model.errors import InvalidCluster
-
-from .common import NodeRecord, catalog_id_for, group_nodes
+from planner_service.importers.common import NodeRecord, catalog_id_for, group_nodes
 
 DEFAULT_COLUMNS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "compute_cap", "driver_version")
 NVLINK_LANE_GBps = 25.0
@@ -89,9 +88,7 @@ def _split(sources: Iterable[tuple[str, str]]) -> dict[str, _Node]:
             tokens = line.split()
             if tokens and tokens[0] == "GPU0" and "," not in line and not line.startswith("GPU0,"):
                 in_topo = True
-            if in_topo or (tokens and re.fullmatch(r"(GPU\d+|NIC\d+|NIC\s*Legend:?|Legend:?|X)", tokens[0]) and "," not in line):
-                current.topo_lines.append(line)
-            elif re.match(r"^\s*NIC\d+\s*:", line) or re.match(r"^\s*(Legend|NIC Legend)", line):
+            if in_topo or (tokens and re.fullmatch(r"(GPU\d+|NIC\d+|NIC\s*Legend:?|Legend:?|X)", tokens[0]) and "," not in line) or re.match(r"^\s*NIC\d+\s*:", line) or re.match(r"^\s*(Legend|NIC Legend)", line):
                 current.topo_lines.append(line)
             else:
                 current.csv_lines.append(line)

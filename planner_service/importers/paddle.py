@@ -17,11 +17,11 @@ listed, else the slowest ``NET`` link leaving the machine, else the catalog defa
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cost_model.errors import InvalidCluster
-
-from .common import NodeRecord, catalog_id_for, group_nodes
+from planner_service.importers.common import NodeRecord, catalog_id_for, group_nodes
 
 ACCELERATORS = ("GPU", "XPU", "DCU", "NPU")
 

@@ -1,9 +1,11 @@
 """The planner: search for the best hybrid strategy and the placement of every rank.
 
-Public entry point: :func:`plan`.  This package is the only code that imports OR-tools
-(``planner_service.planner.solver``).
+Public entry point: :func:`plan` (``planner.dispatch``).  ``planner.cpsat`` is the only module
+that imports OR-tools.
 """
 
-from .search import PlanResult, SolverSettings, plan
+from planner_service.planner.dispatch import plan, search_size
+from planner_service.planner.request import SearchCancelled, SolverSettings
+from planner_service.planner.transformer.search import PlanResult
 
-__all__ = ["PlanResult", "SolverSettings", "plan"]
+__all__ = ["PlanResult", "SearchCancelled", "SolverSettings", "plan", "search_size"]

@@ -6,7 +6,8 @@ service can explain again after a replan picks a different candidate as the best
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage")
 

@@ -7,8 +7,9 @@ case's buffers are alive at a time).  ``fields`` become the measurement object o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import socket
 import statistics
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "sendrecv")
 

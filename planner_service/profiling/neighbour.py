@@ -16,9 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .runner import cpu_backend_switcher, cpu_cases, import_torch
-from .fingerprint import numpy_blas_threads
-from .timing import TimingSettings, measure
+from planner_service.profiling.fingerprint import numpy_blas_threads
+from planner_service.profiling.runner import (
+    cpu_backend_switcher,
+    cpu_cases,
+    import_torch,
+)
+from planner_service.profiling.timing import TimingSettings, measure
 
 
 def main(argv: list[str]) -> int:

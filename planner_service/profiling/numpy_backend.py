@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import Case, elements_grid, gemm_grid, last_level_cache_bytes, rotation_count
+from planner_service.profiling.cases import (
+    Case,
+    elements_grid,
+    gemm_grid,
+    last_level_cache_bytes,
+    rotation_count,
+)
 
 BACKEND = "numpy"
 

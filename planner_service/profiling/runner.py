@@ -8,17 +8,25 @@ import datetime as dt
 import importlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from cost_model.errors import InvalidProfile
 from cost_model.profiles import SCHEMA_NAME, SCHEMA_VERSION
-
-from . import numpy_backend
-from .cases import Case
-from .collectives import planned_count, run_collectives
-from .fingerprint import HostMonitor, cpu_count, cpu_fingerprint, cuda_fingerprint, host_busy_cores, numpy_blas_threads, wait_until_quiet
-from .timing import TimingSettings, measure
+from planner_service.profiling import numpy_backend
+from planner_service.profiling.cases import Case
+from planner_service.profiling.collectives import planned_count, run_collectives
+from planner_service.profiling.fingerprint import (
+    HostMonitor,
+    cpu_count,
+    cpu_fingerprint,
+    cuda_fingerprint,
+    host_busy_cores,
+    numpy_blas_threads,
+    wait_until_quiet,
+)
+from planner_service.profiling.timing import TimingSettings, measure
 
 #: progress(label, done, total)
 Progress = Callable[[str, int, int], None]
@@ -66,7 +74,7 @@ def cpu_cases(torch: Any | None, quick: bool, backends: tuple[str, ...]) -> tupl
     cases: list[Case] = []
     used: list[str] = []
     if torch is not None:
-        from . import torch_backend
+        from planner_service.profiling import torch_backend
 
         cases += torch_backend.plan(torch, "cpu", quick)
         used.append("torch")
@@ -221,7 +229,7 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
             fingerprint = cpu_fingerprint(threads, torch)
             dev_str = "cpu"
         else:
-            from . import torch_backend
+            from planner_service.profiling import torch_backend
 
             dev_str = f"cuda:{index}"
             old_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -276,7 +284,7 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
     return {
         "schema": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "source": "microbenchmark",
         "device": fingerprint,
         "settings": {

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class TimingSettings:
     max_inner: int = 10_000
 
     @staticmethod
-    def quick() -> "TimingSettings":
+    def quick() -> TimingSettings:
         return TimingSettings(warmup=1, repeats=5, min_repeats=3, min_sample_s=1e-3, budget_s=0.35)
 
     def to_dict(self) -> dict:

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cases import Case, elements_grid, gemm_grid, last_level_cache_bytes, rotation_count
+from planner_service.profiling.cases import (
+    Case,
+    elements_grid,
+    gemm_grid,
+    last_level_cache_bytes,
+    rotation_count,
+)
 
 BACKEND = "torch"
 _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from cost_model.errors import InvalidProfile
-from cost_model.profiles import MAX_PROFILE_BYTES, SCHEMA_NAME, SCHEMA_VERSION, resolve_profile_device
+from cost_model.profiles import (
+    MAX_PROFILE_BYTES,
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    resolve_profile_device,
+)
 
 MAX_TRACE_BYTES = 64 * 1024 * 1024
 MAX_EVENTS = 2_000_000
@@ -152,7 +158,7 @@ def _comm_args(args: Mapping[str, Any]) -> tuple[int, int] | None:
     group = args.get("Group size")
     nin = args.get("In msg nelems")
     nout = args.get("Out msg nelems")
-    dt = _DTYPES.get(str(args.get("dtype")), None)
+    dt = _DTYPES.get(str(args.get("dtype")))
     if not isinstance(group, int) or group < 1:
         return None
     esize = _ESIZE.get(dt or "fp32", 4)
@@ -306,7 +312,7 @@ def _device_from_trace(doc: Any) -> str | None:
         return None
     props = doc.get("deviceProperties")
     if isinstance(props, list) and props and isinstance(props[0], Mapping) and props[0].get("name"):
-        from .fingerprint import catalog_name_for_gpu
+        from planner_service.profiling.fingerprint import catalog_name_for_gpu
 
         mem = props[0].get("totalGlobalMem")
         return catalog_name_for_gpu(str(props[0]["name"]), mem / 1e9 if isinstance(mem, (int, float)) else None)

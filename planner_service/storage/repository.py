@@ -20,17 +20,24 @@ import binascii
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from cost_model.errors import Conflict, InvalidInput, NotFound
-
-from .db import write_connection
-from .models import ClusterRow, JobRow, ModelRow, PlanRow, ProfileRow, utcnow
+from cost_model.errors import InvalidInput
+from planner_service.storage.db import write_connection
+from planner_service.storage.errors import Conflict, NotFound
+from planner_service.storage.models import (
+    ClusterRow,
+    JobRow,
+    ModelRow,
+    PlanRow,
+    ProfileRow,
+    utcnow,
+)
 
 PLAN_SORTS = {
     "created_at": PlanRow.created_at,
@@ -48,7 +55,7 @@ def new_id() -> str:
 
 
 def _iso(ts: datetime | None) -> str | None:
-    return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if ts else None
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z") if ts else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,7 +292,7 @@ def _job(row: JobRow) -> StoredJob:
 
 def _encode_cursor(sort: str, value: Any, row_id: str) -> str:
     if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc).isoformat()
+        value = value.astimezone(UTC).isoformat()
     raw = json.dumps({"s": sort, "v": value, "i": row_id}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

@@ -3,9 +3,9 @@ field and the reason, never a traceback."""
 
 import pytest
 
-from cost_model.errors import PlannerError
-from planner_service.requests import parse_estimate_request
 from cost_model import estimate
+from cost_model.errors import PlannerError
+from planner_service.planner.request import parse_estimate_request
 
 GOOD = {
     "model": {"preset": "llama3-8b"},

@@ -1,6 +1,13 @@
 import pytest
 
-from cost_model import Strategy, Training, cluster_from_dict, estimate, get_preset, simple_cluster
+from cost_model import (
+    Strategy,
+    Training,
+    cluster_from_dict,
+    estimate,
+    get_preset,
+    simple_cluster,
+)
 from cost_model.result import BREAKDOWN_KEYS
 
 TR = Training(global_batch_size=512, sequence_length=2048)
@@ -164,7 +171,7 @@ def test_context_parallel_ring_hides_behind_attention_on_gpus_but_not_on_cpus():
 
     from cost_model.comm import Links, p2p_time_s
     from cost_model.devices import get_device
-    from cost_model.transformer_cost import StrategyArrays, layer_costs
+    from cost_model.transformer.layer_cost import StrategyArrays, layer_costs
 
     model = get_preset("llama3-8b")
     training = Training(2, 8192)

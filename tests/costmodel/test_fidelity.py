@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 
-from cost_model.fidelity import layer_table4, predict_case
-from cost_model.published import cases
+from cost_model.validation.fidelity import layer_table4, predict_case
+from cost_model.validation.published import cases
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling_helpers import synthetic_profile
+from helpers.profiles import synthetic_profile
 
 FIXTURE_TRACE = Path(__file__).parent / "fixtures" / "gpu_trace.json"
 

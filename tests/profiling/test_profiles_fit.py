@@ -21,8 +21,7 @@ from cost_model.profiles import (
     validate_profile,
     with_fit,
 )
-
-from profiling_helpers import TRUE_EFF, scale, synthetic_profile, true_device
+from helpers.profiles import TRUE_EFF, scale, synthetic_profile, true_device
 
 
 def test_fit_recovers_the_parameters_it_was_generated_with():
@@ -199,7 +198,7 @@ def test_measured_op_overhead_pins_the_launch_term():
     assert fit["efficiency"]["gemm_max_fraction"] == pytest.approx(TRUE_EFF.gemm_max_fraction, rel=0.03)
 
 
-def _cpu_elementwise_profile(rng_s: float, exp_s: float, touch_s_per_byte: float) -> tuple[dict, "object"]:
+def _cpu_elementwise_profile(rng_s: float, exp_s: float, touch_s_per_byte: float) -> tuple[dict, object]:
     """A local-cpu profile generated from the cost model's own functions with known per-element
     costs: plain streaming ops, GELU/softmax (exp-bound), dropout (RNG-bound), at sizes below
     and above the first-touch threshold, plus GEMMs."""

@@ -72,7 +72,7 @@ def test_device_strings_are_checked():
 
 
 def _cli() -> typer.Typer:
-    from planner_service import cli_profile
+    from planner_service.cli import profile as cli_profile
 
     app = typer.Typer()
     cli_profile.register(app)

@@ -10,7 +10,11 @@ import pytest
 
 from cost_model.errors import InvalidProfile
 from cost_model.profiles import fit_profile, validate_profile
-from planner_service.profiling.trace_import import import_trace, load_profile_or_trace, parse_trace_bytes
+from planner_service.profiling.trace_import import (
+    import_trace,
+    load_profile_or_trace,
+    parse_trace_bytes,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpu_trace.json"
 

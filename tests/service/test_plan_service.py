@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 
 from cost_model.errors import InvalidInput
-from planner_service.plan_service import (
+from planner_service.service.identity import request_hash, to_json_safe
+from planner_service.service.plans import plan_status
+from planner_service.service.replan import (
     apply_cluster_changes,
     choose_stable,
-    plan_status,
     ranks_moved,
-    request_hash,
     sticky_host_order,
-    to_json_safe,
 )
 
 

@@ -18,17 +18,17 @@ import httpx
 import pytest
 from sqlalchemy import func, select, text
 
-from planner_service.plan_service import PlanService, canonical_request, request_hash
+from helpers.requests import PG_URL, small_request
+from planner_service.service.identity import canonical_request, request_hash
+from planner_service.service.plans import PlanService
 from planner_service.settings import ServiceSettings
 from planner_service.storage.db import check_schema, head_revision, make_engine
 from planner_service.storage.models import PlanRow
 from planner_service.storage.repository import Repository
 
-from .conftest import PG_URL, small_request
-
 pytestmark = pytest.mark.slow
 
-CLI = [sys.executable, "-m", "planner_service.cli"]
+CLI = [sys.executable, "-m", "planner_service.cli.main"]
 
 
 def _env(db_url: str, **extra: str) -> dict[str, str]:
@@ -249,7 +249,7 @@ def _cli(*args: str, env: dict[str, str] | None = None):
     """Run the real ``planner`` command line in-process (no interpreter start-up)."""
     from typer.testing import CliRunner
 
-    from planner_service.cli import _register_all, app
+    from planner_service.cli.main import _register_all, app
 
     if not app.registered_commands:
         _register_all()

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import threading
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 
-from cost_model.errors import Conflict, InvalidInput, NotFound
-from planner_service.storage.db import SchemaNotReady, check_schema, head_revision, make_engine, upgrade
+from cost_model.errors import InvalidInput
+from planner_service.storage.db import (
+    SchemaNotReady,
+    check_schema,
+    head_revision,
+    make_engine,
+    upgrade,
+)
+from planner_service.storage.errors import Conflict, NotFound
 from planner_service.storage.models import Base, JobRow, PlanRow
 from planner_service.storage.repository import NewPlan, PlanFilters
 
@@ -155,7 +161,7 @@ def test_list_filters(repo):
     assert names(device="%") == []  # LIKE wildcards are escaped
     assert names(status="feasible") == ["c"]
     assert names(min_tokens_per_s=150.0) == ["b", "c"]
-    future = datetime.now(timezone.utc) + timedelta(hours=1)
+    future = datetime.now(UTC) + timedelta(hours=1)
     assert names(created_before=future) == ["a", "b", "c"]
     assert names(created_after=future) == []
 
@@ -237,7 +243,7 @@ def test_concurrent_claims_never_share_a_job(repo):
 def _expire_lease(repo, job_id: str) -> None:
     with repo.engine.begin() as conn:
         conn.execute(
-            JobRow.__table__.update().where(JobRow.id == job_id).values(lease_expires_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+            JobRow.__table__.update().where(JobRow.id == job_id).values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
         )
 
 
@@ -340,10 +346,10 @@ def test_models_and_profiles(repo):
 
 
 def test_timestamps_are_utc(repo):
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     p, _ = repo.insert_plan(new_plan())
     assert p.created_at.tzinfo is not None
-    assert before - timedelta(seconds=5) <= p.created_at <= datetime.now(timezone.utc) + timedelta(seconds=5)
+    assert before - timedelta(seconds=5) <= p.created_at <= datetime.now(UTC) + timedelta(seconds=5)
 
 
 def test_ping(repo):

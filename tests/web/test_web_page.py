@@ -32,7 +32,7 @@ def test_root_serves_the_page_with_its_assets_and_the_launch_targets(web_client)
 
 def test_assets_have_their_content_types_and_contents(web_client):
     expected = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
-    assert ASSETS == expected
+    assert expected == ASSETS
     for name, ctype in expected.items():
         r = web_client.get(f"/static/{name}")
         assert r.status_code == 200, name

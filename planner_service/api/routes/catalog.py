@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from cost_model.devices import catalog
-from cost_model.model import PRESETS
+from cost_model.transformer.spec import PRESETS
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 

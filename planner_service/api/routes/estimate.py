@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from planner_service.api.deps import get_service
 from planner_service.api.schemas import ESTIMATE_EXAMPLES, EstimateCreate
-from planner_service.plan_service import PlanService
+from planner_service.service.plans import PlanService
 
 router = APIRouter(prefix="/v1", tags=["estimate"])
 

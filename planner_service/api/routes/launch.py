@@ -11,8 +11,8 @@ from cost_model.errors import InvalidInput
 from planner_service.api.deps import get_repository
 from planner_service.exporters import TARGETS, LaunchParams, render
 from planner_service.exporters.common import parse_env_pairs
-from planner_service.plan_service import plan_to_api
-from planner_service.preflight import preflight_warnings
+from planner_service.exporters.preflight import preflight_warnings
+from planner_service.service.plans import plan_to_api
 from planner_service.storage.repository import Repository
 
 router = APIRouter(prefix="/v1/plans", tags=["launch"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -13,9 +13,19 @@ from cost_model.devices import get_device
 from cost_model.errors import InvalidInput, UnknownName
 from planner_service.api.deps import get_metrics, get_repository, get_service
 from planner_service.api.middleware import Metrics
-from planner_service.api.schemas import PLAN_EXAMPLES, REPLAN_EXAMPLES, PlanCreate, ReplanRequest
-from planner_service.plan_service import Outcome, PlanService, plan_to_api
-from planner_service.storage.repository import MAX_PAGE, PLAN_SORTS, PlanFilters, Repository
+from planner_service.api.schemas import (
+    PLAN_EXAMPLES,
+    REPLAN_EXAMPLES,
+    PlanCreate,
+    ReplanRequest,
+)
+from planner_service.service.plans import Outcome, PlanService, plan_to_api
+from planner_service.storage.repository import (
+    MAX_PAGE,
+    PLAN_SORTS,
+    PlanFilters,
+    Repository,
+)
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
@@ -71,7 +81,7 @@ def create_plan(
 def _utc(ts: datetime | None) -> datetime | None:
     if ts is None:
         return None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
 
 
 @router.get("", summary="List stored plans (filters, sort, cursor pagination)")

@@ -8,7 +8,7 @@ catalog device it was recorded on (GPU traces name their device themselves).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
@@ -66,7 +66,7 @@ def _summary(p: StoredProfile) -> dict[str, Any]:
 @router.post("/profiles", status_code=201, summary="Upload an operator profile or a PyTorch profiler trace", openapi_extra=_UPLOAD_DOC)
 async def upload_profile(
     request: Request,
-    device: Optional[str] = Query(None, description="Catalog device a trace was recorded on (e.g. H100-SXM5-80GB, local-cpu)"),
+    device: str | None = Query(None, description="Catalog device a trace was recorded on (e.g. H100-SXM5-80GB, local-cpu)"),
     repo: Repository = Depends(get_repository),
 ) -> JSONResponse:
     raw = await request.body()
@@ -85,7 +85,7 @@ async def upload_profile(
 
 @router.get("/profiles", summary="List stored profiles (newest first)")
 def list_profiles(
-    device: Optional[str] = Query(None, description="Only profiles of this catalog device"),
+    device: str | None = Query(None, description="Only profiles of this catalog device"),
     repo: Repository = Depends(get_repository),
 ) -> dict:
     return {"profiles": [_summary(p) for p in repo.list_profiles(device)]}

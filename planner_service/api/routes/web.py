@@ -16,8 +16,8 @@ from importlib import resources
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
-from cost_model.errors import NotFound
 from planner_service.exporters import TARGETS
+from planner_service.storage.errors import NotFound
 
 router = APIRouter(tags=["web"], include_in_schema=False)
 

@@ -1,0 +1,612 @@
+"""Per-layer costs of a transformer under a parallel strategy — vectorised.
+
+Every function takes a :class:`StrategyArrays` (one numpy array per strategy knob, all the same
+length) and returns arrays of that length, so the planner costs thousands of candidates in one
+call and :func:`cost_model.estimate` costs one (length-1 arrays) through the *same* code.
+
+Notation (DESIGN.md appendix): b micro-batch, s sequence, h hidden, a heads, g KV heads,
+d head dim, f FFN hidden, V vocabulary, t tensor-parallel size, c context-parallel size.
+Per GPU a layer sees T = b·s/c tokens.
+
+Sources: GEMM shapes of Megatron-LM tensor parallelism (Shoeybi et al. 2019: column-parallel
+QKV and FC1, row-parallel projection and FC2; two all-reduces forward, two backward);
+activation bytes per layer from Korthikanti et al. 2022 Table 2, generalised term by term to
+grouped-query attention, gated FFNs, fused attention and context parallelism (each term's
+origin is given where it is computed); model state from Rajbhandari et al. 2020 (ZeRO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_model.comm import (
+    Links,
+    allreduce_time_s,
+    alltoall_time_s,
+    p2p_time_s,
+    ranks_per_node,
+    reduce_scatter_time_s,
+)
+from cost_model.compute import (
+    FLASH_BACKWARD_RATIO,
+    attention_flops,
+    first_touch_s,
+    flash_attention_time_s,
+    gemm_fwd_bwd_time_s,
+    gemm_time_s,
+    memory_bound_time_s,
+)
+from cost_model.devices import DeviceSpec
+from cost_model.training import Training
+from cost_model.transformer.spec import TransformerSpec
+
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+
+#: Fixed per-GPU reserve for the CUDA context, cuBLAS/NCCL workspaces (bytes), plus a fraction
+#: of the rest lost to allocator fragmentation.  PyTorch's caching allocator typically shows
+#: 1–2 GB of context + workspaces and 5–10% fragmentation on large-model runs.
+WORKSPACE_BYTES = 1.5e9
+FRAGMENTATION_FRACTION = 0.07
+
+#: With ``Training.tp_comm_overlap`` the TP collectives are pipelined with the GEMMs they feed
+#: (Megatron-Core userbuffers): the part that a GEMM of the layer can hide is hidden, at most
+#: this fraction of the collective.
+TP_OVERLAP_MAX_HIDDEN = 0.8
+#: Fraction of one micro-batch's backward compute of a stage during which bucketed DP gradient
+#: reduction can run (the first buckets are ready only after the last layers' backward).
+DP_OVERLAP_WINDOW = 0.8
+
+
+def dp_overlap_fraction(training: Training, device: DeviceSpec) -> float:
+    """Fraction of a stage's backward pass that hides its DP gradient reduction.
+
+    ``DP_OVERLAP_WINDOW`` when the framework overlaps the reduction with backward
+    (``training.grad_reduce_overlap``), scaled by the device's ``comm_overlap_fraction``: the
+    reduction hides only where it runs beside the compute (GPUs, 1), not where it shares the
+    cores that compute (CPUs, 0: the all-reduce adds to the step).  0 without overlap.
+    """
+    if not training.grad_reduce_overlap:
+        return 0.0
+    return DP_OVERLAP_WINDOW * device.efficiency.comm_overlap_fraction
+
+
+@dataclass(frozen=True)
+class StrategyArrays:
+    """Struct of arrays: the i-th element of every field is one candidate strategy."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    vpp: np.ndarray
+    mbs: np.ndarray
+    sp: np.ndarray  # bool
+    recompute: np.ndarray  # 0 none, 1 selective, 2 full
+    zero: np.ndarray
+
+    @staticmethod
+    def from_strategies(strategies) -> StrategyArrays:
+        def col(fn, dtype=float):
+            return np.array([fn(s) for s in strategies], dtype=dtype)
+
+        return StrategyArrays(
+            dp=col(lambda s: s.dp),
+            tp=col(lambda s: s.tp),
+            pp=col(lambda s: s.pp),
+            cp=col(lambda s: s.cp),
+            ep=col(lambda s: s.ep),
+            vpp=col(lambda s: s.vpp),
+            mbs=col(lambda s: s.micro_batch_size),
+            sp=col(lambda s: s.sequence_parallel, bool),
+            recompute=col(lambda s: RECOMPUTE_CODE[s.recompute]),
+            zero=col(lambda s: s.zero_stage),
+        )
+
+    def __len__(self) -> int:
+        return len(self.dp)
+
+    def take(self, index) -> StrategyArrays:
+        return StrategyArrays(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Costs of ONE decoder layer for ONE micro-batch on one GPU (arrays over candidates).
+
+    Times in seconds.  ``forward_s``/``backward_s`` include the layer's compute and its exposed
+    tensor/context/expert-parallel communication; the ``*_comm_s`` fields say how much of them
+    is communication, ``recompute_s`` is extra backward work from activation recomputation.
+    """
+
+    forward_compute_s: np.ndarray
+    backward_compute_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_comm_s: np.ndarray  # forward + backward (+ recomputed forward), exposed part
+    cp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    activation_bytes: np.ndarray  # stored for backward, per micro-batch
+    full_activation_bytes: np.ndarray  # what a layer holds while it runs (no recompute)
+    model_flops: np.ndarray  # forward+backward model FLOPs of this GPU, no recompute
+    recompute_flops: np.ndarray
+
+    @property
+    def forward_s(self) -> np.ndarray:
+        return self.forward_compute_s + 0.5 * (self.tp_comm_s + self.cp_comm_s + self.ep_comm_s)
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return (
+            self.forward_compute_s
+            + self.backward_compute_s
+            + self.recompute_s
+            + self.tp_comm_s
+            + self.cp_comm_s
+            + self.ep_comm_s
+        )
+
+
+def _act_bytes(training: Training) -> int:
+    """Activation element size: 16-bit for bf16/fp16/fp8 training (fp8 GEMM inputs are cast
+    copies; stored activations stay 16-bit), 32-bit for fp32."""
+    return 4 if training.dtype == "fp32" else 2
+
+
+def _dropout(model: TransformerSpec) -> float:
+    """1.0 when the model trains with dropout: GPT-style models (biases, learned positions; GPT-2,
+    GPT-3, Megatron's GPT) use it on the attention probabilities and both residual branches,
+    Llama-style models (no biases) train without it."""
+    return 1.0 if model.bias else 0.0
+
+
+def _kv_local(model: TransformerSpec, tp):
+    """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head)."""
+    return model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
+
+
+def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
+    """Cost one decoder layer per micro-batch for every candidate in ``S``."""
+    dt = training.dtype
+    eb = _act_bytes(training)
+    h = float(model.hidden_size)
+    a = float(model.num_heads)
+    d = float(model.head_dim)
+    f = float(model.ffn_hidden_size)
+    s = float(training.sequence_length)
+    t, c, b = S.tp, S.cp, S.mbs
+    sc = s / c
+    T = b * sc  # tokens per GPU per micro-batch
+    kv = _kv_local(model, t)
+    gpn = links.gpus_per_node
+    unfused = training.attention == "unfused"
+    eager = not training.fused_kernels
+
+    # ---- GEMMs (forward) ---------------------------------------------------------------------
+    # Megatron TP: QKV column-parallel [T,h]x[h,(h+2kv)/t]; projection row-parallel [T,h/t]x[h/t,h].
+    t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, h / t + 2 * kv, h, device, dt)
+    t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, h / t, device, dt)
+    flops_qkv = 2 * T * h * (h / t + 2 * kv)
+    flops_proj = 2 * T * h * h / t
+    # FFN: FC1 column-parallel (gate and up fused when gated), FC2 row-parallel.
+    fm = model.ffn_matrices
+    if model.is_moe:
+        e_local = model.num_experts / S.ep
+        tokens_per_expert = T * model.experts_per_token * S.ep / model.num_experts
+        t_fc1, b_fc1 = gemm_fwd_bwd_time_s(tokens_per_expert, (fm - 1) * f / t, h, device, dt, batch=e_local)
+        t_fc2, b_fc2 = gemm_fwd_bwd_time_s(tokens_per_expert, h, f / t, device, dt, batch=e_local)
+        t_router, b_router = gemm_fwd_bwd_time_s(T, model.num_experts, h, device, dt)
+        flops_ffn = 2 * T * model.experts_per_token * fm * h * f / t + 2 * T * h * model.num_experts
+        if model.shared_expert_ffn_hidden_size:
+            fs = float(model.shared_expert_ffn_hidden_size)
+            s1f, s1b = gemm_fwd_bwd_time_s(T, (fm - 1) * fs / t, h, device, dt)
+            s2f, s2b = gemm_fwd_bwd_time_s(T, h, fs / t, device, dt)
+            t_router, b_router = t_router + s1f + s2f, b_router + s1b + s2b
+            flops_ffn = flops_ffn + 2 * T * fm * h * fs / t
+    else:
+        t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt)
+        t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt)
+        t_router = b_router = 0.0
+        flops_ffn = 2 * T * fm * h * f / t
+    gemm_bwd = b_qkv + b_proj + b_fc1 + b_fc2 + b_router
+    gemm_fwd = t_qkv + t_proj + t_fc1 + t_fc2 + t_router
+
+    # ---- attention core ----------------------------------------------------------------------
+    heads_local = a / t
+    # Model FLOPs count the full s×s square (Narayanan 2021 Eq. 3 / Megatron MFU convention).
+    flops_attn = attention_flops(b, heads_local, sc, s, d)
+    if unfused:
+        bh = b * heads_local
+        t_scores = gemm_time_s(sc, s, d, device, dt, batch=bh)
+        t_pv = gemm_time_s(sc, d, s, device, dt, batch=bh)
+        elems = bh * sc * s
+        drop = _dropout(model)
+        # Megatron's fused scale-mask-softmax reads and writes the scores (2·eb, one exp per
+        # score), dropout reads them, writes the result and a 1-byte mask (2·eb + 1, one random
+        # number per score): 4·eb + 1 bytes per score forward (9 in 16-bit); backward: dropout
+        # (eb + 1 read, eb write) and softmax (2·eb read, eb write): 5·eb + 1 (11 in 16-bit).
+        # Fresh tensors: probabilities, dropout output and mask forward; two gradients backward.
+        if eager:
+            t_softmax_fwd, t_softmax_bwd = eager_attention_elementwise_s(elems, eb, drop, device)
+            layout_fwd, layout_bwd = _eager_head_layout_s(T * h / t, T * kv, eb, device)
+            t_softmax_fwd, t_softmax_bwd = t_softmax_fwd + layout_fwd, t_softmax_bwd + layout_bwd
+        else:
+            t_softmax_fwd = (
+                memory_bound_time_s(2 * eb * elems, device, kernels=1, transcendental_elements=elems)
+                + memory_bound_time_s((2 * eb + 1) * elems, device, kernels=1, rng_elements=drop * elems)
+                + first_touch_s(elems * eb, device, count=1 + 2 * drop)
+            )
+            t_softmax_bwd = memory_bound_time_s((5 * eb + 1) * elems, device, kernels=2) + first_touch_s(elems * eb, device, count=2)
+        attn_fwd = t_scores + t_pv + t_softmax_fwd
+        _, b_scores = gemm_fwd_bwd_time_s(sc, s, d, device, dt, batch=bh)
+        _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, device, dt, batch=bh)
+        attn_bwd = b_scores + b_pv + t_softmax_bwd
+    else:
+        attn_fwd = flash_attention_time_s(b * heads_local, sc, s, d, device, dt, causal_fraction=0.5)
+        attn_bwd = FLASH_BACKWARD_RATIO * attn_fwd
+
+    # ---- memory-bound elementwise work ----------------------------------------------------------
+    # Replicated region (norms, dropout, residual adds) runs on T·h elements per TP rank, or
+    # T·h/t under sequence parallelism.  Bytes per element forward: 2 norms (read+write, 2·eb
+    # each), 2 fused bias-dropout-add (read 2·eb, write eb, mask 1 when dropout is used).
+    rep_elems = T * h / np.where(S.sp, t, 1.0)
+    drop = _dropout(model)
+    norm_bytes_fwd = rep_elems * 2 * 2 * eb
+    # Two residual branches: fused bias-dropout-add reads 2·eb, writes eb and a 1-byte mask.
+    # Eager PyTorch runs bernoulli_ into a mask of the activation dtype (eb), div_ (2·eb),
+    # mul (3·eb) and the residual add (3·eb): four operators, 9·eb bytes.
+    dropout_bytes_fwd = rep_elems * 2 * ((3 * eb + drop) if not eager else (3 * eb + drop * 6 * eb))
+    dropout_kernels = 2 * (1 + 3 * drop) if eager else 2
+    # Activation function on the FFN hidden: GELU read+write (2·eb), SwiGLU reads two inputs.
+    # Transcendentals per element: GELU x·Φ(x) one erf forward and, backward Φ(x) + x·φ(x), an
+    # erf and an exp; SiLU x·σ(x) one exp each way (the backward recomputes σ).
+    ffn_hidden_elems = T * f / t * (model.experts_per_token if model.is_moe else 1.0)
+    act_bytes_fwd = ffn_hidden_elems * ((3 if model.gated_ffn else 2) * eb)
+    act_bwd_transcendentals = ffn_hidden_elems * (1 if model.gated_ffn else 2)
+    # Rotary embedding on Q and K (read+write) for RoPE models.
+    rope_bytes = 0.0 if model.learned_positions else T * (h / t + kv) * 2 * eb
+    # Bias gradients: eager PyTorch reduces each biased linear layer's output gradient over the
+    # tokens (``grad_output.sum(0)``), one read of the QKV, projection, FC1 and FC2 outputs'
+    # gradients; fused kernels compute it in the weight-gradient GEMM's epilogue (cuBLASLt's
+    # BGRAD epilogue, Transformer Engine) or the bias-GELU backward.
+    ffn_out = (fm - 1) * f / t * (model.experts_per_token if model.is_moe else 1.0)
+    bias_grad_bytes = float(model.bias and eager) * T * (h / t + 2 * kv + h + ffn_out + h) * eb
+    elem_fwd = (
+        memory_bound_time_s(norm_bytes_fwd + rope_bytes, device, kernels=3)
+        + memory_bound_time_s(dropout_bytes_fwd, device, kernels=dropout_kernels, rng_elements=2 * drop * rep_elems)
+        + memory_bound_time_s(act_bytes_fwd, device, kernels=1, transcendental_elements=ffn_hidden_elems)
+        + first_touch_s(ffn_hidden_elems * eb, device)
+    )
+    # Backward of these kernels moves ≈1.25× the forward bytes (norm backward reads x and dy and
+    # writes dx; dropout backward reads dy and the mask and writes dx; no random numbers).
+    elem_bwd = (
+        memory_bound_time_s(1.25 * (norm_bytes_fwd + dropout_bytes_fwd + rope_bytes), device, kernels=7)
+        + memory_bound_time_s(1.25 * act_bytes_fwd, device, kernels=1, transcendental_elements=act_bwd_transcendentals)
+        + first_touch_s(ffn_hidden_elems * eb, device)
+        + memory_bound_time_s(bias_grad_bytes, device, kernels=4 * int(model.bias and eager))
+    )
+
+    forward_compute = gemm_fwd + attn_fwd + elem_fwd
+    backward_compute = gemm_bwd + attn_bwd + elem_bwd
+
+    # ---- recompute ---------------------------------------------------------------------------
+    # full: the whole forward again (with its TP collectives); selective: the attention core
+    # only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
+    if unfused:
+        selective_s = attn_fwd
+        selective_flops = flops_attn
+    else:
+        selective_s = 0.0 * attn_fwd
+        selective_flops = 0.0 * flops_attn
+    recompute_s = np.where(S.recompute == 2, forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
+    layer_fwd_flops = flops_qkv + flops_proj + flops_ffn + flops_attn
+    recompute_flops = np.where(S.recompute == 2, layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
+
+    # ---- tensor-parallel communication ---------------------------------------------------------
+    # Per layer: 2 all-reduces forward and 2 backward of T·h elements (SP: reduce-scatter +
+    # all-gather of the same volume), 2 more when the forward is recomputed.
+    tp_per_node = np.minimum(t, gpn)
+    msg = T * h * eb
+    one_ar = np.where(
+        S.sp,
+        2 * reduce_scatter_time_s(t, msg, links, tp_per_node),
+        allreduce_time_s(t, msg, links, tp_per_node),
+    )
+    n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
+    tp_comm = n_collectives * one_ar
+    # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
+    overlap = device.efficiency.comm_overlap_fraction
+    if training.tp_comm_overlap:
+        hideable = TP_OVERLAP_MAX_HIDDEN * tp_comm
+        hidden = np.minimum(hideable, (gemm_fwd * 3) * TP_OVERLAP_MAX_HIDDEN)
+        tp_comm = tp_comm - overlap * hidden
+
+    # ---- context-parallel ring exchange ---------------------------------------------------------
+    # Each rank passes its K,V chunk around the ring: (c−1) steps of 2·b·sc·kv·eb bytes forward,
+    # twice that backward (K,V and their gradients); overlapped with the attention blocks it feeds.
+    kv_chunk = 2 * b * sc * kv * eb
+    cp_fwd = (c - 1) * p2p_time_s(kv_chunk, links, c > gpn // np.maximum(t, 1))
+    cp_fwd = np.where(c > 1, cp_fwd, 0.0)
+    cp_exposed = np.maximum(0.0, cp_fwd - overlap * attn_fwd) + np.maximum(0.0, 2 * cp_fwd - overlap * attn_bwd)
+
+    # ---- expert-parallel all-to-all ---------------------------------------------------------
+    # Dispatch and combine forward, the same backward: each sends T·k·h elements.
+    if model.is_moe:
+        ep_per_node = ranks_per_node(S.ep, t, gpn)
+        a2a = alltoall_time_s(S.ep, T * model.experts_per_token * h * eb, links, ep_per_node)
+        ep_comm = 4 * a2a + np.where(S.recompute == 2, 2 * a2a, 0.0)
+    else:
+        ep_comm = 0.0 * t
+
+    # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
+    act, full_act = activation_bytes(model, training, S)
+
+    model_flops = 3 * layer_fwd_flops
+    return LayerCosts(
+        forward_compute_s=forward_compute,
+        backward_compute_s=backward_compute,
+        recompute_s=recompute_s,
+        tp_comm_s=tp_comm,
+        cp_comm_s=cp_exposed,
+        ep_comm_s=ep_comm,
+        activation_bytes=act,
+        full_activation_bytes=full_act,
+        model_flops=model_flops,
+        recompute_flops=recompute_flops,
+    )
+
+
+def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
+    """Forward and backward time of moving attention's operands between the token-major layout
+    of the projections ([b, s, heads, d]) and the head-major layout batched GEMMs need
+    ([b, heads, s, d]), in plain PyTorch (``view(...).transpose(1, 2)`` then ``@``).
+
+    Forward: Q, K and V are made contiguous head-major (``bmm`` cannot take the transposed
+    view) and the attention output is copied back token-major (``transpose(1, 2).reshape``).
+    Backward: the output gradient is copied head-major, the Q, K and V gradients token-major,
+    and the fused QKV projection's ``split`` concatenates them into one gradient: five passes.
+    Each copy reads and writes every element (2·eb bytes).  Fused kernels read the strided
+    layouts directly (none of this).
+    """
+    qkv = q_elems + 2 * kv_elems
+    fwd = memory_bound_time_s(2 * eb * (qkv + q_elems), device, kernels=4)
+    bwd = memory_bound_time_s(2 * eb * (2 * qkv + q_elems), device, kernels=5)
+    return fwd, bwd
+
+
+def eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
+    """Forward and backward time of the score-sized elementwise work of attention written in
+    plain PyTorch ops (no fused softmax), per ``elems`` scores.
+
+    Forward: scale (``mul``, 2·eb), ``masked_fill`` out of place (a copy 2·eb, then the fill
+    reads the 1-byte mask and writes eb), ``softmax`` (2·eb, one exp per score), and with dropout
+    ``bernoulli_`` into a mask of the scores' dtype (eb, one random number per score), ``div_``
+    (2·eb) and ``mul`` (3·eb).  Backward: dropout's ``mul`` (3·eb), softmax backward (3·eb),
+    the masked fill of the gradient (2·eb + 1) and the scale's ``mul`` (2·eb).  Every result is
+    a fresh tensor.  Operator sequence as in PyTorch's eager ``F.softmax``/``F.dropout`` (and
+    Hugging Face's ``eager`` attention).
+    """
+    fwd = (
+        memory_bound_time_s(2 * eb * elems, device, kernels=1)
+        + memory_bound_time_s((3 * eb + 1) * elems, device, kernels=2)
+        + memory_bound_time_s(2 * eb * elems, device, kernels=1, transcendental_elements=elems)
+        + memory_bound_time_s(drop * eb * elems, device, kernels=drop, rng_elements=drop * elems)
+        + memory_bound_time_s(drop * 5 * eb * elems, device, kernels=2 * drop)
+        + first_touch_s(elems * eb, device, count=3 + 2 * drop)
+    )
+    bwd = memory_bound_time_s((drop * 3 * eb + 3 * eb + 2 * eb + 1 + 2 * eb) * elems, device, kernels=3 + drop) + first_touch_s(elems * eb, device, count=3 + drop)
+    return fwd, bwd
+
+
+def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays):
+    """Bytes one layer keeps for backward per micro-batch, and the bytes it holds while running.
+
+    Korthikanti et al. 2022 Table 2 term by term (16-bit, per layer, s·b·h units):
+    attention block 11·sbh + 5·a·s²·b (QKV input 2, Q 2, K 2, V 2, projection input 2,
+    dropout mask 1; scores 2·as²b, softmax-dropout mask as²b, dropout output 2·as²b), MLP 19·sbh
+    (FC1 input 2, GELU input 8, FC2 input 8, mask 1), two norms 4·sbh.  Under TP the inner terms
+    divide by t; under SP the rest does too.  Generalised here: K and V use the KV width, the
+    FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
+    with selective recompute, dropout masks vanish without dropout (models without biases), and
+    sequences divide by cp.  Full recompute keeps only the layer input (2·sbh, /t under SP).
+    """
+    eb = _act_bytes(training)
+    h = float(model.hidden_size)
+    a = float(model.num_heads)
+    f = float(model.ffn_hidden_size)
+    s = float(training.sequence_length)
+    t, c, b = S.tp, S.cp, S.mbs
+    sc = s / c
+    sbh = sc * b * h  # elements
+    kv = _kv_local(model, t)
+    mask = 1.0 if model.bias else 0.0
+    rep = np.where(S.sp, t, 1.0)
+
+    # Replicated (outside TP regions): QKV input, FC1 input (eb each), two dropout masks, two norm inputs.
+    replicated = sbh * (eb + eb + 2 * mask + 2 * eb) / rep
+    # Inside TP regions: Q, K, V, projection input.
+    attn_inner = sc * b * (h / t * eb + 2 * kv * eb + h / t * eb)
+    k_experts = model.experts_per_token if model.is_moe else 1.0
+    ffn_inner = sc * b * f / t * k_experts * (eb * (3 if model.gated_ffn else 2))
+    # softmax output, dropout output and mask (unfused only; eager dropout keeps its mask in the
+    # scores' dtype)
+    scores = a * sc * s * b / t * ((2 * eb + mask) if training.fused_kernels else (eb + mask * 2 * eb))
+    store_scores = (training.attention == "unfused") & (S.recompute == 0)
+    full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
+    stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
+    stored = np.where(S.recompute == 2, sbh * eb / rep, stored)
+    return stored, full
+
+
+def model_state_bytes_per_param(training: Training, zero_stage, shard):
+    """Bytes per parameter on one GPU for weights, gradients and optimizer state.
+
+    Mixed precision with Adam (Rajbhandari et al. 2020; Megatron docs): 16-bit weights (2),
+    fp32 gradient accumulation (4, as Megatron does), fp32 master weights + momentum +
+    variance (12).  fp32 training: weights 4, gradients 4, Adam moments 8.  SGD keeps one
+    momentum (4) plus the fp32 master copy under mixed precision.  ZeRO divides over ``shard``
+    ranks: stage ≥1 the optimizer state, ≥2 the gradients, 3 the weights.
+    """
+    mixed = training.dtype != "fp32"
+    w = 2.0 if mixed else 4.0
+    g = 4.0
+    if training.optimizer == "adam":
+        o = 12.0 if mixed else 8.0
+    else:
+        o = 8.0 if mixed else 4.0
+    z = np.asarray(zero_stage)
+    shard = np.asarray(shard, dtype=float)
+    weights = np.where(z >= 3, w / shard, w)
+    grads = np.where(z >= 2, g / shard, g)
+    opt = np.where(z >= 1, o / shard, o)
+    return weights, grads, opt
+
+
+def dp_gradient_comm_s(params_per_gpu, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu=0.0):
+    """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds).
+
+    One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
+    2R (ring; DP groups span dp·cp ranks with TP ranks in between; expert weights sync over
+    dp·cp/ep ranks).  By ZeRO stage (Rajbhandari et al. 2020):
+
+    * 0 — gradients accumulate locally over the micro-batches and are all-reduced once: 2R per step;
+    * 1 — Megatron's distributed optimizer: reduce-scatter of gradients + all-gather of the
+      updated weights, once per step: 2R per step;
+    * 2 — gradients are kept only as shards, so every micro-batch's gradients are
+      reduce-scattered (R per micro-batch) and the weights all-gathered once per step (R);
+    * 3 — weights are sharded too: every micro-batch all-gathers them for forward and again for
+      backward and reduce-scatters its gradients (3R per micro-batch).
+
+    Gradients are reduced in the training dtype (16-bit) or fp32 for fp32 training.
+    """
+    gb = 4.0 if training.dtype == "fp32" else 2.0
+    n = S.dp * S.cp
+    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    n_e = np.maximum(n / S.ep, 1.0)
+    per_node_e = ranks_per_node(n_e, S.tp * S.ep, links.gpus_per_node)
+    rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
+        n_e, expert_params_per_gpu * gb, links, per_node_e
+    )
+    per_step = np.where(S.zero >= 3, 0.0, np.where(S.zero == 2, rs, 2.0 * rs))
+    per_microbatch = np.where(S.zero >= 3, 3.0 * rs, np.where(S.zero == 2, rs, 0.0))
+    return per_step, per_microbatch
+
+
+#: Operators per parameter tensor of PyTorch's single-tensor (for-loop) ``torch.optim.Adam``:
+#: step count, ``lerp_``, ``mul_``, ``addcmul_``, bias corrections, ``sqrt``, ``div_``,
+#: ``add_``, ``addcdiv_`` — and its bytes per parameter: lerp (r 8, w 4), mul (r 4, w 4),
+#: addcmul (r 8, w 4), sqrt to a fresh tensor (r 4, w 4), div_ (r 4, w 4), add_ (r 4, w 4),
+#: addcdiv (r 12, w 4): 72 B/param in fp32.
+EAGER_ADAM_OPS_PER_TENSOR = 11
+EAGER_ADAM_BYTES_PER_PARAM = 72.0
+
+
+def optimizer_bytes_per_param(training: Training) -> float:
+    """Bytes the optimizer step moves per parameter.
+
+    Fused Adam (mixed precision) reads fp32 master, momentum, variance and gradient (16 B) and
+    writes master, momentum, variance and the 16-bit weight (14 B), plus a gradient-norm read
+    (4 B): 34 B/param.  SGD: 22 B/param.  fp32 training: the master copy is the weight.
+    Unfused (``training.fused_kernels`` false): PyTorch's for-loop Adam,
+    :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision).
+    """
+    if training.optimizer == "adam":
+        if not training.fused_kernels:
+            return EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
+        return 34.0 if training.dtype != "fp32" else 32.0
+    return 22.0 if training.dtype != "fp32" else 16.0
+
+
+def optimizer_kernels(training: Training, tensors_per_gpu=0.0):
+    """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
+    for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
+    if training.fused_kernels or training.optimizer != "adam":
+        return 4
+    return EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
+
+
+def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu=0.0):
+    """Optimizer update: a memory-bound pass over this GPU's shard of the model state
+    (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
+    parameter tensors a for-loop optimizer iterates over)."""
+    shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
+    per_param = optimizer_bytes_per_param(training)
+    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
+
+
+def param_tensors_per_layer(model: TransformerSpec) -> int:
+    """Parameter tensors of one decoder layer (what a for-loop optimizer iterates over): the
+    QKV and output projections, the FFN matrices (per expert, plus the router), two norms;
+    biases double the projections' and norms' count."""
+    mats = 2 + model.ffn_matrices * (model.num_experts if model.is_moe else 1) + (1 if model.is_moe else 0)
+    norms = 2
+    return (mats + norms) * (2 if model.bias else 1)
+
+
+def embedding_head_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays):
+    """Forward+backward time of the vocab-parallel embedding (first stage) and the LM head with
+    cross-entropy (last stage) per micro-batch, and their activation bytes.
+
+    Head GEMM [T,h]x[h,V/t] forward, ×2 backward; the loss reads fp32 logits (softmax,
+    gradient: ≈ 4 passes of 4 B over T·V/t).  The embedding gathers T·h rows and all-reduces
+    (or reduce-scatters under SP) them across TP; its backward scatters gradients into a dense,
+    zero-filled [V/t, h] gradient.
+    """
+    dt = training.dtype
+    eb = _act_bytes(training)
+    h = float(model.hidden_size)
+    V = float(model.vocab_size)
+    t, c, b = S.tp, S.cp, S.mbs
+    T = b * training.sequence_length / c
+    gpn = links.gpus_per_node
+    logits = T * V / t
+    head_gemm = gemm_time_s(T, V / t, h, device, dt, fresh_output=False)
+    # Log-softmax forward reads the logits and writes fp32 log-probabilities (one exp per logit);
+    # backward writes the zero-filled gradient, reads it and the log-probabilities and writes
+    # the logits' gradient (one exp per logit again).  Fresh tensors: logits, log-probabilities,
+    # the two gradients.
+    loss = (
+        memory_bound_time_s(logits * (eb + 4), device, kernels=2, transcendental_elements=logits)
+        + memory_bound_time_s(logits * 12, device, kernels=2, transcendental_elements=logits)
+        + first_touch_s(logits * eb, device, count=2)
+        + first_touch_s(logits * 4, device, count=2)
+    )
+    # A tied head on the embedding's stage in eager PyTorch: autograd adds the head's and the
+    # embedding's gradients of the shared [V/t, h] weight (read two, write one); Megatron
+    # accumulates both into the fp32 gradient buffer inside the GEMM (gradient-accumulation fusion).
+    tied = model.tie_embeddings and not training.fused_kernels
+    tied_accumulate = np.where(S.pp == 1, memory_bound_time_s(3 * V / t * h * eb, device, kernels=1), 0.0) if tied else 0.0
+    head_s = 3 * head_gemm + loss + tied_accumulate
+    tp_per_node = np.minimum(t, gpn)
+    emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
+    # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
+    # apply dropout to the embedding output (one random number per element).
+    drop = _dropout(model)
+    emb_dropout = memory_bound_time_s(drop * T * h * (3 * eb + 1), device, kernels=drop, rng_elements=drop * T * h)
+    # The embedding's backward builds a dense [V/t, h] gradient: zero-filled, then the T rows
+    # scattered into it.
+    emb_grad = memory_bound_time_s(V / t * h * eb, device, kernels=1)
+    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + emb_grad + emb_dropout + 2 * emb_comm
+    head_flops = 3 * 2 * T * h * V / t
+    # Logits (16-bit) and the fp32 copy the loss keeps for backward.
+    head_act = T * V / t * (eb + 4)
+    emb_act = T * h * eb / np.where(S.sp, t, 1.0)
+    return emb_s, head_s, head_flops, emb_act, head_act
+
+
+def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node):
+    """One stage boundary crossing of one micro-batch's activations (b·s/c·h elements; with TP
+    Megatron's scatter/gather optimisation sends 1/t per rank and all-gathers over NVLink)."""
+    eb = _act_bytes(training)
+    size = S.mbs * training.sequence_length / S.cp * model.hidden_size * eb / S.tp
+    gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)
+    return p2p_time_s(size, links, cross_node) + gather
+
+
+def inflight_microbatches(stage_index, S: StrategyArrays, m):
+    """Micro-batches whose activations a stage holds at its peak under 1F1B: ``pp − i`` for
+    stage i (Narayanan 2021 §2.2), capped at m; the interleaved schedule holds
+    ``1 + (p−1)/(p·v)`` times more (Korthikanti 2022 §4.3 / Megatron's warm-up count)."""
+    base = np.minimum(S.pp - stage_index, m)
+    return base * np.where(S.vpp > 1, 1.0 + (S.pp - 1) / (S.pp * S.vpp), 1.0)

@@ -1,0 +1,302 @@
+"""Stage-level assembly: per-stage time and memory, pipeline schedule, data-parallel sync.
+
+Shared by :func:`cost_model.estimate` (one strategy, any stage layout, heterogeneous devices)
+and the planner (thousands of candidates, vectorised).  Both call :func:`stage_cost` for each
+stage and :func:`combine_stages` for the step, so a plan's prediction is exactly what
+``estimate`` returns for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_model.comm import Links
+from cost_model.devices import DeviceSpec
+from cost_model.training import Training
+from cost_model.transformer.layer_cost import (
+    FRAGMENTATION_FRACTION,
+    WORKSPACE_BYTES,
+    LayerCosts,
+    StrategyArrays,
+    dp_gradient_comm_s,
+    dp_overlap_fraction,
+    embedding_head_costs,
+    inflight_microbatches,
+    layer_costs,
+    model_state_bytes_per_param,
+    optimizer_step_s,
+    param_tensors_per_layer,
+    pp_p2p_s,
+)
+from cost_model.transformer.spec import TransformerSpec
+
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """Everything per device type that does not depend on the stage split."""
+
+    device: DeviceSpec
+    links: Links
+    layer: LayerCosts
+    embedding_s: np.ndarray
+    head_s: np.ndarray
+    head_flops: np.ndarray
+    embedding_act_bytes: np.ndarray
+    head_act_bytes: np.ndarray
+
+
+def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> DeviceCosts:
+    lc = layer_costs(model, training, device, links, S)
+    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, training, device, links, S)
+    return DeviceCosts(device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage, arrays over candidates.  Times per micro-batch; memory per GPU in bytes."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    compute_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    dp_microbatch_s: np.ndarray  # ZeRO 2/3 sync per micro-batch not hidden by its compute
+    dp_comm_s: np.ndarray  # per-step DP sync (hidden partly behind the last backward)
+    dp_window_s: np.ndarray  # the part of the last backward that DP sync can hide behind
+    optimizer_s: np.ndarray
+    weights_bytes: np.ndarray
+    gradients_bytes: np.ndarray
+    optimizer_state_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    workspace_bytes: np.ndarray
+
+    @property
+    def time_s(self) -> np.ndarray:
+        """Time of one micro-batch through this stage (forward + backward + p2p + exposed
+        per-micro-batch ZeRO 2/3 traffic)."""
+        return self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
+
+    @property
+    def peak_memory_bytes(self) -> np.ndarray:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.activations_bytes + self.workspace_bytes
+
+
+def stage_params(model: TransformerSpec, S: StrategyArrays, num_layers, has_embedding: bool, has_head: bool):
+    """(dense, expert) parameters held by one GPU of a stage.
+
+    Dense layer weights divide over TP; experts over EP and TP.  The first stage holds the
+    (vocab-parallel) embedding, the last the final norm and the head — a tied head still needs
+    its own copy when the embedding lives on another stage (Megatron keeps both and
+    all-reduces their gradients).
+    """
+    t = S.tp
+    expert_total = model.num_experts * model.expert_params() if model.is_moe else 0
+    dense_layer = model.decoder_layer_params() - expert_total
+    dense = num_layers * dense_layer / t
+    experts = num_layers * expert_total / (S.ep * t)
+    if has_embedding:
+        dense = dense + model.embedding_params() / t
+    if has_head:
+        head = model.head_params()
+        if model.tie_embeddings:
+            head = head + np.where(S.pp > 1, model.vocab_size * model.hidden_size, 0.0)
+        dense = dense + head / t
+    return dense, experts
+
+
+def stage_cost(
+    model: TransformerSpec,
+    training: Training,
+    dc: DeviceCosts,
+    S: StrategyArrays,
+    num_layers,
+    stage_index,
+    has_embedding: bool,
+    has_head: bool,
+    m,
+    cross_node_p2p,
+) -> StageCost:
+    """Cost of one pipeline stage holding ``num_layers`` decoder layers."""
+    lc = dc.layer
+    n = np.asarray(num_layers, dtype=float)
+    fwd = n * lc.forward_compute_s
+    bwd = n * lc.backward_compute_s
+    extra = 0.0
+    if has_embedding:
+        extra = extra + dc.embedding_s
+    if has_head:
+        extra = extra + dc.head_s
+    compute = fwd + bwd + extra
+    recompute = n * lc.recompute_s
+    tp = n * lc.tp_comm_s
+    cp = n * lc.cp_comm_s
+    ep = n * lc.ep_comm_s
+    comm = tp + cp + ep
+    forward_s = fwd + extra / 3.0 + comm / 2.0
+    backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
+    pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
+
+    dense, experts = stage_params(model, S, n, has_embedding, has_head)
+    shard_dense = S.dp * S.cp
+    shard_exp = np.maximum(S.dp * S.cp / S.ep, 1.0)
+    w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
+    w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
+    weights = dense * w_d + experts * w_e
+    grads = dense * g_d + experts * g_e
+    opt = dense * o_d + experts * o_e
+    inflight = inflight_microbatches(stage_index, S, m)
+    acts = n * lc.activation_bytes * inflight
+    # Working set of the layer being (re)computed in backward.
+    acts = acts + np.where(S.recompute > 0, lc.full_activation_bytes - lc.activation_bytes, 0.0)
+    if has_embedding:
+        acts = acts + dc.embedding_act_bytes * inflight
+    if has_head:
+        acts = acts + dc.head_act_bytes
+    # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
+    layer_full_w = 2.0 * (model.decoder_layer_params() / S.tp) * (4.0 if training.dtype == "fp32" else 2.0)
+    acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
+    state = weights + grads + opt + acts
+    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
+
+    dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
+    overlap = dp_overlap_fraction(training, dc.device)
+    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))
+    # parameter tensors of the stage: its layers, the embedding (and learned positions), the
+    # final norm and an untied head (only a for-loop optimizer pays per tensor)
+    tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
+        (2 if model.bias else 1) + (0 if model.tie_embeddings else 1) if has_head else 0)
+    optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
+    return StageCost(
+        forward_s=forward_s,
+        backward_s=backward_s,
+        compute_s=compute,
+        recompute_s=recompute,
+        tp_comm_s=tp,
+        cp_comm_s=cp,
+        ep_comm_s=ep,
+        pp_comm_s=pp_comm,
+        dp_microbatch_s=dp_mb_exposed,
+        dp_comm_s=dp_comm,
+        dp_window_s=overlap * backward_s,
+        optimizer_s=optimizer,
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_state_bytes=opt,
+        activations_bytes=acts,
+        workspace_bytes=workspace,
+    )
+
+
+@dataclass(frozen=True)
+class StepCost:
+    step_time_s: np.ndarray
+    pipeline_s: np.ndarray
+    bottleneck_index: np.ndarray
+    dp_exposed_s: np.ndarray
+    optimizer_s: np.ndarray
+    breakdown_s: dict
+
+
+def stack_stages(stages: list[StageCost]) -> StageCost:
+    """One StageCost whose fields are [stages, candidates] arrays."""
+    import dataclasses
+
+    n = np.broadcast_shapes(*[np.shape(st.time_s) for st in stages])
+    return StageCost(
+        **{
+            f.name: np.stack([np.broadcast_to(getattr(st, f.name), n) for st in stages])
+            for f in dataclasses.fields(StageCost)
+        }
+    )
+
+
+def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) -> StepCost:
+    """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
+
+    With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
+    ``m·max_i t_i + (Σ t_i − max_i t_i)/v`` — for equal stages ``t·m·(1 + (p−1)/(m·v))``,
+    the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021.  Then the DP gradient sync not
+    hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
+    reduction shares its compute cores) nor behind the pipeline drain for later stages (the
+    stage's own device is idle then, whatever kind it is), then the optimizer step of the
+    slowest stage.  ``stages`` is a list of per-stage costs or one stacked cost with
+    [stages, candidates] arrays.
+    """
+    st = stages if isinstance(stages, StageCost) else stack_stages(stages)
+    m = np.asarray(m, dtype=float)
+    times = st.time_s  # [stages, candidates]
+    t_max = times.max(axis=0)
+    bottleneck = times.argmax(axis=0)
+    pipeline = m * t_max + (times.sum(axis=0) - t_max) / S.vpp
+    index = np.arange(times.shape[0], dtype=float).reshape((-1,) + (1,) * (times.ndim - 1))
+    drain = index * st.backward_s / S.vpp
+    dp_exposed = np.maximum(0.0, st.dp_comm_s - st.dp_window_s - drain).max(axis=0)
+    optimizer = st.optimizer_s.max(axis=0)
+    step = pipeline + dp_exposed + optimizer
+
+    # Breakdown along the critical path: the bottleneck stage's components × m, the remaining
+    # pipeline time is the bubble.
+    def pick(arr):
+        return np.take_along_axis(arr, bottleneck[None, ...], axis=0)[0]
+
+    compute = m * pick(st.compute_s)
+    recompute = m * pick(st.recompute_s)
+    tp_c = m * pick(st.tp_comm_s)
+    cp_c = m * pick(st.cp_comm_s)
+    ep_c = m * pick(st.ep_comm_s)
+    pp_c = m * pick(st.pp_comm_s)
+    dp_mb = m * pick(st.dp_microbatch_s)
+    bubble = pipeline - (compute + recompute + tp_c + cp_c + ep_c + pp_c + dp_mb)
+    breakdown = {
+        "compute": compute,
+        "recompute": recompute,
+        "tp_comm": tp_c,
+        "cp_comm": cp_c,
+        "ep_comm": ep_c,
+        "pp_comm": pp_c,
+        "dp_comm_exposed": dp_exposed + dp_mb,
+        # Floating-point residue of the subtraction is not a bubble.
+        "bubble": np.where(bubble > 1e-9 * pipeline, bubble, 0.0),
+        "optimizer": optimizer,
+    }
+    return StepCost(step, pipeline, bottleneck, dp_exposed, optimizer, breakdown)
+
+
+def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
+    """Model FLOPs of one training step (forward + backward = 3× forward, no recompute),
+    counting every GEMM (GQA, gated FFN, top-k experts, router) and the full s×s attention
+    square, as Narayanan et al. 2021 Eq. 3 and Megatron-LM's MFU do.  For GPT shapes this
+    is exactly 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
+    s = float(training.sequence_length)
+    h = float(model.hidden_size)
+    kvw = float(model.kv_size)
+    per_token_layer = h * (h + 2 * kvw) + h * h
+    k = model.experts_per_token if model.is_moe else 1
+    per_token_layer += k * model.ffn_matrices * h * model.ffn_hidden_size
+    if model.is_moe:
+        per_token_layer += h * model.num_experts
+        per_token_layer += model.ffn_matrices * h * model.shared_expert_ffn_hidden_size
+    layer_fwd = 2 * s * per_token_layer + 4 * s * s * h
+    head_fwd = 2 * s * h * model.vocab_size
+    return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd)
+
+
+def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str) -> float:
+    """Extra forward FLOPs executed by activation recomputation (hardware FLOPs − model FLOPs)."""
+    if recompute == "none":
+        return 0.0
+    s = float(training.sequence_length)
+    h = float(model.hidden_size)
+    if recompute == "full":
+        per_layer = model_flops_per_step(model, training) / 3.0
+        head = 2 * s * h * model.vocab_size * training.global_batch_size
+        return per_layer - head
+    if training.attention == "unfused":
+        return training.global_batch_size * model.num_layers * 4 * s * s * h
+    return 0.0

@@ -1,0 +1,144 @@
+"""``planner plan``: search the best strategy and placement for a model on a cluster."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import typer
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from cost_model.errors import PlannerError
+from planner_service.cli.common import (
+    EXIT_BAD_INPUT,
+    console,
+    err_console,
+    fail,
+    read_json_file,
+    run_batch,
+)
+from planner_service.planner import PlanResult, SolverSettings, plan
+from planner_service.planner.request import parse_plan_request
+
+
+def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict | None = None) -> PlanResult:
+    req = parse_plan_request(body)
+    if profile is not None:
+        from dataclasses import replace
+
+        from cost_model.estimate import apply_profile_to_cluster
+
+        req = replace(req, cluster=apply_profile_to_cluster(req.cluster, profile))
+    return plan(req, settings, progress=progress)
+
+
+def with_onnx(body: dict, onnx_path: Path) -> dict:
+    """Replace the request's model by the graph imported from an ONNX file."""
+    from planner_service.importers.onnx import load_onnx_graph
+
+    training = body.get("training") or {}
+    graph = load_onnx_graph(str(onnx_path), training)
+    return {**body, "model": {"graph": graph, "name": onnx_path.stem}}
+
+
+def render_plan(result: PlanResult) -> None:
+    d = result.to_dict()
+    best = d["best"]
+    p = best["prediction"]
+    s = best["strategy"]
+    t = Table(title="best plan", show_header=False)
+    knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("layers_per_stage", "op_shardings") and v is not None)
+    t.add_row("strategy", knobs)
+    t.add_row("devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
+    t.add_row("step time", f"{p['step_time_s']:.4g} s")
+    t.add_row("throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
+    t.add_row("MFU", f"{p['mfu'] * 100:.1f}%")
+    t.add_row("peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}")
+    t.add_row("search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
+    console.print(t)
+    st = Table(title="stages")
+    for col in ("stage", "layers", "device", "hosts", "fwd+bwd per micro-batch", "peak GB"):
+        st.add_column(col)
+    for e in best["stages"][:32]:
+        hosts = e["hosts"]
+        st.add_row(
+            str(e["index"]),
+            f"{e['first_layer']}–{e['last_layer']}",
+            e["device"],
+            (", ".join(hosts[:3]) + (f" +{len(hosts) - 3}" if len(hosts) > 3 else "")),
+            f"{e['time_per_microbatch_s'] * 1e3:.1f} ms",
+            f"{e['peak_memory_GB']:.1f}",
+        )
+    console.print(st)
+    ex = d["explanation"]
+    console.print(f"[bold]why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
+    for line in ex["alternatives"]:
+        console.print(f"  vs {line}")
+    for w in d["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | None = None) -> PlanResult:
+    """Run the search in a thread; show a progress bar if it takes longer than a second."""
+    box: dict = {}
+    frac = {"v": 0.0}
+
+    def work():
+        try:
+            box["result"] = plan_body(body, settings, progress=lambda f: frac.__setitem__("v", f), profile=profile)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    th.join(1.0)
+    if th.is_alive():
+        with Progress(SpinnerColumn(), TextColumn("planning"), BarColumn(), TimeElapsedColumn(), console=err_console, transient=True) as prog:
+            task = prog.add_task("plan", total=1.0)
+            while th.is_alive():
+                th.join(0.1)
+                prog.update(task, completed=frac["v"])
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_cmd(
+        request: Path | None = typer.Argument(None, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}."),
+        as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+        batch: Path | None = typer.Option(None, "--batch", help="JSON Lines file: one request per line; one JSON line out per line."),
+        onnx: Path | None = typer.Option(None, "--onnx", help="Plan this ONNX model with the request's training and cluster."),
+        time_limit_s: float = typer.Option(2.0, "--time-limit", help="Solver time budget in seconds."),
+        profile: Path | None = typer.Option(None, "--profile", help="Operator profile JSON to apply to the device it was taken on."),
+    ) -> None:
+        """Find the best hybrid-parallel strategy and rank placement."""
+        settings = SolverSettings(time_limit_s=time_limit_s)
+        prof = read_json_file(profile) if profile else None
+        if batch is not None:
+            run_batch(batch, lambda body: plan_body(body, settings, profile=prof).to_dict())
+            return
+        if request is None:
+            err_console.print("[red]error:[/red] give a REQUEST.json or --batch FILE")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        body = read_json_file(request)
+        try:
+            if onnx is not None:
+                body = with_onnx(body, onnx)
+            result = plan_body(body, settings, profile=prof) if as_json else _run_with_progress(body, settings, prof)
+        except PlannerError as exc:
+            fail(exc, as_json)
+            return
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=1))
+        else:
+            render_plan(result)

@@ -1,0 +1,130 @@
+"""Preflight warnings for a plan: things that make a launch hang or crawl although the cost
+model is happy.
+
+* Mixed driver / CUDA / NCCL versions inside one communication group (TP, CP, DP, PP groups in
+  Megatron order).  Mismatched NCCL or driver versions between the ranks of a collective are a
+  classic cause of hangs at the first all-reduce.
+* Mixed device types inside one tensor-parallel group: every TP collective then runs at the
+  slower device's pace, every layer.
+
+Nodes without a version in the cluster description are not compared.  Each warning names the
+nodes and their values.  ``preflight_warnings(plan_dict)`` is what the planner calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from planner_service.exporters.plan_view import PlanView, plan_view
+
+VERSION_FIELDS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
+MAX_NAMED = 8
+
+
+def _groups(view: PlanView) -> dict[str, list[list[int]]]:
+    """Rank lists of every TP, CP, DP and PP group (Megatron order)."""
+    dp, tp, pp, cp = view.dp, view.tp, view.pp, view.cp
+
+    def rank(pp_i: int, dp_i: int, cp_i: int, tp_i: int) -> int:
+        return ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+
+    out: dict[str, list[list[int]]] = {"tensor-parallel": [], "context-parallel": [], "data-parallel": [], "pipeline": []}
+    for p in range(pp):
+        for d in range(dp):
+            for c in range(cp):
+                out["tensor-parallel"].append([rank(p, d, c, t) for t in range(tp)])
+    for p in range(pp):
+        for d in range(dp):
+            for t in range(tp):
+                out["context-parallel"].append([rank(p, d, c, t) for c in range(cp)])
+    for p in range(pp):
+        for c in range(cp):
+            for t in range(tp):
+                out["data-parallel"].append([rank(p, d, c, t) for d in range(dp)])
+    for d in range(dp):
+        for c in range(cp):
+            for t in range(tp):
+                out["pipeline"].append([rank(p, d, c, t) for p in range(pp)])
+    return {k: [g for g in v if len(g) > 1] for k, v in out.items()}
+
+
+def _name_nodes(values: Mapping[str, str]) -> str:
+    by_value: dict[str, list[str]] = {}
+    for host, value in values.items():
+        by_value.setdefault(value, []).append(host)
+    parts = []
+    for value, hosts in sorted(by_value.items()):
+        shown = ", ".join(hosts[:MAX_NAMED]) + (f" and {len(hosts) - MAX_NAMED} more" if len(hosts) > MAX_NAMED else "")
+        parts.append(f"{value} on {shown}")
+    return "; ".join(parts)
+
+
+def _nothing_can_mix(plan: Mapping[str, Any]) -> bool:
+    """True when no group can mix anything: one device type over the node groups and the ranks,
+    and at most one value of each version field over the nodes.  Reads the plan dict as it is
+    (no placement view), so a plan on a uniform cluster costs one pass over its ranks."""
+    cluster = plan.get("cluster")
+    best = plan.get("best")
+    if not isinstance(cluster, Mapping) or not isinstance(best, Mapping):
+        return False
+    devices: set[str | None] = set()
+    for g in cluster.get("node_groups") or []:
+        device = g.get("device") if isinstance(g, Mapping) else None
+        devices.add(device.get("name") if isinstance(device, Mapping) else device if isinstance(device, str) else None)
+    for r in best.get("ranks") or []:
+        device = r.get("device") if isinstance(r, dict) or isinstance(r, Mapping) else None
+        if device is not None:
+            devices.add(device if isinstance(device, str) else None)
+    if len(devices) != 1 or None in devices:
+        return False
+    nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
+    return all(len({str(n[key]) for n in nodes if n.get(key)}) < 2 for key, _ in VERSION_FIELDS)
+
+
+def preflight_warnings(plan: Mapping[str, Any]) -> list[str]:
+    """Warnings for ``plan`` (the plan dict with ``cluster`` and ``best.ranks``)."""
+    if _nothing_can_mix(plan):
+        return []
+    view = plan_view(plan)
+    ranks = view.placement.ranks
+    groups = _groups(view)
+    warnings: list[str] = []
+    for key, label in VERSION_FIELDS:
+        version_of = {h: str(n[key]) for h, n in view.node_info.items() if n.get(key)}
+        if len(set(version_of.values())) < 2:  # one version everywhere (or none known): nothing mixes
+            continue
+        for kind, rank_groups in groups.items():
+            mixed_hosts: dict[str, str] = {}
+            count = 0
+            for g in rank_groups:
+                hosts = {ranks[r].host for r in g}
+                values = {version_of[h] for h in hosts if h in version_of}
+                if len(values) > 1:
+                    count += 1
+                    for h in hosts:
+                        if h in version_of:
+                            mixed_hosts[h] = version_of[h]
+            if count:
+                warnings.append(
+                    f"{count} {kind} group(s) mix {label} versions ({_name_nodes(mixed_hosts)}); "
+                    f"mismatched {label} versions inside a collective are a classic cause of hangs — "
+                    "align them or constrain the plan to one version"
+                )
+    tp_mixed: dict[str, str] = {}
+    tp_count = 0
+    for g in groups["tensor-parallel"]:
+        devices = {ranks[r].device for r in g}
+        if len(devices) > 1:
+            tp_count += 1
+            for r in g:
+                tp_mixed[ranks[r].host] = ranks[r].device
+    if tp_count:
+        warnings.append(
+            f"{tp_count} tensor-parallel group(s) mix device types ({_name_nodes(tp_mixed)}); "
+            "each TP collective runs at the slowest device's pace"
+        )
+    return warnings
+
+
+__all__ = ["preflight_warnings"]

@@ -1,0 +1,205 @@
+"""Request parsing: v1 JSON bodies → frozen domain objects.
+
+One validation path for the HTTP API, the CLI and batch files.  Every error is a typed
+:class:`cost_model.errors.PlannerError` naming the field.  Pydantic models in
+``planner_service.api.schemas`` only describe shapes for OpenAPI; the rules live here and in
+``cost_model``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cost_model.cluster import Cluster, cluster_from_dict
+from cost_model.errors import InvalidInput, PlannerError
+from cost_model.strategy import INT_FIELDS, RECOMPUTE, Strategy, strategy_from_dict
+from cost_model.training import Training, training_from_dict
+from cost_model.transformer.spec import model_from_dict
+
+OBJECTIVES = ("throughput", "cost", "time_to_train")
+PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "zero_stage", "layers_per_stage")
+
+ModelResolver = Callable[[str], Mapping[str, Any]]
+ClusterResolver = Callable[[str], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Constraints:
+    pinned: Mapping[str, Any] = field(default_factory=dict)
+    max_tp: int | None = None
+    max_pp: int | None = None
+    memory_headroom_fraction: float = 0.1
+    allowed_device_types: tuple[str, ...] | None = None
+    max_devices: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **dict(self.pinned),
+            "max_tp": self.max_tp,
+            "max_pp": self.max_pp,
+            "memory_headroom_fraction": self.memory_headroom_fraction,
+            "allowed_device_types": list(self.allowed_device_types) if self.allowed_device_types else None,
+            "max_devices": self.max_devices,
+        }
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: Any  # TransformerSpec or GraphSpec
+    training: Training
+    cluster: Cluster
+    constraints: Constraints = field(default_factory=Constraints)
+    objective: str = "throughput"
+    top_k: int = 3
+    profile_id: str | None = None
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    model: Any
+    training: Training
+    cluster: Cluster
+    strategy: Strategy
+    profile_id: str | None = None
+
+
+def _require(body: Mapping[str, Any], key: str) -> Any:
+    if key not in body:
+        raise InvalidInput("is required", field=key)
+    return body[key]
+
+
+def parse_model(value: Any, resolve_model: ModelResolver | None = None) -> Any:
+    if isinstance(value, Mapping) and "model_id" in value:
+        if resolve_model is None:
+            raise InvalidInput("stored models (model_id) are only available through the service", field="model.model_id")
+        stored = resolve_model(value["model_id"])
+        return model_from_dict({"graph": stored, **({"name": value["name"]} if "name" in value else {})})
+    return model_from_dict(value, "model")
+
+
+def parse_cluster(value: Any, resolve_cluster: ClusterResolver | None = None) -> Cluster:
+    if isinstance(value, str):
+        if resolve_cluster is None:
+            raise InvalidInput("saved clusters are only available through the service", field="cluster")
+        return cluster_from_dict(resolve_cluster(value), "cluster")
+    return cluster_from_dict(value, "cluster")
+
+
+def parse_constraints(value: Any) -> Constraints:
+    if value is None:
+        return Constraints()
+    if not isinstance(value, Mapping):
+        raise InvalidInput("must be an object", field="constraints")
+    known = set(PINNABLE) | {"max_tp", "max_pp", "memory_headroom_fraction", "allowed_device_types", "max_devices"}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise InvalidInput(f"unknown constraint {unknown[0]!r}; allowed: {', '.join(sorted(known))}", field=f"constraints.{unknown[0]}")
+    pins_in = {k: value[k] for k in PINNABLE if k in value and value[k] is not None}
+    # Reuse the strategy parser for types and ranges of pinned fields.
+    strategy_from_dict(pins_in, "constraints")
+    pins = dict(pins_in)
+    if "layers_per_stage" in pins:
+        pins["layers_per_stage"] = tuple(pins["layers_per_stage"])
+    out: dict[str, Any] = {"pinned": pins}
+    for key in ("max_tp", "max_pp", "max_devices"):
+        v = value.get(key)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidInput(f"must be a positive integer, got {v!r}", field=f"constraints.{key}")
+            out[key] = v
+    h = value.get("memory_headroom_fraction")
+    if h is not None:
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 0.9:
+            raise InvalidInput(f"must be a number in [0, 0.9), got {h!r}", field="constraints.memory_headroom_fraction")
+        out["memory_headroom_fraction"] = float(h)
+    a = value.get("allowed_device_types")
+    if a is not None:
+        if not isinstance(a, list) or not a or not all(isinstance(x, str) for x in a):
+            raise InvalidInput("must be a non-empty list of device names", field="constraints.allowed_device_types")
+        out["allowed_device_types"] = tuple(a)
+    return Constraints(**out)
+
+
+def parse_plan_request(
+    body: Mapping[str, Any],
+    resolve_model: ModelResolver | None = None,
+    resolve_cluster: ClusterResolver | None = None,
+) -> PlanRequest:
+    if not isinstance(body, Mapping):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    model = parse_model(_require(body, "model"), resolve_model)
+    training = training_from_dict(_require(body, "training"))
+    cluster = parse_cluster(_require(body, "cluster"), resolve_cluster)
+    constraints = parse_constraints(body.get("constraints"))
+    objective = body.get("objective", "throughput")
+    if objective not in OBJECTIVES:
+        raise InvalidInput(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", field="objective")
+    if objective == "time_to_train" and training.total_tokens is None:
+        raise InvalidInput("objective time_to_train needs training.total_tokens", field="training.total_tokens")
+    if objective == "cost" and any(g.price_per_gpu_hour is None for g in cluster.node_groups):
+        raise InvalidInput(
+            "objective cost needs price_per_gpu_hour on every node group", field="cluster.node_groups"
+        )
+    top_k = body.get("top_k", 3)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= 50:
+        raise InvalidInput(f"must be an integer in [0, 50], got {top_k!r}", field="top_k")
+    if constraints.allowed_device_types:
+        known = {g.device.name for g in cluster.node_groups}
+        bad = [d for d in constraints.allowed_device_types if d not in known]
+        if bad:
+            raise InvalidInput(
+                f"device type {bad[0]!r} is not in the cluster (has {', '.join(sorted(known))})",
+                field="constraints.allowed_device_types",
+            )
+    profile_id = body.get("profile_id")
+    if profile_id is not None and not isinstance(profile_id, str):
+        raise InvalidInput("must be a string", field="profile_id")
+    return PlanRequest(model, training, cluster, constraints, objective, top_k, profile_id)
+
+
+def parse_estimate_request(
+    body: Mapping[str, Any],
+    resolve_model: ModelResolver | None = None,
+    resolve_cluster: ClusterResolver | None = None,
+) -> EstimateRequest:
+    if not isinstance(body, Mapping):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    model = parse_model(_require(body, "model"), resolve_model)
+    training = training_from_dict(_require(body, "training"))
+    cluster = parse_cluster(_require(body, "cluster"), resolve_cluster)
+    strategy = strategy_from_dict(_require(body, "strategy"))
+    profile_id = body.get("profile_id")
+    if profile_id is not None and not isinstance(profile_id, str):
+        raise InvalidInput("must be a string", field="profile_id")
+    return EstimateRequest(model, training, cluster, strategy, profile_id)
+
+
+__all__ = [
+    "Constraints",
+    "EstimateRequest",
+    "OBJECTIVES",
+    "PlanRequest",
+    "RECOMPUTE",
+    "parse_constraints",
+    "parse_estimate_request",
+    "parse_plan_request",
+]
+
+
+# ---- how the search may run ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    time_limit_s: float = 2.0
+    num_workers: int = 2
+    max_refinements: int = 200
+    #: Operator graphs run a CP-SAT model over every (coarsened) op: their own, larger budget.
+    graph_time_limit_s: float = 30.0
+
+
+class SearchCancelled(PlannerError):
+    code = "cancelled"

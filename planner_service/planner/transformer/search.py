@@ -1,0 +1,547 @@
+"""Plan search: enumerate → cost (vectorised) → bound → CP-SAT split/assignment → place ranks.
+
+1. Normalise the cluster into *pools*: available nodes of node groups with identical device and
+   links merged; ``allowed_device_types`` filters them.
+2. For every non-empty subset of pools (one device type alone, or several together): enumerate
+   the knob space (``space.enumerate_space``), cost every candidate with the cost model's
+   vectorised functions (``costing.evaluate_even``): exact step time for the near-even split,
+   a lower bound over all splits, and exact memory feasibility.
+3. Branch and bound: candidates whose lower bound beats the best exact time so far get an
+   optimal stage split (``solver.solve_split``: exact enumeration for one pool, CP-SAT for the
+   split and stage → pool assignment over several).  Stops when no bound can beat the
+   incumbent (the answer is then optimal under the cost model) or the time limit is hit.
+   One-pool candidates carry their exact objective from the cost tables; multi-pool ones are
+   estimated at once.
+4. The best and top-k alternatives are (re-)checked with ``cost_model.estimate``; place ranks
+   (``placement``), explain (``explain``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from cost_model.cluster import Cluster, NodeGroup
+from cost_model.errors import NoFeasiblePlan, PlannerError
+from cost_model.estimate import estimate
+from cost_model.result import Estimate
+from cost_model.strategy import Strategy
+from cost_model.transformer.spec import TransformerSpec
+from planner_service.exporters.preflight import preflight_warnings
+from planner_service.planner.explain import explain
+from planner_service.planner.placement import place_ranks, stage_entries
+from planner_service.planner.request import PlanRequest, SearchCancelled
+from planner_service.planner.transformer.space import (
+    enumerate_space,
+    even_split,
+    strategy_at,
+)
+from planner_service.planner.transformer.split_cpsat import solve_split
+from planner_service.planner.transformer.tables import (
+    evaluate_even,
+    pool_costs,
+    stage_linear,
+)
+
+
+@dataclass
+class Evaluated:
+    """One fully evaluated plan candidate (exact prediction from ``estimate``)."""
+
+    strategy: Strategy
+    stage_groups: tuple[str, ...]
+    prediction: Estimate
+    objective: float
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A split found by the search; ``evaluated`` is None until ``estimate`` has run on it."""
+
+    objective: float
+    strategy: Strategy
+    stage_groups: tuple[str, ...]
+    evaluated: Evaluated | None
+
+
+@dataclass
+class PlanResult:
+    best: Evaluated
+    alternatives: list[Evaluated]
+    search: dict[str, Any]
+    warnings: list[str]
+    cluster: Cluster  # the normalised cluster the ranks refer to
+    model: Any
+    objective: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_tokens_per_s(self) -> float:
+        return self.best.prediction.tokens_per_s
+
+    @property
+    def best_step_time_s(self) -> float:
+        return self.best.prediction.step_time_s
+
+    @property
+    def best_mfu(self) -> float:
+        return self.best.prediction.mfu
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.device for s in self.best.prediction.stages))
+
+    @property
+    def num_devices(self) -> int:
+        return self.best.prediction.num_devices
+
+    def _entry(self, ev: Evaluated, with_ranks: bool = True) -> dict[str, Any]:
+        out = {
+            "strategy": ev.strategy.to_dict(),
+            "prediction": ev.prediction.to_dict(),
+            "stages": stage_entries(self.cluster, ev.strategy, ev.stage_groups, ev.prediction),
+        }
+        if with_ranks:
+            out["ranks"] = place_ranks(self.cluster, ev.strategy, ev.stage_groups)
+        return out
+
+    def entry_ranks(self, index: int) -> list[dict[str, Any]]:
+        """The ``ranks`` of entry ``index`` of :meth:`to_dict` (0: the best, then the
+        alternatives in order)."""
+        ev = self.best if index == 0 else self.alternatives[index - 1]
+        return place_ranks(self.cluster, ev.strategy, ev.stage_groups)
+
+    def objective_report(self) -> dict[str, Any]:
+        """The objective the search minimised and the best plan's value of it."""
+        p = self.best.prediction
+        out: dict[str, Any] = {"name": self.objective}
+        if self.objective == "cost":
+            out.update(value=self.best.objective, unit="USD per million tokens")
+        elif self.objective == "time_to_train" and self.extra.get("total_tokens"):
+            out.update(value=self.extra["total_tokens"] / p.tokens_per_s, unit="s")
+        else:
+            out.update(value=p.step_time_s, unit="s per step")
+        return out
+
+    def to_dict(self, alternative_ranks: bool = True) -> dict[str, Any]:
+        """The result as plan JSON.  ``alternative_ranks=False`` leaves ``ranks`` out of the
+        alternatives (a replan adds them, with :meth:`entry_ranks`, to the ones it needs)."""
+        best = self._entry(self.best)
+        alternatives = [self._entry(a, alternative_ranks) for a in self.alternatives]
+        gpn = min(g.gpus_per_node for g in self.cluster.node_groups)
+        return {
+            "objective_value": self.objective_report(),
+            "best": best,
+            "alternatives": alternatives,
+            "search": dict(self.search),
+            "explanation": explain(best, alternatives, gpn),
+            "warnings": list(self.warnings),
+        }
+
+
+# ---- pools -------------------------------------------------------------------------------------
+
+
+def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Cluster:
+    """Merge node groups with identical device, GPUs per node, links and price into one pool
+    (their available nodes, in order) and drop unavailable nodes and disallowed devices."""
+
+    buckets: dict[tuple, list[NodeGroup]] = {}
+    for g in cluster.node_groups:
+        if allowed and g.device.name not in allowed:
+            continue
+        if not cluster.available_nodes(g.name):
+            continue
+        key = (g.device, g.gpus_per_node, g.intra_node_bandwidth_GBps, g.inter_node_bandwidth_GBps, g.price_per_gpu_hour)
+        buckets.setdefault(key, []).append(g)
+    groups, nodes = [], []
+    for members in buckets.values():
+        hosts = [n.hostname for g in members for n in cluster.available_nodes(g.name)]
+        name = "+".join(g.name for g in members)
+        base = members[0]
+        groups.append(replace(base, name=name, count=len(hosts), hostnames=tuple(hosts)))
+        for g in members:
+            nodes.extend(replace(n, group=name) for n in cluster.available_nodes(g.name))
+    if not groups:
+        raise NoFeasiblePlan("no available nodes of an allowed device type", field="constraints.allowed_device_types")
+    return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes))
+
+
+def transformer_search_size(request: PlanRequest) -> int:
+    """Number of candidate strategies the search enumerates (cheap; decides sync vs async)."""
+    model = request.model
+    assert isinstance(model, TransformerSpec)
+    cl = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
+    total = 0
+    for r in range(1, len(cl.node_groups) + 1):
+        for subset in itertools.combinations(cl.node_groups, r):
+            gpus = sum(g.gpus_per_node * g.count for g in subset)
+            if request.constraints.max_devices:
+                gpus = min(gpus, request.constraints.max_devices)
+            S = enumerate_space(model, request.training, gpus, min(g.gpus_per_node for g in subset), request.constraints.pinned, request.constraints.max_tp, request.constraints.max_pp)
+            total += len(S)
+    return total
+
+
+# ---- objective ---------------------------------------------------------------------------------
+
+
+def _objective_value(objective: str, est: Estimate, cluster: Cluster, stage_groups: tuple[str, ...], strategy: Strategy) -> float:
+    if objective == "cost":
+        block = strategy.dp * strategy.cp * strategy.tp
+        dollars_per_s = sum(cluster.group(g).price_per_gpu_hour * block for g in stage_groups) / 3600.0
+        return dollars_per_s / est.tokens_per_s * 1e6  # $ per million tokens
+    return est.step_time_s
+
+
+# ---- the search --------------------------------------------------------------------------------
+
+
+def search_transformer(request, settings, progress=None, should_cancel=None) -> PlanResult:
+    """The transformer search over a parsed request (see the module docstring)."""
+    t0 = time.perf_counter()
+    # Operator profiles are applied to the cluster's devices before planning (the service does
+    # it for profile_id; the CLI for --profile), so the search sees calibrated devices.
+    cluster = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
+    model: TransformerSpec = request.model
+    training = request.training
+    cons = request.constraints
+    headroom = cons.memory_headroom_fraction
+    pools = [g for g in cluster.node_groups if training.dtype in g.device.supported_dtypes()]
+    dtype_warnings = [
+        f"{g.device.name} ({g.name}) has no {training.dtype} support: left out"
+        for g in cluster.node_groups
+        if training.dtype not in g.device.supported_dtypes()
+    ]
+    if not pools:
+        raise NoFeasiblePlan(
+            f"no device in the cluster supports {training.dtype}: " + "; ".join(dtype_warnings), field="training.dtype"
+        )
+    enumerated = 0
+    pruned = 0
+    solver_statuses: list[str] = []
+    candidates: dict[tuple, _Candidate] = {}  # every split found, in the order found
+    closest_shortfall: list[tuple[float, str]] = []
+    # (lb, subset id, pools, pc list, cand, objective factor — None: estimate it at once)
+    pending: list[tuple[float, int, tuple[int, ...], Any, int, float | None]] = []
+
+    subsets = [s for r in range(1, len(pools) + 1) for s in itertools.combinations(range(len(pools)), r)]
+    pinned_lps = cons.pinned.get("layers_per_stage")
+
+    best_objective = [np.inf]  # the incumbent: the best exact objective so far
+
+    def evaluate(strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
+        try:
+            est = estimate(model, training, cluster, strategy, stage_groups=stage_groups)
+        except PlannerError:
+            return None
+        caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - headroom) + 1e-9 for s in est.stages)
+        if not caps_ok:
+            return None
+        return Evaluated(strategy, stage_groups, est, _objective_value(request.objective, est, cluster, stage_groups, strategy))
+
+    def record(strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
+        """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
+        cost model's step time for this exact split, by the same functions ``estimate`` uses),
+        and the candidate is estimated only if it ends up among the answers.  Otherwise it is
+        estimated now."""
+        key = (strategy.key(), stage_groups)
+        if key in candidates:
+            return
+        ev = None
+        if objective is None:
+            ev = evaluate(strategy, stage_groups)
+            if ev is None:
+                return
+            objective = ev.objective
+        candidates[key] = _Candidate(objective, strategy, stage_groups, ev)
+        best_objective[0] = min(best_objective[0], objective)
+
+    for si, subset in enumerate(subsets):
+        groups = [pools[i] for i in subset]
+        gpn = min(g.gpus_per_node for g in groups)
+        if any(g.gpus_per_node % gpn for g in groups):
+            continue
+        gpus = sum(g.gpus_per_node * g.count for g in groups)
+        if cons.max_devices:
+            gpus = min(gpus, cons.max_devices)
+        S = enumerate_space(model, training, gpus, gpn, cons.pinned, cons.max_tp, cons.max_pp)
+        if len(S) == 0:
+            continue
+        block = S.dp * S.cp * S.tp
+        caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])
+        keep = caps.sum(axis=0) >= S.pp
+        if len(groups) > 1:
+            # Several pools: every pool hosts ≥ 1 stage (else it is another subset), interleaving
+            # needs an even split, and pinned uneven splits are single-pool only.
+            keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
+        S = S.take(np.nonzero(keep)[0])
+        enumerated += len(S)
+        if len(S) == 0:
+            continue
+        pcs = [pool_costs(model, training, g, S) for g in groups]
+        if len(groups) == 1:
+            g = groups[0]
+            cap_bytes = g.device.memory_bytes * (1 - headroom)
+            ev_even = evaluate_even(model, training, pcs[0], cap_bytes)
+            feasible = ev_even.feasible
+            lb = ev_even.lower_bound_s
+            pruned += int((~feasible).sum())
+            if not feasible.any():
+                j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
+                closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
+                continue
+            # Exact results for the even splits that fit (ranked by the objective).
+            factor = _objective_factor(request.objective, training, S, [g])
+            lb = lb * factor
+            even_objective = ev_even.step_time_s * factor
+            order = np.argsort(even_objective)
+            fits = np.isfinite(ev_even.step_time_s)
+            # Keep only the best even split of each distinct layout, enough of them for the
+            # best answer and its top-k alternatives.
+            shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
+            seen_shapes: set[tuple] = set()
+            for j in order:
+                if not fits[j] or len(seen_shapes) > request.top_k:
+                    break
+                key = tuple(shapes[j])
+                if key in seen_shapes:
+                    continue
+                seen_shapes.add(key)
+                pp = int(S.pp[j])
+                lps = pinned_lps or even_split(model.num_layers, pp)
+                if int(S.vpp[j]) > 1:
+                    lps = None
+                # A pinned split is not the one the tables costed: estimate it.
+                known = None if pinned_lps else float(even_objective[j])
+                record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known)
+            for j in np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]:
+                if pinned_lps:
+                    continue
+                pending.append((float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j])))
+        else:
+            lbs = _hetero_lower_bounds(model, training, pcs, S, groups) * _objective_factor(request.objective, training, S, groups)
+            for j in np.argsort(lbs):
+                pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
+    if progress:
+        progress(0.3)
+
+    # Branch and bound over the candidates whose bound beats the incumbent; the solver's time
+    # budget starts here (enumeration and costing are bounded by the space size).
+    deadline = time.perf_counter() + settings.time_limit_s
+    pending.sort(key=lambda x: x[0])
+    refinements = 0
+    complete = True
+    for k, (lb, si, subset, pcs, j, factor_j) in enumerate(pending):
+        if should_cancel and should_cancel():
+            raise SearchCancelled("the job was cancelled")
+        if lb >= best_objective[0] * (1 - 1e-9):
+            # Bounds only rise down the sorted list and the incumbent only falls: every
+            # candidate from here on is pruned.
+            pruned += len(pending) - k
+            break
+        if time.perf_counter() > deadline or refinements >= settings.max_refinements:
+            complete = False
+            break
+        refinements += 1
+        res = _refine(model, training, cluster, [pools[i] for i in subset], pcs, j, headroom, settings, deadline)
+        if res is None:
+            continue
+        strategy, stage_groups, status, split_s = res
+        solver_statuses.append(status)
+        # One pool: the split's objective is the cost model's step time (solver.py); several
+        # pools: the CP-SAT objective is scaled to integers, so estimate.
+        record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
+        if progress and pending:
+            progress(0.3 + 0.6 * refinements / max(len(pending), 1))
+
+    if not candidates:
+        _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
+    picked, incumbent_held = _pick_answers(list(candidates.values()), evaluate, request.top_k)
+    if not picked:
+        _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
+    # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
+    complete = complete and incumbent_held
+    best, alternatives = picked[0], picked[1:]
+    if solver_statuses:
+        status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in solver_statuses) else "FEASIBLE"
+    else:
+        status = "OPTIMAL" if complete else "FEASIBLE"
+    warnings = dtype_warnings + list(best.prediction.warnings)
+    warnings += preflight_warnings({
+        "cluster": request.cluster.to_dict(),
+        "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
+    })
+    search = {
+        "candidates": enumerated,
+        "pruned": pruned,
+        "refined": refinements,
+        "solver_status": status,
+        "wall_time_s": round(time.perf_counter() - t0, 4),
+    }
+    if progress:
+        progress(1.0)
+    return PlanResult(
+        best=best,
+        alternatives=alternatives,
+        search=search,
+        warnings=warnings,
+        cluster=cluster,
+        model=model,
+        objective=request.objective,
+        extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
+    )
+
+
+def _objective_factor(objective: str, training, S, groups) -> np.ndarray:
+    """Objective = step time × factor.  Throughput and time to train: 1.  Cost (USD per
+    million tokens): the price per second of the GPUs a candidate uses over the tokens of a
+    step — for several pools a lower bound, every GPU at the cheapest pool's price."""
+    if objective != "cost":
+        return np.ones(len(S))
+    cheapest = min(g.price_per_gpu_hour for g in groups)
+    gpus = S.dp * S.cp * S.tp * S.pp
+    return cheapest / 3600.0 * gpus * 1e6 / training.tokens_per_step
+
+
+def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
+    """Bound for multi-pool candidates (vectorised).  With per-layer stage times b_p, stage
+    time T ≥ n_i·b_{p(i)}, so L = Σ n_i ≤ T·Σ_i 1/b_{p(i)} ≤ T·(the pp largest 1/b_p the pool
+    capacities allow); and Σ t ≥ L·min_p b_p + the cheapest embedding and head.  Pipeline ≥
+    (m − 1/v)·T + Σt/v with v = 1."""
+    L = model.num_layers
+    block = S.dp * S.cp * S.tp
+    b = np.stack([pc.dc.layer.total_s for pc in pcs])  # [P, N]
+    caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])  # [P, N]
+    order = np.argsort(b, axis=0)
+    inv_sum = np.zeros(len(S))
+    left = S.pp.copy()
+    for r in range(len(pcs)):
+        p = order[r]
+        bp = np.take_along_axis(b, p[None, :], 0)[0]
+        cp = np.take_along_axis(caps, p[None, :], 0)[0]
+        take = np.minimum(cp, left)
+        inv_sum += take / bp
+        left -= take
+    T_lb = L / np.maximum(inv_sum, 1e-30)
+    m = training.global_batch_size / (S.dp * S.mbs)
+    extras = np.stack([pc.dc.embedding_s + pc.dc.head_s for pc in pcs]).min(axis=0)
+    sum_t = L * b.min(axis=0) + extras
+    return (m - 1.0) * T_lb + sum_t
+
+
+def _refine(model, training, cluster, groups: list[NodeGroup], pcs, j, headroom, settings, deadline):
+    """Optimal split (and pool assignment) for candidate j with CP-SAT."""
+    S = pcs[0].S
+    pp = int(S.pp[j])
+    block = int(S.dp[j] * S.cp[j] * S.tp[j])
+    lins = []
+    for g, pc in zip(groups, pcs):
+        cross_default = block >= g.gpus_per_node
+        lins.append(stage_linear(model, training, pc, j, pp, cross_default))
+    caps_bytes = [g.device.memory_bytes * (1 - headroom) for g in groups]
+    stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
+    m = training.global_batch_size / (S.dp[j] * S.mbs[j])
+    hint_pools = _greedy_pools(groups, stage_caps, pp, [float(l.time_b.mean()) for l in lins])
+    hint_layers = _proportional_layers(model.num_layers, [float(lins[p].time_b.mean()) for p in hint_pools])
+    ref = sum(float(l.time_b.mean()) for l in lins) / len(lins) * model.num_layers / pp * m + 1e-6
+    remaining = max(0.05, min(settings.time_limit_s / 4, deadline - time.perf_counter()))
+    res = solve_split(
+        lins,
+        caps_bytes,
+        stage_caps,
+        model.num_layers,
+        pp,
+        m,
+        int(S.vpp[j]),
+        remaining,
+        settings.num_workers,
+        hint_layers,
+        hint_pools,
+        scale_ref_s=ref,
+    )
+    if res is None:
+        return None
+    strategy = strategy_at(S, j, res.layers)
+    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s
+
+
+def _greedy_pools(groups, stage_caps, pp, per_layer_s) -> list[int]:
+    """Greedy first answer: the fastest pools host as many stages as they can, pools in the
+    order given."""
+    by_speed = sorted(range(len(groups)), key=lambda p: per_layer_s[p])
+    count = [0] * len(groups)
+    left = pp
+    for p in by_speed:
+        count[p] = min(stage_caps[p], left)
+        left -= count[p]
+    if left > 0:
+        count[by_speed[0]] += left
+    return [p for p in range(len(groups)) for _ in range(count[p])]
+
+
+def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]:
+    """Layers per stage proportional to stage speed, ≥ 1 each, summing to the layer count."""
+    w = np.array([1.0 / max(t, 1e-12) for t in per_layer_s])
+    raw = w / w.sum() * num_layers
+    out = np.maximum(1, np.floor(raw)).astype(int)
+    while out.sum() < num_layers:
+        out[int(np.argmax(raw - out))] += 1
+    while out.sum() > num_layers:
+        k = int(np.argmax(np.where(out > 1, out - raw, -np.inf)))
+        out[k] -= 1
+    return [int(v) for v in out]
+
+
+def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple:
+    """The structural knobs that make two candidates different plans (not the split)."""
+    s = strategy
+    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))))
+
+
+def _pick_answers(candidates: list[_Candidate], evaluate, k: int) -> tuple[list[Evaluated], bool]:
+    """The best candidate and top-k alternatives that differ from it (and each other) in a
+    structural knob, by objective; candidates not yet estimated are estimated here (a
+    candidate ``estimate`` rejects is skipped).  Returns (best first, whether the lowest
+    objective found survived its estimate)."""
+    ranked = sorted(candidates, key=lambda c: c.objective)
+    seen: set[tuple] = set()
+    out: list[Evaluated] = []
+    held = True
+    for i, c in enumerate(ranked):
+        sh = _shape(c.strategy, c.stage_groups)
+        if sh in seen:
+            continue
+        ev = c.evaluated if c.evaluated is not None else evaluate(c.strategy, c.stage_groups)
+        if ev is None:
+            held = held and i > 0
+            continue
+        seen.add(sh)
+        out.append(ev)
+        if len(out) > k:
+            break
+    out.sort(key=lambda e: e.objective)
+    return out, held
+
+
+def _raise_infeasible(model, training, cluster, headroom, shortfalls) -> None:
+    if shortfalls:
+        need_bytes, device = min(shortfalls)
+        dev = next(g.device for g in cluster.node_groups if g.device.name == device)
+        usable = dev.memory_GB * (1 - headroom)
+        digits = 1 if abs(need_bytes / 1e9 - usable) >= 0.1 else 2
+        raise NoFeasiblePlan(
+            f"no strategy fits: needs at least {need_bytes / 1e9:.{digits}f} GB per GPU (weights, gradients, "
+            f"optimizer state and one layer's activations at the largest model-parallel size allowed); {device} "
+            f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
+            field="cluster",
+        )
+    raise NoFeasiblePlan(
+        "no valid strategy: no combination of tp/pp/dp/cp/micro-batch divides the model, batch and cluster "
+        "under the constraints (check pinned fields, max_devices and global_batch_size)",
+        field="constraints",
+    )

@@ -1,0 +1,224 @@
+"""Exact stage split for a pipeline on one device pool, without a MIP solver.
+
+With one pool every stage's quantities are affine in its layer count n_i (``StageLinear``), and
+the cost model's step time (``cost_model.transformer.stage_cost.combine_stages``) is
+
+    F(n) = (m − 1/v)·T + E + O + Σ_i t_i(n_i)/v,
+    T = max_i t_i(n_i),  E = max(0, max_i e_i(n_i)),  O = max_i o_i(n_i),
+
+with t_i the stage time per micro-batch, e_i(n) = dp_i(n) − (window + i/v)·bwd_i(n) the DP
+gradient sync a stage leaves exposed and o_i its optimizer step.  Each of t_i, e_i (floored at
+0) and o_i is convex in n_i, so "value ≤ X" keeps an interval of layer counts per stage.
+
+Threshold enumeration: at an optimal split n*, (T, O, E) take values from the finite tables
+t_i(n), o_i(n), e_i(n).  For thresholds (X_T, X_O, X_E) the stages' allowed layer counts are
+intervals [lo_i, hi_i] (memory included); the cheapest Σ_i c_i·n_i with Σ n_i = L over them is a
+greedy fill (lowest c_i first; stages whose c_i agree to 1e-9 share their layers as evenly as
+the intervals allow, so among equally fast splits the most level one is returned).  The split
+found for the thresholds of n* costs at most F(n*), so the minimum over all threshold triples
+is optimal (to that 1e-9).  Thresholds are visited in
+ascending order with lower bounds ((m − 1/v)·X_T + X_O + X_E + the cheapest linear part), so
+only a few triples are examined; the E dimension is vectorised.
+
+Memory uses the same integer rule as the CP-SAT model (``solver.solve_split``: kilobytes, room
+floored, per-layer bytes rounded up), so both solvers see the same feasible splits; a test
+checks they reach the same objective on random instances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner_service.planner.transformer.tables import StageLinear
+
+MEMORY_UNIT_BYTES = 1e3
+#: (X_T, X_O) threshold pairs examined before giving up (the caller then uses CP-SAT).
+DEFAULT_MAX_PAIRS = 4000
+
+
+class SplitBudgetExceeded(Exception):
+    """The enumeration would examine more than its budget of threshold pairs."""
+
+
+@dataclass(frozen=True)
+class ExactSplit:
+    layers: tuple[int, ...]
+    objective_s: float  # F(layers): the cost model's step time for this split
+
+
+def max_layers_in_memory(mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capacity_bytes: float, num_layers: int) -> np.ndarray:
+    """Most layers each stage can hold, by the CP-SAT model's integer rule; −1 when even the
+    stage's fixed memory does not fit."""
+    cap_units = capacity_bytes / MEMORY_UNIT_BYTES
+    out = np.empty(len(mem_a_bytes), dtype=np.int64)
+    for i, (a_bytes, b_bytes) in enumerate(zip(mem_a_bytes, mem_b_bytes)):
+        a = a_bytes / MEMORY_UNIT_BYTES
+        b = b_bytes / MEMORY_UNIT_BYTES
+        if cap_units < a:
+            out[i] = -1
+            continue
+        room = int(cap_units - a)
+        bi = int(-(-b // 1))
+        out[i] = num_layers if bi <= 0 else min(num_layers, room // bi)
+    return out
+
+
+def split_objective_s(lin: StageLinear, layers, m: float, vpp: int) -> float:
+    """F(layers) for one pool: the step time ``combine_stages`` gives for this split."""
+    n = np.asarray(layers, dtype=float)
+    v = max(int(vpp), 1)
+    t = lin.time_a + lin.time_b * n
+    drain = np.arange(len(n)) / v
+    e = np.maximum(0.0, lin.dp_a + lin.dp_b * n - (lin.win_a + lin.win_b * n) - drain * (lin.bwd_a + lin.bwd_b * n))
+    o = lin.opt_a + lin.opt_b * n
+    return float((m - 1.0 / v) * t.max() + e.max() + o.max() + t.sum() / v)
+
+
+def _interval(mask: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, non-empty) of the allowed layer counts along the last axis."""
+    any_ = mask.any(axis=-1)
+    lo = np.argmax(mask, axis=-1)
+    hi = num_layers - np.argmax(mask[..., ::-1], axis=-1)
+    return lo, hi, any_
+
+
+def _cost_groups(c: np.ndarray) -> list[np.ndarray]:
+    """Stage indices grouped by per-layer cost, cheapest group first; costs within 1e-9
+    (relative) are one group (they differ only by rounding: every middle stage runs the same
+    layers)."""
+    order = np.argsort(c, kind="stable")
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and abs(c[i] - c[groups[-1][0]]) <= 1e-9 * max(abs(c[i]), 1e-30):
+            groups[-1].append(int(i))
+        else:
+            groups.append([int(i)])
+    return [np.array(sorted(g)) for g in groups]
+
+
+def _water_fill(lo: np.ndarray, hi: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Layers n in [lo, hi] summing to ``target`` (≤ Σhi), as level as they can be: n_i =
+    clip(λ, lo_i, hi_i) for the highest integer level λ that does not overshoot, then one more
+    layer each to the first stages at level λ still below hi.  Vectorised over leading axes."""
+    low = np.zeros(target.shape, dtype=np.int64)
+    high = np.full(target.shape, int(hi.max()) if hi.size else 0, dtype=np.int64)
+    while (low < high).any():  # largest λ with Σ clip(λ, lo, hi) ≤ target
+        mid = (low + high + 1) // 2
+        fits = np.clip(mid[..., None], lo, hi).sum(axis=-1) <= target
+        low = np.where(fits, mid, low)
+        high = np.where(fits, high, mid - 1)
+    n = np.clip(low[..., None], lo, hi)
+    short = target - n.sum(axis=-1)  # fewer than the stages at level λ below their hi
+    can = (n == low[..., None]) & (n < hi)
+    bump = can & (np.cumsum(can, axis=-1) <= short[..., None])
+    return n + bump
+
+
+def _fill(lo: np.ndarray, hi: np.ndarray, groups: list[np.ndarray], num_layers: int) -> np.ndarray:
+    """The cheapest Σ c_i·n_i with Σ n_i = L and lo ≤ n ≤ hi: every stage gets lo, the rest goes
+    to the cheapest group first, levelled within a group.  Vectorised over leading axes;
+    assumes Σlo ≤ L ≤ Σhi."""
+    n = lo.copy()
+    left = num_layers - lo.sum(axis=-1)
+    for g in groups:
+        lo_g, hi_g = lo[..., g], hi[..., g]
+        add = np.minimum(left, (hi_g - lo_g).sum(axis=-1))
+        n[..., g] = _water_fill(lo_g, hi_g, lo_g.sum(axis=-1) + add)
+        left = left - add
+    return n
+
+
+def single_pool_split(
+    lin: StageLinear,
+    capacity_bytes: float,
+    num_layers: int,
+    pp: int,
+    m: float,
+    vpp: int,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+) -> ExactSplit | None:
+    """Optimal split of ``num_layers`` layers over ``pp`` stages of one pool (≥ 1 layer each,
+    each within memory).  None when no split fits.  Raises :class:`SplitBudgetExceeded` when
+    the enumeration would exceed ``max_pairs`` threshold pairs."""
+    L = int(num_layers)
+    v = max(int(vpp), 1)
+    if pp > L:
+        return None
+    hi_mem = max_layers_in_memory(lin.mem_a, lin.mem_b, capacity_bytes, L)
+    if (hi_mem < 1).any() or hi_mem.sum() < L:
+        return None
+
+    n = np.arange(L + 1, dtype=float)
+    valid = (n[None, :] >= 1) & (n[None, :] <= hi_mem[:, None])  # [pp, L+1]
+    t = lin.time_a[:, None] + lin.time_b[:, None] * n
+    drain = np.arange(pp, dtype=float)[:, None] / v
+    win = lin.win_a[:, None] + lin.win_b[:, None] * n
+    e = np.maximum(0.0, lin.dp_a[:, None] + lin.dp_b[:, None] * n - win - drain * (lin.bwd_a[:, None] + lin.bwd_b[:, None] * n))
+    o = lin.opt_a[:, None] + lin.opt_b[:, None] * n
+    c = lin.time_b / v  # linear part Σ c_i·n_i (+ Σ time_a / v)
+    groups = _cost_groups(c)
+    c_T = m - 1.0 / v
+    const = float(lin.time_a.sum()) / v
+
+    def lin_min(lo, hi) -> float:
+        return float((c * _fill(lo, hi, groups, L)).sum())
+
+    def floor_of(g, mask) -> float:
+        """max_i min_n g_i(n) over the allowed n: a lower bound of max_i g_i(n_i)."""
+        return float(np.where(mask, g, np.inf).min(axis=1).max())
+
+    lo0, hi0, _ = _interval(valid, L)
+    bound_rest = floor_of(o, valid) + floor_of(e, valid) + const + lin_min(lo0, hi0)
+
+    def box(mask):
+        lo, hi, ok = _interval(mask, L)
+        return lo, hi, bool(ok.all()) and lo.sum() <= L <= hi.sum()
+
+    # Feasibility only grows with X_T: bisect for the first feasible bottleneck value.
+    T_values = np.unique(t[valid])
+    first, last = 0, len(T_values) - 1
+    while first < last:
+        mid = (first + last) // 2
+        if box(valid & (t <= T_values[mid]))[2]:
+            last = mid
+        else:
+            first = mid + 1
+    best_F = np.inf
+    best_n: np.ndarray | None = None
+    pairs = 0
+    for X_T in T_values[first:]:
+        if c_T * X_T + bound_rest >= best_F:
+            break
+        mask_T = valid & (t <= X_T)
+        lo_T, hi_T, ok_T = box(mask_T)
+        if not ok_T:
+            continue
+        lin_T = lin_min(lo_T, hi_T)
+        floor_E_T = floor_of(e, mask_T)
+        for X_O in np.unique(o[mask_T]):
+            if c_T * X_T + X_O + floor_E_T + const + lin_T >= best_F:
+                break
+            pairs += 1
+            if pairs > max_pairs:
+                raise SplitBudgetExceeded(f"more than {max_pairs} threshold pairs")
+            mask_TO = mask_T & (o <= X_O)
+            if not box(mask_TO)[2]:
+                continue
+            X_E = np.unique(e[mask_TO])  # [k]
+            mask = mask_TO[None] & (e[None] <= X_E[:, None, None])  # [k, pp, L+1]
+            lo, hi, ok = _interval(mask, L)
+            feasible = ok.all(axis=1) & (lo.sum(axis=1) <= L) & (hi.sum(axis=1) >= L)
+            if not feasible.any():
+                continue
+            k = np.nonzero(feasible)[0]
+            layers = _fill(lo[k], hi[k], groups, L)
+            total = X_E[k] + (c * layers).sum(axis=1)
+            cand = layers[int(np.argmin(total))]
+            F = split_objective_s(lin, cand, m, v)
+            if best_F > F:
+                best_F, best_n = F, cand
+    if best_n is None:
+        return None
+    return ExactSplit(tuple(int(x) for x in best_n), best_F)

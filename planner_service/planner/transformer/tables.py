@@ -1,0 +1,243 @@
+"""Cost tables for the search, computed with the cost model's own vectorised functions.
+
+Shapes (documented seam between cost model and solver):
+
+* ``StageLinear`` — for one pool (node group) and one candidate, per stage index i of a
+  pp-stage pipeline: every per-stage quantity the step time and memory depend on is *affine*
+  in the number of layers n placed on the stage (``value(n) = a[i] + b[i]·n``).  Arrays have
+  shape ``[pp]``, seconds and bytes.  The solver works on these coefficients, so its
+  objective is the cost model's step time exactly (up to integer scaling).
+* ``evaluate_even`` — for a pool and an array of N candidates: step time with the near-even
+  layer split, a lower bound over *all* splits, and whether some split fits memory.  Arrays of
+  shape ``[N]``.
+
+Every number comes from ``cost_model.transformer.stage_cost.stage_cost`` / ``combine_stages`` — the same
+functions ``cost_model.estimate`` uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from cost_model.cluster import NodeGroup
+from cost_model.comm import Links
+from cost_model.training import Training
+from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.spec import TransformerSpec
+from cost_model.transformer.stage_cost import (
+    StageCost,
+    combine_stages,
+    device_costs,
+    stage_cost,
+)
+
+_STAGE_FIELDS = dataclasses.fields(StageCost)
+
+
+@dataclass(frozen=True)
+class PoolCosts:
+    group: NodeGroup
+    S: StrategyArrays
+    dc: object  # cost_model.transformer.stage_cost.DeviceCosts
+
+
+def pool_costs(model: TransformerSpec, training: Training, group: NodeGroup, S: StrategyArrays) -> PoolCosts:
+    return PoolCosts(group, S, device_costs(model, training, group.device, Links.for_group(group), S))
+
+
+def _take(obj, idx, n: int):
+    """Index every per-candidate array field of a frozen dataclass (recursively)."""
+    changes = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
+            changes[f.name] = v[idx]
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and f.name == "layer":
+            changes[f.name] = _take(v, idx, n)
+    return dataclasses.replace(obj, **changes)
+
+
+def subset(pc: PoolCosts, idx) -> PoolCosts:
+    n = len(pc.S)
+    return PoolCosts(pc.group, pc.S.take(idx), _take(pc.dc, idx, n))
+
+
+def _m(S: StrategyArrays, training: Training):
+    return training.global_batch_size / (S.dp * S.mbs)
+
+
+def _stage(model, training, pc: PoolCosts, S, n, i, first, last, cross):
+    return stage_cost(model, training, pc.dc, S, n, i, first, last, _m(S, training), cross)
+
+
+@dataclass(frozen=True)
+class EvenEval:
+    step_time_s: np.ndarray  # near-even split (inf when it does not fit)
+    lower_bound_s: np.ndarray  # no split can be faster
+    feasible: np.ndarray  # some split fits memory (bool)
+    min_memory_shortfall_bytes: np.ndarray  # > 0: bytes missing on the tightest stage of the best split
+
+
+@dataclass(frozen=True)
+class _SplitStages:
+    """Stage costs of V splits of one pipeline depth p, as ``stage_cost`` returned them: the
+    first stage, the middle stages ([V, p−2, N]) and the last.  Per-stage arrays ([p, N]) of one
+    split are stacked on demand, only for the quantities asked for."""
+
+    parts: tuple[StageCost, ...]
+    middle: tuple[bool, ...]  # which part holds the middle stages
+    V: int
+    p: int
+    N: int
+
+    def stacked(self, k: int, value: Callable[[StageCost], np.ndarray]) -> np.ndarray:
+        """``value`` of every stage of split k, [p, N]."""
+        rows = []
+        for part, is_middle in zip(self.parts, self.middle):
+            if is_middle:
+                rows.append(np.broadcast_to(value(part), (self.V, self.p - 2, self.N))[k])
+            else:
+                rows.append(np.broadcast_to(value(part), (self.V, self.N))[k][None, :])
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def stage_cost(self, k: int) -> StageCost:
+        """Every field of split k ([stages, candidates] arrays, as ``combine_stages`` takes)."""
+        return StageCost(**{f.name: self.stacked(k, attrgetter(f.name)) for f in _STAGE_FIELDS})
+
+
+def _stages_for_splits(model, training, pcg, Sg, layers: np.ndarray, cross) -> _SplitStages:
+    """Costs of the splits ``layers`` ([V, p] layer counts, one row per split) in at most three
+    ``stage_cost`` calls: the first stage (it carries the embedding), the middle stages
+    vectorised over the stage index, the last (it carries the head)."""
+    V, p = layers.shape
+    N = len(Sg)
+    if p == 1:
+        only = _stage(model, training, pcg, Sg, layers[:, :1], 0, True, True, cross)
+        return _SplitStages((only,), (False,), V, p, N)
+    first = _stage(model, training, pcg, Sg, layers[:, :1], 0, True, False, cross)
+    last = _stage(model, training, pcg, Sg, layers[:, -1:], p - 1, False, True, cross)
+    if p == 2:
+        return _SplitStages((first, last), (False, False), V, p, N)
+    idx = np.arange(1, p - 1, dtype=float)[:, None]
+    mid = _stage(model, training, pcg, Sg, layers[:, 1:-1, None], idx, False, False, cross)
+    return _SplitStages((first, mid, last), (False, True, False), V, p, N)
+
+
+def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float) -> EvenEval:
+    """Evaluate every candidate in ``pc.S`` with the near-even split, bound all splits, and
+    decide memory feasibility exactly (stage memory is affine in its layer count, so a split
+    exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1)."""
+    S = pc.S
+    L = model.num_layers
+    N = len(S)
+    step = np.full(N, np.inf)
+    lb = np.full(N, np.inf)
+    feasible = np.zeros(N, dtype=bool)
+    shortfall = np.zeros(N)
+    block = S.dp * S.cp * S.tp
+    cross_all = block >= pc.group.gpus_per_node
+    for pp in np.unique(S.pp):
+        idx = np.nonzero(S.pp == pp)[0]
+        pcg = subset(pc, idx)
+        Sg = pcg.S
+        p = int(pp)
+        cross = cross_all[idx]
+        split = even_split_layers(L, p)
+        # The near-even split, 0 and 1 layers per stage (memory is affine in the layer count),
+        # and L/p layers everywhere (the optimizer bound below) in one pass.
+        layer_rows = np.array([split, [0] * p, [1] * p, [L / p] * p], dtype=float)
+        variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
+        stages = variants.stage_cost(0)
+        a = variants.stacked(1, attrgetter("peak_memory_bytes"))
+        b = variants.stacked(2, attrgetter("peak_memory_bytes")) - a
+        k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
+        cap_layers = np.clip(k, 0, L).sum(axis=0)
+        min_one_ok = (k >= 1).all(axis=0)
+        worst_short = (a + b - capacity_bytes).max(axis=0)
+        sum_t = stages.time_s.sum(axis=0)
+        fits_even = (stages.peak_memory_bytes <= capacity_bytes).all(axis=0)
+        sc = combine_stages(stages, Sg, _m(Sg, training))
+        step[idx] = np.where(fits_even, sc.step_time_s, np.inf)
+        feas = min_one_ok & (cap_layers >= L)
+        feasible[idx] = feas
+        shortfall[idx] = np.where(feas, 0.0, np.maximum(worst_short, 1.0))
+        # Lower bound: pipeline ≥ (m − 1/v)·Σt/p + Σt/v (max ≥ mean; Σt is split-independent),
+        # optimizer ≥ its value for the mean parameter share of a middle stage.
+        m = _m(Sg, training)
+        v = Sg.vpp
+        if p > 2:
+            mid_optimizer_s = variants.stacked(3, attrgetter("optimizer_s"))[1]
+        else:  # no middle stage: a stage without embedding or head
+            mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 0, False, False, cross).optimizer_s
+        lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
+    return EvenEval(step, lb, feasible, shortfall)
+
+
+def even_split_layers(num_layers: int, pp: int) -> list[int]:
+    q, r = divmod(num_layers, pp)
+    return [q + (1 if i < r else 0) for i in range(pp)]
+
+
+@dataclass(frozen=True)
+class StageLinear:
+    """Affine per-stage coefficients for one candidate on one pool: value = a + b·n."""
+
+    time_a: np.ndarray
+    time_b: np.ndarray
+    bwd_a: np.ndarray
+    bwd_b: np.ndarray
+    dp_a: np.ndarray
+    dp_b: np.ndarray
+    win_a: np.ndarray  # the part of the last backward the DP sync can hide behind
+    win_b: np.ndarray
+    opt_a: np.ndarray
+    opt_b: np.ndarray
+    mem_a: np.ndarray
+    mem_b: np.ndarray
+    p2p_cross_extra_s: np.ndarray  # added to stage time when the next stage is on another pool
+
+
+def stage_linear(model: TransformerSpec, training: Training, pc: PoolCosts, cand: int, pp: int, cross_default: bool) -> StageLinear:
+    """Coefficients for candidate ``cand`` of ``pc.S`` at every stage index of a pp-stage
+    pipeline (first stage carries the embedding, last the head).  Vectorised over the stage
+    index: the candidate is repeated pp times and the stage index is an array."""
+    rep = np.full(pp, cand)
+    pcr = subset(pc, rep)
+    S = pcr.S
+    idx = np.arange(pp, dtype=float)
+    # Three variants in one pass, arrays [3, pp]: 0 layers, 1 layer (same links), 0 layers with
+    # the next stage on another node.
+    n = np.array([[0.0], [1.0], [0.0]])
+    cross = np.array([[cross_default], [cross_default], [True]])
+
+    def at(first: bool, last: bool) -> dict[str, np.ndarray]:
+        st = _stage(model, training, pcr, S, n, idx, first, last, cross)
+        shape = (3, pp)
+        return {
+            "time": np.broadcast_to(st.time_s, shape),
+            "bwd": np.broadcast_to(st.backward_s, shape),
+            "dp": np.broadcast_to(st.dp_comm_s, shape),
+            "win": np.broadcast_to(st.dp_window_s, shape),
+            "opt": np.broadcast_to(st.optimizer_s, shape),
+            "mem": np.broadcast_to(st.peak_memory_bytes, shape),
+        }
+
+    if pp == 1:
+        v = at(True, True)
+    else:
+        v = {k: a.copy() for k, a in at(False, False).items()}
+        first, last = at(True, False), at(False, True)
+        for k in v:
+            v[k][:, 0] = first[k][:, 0]
+            v[k][:, -1] = last[k][:, -1]
+    cols = {}
+    for k in v:
+        cols[k + "_a"] = v[k][0]
+        cols[k + "_b"] = v[k][1] - v[k][0]
+    cols["p2p_cross_extra_s"] = v["time"][2] - v["time"][0]
+    return StageLinear(**cols)

@@ -1,0 +1,371 @@
+"""The plan service: what the HTTP routes and the job worker do, without HTTP.
+
+* Canonical request and its hash (``service.identity``).
+* Synchronous planning with de-duplication (insert-or-fetch in the repository).
+* Jobs for large or ``async`` searches.
+* Replanning after a cluster change (``service.replan``: preferring among near-best plans the one that moves the
+  fewest ranks, and the diff against the parent plan).
+* Estimates.
+
+No global state: one :class:`PlanService` per app / worker process, built from settings and a
+repository.  The planner function is injectable (tests use a slow or failing one); production
+uses :func:`planner_service.planner.plan`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cost_model.errors import InvalidInput, PlannerError, UnknownName
+from planner_service.planner.request import (
+    PlanRequest,
+    parse_cluster,
+    parse_estimate_request,
+    parse_plan_request,
+)
+from planner_service.service.identity import (
+    canonical_request,
+    request_hash,
+    to_json_safe,
+)
+from planner_service.service.replan import (
+    REPLAN_MIN_TOP_K,
+    apply_cluster_changes,
+    choose_stable,
+    plan_diff,
+    ranks_moved,
+    sticky_host_order,
+)
+from planner_service.settings import ServiceSettings
+from planner_service.storage.errors import NotFound
+from planner_service.storage.repository import (
+    NewPlan,
+    Repository,
+    StoredJob,
+    StoredPlan,
+)
+
+log = logging.getLogger("planner.service")
+
+
+PlanFn = Callable[..., Any]
+ProgressFn = Callable[[float], None]
+CancelFn = Callable[[], bool]
+
+
+class JobCancelled(Exception):
+    """Raised inside a job when its cancel was requested."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a POST produced: ``created`` (201), ``existing`` (200) or ``job`` (202)."""
+
+    kind: str
+    plan: StoredPlan | None = None
+    job: StoredJob | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Result helpers
+# --------------------------------------------------------------------------------------------
+
+
+def plan_status(solver_status: Any) -> str:
+    """Plan status from the solver's: ``optimal`` when the search proved its answer optimal,
+    otherwise ``feasible`` (e.g. the time limit stopped the solver with a good plan)."""
+    s = str(solver_status or "").lower()
+    return "optimal" if s in ("optimal", "exhaustive", "proved_optimal") else "feasible"
+
+
+def _model_params(model: Any) -> int | None:
+    for attr in ("total_params", "num_params", "params"):
+        v = getattr(model, attr, None)
+        if callable(v):
+            try:
+                v = v()
+            except Exception:  # noqa: BLE001 - informative field only
+                v = None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+    return None
+
+
+def plan_to_api(p: StoredPlan) -> dict[str, Any]:
+    """The plan JSON of contract v1."""
+    r = p.result
+    q = p.request
+    out = {
+        "id": p.id,
+        "status": p.status,
+        "request_hash": p.request_hash,
+        "revision": p.revision,
+        "created_at": p.to_dict()["created_at"],
+        "parent_id": p.parent_id,
+        "model": {"name": p.model_name, "params": p.model_params, "spec": q.get("model")},
+        "cluster": q.get("cluster"),
+        "training": q.get("training"),
+        "constraints": q.get("constraints"),
+        "objective": p.objective,
+        "top_k": q.get("top_k"),
+        "profile_id": q.get("profile_id"),
+        "summary": {
+            "device_types": list(p.device_types),
+            "num_devices": p.num_devices,
+            "step_time_s": p.step_time_s,
+            "tokens_per_s": p.tokens_per_s,
+            "mfu": p.mfu,
+        },
+        "best": r.get("best"),
+        "alternatives": r.get("alternatives", []),
+        "search": r.get("search"),
+        "explanation": r.get("explanation"),
+        "warnings": r.get("warnings", []),
+    }
+    if "diff" in r:
+        out["diff"] = r["diff"]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The service
+# --------------------------------------------------------------------------------------------
+
+
+def _default_plan_fn() -> PlanFn:
+    from planner_service.planner import plan
+
+    return plan
+
+
+def _default_search_size(req: PlanRequest) -> int | None:
+    try:
+        from planner_service.planner.dispatch import search_size
+    except ImportError:  # a planner without a size estimate: always synchronous
+        return None
+    try:
+        return int(search_size(req))
+    except PlannerError:
+        raise  # a bad request: the same error the planner would give
+    except Exception:  # noqa: BLE001 - a failing estimate must not fail the request
+        log.warning("search_size failed; planning synchronously", exc_info=True)
+        return None
+
+
+class PlanService:
+    def __init__(
+        self,
+        repo: Repository,
+        settings: ServiceSettings,
+        plan_fn: PlanFn | None = None,
+        search_size_fn: Callable[[PlanRequest], int | None] | None = None,
+        on_job_created: Callable[[], None] | None = None,
+    ) -> None:
+        self.repo = repo
+        self.settings = settings
+        self._plan_fn = plan_fn
+        self._search_size_fn = search_size_fn or _default_search_size
+        self._on_job_created = on_job_created
+
+    # ---------------------------------------------------------------- resolvers
+    def _resolve_cluster(self, name: str) -> Mapping[str, Any]:
+        try:
+            return self.repo.get_cluster(name).body
+        except NotFound:
+            names = [c.name for c in self.repo.list_clusters()]
+            raise UnknownName(
+                f"no saved cluster named {name!r}; saved clusters: {', '.join(names) or 'none'}", field="cluster"
+            ) from None
+
+    def _resolve_model(self, model_id: Any) -> Mapping[str, Any]:
+        if not isinstance(model_id, str):
+            raise InvalidInput("must be a model id string", field="model.model_id")
+        try:
+            return self.repo.get_model(model_id).graph
+        except NotFound:
+            raise UnknownName(f"no uploaded model with id {model_id!r}", field="model.model_id") from None
+
+    def load_profile(self, profile_id: str | None) -> dict[str, Any] | None:
+        """The stored profile document (with its id and stored fit) for cost_model."""
+        if profile_id is None:
+            return None
+        try:
+            p = self.repo.get_profile(profile_id)
+        except NotFound:
+            raise UnknownName(f"no profile with id {profile_id!r}", field="profile_id") from None
+        doc = {**p.body, "id": p.id}
+        if p.fitted:
+            doc["fit"] = p.fitted
+        return doc
+
+    def parse(self, body: Mapping[str, Any]) -> PlanRequest:
+        """Parse a plan request (saved clusters and uploaded models resolved)."""
+        return parse_plan_request(body, resolve_model=self._resolve_model, resolve_cluster=self._resolve_cluster)
+
+    def with_profile(self, req: PlanRequest) -> PlanRequest:
+        """With ``profile_id``: the node groups of the profiled device get the profile's
+        calibrated device, which the planner then costs them with."""
+        if req.profile_id is None:
+            return req
+        from cost_model.estimate import apply_profile_to_cluster
+
+        doc = self.load_profile(req.profile_id)
+        return replace(req, cluster=apply_profile_to_cluster(req.cluster, doc, field="profile_id"))
+
+    # ---------------------------------------------------------------- planning
+    def solver_settings(self) -> Any:
+        from planner_service.planner import SolverSettings
+
+        return SolverSettings(time_limit_s=self.settings.solver_time_limit_s, num_workers=self.settings.solver_num_workers)
+
+    def _run_planner(self, req: PlanRequest, progress: ProgressFn | None, should_cancel: CancelFn | None) -> Any:
+        fn = self._plan_fn or _default_plan_fn()
+        return fn(req, self.solver_settings(), progress=progress, should_cancel=should_cancel)
+
+    def compute(
+        self,
+        canonical: dict[str, Any],
+        parent: StoredPlan | None = None,
+        progress: ProgressFn | None = None,
+        should_cancel: CancelFn | None = None,
+    ) -> NewPlan:
+        """Plan ``canonical`` (a canonical request) and build the row to store.  With ``parent``
+        (a replan) the planner is asked for more alternatives and the most stable near-best
+        candidate is kept, with a diff against the parent."""
+        req = self.with_profile(self.parse(canonical))
+        if parent is not None:
+            req = replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
+        result = self._run_planner(req, progress, should_cancel)
+        if should_cancel is not None and should_cancel():
+            raise JobCancelled()
+        # A replan asks for more alternatives than it keeps: their ranks (one entry per GPU) are
+        # placed only for those the fewest-moves rule compares and those stored.
+        entry_ranks = getattr(result, "entry_ranks", None) if parent is not None else None
+        d = to_json_safe(result.to_dict(alternative_ranks=False) if entry_ranks else result.to_dict())
+        stored_result = {k: d.get(k) for k in ("best", "alternatives", "search", "explanation", "warnings")}
+        stored_result["alternatives"] = stored_result["alternatives"] or []
+        stored_result["warnings"] = stored_result["warnings"] or []
+        if parent is not None:
+
+            def ranks_of(i: int) -> list:
+                return to_json_safe(entry_ranks(i))
+
+            chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of if entry_ranks else None)
+            stored_result["best"] = chosen
+            stored_result["alternatives"] = others[: canonical.get("top_k", 3)]
+            if entry_ranks:
+                index = {id(c): i for i, c in enumerate([d["best"], *d["alternatives"]])}
+                for c in stored_result["alternatives"]:
+                    if "ranks" not in c:
+                        c["ranks"] = ranks_of(index[id(c)])
+            stored_result["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
+            if stored_result["alternatives"] and chosen.get("stages") and "prediction" in chosen:
+                from planner_service.planner.explain import explain
+
+                gpn = min(g.gpus_per_node for g in req.cluster.node_groups)
+                stored_result["explanation"] = explain(chosen, stored_result["alternatives"], gpn)
+        best = stored_result["best"] or {}
+        pred = best.get("prediction") or {}
+        device_types = tuple(getattr(result, "device_types", None) or req.cluster.device_types)
+        num_devices = getattr(result, "num_devices", None) or len(best.get("ranks") or []) or req.cluster.total_gpus
+        return NewPlan(
+            request_hash=request_hash(canonical),
+            status=plan_status((stored_result.get("search") or {}).get("solver_status")),
+            objective=req.objective,
+            model_name=str(getattr(req.model, "name", None) or "model"),
+            model_params=_model_params(req.model),
+            cluster_name=req.cluster.name,
+            device_types=device_types,
+            num_devices=int(num_devices),
+            step_time_s=float(pred.get("step_time_s") or 0.0),
+            tokens_per_s=float(pred.get("tokens_per_s") or 0.0),
+            mfu=float(pred.get("mfu") or 0.0),
+            strategy=best.get("strategy") or {},
+            request=canonical,
+            result=stored_result,
+            parent_id=parent.id if parent is not None else None,
+        )
+
+    def _wants_job(self, body: Mapping[str, Any], req: PlanRequest) -> bool:
+        if body.get("async"):
+            return True
+        size = self._search_size_fn(req)
+        return size is not None and size > self.settings.sync_max_candidates
+
+    def _enqueue(self, kind: str, canonical: dict, force: bool, parent_id: str | None, callback_url: str | None) -> StoredJob:
+        job = self.repo.create_job(kind, canonical, request_hash(canonical), force=force, parent_id=parent_id, callback_url=callback_url)
+        if self._on_job_created is not None:
+            self._on_job_created()
+        return job
+
+    def create_plan(self, body: Mapping[str, Any]) -> Outcome:
+        """POST /v1/plans."""
+        req = self.parse(body)
+        canonical = canonical_request(body, req)
+        self.with_profile(req)  # validates profile_id before anything is stored or queued
+        h = request_hash(canonical)
+        force = bool(body.get("force"))
+        if not force:
+            existing = self.repo.find_plan_by_hash(h)
+            if existing is not None:
+                return Outcome("existing", plan=existing)
+        if self._wants_job(body, req):
+            if not force:
+                active = self.repo.find_active_job(h)
+                if active is not None:
+                    return Outcome("job", job=active)
+            return Outcome("job", job=self._enqueue("plan", canonical, force, None, body.get("callback_url")))
+        new = self.compute(canonical)
+        stored, created = self.repo.insert_plan(new, force=force)
+        return Outcome("created" if created else "existing", plan=stored)
+
+    def replan(self, plan_id: str, body: Mapping[str, Any]) -> Outcome:
+        """POST /v1/plans/{id}/replan: the parent's request on a changed cluster."""
+        parent = self.repo.get_plan(plan_id)
+        if body.get("cluster") is not None:
+            base = parse_cluster(body["cluster"], self._resolve_cluster).to_dict()
+        else:
+            base = parent.request["cluster"]
+        cluster = apply_cluster_changes(base, body.get("unavailable_nodes"), body.get("added_nodes"))
+        cluster = sticky_host_order(cluster, (parent.result.get("best") or {}).get("ranks"))
+        new_body = {**parent.request, "cluster": cluster}
+        req = self.parse(new_body)
+        canonical = canonical_request(new_body, req)
+        self.with_profile(req)
+        if self._wants_job(body, req):
+            return Outcome("job", job=self._enqueue("replan", canonical, True, parent.id, body.get("callback_url")))
+        new = self.compute(canonical, parent=parent)
+        stored, _ = self.repo.insert_plan(new, force=True)
+        return Outcome("created", plan=stored)
+
+    def compute_for_job(self, job: StoredJob, progress: ProgressFn | None, should_cancel: CancelFn | None) -> NewPlan:
+        parent = self.repo.get_plan(job.parent_id) if job.parent_id else None
+        return self.compute(job.request, parent=parent, progress=progress, should_cancel=should_cancel)
+
+    # ---------------------------------------------------------------- estimate
+    def estimate(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        from cost_model import estimate
+
+        req = parse_estimate_request(body, resolve_model=self._resolve_model, resolve_cluster=self._resolve_cluster)
+        profile = self.load_profile(req.profile_id)
+        est = estimate(req.model, req.training, req.cluster, req.strategy, profile=profile)
+        return to_json_safe(est.to_dict())
+
+
+__all__ = [
+    "JobCancelled",
+    "Outcome",
+    "PlanService",
+    "apply_cluster_changes",
+    "canonical_request",
+    "choose_stable",
+    "plan_diff",
+    "plan_status",
+    "plan_to_api",
+    "ranks_moved",
+    "request_hash",
+    "to_json_safe",
+]

@@ -1,0 +1,212 @@
+"""Replanning after a cluster change: cluster edits, the sticky host order that keeps ranks where
+they were, the choice among near-best candidates of the one that moves the fewest ranks, and the
+diff against the parent plan.  Pure functions over plan JSON; :class:`PlanService` calls them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cost_model.errors import InvalidInput
+from planner_service.storage.repository import StoredPlan
+
+#: A replan keeps the candidate that moves the fewest ranks among those within this fraction of
+#: the best candidate's throughput.
+REPLAN_TOLERANCE = 0.02
+
+
+#: A replan asks the planner for at least this many alternatives to choose among.
+REPLAN_MIN_TOP_K = 8
+
+
+def _rank_places(ranks: Any) -> dict[int, tuple[Any, Any]]:
+    """rank → (host, gpu) from a plan's ``ranks`` list."""
+    out: dict[int, tuple[Any, Any]] = {}
+    if not isinstance(ranks, list):
+        return out
+    for i, r in enumerate(ranks):
+        if not isinstance(r, Mapping):
+            continue
+        rank = r.get("rank", i)
+        host = r.get("host", r.get("hostname"))
+        gpu = r.get("gpu", r.get("local_rank", r.get("device_index")))
+        out[int(rank)] = (host, gpu)
+    return out
+
+
+def ranks_moved(old_ranks: Any, new_ranks: Any) -> int:
+    """Ranks whose (host, gpu) changed; a rank present in only one plan counts as moved."""
+    return _moved(_rank_places(old_ranks), _rank_places(new_ranks))
+
+
+def _moved(old: Mapping[int, tuple[Any, Any]], new: Mapping[int, tuple[Any, Any]]) -> int:
+    return sum(1 for r in old.keys() | new.keys() if old.get(r) != new.get(r))
+
+
+def _tokens_per_s(candidate: Mapping[str, Any]) -> float:
+    v = (candidate.get("prediction") or {}).get("tokens_per_s")
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _candidate_score(candidate: Mapping[str, Any], objective: str) -> float:
+    """Higher is better.  Throughput and time-to-train: tokens/s.  Cost: tokens per GPU-second
+    (a price-independent proxy; the planner already ranked by price)."""
+    tps = _tokens_per_s(candidate)
+    if objective == "cost":
+        n = len(candidate.get("ranks") or []) or (candidate.get("prediction") or {}).get("num_devices") or 1
+        return tps / n
+    return tps
+
+
+def choose_stable(
+    result: Mapping[str, Any],
+    parent_best: Mapping[str, Any],
+    objective: str,
+    ranks_of: Callable[[int], list] | None = None,
+) -> tuple[dict, list[dict], int]:
+    """Among the best candidate and its alternatives, those within :data:`REPLAN_TOLERANCE` of
+    the best score; of those, the one that moves the fewest ranks relative to ``parent_best``
+    (ties: higher score, then the planner's order).  Returns (chosen, the others, how many were
+    within tolerance).
+
+    A candidate may come without ``ranks`` (the planner leaves them out of alternatives a
+    replan may not need): ``ranks_of(i)`` gives those of candidate i (0: the best, then the
+    alternatives) and is called only for the candidates within tolerance, which get them added."""
+    candidates = [result["best"], *list(result.get("alternatives") or [])]
+    top = max(_candidate_score(c, objective) for c in candidates)
+    near = [
+        (i, c)
+        for i, c in enumerate(candidates)
+        if _candidate_score(c, objective) >= top * (1.0 - REPLAN_TOLERANCE)
+    ]
+    if ranks_of is not None:
+        for i, c in near:
+            if "ranks" not in c:
+                c["ranks"] = ranks_of(i)
+    parent_places = _rank_places(parent_best.get("ranks"))
+    i_best, chosen = min(
+        near, key=lambda ic: (_moved(parent_places, _rank_places(ic[1].get("ranks"))), -_candidate_score(ic[1], objective), ic[0])
+    )
+    others = [c for i, c in enumerate(candidates) if i != i_best]
+    return chosen, others, len(near)
+
+
+def plan_diff(parent: StoredPlan, chosen: Mapping[str, Any], selected_from: int, chosen_index_is_best: bool) -> dict[str, Any]:
+    old_best = parent.result.get("best") or {}
+    old_s = old_best.get("strategy") or {}
+    new_s = chosen.get("strategy") or {}
+    changes = {
+        k: {"from": old_s.get(k), "to": new_s.get(k)} for k in sorted(set(old_s) | set(new_s)) if old_s.get(k) != new_s.get(k)
+    }
+    before = _tokens_per_s(old_best)
+    after = _tokens_per_s(chosen)
+    old_pred = old_best.get("prediction") or {}
+    new_pred = chosen.get("prediction") or {}
+    return {
+        "parent_id": parent.id,
+        "strategy_changed": bool(changes),
+        "strategy_changes": changes,
+        "ranks_moved": ranks_moved(old_best.get("ranks"), chosen.get("ranks")),
+        "ranks_before": len(old_best.get("ranks") or []),
+        "ranks_after": len(chosen.get("ranks") or []),
+        "tokens_per_s_before": before,
+        "tokens_per_s_after": after,
+        "tokens_per_s_change": after - before,
+        "tokens_per_s_change_fraction": (after - before) / before if before else None,
+        "step_time_s_before": old_pred.get("step_time_s"),
+        "step_time_s_after": new_pred.get("step_time_s"),
+        "candidates_within_tolerance": selected_from,
+        "tolerance_fraction": REPLAN_TOLERANCE,
+        "selected": "best" if chosen_index_is_best else "fewest_ranks_moved",
+    }
+
+
+def apply_cluster_changes(base: Mapping[str, Any], unavailable: list[Any] | None, added: list[Any] | None) -> dict[str, Any]:
+    """A cluster dict with ``added`` nodes appended to their groups and ``unavailable`` hosts
+    marked down.  Errors name the offending list entry."""
+    cluster = copy.deepcopy(dict(base))
+    groups = cluster.get("node_groups")
+    if not isinstance(groups, list):
+        raise InvalidInput("must be a non-empty list of node groups", field="cluster.node_groups")
+    by_name: dict[str, dict] = {}
+    hosts: dict[str, str] = {}
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            raise InvalidInput("must be an object", field=f"cluster.node_groups[{i}]")
+        name = g.get("name", f"group{i}")
+        g["name"] = name
+        count = g.get("count")
+        if not g.get("hostnames") and isinstance(count, int):
+            g["hostnames"] = [f"{name}-{k}" for k in range(count)]
+        by_name[name] = g
+        for h in g.get("hostnames") or []:
+            hosts[h] = name
+    nodes = cluster.get("nodes") or [{"hostname": h, "group": grp, "available": True} for h, grp in hosts.items()]
+    if not isinstance(nodes, list):
+        raise InvalidInput("must be a list", field="cluster.nodes")
+    for i, n in enumerate(added or []):
+        path = f"added_nodes[{i}]"
+        if not isinstance(n, Mapping):
+            raise InvalidInput("must be an object {hostname, group}", field=path)
+        host, group = n.get("hostname"), n.get("group")
+        if not isinstance(host, str) or not host:
+            raise InvalidInput("must be a non-empty string", field=f"{path}.hostname")
+        if host in hosts:
+            raise InvalidInput(f"host {host!r} is already in the cluster", field=f"{path}.hostname")
+        if not isinstance(group, str) or group not in by_name:
+            raise InvalidInput(
+                f"no node group {group!r}; groups: {', '.join(sorted(by_name))}", field=f"{path}.group"
+            )
+        g = by_name[group]
+        g["hostnames"] = [*g["hostnames"], host]
+        g["count"] = len(g["hostnames"])
+        hosts[host] = group
+        nodes.append({"hostname": host, "group": group, "available": True})
+    down = set()
+    for i, h in enumerate(unavailable or []):
+        if not isinstance(h, str) or h not in hosts:
+            raise InvalidInput(f"host {h!r} is not in the cluster", field=f"unavailable_nodes[{i}]")
+        down.add(h)
+    for n in nodes:
+        if isinstance(n, dict) and n.get("hostname") in down:
+            n["available"] = False
+    cluster["nodes"] = nodes
+    return cluster
+
+
+def sticky_host_order(cluster: Mapping[str, Any], parent_ranks: Any) -> dict[str, Any]:
+    """Reorder each node group's hostnames so that a replan places ranks where they were.
+
+    The planner fills a pool's available nodes in hostname order, so listing the parent's hosts
+    first, in the order its ranks used them, keeps an unchanged strategy on the same GPUs; a
+    host that went down has its slot taken by a spare (an available host the parent did not
+    use), so only the ranks of the lost node move.  Without a spare, the parent's last host
+    moves into the hole rather than every later host shifting up one slot (which would move
+    every rank after the lost node): the new plan runs on fewer GPUs, and the ranks it drops
+    are the tail's.
+    """
+    out = copy.deepcopy(dict(cluster))
+    order: list[str] = []
+    seen: set[str] = set()
+    for r in sorted((r for r in parent_ranks or [] if isinstance(r, Mapping)), key=lambda r: r.get("rank", 0)):
+        h = r.get("host")
+        if isinstance(h, str) and h not in seen:
+            seen.add(h)
+            order.append(h)
+    down = {n.get("hostname") for n in out.get("nodes") or [] if isinstance(n, Mapping) and n.get("available") is False}
+    for g in out.get("node_groups") or []:
+        names = list(g.get("hostnames") or [])
+        members = set(names)
+        used = [h for h in order if h in members]
+        spares = [h for h in names if h not in seen and h not in down]
+        slots: list[str | None] = [(spares.pop(0) if spares else None) if h in down else h for h in used]
+        while None in slots:
+            hole = slots.index(None)
+            while slots and slots[-1] is None:
+                slots.pop()
+            if hole < len(slots):
+                slots[hole] = slots.pop()
+        new = [h for h in slots if h is not None]
+        g["hostnames"] = new + [h for h in names if h not in set(new)]
+    return out

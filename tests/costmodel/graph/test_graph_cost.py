@@ -1,0 +1,181 @@
+"""Graph cost model: agreement with the transformer path, resharding rules, memory, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_model import Strategy, Training, estimate, get_preset, simple_cluster
+from cost_model.errors import InvalidGraph, InvalidStrategy
+from cost_model.graph.evaluate import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    NONE,
+    REDUCE_SCATTER,
+    P,
+    R,
+    S,
+    build_tables,
+    estimate_graph,
+    evaluate,
+    greedy_choices,
+    mesh_for,
+    reshard_kind,
+    split_stages,
+)
+from cost_model.graph.ir import graph_from_dict
+from helpers.graphs import gpt_graph, megatron_shardings, recommender_graph
+
+GPT = get_preset("gpt3-1.3b")
+
+
+@pytest.fixture(scope="module")
+def gpt13():
+    return graph_from_dict(gpt_graph(GPT.num_layers, GPT.hidden_size, GPT.num_heads, GPT.vocab_size, 2048, name="gpt3-1.3b"))
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        Strategy(dp=16, micro_batch_size=1),
+        Strategy(dp=4, tp=4, micro_batch_size=2),
+        Strategy(dp=2, tp=4, pp=2, micro_batch_size=1),
+        Strategy(dp=1, tp=8, pp=2, micro_batch_size=1),
+        Strategy(dp=2, tp=2, pp=4, micro_batch_size=2),
+    ],
+    ids=lambda s: f"dp{s.dp}-tp{s.tp}-pp{s.pp}-mbs{s.micro_batch_size}",
+)
+def test_gpt_as_an_operator_graph_matches_the_transformer_path_within_10_percent(gpt13, strategy):
+    training = Training(global_batch_size=64, sequence_length=2048)
+    cluster = simple_cluster("A100-SXM4-80GB", 2)
+    ref = estimate(GPT, training, cluster, strategy)
+    shard = megatron_shardings(GPT.num_layers) if strategy.tp > 1 else None
+    got = estimate_graph(gpt13, training, cluster, strategy, op_shardings=shard)
+    assert got.step_time_s == pytest.approx(ref.step_time_s, rel=0.10), (got.breakdown_s, ref.breakdown_s)
+    # the same kinds of time show up in the same places
+    for key in ("compute", "tp_comm"):
+        if ref.breakdown_s[key] > 0.05 * ref.step_time_s:
+            assert got.breakdown_s[key] == pytest.approx(ref.breakdown_s[key], rel=0.2), key
+    assert got.num_microbatches == ref.num_microbatches
+    assert len(got.stages) == strategy.pp
+    # the graph has an untied head (+V·h parameters): memory within 15%
+    assert max(got.peak_memory_GB) == pytest.approx(max(ref.peak_memory_GB), rel=0.15)
+
+
+def test_estimate_dispatches_operator_graphs(gpt13):
+    training = Training(global_batch_size=16, sequence_length=2048)
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    via_estimate = estimate(gpt13, training, cluster, Strategy(dp=8, micro_batch_size=2))
+    direct = estimate_graph(gpt13, training, cluster, Strategy(dp=8, micro_batch_size=2))
+    assert via_estimate.step_time_s == pytest.approx(direct.step_time_s, rel=1e-12)
+    assert via_estimate.fits
+
+
+def test_megatron_tp_costs_two_allreduces_forward_and_two_backward_per_layer():
+    h, s, b, t = 1024, 512, 2, 4
+    g = graph_from_dict(gpt_graph(layers=1, hidden=h, heads=16, vocab=1024, positions=s))
+    training = Training(global_batch_size=8, sequence_length=s)
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    mesh = mesh_for(g, training, cluster, dp=1, t=t, pp=1, micro_batch=b)
+    tables = build_tables(g, training, mesh)
+    shard = megatron_shardings(1)
+    choice = [tables.choice_index(i, shard.get(op.name, "replicate")) for i, op in enumerate(g.ops)]
+    layer = {op.name: i for i, op in enumerate(g.ops)}
+    fwd = bwd = 0.0
+    for e, (u, v, name, _) in enumerate(tables.edges):
+        if g.ops[v].name.startswith("h0."):
+            fwd += tables.edge_fwd[e][choice[u], choice[v]]
+            bwd += tables.edge_bwd[e][choice[u], choice[v]]
+    from cost_model.comm import Links, allreduce_time_s
+
+    one = float(allreduce_time_s(t, b * s * h * 2, Links.for_group(mesh.group), t))
+    assert fwd == pytest.approx(2 * one, rel=1e-9)  # proj and FC2 outputs (P → R)
+    assert bwd == pytest.approx(2 * one, rel=1e-9)  # QKV and FC1 input gradients (P → R)
+    assert layer  # names resolved
+
+
+def test_reshard_rules():
+    assert reshard_kind(R, S(0)) == NONE  # local slice
+    assert reshard_kind(S(1), P) == NONE
+    assert reshard_kind(S(2), R) == ALLGATHER
+    assert reshard_kind(P, R) == ALLREDUCE
+    assert reshard_kind(P, S(1)) == REDUCE_SCATTER
+    assert reshard_kind(S(0), S(2)) == ALLTOALL
+
+
+def test_split_layouts_cut_activation_memory_and_time():
+    g = graph_from_dict(gpt_graph(layers=2, hidden=512, heads=8, vocab=2048, positions=256))
+    training = Training(global_batch_size=32, sequence_length=256)
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    rep = estimate_graph(g, training, cluster, Strategy(dp=1, tp=4, micro_batch_size=4),
+                         op_shardings={op.name: "replicate" for op in g.ops})
+    best = estimate_graph(g, training, cluster, Strategy(dp=1, tp=4, micro_batch_size=4))
+    assert best.step_time_s < rep.step_time_s
+    assert best.stages[0].memory_GB["activations"] < rep.stages[0].memory_GB["activations"]
+
+
+def test_pipeline_split_is_contiguous_balanced_and_respects_memory():
+    g = graph_from_dict(gpt_graph(layers=8, hidden=512, heads=8, vocab=2048, positions=256))
+    training = Training(global_batch_size=32, sequence_length=256)
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    mesh = mesh_for(g, training, cluster, dp=2, t=1, pp=4, micro_batch=2)
+    tables = build_tables(g, training, mesh)
+    choice = greedy_choices(tables)
+    stage = split_stages(tables, choice)
+    order = tables.analysis.order
+    seq = stage[order]
+    assert list(seq) == sorted(seq) and set(seq) == {0, 1, 2, 3}
+    ev = evaluate(tables, choice, stage)
+    times = [s.time_s for s in ev.stages]
+    assert max(times) < 1.6 * min(times)
+    # step = m·max + Σ − max (+ exposed DP + optimizer), as the transformer path composes it
+    m = mesh.num_microbatches
+    assert ev.pipeline_s == pytest.approx(m * max(times) + sum(times) - max(times), rel=1e-12)
+
+
+def test_bad_strategies_and_shardings_name_the_field(gpt13):
+    training = Training(global_batch_size=16, sequence_length=2048)
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    with pytest.raises(InvalidStrategy) as ei:
+        estimate_graph(gpt13, training, cluster, Strategy(dp=4, cp=2))
+    assert ei.value.field == "strategy.cp"
+    with pytest.raises(InvalidStrategy) as ei:
+        estimate_graph(gpt13, training, cluster, Strategy(dp=16))
+    assert "16 devices" in ei.value.message
+    with pytest.raises(InvalidGraph) as ei:
+        estimate_graph(gpt13, training, cluster, Strategy(dp=2, tp=4), op_shardings={"h0.qkv": "split_heads"})
+    assert ei.value.field == "op_shardings.h0.qkv" and "split_weight_cols" in ei.value.message
+    with pytest.raises(InvalidGraph):
+        estimate_graph(gpt13, training, cluster, Strategy(dp=8), op_shardings={"nope": "replicate"})
+
+
+def test_embedding_tables_shard_memory_by_the_sharding_degree():
+    g = graph_from_dict(recommender_graph(num_tables=2, rows=4_000_000, dim=64))
+    training = Training(global_batch_size=4096, sequence_length=1)
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    names = {"table0": "shard_embedding_rows_alltoall", "table1": "shard_embedding_rows_alltoall"}
+    sharded = estimate_graph(g, training, cluster, Strategy(dp=1, tp=8, micro_batch_size=4096), op_shardings=names)
+    rep = estimate_graph(g, training, cluster, Strategy(dp=1, tp=8, micro_batch_size=4096),
+                         op_shardings={"table0": "split_batch", "table1": "split_batch"})
+    table_state = 2 * 4_000_000 * 64 * (2 + 4 + 12)  # bf16 weights, fp32 grads, Adam (ZeRO-1 over 1 rank)
+    assert rep.stages[0].memory_GB["weights"] * 1e9 > 2 * 4_000_000 * 64 * 2 * 0.99
+    saved = (rep.stages[0].peak_memory_GB - sharded.stages[0].peak_memory_GB) * 1e9
+    assert saved == pytest.approx(table_state * 7 / 8 * 1.07, rel=0.1)
+
+
+@pytest.mark.parametrize("attention", ["flash", "unfused"])
+def test_eager_gpt_graph_matches_the_transformer_path(gpt13, attention):
+    """``fused_kernels: false`` (plain PyTorch) on an operator graph: no elementwise chain fuses,
+    unfused attention runs each of its ops separately and Adam is the for-loop one — priced as
+    the transformer path prices the same model, and slower than fused."""
+    cluster = simple_cluster("A100-SXM4-80GB", 2)
+    strategy = Strategy(dp=16, micro_batch_size=1)
+    fused = Training(global_batch_size=64, sequence_length=2048, attention=attention)
+    eager = Training(global_batch_size=64, sequence_length=2048, attention=attention, fused_kernels=False)
+    ref = estimate(GPT, eager, cluster, strategy)
+    got = estimate_graph(gpt13, eager, cluster, strategy)
+    assert got.step_time_s == pytest.approx(ref.step_time_s, rel=0.10), (got.breakdown_s, ref.breakdown_s)
+    assert got.breakdown_s["optimizer"] == pytest.approx(ref.breakdown_s["optimizer"], rel=0.10)
+    fused_graph = estimate_graph(gpt13, fused, cluster, strategy)
+    assert got.breakdown_s["compute"] > fused_graph.breakdown_s["compute"] * 1.01
+    assert got.breakdown_s["optimizer"] > 2 * fused_graph.breakdown_s["optimizer"]

@@ -1,0 +1,110 @@
+"""The elementwise terms of plain eager PyTorch layers (``training.fused_kernels = False``) and
+of the activation functions, isolated on devices that differ in one constant."""
+
+from dataclasses import replace
+
+import pytest
+
+from cost_model import Strategy, Training, get_preset
+from cost_model.comm import Links
+from cost_model.devices import get_device
+from cost_model.transformer import layer_cost as tc
+
+LINKS = Links(100.0, 10.0, 8, 1e-5)
+BW_GBps = 100.0
+
+
+def _bandwidth_only_device(**efficiency):
+    """local-cpu with every elementwise cost but bytes switched off (no launches, no per-element
+    arithmetic, no page faults) unless given."""
+    dev = get_device("local-cpu")
+    off = {"memory_fraction": 1.0, "kernel_overhead_s": 0.0, "rng_s_per_element": 0.0, "transcendental_s_per_element": 0.0,
+           "first_touch_s_per_byte": 0.0}
+    eff = replace(dev.efficiency, **{**off, **efficiency})
+    return replace(dev, memory_bandwidth_GBps=BW_GBps, efficiency=eff)
+
+
+def _layer(model, training, device, mbs=2):
+    S = tc.StrategyArrays.from_strategies([Strategy(dp=1, micro_batch_size=mbs)])
+    return tc.layer_costs(model, training, device, LINKS, S)
+
+
+@pytest.mark.parametrize("preset, bwd_per_element", [("gpt3-125m", 2), ("llama3-8b", 1)])
+def test_activation_backward_pays_its_transcendentals(preset, bwd_per_element):
+    """GELU backward Φ(x) + x·φ(x) evaluates an erf and an exp per element, SiLU's recomputes one
+    sigmoid: with arithmetic far slower than memory, the FFN activation's backward costs 2 (GELU)
+    or 1 (SwiGLU) transcendental per hidden element, its forward 1."""
+    model = get_preset(preset)
+    training = Training(2, 1024, dtype="fp32")  # fused flash attention: no softmax elementwise
+    rate = 1e-6  # s per transcendental: dwarfs every byte term
+    slow = _layer(model, training, _bandwidth_only_device(memory_fraction=1e6 / BW_GBps, transcendental_s_per_element=rate))
+    fast = _layer(model, training, _bandwidth_only_device(memory_fraction=1e6 / BW_GBps))
+    ffn_elements = 2 * 1024 * model.ffn_hidden_size
+    assert float(slow.forward_compute_s[0] - fast.forward_compute_s[0]) == pytest.approx(ffn_elements * rate, rel=1e-3)
+    assert float(slow.backward_compute_s[0] - fast.backward_compute_s[0]) == pytest.approx(bwd_per_element * ffn_elements * rate, rel=1e-3)
+
+
+def test_eager_attention_moves_heads_between_layouts(monkeypatch):
+    """Eager unfused attention copies Q, K, V head-major and the output back (forward), the
+    output gradient head-major, the three gradients token-major and concatenates them for the
+    QKV split (backward): 2·eb bytes per element of each pass."""
+    model = get_preset("llama3-8b")  # GQA: K and V are narrower than Q
+    training = Training(2, 1024, dtype="fp32", attention="unfused", fused_kernels=False)
+    device = _bandwidth_only_device()
+    with_copies = _layer(model, training, device)
+    monkeypatch.setattr(tc, "_eager_head_layout_s", lambda *args: (0.0, 0.0))
+    without = _layer(model, training, device)
+    T, eb = 2 * 1024, 4
+    q, kv = T * model.hidden_size, T * model.num_kv_heads * model.head_dim
+    assert float(with_copies.forward_compute_s[0] - without.forward_compute_s[0]) == pytest.approx(2 * eb * (2 * q + 2 * kv) / (BW_GBps * 1e9), rel=1e-9)
+    assert float(with_copies.backward_compute_s[0] - without.backward_compute_s[0]) == pytest.approx(2 * eb * (3 * q + 4 * kv) / (BW_GBps * 1e9), rel=1e-9)
+
+
+def test_eager_biased_layers_reduce_their_bias_gradients_fused_ones_do_not(monkeypatch):
+    """Each biased linear layer's bias gradient is a read of its output gradient in eager
+    PyTorch; fused kernels fold it into the weight-gradient GEMM.  On a bandwidth-only device
+    the difference between a GPT layer with and without biases — dropout kept the same — is
+    exactly the four reads in eager mode and zero when fused."""
+    gpt = get_preset("gpt3-125m")
+    no_bias = replace(gpt, bias=False)
+    device = _bandwidth_only_device()
+    T, eb, h = 2 * 1024, 4, gpt.hidden_size
+    monkeypatch.setattr(tc, "_dropout", lambda model: 1.0)  # same dropout for both: only the biases differ
+    for fused, expected in ((False, T * (3 * h + h + gpt.ffn_hidden_size + h) * eb / (BW_GBps * 1e9)), (True, 0.0)):
+        training = Training(2, 1024, dtype="fp32", attention="unfused", fused_kernels=fused)
+        diff = float(_layer(gpt, training, device).backward_compute_s[0] - _layer(no_bias, training, device).backward_compute_s[0])
+        assert diff == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+def test_embedding_backward_writes_a_dense_gradient_and_eager_tied_heads_add_theirs():
+    """The embedding's backward zero-fills a dense [V, h] gradient; with a tied head on the same
+    stage eager autograd then adds the two gradients of the shared weight (3 passes), which
+    fused frameworks accumulate in the GEMM and pipelines keep on different stages."""
+    model = get_preset("gpt3-125m")
+    device = _bandwidth_only_device()
+    Vh_s = model.vocab_size * model.hidden_size * 4 / (BW_GBps * 1e9)
+    T_h_s = 2 * 1024 * model.hidden_size * 4 / (BW_GBps * 1e9)
+
+    def emb_head(fused, pp):
+        S = tc.StrategyArrays.from_strategies([Strategy(dp=1, pp=pp, micro_batch_size=2)])
+        emb, head, *_ = tc.embedding_head_costs(model, Training(2, 1024, dtype="fp32", fused_kernels=fused), device, LINKS, S)
+        return float(emb[0]), float(head[0])
+
+    emb, head = emb_head(True, 1)
+    assert emb == pytest.approx(Vh_s + 3 * T_h_s + 2 * 1024 * model.hidden_size * 13 / (BW_GBps * 1e9), rel=1e-9)  # + dropout
+    assert emb_head(False, 1)[1] - head == pytest.approx(3 * Vh_s, rel=1e-9)
+    assert emb_head(False, 2)[1] == pytest.approx(emb_head(True, 2)[1], rel=1e-12)
+
+
+def test_for_loop_optimizer_pays_per_parameter_tensor_not_per_position():
+    """A learned position table is one parameter tensor whatever its length: a longer table adds
+    its bytes to the eager optimizer step, not launches."""
+    from cost_model import estimate, simple_cluster
+
+    cluster = simple_cluster("A100-SXM4-80GB", 1, 1)
+    training = Training(8, 1024, fused_kernels=False)
+    short, long = get_preset("gpt3-125m"), replace(get_preset("gpt3-125m"), learned_positions=8192)
+    opt = [estimate(m, training, cluster, Strategy(dp=1, micro_batch_size=1)).breakdown_s["optimizer"] for m in (short, long)]
+    device = get_device("A100-SXM4-80GB")
+    extra_bytes = (8192 - short.learned_positions) * short.hidden_size * tc.optimizer_bytes_per_param(training)
+    assert opt[1] - opt[0] == pytest.approx(extra_bytes / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction), rel=1e-6)

@@ -1,0 +1,94 @@
+"""Memory formulas pinned to Korthikanti et al. 2022 Table 2 and hand-computed ZeRO bytes."""
+
+import numpy as np
+import pytest
+
+from cost_model import Strategy, Training, estimate, simple_cluster
+from cost_model.transformer.layer_cost import (
+    StrategyArrays,
+    activation_bytes,
+    model_state_bytes_per_param,
+)
+from cost_model.transformer.spec import TransformerSpec
+
+# A GPT layer as in the paper: s=2048, h=6144 (22B row), a=64; 16-bit activations, dropout.
+GPT = TransformerSpec("gpt", 1, 6144, 64, 64, 4 * 6144, 51200, bias=True, learned_positions=2048)
+S_LEN, B, H, A = 2048, 4, 6144, 64
+SBH = S_LEN * B * H
+UNFUSED = Training(global_batch_size=4, sequence_length=S_LEN, attention="unfused")
+
+
+def act(t, sp, rc, training=UNFUSED, model=GPT):
+    S = StrategyArrays.from_strategies([Strategy(tp=t, micro_batch_size=B, sequence_parallel=sp, recompute=rc)])
+    stored, _ = activation_bytes(model, training, S)
+    return float(stored[0])
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def test_no_parallelism_and_tensor_parallel(t):
+    # sbh(10 + 24/t + 5as/(ht));  t=1 gives sbh(34 + 5as/h).
+    expected = SBH * (10 + 24 / t + 5 * A * S_LEN / (H * t))
+    assert act(t, False, "none") == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_plus_sequence_parallel(t):
+    expected = SBH * (34 / t + 5 * A * S_LEN / (H * t))
+    assert act(t, True, "none") == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_selective_recompute(t):
+    assert act(t, False, "selective") == pytest.approx(SBH * (10 + 24 / t), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_selective_plus_sequence_parallel(t):
+    assert act(t, True, "selective") == pytest.approx(34 * SBH / t, rel=1e-12)
+
+
+@pytest.mark.parametrize("t, sp", [(1, False), (8, False), (8, True)])
+def test_full_recompute_keeps_only_the_layer_input(t, sp):
+    assert act(t, sp, "full") == pytest.approx(2 * SBH / (t if sp else 1), rel=1e-12)
+
+
+def test_fused_attention_drops_the_s_squared_terms():
+    flash = Training(global_batch_size=4, sequence_length=S_LEN, attention="flash")
+    assert act(8, True, "none", training=flash) == pytest.approx(34 * SBH / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "zero, expected",
+    [
+        # mixed precision Adam: weights 2, fp32 grads 4, optimizer 12 (Megatron: 18 B/param w/o dist-opt)
+        (0, (2.0, 4.0, 12.0)),
+        (1, (2.0, 4.0, 12.0 / 8)),  # Megatron distributed optimizer: 6 + 12/d
+        (2, (2.0, 4.0 / 8, 12.0 / 8)),
+        (3, (2.0 / 8, 4.0 / 8, 12.0 / 8)),
+    ],
+)
+def test_zero_stage_state_bytes(zero, expected):
+    w, g, o = model_state_bytes_per_param(Training(8, 2048), np.array([zero]), np.array([8.0]))
+    assert (float(w[0]), float(g[0]), float(o[0])) == pytest.approx(expected)
+
+
+def test_zero_stage_bytes_in_estimate_memory_breakdown():
+    model = TransformerSpec("m", 8, 2048, 16, 16, 8192, 32000, bias=True, learned_positions=2048)
+    cl = simple_cluster("A100-SXM4-80GB", 1)
+    tr = Training(global_batch_size=64, sequence_length=2048)
+    params = model.total_params()
+    for zero, per_param in ((0, 18.0), (1, 6 + 12 / 8), (2, 2 + 16 / 8), (3, 18 / 8)):
+        est = estimate(model, tr, cl, Strategy(dp=8, micro_batch_size=1, zero_stage=zero))
+        mem = est.stages[0].memory_GB
+        state_GB = mem["weights"] + mem["gradients"] + mem["optimizer_state"]
+        assert state_GB == pytest.approx(params * per_param / 1e9, rel=1e-9), zero
+
+
+def test_first_stage_holds_pp_microbatches_under_1f1b():
+    model = TransformerSpec("m", 8, 2048, 16, 16, 8192, 32000, bias=True, learned_positions=2048)
+    cl = simple_cluster("A100-SXM4-80GB", 1)
+    tr = Training(global_batch_size=64, sequence_length=2048)
+    est = estimate(model, tr, cl, Strategy(dp=2, pp=4, micro_batch_size=1))
+    acts = [s.memory_GB["activations"] for s in est.stages]
+    # stage i holds pp - i micro-batches of its 2 layers (plus embedding/head extras at the ends)
+    assert acts[1] / acts[2] == pytest.approx(3 / 2, rel=0.02)

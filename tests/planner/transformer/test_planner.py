@@ -1,0 +1,137 @@
+import pytest
+
+from cost_model.errors import NoFeasiblePlan
+from cost_model.validation.fidelity import predict_case
+from cost_model.validation.published import cases
+from planner_service.planner import SolverSettings, plan
+from planner_service.planner.request import Constraints, PlanRequest, parse_plan_request
+
+H100_A100 = {
+    "name": "mixed",
+    "node_groups": [
+        {"name": "h100", "count": 4, "gpus_per_node": 8, "device": "H100-SXM5-80GB"},
+        {"name": "a100", "count": 4, "gpus_per_node": 8, "device": "A100-SXM4-80GB"},
+    ],
+}
+
+
+#: Tests must not depend on the machine's speed: give the branch and bound room to finish (the
+#: wall-clock budget of production is measured in bench/plan_speed.py instead).
+EXACT = SolverSettings(time_limit_s=300.0, max_refinements=100_000)
+
+
+def _plan(body):
+    return plan(parse_plan_request(body), EXACT)
+
+
+def _plan_budgeted(body):
+    """Production settings: for properties that hold for any plan the search returns."""
+    return plan(parse_plan_request(body), SolverSettings())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(cases()), ids=lambda c: c.row_id)
+def test_never_worse_than_the_published_layout(case):
+    published, strategy = predict_case(case)
+    req = PlanRequest(case.model, case.training, case.cluster, Constraints(memory_headroom_fraction=0.0), top_k=1)
+    result = plan(req, EXACT)
+    best = result.best.prediction
+    assert best.fits
+    assert best.tokens_per_s >= published.tokens_per_s * (1 - 1e-9), (result.best.strategy, strategy)
+
+
+def test_heterogeneous_plan_gives_faster_stages_more_layers_and_beats_either_type_alone():
+    body = {"model": {"preset": "llama3-70b"}, "training": {"global_batch_size": 256, "sequence_length": 4096}, "cluster": H100_A100}
+    mixed = _plan(body)
+    h_only = _plan({**body, "constraints": {"allowed_device_types": ["H100-SXM5-80GB"]}})
+    a_only = _plan({**body, "constraints": {"allowed_device_types": ["A100-SXM4-80GB"]}})
+    assert set(mixed.device_types) == {"H100-SXM5-80GB", "A100-SXM4-80GB"}
+    assert mixed.best_tokens_per_s > h_only.best_tokens_per_s > a_only.best_tokens_per_s
+    stages = mixed.best.prediction.stages
+    h = [s.num_layers for s in stages if s.device.startswith("H100")]
+    a = [s.num_layers for s in stages if s.device.startswith("A100")]
+    assert min(h) > max(a)
+
+
+def test_slow_devices_are_left_out_when_they_only_slow_the_pipeline():
+    cluster = {"name": "hv", "node_groups": [
+        {"name": "h100", "count": 4, "gpus_per_node": 8, "device": "H100-SXM5-80GB"},
+        {"name": "v100", "count": 1, "gpus_per_node": 8, "device": "V100-SXM2-32GB"}]}
+    result = _plan({"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 256, "sequence_length": 4096, "dtype": "fp16"}, "cluster": cluster})
+    assert result.device_types == ("H100-SXM5-80GB",)
+
+
+def test_unavailable_nodes_are_never_used():
+    cluster = {**H100_A100, "nodes": [{"hostname": "h100-1", "available": False}, {"hostname": "a100-0", "available": False}]}
+    # Whatever the search budget ends on, no rank may land on a node that is down.
+    result = _plan_budgeted({"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 256, "sequence_length": 4096}, "cluster": cluster})
+    hosts = {r["host"] for r in result.to_dict()["best"]["ranks"]}
+    assert hosts and not hosts & {"h100-1", "a100-0"}
+
+
+def test_pinned_layout_returns_best_plan_within_the_pins():
+    body = {"model": {"preset": "gpt3-13b"}, "training": {"global_batch_size": 512, "sequence_length": 2048},
+            "cluster": {"name": "a", "node_groups": [{"name": "a", "count": 4, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}}
+    free = _plan(body)
+    pinned = _plan({**body, "constraints": {"tp": 8, "pp": 2, "dp": 2}})
+    s = pinned.best.strategy
+    assert (s.tp, s.pp, s.dp) == (8, 2, 2)
+    assert pinned.best_step_time_s >= free.best_step_time_s
+    for alt in pinned.alternatives:
+        assert (alt.strategy.tp, alt.strategy.pp, alt.strategy.dp) == (8, 2, 2)
+
+
+def test_ranks_follow_megatron_order_and_tp_groups_stay_in_a_node():
+    result = _plan({"model": {"preset": "gpt3-13b"}, "training": {"global_batch_size": 512, "sequence_length": 2048},
+                    "cluster": {"name": "a", "node_groups": [{"name": "a", "count": 4, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
+                    "constraints": {"tp": 4, "pp": 2, "dp": 4}})
+    ranks = result.to_dict()["best"]["ranks"]
+    assert [r["rank"] for r in ranks] == list(range(32))
+    assert len({(r["host"], r["gpu"]) for r in ranks}) == 32
+    for r in ranks:
+        assert r["rank"] == ((r["pp"] * 4 + r["dp"]) * 1 + r["cp"]) * 4 + r["tp"]
+    for g in range(8):
+        assert len({r["host"] for r in ranks[g * 4:(g + 1) * 4]}) == 1
+
+
+def test_no_feasible_plan_says_what_is_short():
+    with pytest.raises(NoFeasiblePlan) as e:
+        _plan({"model": {"preset": "llama3-405b"}, "training": {"global_batch_size": 64, "sequence_length": 4096},
+               "cluster": {"name": "small", "node_groups": [{"name": "a", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-40GB"}]}})
+    assert "GB per GPU" in e.value.message and "40 GB" in e.value.message
+
+
+def test_result_contract_and_explanation():
+    result = _plan({"model": {"preset": "gpt3-6.7b"}, "training": {"global_batch_size": 256, "sequence_length": 2048},
+                    "cluster": {"name": "a", "node_groups": [{"name": "a", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
+                    "top_k": 3})
+    d = result.to_dict()
+    assert {"strategy", "prediction", "stages", "ranks"} <= set(d["best"])
+    assert {"candidates", "pruned", "solver_status", "wall_time_s"} <= set(d["search"])
+    assert len(d["alternatives"]) == 3
+    assert all(a["prediction"]["step_time_s"] >= d["best"]["prediction"]["step_time_s"] for a in d["alternatives"])
+    ex = d["explanation"]
+    assert ex["bottleneck"] in d["best"]["prediction"]["breakdown_s"] and "memory_headroom_GB" in ex
+    assert len(ex["alternatives"]) == 3 and all("step +" in line for line in ex["alternatives"])
+    st = d["best"]["stages"][0]
+    assert {"index", "first_layer", "last_layer", "device", "hosts", "peak_memory_GB"} <= set(st)
+
+
+def test_memory_headroom_is_respected():
+    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 128, "sequence_length": 8192},
+            "cluster": {"name": "a", "node_groups": [{"name": "a", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-40GB"}]}}
+    for h in (0.05, 0.3):
+        r = _plan({**body, "constraints": {"memory_headroom_fraction": h}})
+        assert max(r.best.prediction.peak_memory_GB) <= 40 * (1 - h) + 1e-9
+
+
+def test_cost_objective_uses_prices():
+    cluster = {"name": "p", "node_groups": [
+        {"name": "h100", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB", "price_per_gpu_hour": 12.0},
+        {"name": "a100", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB", "price_per_gpu_hour": 1.0}]}
+    body = {"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch_size": 256, "sequence_length": 2048}, "cluster": cluster}
+    cheap = _plan_budgeted({**body, "objective": "cost"})
+    fast = _plan(body)
+    assert cheap.to_dict()["objective_value"]["unit"] == "USD per million tokens"
+    assert "A100-SXM4-80GB" in cheap.device_types
+    assert fast.best_tokens_per_s >= cheap.best_tokens_per_s
