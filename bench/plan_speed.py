@@ -27,14 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model import estimate  # noqa: E402
 from cost_model.errors import PlannerError  # noqa: E402
+from cost_model.strategy import even_split  # noqa: E402
 from planner_service.planner import SolverSettings, plan  # noqa: E402
 from planner_service.planner.request import parse_plan_request  # noqa: E402
 from planner_service.planner.transformer.search import normalise_cluster  # noqa: E402
-from planner_service.planner.transformer.space import (  # noqa: E402
-    enumerate_space,
-    even_split,
-    strategy_at,
-)
+from planner_service.planner.transformer.space import enumerate_space, strategy_at  # noqa: E402
 
 
 def group(name, count, device):

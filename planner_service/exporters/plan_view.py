@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError
+from cost_model.strategy import even_split, rank_coords
 from cost_model.transformer.spec import from_hf_config, get_preset
 
 
@@ -213,11 +214,6 @@ def _mapping(value: Any, field_path: str) -> Mapping[str, Any]:
     return value
 
 
-def _even_split(total: int, parts: int) -> list[int]:
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
 def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: Mapping[str, Any], pp: int, vpp: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """Decoder layers per physical stage and per model chunk (virtual stage), model order.
 
@@ -238,7 +234,7 @@ def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: M
             total = spec.get("num_hidden_layers", spec.get("n_layer"))
         if not isinstance(total, int) or total < 1:
             return None, None
-        chunks = _even_split(total, pp * vpp)
+        chunks = even_split(total, pp * vpp)
         physical = [sum(chunks[k] for k in range(p, pp * vpp, pp)) for p in range(pp)]
         return tuple(physical), tuple(chunks)
     if not isinstance(lps, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in lps):
@@ -248,7 +244,7 @@ def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: M
         physical = [sum(chunks[k] for k in range(p, pp * vpp, pp)) for p in range(pp)]
     elif len(lps) == pp:
         physical = list(lps)
-        per_stage = [_even_split(n, vpp) for n in physical]
+        per_stage = [even_split(n, vpp) for n in physical]
         chunks = [per_stage[k % pp][k // pp] for k in range(pp * vpp)]
     else:
         raise InvalidPlan(
@@ -347,8 +343,7 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         if (host, gpu) in used:
             raise InvalidPlan(f"GPU {gpu} of {host} already holds rank {used[(host, gpu)]}", field=f"{path}.gpu")
         used[(host, gpu)] = rank
-        # Megatron order: r = ((pp_i*dp + dp_i)*cp + cp_i)*tp + tp_i
-        tp_i, cp_i, dp_i, pp_i = rank % tp, (rank // tp) % cp, (rank // (tp * cp)) % dp, rank // (tp * cp * dp)
+        pp_i, dp_i, cp_i, tp_i = rank_coords(rank, dp=dp, cp=cp, tp=tp)
         for axis, expected in (("tp", tp_i), ("cp", cp_i), ("dp", dp_i), ("pp", pp_i)):
             given = r.get(axis)
             if given is not None and given != expected:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cost_model.strategy import rank_of
 from planner_service.exporters.plan_view import PlanView, plan_view
 
 VERSION_FIELDS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
@@ -27,7 +28,7 @@ def _groups(view: PlanView) -> dict[str, list[list[int]]]:
     dp, tp, pp, cp = view.dp, view.tp, view.pp, view.cp
 
     def rank(pp_i: int, dp_i: int, cp_i: int, tp_i: int) -> int:
-        return ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+        return rank_of(pp_i, dp_i, cp_i, tp_i, dp=dp, cp=cp, tp=tp)
 
     out: dict[str, list[list[int]]] = {"tensor-parallel": [], "context-parallel": [], "data-parallel": [], "pipeline": []}
     for p in range(pp):

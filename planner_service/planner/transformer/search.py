@@ -29,7 +29,7 @@ from cost_model.cluster import Cluster, NodeGroup
 from cost_model.errors import NoFeasiblePlan, PlannerError
 from cost_model.estimate import estimate
 from cost_model.result import Estimate
-from cost_model.strategy import Strategy
+from cost_model.strategy import Strategy, even_split
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.planner.explain import explain
@@ -37,7 +37,6 @@ from planner_service.planner.placement import place_ranks, stage_entries
 from planner_service.planner.request import PlanRequest, SearchCancelled
 from planner_service.planner.transformer.space import (
     enumerate_space,
-    even_split,
     strategy_at,
 )
 from planner_service.planner.transformer.split_cpsat import solve_split

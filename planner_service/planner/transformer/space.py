@@ -171,8 +171,3 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         layers_per_stage=layers_per_stage,
     )
 
-
-def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
-    """Near-even split: the first ``L mod pp`` stages take one layer more."""
-    q, r = divmod(num_layers, pp)
-    return tuple(q + (1 if i < r else 0) for i in range(pp))

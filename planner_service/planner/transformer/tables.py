@@ -26,6 +26,7 @@ import numpy as np
 
 from cost_model.cluster import NodeGroup
 from cost_model.comm import Links
+from cost_model.strategy import even_split
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -147,7 +148,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         Sg = pcg.S
         p = int(pp)
         cross = cross_all[idx]
-        split = even_split_layers(L, p)
+        split = even_split(L, p)
         # The near-even split, 0 and 1 layers per stage (memory is affine in the layer count),
         # and L/p layers everywhere (the optimizer bound below) in one pass.
         layer_rows = np.array([split, [0] * p, [1] * p, [L / p] * p], dtype=float)
@@ -176,11 +177,6 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
             mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 0, False, False, cross).optimizer_s
         lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
     return EvenEval(step, lb, feasible, shortfall)
-
-
-def even_split_layers(num_layers: int, pp: int) -> list[int]:
-    q, r = divmod(num_layers, pp)
-    return [q + (1 if i < r else 0) for i in range(pp)]
 
 
 @dataclass(frozen=True)
