@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_model.devices import BYTES_PER_ELEMENT, DeviceSpec
+from cost_model.units import gbps_to_bytes_per_s, tflops_to_flops
 
 
 def shape_factor(dim, half_dim: float):
@@ -39,11 +40,11 @@ def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1, fresh_output=T
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k
-    rate = device.peak_tflops(dtype) * 1e12 * eff.gemm_max_fraction
+    rate = tflops_to_flops(device.peak_tflops(dtype)) * eff.gemm_max_fraction
     rate = rate * shape_factor(m, eff.gemm_half_dim) * shape_factor(n, eff.gemm_half_dim) * shape_factor(k, eff.gemm_half_k)
     bytes_moved = (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
     t_flops = flops / rate
-    t_mem = bytes_moved / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    t_mem = bytes_moved / (gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * eff.memory_fraction)
     fresh = first_touch_s(m * n * batch * BYTES_PER_ELEMENT[dtype], device) if fresh_output and eff.first_touch_s_per_byte > 0 else 0.0
     return np.maximum(t_flops, t_mem) * batch + fresh + eff.kernel_overhead_s
 
@@ -85,7 +86,7 @@ def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1, rng_elements
     Fresh large outputs add :func:`first_touch_s`, charged by the caller per tensor.
     """
     eff = device.efficiency
-    t_mem = np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    t_mem = np.asarray(bytes_moved, dtype=float) / (gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * eff.memory_fraction)
     if eff.rng_s_per_element > 0 or eff.transcendental_s_per_element > 0:
         t_alu = np.asarray(rng_elements, dtype=float) * eff.rng_s_per_element + np.asarray(transcendental_elements, dtype=float) * eff.transcendental_s_per_element
         t_mem = np.maximum(t_mem, t_alu)

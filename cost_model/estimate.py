@@ -30,6 +30,7 @@ from cost_model.transformer.stage_cost import (
     recompute_flops_per_step,
     stage_cost,
 )
+from cost_model.units import bytes_to_gb, flops_to_tflops
 
 
 @dataclass(frozen=True)
@@ -185,11 +186,11 @@ def estimate(
     for i, slot in enumerate(slots):
         st = stage_costs[i]
         mem = {
-            "weights": float(st.weights_bytes[0]) / 1e9,
-            "gradients": float(st.gradients_bytes[0]) / 1e9,
-            "optimizer_state": float(st.optimizer_state_bytes[0]) / 1e9,
-            "activations": float(st.activations_bytes[0]) / 1e9,
-            "workspace": float(st.workspace_bytes[0]) / 1e9,
+            "weights": bytes_to_gb(float(st.weights_bytes[0])),
+            "gradients": bytes_to_gb(float(st.gradients_bytes[0])),
+            "optimizer_state": bytes_to_gb(float(st.optimizer_state_bytes[0])),
+            "activations": bytes_to_gb(float(st.activations_bytes[0])),
+            "workspace": bytes_to_gb(float(st.workspace_bytes[0])),
         }
         stage_results.append(
             StageEstimate(
@@ -202,7 +203,7 @@ def estimate(
                 has_head=i == len(slots) - 1,
                 forward_s=float(st.forward_s[0]),
                 backward_s=float(st.backward_s[0]),
-                peak_memory_GB=float(st.peak_memory_bytes[0]) / 1e9,
+                peak_memory_GB=bytes_to_gb(float(st.peak_memory_bytes[0])),
                 memory_capacity_GB=slot.group.device.memory_GB,
                 memory_GB=mem,
                 layer_ranges=tuple(ranges[i]),
@@ -215,7 +216,7 @@ def estimate(
     hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute)
     peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
     mean_peak = float(np.mean(peaks))
-    model_tflops = model_flops / step_s / n_dev / 1e12
+    model_tflops = flops_to_tflops(model_flops / step_s / n_dev)
     fits = all(s.peak_memory_GB <= s.memory_capacity_GB for s in stage_results)
     if not fits:
         worst = max(stage_results, key=lambda s: s.peak_memory_GB - s.memory_capacity_GB)
@@ -231,7 +232,7 @@ def estimate(
         tokens_per_s=training.tokens_per_step / step_s,
         samples_per_s=training.global_batch_size / step_s,
         model_tflops_per_gpu=model_tflops,
-        hardware_tflops_per_gpu=hw_flops / step_s / n_dev / 1e12,
+        hardware_tflops_per_gpu=flops_to_tflops(hw_flops / step_s / n_dev),
         mfu=model_tflops / mean_peak,
         fits=fits,
         peak_memory_GB=tuple(s.peak_memory_GB for s in stage_results),

@@ -61,6 +61,14 @@ from cost_model.devices import (
     get_device,
 )
 from cost_model.errors import InvalidProfile, UnknownName
+from cost_model.units import (
+    S_PER_HOUR,
+    bytes_per_s_to_gbps,
+    bytes_to_mb,
+    flops_to_tflops,
+    gbps_to_bytes_per_s,
+    mib_to_bytes,
+)
 
 SCHEMA_NAME = "planner-profile"
 SCHEMA_VERSION = 1
@@ -71,9 +79,9 @@ FIT_VERSION = 2
 TRANSCENDENTAL_OPS = ("gelu", "softmax")
 RNG_OPS = ("dropout",)
 
-MAX_PROFILE_BYTES = 16 * 1024 * 1024
+MAX_PROFILE_BYTES = int(mib_to_bytes(16))
 MAX_MEASUREMENTS = 50_000
-MAX_SECONDS = 3600.0
+MAX_SECONDS = S_PER_HOUR
 MAX_DIM = 10_000_000
 
 GEMM_OPS = ("gemm",)
@@ -232,7 +240,7 @@ def parse_profile_bytes(raw: bytes | str, max_bytes: int = MAX_PROFILE_BYTES) ->
     """Decode and validate a profile from raw JSON (size-limited)."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max_bytes:
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB", field="profile")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit is {bytes_to_mb(max_bytes):.1f} MB", field="profile")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -248,7 +256,7 @@ def load_profile_file(path: str | Path, max_bytes: int = MAX_PROFILE_BYTES) -> d
     except OSError as exc:
         raise InvalidProfile(f"cannot read {str(p)!r}: {exc.strerror}", field="profile") from None
     if size > max_bytes:
-        raise InvalidProfile(f"{str(p)!r} is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB", field="profile")
+        raise InvalidProfile(f"{str(p)!r} is {bytes_to_mb(size):.1f} MB; the limit is {bytes_to_mb(max_bytes):.1f} MB", field="profile")
     return parse_profile_bytes(p.read_bytes(), max_bytes)
 
 
@@ -509,7 +517,7 @@ def _fit_elementwise(device: DeviceSpec, small: list[Mapping[str, Any]], fresh_l
            "first_touch_s_per_byte": 0.0, "points_first_touch": len(fresh_large)}
     if fresh_large and math.isfinite(touch_min):
         # the device as fitted so far (bandwidth, launch, element costs), without first touch
-        fitted = replace(device, memory_bandwidth_GBps=1e-9 / sec_per_byte, efficiency=replace(
+        fitted = replace(device, memory_bandwidth_GBps=bytes_per_s_to_gbps(1.0 / sec_per_byte), efficiency=replace(
             device.efficiency, memory_fraction=1.0, kernel_overhead_s=launch_s, first_touch_s_per_byte=0.0,
             rng_s_per_element=out["rng_s_per_element"], transcendental_s_per_element=out["transcendental_s_per_element"]))
         extra = [(x["seconds"] - _memory_op_time_s(x, fitted)) / _fresh_output_bytes(x) for x in fresh_large]
@@ -589,10 +597,10 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
                 f"left out {len(excluded_g)} GEMM and {len(excluded_m)} memory-bound measurements taken on a busy "
                 f"host or with unstable samples and more than {OUTLIER_FACTOR:g}x off the fitted model"
             )
-        rates["gemm_tflops"] = {d: (1.0 / s / 1e12 if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
+        rates["gemm_tflops"] = {d: (flops_to_tflops(1.0 / s) if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
         kernel_overhead_s = cm["launch_s"]
         if cm["sec_per_byte"] > 0:
-            bw_GBps = 1.0 / cm["sec_per_byte"] / 1e9
+            bw_GBps = bytes_per_s_to_gbps(1.0 / cm["sec_per_byte"])
             rates["memory_bandwidth_GBps"] = bw_GBps
             memory_fraction = bw_GBps / device.memory_bandwidth_GBps
             if memory_fraction > 1.0:
@@ -604,7 +612,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
                 )
         elif not mems:
             warnings.append("no memory-bound measurements: memory_fraction keeps the catalog default")
-        sec_per_byte = cm["sec_per_byte"] if cm["sec_per_byte"] > 0 else 1.0 / (device.memory_bandwidth_GBps * 1e9 * memory_fraction)
+        sec_per_byte = cm["sec_per_byte"] if cm["sec_per_byte"] > 0 else 1.0 / (gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * memory_fraction)
         elementwise = _fit_elementwise(device, small, fresh_large, sec_per_byte, kernel_overhead_s, touch_min)
         rates["elementwise"] = elementwise
         used_mems = used_mems + [m for m in small if m["op"] in TRANSCENDENTAL_OPS + RNG_OPS] + fresh_large
@@ -614,7 +622,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
             gemm_half_k = cm["gemm_half_k"]
             primary = _primary_dtype(device, fitted)
             rates["primary_dtype"] = primary
-            rate_p = 1.0 / cm["sec_per_flop"][primary] / 1e12
+            rate_p = flops_to_tflops(1.0 / cm["sec_per_flop"][primary])
             try:
                 peak_p = device.peak_tflops(primary)
             except Exception:  # the catalog lacks this dtype: the measurement defines it
@@ -632,7 +640,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
             for d in fitted:
                 if d == primary:
                     continue
-                rate_d = 1.0 / cm["sec_per_flop"][d] / 1e12
+                rate_d = flops_to_tflops(1.0 / cm["sec_per_flop"][d])
                 implied_peak = rate_d / gemm_max_fraction
                 try:
                     catalog_peak = device.peak_tflops(d)
@@ -657,7 +665,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     for op in COLLECTIVE_OPS:
         f_op = _fit_collectives([c for c in intra if c["op"] == op])
         if f_op:
-            per_op[op] = {"bus_GBps": 1.0 / f_op["sec_per_byte"] / 1e9, "alpha_s": f_op["alpha_s"]}
+            per_op[op] = {"bus_GBps": bytes_per_s_to_gbps(1.0 / f_op["sec_per_byte"]), "alpha_s": f_op["alpha_s"]}
     # The Efficiency has one (β, α) per link.  All-reduce defines it when measured: it is the
     # data-parallel gradient collective and its ring model is the reference for the others
     # (NCCL reaches the same bus bandwidth for all of them; gloo's all-gather/reduce-scatter are
@@ -666,7 +674,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     fi = _fit_collectives(basis)
     used_colls = basis
     if fi:
-        beta_GBps = 1.0 / fi["sec_per_byte"] / 1e9
+        beta_GBps = bytes_per_s_to_gbps(1.0 / fi["sec_per_byte"])
         rates["collectives"] = {
             "backend": coll_backend,
             "basis": "allreduce" if any(c["op"] == "allreduce" for c in intra) else "all collectives",
@@ -683,7 +691,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         warnings.append("no collective measurements: link fractions and latency keep the catalog defaults")
     fe = _fit_collectives(inter)
     if fe:
-        nic_GBps = 1.0 / fe["sec_per_byte"] / 1e9
+        nic_GBps = bytes_per_s_to_gbps(1.0 / fe["sec_per_byte"])
         rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
         nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
         nic_fraction = nic_GBps / nic_per_gpu

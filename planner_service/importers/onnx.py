@@ -33,9 +33,10 @@ import numpy as np
 
 from cost_model.errors import InvalidGraph
 from cost_model.graph.ir import MAX_OPS
+from cost_model.units import bytes_to_gb, gib_to_bytes
 
 #: Largest ONNX file accepted in one piece (protobuf's own limit); external data may be larger.
-MAX_ONNX_BYTES = 2 * 1024**3
+MAX_ONNX_BYTES = int(gib_to_bytes(2))
 
 _PROBES = ((13, 31), (29, 31), (13, 37))  # (batch, seq) bindings for the three inference runs
 _SEQ_NAMES = re.compile(r"seq|sequence|length|len\b|time|token", re.IGNORECASE)
@@ -155,7 +156,7 @@ def _load(path: str | None = None, data: bytes | None = None):
         if size == 0:
             raise InvalidGraph("the ONNX file is empty", field="model.onnx")
         if size > MAX_ONNX_BYTES:
-            raise InvalidGraph(f"the ONNX file is {size / 1e9:.1f} GB; files over 2 GB must keep their weights as external data",
+            raise InvalidGraph(f"the ONNX file is {bytes_to_gb(size):.1f} GB; files over 2 GB must keep their weights as external data",
                                field="model.onnx")
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             _check_size(mm)

@@ -19,6 +19,8 @@ import time
 import warnings
 from collections.abc import Callable
 
+from cost_model.units import ms_to_s
+
 OPS = ("allreduce", "allgather", "reduce_scatter", "sendrecv")
 
 
@@ -112,7 +114,7 @@ def _worker(rank: int, world: int, port: int, cuda: bool, quick: bool, threads: 
                         dt = float(t.item())
                         if rep == 0:
                             # size the inner loop so a sample lasts >= 2 ms (same on every rank)
-                            inner = max(1, min(200, int(2e-3 / max(dt, 1e-7))))
+                            inner = max(1, min(200, int(ms_to_s(2.0) / max(dt, 1e-7))))
                         elif rep >= 2:
                             samples.append(dt)
                     if op == "sendrecv":

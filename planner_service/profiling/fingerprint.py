@@ -19,6 +19,7 @@ import numpy as np
 
 from cost_model.devices import LOCAL_CPU, catalog
 from cost_model.errors import InvalidProfile
+from cost_model.units import bytes_to_gb, kib_to_bytes
 
 
 def cpu_count() -> int:
@@ -90,7 +91,7 @@ def _meminfo_GB() -> float | None:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) * 1024 / 1e9, 2)
+                    return round(bytes_to_gb(kib_to_bytes(int(line.split()[1]))), 2)
     except OSError:
         pass
     return None
@@ -174,7 +175,7 @@ def catalog_name_for_gpu(raw_name: str, memory_GB: float | None) -> str | None:
 def cuda_fingerprint(torch: Any, index: int, device_name: str | None, threads: int) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(index)
     raw = props.name
-    memory_GB = round(props.total_memory / 1e9, 2)
+    memory_GB = round(bytes_to_gb(props.total_memory), 2)
     name = device_name or catalog_name_for_gpu(raw, memory_GB)
     if name is None:
         raise InvalidProfile(

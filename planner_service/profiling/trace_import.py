@@ -35,8 +35,9 @@ from cost_model.profiles import (
     SCHEMA_VERSION,
     resolve_profile_device,
 )
+from cost_model.units import bytes_to_gb, bytes_to_mb, mib_to_bytes, us_to_s
 
-MAX_TRACE_BYTES = 64 * 1024 * 1024
+MAX_TRACE_BYTES = int(mib_to_bytes(64))
 MAX_EVENTS = 2_000_000
 
 _DTYPES = {
@@ -205,7 +206,7 @@ def trace_to_measurements(doc: Any) -> tuple[list[dict[str, Any]], dict[str, Any
             op = ops_by_ext.get(args.get("External id"))
             oname = str(op.get("name")) if op else ""
             oargs = op.get("args", {}) if op else {}
-            dur_s = float(k["dur"]) * 1e-6
+            dur_s = us_to_s(float(k["dur"]))
             if kname.lower().startswith("nccl"):
                 kind = _collective_kind(kname)
                 comm = _comm_args(oargs) if op else None
@@ -265,7 +266,7 @@ def trace_to_measurements(doc: Any) -> tuple[list[dict[str, Any]], dict[str, Any
         for e in cpu_ops:
             name = str(e.get("name", ""))
             args = e.get("args") if isinstance(e.get("args"), Mapping) else {}
-            dur_s = float(e["dur"]) * 1e-6
+            dur_s = us_to_s(float(e["dur"]))
             if name in GEMM_OPS:
                 shape = _gemm_shape(name, args.get("Input Dims"))
                 dtype = _dtype(args.get("Input type"), 1 if name in ("aten::addmm", "aten::baddbmm") else 0)
@@ -315,7 +316,7 @@ def _device_from_trace(doc: Any) -> str | None:
         from planner_service.profiling.fingerprint import catalog_name_for_gpu
 
         mem = props[0].get("totalGlobalMem")
-        return catalog_name_for_gpu(str(props[0]["name"]), mem / 1e9 if isinstance(mem, (int, float)) else None)
+        return catalog_name_for_gpu(str(props[0]["name"]), bytes_to_gb(float(mem)) if isinstance(mem, (int, float)) else None)
     return None
 
 
@@ -359,7 +360,7 @@ def import_trace(doc: Any, device: str | None = None, name: str | None = None) -
 def parse_trace_bytes(raw: bytes | str, device: str | None = None, max_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max_bytes:
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit for traces is {max_bytes / 1e6:.1f} MB", field="trace")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit for traces is {bytes_to_mb(max_bytes):.1f} MB", field="trace")
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -373,7 +374,7 @@ def load_profile_or_trace(raw: bytes | str, device: str | None = None) -> dict[s
 
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max(MAX_TRACE_BYTES, MAX_PROFILE_BYTES):
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit is {max(MAX_TRACE_BYTES, MAX_PROFILE_BYTES) / 1e6:.1f} MB", field="body")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit is {bytes_to_mb(max(MAX_TRACE_BYTES, MAX_PROFILE_BYTES)):.1f} MB", field="body")
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -381,7 +382,7 @@ def load_profile_or_trace(raw: bytes | str, device: str | None = None) -> dict[s
     if is_trace(doc) or isinstance(doc, list):
         return validate_profile(import_trace(doc, device))
     if size > MAX_PROFILE_BYTES:
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit for profiles is {MAX_PROFILE_BYTES / 1e6:.1f} MB", field="body")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit for profiles is {bytes_to_mb(MAX_PROFILE_BYTES):.1f} MB", field="body")
     if device is not None and isinstance(doc, Mapping) and isinstance(doc.get("device"), Mapping):
         if doc["device"].get("name") != device:
             raise InvalidProfile(f"the profile says device {doc['device'].get('name')!r} but ?device={device!r} was given", field="device")

@@ -145,6 +145,7 @@ def test_concurrent_ranks_are_checked():
     assert e.value.field == "concurrent" and "exceed" in e.value.message
 
 
+@pytest.mark.slow  # wall-clock sensitive: other processes on the host count as contention
 @pytest.mark.skipif(__import__("os").cpu_count() < 2, reason="a neighbour rank needs a second core")
 def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan, monkeypatch):
     """--concurrent 2 starts one neighbour process running the benchmarks, does not count it as
@@ -164,6 +165,9 @@ def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan
     validate_profile(prof)
     assert prof["settings"]["concurrent"] == 2
     assert len(started) == 1 and all(p.poll() is not None for p in started)  # stopped
+    busy_before = prof["settings"]["host_busy_cores_before"]
+    if busy_before is not None and busy_before >= ProfileOptions().quiet_threshold_cores:
+        pytest.skip(f"other processes kept {busy_before:.2f} cores busy before the run: waiting was theirs, not the neighbour's")
     assert prof["settings"]["waited_for_quiet_host_s"] < 5.0
     assert not any(m.get("retakes") for m in prof["measurements"])
 

@@ -31,6 +31,7 @@ from cost_model.estimate import estimate
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy, even_split
 from cost_model.transformer.spec import TransformerSpec
+from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.planner.explain import explain
 from planner_service.planner.placement import place_ranks, stage_entries
@@ -192,8 +193,8 @@ def transformer_search_size(request: PlanRequest) -> int:
 def _objective_value(objective: str, est: Estimate, cluster: Cluster, stage_groups: tuple[str, ...], strategy: Strategy) -> float:
     if objective == "cost":
         block = strategy.dp * strategy.cp * strategy.tp
-        dollars_per_s = sum(cluster.group(g).price_per_gpu_hour * block for g in stage_groups) / 3600.0
-        return dollars_per_s / est.tokens_per_s * 1e6  # $ per million tokens
+        dollars_per_s = sum(cluster.group(g).price_per_gpu_hour * block for g in stage_groups) / S_PER_HOUR
+        return dollars_per_s / est.tokens_per_s * MILLION  # $ per million tokens
     return est.step_time_s
 
 
@@ -404,7 +405,7 @@ def _objective_factor(objective: str, training, S, groups) -> np.ndarray:
         return np.ones(len(S))
     cheapest = min(g.price_per_gpu_hour for g in groups)
     gpus = S.dp * S.cp * S.tp * S.pp
-    return cheapest / 3600.0 * gpus * 1e6 / training.tokens_per_step
+    return cheapest / S_PER_HOUR * gpus * MILLION / training.tokens_per_step
 
 
 def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
@@ -532,9 +533,10 @@ def _raise_infeasible(model, training, cluster, headroom, shortfalls) -> None:
         need_bytes, device = min(shortfalls)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)
         usable = dev.memory_GB * (1 - headroom)
-        digits = 1 if abs(need_bytes / 1e9 - usable) >= 0.1 else 2
+        need_GB = bytes_to_gb(need_bytes)
+        digits = 1 if abs(need_GB - usable) >= 0.1 else 2
         raise NoFeasiblePlan(
-            f"no strategy fits: needs at least {need_bytes / 1e9:.{digits}f} GB per GPU (weights, gradients, "
+            f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU (weights, gradients, "
             f"optimizer state and one layer's activations at the largest model-parallel size allowed); {device} "
             f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
             field="cluster",
