@@ -353,7 +353,7 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         val = spec.get(key)
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
             raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
-    peaks = {}
+    peaks: dict[str, float] = {}
     for key in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "fp32_tflops"):
         val = spec.get(key)
         if val is None:
@@ -388,7 +388,10 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         cores=spec.get("cores"),
         efficiency=FAMILY_EFFICIENCY[family],
         source="inline",
-        **peaks,
+        bf16_tflops=peaks.get("bf16_tflops"),
+        fp16_tflops=peaks.get("fp16_tflops"),
+        fp8_tflops=peaks.get("fp8_tflops"),
+        fp32_tflops=peaks.get("fp32_tflops"),
     )
 
 

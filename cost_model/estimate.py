@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dataclasses
+
 import numpy as np
 
 from cost_model.cluster import Cluster, NodeGroup
@@ -24,6 +26,7 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
+    StageCost,
     combine_stages,
     device_costs,
     model_flops_per_step,
@@ -120,16 +123,14 @@ def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None
     return replace(cluster, node_groups=groups)
 
 
-def _stage_costs(model, training, slots: list[StageSlot], S, layers: list[int], m) -> list:
+def _stage_costs(
+    model: TransformerSpec, training: Training, slots: list[StageSlot], S: StrategyArrays, layers: list[int], m: int
+) -> list[StageCost]:
     """Per-stage costs, computed in a few vectorised calls: stages that share a node group,
     links and boundary kind are costed together with the stage index as an array."""
-    import dataclasses
-
-    from cost_model.transformer.stage_cost import StageCost
-
     p = len(slots)
-    dcs: dict[tuple, Any] = {}
-    batches: dict[tuple, list[int]] = {}
+    dcs: dict[tuple[str, Links], Any] = {}
+    batches: dict[tuple[tuple[str, Links], bool, bool, bool], list[int]] = {}
     for i, slot in enumerate(slots):
         key = (slot.group.name, slot.links)  # Links is a frozen dataclass: equal links share costs
         if key not in dcs:
@@ -225,7 +226,7 @@ def estimate(
             f"{worst.device} has {worst.memory_capacity_GB:.0f} GB"
         )
     breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
-    bottleneck = max(breakdown, key=breakdown.get)
+    bottleneck = max(breakdown, key=lambda k: breakdown[k])
     profile_ids = tuple(sorted({slot.group.device.profile_id for slot in slots if slot.group.device.profile_id}))
     return Estimate(
         step_time_s=step_s,

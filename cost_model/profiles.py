@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -103,7 +103,7 @@ _COLLECTIVE_FACTORS = {
 # ----------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
@@ -122,12 +122,12 @@ def _positive_int(value: Any, field: str, maximum: int = MAX_DIM) -> int:
 def _seconds(value: Any, field: str, allow_zero: bool = False) -> float:
     if not _is_number(value):
         raise InvalidProfile(f"must be a finite number of seconds, got {value!r}", field=field)
-    value = float(value)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidProfile(f"must be {'non-negative' if allow_zero else 'positive'}, got {value!r}", field=field)
-    if value > MAX_SECONDS:
-        raise InvalidProfile(f"must be at most {MAX_SECONDS:g} s, got {value!r}", field=field)
-    return value
+    seconds = float(value)
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidProfile(f"must be {'non-negative' if allow_zero else 'positive'}, got {seconds!r}", field=field)
+    if seconds > MAX_SECONDS:
+        raise InvalidProfile(f"must be at most {MAX_SECONDS:g} s, got {seconds!r}", field=field)
+    return seconds
 
 
 def _validate_measurement(m: Any, path: str) -> None:
@@ -279,13 +279,13 @@ def profile_id_of(profile: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 # fitting
 # ----------------------------------------------------------------------------------------------
-def _gemm_bytes(m, n, k, dtype: str):
+def _gemm_bytes(m: float, n: float, k: float, dtype: str) -> float:
     return (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
 
 
 def _select_backend(measurements: list[Mapping[str, Any]], ops: Iterable[str], prefer: tuple[str, ...]) -> str | None:
     ops = set(ops)
-    present = [m.get("backend", "unknown") for m in measurements if m["op"] in ops]
+    present: list[str] = [m.get("backend", "unknown") for m in measurements if m["op"] in ops]
     if not present:
         return None
     for b in prefer:
@@ -356,7 +356,7 @@ def _disturbed(m: Mapping[str, Any]) -> bool:
         return True
     spread = m.get("spread")
     if isinstance(spread, Mapping) and _is_number(spread.get("max_s")) and _is_number(spread.get("min_s")) and spread["min_s"] > 0:
-        return spread["max_s"] / spread["min_s"] > DISTURBED_SPREAD
+        return bool(spread["max_s"] / spread["min_s"] > DISTURBED_SPREAD)
     return False
 
 
@@ -381,7 +381,7 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
     t_all = np.concatenate([g_t, m_t])
     ng = len(gemms)
 
-    def solve(d_half: float, k_half: float, keep: np.ndarray, symmetric: bool = False):
+    def solve(d_half: float, k_half: float, keep: np.ndarray, symmetric: bool = False) -> tuple[float, np.ndarray, np.ndarray]:
         """Fit for fixed half-dimensions.  ``symmetric``: iteratively reweighted so that the
         objective is Σ log²(pred/meas) (rows scaled by √(pred·meas)); plain relative error
         (pred−meas)/meas penalises over-prediction more than under-prediction, which biases
@@ -429,27 +429,29 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
             loss = float(np.sum((((pred - t_all) / t_all) ** 2)[keep]))
         return loss, x, pred
 
-    def search(keep: np.ndarray):
+    def search(keep: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float, float]:
         if ng == 0:
             loss, x, pred = solve(0.0, 0.0, keep, symmetric=True)
             return loss, x, pred, 0.0, 0.0
-        coarse = None
+        coarse: tuple[float, np.ndarray, np.ndarray, float, float] | None = None
         for dh in _HALF_GRID:
             for kh in _HALF_GRID:
                 r = solve(float(dh), float(kh), keep)
                 if coarse is None or r[0] < coarse[0]:
                     coarse = r + (float(dh), float(kh))
         # refine with the symmetric (log-error) objective on a finer grid around the best cell
+        assert coarse is not None  # the grid is not empty
         _, _, _, dh0, kh0 = coarse
         step = float(_HALF_GRID[2] / _HALF_GRID[1])
         fine_d = np.unique(np.concatenate([[dh0], dh0 * step ** np.linspace(-1, 1, 7)])) if dh0 > 0 else np.array([0.0, 0.5, 1.0])
         fine_k = np.unique(np.concatenate([[kh0], kh0 * step ** np.linspace(-1, 1, 7)])) if kh0 > 0 else np.array([0.0, 0.5, 1.0])
-        best = None
+        best: tuple[float, np.ndarray, np.ndarray, float, float] | None = None
         for dh in fine_d:
             for kh in fine_k:
                 r = solve(float(dh), float(kh), keep, symmetric=True)
                 if best is None or r[0] < best[0]:
                     best = r + (float(dh), float(kh))
+        assert best is not None
         return best
 
     keep = np.ones(len(t_all), dtype=bool)
@@ -744,12 +746,13 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
         comm_overlap_fraction=device.efficiency.comm_overlap_fraction,  # the kind of device's, not fitted
         source=f"profile {profile_id}",
     )
-    figures = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}
+    figures: dict[str, Any] = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}
     source = f"{device.source}; calibrated by profile {profile_id}" if device.source else f"calibrated by profile {profile_id}"
     return replace(device, efficiency=eff, profile_id=profile_id, source=source, **figures)
 
 
-def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls) -> dict[str, Any]:
+def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms: list[Mapping[str, Any]], mems: list[Mapping[str, Any]],
+                 colls: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Relative error of the cost model's own functions on the fitted device."""
     from cost_model.comm import (
         Links,
@@ -778,19 +781,19 @@ def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls)
             gpus_per_node=10**9,
             alpha_s=dev.efficiency.collective_latency_s,
         )
-        pred = []
+        colls_pred: list[float] = []
         for c in colls:
             n, s = c["group_size"], c["bytes"]
             per_node = n if c.get("scope", "intra_node") == "intra_node" else 1
             if c["op"] == "allreduce":
-                pred.append(float(allreduce_time_s(n, s, links, per_node)))
+                colls_pred.append(float(allreduce_time_s(n, s, links, per_node)))
             elif c["op"] in ("allgather", "reduce_scatter"):
-                pred.append(float(reduce_scatter_time_s(n, s, links, per_node)))
+                colls_pred.append(float(reduce_scatter_time_s(n, s, links, per_node)))
             elif c["op"] == "alltoall":
-                pred.append(float(alltoall_time_s(n, s, links, per_node)))
+                colls_pred.append(float(alltoall_time_s(n, s, links, per_node)))
             else:
-                pred.append(float(p2p_time_s(s, links, per_node == 1)))
-        pred_a = np.array(pred)
+                colls_pred.append(float(p2p_time_s(s, links, per_node == 1)))
+        pred_a = np.array(colls_pred)
         meas_a = np.array([c["seconds"] for c in colls])
         out["collectives"] = _rel_errors(pred_a, meas_a)
         ops = np.array([c["op"] for c in colls])
@@ -798,7 +801,7 @@ def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls)
     return out
 
 
-def _validate_fit(fit: Any) -> bool:
+def _validate_fit(fit: Any) -> TypeGuard[Mapping[str, Any]]:
     if not isinstance(fit, Mapping) or fit.get("fit_version") != FIT_VERSION:
         return False
     eff = fit.get("efficiency")

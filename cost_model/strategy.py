@@ -90,7 +90,7 @@ class Strategy:
             start += n
         return out
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
 
 

@@ -42,7 +42,7 @@ def stage_blocks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, 
 def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[dict[str, Any]]:
     tp, cp, dp = strategy.tp, strategy.cp, strategy.dp
     devices = {g.name: g.device.name for g in cluster.node_groups}
-    ranks = []
+    ranks: list[dict[str, Any]] = []
     for i, (name, blk) in enumerate(zip(stage_groups, stage_blocks(cluster, strategy, stage_groups))):
         for k, (host, gpu) in enumerate(blk):
             _, dp_i, cp_i, tp_i = rank_coords(k, dp=dp, cp=cp, tp=tp)
