@@ -9,11 +9,10 @@ whose block spans device types runs at the pace of its slowest device.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import dataclasses
 
 import numpy as np
 
