@@ -112,7 +112,7 @@ def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None
     from cost_model.profiles import apply_profile, profile_matches
 
     groups = tuple(replace(g, device=apply_profile(g.device, profile)) if profile_matches(g.device, profile) else g for g in cluster.node_groups)
-    if all(a is b for a, b in zip(groups, cluster.node_groups)):
+    if all(a is b for a, b in zip(groups, cluster.node_groups, strict=True)):
         device = profile.get("device", {}).get("name") if isinstance(profile.get("device"), Mapping) else None
         raise InvalidProfile(
             f"the profile was taken on {device!r}, which no node group of the cluster has "

@@ -374,7 +374,7 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
     g_b = np.array([g["shape"].get("batch", 1) for g in gemms], dtype=float)
     g_d = np.array([dtypes.index(g["dtype"]) for g in gemms], dtype=int)
     g_t = np.array([g["seconds"] for g in gemms], dtype=float)
-    g_bytes = np.array([_gemm_bytes(mm, nn, kk, g["dtype"]) for mm, nn, kk, g in zip(g_m, g_n, g_k, gemms)], dtype=float)
+    g_bytes = np.array([_gemm_bytes(mm, nn, kk, g["dtype"]) for mm, nn, kk, g in zip(g_m, g_n, g_k, gemms, strict=True)], dtype=float)
     m_bytes = np.array([x["bytes"] for x in mems], dtype=float)
     m_kern = np.array([x.get("kernels", 1) for x in mems], dtype=float)
     m_t = np.array([x["seconds"] for x in mems], dtype=float)
@@ -391,7 +391,7 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
         compute_bound = np.ones(ng, dtype=bool)
         x = np.zeros(nd + 2)
         scale = t_all.copy()
-        for it in range(12 if symmetric else 8):
+        for _it in range(12 if symmetric else 8):
             a = np.zeros((ng + len(mems), nd + 2))
             rows = np.arange(ng)
             a[rows[compute_bound], g_d[compute_bound]] = (x_flops * g_b)[compute_bound]

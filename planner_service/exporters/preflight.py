@@ -74,7 +74,7 @@ def _nothing_can_mix(plan: Mapping[str, Any]) -> bool:
         device = g.get("device") if isinstance(g, Mapping) else None
         devices.add(device.get("name") if isinstance(device, Mapping) else device if isinstance(device, str) else None)
     for r in best.get("ranks") or []:
-        device = r.get("device") if isinstance(r, dict) or isinstance(r, Mapping) else None
+        device = r.get("device") if isinstance(r, (dict, Mapping)) else None
         if device is not None:
             devices.add(device if isinstance(device, str) else None)
     if len(devices) != 1 or None in devices:

@@ -258,7 +258,7 @@ def onnx_to_graph(model, name: str | None = None, dims: Mapping[str, int] | None
         if any(s is None for s in sh) or len({len(s) for s in sh}) != 1:
             continue
         out = []
-        for v0, v1, v2 in zip(*sh):
+        for v0, v1, v2 in zip(*sh, strict=False):
             out.append(_symbolic(v0, v1, v2))
         if all(o is not None for o in out):
             shapes[nm] = out
@@ -286,10 +286,9 @@ def onnx_to_graph(model, name: str | None = None, dims: Mapping[str, int] | None
             continue
         data_ins = [x for x in node.input if x]
         if node.op_type in ("Shape", "Size") or (node.op_type in _SHAPE_OPS and data_ins and all(x in static for x in data_ins)):
-            if node.op_type in ("Shape", "Size") or all(x in static for x in data_ins):
-                static.update(o for o in node.output if o)
-                dropped.add(idx)
-                _fold(node, values, shapes)
+            static.update(o for o in node.output if o)
+            dropped.add(idx)
+            _fold(node, values, shapes)
 
     # --- convert nodes ---------------------------------------------------------------------------------------
     ops: list[dict[str, Any]] = []
@@ -598,7 +597,7 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
             src, dst = shapes.get(ins[0]), shapes.get(outs[0])
             if src is None or dst is None:
                 raise InvalidGraph("slice bounds are computed and could not be resolved")
-            axes = [i for i, (x, y) in enumerate(zip(src, dst)) if x != y]
+            axes = [i for i, (x, y) in enumerate(zip(src, dst, strict=False)) if x != y]
             starts = [0] * len(axes)
             ends = [int(dst[i]) for i in axes]
             steps = None

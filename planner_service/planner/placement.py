@@ -43,7 +43,7 @@ def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, .
     tp, cp, dp = strategy.tp, strategy.cp, strategy.dp
     devices = {g.name: g.device.name for g in cluster.node_groups}
     ranks: list[dict[str, Any]] = []
-    for i, (name, blk) in enumerate(zip(stage_groups, stage_blocks(cluster, strategy, stage_groups))):
+    for i, (name, blk) in enumerate(zip(stage_groups, stage_blocks(cluster, strategy, stage_groups), strict=True)):
         for k, (host, gpu) in enumerate(blk):
             _, dp_i, cp_i, tp_i = rank_coords(k, dp=dp, cp=cp, tp=tp)
             rank = rank_of(i, dp_i, cp_i, tp_i, dp=dp, cp=cp, tp=tp)
@@ -68,7 +68,7 @@ def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, .
 def stage_entries(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...], est: Estimate) -> list[dict[str, Any]]:
     """Contract ``stages``: layer range, device type, hosts and GPUs, time and memory."""
     out = []
-    for st, blk in zip(est.stages, stage_blocks(cluster, strategy, stage_groups)):
+    for st, blk in zip(est.stages, stage_blocks(cluster, strategy, stage_groups), strict=True):
         d = st.to_dict()
         d["hosts"] = list(dict.fromkeys(h for h, _ in blk))
         d["gpus"] = [[h, g] for h, g in blk] if len(blk) <= 64 else None

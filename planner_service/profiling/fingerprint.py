@@ -7,6 +7,7 @@ can be taken with the threads one training rank would have.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -112,10 +113,8 @@ def _torch_versions(torch: Any) -> dict[str, Any]:
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception:
         pass
-    try:
+    with contextlib.suppress(Exception):
         out["mkldnn"] = bool(torch.backends.mkldnn.is_available())
-    except Exception:
-        pass
     return out
 
 

@@ -127,7 +127,7 @@ def _memory_bytes(name: str, dims: Any, types: Any) -> tuple[int, str] | None:
         return None
     sizes = []
     dtype = None
-    for d, t in zip(dims, types):
+    for d, t in zip(dims, types, strict=False):
         dt = _DTYPES.get(t)
         if dt is None:
             continue
@@ -143,10 +143,7 @@ def _memory_bytes(name: str, dims: Any, types: Any) -> tuple[int, str] | None:
 
 
 def _events(doc: Any) -> list[Mapping[str, Any]]:
-    if isinstance(doc, Mapping):
-        events = doc.get("traceEvents")
-    else:
-        events = doc
+    events = doc.get("traceEvents") if isinstance(doc, Mapping) else doc
     if not isinstance(events, list):
         raise InvalidProfile("is not a Chrome trace: expected an object with a 'traceEvents' list", field="trace")
     if len(events) > MAX_EVENTS:
@@ -383,7 +380,6 @@ def load_profile_or_trace(raw: bytes | str, device: str | None = None) -> dict[s
         return validate_profile(import_trace(doc, device))
     if size > MAX_PROFILE_BYTES:
         raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit for profiles is {bytes_to_mb(MAX_PROFILE_BYTES):.1f} MB", field="body")
-    if device is not None and isinstance(doc, Mapping) and isinstance(doc.get("device"), Mapping):
-        if doc["device"].get("name") != device:
-            raise InvalidProfile(f"the profile says device {doc['device'].get('name')!r} but ?device={device!r} was given", field="device")
+    if device is not None and isinstance(doc, Mapping) and isinstance(doc.get("device"), Mapping) and doc["device"].get("name") != device:
+        raise InvalidProfile(f"the profile says device {doc['device'].get('name')!r} but ?device={device!r} was given", field="device")
     return validate_profile(doc)

@@ -209,14 +209,14 @@ class _SplitModel:
             o = model.new_int_var(0, horizon, f"o{i}")
             model.add(o == sum(opt_expr))
             o_vars.append(o)
-        T = model.new_int_var(0, horizon, "T")
-        model.add_max_equality(T, t_vars)
-        E = model.new_int_var(0, horizon, "E")
-        model.add_max_equality(E, e_vars)
-        O = model.new_int_var(0, horizon, "O")
-        model.add_max_equality(O, o_vars)
+        t_max = model.new_int_var(0, horizon, "T")
+        model.add_max_equality(t_max, t_vars)
+        e_max = model.new_int_var(0, horizon, "E")
+        model.add_max_equality(e_max, e_vars)
+        o_max = model.new_int_var(0, horizon, "O")
+        model.add_max_equality(o_max, o_vars)
         m_int = int(round(self.m))
-        model.minimize(v * m_int * T + sum(t_vars) - T + v * E + v * O)
+        model.minimize(v * m_int * t_max + sum(t_vars) - t_max + v * e_max + v * o_max)
 
     def add_hint(self, hint_layers: Sequence[int], hint_pools: Sequence[int] | None) -> None:
         """The greedy first answer as a hint."""

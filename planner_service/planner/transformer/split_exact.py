@@ -54,7 +54,7 @@ def max_layers_in_memory(mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capac
     stage's fixed memory does not fit."""
     cap_units = capacity_bytes / MEMORY_UNIT_BYTES
     out = np.empty(len(mem_a_bytes), dtype=np.int64)
-    for i, (a_bytes, b_bytes) in enumerate(zip(mem_a_bytes, mem_b_bytes)):
+    for i, (a_bytes, b_bytes) in enumerate(zip(mem_a_bytes, mem_b_bytes, strict=True)):
         a = a_bytes / MEMORY_UNIT_BYTES
         b = b_bytes / MEMORY_UNIT_BYTES
         if cap_units < a:

@@ -119,7 +119,7 @@ class _SplitStages:
     def stacked(self, k: int, value: Callable[[StageCost], np.ndarray]) -> np.ndarray:
         """``value`` of every stage of split k, [p, N]."""
         rows = []
-        for part, is_middle in zip(self.parts, self.middle):
+        for part, is_middle in zip(self.parts, self.middle, strict=True):
             if is_middle:
                 rows.append(np.broadcast_to(value(part), (self.V, self.p - 2, self.N))[k])
             else:
