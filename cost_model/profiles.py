@@ -547,6 +547,94 @@ def _fit_collectives(colls: list[Mapping[str, Any]]) -> dict[str, float] | None:
     return {"sec_per_byte": float(x[0]), "alpha_s": float(x[1])}
 
 
+def _fit_gemm_peaks(device: DeviceSpec, fitted: list[str], sec_per_flop: Mapping[str, float], rates: dict[str, Any],
+                    overrides: dict[str, float], warnings: list[str]) -> float:
+    """The large-GEMM fraction of peak (dimensionless) from the primary dtype's fitted rate; a
+    catalog peak the measurement exceeds, or another dtype's peak more than 2% off the one the
+    fraction implies, becomes a device override (TFLOP/s)."""
+    primary = _primary_dtype(device, fitted)
+    rates["primary_dtype"] = primary
+    rate_p = flops_to_tflops(1.0 / sec_per_flop[primary])
+    try:
+        peak_p = device.peak_tflops(primary)
+    except Exception:  # the catalog lacks this dtype: the measurement defines it
+        peak_p = None
+    if peak_p is None or rate_p > peak_p:
+        overrides[f"{primary}_tflops"] = rate_p
+        gemm_max_fraction = 1.0
+        if peak_p is not None:
+            warnings.append(
+                f"measured {primary} GEMM rate {rate_p:.4g} TFLOP/s exceeds the catalog peak {peak_p:.4g}; "
+                "the device's peak is replaced by the measurement"
+            )
+    else:
+        gemm_max_fraction = rate_p / peak_p
+    for d in fitted:
+        if d == primary:
+            continue
+        rate_d = flops_to_tflops(1.0 / sec_per_flop[d])
+        implied_peak = rate_d / gemm_max_fraction
+        try:
+            catalog_peak = device.peak_tflops(d)
+        except Exception:
+            catalog_peak = None
+        # Within 2% the catalog figure stands (fit noise, not a correction).
+        if catalog_peak is None or abs(implied_peak / catalog_peak - 1.0) > 0.02:
+            overrides[f"{d}_tflops"] = implied_peak
+    return gemm_max_fraction
+
+
+def _fit_links(device: DeviceSpec, ms: list[Mapping[str, Any]], rates: dict[str, Any],
+               warnings: list[str]) -> tuple[float, float, float, list[Mapping[str, Any]]]:
+    """NVLink and NIC fractions (dimensionless) and the collective latency (s) from the
+    collective measurements (ring model, ``cost_model.comm``); catalog defaults where none
+    were taken.  Also returns the measurements used."""
+    base_eff = device.efficiency
+    coll_backend = _select_backend(ms, COLLECTIVE_OPS, ("nccl", "gloo") if device.kind == "gpu" else ("gloo",))
+    colls = [m for m in ms if m["op"] in COLLECTIVE_OPS and m.get("backend", "unknown") == coll_backend]
+    nvlink_fraction = base_eff.nvlink_fraction
+    nic_fraction = base_eff.nic_fraction
+    collective_latency_s = base_eff.collective_latency_s
+    intra = [c for c in colls if c.get("scope", "intra_node") == "intra_node"]
+    inter = [c for c in colls if c.get("scope") == "inter_node"]
+    per_op = {}
+    for op in COLLECTIVE_OPS:
+        f_op = _fit_collectives([c for c in intra if c["op"] == op])
+        if f_op:
+            per_op[op] = {"bus_GBps": bytes_per_s_to_gbps(1.0 / f_op["sec_per_byte"]), "alpha_s": f_op["alpha_s"]}
+    # The Efficiency has one (β, α) per link.  All-reduce defines it when measured: it is the
+    # data-parallel gradient collective and its ring model is the reference for the others
+    # (NCCL reaches the same bus bandwidth for all of them; gloo's all-gather/reduce-scatter are
+    # slower, which the per-op figures and the quality report show).
+    basis = [c for c in intra if c["op"] == "allreduce"] or intra
+    fi = _fit_collectives(basis)
+    used_colls = basis
+    if fi:
+        beta_GBps = bytes_per_s_to_gbps(1.0 / fi["sec_per_byte"])
+        rates["collectives"] = {
+            "backend": coll_backend,
+            "basis": "allreduce" if any(c["op"] == "allreduce" for c in intra) else "all collectives",
+            "intra_node_bus_GBps": beta_GBps,
+            "alpha_s": fi["alpha_s"],
+            "per_op": per_op,
+        }
+        nvlink_fraction = beta_GBps / device.intra_node_bandwidth_GBps
+        collective_latency_s = fi["alpha_s"]
+        used_colls = intra
+    elif intra:
+        warnings.append("collective measurements did not determine a bandwidth")
+    else:
+        warnings.append("no collective measurements: link fractions and latency keep the catalog defaults")
+    fe = _fit_collectives(inter)
+    if fe:
+        nic_GBps = bytes_per_s_to_gbps(1.0 / fe["sec_per_byte"])
+        rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
+        nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
+        nic_fraction = nic_GBps / nic_per_gpu
+        used_colls = used_colls + inter
+    return nvlink_fraction, nic_fraction, collective_latency_s, used_colls
+
+
 def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     """Fit the device's efficiency parameters to the profile's measurements.
 
@@ -622,82 +710,13 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         if fitted:
             gemm_half_dim = cm["gemm_half_dim"]
             gemm_half_k = cm["gemm_half_k"]
-            primary = _primary_dtype(device, fitted)
-            rates["primary_dtype"] = primary
-            rate_p = flops_to_tflops(1.0 / cm["sec_per_flop"][primary])
-            try:
-                peak_p = device.peak_tflops(primary)
-            except Exception:  # the catalog lacks this dtype: the measurement defines it
-                peak_p = None
-            if peak_p is None or rate_p > peak_p:
-                overrides[f"{primary}_tflops"] = rate_p
-                gemm_max_fraction = 1.0
-                if peak_p is not None:
-                    warnings.append(
-                        f"measured {primary} GEMM rate {rate_p:.4g} TFLOP/s exceeds the catalog peak {peak_p:.4g}; "
-                        "the device's peak is replaced by the measurement"
-                    )
-            else:
-                gemm_max_fraction = rate_p / peak_p
-            for d in fitted:
-                if d == primary:
-                    continue
-                rate_d = flops_to_tflops(1.0 / cm["sec_per_flop"][d])
-                implied_peak = rate_d / gemm_max_fraction
-                try:
-                    catalog_peak = device.peak_tflops(d)
-                except Exception:
-                    catalog_peak = None
-                # Within 2% the catalog figure stands (fit noise, not a correction).
-                if catalog_peak is None or abs(implied_peak / catalog_peak - 1.0) > 0.02:
-                    overrides[f"{d}_tflops"] = implied_peak
+            gemm_max_fraction = _fit_gemm_peaks(device, fitted, cm["sec_per_flop"], rates, overrides, warnings)
         elif gemms:
             warnings.append("GEMM measurements did not determine a compute rate (all memory-bound?)")
     else:
         warnings.append("no GEMM or memory-bound measurements: compute efficiency keeps the catalog default")
 
-    coll_backend = _select_backend(ms, COLLECTIVE_OPS, ("nccl", "gloo") if device.kind == "gpu" else ("gloo",))
-    colls = [m for m in ms if m["op"] in COLLECTIVE_OPS and m.get("backend", "unknown") == coll_backend]
-    nvlink_fraction = base_eff.nvlink_fraction
-    nic_fraction = base_eff.nic_fraction
-    collective_latency_s = base_eff.collective_latency_s
-    intra = [c for c in colls if c.get("scope", "intra_node") == "intra_node"]
-    inter = [c for c in colls if c.get("scope") == "inter_node"]
-    per_op = {}
-    for op in COLLECTIVE_OPS:
-        f_op = _fit_collectives([c for c in intra if c["op"] == op])
-        if f_op:
-            per_op[op] = {"bus_GBps": bytes_per_s_to_gbps(1.0 / f_op["sec_per_byte"]), "alpha_s": f_op["alpha_s"]}
-    # The Efficiency has one (β, α) per link.  All-reduce defines it when measured: it is the
-    # data-parallel gradient collective and its ring model is the reference for the others
-    # (NCCL reaches the same bus bandwidth for all of them; gloo's all-gather/reduce-scatter are
-    # slower, which the per-op figures and the quality report show).
-    basis = [c for c in intra if c["op"] == "allreduce"] or intra
-    fi = _fit_collectives(basis)
-    used_colls = basis
-    if fi:
-        beta_GBps = bytes_per_s_to_gbps(1.0 / fi["sec_per_byte"])
-        rates["collectives"] = {
-            "backend": coll_backend,
-            "basis": "allreduce" if any(c["op"] == "allreduce" for c in intra) else "all collectives",
-            "intra_node_bus_GBps": beta_GBps,
-            "alpha_s": fi["alpha_s"],
-            "per_op": per_op,
-        }
-        nvlink_fraction = beta_GBps / device.intra_node_bandwidth_GBps
-        collective_latency_s = fi["alpha_s"]
-        used_colls = intra
-    elif intra:
-        warnings.append("collective measurements did not determine a bandwidth")
-    else:
-        warnings.append("no collective measurements: link fractions and latency keep the catalog defaults")
-    fe = _fit_collectives(inter)
-    if fe:
-        nic_GBps = bytes_per_s_to_gbps(1.0 / fe["sec_per_byte"])
-        rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
-        nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
-        nic_fraction = nic_GBps / nic_per_gpu
-        used_colls = used_colls + inter
+    nvlink_fraction, nic_fraction, collective_latency_s, used_colls = _fit_links(device, ms, rates, warnings)
 
     efficiency = {
         "gemm_max_fraction": gemm_max_fraction,

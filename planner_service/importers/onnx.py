@@ -469,15 +469,18 @@ def _ints(v) -> list[int] | None:
     return [int(x) for x in arr.tolist()]
 
 
-def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes, const_inputs, consumed_params):
+def _convert_inputs(node: Any, inits: Any, init_shape: Mapping[str, Any], init_dtype: Mapping[str, Any], static: set[str],
+                    shapes: Mapping[str, Any], const_inputs: dict[str, list[int]],
+                    consumed_params: set[str]) -> tuple[dict[str, Any], list[str]] | None:
+    """A node's inputs as the IR sees them: initializers become named parameters (their
+    shapes and non-fp32 dtypes), static values constant inputs; None for a batched weight (no
+    rule)."""
     t = node.op_type
     ins = list(node.input)
-    outs = [o for o in node.output if o]
-    attrs = _attrs(node)
-    params: dict[str, Any] = {}
-    tensor_ins: list[str] = []
     arg_slots = _ARG_SLOTS.get(t, ())
     pslots = _PARAM_SLOTS.get(t, {})
+    params: dict[str, Any] = {}
+    tensor_ins: list[str] = []
 
     def add_const(x: str) -> None:
         if x not in const_inputs:
@@ -512,47 +515,18 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
             continue
         tensor_ins.append(x)
 
-    typ = _DIRECT.get(t, t)
-    op: dict[str, Any] = {"name": opname, "type": typ, "inputs": tensor_ins, "outputs": outs}
+    return params, tensor_ins
+
+
+_SHAPE_ATTR_OPS = ("Reshape", "Expand", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice")
+
+
+def _shape_op_attrs(t: str, attrs: Mapping[str, Any], ins: list[str], outs: list[str], values: Mapping[str, Any],
+                    shapes: Mapping[str, Any]) -> dict[str, Any]:
+    """IR attributes of the shape-only ops, resolving computed targets from folded values or
+    inferred shapes."""
     a: dict[str, Any] = {}
-    if t == "Gemm":
-        a = {k: attrs[k] for k in ("transA", "transB") if k in attrs}
-        if "weight" not in params:  # Gemm of two activations
-            op["type"] = "MatMul"
-    elif t == "MatMul":
-        pass
-    elif t == "Conv":
-        a = {k: attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad") if k in attrs}
-    elif t in ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"):
-        a = {"axis": attrs.get("axis", -1)}
-        op["outputs"] = outs[:1] + [o for o in outs[1:] if o]
-    elif t == "BatchNormalization":
-        op["outputs"] = outs[:1]
-    elif t in ("Softmax", "LogSoftmax"):
-        a = {"axis": attrs.get("axis", -1)}
-    elif t == "Attention":
-        op["inputs"] = tensor_ins[:3]
-        op["outputs"] = outs[:1]
-        qh = attrs.get("q_num_heads")
-        kvh = attrs.get("kv_num_heads", qh)
-        if qh is not None:
-            a = {"num_heads": qh, "kv_num_heads": kvh}
-        a["causal"] = int(attrs.get("is_causal", 0))
-    elif t in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):
-        # ONNX puts classes on axis 1 ([N, C, d1...]); the IR's CrossEntropy wants them last.
-        scores = shapes.get(ins[0])
-        a = {"reduction": attrs.get("reduction", "mean")}
-        op["outputs"] = outs[:1]
-        if scores is not None and len(scores) > 2:
-            perm = [0] + list(range(2, len(scores))) + [1]
-            tname = f"{opname}:classes_last"
-            return [{"name": f"{opname}:transpose", "type": "Transpose", "inputs": [tensor_ins[0]], "outputs": [tname],
-                     "attrs": {"perm": perm}},
-                    {**op, "inputs": [tname] + tensor_ins[1:], "attrs": a}]
-    elif t in ("MaxPool", "AveragePool", "LpPool"):
-        a = {k: attrs[k] for k in ("kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad") if k in attrs}
-        op["outputs"] = outs[:1]
-    elif t == "Reshape":
+    if t == "Reshape":
         target = _ints(values.get(ins[1]))
         out_shape = shapes.get(outs[0])
         if target is not None and all(v != 0 or True for v in target):
@@ -606,6 +580,52 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
             a["axes"] = axes
         if steps is not None:
             a["steps"] = steps
+    return a
+
+
+def _op_attrs(t: str, opname: str, attrs: Mapping[str, Any], ins: list[str], outs: list[str], tensor_ins: list[str],
+              params: dict[str, Any], op: dict[str, Any], values: Mapping[str, Any],
+              shapes: Mapping[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+    """IR attributes of the other ops (adjusting ``op`` and ``params`` where the IR differs);
+    a list of ops when one ONNX node becomes two."""
+    a: dict[str, Any] = {}
+    if t == "Gemm":
+        a = {k: attrs[k] for k in ("transA", "transB") if k in attrs}
+        if "weight" not in params:  # Gemm of two activations
+            op["type"] = "MatMul"
+    elif t == "MatMul":
+        pass
+    elif t == "Conv":
+        a = {k: attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad") if k in attrs}
+    elif t in ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"):
+        a = {"axis": attrs.get("axis", -1)}
+        op["outputs"] = outs[:1] + [o for o in outs[1:] if o]
+    elif t == "BatchNormalization":
+        op["outputs"] = outs[:1]
+    elif t in ("Softmax", "LogSoftmax"):
+        a = {"axis": attrs.get("axis", -1)}
+    elif t == "Attention":
+        op["inputs"] = tensor_ins[:3]
+        op["outputs"] = outs[:1]
+        qh = attrs.get("q_num_heads")
+        kvh = attrs.get("kv_num_heads", qh)
+        if qh is not None:
+            a = {"num_heads": qh, "kv_num_heads": kvh}
+        a["causal"] = int(attrs.get("is_causal", 0))
+    elif t in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):
+        # ONNX puts classes on axis 1 ([N, C, d1...]); the IR's CrossEntropy wants them last.
+        scores = shapes.get(ins[0])
+        a = {"reduction": attrs.get("reduction", "mean")}
+        op["outputs"] = outs[:1]
+        if scores is not None and len(scores) > 2:
+            perm = [0] + list(range(2, len(scores))) + [1]
+            tname = f"{opname}:classes_last"
+            return [{"name": f"{opname}:transpose", "type": "Transpose", "inputs": [tensor_ins[0]], "outputs": [tname],
+                     "attrs": {"perm": perm}},
+                    {**op, "inputs": [tname] + tensor_ins[1:], "attrs": a}]
+    elif t in ("MaxPool", "AveragePool", "LpPool"):
+        a = {k: attrs[k] for k in ("kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad") if k in attrs}
+        op["outputs"] = outs[:1]
     elif t == "Gather":
         axis = attrs.get("axis", 0)
         if "weight" in params and axis == 0 and len(params["weight"]["shape"]) == 2:
@@ -627,6 +647,30 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
     elif t == "Dropout":
         op["inputs"] = tensor_ins[:1]
         op["outputs"] = outs[:1]
+    return a
+
+
+def _convert(node: Any, opname: str, inits: Any, init_shape: Mapping[str, Any], init_dtype: Mapping[str, Any], static: set[str],
+             values: Mapping[str, Any], shapes: Mapping[str, Any], const_inputs: dict[str, list[int]],
+             consumed_params: set[str]) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """One ONNX node as IR op(s), or None when it has no rule or no tensor input."""
+    t = node.op_type
+    ins = list(node.input)
+    outs = [o for o in node.output if o]
+    attrs = _attrs(node)
+    converted = _convert_inputs(node, inits, init_shape, init_dtype, static, shapes, const_inputs, consumed_params)
+    if converted is None:
+        return None
+    params, tensor_ins = converted
+    typ = _DIRECT.get(t, t)
+    op: dict[str, Any] = {"name": opname, "type": typ, "inputs": tensor_ins, "outputs": outs}
+    if t in _SHAPE_ATTR_OPS:
+        a = _shape_op_attrs(t, attrs, ins, outs, values, shapes)
+    else:
+        found = _op_attrs(t, opname, attrs, ins, outs, tensor_ins, params, op, values, shapes)
+        if isinstance(found, list):
+            return found
+        a = found
     if a:
         op["attrs"] = a
     if params:

@@ -172,19 +172,26 @@ def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan
     assert not any(m.get("retakes") for m in prof["measurements"])
 
 
+@pytest.mark.slow  # wall-clock sensitive: the spinner's share of a core depends on the host's load
 def test_host_monitor_does_not_count_its_own_processes():
     import subprocess
     import sys
     import time
 
-    from planner_service.profiling.fingerprint import HostMonitor
+    from planner_service.profiling.fingerprint import HostMonitor, _pids_cpu_s
 
     spin = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:
         time.sleep(0.3)
+        spin_cpu0_s = _pids_cpu_s((spin.pid,))
         own, other = HostMonitor((spin.pid,)), HostMonitor()
         time.sleep(1.0)
-        assert other.others_busy_cores() > own.others_busy_cores() + 0.5
+        counted_by_other, counted_by_own = other.others_busy_cores(), own.others_busy_cores()
+        spin_cores = (_pids_cpu_s((spin.pid,)) - spin_cpu0_s) / other.elapsed_s()
+        if spin_cores < 0.2:
+            pytest.skip(f"the spinner got only {spin_cores:.2f} cores on this busy host")
+        # Whatever else runs, the monitor told about the spinner leaves out exactly its share.
+        assert counted_by_other - counted_by_own == pytest.approx(spin_cores, abs=0.15)
     finally:
         spin.kill()
         spin.wait()
