@@ -27,7 +27,8 @@ ArrayOrFloat: TypeAlias = float | np.floating[Any] | np.integer[Any] | np.ndarra
 
 
 def shape_factor(dim: ArrayOrFloat, half_dim: float) -> np.ndarray:
-    """σ(d) = d/(d + d_half): fraction of the large-GEMM rate reached along one dimension."""
+    """σ(d) = d/(d + d_half): fraction (dimensionless) of the large-GEMM rate reached along one
+    dimension; a saturating tile-efficiency model, ``d_half`` fitted per device family."""
     d = np.asarray(dim, dtype=float)
     return d / (d + half_dim)
 
@@ -35,7 +36,7 @@ def shape_factor(dim: ArrayOrFloat, half_dim: float) -> np.ndarray:
 def gemm_time_s(
     m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, device: DeviceSpec, dtype: str, batch: ArrayOrFloat = 1, fresh_output: bool = True
 ) -> np.ndarray:
-    """Time of ``batch`` independent (m×k)·(k×n) GEMMs on one device.
+    """Time (s) of ``batch`` independent (m×k)·(k×n) GEMMs on one device.
 
     FLOPs 2·m·n·k per GEMM; bytes (m·k + k·n + m·n)·element size (each operand read or
     written once).  Source: roofline model (Williams et al. 2009) with a saturating
@@ -60,7 +61,8 @@ def gemm_time_s(
 def gemm_fwd_bwd_time_s(
     m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, device: DeviceSpec, dtype: str, batch: ArrayOrFloat = 1
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Forward and backward times of a linear layer Y[m×n] = X[m×k]·W[k×n].
+    """Forward and backward times (s) of a linear layer Y[m×n] = X[m×k]·W[k×n], by
+    :func:`gemm_time_s` (roofline) on each GEMM's own shape.
 
     Backward is two GEMMs with their own shapes: the input gradient dX = dY·Wᵀ (m×k, reducing
     over n) and the weight gradient dW = Xᵀ·dY (k×n, reducing over the m tokens) — so a
@@ -72,7 +74,8 @@ def gemm_fwd_bwd_time_s(
 
 
 def first_touch_s(tensor_bytes: ArrayOrFloat, device: DeviceSpec, count: ArrayOrFloat = 1) -> np.ndarray | float:
-    """Page-fault cost of writing ``count`` freshly allocated tensors of ``tensor_bytes`` each.
+    """Page-fault cost (s) of writing ``count`` freshly allocated tensors of ``tensor_bytes`` each;
+    the per-byte cost is fitted from the profile (``cost_model.profiles``).
 
     Tensors of at least ``first_touch_min_bytes`` get new pages from the OS every time (glibc's
     mmap threshold on CPUs; never on GPUs, whose caching allocators reuse blocks), and the first
@@ -92,7 +95,7 @@ def memory_bound_time_s(
     rng_elements: ArrayOrFloat = 0.0,
     transcendental_elements: ArrayOrFloat = 0.0,
 ) -> np.ndarray:
-    """Streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved memory
+    """Time (s) of streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved memory
     bandwidth, or the per-element arithmetic when that is slower (random numbers for dropout
     masks, exp/erf/log), plus one launch overhead per kernel.
 
@@ -126,7 +129,8 @@ def flash_attention_time_s(
     dtype: str,
     causal_fraction: ArrayOrFloat = 0.5,
 ) -> np.ndarray:
-    """Fused attention forward: QKᵀ and PV as tiled GEMMs that never leave on-chip memory.
+    """Fused attention forward time (s): QKᵀ and PV as tiled GEMMs that never leave on-chip
+    memory (FlashAttention-2, Dao 2023).
 
     FLOPs 4·q·kv·d per head (two GEMMs) times ``causal_fraction`` (0.5 for a causal mask: the
     kernel skips fully-masked tiles; load-balanced context parallelism keeps it at 0.5 per
@@ -141,6 +145,6 @@ def flash_attention_time_s(
 def attention_flops(
     batch: ArrayOrFloat, heads: ArrayOrFloat, q_len: ArrayOrFloat, kv_len: ArrayOrFloat, head_dim: ArrayOrFloat
 ) -> np.ndarray:
-    """Model FLOPs of one attention core forward (QKᵀ and PV), counting the full q×kv
+    """Model FLOPs (FLOP) of one attention core forward (QKᵀ and PV), counting the full q×kv
     square as Narayanan et al. (2021) Eq. 3 and Megatron's MFU formula do."""
     return 4.0 * np.asarray(batch, dtype=float) * heads * q_len * kv_len * head_dim

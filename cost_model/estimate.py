@@ -155,7 +155,13 @@ def estimate(
     profile: Mapping[str, Any] | None = None,
     stage_groups: Sequence[str] | None = None,
 ) -> Estimate:
-    """Predict step time, throughput, MFU and memory for one strategy (contract v1)."""
+    """Predict step time, throughput, MFU and memory for one strategy (contract v1).
+
+    The :class:`Estimate` carries its units in its field names (``step_time_s``,
+    ``tokens_per_s``, ``model_tflops_per_gpu``, ``peak_memory_GB``).  Stage costs come from
+    ``cost_model.transformer.stage_cost`` (per-layer compute, communication and memory), the step
+    from its ``combine_stages`` (the 1F1B/interleaved schedule of Narayanan et al. 2021); MFU as
+    in Megatron-LM (model FLOPs over the mean peak of the devices used)."""
     cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):
         from cost_model.graph.evaluate import estimate_graph

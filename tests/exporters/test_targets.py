@@ -564,3 +564,15 @@ def test_graph_model_plans_refuse_framework_targets_but_launch():
         with pytest.raises(InvalidInput) as exc:
             render(plan, target, PARAMS)
         assert exc.value.field == "target" and "operator-graph" in exc.value.message
+
+
+def test_launch_params_builder_shared_by_route_and_cli():
+    from cost_model.errors import InvalidInput
+    from planner_service.exporters import launch_params
+
+    p = launch_params(image="img:1", namespace=None, master_port=None, env=["A=1", "B=x=y"], smoke_test=True)
+    assert p == LaunchParams(image="img:1", env={"A": "1", "B": "x=y"}, smoke_test=True)  # None: the default
+    assert launch_params() == LaunchParams()
+    with pytest.raises(InvalidInput) as e:
+        launch_params(env=["NOEQUALS"])
+    assert e.value.field == "env"
