@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench bench-report clean
+.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench bench-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,6 +15,12 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/planner serve --host 127.0.0.1 --port 8000
+
+# ruff over the whole tree; mypy --strict on cost_model/ and planner_service/planner/
+# (scope and settings in pyproject.toml's [tool.ruff] and [tool.mypy]).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

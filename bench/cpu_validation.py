@@ -328,7 +328,7 @@ def explain_step(case: dict[str, Any], threads: int, profile: dict[str, Any], re
     _steps(model, opt, case, 2)
     dev = apply_profile(get_device("local-cpu"), profile)
     mon = HostMonitor()
-    for attempt in range(tries):
+    for _attempt in range(tries):
         wait_until_quiet(QUIET_CORES, 60.0)
         before = probe_speed(ref)
         torch.set_num_threads(threads)
@@ -341,7 +341,9 @@ def explain_step(case: dict[str, Any], threads: int, profile: dict[str, Any], re
         time.sleep(5.0)
     with tempfile.NamedTemporaryFile(suffix=".json") as fh:
         prof.export_chrome_trace(fh.name)
-        events = [e for e in json.load(open(fh.name))["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
+        with open(fh.name) as trace_fh:
+            trace = json.load(trace_fh)
+        events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
     ops = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (e.get("tid"), e["ts"], -e["dur"]))
     opt_spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("Optimizer.step")]
     # self time = duration minus the durations of the ops directly nested in it
@@ -405,7 +407,7 @@ def _dp_worker(rank: int, world: int, port: int, case: dict[str, Any], warmup: i
     if rank == 0:
         # the other ranks are "other processes" here: a step is disturbed beyond them
         limit = (world - 1) + QUIET_CORES
-        clean = [x for x, b in zip(t.tolist(), busy) if b < limit]
+        clean = [x for x, b in zip(t.tolist(), busy, strict=False) if b < limit]
         use = clean if len(clean) >= 3 else t.tolist()
         print("RESULT " + json.dumps({"median_s": statistics.median(use), "samples_s": use, "threads": 1,
                                       "dropped_busy_steps": len(times) - len(use)}), flush=True)
@@ -423,7 +425,7 @@ def measure_dp(case: dict[str, Any], world: int, warmup: int, steps: int) -> dic
         for r in range(world)
     ]
     outs = [p.communicate(timeout=1800) for p in procs]
-    for p, (_, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs, strict=True):
         if p.returncode != 0:
             raise RuntimeError(f"DP worker failed ({p.returncode}): {err.strip().splitlines()[-1:]}")
     for line in outs[0][0].splitlines():
@@ -479,7 +481,7 @@ def take_profile(threads: int, path: Path, reuse: bool, concurrent: int = 1) -> 
         print(f"reusing {path.relative_to(ROOT)}")
         return load_profile_file(path), take_probe(threads, repeats=5)
     best = None
-    for attempt in range(3):
+    for _attempt in range(3):
         wait_for_quiet()
         t0 = time.monotonic()
         prof = with_fit(run_profile(ProfileOptions(quick=True, threads=threads, concurrent=concurrent)))
@@ -546,7 +548,7 @@ def main(argv: list[str]) -> int:
                 prof, ref = take_profile(cores, profile_path(case, dp), args.reuse_profiles)
             else:
                 prof, ref = take_profile(1, profile_path(case, dp), args.reuse_profiles, concurrent=dp)
-            for attempt in range(3):
+            for _attempt in range(3):
                 busy = wait_for_quiet()
                 speed_before = settle(ref)
                 print(f"case {case['name']} dp={dp}: measuring…", flush=True)

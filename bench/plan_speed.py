@@ -14,6 +14,7 @@ Run: make bench-plan   (writes bench/results/plan.json)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -27,14 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model import estimate  # noqa: E402
 from cost_model.errors import PlannerError  # noqa: E402
+from cost_model.strategy import even_split  # noqa: E402
 from planner_service.planner import SolverSettings, plan  # noqa: E402
 from planner_service.planner.request import parse_plan_request  # noqa: E402
 from planner_service.planner.transformer.search import normalise_cluster  # noqa: E402
-from planner_service.planner.transformer.space import (  # noqa: E402
-    enumerate_space,
-    even_split,
-    strategy_at,
-)
+from planner_service.planner.transformer.space import enumerate_space, strategy_at  # noqa: E402
 
 
 def group(name, count, device):
@@ -95,8 +93,8 @@ def exhaustive_candidates(req):
                     # every contiguous placement: pools in any order, each ≥ 1 stage
                     for order in itertools.permutations(subset):
                         for counts in _compositions(pp, r):
-                            if all(c <= cap for c, cap in zip(counts, [caps[subset.index(g)] for g in order])):
-                                out.append((cluster, st, tuple(g.name for g, c in zip(order, counts) for _ in range(c))))
+                            if all(c <= cap for c, cap in zip(counts, [caps[subset.index(g)] for g in order], strict=True)):
+                                out.append((cluster, st, tuple(g.name for g, c in zip(order, counts, strict=True) for _ in range(c))))
     return out
 
 
@@ -112,10 +110,8 @@ def time_exhaustive(req, cands, sample, rng):
     picked = cands if len(cands) <= sample else rng.sample(cands, sample)
     t0 = time.perf_counter()
     for cluster, st, place in picked:
-        try:
+        with contextlib.suppress(PlannerError):
             estimate(req.model, req.training, cluster, st, stage_groups=place)
-        except PlannerError:
-            pass
     per_call = (time.perf_counter() - t0) / max(len(picked), 1)
     return per_call, per_call * len(cands), len(picked)
 

@@ -191,7 +191,7 @@ def main() -> int:
         if not pattern.search(text):
             print(f"README has no markers for {name}", file=sys.stderr)
             continue
-        text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
     readme.write_text(text)
     return 0
 

@@ -67,7 +67,7 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s))
-        self.log = tempfile.NamedTemporaryFile(prefix="planner-bench-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(prefix="planner-bench-", suffix=".log", delete=False)  # noqa: SIM115 - the server's log, kept open while it runs
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "planner_service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--no-access-log", "--log-level", "warning", "--workers", str(workers)],

@@ -15,19 +15,28 @@ per device by ``cost_model.profiles``.
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 import numpy as np
 
 from cost_model.devices import BYTES_PER_ELEMENT, DeviceSpec
+from cost_model.units import gbps_to_bytes_per_s, tflops_to_flops
+
+#: A scalar or an array of candidates (every primitive broadcasts).
+ArrayOrFloat: TypeAlias = float | np.floating[Any] | np.integer[Any] | np.ndarray
 
 
-def shape_factor(dim, half_dim: float):
-    """σ(d) = d/(d + d_half): fraction of the large-GEMM rate reached along one dimension."""
+def shape_factor(dim: ArrayOrFloat, half_dim: float) -> np.ndarray:
+    """σ(d) = d/(d + d_half): fraction (dimensionless) of the large-GEMM rate reached along one
+    dimension; a saturating tile-efficiency model, ``d_half`` fitted per device family."""
     d = np.asarray(dim, dtype=float)
     return d / (d + half_dim)
 
 
-def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1, fresh_output=True):
-    """Time of ``batch`` independent (m×k)·(k×n) GEMMs on one device.
+def gemm_time_s(
+    m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, device: DeviceSpec, dtype: str, batch: ArrayOrFloat = 1, fresh_output: bool = True
+) -> np.ndarray:
+    """Time (s) of ``batch`` independent (m×k)·(k×n) GEMMs on one device.
 
     FLOPs 2·m·n·k per GEMM; bytes (m·k + k·n + m·n)·element size (each operand read or
     written once).  Source: roofline model (Williams et al. 2009) with a saturating
@@ -39,17 +48,21 @@ def gemm_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1, fresh_output=T
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k
-    rate = device.peak_tflops(dtype) * 1e12 * eff.gemm_max_fraction
+    rate = tflops_to_flops(device.peak_tflops(dtype)) * eff.gemm_max_fraction
     rate = rate * shape_factor(m, eff.gemm_half_dim) * shape_factor(n, eff.gemm_half_dim) * shape_factor(k, eff.gemm_half_k)
     bytes_moved = (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
     t_flops = flops / rate
-    t_mem = bytes_moved / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    t_mem = bytes_moved / (gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * eff.memory_fraction)
     fresh = first_touch_s(m * n * batch * BYTES_PER_ELEMENT[dtype], device) if fresh_output and eff.first_touch_s_per_byte > 0 else 0.0
-    return np.maximum(t_flops, t_mem) * batch + fresh + eff.kernel_overhead_s
+    t: np.ndarray = np.maximum(t_flops, t_mem) * batch + fresh + eff.kernel_overhead_s
+    return t
 
 
-def gemm_fwd_bwd_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
-    """Forward and backward times of a linear layer Y[m×n] = X[m×k]·W[k×n].
+def gemm_fwd_bwd_time_s(
+    m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, device: DeviceSpec, dtype: str, batch: ArrayOrFloat = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward times (s) of a linear layer Y[m×n] = X[m×k]·W[k×n], by
+    :func:`gemm_time_s` (roofline) on each GEMM's own shape.
 
     Backward is two GEMMs with their own shapes: the input gradient dX = dY·Wᵀ (m×k, reducing
     over n) and the weight gradient dW = Xᵀ·dY (k×n, reducing over the m tokens) — so a
@@ -60,8 +73,9 @@ def gemm_fwd_bwd_time_s(m, n, k, device: DeviceSpec, dtype: str, batch=1):
     return fwd, bwd
 
 
-def first_touch_s(tensor_bytes, device: DeviceSpec, count=1):
-    """Page-fault cost of writing ``count`` freshly allocated tensors of ``tensor_bytes`` each.
+def first_touch_s(tensor_bytes: ArrayOrFloat, device: DeviceSpec, count: ArrayOrFloat = 1) -> np.ndarray | float:
+    """Page-fault cost (s) of writing ``count`` freshly allocated tensors of ``tensor_bytes`` each;
+    the per-byte cost is fitted from the profile (``cost_model.profiles``).
 
     Tensors of at least ``first_touch_min_bytes`` get new pages from the OS every time (glibc's
     mmap threshold on CPUs; never on GPUs, whose caching allocators reuse blocks), and the first
@@ -74,8 +88,14 @@ def first_touch_s(tensor_bytes, device: DeviceSpec, count=1):
     return np.where(b >= eff.first_touch_min_bytes, b * eff.first_touch_s_per_byte, 0.0) * count
 
 
-def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1, rng_elements=0.0, transcendental_elements=0.0):
-    """Streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved memory
+def memory_bound_time_s(
+    bytes_moved: ArrayOrFloat,
+    device: DeviceSpec,
+    kernels: ArrayOrFloat = 1,
+    rng_elements: ArrayOrFloat = 0.0,
+    transcendental_elements: ArrayOrFloat = 0.0,
+) -> np.ndarray:
+    """Time (s) of streaming (elementwise, norm, softmax, optimizer) kernels: bytes over achieved memory
     bandwidth, or the per-element arithmetic when that is slower (random numbers for dropout
     masks, exp/erf/log), plus one launch overhead per kernel.
 
@@ -85,7 +105,7 @@ def memory_bound_time_s(bytes_moved, device: DeviceSpec, kernels=1, rng_elements
     Fresh large outputs add :func:`first_touch_s`, charged by the caller per tensor.
     """
     eff = device.efficiency
-    t_mem = np.asarray(bytes_moved, dtype=float) / (device.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    t_mem = np.asarray(bytes_moved, dtype=float) / (gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * eff.memory_fraction)
     if eff.rng_s_per_element > 0 or eff.transcendental_s_per_element > 0:
         t_alu = np.asarray(rng_elements, dtype=float) * eff.rng_s_per_element + np.asarray(transcendental_elements, dtype=float) * eff.transcendental_s_per_element
         t_mem = np.maximum(t_mem, t_alu)
@@ -100,8 +120,17 @@ FLASH_FORWARD_FRACTION = 0.8
 FLASH_BACKWARD_RATIO = 2.5
 
 
-def flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceSpec, dtype: str, causal_fraction=0.5):
-    """Fused attention forward: QKᵀ and PV as tiled GEMMs that never leave on-chip memory.
+def flash_attention_time_s(
+    batch_heads: ArrayOrFloat,
+    q_len: ArrayOrFloat,
+    kv_len: ArrayOrFloat,
+    head_dim: ArrayOrFloat,
+    device: DeviceSpec,
+    dtype: str,
+    causal_fraction: ArrayOrFloat = 0.5,
+) -> np.ndarray:
+    """Fused attention forward time (s): QKᵀ and PV as tiled GEMMs that never leave on-chip
+    memory (FlashAttention-2, Dao 2023).
 
     FLOPs 4·q·kv·d per head (two GEMMs) times ``causal_fraction`` (0.5 for a causal mask: the
     kernel skips fully-masked tiles; load-balanced context parallelism keeps it at 0.5 per
@@ -109,10 +138,13 @@ def flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceS
     :data:`FLASH_FORWARD_FRACTION`.
     """
     per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads, fresh_output=False)
-    return 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    t: np.ndarray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    return t
 
 
-def attention_flops(batch, heads, q_len, kv_len, head_dim):
-    """Model FLOPs of one attention core forward (QKᵀ and PV), counting the full q×kv
+def attention_flops(
+    batch: ArrayOrFloat, heads: ArrayOrFloat, q_len: ArrayOrFloat, kv_len: ArrayOrFloat, head_dim: ArrayOrFloat
+) -> np.ndarray:
+    """Model FLOPs (FLOP) of one attention core forward (QKᵀ and PV), counting the full q×kv
     square as Narayanan et al. (2021) Eq. 3 and Megatron's MFU formula do."""
     return 4.0 * np.asarray(batch, dtype=float) * heads * q_len * kv_len * head_dim

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.errors import InvalidCluster, UnknownName
+from cost_model.units import bytes_to_gb, flops_to_tflops, gb_to_bytes, kib_to_bytes, mib_to_bytes
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
@@ -108,7 +109,7 @@ FAMILY_EFFICIENCY: dict[str, Efficiency] = {
     # per-element RNG, transcendental and page-fault costs depend on the library build, the
     # allocator and the hypervisor as much as on the chip, so the catalog does not guess them
     # (zero): only a profile of the host (``planner profile``) measures them.
-    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, first_touch_min_bytes=32.0 * 2**20, comm_overlap_fraction=0.0, source="cpu default (no profile)"),
+    "cpu": Efficiency(gemm_max_fraction=0.60, gemm_half_dim=32.0, memory_fraction=0.60, nvlink_fraction=0.50, nic_fraction=0.50, collective_latency_s=30e-6, kernel_overhead_s=2e-6, gemm_half_k=32.0, first_touch_min_bytes=mib_to_bytes(32.0), comm_overlap_fraction=0.0, source="cpu default (no profile)"),
 }
 
 
@@ -161,7 +162,7 @@ class DeviceSpec:
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_GB * 1e9
+        return gb_to_bytes(self.memory_GB)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -286,10 +287,14 @@ def _meminfo_GB() -> float:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024 / 1e9
+                    return bytes_to_gb(kib_to_bytes(int(line.split()[1])))
     except OSError:
         pass
     return 16.0
+
+
+_CPU_DEFAULT_CLOCK_HZ = 2.5e9
+_CPU_FP32_FLOP_PER_CYCLE = 32
 
 
 def local_cpu_spec() -> DeviceSpec:
@@ -300,7 +305,7 @@ def local_cpu_spec() -> DeviceSpec:
     measures the real figures.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    peak = cores * 2.5e9 * 32 / 1e12
+    peak = flops_to_tflops(cores * _CPU_DEFAULT_CLOCK_HZ * _CPU_FP32_FLOP_PER_CYCLE)
     return DeviceSpec(
         name=LOCAL_CPU,
         family="cpu",
@@ -348,7 +353,7 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         val = spec.get(key)
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
             raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
-    peaks = {}
+    peaks: dict[str, float] = {}
     for key in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "fp32_tflops"):
         val = spec.get(key)
         if val is None:
@@ -383,7 +388,10 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         cores=spec.get("cores"),
         efficiency=FAMILY_EFFICIENCY[family],
         source="inline",
-        **peaks,
+        bf16_tflops=peaks.get("bf16_tflops"),
+        fp16_tflops=peaks.get("fp16_tflops"),
+        fp8_tflops=peaks.get("fp8_tflops"),
+        fp32_tflops=peaks.get("fp32_tflops"),
     )
 
 

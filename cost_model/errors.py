@@ -8,6 +8,8 @@ names the rule and the numbers.  The HTTP layer maps the classes to status codes
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PlannerError(Exception):
     """Base class of every error the planner reports to a user."""
@@ -19,7 +21,7 @@ class PlannerError(Exception):
         self.message = message
         self.field = field
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "field": self.field}
 
     def __str__(self) -> str:  # pragma: no cover - trivial

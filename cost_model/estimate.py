@@ -9,6 +9,7 @@ whose block spans device types runs at the pace of its slowest device.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +25,14 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
+    StageCost,
     combine_stages,
     device_costs,
     model_flops_per_step,
     recompute_flops_per_step,
     stage_cost,
 )
+from cost_model.units import bytes_to_gb, flops_to_tflops
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None
     from cost_model.profiles import apply_profile, profile_matches
 
     groups = tuple(replace(g, device=apply_profile(g.device, profile)) if profile_matches(g.device, profile) else g for g in cluster.node_groups)
-    if all(a is b for a, b in zip(groups, cluster.node_groups)):
+    if all(a is b for a, b in zip(groups, cluster.node_groups, strict=True)):
         device = profile.get("device", {}).get("name") if isinstance(profile.get("device"), Mapping) else None
         raise InvalidProfile(
             f"the profile was taken on {device!r}, which no node group of the cluster has "
@@ -119,16 +122,14 @@ def apply_profile_to_cluster(cluster: Cluster, profile: Mapping[str, Any] | None
     return replace(cluster, node_groups=groups)
 
 
-def _stage_costs(model, training, slots: list[StageSlot], S, layers: list[int], m) -> list:
+def _stage_costs(
+    model: TransformerSpec, training: Training, slots: list[StageSlot], S: StrategyArrays, layers: list[int], m: int
+) -> list[StageCost]:
     """Per-stage costs, computed in a few vectorised calls: stages that share a node group,
     links and boundary kind are costed together with the stage index as an array."""
-    import dataclasses
-
-    from cost_model.transformer.stage_cost import StageCost
-
     p = len(slots)
-    dcs: dict[tuple, Any] = {}
-    batches: dict[tuple, list[int]] = {}
+    dcs: dict[tuple[str, Links], Any] = {}
+    batches: dict[tuple[tuple[str, Links], bool, bool, bool], list[int]] = {}
     for i, slot in enumerate(slots):
         key = (slot.group.name, slot.links)  # Links is a frozen dataclass: equal links share costs
         if key not in dcs:
@@ -154,7 +155,13 @@ def estimate(
     profile: Mapping[str, Any] | None = None,
     stage_groups: Sequence[str] | None = None,
 ) -> Estimate:
-    """Predict step time, throughput, MFU and memory for one strategy (contract v1)."""
+    """Predict step time, throughput, MFU and memory for one strategy (contract v1).
+
+    The :class:`Estimate` carries its units in its field names (``step_time_s``,
+    ``tokens_per_s``, ``model_tflops_per_gpu``, ``peak_memory_GB``).  Stage costs come from
+    ``cost_model.transformer.stage_cost`` (per-layer compute, communication and memory), the step
+    from its ``combine_stages`` (the 1F1B/interleaved schedule of Narayanan et al. 2021); MFU as
+    in Megatron-LM (model FLOPs over the mean peak of the devices used)."""
     cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):
         from cost_model.graph.evaluate import estimate_graph
@@ -185,11 +192,11 @@ def estimate(
     for i, slot in enumerate(slots):
         st = stage_costs[i]
         mem = {
-            "weights": float(st.weights_bytes[0]) / 1e9,
-            "gradients": float(st.gradients_bytes[0]) / 1e9,
-            "optimizer_state": float(st.optimizer_state_bytes[0]) / 1e9,
-            "activations": float(st.activations_bytes[0]) / 1e9,
-            "workspace": float(st.workspace_bytes[0]) / 1e9,
+            "weights": bytes_to_gb(float(st.weights_bytes[0])),
+            "gradients": bytes_to_gb(float(st.gradients_bytes[0])),
+            "optimizer_state": bytes_to_gb(float(st.optimizer_state_bytes[0])),
+            "activations": bytes_to_gb(float(st.activations_bytes[0])),
+            "workspace": bytes_to_gb(float(st.workspace_bytes[0])),
         }
         stage_results.append(
             StageEstimate(
@@ -202,7 +209,7 @@ def estimate(
                 has_head=i == len(slots) - 1,
                 forward_s=float(st.forward_s[0]),
                 backward_s=float(st.backward_s[0]),
-                peak_memory_GB=float(st.peak_memory_bytes[0]) / 1e9,
+                peak_memory_GB=bytes_to_gb(float(st.peak_memory_bytes[0])),
                 memory_capacity_GB=slot.group.device.memory_GB,
                 memory_GB=mem,
                 layer_ranges=tuple(ranges[i]),
@@ -215,7 +222,7 @@ def estimate(
     hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute)
     peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
     mean_peak = float(np.mean(peaks))
-    model_tflops = model_flops / step_s / n_dev / 1e12
+    model_tflops = flops_to_tflops(model_flops / step_s / n_dev)
     fits = all(s.peak_memory_GB <= s.memory_capacity_GB for s in stage_results)
     if not fits:
         worst = max(stage_results, key=lambda s: s.peak_memory_GB - s.memory_capacity_GB)
@@ -224,14 +231,14 @@ def estimate(
             f"{worst.device} has {worst.memory_capacity_GB:.0f} GB"
         )
     breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
-    bottleneck = max(breakdown, key=breakdown.get)
+    bottleneck = max(breakdown, key=lambda k: breakdown[k])
     profile_ids = tuple(sorted({slot.group.device.profile_id for slot in slots if slot.group.device.profile_id}))
     return Estimate(
         step_time_s=step_s,
         tokens_per_s=training.tokens_per_step / step_s,
         samples_per_s=training.global_batch_size / step_s,
         model_tflops_per_gpu=model_tflops,
-        hardware_tflops_per_gpu=hw_flops / step_s / n_dev / 1e12,
+        hardware_tflops_per_gpu=flops_to_tflops(hw_flops / step_s / n_dev),
         mfu=model_tflops / mean_peak,
         fits=fits,
         peak_memory_GB=tuple(s.peak_memory_GB for s in stage_results),

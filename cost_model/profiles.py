@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -61,6 +61,14 @@ from cost_model.devices import (
     get_device,
 )
 from cost_model.errors import InvalidProfile, UnknownName
+from cost_model.units import (
+    S_PER_HOUR,
+    bytes_per_s_to_gbps,
+    bytes_to_mb,
+    flops_to_tflops,
+    gbps_to_bytes_per_s,
+    mib_to_bytes,
+)
 
 SCHEMA_NAME = "planner-profile"
 SCHEMA_VERSION = 1
@@ -71,9 +79,9 @@ FIT_VERSION = 2
 TRANSCENDENTAL_OPS = ("gelu", "softmax")
 RNG_OPS = ("dropout",)
 
-MAX_PROFILE_BYTES = 16 * 1024 * 1024
+MAX_PROFILE_BYTES = int(mib_to_bytes(16))
 MAX_MEASUREMENTS = 50_000
-MAX_SECONDS = 3600.0
+MAX_SECONDS = S_PER_HOUR
 MAX_DIM = 10_000_000
 
 GEMM_OPS = ("gemm",)
@@ -95,7 +103,7 @@ _COLLECTIVE_FACTORS = {
 # ----------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
@@ -114,12 +122,12 @@ def _positive_int(value: Any, field: str, maximum: int = MAX_DIM) -> int:
 def _seconds(value: Any, field: str, allow_zero: bool = False) -> float:
     if not _is_number(value):
         raise InvalidProfile(f"must be a finite number of seconds, got {value!r}", field=field)
-    value = float(value)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidProfile(f"must be {'non-negative' if allow_zero else 'positive'}, got {value!r}", field=field)
-    if value > MAX_SECONDS:
-        raise InvalidProfile(f"must be at most {MAX_SECONDS:g} s, got {value!r}", field=field)
-    return value
+    seconds = float(value)
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidProfile(f"must be {'non-negative' if allow_zero else 'positive'}, got {seconds!r}", field=field)
+    if seconds > MAX_SECONDS:
+        raise InvalidProfile(f"must be at most {MAX_SECONDS:g} s, got {seconds!r}", field=field)
+    return seconds
 
 
 def _validate_measurement(m: Any, path: str) -> None:
@@ -232,7 +240,7 @@ def parse_profile_bytes(raw: bytes | str, max_bytes: int = MAX_PROFILE_BYTES) ->
     """Decode and validate a profile from raw JSON (size-limited)."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max_bytes:
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB", field="profile")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit is {bytes_to_mb(max_bytes):.1f} MB", field="profile")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -248,7 +256,7 @@ def load_profile_file(path: str | Path, max_bytes: int = MAX_PROFILE_BYTES) -> d
     except OSError as exc:
         raise InvalidProfile(f"cannot read {str(p)!r}: {exc.strerror}", field="profile") from None
     if size > max_bytes:
-        raise InvalidProfile(f"{str(p)!r} is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB", field="profile")
+        raise InvalidProfile(f"{str(p)!r} is {bytes_to_mb(size):.1f} MB; the limit is {bytes_to_mb(max_bytes):.1f} MB", field="profile")
     return parse_profile_bytes(p.read_bytes(), max_bytes)
 
 
@@ -271,13 +279,13 @@ def profile_id_of(profile: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 # fitting
 # ----------------------------------------------------------------------------------------------
-def _gemm_bytes(m, n, k, dtype: str):
+def _gemm_bytes(m: float, n: float, k: float, dtype: str) -> float:
     return (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
 
 
 def _select_backend(measurements: list[Mapping[str, Any]], ops: Iterable[str], prefer: tuple[str, ...]) -> str | None:
     ops = set(ops)
-    present = [m.get("backend", "unknown") for m in measurements if m["op"] in ops]
+    present: list[str] = [m.get("backend", "unknown") for m in measurements if m["op"] in ops]
     if not present:
         return None
     for b in prefer:
@@ -348,7 +356,7 @@ def _disturbed(m: Mapping[str, Any]) -> bool:
         return True
     spread = m.get("spread")
     if isinstance(spread, Mapping) and _is_number(spread.get("max_s")) and _is_number(spread.get("min_s")) and spread["min_s"] > 0:
-        return spread["max_s"] / spread["min_s"] > DISTURBED_SPREAD
+        return bool(spread["max_s"] / spread["min_s"] > DISTURBED_SPREAD)
     return False
 
 
@@ -366,14 +374,14 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
     g_b = np.array([g["shape"].get("batch", 1) for g in gemms], dtype=float)
     g_d = np.array([dtypes.index(g["dtype"]) for g in gemms], dtype=int)
     g_t = np.array([g["seconds"] for g in gemms], dtype=float)
-    g_bytes = np.array([_gemm_bytes(mm, nn, kk, g["dtype"]) for mm, nn, kk, g in zip(g_m, g_n, g_k, gemms)], dtype=float)
+    g_bytes = np.array([_gemm_bytes(mm, nn, kk, g["dtype"]) for mm, nn, kk, g in zip(g_m, g_n, g_k, gemms, strict=True)], dtype=float)
     m_bytes = np.array([x["bytes"] for x in mems], dtype=float)
     m_kern = np.array([x.get("kernels", 1) for x in mems], dtype=float)
     m_t = np.array([x["seconds"] for x in mems], dtype=float)
     t_all = np.concatenate([g_t, m_t])
     ng = len(gemms)
 
-    def solve(d_half: float, k_half: float, keep: np.ndarray, symmetric: bool = False):
+    def solve(d_half: float, k_half: float, keep: np.ndarray, symmetric: bool = False) -> tuple[float, np.ndarray, np.ndarray]:
         """Fit for fixed half-dimensions.  ``symmetric``: iteratively reweighted so that the
         objective is Σ log²(pred/meas) (rows scaled by √(pred·meas)); plain relative error
         (pred−meas)/meas penalises over-prediction more than under-prediction, which biases
@@ -383,7 +391,7 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
         compute_bound = np.ones(ng, dtype=bool)
         x = np.zeros(nd + 2)
         scale = t_all.copy()
-        for it in range(12 if symmetric else 8):
+        for _it in range(12 if symmetric else 8):
             a = np.zeros((ng + len(mems), nd + 2))
             rows = np.arange(ng)
             a[rows[compute_bound], g_d[compute_bound]] = (x_flops * g_b)[compute_bound]
@@ -421,27 +429,29 @@ def _fit_compute_memory(gemms: list[Mapping[str, Any]], mems: list[Mapping[str, 
             loss = float(np.sum((((pred - t_all) / t_all) ** 2)[keep]))
         return loss, x, pred
 
-    def search(keep: np.ndarray):
+    def search(keep: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float, float]:
         if ng == 0:
             loss, x, pred = solve(0.0, 0.0, keep, symmetric=True)
             return loss, x, pred, 0.0, 0.0
-        coarse = None
+        coarse: tuple[float, np.ndarray, np.ndarray, float, float] | None = None
         for dh in _HALF_GRID:
             for kh in _HALF_GRID:
                 r = solve(float(dh), float(kh), keep)
                 if coarse is None or r[0] < coarse[0]:
                     coarse = r + (float(dh), float(kh))
         # refine with the symmetric (log-error) objective on a finer grid around the best cell
+        assert coarse is not None  # the grid is not empty
         _, _, _, dh0, kh0 = coarse
         step = float(_HALF_GRID[2] / _HALF_GRID[1])
         fine_d = np.unique(np.concatenate([[dh0], dh0 * step ** np.linspace(-1, 1, 7)])) if dh0 > 0 else np.array([0.0, 0.5, 1.0])
         fine_k = np.unique(np.concatenate([[kh0], kh0 * step ** np.linspace(-1, 1, 7)])) if kh0 > 0 else np.array([0.0, 0.5, 1.0])
-        best = None
+        best: tuple[float, np.ndarray, np.ndarray, float, float] | None = None
         for dh in fine_d:
             for kh in fine_k:
                 r = solve(float(dh), float(kh), keep, symmetric=True)
                 if best is None or r[0] < best[0]:
                     best = r + (float(dh), float(kh))
+        assert best is not None
         return best
 
     keep = np.ones(len(t_all), dtype=bool)
@@ -509,7 +519,7 @@ def _fit_elementwise(device: DeviceSpec, small: list[Mapping[str, Any]], fresh_l
            "first_touch_s_per_byte": 0.0, "points_first_touch": len(fresh_large)}
     if fresh_large and math.isfinite(touch_min):
         # the device as fitted so far (bandwidth, launch, element costs), without first touch
-        fitted = replace(device, memory_bandwidth_GBps=1e-9 / sec_per_byte, efficiency=replace(
+        fitted = replace(device, memory_bandwidth_GBps=bytes_per_s_to_gbps(1.0 / sec_per_byte), efficiency=replace(
             device.efficiency, memory_fraction=1.0, kernel_overhead_s=launch_s, first_touch_s_per_byte=0.0,
             rng_s_per_element=out["rng_s_per_element"], transcendental_s_per_element=out["transcendental_s_per_element"]))
         extra = [(x["seconds"] - _memory_op_time_s(x, fitted)) / _fresh_output_bytes(x) for x in fresh_large]
@@ -535,6 +545,94 @@ def _fit_collectives(colls: list[Mapping[str, Any]]) -> dict[str, float] | None:
     if x[0] <= 0:
         return None
     return {"sec_per_byte": float(x[0]), "alpha_s": float(x[1])}
+
+
+def _fit_gemm_peaks(device: DeviceSpec, fitted: list[str], sec_per_flop: Mapping[str, float], rates: dict[str, Any],
+                    overrides: dict[str, float], warnings: list[str]) -> float:
+    """The large-GEMM fraction of peak (dimensionless) from the primary dtype's fitted rate; a
+    catalog peak the measurement exceeds, or another dtype's peak more than 2% off the one the
+    fraction implies, becomes a device override (TFLOP/s)."""
+    primary = _primary_dtype(device, fitted)
+    rates["primary_dtype"] = primary
+    rate_p = flops_to_tflops(1.0 / sec_per_flop[primary])
+    try:
+        peak_p = device.peak_tflops(primary)
+    except Exception:  # the catalog lacks this dtype: the measurement defines it
+        peak_p = None
+    if peak_p is None or rate_p > peak_p:
+        overrides[f"{primary}_tflops"] = rate_p
+        gemm_max_fraction = 1.0
+        if peak_p is not None:
+            warnings.append(
+                f"measured {primary} GEMM rate {rate_p:.4g} TFLOP/s exceeds the catalog peak {peak_p:.4g}; "
+                "the device's peak is replaced by the measurement"
+            )
+    else:
+        gemm_max_fraction = rate_p / peak_p
+    for d in fitted:
+        if d == primary:
+            continue
+        rate_d = flops_to_tflops(1.0 / sec_per_flop[d])
+        implied_peak = rate_d / gemm_max_fraction
+        try:
+            catalog_peak = device.peak_tflops(d)
+        except Exception:
+            catalog_peak = None
+        # Within 2% the catalog figure stands (fit noise, not a correction).
+        if catalog_peak is None or abs(implied_peak / catalog_peak - 1.0) > 0.02:
+            overrides[f"{d}_tflops"] = implied_peak
+    return gemm_max_fraction
+
+
+def _fit_links(device: DeviceSpec, ms: list[Mapping[str, Any]], rates: dict[str, Any],
+               warnings: list[str]) -> tuple[float, float, float, list[Mapping[str, Any]]]:
+    """NVLink and NIC fractions (dimensionless) and the collective latency (s) from the
+    collective measurements (ring model, ``cost_model.comm``); catalog defaults where none
+    were taken.  Also returns the measurements used."""
+    base_eff = device.efficiency
+    coll_backend = _select_backend(ms, COLLECTIVE_OPS, ("nccl", "gloo") if device.kind == "gpu" else ("gloo",))
+    colls = [m for m in ms if m["op"] in COLLECTIVE_OPS and m.get("backend", "unknown") == coll_backend]
+    nvlink_fraction = base_eff.nvlink_fraction
+    nic_fraction = base_eff.nic_fraction
+    collective_latency_s = base_eff.collective_latency_s
+    intra = [c for c in colls if c.get("scope", "intra_node") == "intra_node"]
+    inter = [c for c in colls if c.get("scope") == "inter_node"]
+    per_op = {}
+    for op in COLLECTIVE_OPS:
+        f_op = _fit_collectives([c for c in intra if c["op"] == op])
+        if f_op:
+            per_op[op] = {"bus_GBps": bytes_per_s_to_gbps(1.0 / f_op["sec_per_byte"]), "alpha_s": f_op["alpha_s"]}
+    # The Efficiency has one (β, α) per link.  All-reduce defines it when measured: it is the
+    # data-parallel gradient collective and its ring model is the reference for the others
+    # (NCCL reaches the same bus bandwidth for all of them; gloo's all-gather/reduce-scatter are
+    # slower, which the per-op figures and the quality report show).
+    basis = [c for c in intra if c["op"] == "allreduce"] or intra
+    fi = _fit_collectives(basis)
+    used_colls = basis
+    if fi:
+        beta_GBps = bytes_per_s_to_gbps(1.0 / fi["sec_per_byte"])
+        rates["collectives"] = {
+            "backend": coll_backend,
+            "basis": "allreduce" if any(c["op"] == "allreduce" for c in intra) else "all collectives",
+            "intra_node_bus_GBps": beta_GBps,
+            "alpha_s": fi["alpha_s"],
+            "per_op": per_op,
+        }
+        nvlink_fraction = beta_GBps / device.intra_node_bandwidth_GBps
+        collective_latency_s = fi["alpha_s"]
+        used_colls = intra
+    elif intra:
+        warnings.append("collective measurements did not determine a bandwidth")
+    else:
+        warnings.append("no collective measurements: link fractions and latency keep the catalog defaults")
+    fe = _fit_collectives(inter)
+    if fe:
+        nic_GBps = bytes_per_s_to_gbps(1.0 / fe["sec_per_byte"])
+        rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
+        nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
+        nic_fraction = nic_GBps / nic_per_gpu
+        used_colls = used_colls + inter
+    return nvlink_fraction, nic_fraction, collective_latency_s, used_colls
 
 
 def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
@@ -589,10 +687,10 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
                 f"left out {len(excluded_g)} GEMM and {len(excluded_m)} memory-bound measurements taken on a busy "
                 f"host or with unstable samples and more than {OUTLIER_FACTOR:g}x off the fitted model"
             )
-        rates["gemm_tflops"] = {d: (1.0 / s / 1e12 if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
+        rates["gemm_tflops"] = {d: (flops_to_tflops(1.0 / s) if s > 0 else None) for d, s in cm["sec_per_flop"].items()}
         kernel_overhead_s = cm["launch_s"]
         if cm["sec_per_byte"] > 0:
-            bw_GBps = 1.0 / cm["sec_per_byte"] / 1e9
+            bw_GBps = bytes_per_s_to_gbps(1.0 / cm["sec_per_byte"])
             rates["memory_bandwidth_GBps"] = bw_GBps
             memory_fraction = bw_GBps / device.memory_bandwidth_GBps
             if memory_fraction > 1.0:
@@ -604,7 +702,7 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
                 )
         elif not mems:
             warnings.append("no memory-bound measurements: memory_fraction keeps the catalog default")
-        sec_per_byte = cm["sec_per_byte"] if cm["sec_per_byte"] > 0 else 1.0 / (device.memory_bandwidth_GBps * 1e9 * memory_fraction)
+        sec_per_byte = cm["sec_per_byte"] if cm["sec_per_byte"] > 0 else 1.0 / (gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * memory_fraction)
         elementwise = _fit_elementwise(device, small, fresh_large, sec_per_byte, kernel_overhead_s, touch_min)
         rates["elementwise"] = elementwise
         used_mems = used_mems + [m for m in small if m["op"] in TRANSCENDENTAL_OPS + RNG_OPS] + fresh_large
@@ -612,82 +710,13 @@ def fit_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
         if fitted:
             gemm_half_dim = cm["gemm_half_dim"]
             gemm_half_k = cm["gemm_half_k"]
-            primary = _primary_dtype(device, fitted)
-            rates["primary_dtype"] = primary
-            rate_p = 1.0 / cm["sec_per_flop"][primary] / 1e12
-            try:
-                peak_p = device.peak_tflops(primary)
-            except Exception:  # the catalog lacks this dtype: the measurement defines it
-                peak_p = None
-            if peak_p is None or rate_p > peak_p:
-                overrides[f"{primary}_tflops"] = rate_p
-                gemm_max_fraction = 1.0
-                if peak_p is not None:
-                    warnings.append(
-                        f"measured {primary} GEMM rate {rate_p:.4g} TFLOP/s exceeds the catalog peak {peak_p:.4g}; "
-                        "the device's peak is replaced by the measurement"
-                    )
-            else:
-                gemm_max_fraction = rate_p / peak_p
-            for d in fitted:
-                if d == primary:
-                    continue
-                rate_d = 1.0 / cm["sec_per_flop"][d] / 1e12
-                implied_peak = rate_d / gemm_max_fraction
-                try:
-                    catalog_peak = device.peak_tflops(d)
-                except Exception:
-                    catalog_peak = None
-                # Within 2% the catalog figure stands (fit noise, not a correction).
-                if catalog_peak is None or abs(implied_peak / catalog_peak - 1.0) > 0.02:
-                    overrides[f"{d}_tflops"] = implied_peak
+            gemm_max_fraction = _fit_gemm_peaks(device, fitted, cm["sec_per_flop"], rates, overrides, warnings)
         elif gemms:
             warnings.append("GEMM measurements did not determine a compute rate (all memory-bound?)")
     else:
         warnings.append("no GEMM or memory-bound measurements: compute efficiency keeps the catalog default")
 
-    coll_backend = _select_backend(ms, COLLECTIVE_OPS, ("nccl", "gloo") if device.kind == "gpu" else ("gloo",))
-    colls = [m for m in ms if m["op"] in COLLECTIVE_OPS and m.get("backend", "unknown") == coll_backend]
-    nvlink_fraction = base_eff.nvlink_fraction
-    nic_fraction = base_eff.nic_fraction
-    collective_latency_s = base_eff.collective_latency_s
-    intra = [c for c in colls if c.get("scope", "intra_node") == "intra_node"]
-    inter = [c for c in colls if c.get("scope") == "inter_node"]
-    per_op = {}
-    for op in COLLECTIVE_OPS:
-        f_op = _fit_collectives([c for c in intra if c["op"] == op])
-        if f_op:
-            per_op[op] = {"bus_GBps": 1.0 / f_op["sec_per_byte"] / 1e9, "alpha_s": f_op["alpha_s"]}
-    # The Efficiency has one (β, α) per link.  All-reduce defines it when measured: it is the
-    # data-parallel gradient collective and its ring model is the reference for the others
-    # (NCCL reaches the same bus bandwidth for all of them; gloo's all-gather/reduce-scatter are
-    # slower, which the per-op figures and the quality report show).
-    basis = [c for c in intra if c["op"] == "allreduce"] or intra
-    fi = _fit_collectives(basis)
-    used_colls = basis
-    if fi:
-        beta_GBps = 1.0 / fi["sec_per_byte"] / 1e9
-        rates["collectives"] = {
-            "backend": coll_backend,
-            "basis": "allreduce" if any(c["op"] == "allreduce" for c in intra) else "all collectives",
-            "intra_node_bus_GBps": beta_GBps,
-            "alpha_s": fi["alpha_s"],
-            "per_op": per_op,
-        }
-        nvlink_fraction = beta_GBps / device.intra_node_bandwidth_GBps
-        collective_latency_s = fi["alpha_s"]
-        used_colls = intra
-    elif intra:
-        warnings.append("collective measurements did not determine a bandwidth")
-    else:
-        warnings.append("no collective measurements: link fractions and latency keep the catalog defaults")
-    fe = _fit_collectives(inter)
-    if fe:
-        nic_GBps = 1.0 / fe["sec_per_byte"] / 1e9
-        rates.setdefault("collectives", {})["inter_node_bus_GBps"] = nic_GBps
-        nic_per_gpu = device.inter_node_bandwidth_GBps / max(device.gpus_per_node, 1)
-        nic_fraction = nic_GBps / nic_per_gpu
-        used_colls = used_colls + inter
+    nvlink_fraction, nic_fraction, collective_latency_s, used_colls = _fit_links(device, ms, rates, warnings)
 
     efficiency = {
         "gemm_max_fraction": gemm_max_fraction,
@@ -736,12 +765,13 @@ def _fitted_device(device: DeviceSpec, fit: Mapping[str, Any], profile_id: str) 
         comm_overlap_fraction=device.efficiency.comm_overlap_fraction,  # the kind of device's, not fitted
         source=f"profile {profile_id}",
     )
-    figures = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}
+    figures: dict[str, Any] = {k: float(v) for k, v in fit.get("device_overrides", {}).items()}
     source = f"{device.source}; calibrated by profile {profile_id}" if device.source else f"calibrated by profile {profile_id}"
     return replace(device, efficiency=eff, profile_id=profile_id, source=source, **figures)
 
 
-def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls) -> dict[str, Any]:
+def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms: list[Mapping[str, Any]], mems: list[Mapping[str, Any]],
+                 colls: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Relative error of the cost model's own functions on the fitted device."""
     from cost_model.comm import (
         Links,
@@ -770,19 +800,19 @@ def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls)
             gpus_per_node=10**9,
             alpha_s=dev.efficiency.collective_latency_s,
         )
-        pred = []
+        colls_pred: list[float] = []
         for c in colls:
             n, s = c["group_size"], c["bytes"]
             per_node = n if c.get("scope", "intra_node") == "intra_node" else 1
             if c["op"] == "allreduce":
-                pred.append(float(allreduce_time_s(n, s, links, per_node)))
+                colls_pred.append(float(allreduce_time_s(n, s, links, per_node)))
             elif c["op"] in ("allgather", "reduce_scatter"):
-                pred.append(float(reduce_scatter_time_s(n, s, links, per_node)))
+                colls_pred.append(float(reduce_scatter_time_s(n, s, links, per_node)))
             elif c["op"] == "alltoall":
-                pred.append(float(alltoall_time_s(n, s, links, per_node)))
+                colls_pred.append(float(alltoall_time_s(n, s, links, per_node)))
             else:
-                pred.append(float(p2p_time_s(s, links, per_node == 1)))
-        pred_a = np.array(pred)
+                colls_pred.append(float(p2p_time_s(s, links, per_node == 1)))
+        pred_a = np.array(colls_pred)
         meas_a = np.array([c["seconds"] for c in colls])
         out["collectives"] = _rel_errors(pred_a, meas_a)
         ops = np.array([c["op"] for c in colls])
@@ -790,7 +820,7 @@ def _fit_quality(device: DeviceSpec, fit: Mapping[str, Any], gemms, mems, colls)
     return out
 
 
-def _validate_fit(fit: Any) -> bool:
+def _validate_fit(fit: Any) -> TypeGuard[Mapping[str, Any]]:
     if not isinstance(fit, Mapping) or fit.get("fit_version") != FIT_VERSION:
         return False
     eff = fit.get("efficiency")

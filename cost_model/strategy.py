@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
 from cost_model.training import Training
@@ -18,6 +18,36 @@ from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
 INT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
+
+
+def even_split(total: int, parts: int) -> tuple[int, ...]:
+    """Near-even split of ``total`` items (decoder layers) into ``parts``: the first
+    ``total mod parts`` parts take one item more.  Megatron-LM's default pipeline split when
+    the layer count divides; the near-even rule otherwise."""
+    if parts < 1:
+        raise ValueError(f"parts must be positive, got {parts}")
+    q, r = divmod(total, parts)
+    return tuple(q + (1 if i < r else 0) for i in range(parts))
+
+
+class RankCoords(NamedTuple):
+    """A global rank's coordinates on the four parallel axes."""
+
+    pp: int
+    dp: int
+    cp: int
+    tp: int
+
+
+def rank_of(pp_i: int, dp_i: int, cp_i: int, tp_i: int, *, dp: int, cp: int, tp: int) -> int:
+    """Global rank of the given coordinates in Megatron-LM's order (tensor fastest, then
+    context, data, pipeline): ``r = ((pp_i·dp + dp_i)·cp + cp_i)·tp + tp_i``."""
+    return ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+
+
+def rank_coords(rank: int, *, dp: int, cp: int, tp: int) -> RankCoords:
+    """Inverse of :func:`rank_of`: the (pp, dp, cp, tp) coordinates of a global rank."""
+    return RankCoords(pp=rank // (tp * cp * dp), dp=(rank // (tp * cp)) % dp, cp=(rank // tp) % cp, tp=rank % tp)
 
 
 @dataclass(frozen=True)
@@ -60,7 +90,7 @@ class Strategy:
             start += n
         return out
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
 
 
@@ -153,7 +183,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
                 "(give layers_per_stage for an uneven split)",
                 field=f"{f}.pp",
             )
-        s = replace(s, layers_per_stage=(model.num_layers // chunks,) * chunks)
+        s = replace(s, layers_per_stage=even_split(model.num_layers, chunks))
     per_step = s.dp * s.micro_batch_size
     if training.global_batch_size % per_step:
         raise InvalidStrategy(

@@ -96,3 +96,43 @@ def us_to_s(us: Num) -> Num:
 def s_to_ms(s: Num) -> Num:
     """Seconds → milliseconds."""
     return s / S_PER_MS
+
+
+#: Bytes in one KiB (``/proc/meminfo`` reports "kB" that are KiB).
+BYTES_PER_KIB = 1024.0
+#: Bytes in one MB (decimal; file-size limits in messages).
+BYTES_PER_MB = 1e6
+#: FLOP/s in one GFLOP/s.
+FLOPS_PER_GFLOPS = 1e9
+#: Seconds in one nanosecond.
+S_PER_NS = 1e-9
+
+
+def kib_to_bytes(kib: Num) -> Num:
+    """KiB (1024 bytes) → bytes."""
+    return kib * BYTES_PER_KIB
+
+
+def bytes_to_mib(n_bytes: Num) -> Num:
+    """Bytes → MiB (2^20 bytes)."""
+    return n_bytes / BYTES_PER_MIB
+
+
+def bytes_to_mb(n_bytes: Num) -> Num:
+    """Bytes → MB (1e6 bytes)."""
+    return n_bytes / BYTES_PER_MB
+
+
+def flops_to_gflops(flops: Num) -> Num:
+    """FLOP/s → GFLOP/s."""
+    return flops / FLOPS_PER_GFLOPS
+
+
+def s_to_us(s: Num) -> Num:
+    """Seconds → microseconds."""
+    return s / S_PER_US
+
+
+def s_to_ns(s: Num) -> Num:
+    """Seconds → nanoseconds."""
+    return s / S_PER_NS

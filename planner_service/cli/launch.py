@@ -11,8 +11,7 @@ import typer
 
 from cost_model.errors import InvalidInput, PlannerError
 from planner_service.cli.common import err_console, fail, read_json_file
-from planner_service.exporters import TARGETS, LaunchParams, render
-from planner_service.exporters.common import parse_env_pairs
+from planner_service.exporters import TARGETS, launch_params, render
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.storage.errors import NotFound
 
@@ -78,13 +77,13 @@ def register(app: typer.Typer) -> None:
                 plan_dict = _fetch_plan(plan, url)
             if not isinstance(plan_dict, dict):
                 raise InvalidInput("must be a plan JSON object", field="plan")
-            params = LaunchParams(
+            params = launch_params(
                 image=image,
                 command=command,
                 job_name=job_name,
                 namespace=namespace,
                 queue=queue,
-                env=parse_env_pairs(env),
+                env=env,
                 smoke_test=smoke_test,
                 master_port=master_port,
                 nccl_debug=nccl_debug,

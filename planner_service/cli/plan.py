@@ -17,6 +17,7 @@ from rich.progress import (
 from rich.table import Table
 
 from cost_model.errors import PlannerError
+from cost_model.units import s_to_ms
 from planner_service.cli.common import (
     EXIT_BAD_INPUT,
     console,
@@ -74,7 +75,7 @@ def render_plan(result: PlanResult) -> None:
             f"{e['first_layer']}–{e['last_layer']}",
             e["device"],
             (", ".join(hosts[:3]) + (f" +{len(hosts) - 3}" if len(hosts) > 3 else "")),
-            f"{e['time_per_microbatch_s'] * 1e3:.1f} ms",
+            f"{s_to_ms(e['time_per_microbatch_s']):.1f} ms",
             f"{e['peak_memory_GB']:.1f}",
         )
     console.print(st)

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from cost_model.errors import InvalidProfile, PlannerError
 from cost_model.profiles import with_fit
+from cost_model.units import bytes_to_mb, bytes_to_mib, flops_to_gflops, s_to_ns, s_to_us, tflops_to_flops
 from planner_service.cli.common import EXIT_BAD_INPUT, err_console, fail
 
 #: Warn when other processes kept at least this many cores busy while profiling.
@@ -62,17 +63,17 @@ def summary_table(profile: dict[str, Any]) -> Table:
     t = Table(title=f"profile of {profile['device']['name']} ({len(profile['measurements'])} measurements)", show_header=False)
     for dtype, tf in (rates.get("gemm_tflops") or {}).items():
         if tf:
-            t.add_row(f"GEMM rate {dtype}", f"{tf * 1e3:.4g} GFLOP/s (large shapes); half-dims m,n {eff['gemm_half_dim']:.3g}, k {eff['gemm_half_k']:.3g}")
+            t.add_row(f"GEMM rate {dtype}", f"{flops_to_gflops(tflops_to_flops(tf)):.4g} GFLOP/s (large shapes); half-dims m,n {eff['gemm_half_dim']:.3g}, k {eff['gemm_half_k']:.3g}")
     if rates.get("memory_bandwidth_GBps"):
-        t.add_row("memory-bound ops", f"{rates['memory_bandwidth_GBps']:.3g} GB/s, {eff['kernel_overhead_s'] * 1e6:.3g} µs per kernel")
+        t.add_row("memory-bound ops", f"{rates['memory_bandwidth_GBps']:.3g} GB/s, {s_to_us(eff['kernel_overhead_s']):.3g} µs per kernel")
     ew = rates.get("elementwise")
     if ew and (ew["rng_s_per_element"] or ew["transcendental_s_per_element"] or ew["first_touch_s_per_byte"]):
         touch = eff.get("first_touch_min_bytes")
-        t.add_row("per-element costs", f"random numbers {ew['rng_s_per_element'] * 1e9:.3g} ns, exp/erf {ew['transcendental_s_per_element'] * 1e9:.3g} ns; "
-                  f"first touch {ew['first_touch_s_per_byte'] * 1e9:.3g} ns/byte" + (f" for tensors ≥ {touch / 2**20:.0f} MiB" if touch else ""))
+        t.add_row("per-element costs", f"random numbers {s_to_ns(ew['rng_s_per_element']):.3g} ns, exp/erf {s_to_ns(ew['transcendental_s_per_element']):.3g} ns; "
+                  f"first touch {s_to_ns(ew['first_touch_s_per_byte']):.3g} ns/byte" + (f" for tensors ≥ {bytes_to_mib(touch):.0f} MiB" if touch else ""))
     coll = rates.get("collectives")
     if coll and "intra_node_bus_GBps" in coll:
-        t.add_row(f"collectives ({coll['backend']})", f"{coll['intra_node_bus_GBps']:.3g} GB/s bus, α {coll['alpha_s'] * 1e6:.3g} µs")
+        t.add_row(f"collectives ({coll['backend']})", f"{coll['intra_node_bus_GBps']:.3g} GB/s bus, α {s_to_us(coll['alpha_s']):.3g} µs")
     for key, q in fit.get("quality", {}).items():
         if q.get("points"):
             t.add_row(f"fit error {key}", f"median {q['median_abs_rel_error'] * 100:.1f}%, p90 {q['p90_abs_rel_error'] * 100:.1f}% over {q['points']} points")
@@ -180,7 +181,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_BAD_INPUT) from None
         try:
             if size > MAX_TRACE_BYTES:
-                raise InvalidProfile(f"{trace} is {size / 1e6:.1f} MB; the limit for traces is {MAX_TRACE_BYTES / 1e6:.0f} MB", field="trace")
+                raise InvalidProfile(f"{trace} is {bytes_to_mb(size):.1f} MB; the limit for traces is {bytes_to_mb(MAX_TRACE_BYTES):.0f} MB", field="trace")
             profile = with_fit(parse_trace_bytes(trace.read_bytes(), device_name))
         except PlannerError as exc:
             fail(exc, as_json)

@@ -19,6 +19,7 @@ from cost_model.errors import InvalidInput
 from planner_service.exporters.common import (
     Artifact,
     LaunchParams,
+    launch_params,
     rankmap_dict,
     rankmap_json,
 )
@@ -82,4 +83,4 @@ def render(plan: Mapping[str, Any], target: str, params: LaunchParams | None = N
     return TARGETS[target](view, params)
 
 
-__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "plan_view", "render"]
+__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "launch_params", "plan_view", "render"]

@@ -101,6 +101,15 @@ class LaunchParams:
         return self.image
 
 
+def launch_params(*, env: list[str] | None = None, **options: Any) -> LaunchParams:
+    """The launch parameters from the options of ``GET /v1/plans/{id}/launch`` or
+    ``planner launch`` (the one builder both use): ``env`` as ``KEY=VALUE`` strings, an option
+    given as None takes :class:`LaunchParams`' default.  Checked against the plan later, by
+    :meth:`LaunchParams.validated`."""
+    given = {name: value for name, value in options.items() if value is not None}
+    return LaunchParams(env=parse_env_pairs(env), **given)
+
+
 @dataclass(frozen=True)
 class Artifact:
     """Rendered files (name → text); ``primary`` is the one to look at first."""

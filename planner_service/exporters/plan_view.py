@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError
+from cost_model.strategy import even_split, rank_coords
 from cost_model.transformer.spec import from_hf_config, get_preset
 
 
@@ -213,11 +214,6 @@ def _mapping(value: Any, field_path: str) -> Mapping[str, Any]:
     return value
 
 
-def _even_split(total: int, parts: int) -> list[int]:
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
 def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: Mapping[str, Any], pp: int, vpp: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """Decoder layers per physical stage and per model chunk (virtual stage), model order.
 
@@ -238,7 +234,7 @@ def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: M
             total = spec.get("num_hidden_layers", spec.get("n_layer"))
         if not isinstance(total, int) or total < 1:
             return None, None
-        chunks = _even_split(total, pp * vpp)
+        chunks = even_split(total, pp * vpp)
         physical = [sum(chunks[k] for k in range(p, pp * vpp, pp)) for p in range(pp)]
         return tuple(physical), tuple(chunks)
     if not isinstance(lps, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in lps):
@@ -248,7 +244,7 @@ def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: M
         physical = [sum(chunks[k] for k in range(p, pp * vpp, pp)) for p in range(pp)]
     elif len(lps) == pp:
         physical = list(lps)
-        per_stage = [_even_split(n, vpp) for n in physical]
+        per_stage = [even_split(n, vpp) for n in physical]
         chunks = [per_stage[k % pp][k // pp] for k in range(pp * vpp)]
     else:
         raise InvalidPlan(
@@ -284,24 +280,8 @@ def _model_spec(model: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return spec
 
 
-def plan_view(plan: Mapping[str, Any]) -> PlanView:
-    """Validate the parts of a plan dict the exporters use; errors name the field."""
-    plan = _mapping(plan, "plan")
-    best = _mapping(plan.get("best"), "plan.best")
-    strategy = _mapping(best.get("strategy"), "plan.best.strategy")
-    sizes = {}
-    for key in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
-        sizes[key] = _int(strategy.get(key, 1) if strategy.get(key) is not None else 1, f"plan.best.strategy.{key}", 1)
-    dp, tp, pp, cp, vpp = sizes["dp"], sizes["tp"], sizes["pp"], sizes["cp"], sizes["vpp"]
-    world = dp * tp * pp * cp
-    ranks_in = best.get("ranks")
-    if not isinstance(ranks_in, list) or not ranks_in:
-        raise InvalidPlan("must be a non-empty list of {rank, host, gpu, ...}", field="plan.best.ranks")
-    if len(ranks_in) != world:
-        raise InvalidPlan(
-            f"has {len(ranks_in)} entries but dp*tp*pp*cp = {dp}*{tp}*{pp}*{cp} = {world}", field="plan.best.ranks"
-        )
-
+def _cluster_info(plan: Mapping[str, Any]) -> tuple[dict[str, GroupInfo], dict[str, str], dict[str, Mapping[str, Any]]]:
+    """The plan's node groups, the group of each host, and each node's entry, by hostname."""
     cluster = plan.get("cluster") if isinstance(plan.get("cluster"), Mapping) else {}
     groups: dict[str, GroupInfo] = {}
     host_group: dict[str, str] = {}
@@ -326,7 +306,13 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
             node_info[n["hostname"]] = n
             if isinstance(n.get("group"), str):
                 host_group.setdefault(n["hostname"], n["group"])
+    return groups, host_group, node_info
 
+
+def _rank_slots(ranks_in: list[Any], world: int, dp: int, cp: int, tp: int, groups: Mapping[str, GroupInfo],
+                host_group: Mapping[str, str]) -> tuple[RankSlot, ...]:
+    """Every rank's slot, checked: on the world, once each, one rank per GPU, coordinates in
+    Megatron order (:func:`cost_model.strategy.rank_coords`)."""
     slots: dict[int, RankSlot] = {}
     used: dict[tuple[str, int], int] = {}
     valid_hosts: set[str] = set()
@@ -347,8 +333,7 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         if (host, gpu) in used:
             raise InvalidPlan(f"GPU {gpu} of {host} already holds rank {used[(host, gpu)]}", field=f"{path}.gpu")
         used[(host, gpu)] = rank
-        # Megatron order: r = ((pp_i*dp + dp_i)*cp + cp_i)*tp + tp_i
-        tp_i, cp_i, dp_i, pp_i = rank % tp, (rank // tp) % cp, (rank // (tp * cp)) % dp, rank // (tp * cp * dp)
+        pp_i, dp_i, cp_i, tp_i = rank_coords(rank, dp=dp, cp=cp, tp=tp)
         for axis, expected in (("tp", tp_i), ("cp", cp_i), ("dp", dp_i), ("pp", pp_i)):
             given = r.get(axis)
             if given is not None and given != expected:
@@ -362,8 +347,11 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         group = r.get("node_group") or host_group.get(host) or "default"
         device = r.get("device") or (groups[group].device if group in groups else "gpu")
         slots[rank] = RankSlot(rank, host, gpu, str(group), str(device), pp_i, dp_i, pp_i, tp_i, cp_i)
-    ranks = tuple(slots[k] for k in range(world))
+    return tuple(slots[k] for k in range(world))
 
+
+def _node_slots(ranks: tuple[RankSlot, ...]) -> tuple[NodeSlot, ...]:
+    """Hosts in the order of their first rank, each with its ranks and GPUs (one device type)."""
     order: list[str] = []
     by_host: dict[str, list[RankSlot]] = {}
     for s in ranks:
@@ -390,6 +378,30 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
             )
         )
         base += len(slots_h)
+    return tuple(nodes)
+
+
+def plan_view(plan: Mapping[str, Any]) -> PlanView:
+    """Validate the parts of a plan dict the exporters use; errors name the field."""
+    plan = _mapping(plan, "plan")
+    best = _mapping(plan.get("best"), "plan.best")
+    strategy = _mapping(best.get("strategy"), "plan.best.strategy")
+    sizes = {}
+    for key in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
+        sizes[key] = _int(strategy.get(key, 1) if strategy.get(key) is not None else 1, f"plan.best.strategy.{key}", 1)
+    dp, tp, pp, cp, vpp = sizes["dp"], sizes["tp"], sizes["pp"], sizes["cp"], sizes["vpp"]
+    world = dp * tp * pp * cp
+    ranks_in = best.get("ranks")
+    if not isinstance(ranks_in, list) or not ranks_in:
+        raise InvalidPlan("must be a non-empty list of {rank, host, gpu, ...}", field="plan.best.ranks")
+    if len(ranks_in) != world:
+        raise InvalidPlan(
+            f"has {len(ranks_in)} entries but dp*tp*pp*cp = {dp}*{tp}*{pp}*{cp} = {world}", field="plan.best.ranks"
+        )
+
+    groups, host_group, node_info = _cluster_info(plan)
+    ranks = _rank_slots(ranks_in, world, dp, cp, tp, groups, host_group)
+    nodes = _node_slots(ranks)
 
     model = plan.get("model") if isinstance(plan.get("model"), Mapping) else {}
     spec = _model_spec(model)
@@ -402,7 +414,7 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         model_spec=spec,
         training=training,
         strategy={**strategy, **sizes},
-        placement=Placement(ranks=ranks, nodes=tuple(nodes)),
+        placement=Placement(ranks=ranks, nodes=nodes),
         groups=groups,
         node_info=node_info,
         stage_layers=physical,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cost_model.strategy import rank_of
 from planner_service.exporters.plan_view import PlanView, plan_view
 
 VERSION_FIELDS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
@@ -27,7 +28,7 @@ def _groups(view: PlanView) -> dict[str, list[list[int]]]:
     dp, tp, pp, cp = view.dp, view.tp, view.pp, view.cp
 
     def rank(pp_i: int, dp_i: int, cp_i: int, tp_i: int) -> int:
-        return ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+        return rank_of(pp_i, dp_i, cp_i, tp_i, dp=dp, cp=cp, tp=tp)
 
     out: dict[str, list[list[int]]] = {"tensor-parallel": [], "context-parallel": [], "data-parallel": [], "pipeline": []}
     for p in range(pp):
@@ -73,7 +74,7 @@ def _nothing_can_mix(plan: Mapping[str, Any]) -> bool:
         device = g.get("device") if isinstance(g, Mapping) else None
         devices.add(device.get("name") if isinstance(device, Mapping) else device if isinstance(device, str) else None)
     for r in best.get("ranks") or []:
-        device = r.get("device") if isinstance(r, dict) or isinstance(r, Mapping) else None
+        device = r.get("device") if isinstance(r, (dict, Mapping)) else None
         if device is not None:
             devices.add(device if isinstance(device, str) else None)
     if len(devices) != 1 or None in devices:

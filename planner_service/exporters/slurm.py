@@ -46,7 +46,7 @@ def render_slurm(view: PlanView, params: LaunchParams, entry: list[str] | None =
         f"#SBATCH --job-name={params.job_name}",
         "#SBATCH --output=%x-%j.out",
     ]
-    for k, (device, nodes) in enumerate(comps):
+    for k, (_device, nodes) in enumerate(comps):
         if k > 0:
             lines.append("#SBATCH hetjob")
         gpus_per_node = max(max(view.group_of(n).gpus_per_node, n.nproc, max(n.gpus) + 1) for n in nodes)

@@ -8,6 +8,7 @@ from typing import Any
 
 from cost_model.devices import catalog
 from cost_model.errors import InvalidCluster
+from cost_model.units import bytes_to_gb, mib_to_bytes
 
 #: Family tokens as they appear in nvidia-smi names, GFD labels and Paddle's "model" field.
 _FAMILIES = ("H200", "H100", "H800", "B200", "A100", "A800", "V100", "L40S", "A10", "MI300X", "MI250X")
@@ -51,7 +52,7 @@ def catalog_id_for(product: str, memory_MiB: float | None = None, field_path: st
         if m:
             mem_GB = float(m.group(1))
     if mem_GB is None and memory_MiB:
-        mem_GB = memory_MiB * 1024 * 1024 / 1e9
+        mem_GB = bytes_to_gb(mib_to_bytes(memory_MiB))
     candidates = [c for c in cat.values() if c.name.upper().startswith(family)]
     if family == "A10":
         candidates = [c for c in candidates if c.name.upper().startswith("A10-")]

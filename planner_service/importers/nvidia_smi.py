@@ -117,7 +117,7 @@ def _parse_csv(node: _Node) -> tuple[str, int, float | None, str | None]:
                 "add the header line (drop 'noheader') when querying other fields",
                 field=f"{node.host}.csv",
             )
-        rec = dict(zip(columns, row))
+        rec = dict(zip(columns, row, strict=True))
         names.add(rec["name"])
         if "memory.total" in rec:
             m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(MiB)?\s*$", rec["memory.total"])
@@ -137,10 +137,10 @@ def _parse_topo(node: _Node, gpu_count: int) -> tuple[float | None, str | None]:
     lines = node.topo_lines
     if not lines:
         return None, None
-    header_idx = next((i for i, l in enumerate(lines) if l.split() and l.split()[0] == "GPU0" and len(l.split()) > 1 and l.split()[1].startswith(("GPU", "NIC", "CPU"))), None)
+    header_idx = next((i for i, line in enumerate(lines) if line.split() and line.split()[0] == "GPU0" and len(line.split()) > 1 and line.split()[1].startswith(("GPU", "NIC", "CPU"))), None)
     if header_idx is None:
         # single-GPU nodes print "GPU0  CPU Affinity ..." too; accept a bare header too
-        header_idx = next((i for i, l in enumerate(lines) if l.split()[:1] == ["GPU0"]), None)
+        header_idx = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
     if header_idx is None:
         raise InvalidCluster("topo -m output has no GPU0 header", field=f"{node.host}.topo")
     cols = []
@@ -164,7 +164,7 @@ def _parse_topo(node: _Node, gpu_count: int) -> tuple[float | None, str | None]:
         cells = tokens[1 : 1 + len(cols)]
         if len(cells) < len(cols):
             raise InvalidCluster(f"row {tokens[0]} has {len(cells)} cells, expected {len(cols)}", field=f"{node.host}.topo")
-        for col, cell in zip(cols, cells):
+        for col, cell in zip(cols, cells, strict=False):
             if not col.startswith("GPU") or col == tokens[0]:
                 continue
             m = re.fullmatch(r"NV(\d+)", cell)

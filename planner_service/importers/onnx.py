@@ -33,9 +33,10 @@ import numpy as np
 
 from cost_model.errors import InvalidGraph
 from cost_model.graph.ir import MAX_OPS
+from cost_model.units import bytes_to_gb, gib_to_bytes
 
 #: Largest ONNX file accepted in one piece (protobuf's own limit); external data may be larger.
-MAX_ONNX_BYTES = 2 * 1024**3
+MAX_ONNX_BYTES = int(gib_to_bytes(2))
 
 _PROBES = ((13, 31), (29, 31), (13, 37))  # (batch, seq) bindings for the three inference runs
 _SEQ_NAMES = re.compile(r"seq|sequence|length|len\b|time|token", re.IGNORECASE)
@@ -155,7 +156,7 @@ def _load(path: str | None = None, data: bytes | None = None):
         if size == 0:
             raise InvalidGraph("the ONNX file is empty", field="model.onnx")
         if size > MAX_ONNX_BYTES:
-            raise InvalidGraph(f"the ONNX file is {size / 1e9:.1f} GB; files over 2 GB must keep their weights as external data",
+            raise InvalidGraph(f"the ONNX file is {bytes_to_gb(size):.1f} GB; files over 2 GB must keep their weights as external data",
                                field="model.onnx")
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             _check_size(mm)
@@ -257,7 +258,7 @@ def onnx_to_graph(model, name: str | None = None, dims: Mapping[str, int] | None
         if any(s is None for s in sh) or len({len(s) for s in sh}) != 1:
             continue
         out = []
-        for v0, v1, v2 in zip(*sh):
+        for v0, v1, v2 in zip(*sh, strict=False):
             out.append(_symbolic(v0, v1, v2))
         if all(o is not None for o in out):
             shapes[nm] = out
@@ -285,10 +286,9 @@ def onnx_to_graph(model, name: str | None = None, dims: Mapping[str, int] | None
             continue
         data_ins = [x for x in node.input if x]
         if node.op_type in ("Shape", "Size") or (node.op_type in _SHAPE_OPS and data_ins and all(x in static for x in data_ins)):
-            if node.op_type in ("Shape", "Size") or all(x in static for x in data_ins):
-                static.update(o for o in node.output if o)
-                dropped.add(idx)
-                _fold(node, values, shapes)
+            static.update(o for o in node.output if o)
+            dropped.add(idx)
+            _fold(node, values, shapes)
 
     # --- convert nodes ---------------------------------------------------------------------------------------
     ops: list[dict[str, Any]] = []
@@ -469,15 +469,18 @@ def _ints(v) -> list[int] | None:
     return [int(x) for x in arr.tolist()]
 
 
-def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes, const_inputs, consumed_params):
+def _convert_inputs(node: Any, inits: Any, init_shape: Mapping[str, Any], init_dtype: Mapping[str, Any], static: set[str],
+                    shapes: Mapping[str, Any], const_inputs: dict[str, list[int]],
+                    consumed_params: set[str]) -> tuple[dict[str, Any], list[str]] | None:
+    """A node's inputs as the IR sees them: initializers become named parameters (their
+    shapes and non-fp32 dtypes), static values constant inputs; None for a batched weight (no
+    rule)."""
     t = node.op_type
     ins = list(node.input)
-    outs = [o for o in node.output if o]
-    attrs = _attrs(node)
-    params: dict[str, Any] = {}
-    tensor_ins: list[str] = []
     arg_slots = _ARG_SLOTS.get(t, ())
     pslots = _PARAM_SLOTS.get(t, {})
+    params: dict[str, Any] = {}
+    tensor_ins: list[str] = []
 
     def add_const(x: str) -> None:
         if x not in const_inputs:
@@ -512,47 +515,18 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
             continue
         tensor_ins.append(x)
 
-    typ = _DIRECT.get(t, t)
-    op: dict[str, Any] = {"name": opname, "type": typ, "inputs": tensor_ins, "outputs": outs}
+    return params, tensor_ins
+
+
+_SHAPE_ATTR_OPS = ("Reshape", "Expand", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice")
+
+
+def _shape_op_attrs(t: str, attrs: Mapping[str, Any], ins: list[str], outs: list[str], values: Mapping[str, Any],
+                    shapes: Mapping[str, Any]) -> dict[str, Any]:
+    """IR attributes of the shape-only ops, resolving computed targets from folded values or
+    inferred shapes."""
     a: dict[str, Any] = {}
-    if t == "Gemm":
-        a = {k: attrs[k] for k in ("transA", "transB") if k in attrs}
-        if "weight" not in params:  # Gemm of two activations
-            op["type"] = "MatMul"
-    elif t == "MatMul":
-        pass
-    elif t == "Conv":
-        a = {k: attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad") if k in attrs}
-    elif t in ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"):
-        a = {"axis": attrs.get("axis", -1)}
-        op["outputs"] = outs[:1] + [o for o in outs[1:] if o]
-    elif t == "BatchNormalization":
-        op["outputs"] = outs[:1]
-    elif t in ("Softmax", "LogSoftmax"):
-        a = {"axis": attrs.get("axis", -1)}
-    elif t == "Attention":
-        op["inputs"] = tensor_ins[:3]
-        op["outputs"] = outs[:1]
-        qh = attrs.get("q_num_heads")
-        kvh = attrs.get("kv_num_heads", qh)
-        if qh is not None:
-            a = {"num_heads": qh, "kv_num_heads": kvh}
-        a["causal"] = int(attrs.get("is_causal", 0))
-    elif t in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):
-        # ONNX puts classes on axis 1 ([N, C, d1...]); the IR's CrossEntropy wants them last.
-        scores = shapes.get(ins[0])
-        a = {"reduction": attrs.get("reduction", "mean")}
-        op["outputs"] = outs[:1]
-        if scores is not None and len(scores) > 2:
-            perm = [0] + list(range(2, len(scores))) + [1]
-            tname = f"{opname}:classes_last"
-            return [{"name": f"{opname}:transpose", "type": "Transpose", "inputs": [tensor_ins[0]], "outputs": [tname],
-                     "attrs": {"perm": perm}},
-                    {**op, "inputs": [tname] + tensor_ins[1:], "attrs": a}]
-    elif t in ("MaxPool", "AveragePool", "LpPool"):
-        a = {k: attrs[k] for k in ("kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad") if k in attrs}
-        op["outputs"] = outs[:1]
-    elif t == "Reshape":
+    if t == "Reshape":
         target = _ints(values.get(ins[1]))
         out_shape = shapes.get(outs[0])
         if target is not None and all(v != 0 or True for v in target):
@@ -597,7 +571,7 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
             src, dst = shapes.get(ins[0]), shapes.get(outs[0])
             if src is None or dst is None:
                 raise InvalidGraph("slice bounds are computed and could not be resolved")
-            axes = [i for i, (x, y) in enumerate(zip(src, dst)) if x != y]
+            axes = [i for i, (x, y) in enumerate(zip(src, dst, strict=False)) if x != y]
             starts = [0] * len(axes)
             ends = [int(dst[i]) for i in axes]
             steps = None
@@ -606,6 +580,52 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
             a["axes"] = axes
         if steps is not None:
             a["steps"] = steps
+    return a
+
+
+def _op_attrs(t: str, opname: str, attrs: Mapping[str, Any], ins: list[str], outs: list[str], tensor_ins: list[str],
+              params: dict[str, Any], op: dict[str, Any], values: Mapping[str, Any],
+              shapes: Mapping[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+    """IR attributes of the other ops (adjusting ``op`` and ``params`` where the IR differs);
+    a list of ops when one ONNX node becomes two."""
+    a: dict[str, Any] = {}
+    if t == "Gemm":
+        a = {k: attrs[k] for k in ("transA", "transB") if k in attrs}
+        if "weight" not in params:  # Gemm of two activations
+            op["type"] = "MatMul"
+    elif t == "MatMul":
+        pass
+    elif t == "Conv":
+        a = {k: attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad") if k in attrs}
+    elif t in ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"):
+        a = {"axis": attrs.get("axis", -1)}
+        op["outputs"] = outs[:1] + [o for o in outs[1:] if o]
+    elif t == "BatchNormalization":
+        op["outputs"] = outs[:1]
+    elif t in ("Softmax", "LogSoftmax"):
+        a = {"axis": attrs.get("axis", -1)}
+    elif t == "Attention":
+        op["inputs"] = tensor_ins[:3]
+        op["outputs"] = outs[:1]
+        qh = attrs.get("q_num_heads")
+        kvh = attrs.get("kv_num_heads", qh)
+        if qh is not None:
+            a = {"num_heads": qh, "kv_num_heads": kvh}
+        a["causal"] = int(attrs.get("is_causal", 0))
+    elif t in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):
+        # ONNX puts classes on axis 1 ([N, C, d1...]); the IR's CrossEntropy wants them last.
+        scores = shapes.get(ins[0])
+        a = {"reduction": attrs.get("reduction", "mean")}
+        op["outputs"] = outs[:1]
+        if scores is not None and len(scores) > 2:
+            perm = [0] + list(range(2, len(scores))) + [1]
+            tname = f"{opname}:classes_last"
+            return [{"name": f"{opname}:transpose", "type": "Transpose", "inputs": [tensor_ins[0]], "outputs": [tname],
+                     "attrs": {"perm": perm}},
+                    {**op, "inputs": [tname] + tensor_ins[1:], "attrs": a}]
+    elif t in ("MaxPool", "AveragePool", "LpPool"):
+        a = {k: attrs[k] for k in ("kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad") if k in attrs}
+        op["outputs"] = outs[:1]
     elif t == "Gather":
         axis = attrs.get("axis", 0)
         if "weight" in params and axis == 0 and len(params["weight"]["shape"]) == 2:
@@ -627,6 +647,30 @@ def _convert(node, opname, inits, init_shape, init_dtype, static, values, shapes
     elif t == "Dropout":
         op["inputs"] = tensor_ins[:1]
         op["outputs"] = outs[:1]
+    return a
+
+
+def _convert(node: Any, opname: str, inits: Any, init_shape: Mapping[str, Any], init_dtype: Mapping[str, Any], static: set[str],
+             values: Mapping[str, Any], shapes: Mapping[str, Any], const_inputs: dict[str, list[int]],
+             consumed_params: set[str]) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """One ONNX node as IR op(s), or None when it has no rule or no tensor input."""
+    t = node.op_type
+    ins = list(node.input)
+    outs = [o for o in node.output if o]
+    attrs = _attrs(node)
+    converted = _convert_inputs(node, inits, init_shape, init_dtype, static, shapes, const_inputs, consumed_params)
+    if converted is None:
+        return None
+    params, tensor_ins = converted
+    typ = _DIRECT.get(t, t)
+    op: dict[str, Any] = {"name": opname, "type": typ, "inputs": tensor_ins, "outputs": outs}
+    if t in _SHAPE_ATTR_OPS:
+        a = _shape_op_attrs(t, attrs, ins, outs, values, shapes)
+    else:
+        found = _op_attrs(t, opname, attrs, ins, outs, tensor_ins, params, op, values, shapes)
+        if isinstance(found, list):
+            return found
+        a = found
     if a:
         op["attrs"] = a
     if params:

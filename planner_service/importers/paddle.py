@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cost_model.errors import InvalidCluster
+from cost_model.units import bytes_to_mib, gb_to_bytes
 from planner_service.importers.common import NodeRecord, catalog_id_for, group_nodes
 
 ACCELERATORS = ("GPU", "XPU", "DCU", "NPU")
@@ -84,7 +85,7 @@ def import_paddle(text: str, name: str = "paddle-cluster") -> dict[str, Any]:
             raise InvalidCluster(f"must have one GPU model per machine, got {sorted(models)}", field=f"{mp}.devices")
         model = models.pop()
         mem_GB = _num(gpus[0].get("memory", 0), f"{mp}.devices[0].memory")
-        device = catalog_id_for(model, mem_GB * 1e9 / (1024 * 1024) if mem_GB else None, field_path=f"{mp}.devices[0].model")
+        device = catalog_id_for(model, bytes_to_mib(gb_to_bytes(mem_GB)) if mem_GB else None, field_path=f"{mp}.devices[0].model")
         gpu_ids = {int(_num(d["global_id"], f"{mp}.devices.global_id")) for d in gpus}
         intra: list[float] = []
         net: list[float] = []

@@ -12,19 +12,22 @@ from typing import Any
 KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage")
 
 
+def _devices(entry: Mapping[str, Any]) -> list[str]:
+    return sorted({s["device"] for s in entry.get("stages") or []})
+
+
 def _knob_diff(best: Mapping[str, Any], alt: Mapping[str, Any]) -> str:
     bs, as_ = best["strategy"], alt["strategy"]
     parts = [f"{k}={as_.get(k)}" for k in KNOBS if as_.get(k) != bs.get(k)]
-    devices = lambda e: sorted({s["device"] for s in e.get("stages") or []})  # noqa: E731
-    if devices(alt) != devices(best):
-        parts.append("on " + "+".join(devices(alt)))
+    if _devices(alt) != _devices(best):
+        parts.append("on " + "+".join(_devices(alt)))
     return ", ".join(parts) or "different stage split"
 
 
 def why_alternative_lost(best: Mapping[str, Any], alt: Mapping[str, Any], gpus_per_node: int) -> dict[str, Any]:
     p, a = best["prediction"], alt["prediction"]
-    deltas = {k: a["breakdown_s"][k] - p["breakdown_s"][k] for k in p["breakdown_s"]}
-    worst = max(deltas, key=deltas.get)
+    deltas: dict[str, float] = {k: a["breakdown_s"][k] - p["breakdown_s"][k] for k in p["breakdown_s"]}
+    worst = max(deltas, key=lambda k: deltas[k])
     base = p["breakdown_s"][worst]
     rel = f"+{deltas[worst] / base * 100:.0f}% {worst}" if base > 1e-9 else f"+{deltas[worst]:.3g} s {worst}"
     if alt["strategy"].get("tp", 1) > gpus_per_node:
@@ -43,8 +46,8 @@ def explain(best: Mapping[str, Any], alternatives: Sequence[Mapping[str, Any]], 
     """``alternatives[i]`` of the result is explained by ``explanation["alternatives"][i]``."""
     p = best["prediction"]
     terms = dict(p["breakdown_s"])
-    non_compute = {k: v for k, v in terms.items() if k != "compute"}
-    top_overhead = max(non_compute, key=non_compute.get) if non_compute else None
+    non_compute: dict[str, float] = {k: v for k, v in terms.items() if k != "compute"}
+    top_overhead = max(non_compute, key=lambda k: non_compute[k]) if non_compute else None
     stages = p["stages"]
     tight = max(stages, key=lambda s: s["peak_memory_GB"] / s["memory_capacity_GB"])
     summary = (

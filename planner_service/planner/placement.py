@@ -7,7 +7,7 @@ search only allows tp dividing the GPUs per node), DP groups of a stage all sit 
 type, consecutive stages of a pool are on neighbouring nodes, and unavailable nodes are never
 used (the pools hold available nodes only).
 
-Global rank ``r = ((pp_i·dp + dp_i)·cp + cp_i)·tp + tp_i``.
+Global rank: :func:`cost_model.strategy.rank_of`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from cost_model.cluster import Cluster
 from cost_model.result import Estimate
-from cost_model.strategy import Strategy
+from cost_model.strategy import Strategy, rank_coords, rank_of
 
 
 def _gpu_lists(cluster: Cluster) -> dict[str, list[tuple[str, int]]]:
@@ -42,13 +42,11 @@ def stage_blocks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, 
 def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[dict[str, Any]]:
     tp, cp, dp = strategy.tp, strategy.cp, strategy.dp
     devices = {g.name: g.device.name for g in cluster.node_groups}
-    ranks = []
-    for i, (name, blk) in enumerate(zip(stage_groups, stage_blocks(cluster, strategy, stage_groups))):
+    ranks: list[dict[str, Any]] = []
+    for i, (name, blk) in enumerate(zip(stage_groups, stage_blocks(cluster, strategy, stage_groups), strict=True)):
         for k, (host, gpu) in enumerate(blk):
-            tp_i = k % tp
-            cp_i = (k // tp) % cp
-            dp_i = k // (tp * cp)
-            rank = ((i * dp + dp_i) * cp + cp_i) * tp + tp_i
+            _, dp_i, cp_i, tp_i = rank_coords(k, dp=dp, cp=cp, tp=tp)
+            rank = rank_of(i, dp_i, cp_i, tp_i, dp=dp, cp=cp, tp=tp)
             ranks.append(
                 {
                     "rank": rank,
@@ -70,7 +68,7 @@ def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, .
 def stage_entries(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...], est: Estimate) -> list[dict[str, Any]]:
     """Contract ``stages``: layer range, device type, hosts and GPUs, time and memory."""
     out = []
-    for st, blk in zip(est.stages, stage_blocks(cluster, strategy, stage_groups)):
+    for st, blk in zip(est.stages, stage_blocks(cluster, strategy, stage_groups), strict=True):
         d = st.to_dict()
         d["hosts"] = list(dict.fromkeys(h for h, _ in blk))
         d["gpus"] = [[h, g] for h, g in blk] if len(blk) <= 64 else None

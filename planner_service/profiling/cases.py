@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cost_model.units import BYTES_PER_KIB, BYTES_PER_MIB, mib_to_bytes
+
 
 @dataclass(frozen=True)
 class Case:
@@ -42,12 +44,12 @@ def last_level_cache_bytes() -> int:
                 text = fh.read().strip().upper()
         except OSError:
             continue
-        mult = 1024 * 1024 if text.endswith("M") else 1024 if text.endswith("K") else 1
+        mult = BYTES_PER_MIB if text.endswith("M") else BYTES_PER_KIB if text.endswith("K") else 1
         try:
-            best = max(best, int(text.rstrip("KMG")) * mult)
+            best = max(best, int(int(text.rstrip("KMG")) * mult))
         except ValueError:
             continue
-    return best or 32 * 1024 * 1024
+    return best or int(mib_to_bytes(32))
 
 
 def rotation_count(bytes_per_set: int, cache_bytes: int, cap: int = 64) -> int:

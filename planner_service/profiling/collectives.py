@@ -12,12 +12,16 @@ the *input* size for reduce-scatter; the message for send/recv (timed as half a 
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import statistics
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
+
+from cost_model.units import ms_to_s
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "sendrecv")
 
@@ -44,6 +48,15 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+def _send_recv(dist: Any, x: Any, rank: int) -> None:
+    """One ping-pong between ranks 0 and 1 (the point-to-point benchmark)."""
+    if rank == 0:
+        dist.send(x, 1)
+        dist.recv(x, 1)
+    elif rank == 1:
+        dist.recv(x, 0)
+        dist.send(x, 0)
 
 def _worker(rank: int, world: int, port: int, cuda: bool, quick: bool, threads: int,
             sizes: tuple[int, ...] | None = None) -> list[dict]:
@@ -80,20 +93,14 @@ def _worker(rank: int, world: int, port: int, cuda: bool, quick: bool, threads: 
                         x = torch.ones(elems, dtype=torch.float32, device=device)
                         if op == "allgather":
                             src = torch.ones(elems // n, dtype=torch.float32, device=device)
-                            fn = lambda: all_gather(x, src, group=group)  # noqa: E731
+                            fn = functools.partial(all_gather, x, src, group=group)
                         elif op == "reduce_scatter":
                             out = torch.empty(elems // n, dtype=torch.float32, device=device)
-                            fn = lambda: reduce_scatter(out, x, group=group)  # noqa: E731
+                            fn = functools.partial(reduce_scatter, out, x, group=group)
                         elif op == "allreduce":
-                            fn = lambda: dist.all_reduce(x, group=group)  # noqa: E731
+                            fn = functools.partial(dist.all_reduce, x, group=group)
                         else:
-                            def fn():
-                                if rank == 0:
-                                    dist.send(x, 1)
-                                    dist.recv(x, 1)
-                                elif rank == 1:
-                                    dist.recv(x, 0)
-                                    dist.send(x, 0)
+                            fn = functools.partial(_send_recv, dist, x, rank)
                     samples = []
                     inner = 1
                     for rep in range(repeats + 2):
@@ -112,7 +119,7 @@ def _worker(rank: int, world: int, port: int, cuda: bool, quick: bool, threads: 
                         dt = float(t.item())
                         if rep == 0:
                             # size the inner loop so a sample lasts >= 2 ms (same on every rank)
-                            inner = max(1, min(200, int(2e-3 / max(dt, 1e-7))))
+                            inner = max(1, min(200, int(ms_to_s(2.0) / max(dt, 1e-7))))
                         elif rep >= 2:
                             samples.append(dt)
                     if op == "sendrecv":
@@ -226,7 +233,7 @@ def run_collectives(world: int, cuda: bool, quick: bool, threads_per_rank: int,
         error = f"collective benchmark timed out after {timeout_s:.0f} s"
     if results is None and error is None:
         errs = [p.stderr.read().strip().splitlines()[-1:] if p.stderr else [] for p in procs]
-        error = "collective benchmark ranks failed: " + "; ".join(f"rank {i}: {e[0] if e else 'exit ' + str(p.returncode)}" for i, (e, p) in enumerate(zip(errs, procs)))
+        error = "collective benchmark ranks failed: " + "; ".join(f"rank {i}: {e[0] if e else 'exit ' + str(p.returncode)}" for i, (e, p) in enumerate(zip(errs, procs, strict=True)))
     for p in procs:
         if p.stderr:
             p.stderr.close()

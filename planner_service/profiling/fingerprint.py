@@ -7,6 +7,7 @@ can be taken with the threads one training rank would have.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -19,6 +20,7 @@ import numpy as np
 
 from cost_model.devices import LOCAL_CPU, catalog
 from cost_model.errors import InvalidProfile
+from cost_model.units import bytes_to_gb, kib_to_bytes
 
 
 def cpu_count() -> int:
@@ -90,7 +92,7 @@ def _meminfo_GB() -> float | None:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) * 1024 / 1e9, 2)
+                    return round(bytes_to_gb(kib_to_bytes(int(line.split()[1]))), 2)
     except OSError:
         pass
     return None
@@ -111,10 +113,8 @@ def _torch_versions(torch: Any) -> dict[str, Any]:
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception:
         pass
-    try:
+    with contextlib.suppress(Exception):
         out["mkldnn"] = bool(torch.backends.mkldnn.is_available())
-    except Exception:
-        pass
     return out
 
 
@@ -174,7 +174,7 @@ def catalog_name_for_gpu(raw_name: str, memory_GB: float | None) -> str | None:
 def cuda_fingerprint(torch: Any, index: int, device_name: str | None, threads: int) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(index)
     raw = props.name
-    memory_GB = round(props.total_memory / 1e9, 2)
+    memory_GB = round(bytes_to_gb(props.total_memory), 2)
     name = device_name or catalog_name_for_gpu(raw, memory_GB)
     if name is None:
         raise InvalidProfile(

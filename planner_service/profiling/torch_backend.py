@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cost_model.units import mib_to_bytes
 from planner_service.profiling.cases import (
     Case,
     elements_grid,
@@ -93,7 +94,7 @@ _ROW = 1024
 def _cache_bytes(torch: Any, device: str) -> int:
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(torch.device(device))
-        return int(getattr(props, "L2_cache_size", 0) or 50 * 1024 * 1024)
+        return int(getattr(props, "L2_cache_size", 0) or mib_to_bytes(50))
     return last_level_cache_bytes()
 
 

@@ -35,8 +35,9 @@ from cost_model.profiles import (
     SCHEMA_VERSION,
     resolve_profile_device,
 )
+from cost_model.units import bytes_to_gb, bytes_to_mb, mib_to_bytes, us_to_s
 
-MAX_TRACE_BYTES = 64 * 1024 * 1024
+MAX_TRACE_BYTES = int(mib_to_bytes(64))
 MAX_EVENTS = 2_000_000
 
 _DTYPES = {
@@ -126,7 +127,7 @@ def _memory_bytes(name: str, dims: Any, types: Any) -> tuple[int, str] | None:
         return None
     sizes = []
     dtype = None
-    for d, t in zip(dims, types):
+    for d, t in zip(dims, types, strict=False):
         dt = _DTYPES.get(t)
         if dt is None:
             continue
@@ -142,10 +143,7 @@ def _memory_bytes(name: str, dims: Any, types: Any) -> tuple[int, str] | None:
 
 
 def _events(doc: Any) -> list[Mapping[str, Any]]:
-    if isinstance(doc, Mapping):
-        events = doc.get("traceEvents")
-    else:
-        events = doc
+    events = doc.get("traceEvents") if isinstance(doc, Mapping) else doc
     if not isinstance(events, list):
         raise InvalidProfile("is not a Chrome trace: expected an object with a 'traceEvents' list", field="trace")
     if len(events) > MAX_EVENTS:
@@ -168,6 +166,141 @@ def _comm_args(args: Mapping[str, Any]) -> tuple[int, int] | None:
     return n * esize, group
 
 
+class _Samples:
+    """Durations (s) per measurement key, with the measurement's fields and the kernel or op
+    names they came from."""
+
+    def __init__(self) -> None:
+        self.samples: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+        self.meta: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.names: dict[tuple[Any, ...], set[str]] = defaultdict(set)
+
+    def add(self, key: tuple[Any, ...], fields: dict[str, Any], seconds: float, source: str) -> None:
+        self.samples[key].append(seconds)
+        self.meta.setdefault(key, fields)
+        self.names[key].add(source)
+
+
+def _gpu_samples(kernels: list[Mapping[str, Any]], ops_by_ext: Mapping[Any, Mapping[str, Any]], acc: _Samples) -> int:
+    """GPU mode: each kernel to the op that launched it (GEMM kernels of one op summed);
+    returns the number of kernels no measurement kind matched."""
+    unmatched = 0
+    gemm_time: dict[Any, float] = defaultdict(float)
+    gemm_kernels: dict[Any, set[str]] = defaultdict(set)
+    for k in kernels:
+        args = k.get("args") if isinstance(k.get("args"), Mapping) else {}
+        kname = str(k.get("name", ""))
+        op = ops_by_ext.get(args.get("External id"))
+        oname = str(op.get("name")) if op else ""
+        oargs = op.get("args", {}) if op else {}
+        dur_s = us_to_s(float(k["dur"]))
+        if kname.lower().startswith("nccl"):
+            kind = _collective_kind(kname)
+            comm = _comm_args(oargs) if op else None
+            if kind and comm:
+                # the larger of In/Out msg: the all-reduced buffer, the gathered size, the
+                # reduce-scatter input — the cost model's convention for each kind
+                size, group = comm
+                if kind == "sendrecv" or group >= 2:
+                    fields = {"op": kind, "backend": "nccl", "group_size": max(group, 2), "scope": "intra_node",
+                              "bytes": size, "dtype": _DTYPES.get(str(oargs.get("dtype")), "fp32")}
+                    acc.add((kind, size, group), fields, dur_s, kname)
+                    continue
+            unmatched += 1
+            continue
+        if oname in GEMM_OPS:
+            shape = _gemm_shape(oname, oargs.get("Input Dims"))
+            dtype = _dtype(oargs.get("Input type"), 1 if oname in ("aten::addmm", "aten::baddbmm") else 0)
+            if shape and dtype:
+                ext = args.get("External id")
+                gemm_time[ext] += dur_s
+                gemm_kernels[ext].add(kname)
+                continue
+        low = kname.lower()
+        if any(t in low for t in ("flash", "fmha", "attention")) and op:
+            dims = oargs.get("Input Dims")
+            if isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) == 4:
+                b, h, s, d = dims[0]
+                kv = dims[1][2] if len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 4 else s
+                dtype = _dtype(oargs.get("Input type")) or "bf16"
+                shape = {"batch_heads": b * h, "q_len": s, "kv_len": kv, "head_dim": d}
+                key = ("attention", dtype, tuple(shape.values()), "backward" in low or "bwd" in low)
+                acc.add(key, {"op": "attention", "backend": "torch", "dtype": dtype, "shape": shape, "impl": "trace",
+                          "pass": "backward" if key[-1] else "forward"}, dur_s, kname)
+                continue
+        if oname in MEMORY_OPS:
+            mb = _memory_bytes(oname, oargs.get("Input Dims"), oargs.get("Input type"))
+            if mb:
+                nbytes, dtype = mb
+                pop = MEMORY_OPS[oname]
+                acc.add((pop, dtype, nbytes), {"op": pop, "backend": "torch", "dtype": dtype, "bytes": nbytes, "kernels": 1,
+                                           "aten": oname}, dur_s, kname)
+                continue
+        unmatched += 1
+    for ext, secs in gemm_time.items():
+        op = ops_by_ext[ext]
+        oname = str(op["name"])
+        oargs = op.get("args", {})
+        shape = _gemm_shape(oname, oargs.get("Input Dims"))
+        dtype = _dtype(oargs.get("Input type"), 1 if oname in ("aten::addmm", "aten::baddbmm") else 0)
+        key = ("gemm", dtype, tuple(shape.values()))
+        for kn in gemm_kernels[ext]:
+            acc.names[key].add(kn)
+        acc.samples[key].append(secs)
+        acc.meta.setdefault(key, {"op": "gemm", "backend": "torch", "dtype": dtype, "shape": shape})
+    return unmatched
+
+
+def _cpu_samples(cpu_ops: list[Mapping[str, Any]], acc: _Samples) -> None:
+    """CPU mode (no kernels in the trace): ATen ops and collectives by their own duration."""
+    for e in cpu_ops:
+        name = str(e.get("name", ""))
+        args = e.get("args") if isinstance(e.get("args"), Mapping) else {}
+        dur_s = us_to_s(float(e["dur"]))
+        if name in GEMM_OPS:
+            shape = _gemm_shape(name, args.get("Input Dims"))
+            dtype = _dtype(args.get("Input type"), 1 if name in ("aten::addmm", "aten::baddbmm") else 0)
+            if shape and dtype:
+                acc.add(("gemm", dtype, tuple(shape.values())), {"op": "gemm", "backend": "torch", "dtype": dtype, "shape": shape}, dur_s, name)
+            continue
+        if name in MEMORY_OPS:
+            mb = _memory_bytes(name, args.get("Input Dims"), args.get("Input type"))
+            if mb:
+                nbytes, dtype = mb
+                pop = MEMORY_OPS[name]
+                acc.add((pop, dtype, nbytes), {"op": pop, "backend": "torch", "dtype": dtype, "bytes": nbytes, "kernels": 1, "aten": name}, dur_s, name)
+            continue
+        low = name.lower()
+        if low.startswith(("gloo:", "c10d::", "nccl:", "record_param_comms")):
+            kind = _collective_kind(low.split(":")[-1]) or _collective_kind(str(args.get("Collective name", "")))
+            comm = _comm_args(args)
+            if kind and comm and (kind == "sendrecv" or comm[1] >= 2):
+                backend = "gloo" if low.startswith("gloo") else "torch.distributed"
+                acc.add((kind, comm[0], comm[1]), {"op": kind, "backend": backend, "group_size": max(comm[1], 2),
+                                              "scope": "intra_node", "bytes": comm[0]}, dur_s, name)
+
+
+def _merged(acc: _Samples) -> list[dict[str, Any]]:
+    """One measurement per key: the median duration (s) and the spread of its samples."""
+    measurements = []
+    for key, secs in acc.samples.items():
+        arr = np.asarray(secs)
+        if not np.all(arr > 0):
+            arr = arr[arr > 0]
+            if arr.size == 0:
+                continue
+        q1, q3 = np.quantile(arr, [0.25, 0.75])
+        measurements.append({
+            **acc.meta[key],
+            "seconds": float(np.median(arr)),
+            "repeats": int(arr.size),
+            "spread": {"min_s": float(arr.min()), "max_s": float(arr.max()), "iqr_s": float(q3 - q1)},
+            "source_names": sorted(acc.names[key])[:8],
+        })
+    measurements.sort(key=lambda m: (m["op"], json.dumps(m.get("shape", m.get("bytes")), sort_keys=True)))
+    return measurements
+
+
 def trace_to_measurements(doc: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Measurements (merged) and a summary of what the trace contained."""
     events = _events(doc)
@@ -185,124 +318,15 @@ def trace_to_measurements(doc: Any) -> tuple[list[dict[str, Any]], dict[str, Any
             if ext is not None:
                 # each ATen call has its own id; a kernel carries the id of the op that launched it
                 ops_by_ext[ext] = e
-    samples: dict[tuple, list[float]] = defaultdict(list)
-    meta: dict[tuple, dict[str, Any]] = {}
-    names: dict[tuple, set[str]] = defaultdict(set)
-
-    def add(key: tuple, fields: dict[str, Any], seconds: float, source: str) -> None:
-        samples[key].append(seconds)
-        meta.setdefault(key, fields)
-        names[key].add(source)
-
+    acc = _Samples()
     unmatched = 0
     if kernels:
         mode = "gpu"
-        gemm_time: dict[Any, float] = defaultdict(float)
-        gemm_kernels: dict[Any, set[str]] = defaultdict(set)
-        for k in kernels:
-            args = k.get("args") if isinstance(k.get("args"), Mapping) else {}
-            kname = str(k.get("name", ""))
-            op = ops_by_ext.get(args.get("External id"))
-            oname = str(op.get("name")) if op else ""
-            oargs = op.get("args", {}) if op else {}
-            dur_s = float(k["dur"]) * 1e-6
-            if kname.lower().startswith("nccl"):
-                kind = _collective_kind(kname)
-                comm = _comm_args(oargs) if op else None
-                if kind and comm:
-                    # the larger of In/Out msg: the all-reduced buffer, the gathered size, the
-                    # reduce-scatter input — the cost model's convention for each kind
-                    size, group = comm
-                    if kind == "sendrecv" or group >= 2:
-                        fields = {"op": kind, "backend": "nccl", "group_size": max(group, 2), "scope": "intra_node",
-                                  "bytes": size, "dtype": _DTYPES.get(str(oargs.get("dtype")), "fp32")}
-                        add((kind, size, group), fields, dur_s, kname)
-                        continue
-                unmatched += 1
-                continue
-            if oname in GEMM_OPS:
-                shape = _gemm_shape(oname, oargs.get("Input Dims"))
-                dtype = _dtype(oargs.get("Input type"), 1 if oname in ("aten::addmm", "aten::baddbmm") else 0)
-                if shape and dtype:
-                    ext = args.get("External id")
-                    gemm_time[ext] += dur_s
-                    gemm_kernels[ext].add(kname)
-                    continue
-            low = kname.lower()
-            if any(t in low for t in ("flash", "fmha", "attention")) and op:
-                dims = oargs.get("Input Dims")
-                if isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) == 4:
-                    b, h, s, d = dims[0]
-                    kv = dims[1][2] if len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 4 else s
-                    dtype = _dtype(oargs.get("Input type")) or "bf16"
-                    shape = {"batch_heads": b * h, "q_len": s, "kv_len": kv, "head_dim": d}
-                    key = ("attention", dtype, tuple(shape.values()), "backward" in low or "bwd" in low)
-                    add(key, {"op": "attention", "backend": "torch", "dtype": dtype, "shape": shape, "impl": "trace",
-                              "pass": "backward" if key[-1] else "forward"}, dur_s, kname)
-                    continue
-            if oname in MEMORY_OPS:
-                mb = _memory_bytes(oname, oargs.get("Input Dims"), oargs.get("Input type"))
-                if mb:
-                    nbytes, dtype = mb
-                    pop = MEMORY_OPS[oname]
-                    add((pop, dtype, nbytes), {"op": pop, "backend": "torch", "dtype": dtype, "bytes": nbytes, "kernels": 1,
-                                               "aten": oname}, dur_s, kname)
-                    continue
-            unmatched += 1
-        for ext, secs in gemm_time.items():
-            op = ops_by_ext[ext]
-            oname = str(op["name"])
-            oargs = op.get("args", {})
-            shape = _gemm_shape(oname, oargs.get("Input Dims"))
-            dtype = _dtype(oargs.get("Input type"), 1 if oname in ("aten::addmm", "aten::baddbmm") else 0)
-            key = ("gemm", dtype, tuple(shape.values()))
-            for kn in gemm_kernels[ext]:
-                names[key].add(kn)
-            samples[key].append(secs)
-            meta.setdefault(key, {"op": "gemm", "backend": "torch", "dtype": dtype, "shape": shape})
+        unmatched = _gpu_samples(kernels, ops_by_ext, acc)
     else:
         mode = "cpu"
-        for e in cpu_ops:
-            name = str(e.get("name", ""))
-            args = e.get("args") if isinstance(e.get("args"), Mapping) else {}
-            dur_s = float(e["dur"]) * 1e-6
-            if name in GEMM_OPS:
-                shape = _gemm_shape(name, args.get("Input Dims"))
-                dtype = _dtype(args.get("Input type"), 1 if name in ("aten::addmm", "aten::baddbmm") else 0)
-                if shape and dtype:
-                    add(("gemm", dtype, tuple(shape.values())), {"op": "gemm", "backend": "torch", "dtype": dtype, "shape": shape}, dur_s, name)
-                continue
-            if name in MEMORY_OPS:
-                mb = _memory_bytes(name, args.get("Input Dims"), args.get("Input type"))
-                if mb:
-                    nbytes, dtype = mb
-                    pop = MEMORY_OPS[name]
-                    add((pop, dtype, nbytes), {"op": pop, "backend": "torch", "dtype": dtype, "bytes": nbytes, "kernels": 1, "aten": name}, dur_s, name)
-                continue
-            low = name.lower()
-            if low.startswith(("gloo:", "c10d::", "nccl:", "record_param_comms")):
-                kind = _collective_kind(low.split(":")[-1]) or _collective_kind(str(args.get("Collective name", "")))
-                comm = _comm_args(args)
-                if kind and comm and (kind == "sendrecv" or comm[1] >= 2):
-                    backend = "gloo" if low.startswith("gloo") else "torch.distributed"
-                    add((kind, comm[0], comm[1]), {"op": kind, "backend": backend, "group_size": max(comm[1], 2),
-                                                  "scope": "intra_node", "bytes": comm[0]}, dur_s, name)
-    measurements = []
-    for key, secs in samples.items():
-        arr = np.asarray(secs)
-        if not np.all(arr > 0):
-            arr = arr[arr > 0]
-            if arr.size == 0:
-                continue
-        q1, q3 = np.quantile(arr, [0.25, 0.75])
-        measurements.append({
-            **meta[key],
-            "seconds": float(np.median(arr)),
-            "repeats": int(arr.size),
-            "spread": {"min_s": float(arr.min()), "max_s": float(arr.max()), "iqr_s": float(q3 - q1)},
-            "source_names": sorted(names[key])[:8],
-        })
-    measurements.sort(key=lambda m: (m["op"], json.dumps(m.get("shape", m.get("bytes")), sort_keys=True)))
+        _cpu_samples(cpu_ops, acc)
+    measurements = _merged(acc)
     summary = {"mode": mode, "events": len(events), "kernels": len(kernels), "cpu_ops": len(cpu_ops), "unmatched_kernels": unmatched}
     return measurements, summary
 
@@ -315,7 +339,7 @@ def _device_from_trace(doc: Any) -> str | None:
         from planner_service.profiling.fingerprint import catalog_name_for_gpu
 
         mem = props[0].get("totalGlobalMem")
-        return catalog_name_for_gpu(str(props[0]["name"]), mem / 1e9 if isinstance(mem, (int, float)) else None)
+        return catalog_name_for_gpu(str(props[0]["name"]), bytes_to_gb(float(mem)) if isinstance(mem, (int, float)) else None)
     return None
 
 
@@ -359,7 +383,7 @@ def import_trace(doc: Any, device: str | None = None, name: str | None = None) -
 def parse_trace_bytes(raw: bytes | str, device: str | None = None, max_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max_bytes:
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit for traces is {max_bytes / 1e6:.1f} MB", field="trace")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit for traces is {bytes_to_mb(max_bytes):.1f} MB", field="trace")
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -373,7 +397,7 @@ def load_profile_or_trace(raw: bytes | str, device: str | None = None) -> dict[s
 
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max(MAX_TRACE_BYTES, MAX_PROFILE_BYTES):
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit is {max(MAX_TRACE_BYTES, MAX_PROFILE_BYTES) / 1e6:.1f} MB", field="body")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit is {bytes_to_mb(max(MAX_TRACE_BYTES, MAX_PROFILE_BYTES)):.1f} MB", field="body")
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -381,8 +405,7 @@ def load_profile_or_trace(raw: bytes | str, device: str | None = None) -> dict[s
     if is_trace(doc) or isinstance(doc, list):
         return validate_profile(import_trace(doc, device))
     if size > MAX_PROFILE_BYTES:
-        raise InvalidProfile(f"is {size / 1e6:.1f} MB; the limit for profiles is {MAX_PROFILE_BYTES / 1e6:.1f} MB", field="body")
-    if device is not None and isinstance(doc, Mapping) and isinstance(doc.get("device"), Mapping):
-        if doc["device"].get("name") != device:
-            raise InvalidProfile(f"the profile says device {doc['device'].get('name')!r} but ?device={device!r} was given", field="device")
+        raise InvalidProfile(f"is {bytes_to_mb(size):.1f} MB; the limit for profiles is {bytes_to_mb(MAX_PROFILE_BYTES):.1f} MB", field="body")
+    if device is not None and isinstance(doc, Mapping) and isinstance(doc.get("device"), Mapping) and doc["device"].get("name") != device:
+        raise InvalidProfile(f"the profile says device {doc['device'].get('name')!r} but ?device={device!r} was given", field="device")
     return validate_profile(doc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import shutil
 import subprocess
@@ -154,7 +155,7 @@ def test_slurm_hetjob_per_device_type():
     assert text.count("#SBATCH hetjob") == 1
     assert "#SBATCH --nodelist=node7,node8" in text and "#SBATCH --nodelist=node66,node100" in text
     assert "--het-group=1 --nodes=1 --ntasks=1 --nodelist=node66" in text
-    code = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     assert "SLURM_JOB_NODELIST" not in code and "SLURM_PROCID" not in code  # sorted hostlist never numbers ranks
     _, homog = _render("homogeneous", "slurm")
     assert "#SBATCH hetjob" not in homog.files["job.sbatch"] and "--het-group" not in homog.files["job.sbatch"]
@@ -164,7 +165,7 @@ def test_slurm_hetjob_per_device_type():
 @pytest.mark.parametrize("target", ["deepspeed", "deepspeed-config"])
 def test_deepspeed_pins_every_rank(plan_name, target, tmp_path):
     plan, art = _render(plan_name, target)
-    hostfile = [l.split()[0] for l in art.files["hostfile"].splitlines() if l and not l.startswith("#")]
+    hostfile = [line.split()[0] for line in art.files["hostfile"].splitlines() if line and not line.startswith("#")]
     assert hostfile == _hosts(plan)
     got = Sim(tmp_path).deepspeed(dict(art.files))
     assert got == plan_mapping(plan)
@@ -436,7 +437,7 @@ def test_paddle_fleet_config(plan_name):
     seg = cfg["seg_method"]
     total = sum(s["layers_per_stage"])
     assert seg[0] == 0 and seg[-1] == total + 2 and len(seg) == len(s["layers_per_stage"]) + 1
-    assert [b - a for a, b in zip(seg, seg[1:])][1:-1] == s["layers_per_stage"][1:-1]
+    assert [b - a for a, b in itertools.pairwise(seg)][1:-1] == s["layers_per_stage"][1:-1]
     assert cfg["pipeline_configs"]["accumulate_steps"] * cfg["pipeline_configs"]["micro_batch_size"] * s["dp"] == plan["training"]["global_batch_size"]
 
 
@@ -563,3 +564,15 @@ def test_graph_model_plans_refuse_framework_targets_but_launch():
         with pytest.raises(InvalidInput) as exc:
             render(plan, target, PARAMS)
         assert exc.value.field == "target" and "operator-graph" in exc.value.message
+
+
+def test_launch_params_builder_shared_by_route_and_cli():
+    from cost_model.errors import InvalidInput
+    from planner_service.exporters import launch_params
+
+    p = launch_params(image="img:1", namespace=None, master_port=None, env=["A=1", "B=x=y"], smoke_test=True)
+    assert p == LaunchParams(image="img:1", env={"A": "1", "B": "x=y"}, smoke_test=True)  # None: the default
+    assert launch_params() == LaunchParams()
+    with pytest.raises(InvalidInput) as e:
+        launch_params(env=["NOEQUALS"])
+    assert e.value.field == "env"

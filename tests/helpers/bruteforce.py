@@ -59,9 +59,9 @@ def brute_force(model, training, cluster, headroom=0.1):
                                                     est = estimate(model, training, cluster, st, stage_groups=placement)
                                                 except PlannerError:
                                                     continue
-                                                if all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages):
-                                                    if est.step_time_s < best[0]:
-                                                        best = (est.step_time_s, st, placement)
+                                                fits = all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages)
+                                                if fits and est.step_time_s < best[0]:
+                                                    best = (est.step_time_s, st, placement)
     return best
 
 
@@ -72,6 +72,6 @@ def _placements(groups, gpus, block, pp):
     for r in range(1, len(names) + 1):
         for order in itertools.permutations(names, r):
             for counts in compositions(pp, r) if pp >= r else []:
-                if all(c * block <= gpus[n] for n, c in zip(order, counts)):
-                    out.append(tuple(n for n, c in zip(order, counts) for _ in range(c)))
+                if all(c * block <= gpus[n] for n, c in zip(order, counts, strict=True)):
+                    out.append(tuple(n for n, c in zip(order, counts, strict=True) for _ in range(c)))
     return out

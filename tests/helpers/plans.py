@@ -30,7 +30,7 @@ def _ranks(dp: int, tp: int, pp: int, cp: int, place) -> list[dict[str, Any]]:
         for dp_i in range(dp):
             for cp_i in range(cp):
                 for tp_i in range(tp):
-                    r = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+                    r = len(out)  # the loops run in Megatron order: tp fastest, then cp, dp, pp
                     host, gpu, group, device = place(pp_i, dp_i, cp_i, tp_i)
                     out.append({"rank": r, "host": host, "gpu": gpu, "node_group": group, "device": device,
                                 "stage": pp_i, "dp": dp_i, "pp": pp_i, "tp": tp_i, "cp": cp_i})

@@ -122,6 +122,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+@pytest.mark.slow  # wall-clock sensitive: compares two timings on a possibly busy host
 def test_a_ten_million_node_file_is_refused_before_parsing(tmp_path):
     body = b"\x0a\x00" * 10_000_000  # GraphProto.node × 10M (empty NodeProto each)
     blob = b"\x08\x08" + b"\x3a" + _varint(len(body)) + body  # ir_version, then ModelProto.graph

@@ -145,6 +145,7 @@ def test_concurrent_ranks_are_checked():
     assert e.value.field == "concurrent" and "exceed" in e.value.message
 
 
+@pytest.mark.slow  # wall-clock sensitive: other processes on the host count as contention
 @pytest.mark.skipif(__import__("os").cpu_count() < 2, reason="a neighbour rank needs a second core")
 def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan, monkeypatch):
     """--concurrent 2 starts one neighbour process running the benchmarks, does not count it as
@@ -164,23 +165,33 @@ def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan
     validate_profile(prof)
     assert prof["settings"]["concurrent"] == 2
     assert len(started) == 1 and all(p.poll() is not None for p in started)  # stopped
+    busy_before = prof["settings"]["host_busy_cores_before"]
+    if busy_before is not None and busy_before >= ProfileOptions().quiet_threshold_cores:
+        pytest.skip(f"other processes kept {busy_before:.2f} cores busy before the run: waiting was theirs, not the neighbour's")
     assert prof["settings"]["waited_for_quiet_host_s"] < 5.0
     assert not any(m.get("retakes") for m in prof["measurements"])
 
 
+@pytest.mark.slow  # wall-clock sensitive: the spinner's share of a core depends on the host's load
 def test_host_monitor_does_not_count_its_own_processes():
     import subprocess
     import sys
     import time
 
-    from planner_service.profiling.fingerprint import HostMonitor
+    from planner_service.profiling.fingerprint import HostMonitor, _pids_cpu_s
 
     spin = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:
         time.sleep(0.3)
+        spin_cpu0_s = _pids_cpu_s((spin.pid,))
         own, other = HostMonitor((spin.pid,)), HostMonitor()
         time.sleep(1.0)
-        assert other.others_busy_cores() > own.others_busy_cores() + 0.5
+        counted_by_other, counted_by_own = other.others_busy_cores(), own.others_busy_cores()
+        spin_cores = (_pids_cpu_s((spin.pid,)) - spin_cpu0_s) / other.elapsed_s()
+        if spin_cores < 0.2:
+            pytest.skip(f"the spinner got only {spin_cores:.2f} cores on this busy host")
+        # Whatever else runs, the monitor told about the spinner leaves out exactly its share.
+        assert counted_by_other - counted_by_own == pytest.approx(spin_cores, abs=0.15)
     finally:
         spin.kill()
         spin.wait()

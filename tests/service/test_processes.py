@@ -49,7 +49,7 @@ class Server:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
-        self._fh = open(log, "ab")
+        self._fh = open(log, "ab")  # noqa: SIM115 - the server's log for its lifetime, closed in stop()
         self.proc = subprocess.Popen(
             [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log", "--log-level", "warning"],
             env=_env(db_url, **env),
@@ -189,9 +189,8 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_plan_and_no_partial_rows(db
 
 
 def _start_worker(db_url: str, log: Path, name: str) -> tuple[subprocess.Popen, Path]:
-    fh = open(log, "wb")
-    proc = subprocess.Popen([*CLI, "worker", "--worker-id", name, "--log-level", "info"], env=_env(db_url), stdout=fh, stderr=subprocess.STDOUT)
-    fh.close()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([*CLI, "worker", "--worker-id", name, "--log-level", "info"], env=_env(db_url), stdout=fh, stderr=subprocess.STDOUT)
     return proc, log
 
 

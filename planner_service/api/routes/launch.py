@@ -9,8 +9,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from cost_model.errors import InvalidInput
 from planner_service.api.deps import get_repository
-from planner_service.exporters import TARGETS, LaunchParams, render
-from planner_service.exporters.common import parse_env_pairs
+from planner_service.exporters import TARGETS, launch_params, render
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.service.plans import plan_to_api
 from planner_service.storage.repository import Repository
@@ -46,13 +45,13 @@ def launch(
     if format not in ("json", "raw"):
         raise InvalidInput(f"must be json or raw, got {format!r}", field="format")
     plan = plan_to_api(repo.get_plan(plan_id))
-    params = LaunchParams(
+    params = launch_params(
         image=image,
         command=command,
         job_name=job_name,
         namespace=namespace,
         queue=queue,
-        env=parse_env_pairs(env),
+        env=env,
         smoke_test=smoke_test,
         master_port=master_port,
         nccl_debug=nccl_debug,

@@ -4,10 +4,10 @@
    links merged; ``allowed_device_types`` filters them.
 2. For every non-empty subset of pools (one device type alone, or several together): enumerate
    the knob space (``space.enumerate_space``), cost every candidate with the cost model's
-   vectorised functions (``costing.evaluate_even``): exact step time for the near-even split,
+   vectorised functions (``tables.evaluate_even``): exact step time for the near-even split,
    a lower bound over all splits, and exact memory feasibility.
 3. Branch and bound: candidates whose lower bound beats the best exact time so far get an
-   optimal stage split (``solver.solve_split``: exact enumeration for one pool, CP-SAT for the
+   optimal stage split (``split_cpsat.solve_split``: exact enumeration for one pool, CP-SAT for the
    split and stage → pool assignment over several).  Stops when no bound can beat the
    incumbent (the answer is then optimal under the cost model) or the time limit is hit.
    One-pool candidates carry their exact objective from the cost tables; multi-pool ones are
@@ -20,28 +20,32 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from cost_model.cluster import Cluster, NodeGroup
-from cost_model.errors import NoFeasiblePlan, PlannerError
+from cost_model.cluster import Cluster, Node, NodeGroup
+from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.estimate import estimate
 from cost_model.result import Estimate
-from cost_model.strategy import Strategy
+from cost_model.strategy import Strategy, even_split
+from cost_model.training import Training
+from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
+from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.planner.explain import explain
 from planner_service.planner.placement import place_ranks, stage_entries
-from planner_service.planner.request import PlanRequest, SearchCancelled
+from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
 from planner_service.planner.transformer.space import (
     enumerate_space,
-    even_split,
     strategy_at,
 )
 from planner_service.planner.transformer.split_cpsat import solve_split
 from planner_service.planner.transformer.tables import (
+    PoolCosts,
     evaluate_even,
     pool_costs,
     stage_linear,
@@ -150,7 +154,7 @@ def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Clus
     """Merge node groups with identical device, GPUs per node, links and price into one pool
     (their available nodes, in order) and drop unavailable nodes and disallowed devices."""
 
-    buckets: dict[tuple, list[NodeGroup]] = {}
+    buckets: dict[tuple[Any, ...], list[NodeGroup]] = {}
     for g in cluster.node_groups:
         if allowed and g.device.name not in allowed:
             continue
@@ -158,7 +162,8 @@ def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Clus
             continue
         key = (g.device, g.gpus_per_node, g.intra_node_bandwidth_GBps, g.inter_node_bandwidth_GBps, g.price_per_gpu_hour)
         buckets.setdefault(key, []).append(g)
-    groups, nodes = [], []
+    groups: list[NodeGroup] = []
+    nodes: list[Node] = []
     for members in buckets.values():
         hosts = [n.hostname for g in members for n in cluster.available_nodes(g.name)]
         name = "+".join(g.name for g in members)
@@ -190,27 +195,188 @@ def transformer_search_size(request: PlanRequest) -> int:
 # ---- objective ---------------------------------------------------------------------------------
 
 
+def _price_per_gpu_hour(group: NodeGroup) -> float:
+    """USD per GPU-hour; ``parse_plan_request`` requires it on every group for objective cost."""
+    if group.price_per_gpu_hour is None:
+        raise InvalidInput("objective cost needs price_per_gpu_hour on every node group", field="cluster.node_groups")
+    return group.price_per_gpu_hour
+
+
 def _objective_value(objective: str, est: Estimate, cluster: Cluster, stage_groups: tuple[str, ...], strategy: Strategy) -> float:
+    """The objective of one estimated candidate: USD per million tokens for ``cost``, else the
+    step time in seconds."""
     if objective == "cost":
         block = strategy.dp * strategy.cp * strategy.tp
-        dollars_per_s = sum(cluster.group(g).price_per_gpu_hour * block for g in stage_groups) / 3600.0
-        return dollars_per_s / est.tokens_per_s * 1e6  # $ per million tokens
+        dollars_per_s = sum(_price_per_gpu_hour(cluster.group(g)) * block for g in stage_groups) / S_PER_HOUR
+        return dollars_per_s / est.tokens_per_s * MILLION  # $ per million tokens
     return est.step_time_s
 
 
 # ---- the search --------------------------------------------------------------------------------
 
 
-def search_transformer(request, settings, progress=None, should_cancel=None) -> PlanResult:
-    """The transformer search over a parsed request (see the module docstring)."""
-    t0 = time.perf_counter()
-    # Operator profiles are applied to the cluster's devices before planning (the service does
-    # it for profile_id; the CLI for --profile), so the search sees calibrated devices.
-    cluster = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
-    model: TransformerSpec = request.model
-    training = request.training
-    cons = request.constraints
-    headroom = cons.memory_headroom_fraction
+#: A multi-pool or uneven-split candidate awaiting its optimal split: (lower bound, subset id,
+#: pool indices, the pools' cost tables, candidate index, objective factor — None: estimate it).
+_Pending = tuple[float, int, tuple[int, ...], list[PoolCosts], int, float | None]
+
+
+class _Search:
+    """The state of one transformer search: the candidates found (in the order found), the
+    incumbent objective, the candidates still to refine, and the counts the result reports."""
+
+    def __init__(self, request: PlanRequest, settings: SolverSettings, cluster: Cluster, pools: list[NodeGroup]) -> None:
+        assert isinstance(request.model, TransformerSpec)
+        self.request = request
+        self.settings = settings
+        self.cluster = cluster
+        self.pools = pools
+        self.model: TransformerSpec = request.model
+        self.training = request.training
+        self.cons = request.constraints
+        self.headroom = self.cons.memory_headroom_fraction
+        self.pinned_lps = self.cons.pinned.get("layers_per_stage")
+        self.enumerated = 0
+        self.pruned = 0
+        self.refinements = 0
+        self.solver_statuses: list[str] = []
+        self.candidates: dict[tuple[Any, ...], _Candidate] = {}
+        self.closest_shortfall: list[tuple[float, str]] = []
+        self.pending: list[_Pending] = []
+        self.best_objective = float(np.inf)  # the incumbent: the best exact objective so far
+
+    def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
+        try:
+            est = estimate(self.model, self.training, self.cluster, strategy, stage_groups=stage_groups)
+        except PlannerError:
+            return None
+        caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - self.headroom) + 1e-9 for s in est.stages)
+        if not caps_ok:
+            return None
+        return Evaluated(strategy, stage_groups, est, _objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
+
+    def record(self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
+        """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
+        cost model's step time for this exact split, by the same functions ``estimate`` uses),
+        and the candidate is estimated only if it ends up among the answers.  Otherwise it is
+        estimated now."""
+        key = (strategy.key(), stage_groups)
+        if key in self.candidates:
+            return
+        ev = None
+        if objective is None:
+            ev = self.evaluate(strategy, stage_groups)
+            if ev is None:
+                return
+            objective = ev.objective
+        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev)
+        self.best_objective = min(self.best_objective, objective)
+
+    def cost_subset(self, si: int, subset: tuple[int, ...]) -> None:
+        """Enumerate and cost the candidates of one subset of pools: one pool records its best
+        even splits and queues the uneven ones; several pools queue every candidate by bound."""
+        cons = self.cons
+        groups = [self.pools[i] for i in subset]
+        gpn = min(g.gpus_per_node for g in groups)
+        if any(g.gpus_per_node % gpn for g in groups):
+            return
+        gpus = sum(g.gpus_per_node * g.count for g in groups)
+        if cons.max_devices:
+            gpus = min(gpus, cons.max_devices)
+        S = enumerate_space(self.model, self.training, gpus, gpn, cons.pinned, cons.max_tp, cons.max_pp)
+        if len(S) == 0:
+            return
+        block = S.dp * S.cp * S.tp
+        caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])
+        keep = caps.sum(axis=0) >= S.pp
+        if len(groups) > 1:
+            # Several pools: every pool hosts ≥ 1 stage (else it is another subset), interleaving
+            # needs an even split, and pinned uneven splits are single-pool only.
+            keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
+        S = S.take(np.nonzero(keep)[0])
+        self.enumerated += len(S)
+        if len(S) == 0:
+            return
+        pcs = [pool_costs(self.model, self.training, g, S) for g in groups]
+        if len(groups) == 1:
+            self._cost_one_pool(si, subset, groups[0], S, pcs)
+        else:
+            lbs = _hetero_lower_bounds(self.model, self.training, pcs, S, groups) * _objective_factor(self.request.objective, self.training, S, groups)
+            for j in np.argsort(lbs):
+                self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
+
+    def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays, pcs: list[PoolCosts]) -> None:
+        cap_bytes = g.device.memory_bytes * (1 - self.headroom)
+        ev_even = evaluate_even(self.model, self.training, pcs[0], cap_bytes)
+        feasible = ev_even.feasible
+        lb = ev_even.lower_bound_s
+        self.pruned += int((~feasible).sum())
+        if not feasible.any():
+            j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
+            self.closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
+            return
+        # Exact results for the even splits that fit (ranked by the objective).
+        factor = _objective_factor(self.request.objective, self.training, S, [g])
+        lb = lb * factor
+        even_objective = ev_even.step_time_s * factor
+        order = np.argsort(even_objective)
+        fits = np.isfinite(ev_even.step_time_s)
+        # Keep only the best even split of each distinct layout, enough of them for the
+        # best answer and its top-k alternatives.
+        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
+        seen_shapes: set[tuple[Any, ...]] = set()
+        for j in map(int, order):
+            if not fits[j] or len(seen_shapes) > self.request.top_k:
+                break
+            key = tuple(shapes[j])
+            if key in seen_shapes:
+                continue
+            seen_shapes.add(key)
+            pp = int(S.pp[j])
+            lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
+            if int(S.vpp[j]) > 1:
+                lps = None
+            # A pinned split is not the one the tables costed: estimate it.
+            known = None if self.pinned_lps else float(even_objective[j])
+            self.record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known)
+        for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
+            if self.pinned_lps:
+                continue
+            self.pending.append((float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j])))
+
+    def branch_and_bound(self, progress: Callable[[float], None] | None, should_cancel: Callable[[], bool] | None) -> bool:
+        """Refine the queued candidates whose bound beats the incumbent; the solver's time
+        budget starts here (enumeration and costing are bounded by the space size).  True when
+        every candidate was refined or pruned (none left for lack of time)."""
+        settings = self.settings
+        deadline = time.perf_counter() + settings.time_limit_s
+        pending = self.pending
+        pending.sort(key=lambda x: x[0])
+        for k, (lb, _si, subset, pcs, j, factor_j) in enumerate(pending):
+            if should_cancel and should_cancel():
+                raise SearchCancelled("the job was cancelled")
+            if lb >= self.best_objective * (1 - 1e-9):
+                # Bounds only rise down the sorted list and the incumbent only falls: every
+                # candidate from here on is pruned.
+                self.pruned += len(pending) - k
+                break
+            if time.perf_counter() > deadline or self.refinements >= settings.max_refinements:
+                return False
+            self.refinements += 1
+            res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.headroom, settings, deadline)
+            if res is None:
+                continue
+            strategy, stage_groups, status, split_s = res
+            self.solver_statuses.append(status)
+            # One pool: the split's objective is the cost model's step time (split_exact); several
+            # pools: the CP-SAT objective is scaled to integers, so estimate.
+            self.record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
+            if progress and pending:
+                progress(0.3 + 0.6 * self.refinements / max(len(pending), 1))
+        return True
+
+
+def _dtype_pools(cluster: Cluster, training: Training) -> tuple[list[NodeGroup], list[str]]:
+    """The pools whose device supports the training dtype, and a warning for each left out."""
     pools = [g for g in cluster.node_groups if training.dtype in g.device.supported_dtypes()]
     dtype_warnings = [
         f"{g.device.name} ({g.name}) has no {training.dtype} support: left out"
@@ -221,154 +387,40 @@ def search_transformer(request, settings, progress=None, should_cancel=None) -> 
         raise NoFeasiblePlan(
             f"no device in the cluster supports {training.dtype}: " + "; ".join(dtype_warnings), field="training.dtype"
         )
-    enumerated = 0
-    pruned = 0
-    solver_statuses: list[str] = []
-    candidates: dict[tuple, _Candidate] = {}  # every split found, in the order found
-    closest_shortfall: list[tuple[float, str]] = []
-    # (lb, subset id, pools, pc list, cand, objective factor — None: estimate it at once)
-    pending: list[tuple[float, int, tuple[int, ...], Any, int, float | None]] = []
+    return pools, dtype_warnings
 
+
+def search_transformer(
+    request: PlanRequest,
+    settings: SolverSettings,
+    progress: Callable[[float], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> PlanResult:
+    """The transformer search over a parsed request (see the module docstring)."""
+    t0 = time.perf_counter()
+    # Operator profiles are applied to the cluster's devices before planning (the service does
+    # it for profile_id; the CLI for --profile), so the search sees calibrated devices.
+    cluster = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
+    training = request.training
+    pools, dtype_warnings = _dtype_pools(cluster, training)
+    state = _Search(request, settings, cluster, pools)
     subsets = [s for r in range(1, len(pools) + 1) for s in itertools.combinations(range(len(pools)), r)]
-    pinned_lps = cons.pinned.get("layers_per_stage")
-
-    best_objective = [np.inf]  # the incumbent: the best exact objective so far
-
-    def evaluate(strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
-        try:
-            est = estimate(model, training, cluster, strategy, stage_groups=stage_groups)
-        except PlannerError:
-            return None
-        caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - headroom) + 1e-9 for s in est.stages)
-        if not caps_ok:
-            return None
-        return Evaluated(strategy, stage_groups, est, _objective_value(request.objective, est, cluster, stage_groups, strategy))
-
-    def record(strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
-        """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
-        cost model's step time for this exact split, by the same functions ``estimate`` uses),
-        and the candidate is estimated only if it ends up among the answers.  Otherwise it is
-        estimated now."""
-        key = (strategy.key(), stage_groups)
-        if key in candidates:
-            return
-        ev = None
-        if objective is None:
-            ev = evaluate(strategy, stage_groups)
-            if ev is None:
-                return
-            objective = ev.objective
-        candidates[key] = _Candidate(objective, strategy, stage_groups, ev)
-        best_objective[0] = min(best_objective[0], objective)
-
     for si, subset in enumerate(subsets):
-        groups = [pools[i] for i in subset]
-        gpn = min(g.gpus_per_node for g in groups)
-        if any(g.gpus_per_node % gpn for g in groups):
-            continue
-        gpus = sum(g.gpus_per_node * g.count for g in groups)
-        if cons.max_devices:
-            gpus = min(gpus, cons.max_devices)
-        S = enumerate_space(model, training, gpus, gpn, cons.pinned, cons.max_tp, cons.max_pp)
-        if len(S) == 0:
-            continue
-        block = S.dp * S.cp * S.tp
-        caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])
-        keep = caps.sum(axis=0) >= S.pp
-        if len(groups) > 1:
-            # Several pools: every pool hosts ≥ 1 stage (else it is another subset), interleaving
-            # needs an even split, and pinned uneven splits are single-pool only.
-            keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
-        S = S.take(np.nonzero(keep)[0])
-        enumerated += len(S)
-        if len(S) == 0:
-            continue
-        pcs = [pool_costs(model, training, g, S) for g in groups]
-        if len(groups) == 1:
-            g = groups[0]
-            cap_bytes = g.device.memory_bytes * (1 - headroom)
-            ev_even = evaluate_even(model, training, pcs[0], cap_bytes)
-            feasible = ev_even.feasible
-            lb = ev_even.lower_bound_s
-            pruned += int((~feasible).sum())
-            if not feasible.any():
-                j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
-                closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
-                continue
-            # Exact results for the even splits that fit (ranked by the objective).
-            factor = _objective_factor(request.objective, training, S, [g])
-            lb = lb * factor
-            even_objective = ev_even.step_time_s * factor
-            order = np.argsort(even_objective)
-            fits = np.isfinite(ev_even.step_time_s)
-            # Keep only the best even split of each distinct layout, enough of them for the
-            # best answer and its top-k alternatives.
-            shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
-            seen_shapes: set[tuple] = set()
-            for j in order:
-                if not fits[j] or len(seen_shapes) > request.top_k:
-                    break
-                key = tuple(shapes[j])
-                if key in seen_shapes:
-                    continue
-                seen_shapes.add(key)
-                pp = int(S.pp[j])
-                lps = pinned_lps or even_split(model.num_layers, pp)
-                if int(S.vpp[j]) > 1:
-                    lps = None
-                # A pinned split is not the one the tables costed: estimate it.
-                known = None if pinned_lps else float(even_objective[j])
-                record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known)
-            for j in np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]:
-                if pinned_lps:
-                    continue
-                pending.append((float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j])))
-        else:
-            lbs = _hetero_lower_bounds(model, training, pcs, S, groups) * _objective_factor(request.objective, training, S, groups)
-            for j in np.argsort(lbs):
-                pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
+        state.cost_subset(si, subset)
     if progress:
         progress(0.3)
+    complete = state.branch_and_bound(progress, should_cancel)
 
-    # Branch and bound over the candidates whose bound beats the incumbent; the solver's time
-    # budget starts here (enumeration and costing are bounded by the space size).
-    deadline = time.perf_counter() + settings.time_limit_s
-    pending.sort(key=lambda x: x[0])
-    refinements = 0
-    complete = True
-    for k, (lb, si, subset, pcs, j, factor_j) in enumerate(pending):
-        if should_cancel and should_cancel():
-            raise SearchCancelled("the job was cancelled")
-        if lb >= best_objective[0] * (1 - 1e-9):
-            # Bounds only rise down the sorted list and the incumbent only falls: every
-            # candidate from here on is pruned.
-            pruned += len(pending) - k
-            break
-        if time.perf_counter() > deadline or refinements >= settings.max_refinements:
-            complete = False
-            break
-        refinements += 1
-        res = _refine(model, training, cluster, [pools[i] for i in subset], pcs, j, headroom, settings, deadline)
-        if res is None:
-            continue
-        strategy, stage_groups, status, split_s = res
-        solver_statuses.append(status)
-        # One pool: the split's objective is the cost model's step time (solver.py); several
-        # pools: the CP-SAT objective is scaled to integers, so estimate.
-        record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
-        if progress and pending:
-            progress(0.3 + 0.6 * refinements / max(len(pending), 1))
-
-    if not candidates:
-        _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
-    picked, incumbent_held = _pick_answers(list(candidates.values()), evaluate, request.top_k)
+    if not state.candidates:
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall)
+    picked, incumbent_held = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k)
     if not picked:
-        _raise_infeasible(model, training, cluster, headroom, closest_shortfall)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall)
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
-    if solver_statuses:
-        status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in solver_statuses) else "FEASIBLE"
+    if state.solver_statuses:
+        status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in state.solver_statuses) else "FEASIBLE"
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
     warnings = dtype_warnings + list(best.prediction.warnings)
@@ -377,9 +429,9 @@ def search_transformer(request, settings, progress=None, should_cancel=None) -> 
         "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
     })
     search = {
-        "candidates": enumerated,
-        "pruned": pruned,
-        "refined": refinements,
+        "candidates": state.enumerated,
+        "pruned": state.pruned,
+        "refined": state.refinements,
         "solver_status": status,
         "wall_time_s": round(time.perf_counter() - t0, 4),
     }
@@ -391,24 +443,27 @@ def search_transformer(request, settings, progress=None, should_cancel=None) -> 
         search=search,
         warnings=warnings,
         cluster=cluster,
-        model=model,
+        model=state.model,
         objective=request.objective,
         extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
     )
 
 
-def _objective_factor(objective: str, training, S, groups) -> np.ndarray:
+def _objective_factor(objective: str, training: Training, S: StrategyArrays, groups: list[NodeGroup]) -> np.ndarray:
     """Objective = step time × factor.  Throughput and time to train: 1.  Cost (USD per
     million tokens): the price per second of the GPUs a candidate uses over the tokens of a
     step — for several pools a lower bound, every GPU at the cheapest pool's price."""
     if objective != "cost":
         return np.ones(len(S))
-    cheapest = min(g.price_per_gpu_hour for g in groups)
+    cheapest = min(_price_per_gpu_hour(g) for g in groups)
     gpus = S.dp * S.cp * S.tp * S.pp
-    return cheapest / 3600.0 * gpus * 1e6 / training.tokens_per_step
+    factor: np.ndarray = cheapest / S_PER_HOUR * gpus * MILLION / training.tokens_per_step
+    return factor
 
 
-def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
+def _hetero_lower_bounds(
+    model: TransformerSpec, training: Training, pcs: list[PoolCosts], S: StrategyArrays, groups: list[NodeGroup]
+) -> np.ndarray:
     """Bound for multi-pool candidates (vectorised).  With per-layer stage times b_p, stage
     time T ≥ n_i·b_{p(i)}, so L = Σ n_i ≤ T·Σ_i 1/b_{p(i)} ≤ T·(the pp largest 1/b_p the pool
     capacities allow); and Σ t ≥ L·min_p b_p + the cheapest embedding and head.  Pipeline ≥
@@ -431,24 +486,35 @@ def _hetero_lower_bounds(model, training, pcs, S, groups) -> np.ndarray:
     m = training.global_batch_size / (S.dp * S.mbs)
     extras = np.stack([pc.dc.embedding_s + pc.dc.head_s for pc in pcs]).min(axis=0)
     sum_t = L * b.min(axis=0) + extras
-    return (m - 1.0) * T_lb + sum_t
+    bound: np.ndarray = (m - 1.0) * T_lb + sum_t
+    return bound
 
 
-def _refine(model, training, cluster, groups: list[NodeGroup], pcs, j, headroom, settings, deadline):
+def _refine(
+    model: TransformerSpec,
+    training: Training,
+    groups: list[NodeGroup],
+    pcs: list[PoolCosts],
+    j: int,
+    headroom: float,
+    settings: SolverSettings,
+    deadline: float,
+) -> tuple[Strategy, tuple[str, ...], str, float] | None:
     """Optimal split (and pool assignment) for candidate j with CP-SAT."""
     S = pcs[0].S
     pp = int(S.pp[j])
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
     lins = []
-    for g, pc in zip(groups, pcs):
+    for g, pc in zip(groups, pcs, strict=True):
         cross_default = block >= g.gpus_per_node
         lins.append(stage_linear(model, training, pc, j, pp, cross_default))
     caps_bytes = [g.device.memory_bytes * (1 - headroom) for g in groups]
     stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
     m = training.global_batch_size / (S.dp[j] * S.mbs[j])
-    hint_pools = _greedy_pools(groups, stage_caps, pp, [float(l.time_b.mean()) for l in lins])
-    hint_layers = _proportional_layers(model.num_layers, [float(lins[p].time_b.mean()) for p in hint_pools])
-    ref = sum(float(l.time_b.mean()) for l in lins) / len(lins) * model.num_layers / pp * m + 1e-6
+    per_layer_s = [float(lin.time_b.mean()) for lin in lins]
+    hint_pools = _greedy_pools(groups, stage_caps, pp, per_layer_s)
+    hint_layers = _proportional_layers(model.num_layers, [per_layer_s[p] for p in hint_pools])
+    ref = sum(per_layer_s) / len(lins) * model.num_layers / pp * m + 1e-6
     remaining = max(0.05, min(settings.time_limit_s / 4, deadline - time.perf_counter()))
     res = solve_split(
         lins,
@@ -470,7 +536,7 @@ def _refine(model, training, cluster, groups: list[NodeGroup], pcs, j, headroom,
     return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s
 
 
-def _greedy_pools(groups, stage_caps, pp, per_layer_s) -> list[int]:
+def _greedy_pools(groups: list[NodeGroup], stage_caps: list[int], pp: int, per_layer_s: list[float]) -> list[int]:
     """Greedy first answer: the fastest pools host as many stages as they can, pools in the
     order given."""
     by_speed = sorted(range(len(groups)), key=lambda p: per_layer_s[p])
@@ -497,19 +563,21 @@ def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]
     return [int(v) for v in out]
 
 
-def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple:
+def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]:
     """The structural knobs that make two candidates different plans (not the split)."""
     s = strategy
     return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))))
 
 
-def _pick_answers(candidates: list[_Candidate], evaluate, k: int) -> tuple[list[Evaluated], bool]:
+def _pick_answers(
+    candidates: list[_Candidate], evaluate: Callable[[Strategy, tuple[str, ...]], Evaluated | None], k: int
+) -> tuple[list[Evaluated], bool]:
     """The best candidate and top-k alternatives that differ from it (and each other) in a
     structural knob, by objective; candidates not yet estimated are estimated here (a
     candidate ``estimate`` rejects is skipped).  Returns (best first, whether the lowest
     objective found survived its estimate)."""
     ranked = sorted(candidates, key=lambda c: c.objective)
-    seen: set[tuple] = set()
+    seen: set[tuple[Any, ...]] = set()
     out: list[Evaluated] = []
     held = True
     for i, c in enumerate(ranked):
@@ -528,14 +596,15 @@ def _pick_answers(candidates: list[_Candidate], evaluate, k: int) -> tuple[list[
     return out, held
 
 
-def _raise_infeasible(model, training, cluster, headroom, shortfalls) -> None:
+def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]]) -> NoReturn:
     if shortfalls:
         need_bytes, device = min(shortfalls)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)
         usable = dev.memory_GB * (1 - headroom)
-        digits = 1 if abs(need_bytes / 1e9 - usable) >= 0.1 else 2
+        need_GB = bytes_to_gb(need_bytes)
+        digits = 1 if abs(need_GB - usable) >= 0.1 else 2
         raise NoFeasiblePlan(
-            f"no strategy fits: needs at least {need_bytes / 1e9:.{digits}f} GB per GPU (weights, gradients, "
+            f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU (weights, gradients, "
             f"optimizer state and one layer's activations at the largest model-parallel size allowed); {device} "
             f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
             field="cluster",

@@ -14,11 +14,12 @@ constraints replace the knob's range by the single pinned value.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -33,7 +34,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _pin(pins: Mapping[str, Any], key: str, values):
+def _pin(pins: Mapping[str, Any], key: str, values: Sequence[Any]) -> list[Any]:
     if key in pins:
         v = pins[key]
         return [v] if v in values or key in ("dp", "pp", "micro_batch_size", "vpp") else []
@@ -100,13 +101,13 @@ def enumerate_space(
     # Inner knobs, vectorised: each step repeats every row once per value of the next knob
     # (rows stay in nested-loop order: outer knobs first, then mbs, vpp, recompute, zero).
     o = np.array(outer, dtype=np.int64)
-    cols = {"dp": o[:, 0], "tp": o[:, 1], "pp": o[:, 2], "cp": o[:, 3], "ep": o[:, 4]}
+    cols: dict[str, np.ndarray] = {"dp": o[:, 0], "tp": o[:, 1], "pp": o[:, 2], "cp": o[:, 3], "ep": o[:, 4]}
     cols = _cross(cols, "mbs", mbss)
     cols = _keep(cols, (B // cols["dp"]) % cols["mbs"] == 0)
     cols = _cross(cols, "vpp", vpps)
-    pp, vpp = cols["pp"], cols["vpp"]
+    pp_col, vpp_col = cols["pp"], cols["vpp"]
     m = B // cols["dp"] // cols["mbs"]
-    cols = _keep(cols, (vpp == 1) | ((pp > 1) & (L % (pp * vpp) == 0) & (m % pp == 0)))
+    cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & (L % (pp_col * vpp_col) == 0) & (m % pp_col == 0)))
     cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
@@ -136,7 +137,7 @@ def enumerate_space(
     )
 
 
-def _cross(cols: dict[str, np.ndarray], name: str, values) -> dict[str, np.ndarray]:
+def _cross(cols: dict[str, np.ndarray], name: str, values: Sequence[Any]) -> dict[str, np.ndarray]:
     """Every row once per value of a new knob ``name`` (the new knob varies fastest)."""
     k = len(values)
     out = {key: np.repeat(v, k) for key, v in cols.items()}
@@ -154,9 +155,7 @@ def _empty() -> StrategyArrays:
     return StrategyArrays(z, z, z, z, z, z, z, z.astype(bool), z, z)
 
 
-def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | None = None):
-    from cost_model.strategy import Strategy
-
+def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
     return Strategy(
         dp=int(S.dp[i]),
         tp=int(S.tp[i]),
@@ -171,8 +170,3 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         layers_per_stage=layers_per_stage,
     )
 
-
-def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
-    """Near-even split: the first ``L mod pp`` stages take one layer more."""
-    q, r = divmod(num_layers, pp)
-    return tuple(q + (1 if i < r else 0) for i in range(pp))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -68,142 +69,182 @@ def solve_split(
 ) -> SplitResult | None:
     """Optimal stage split (and pool per stage).  ``lins[p]`` are pool p's coefficients for a
     pp-stage pipeline.  Returns None when no split fits.  ``method``: ``"auto"`` (exact
-    enumeration for one pool, CP-SAT otherwise) or ``"cp-sat"``."""
-    P = len(lins)
-    L = num_layers
-    if P == 1 and method == "auto":
+    enumeration for one pool, CP-SAT otherwise) or ``"cp-sat"``.  ``objective_s`` is the step
+    time in seconds (``combine_stages``' formula)."""
+    if len(lins) == 1 and method == "auto":
         try:
-            exact = single_pool_split(lins[0], capacities_bytes[0], L, pp, m, vpp)
+            exact = single_pool_split(lins[0], capacities_bytes[0], num_layers, pp, m, vpp)
         except SplitBudgetExceeded:
             pass  # CP-SAT below
         else:
             return None if exact is None else SplitResult(exact.layers, (0,) * pp, "OPTIMAL", exact.objective_s)
-    scale = TIME_UNITS / max(scale_ref_s, 1e-9)
-    model = cp_model.CpModel()
+    split = _SplitModel(lins, num_layers, pp, m, vpp, scale_ref_s)
+    split.add_assignment(stage_caps)
+    if not split.add_memory(capacities_bytes):
+        return None
+    split.add_objective()
+    if hint_layers is not None:
+        split.add_hint(hint_layers, hint_pools)
+    return split.solve(time_limit_s, num_workers)
 
-    # Variables.
-    x = [[model.NewBoolVar(f"x{i}_{p}") if P > 1 else None for p in range(P)] for i in range(pp)]
-    n = [[model.NewIntVar(0, L, f"n{i}_{p}") for p in range(P)] for i in range(pp)]
 
-    def on(i, p):
-        return x[i][p] if P > 1 else 1
+class _SplitModel:
+    """The CP-SAT model of one split problem, built in the samples' order: data and variables
+    (``__init__``), constraints (:meth:`add_assignment`, :meth:`add_memory`), objective
+    (:meth:`add_objective`), hint, then :meth:`solve` and extract."""
 
-    # Constraints: one pool per stage, layers only on the chosen pool, ≥ 1 layer, all layers placed.
-    for i in range(pp):
-        if P > 1:
-            model.AddExactlyOne(x[i])
-            for p in range(P):
-                model.Add(n[i][p] <= L * x[i][p])
-        model.Add(sum(n[i]) >= 1)
-    model.Add(sum(n[i][p] for i in range(pp) for p in range(P)) == L)
-    if P > 1:
+    def __init__(self, lins: Sequence[StageLinear], num_layers: int, pp: int, m: float, vpp: int, scale_ref_s: float) -> None:
+        self.lins = lins
+        self.P = P = len(lins)
+        self.L = L = num_layers
+        self.pp = pp
+        self.m = m
+        self.vpp = vpp
+        self.v = max(int(vpp), 1)
+        self.scale = TIME_UNITS / max(scale_ref_s, 1e-9)
+        self.horizon = _scale(1e3 * max(scale_ref_s, 1.0), self.scale)
+        self.model = model = cp_model.CpModel()
+        # Variables: x[i][p] stage i runs on pool p (only with several pools), n[i][p] its layers.
+        self.x: list[list[cp_model.IntVar]] = [[model.new_bool_var(f"x{i}_{p}") for p in range(P)] for i in range(pp)] if P > 1 else []
+        self.n: list[list[cp_model.IntVar]] = [[model.new_int_var(0, L, f"n{i}_{p}") for p in range(P)] for i in range(pp)]
+
+    def _on(self, i: int, p: int) -> cp_model.IntVar | int:
+        return self.x[i][p] if self.P > 1 else 1
+
+    def add_assignment(self, stage_caps: Sequence[int]) -> None:
+        """One pool per stage, layers only on the chosen pool, ≥ 1 layer per stage, all layers
+        placed, at most ``stage_caps[p]`` stages on pool p, each pool's stages contiguous."""
+        model, x, n, P, L, pp = self.model, self.x, self.n, self.P, self.L, self.pp
+        for i in range(pp):
+            if P > 1:
+                model.add_exactly_one(x[i])
+                for p in range(P):
+                    model.add(n[i][p] <= L * x[i][p])
+            model.add(sum(n[i]) >= 1)
+        model.add(sum(n[i][p] for i in range(pp) for p in range(P)) == L)
+        if P == 1:
+            return
         for p in range(P):
-            model.Add(sum(x[i][p] for i in range(pp)) <= stage_caps[p])
+            model.add(sum(x[i][p] for i in range(pp)) <= stage_caps[p])
         # The stages of one pool form one contiguous block (pools in any order): pool p's
         # stages are exactly the indices start_p..end_p when it is used.
         for p in range(P):
             k = sum(x[i][p] for i in range(pp))
-            used = model.NewBoolVar(f"used{p}")
-            start = model.NewIntVar(0, pp - 1, f"start{p}")
-            end = model.NewIntVar(0, pp - 1, f"end{p}")
-            model.Add(k >= 1).OnlyEnforceIf(used)
-            model.Add(k == 0).OnlyEnforceIf(used.Not())
-            model.Add(end - start + 1 == k).OnlyEnforceIf(used)
+            used = model.new_bool_var(f"used{p}")
+            start = model.new_int_var(0, pp - 1, f"start{p}")
+            end = model.new_int_var(0, pp - 1, f"end{p}")
+            model.add(k >= 1).only_enforce_if(used)
+            model.add(k == 0).only_enforce_if(~used)
+            model.add(end - start + 1 == k).only_enforce_if(used)
             for i in range(pp):
-                model.Add(start <= i).OnlyEnforceIf(x[i][p])
-                model.Add(end >= i).OnlyEnforceIf(x[i][p])
+                model.add(start <= i).only_enforce_if(x[i][p])
+                model.add(end >= i).only_enforce_if(x[i][p])
 
-    # Memory per stage: a + b·n ≤ capacity on the chosen pool.
-    for i in range(pp):
-        for p in range(P):
-            a = lins[p].mem_a[i] / MEMORY_UNIT_BYTES
-            b = lins[p].mem_b[i] / MEMORY_UNIT_BYTES
-            room = int(capacities_bytes[p] / MEMORY_UNIT_BYTES - a) if capacities_bytes[p] / MEMORY_UNIT_BYTES >= a else -1
-            bi = int(-(-b // 1))  # ceil: never accept a split the cost model would reject
-            if room < 0:
-                if P > 1:
-                    model.Add(x[i][p] == 0)
-                else:
-                    return None
-            elif P > 1:
-                model.Add(bi * n[i][p] <= room * x[i][p] if bi > 0 else n[i][p] >= 0)
+    def add_memory(self, capacities_bytes: Sequence[float]) -> bool:
+        """Memory per stage: a + b·n ≤ capacity on the chosen pool.  False when a single pool
+        cannot hold some stage at all (no split fits)."""
+        model, x, n, P = self.model, self.x, self.n, self.P
+        for i in range(self.pp):
+            for p in range(P):
+                a = self.lins[p].mem_a[i] / MEMORY_UNIT_BYTES
+                b = self.lins[p].mem_b[i] / MEMORY_UNIT_BYTES
+                room = int(capacities_bytes[p] / MEMORY_UNIT_BYTES - a) if capacities_bytes[p] / MEMORY_UNIT_BYTES >= a else -1
+                bi = int(-(-b // 1))  # ceil: never accept a split the cost model would reject
+                if room < 0:
+                    if P == 1:
+                        return False
+                    model.add(x[i][p] == 0)
+                elif P > 1:
+                    model.add(bi * n[i][p] <= room * x[i][p] if bi > 0 else n[i][p] >= 0)
+                elif bi > 0:
+                    model.add(bi * n[i][p] <= room)
+        return True
+
+    def _cross_vars(self) -> list[cp_model.IntVar | None]:
+        """Pool changes between neighbouring stages (their point-to-point traffic crosses the network)."""
+        cross: list[cp_model.IntVar | None] = []
+        for i in range(self.pp):
+            if self.P > 1 and i + 1 < self.pp:
+                y = self.model.new_bool_var(f"y{i}")
+                for p in range(self.P):
+                    self.model.add(y >= self.x[i][p] - self.x[i + 1][p])
+                cross.append(y)
             else:
-                if bi > 0:
-                    model.Add(bi * n[i][p] <= room)
+                cross.append(None)
+        return cross
 
-    # Pool changes between neighbouring stages (their point-to-point traffic crosses the network).
-    cross = []
-    for i in range(pp):
-        if P > 1 and i + 1 < pp:
-            y = model.NewBoolVar(f"y{i}")
-            for p in range(P):
-                model.Add(y >= x[i][p] - x[i + 1][p])
-            cross.append(y)
-        else:
-            cross.append(None)
+    def add_objective(self) -> None:
+        """(v·m·T + Σ t_i − T + v·E + v·O), integer-scaled: T, E, O the maxima of the stage
+        times, exposed DP syncs and optimizer steps (``combine_stages``)."""
+        model, n, scale, horizon, v = self.model, self.n, self.scale, self.horizon, self.v
+        cross = self._cross_vars()
+        t_vars, e_vars, o_vars = [], [], []
+        for i in range(self.pp):
+            t_expr: list[Any] = []
+            bwd_expr: list[Any] = []
+            dp_expr: list[Any] = []
+            win_expr: list[Any] = []
+            opt_expr: list[Any] = []
+            for p in range(self.P):
+                lin = self.lins[p]
+                on = self._on(i, p)
+                t_expr += [_scale(lin.time_a[i], scale) * on, _scale(lin.time_b[i], scale) * n[i][p]]
+                bwd_expr += [_scale(lin.bwd_a[i], scale) * on, _scale(lin.bwd_b[i], scale) * n[i][p]]
+                dp_expr += [_scale(lin.dp_a[i], scale) * on, _scale(lin.dp_b[i], scale) * n[i][p]]
+                win_expr += [_scale(lin.win_a[i], scale) * on, _scale(lin.win_b[i], scale) * n[i][p]]
+                opt_expr += [_scale(lin.opt_a[i], scale) * on, _scale(lin.opt_b[i], scale) * n[i][p]]
+                cross_i = cross[i]
+                if cross_i is not None and lin.p2p_cross_extra_s[i] > 0:
+                    w = model.new_bool_var(f"w{i}_{p}")
+                    model.add(w >= self.x[i][p] + cross_i - 1)
+                    t_expr.append(_scale(lin.p2p_cross_extra_s[i], scale) * w)
+            t = model.new_int_var(0, horizon, f"t{i}")
+            model.add(t == sum(t_expr))
+            t_vars.append(t)
+            # Exposed DP sync: dp − window − (i/v)·bwd (the drain), floored at 0 (combine_stages);
+            # multiplied through by v to stay integral.
+            e = model.new_int_var(0, horizon, f"e{i}")
+            model.add(v * e >= v * (sum(dp_expr) - sum(win_expr)) - i * sum(bwd_expr))
+            e_vars.append(e)
+            o = model.new_int_var(0, horizon, f"o{i}")
+            model.add(o == sum(opt_expr))
+            o_vars.append(o)
+        t_max = model.new_int_var(0, horizon, "T")
+        model.add_max_equality(t_max, t_vars)
+        e_max = model.new_int_var(0, horizon, "E")
+        model.add_max_equality(e_max, e_vars)
+        o_max = model.new_int_var(0, horizon, "O")
+        model.add_max_equality(o_max, o_vars)
+        m_int = int(round(self.m))
+        model.minimize(v * m_int * t_max + sum(t_vars) - t_max + v * e_max + v * o_max)
 
-    horizon = _scale(1e3 * max(scale_ref_s, 1.0), scale)
-    t_vars, e_vars, o_vars = [], [], []
-    v = max(int(vpp), 1)
-    for i in range(pp):
-        t_expr, bwd_expr, dp_expr, win_expr, opt_expr = [], [], [], [], []
-        for p in range(P):
-            lin = lins[p]
-            t_expr += [_scale(lin.time_a[i], scale) * on(i, p), _scale(lin.time_b[i], scale) * n[i][p]]
-            bwd_expr += [_scale(lin.bwd_a[i], scale) * on(i, p), _scale(lin.bwd_b[i], scale) * n[i][p]]
-            dp_expr += [_scale(lin.dp_a[i], scale) * on(i, p), _scale(lin.dp_b[i], scale) * n[i][p]]
-            win_expr += [_scale(lin.win_a[i], scale) * on(i, p), _scale(lin.win_b[i], scale) * n[i][p]]
-            opt_expr += [_scale(lin.opt_a[i], scale) * on(i, p), _scale(lin.opt_b[i], scale) * n[i][p]]
-            if cross[i] is not None and lin.p2p_cross_extra_s[i] > 0:
-                w = model.NewBoolVar(f"w{i}_{p}")
-                model.Add(w >= x[i][p] + cross[i] - 1)
-                t_expr.append(_scale(lin.p2p_cross_extra_s[i], scale) * w)
-        t = model.NewIntVar(0, horizon, f"t{i}")
-        model.Add(t == sum(t_expr))
-        t_vars.append(t)
-        # Exposed DP sync: dp − window − (i/v)·bwd (the drain), floored at 0 (combine_stages);
-        # multiplied through by v to stay integral.
-        e = model.NewIntVar(0, horizon, f"e{i}")
-        model.Add(v * e >= v * (sum(dp_expr) - sum(win_expr)) - i * sum(bwd_expr))
-        e_vars.append(e)
-        o = model.NewIntVar(0, horizon, f"o{i}")
-        model.Add(o == sum(opt_expr))
-        o_vars.append(o)
-    T = model.NewIntVar(0, horizon, "T")
-    model.AddMaxEquality(T, t_vars)
-    E = model.NewIntVar(0, horizon, "E")
-    model.AddMaxEquality(E, e_vars)
-    O = model.NewIntVar(0, horizon, "O")
-    model.AddMaxEquality(O, o_vars)
-    m_int = int(round(m))
-    model.Minimize(v * m_int * T + sum(t_vars) - T + v * E + v * O)
-
-    # Greedy first answer as a hint.
-    if hint_layers is not None:
-        for i in range(pp):
-            for p in range(P):
+    def add_hint(self, hint_layers: Sequence[int], hint_pools: Sequence[int] | None) -> None:
+        """The greedy first answer as a hint."""
+        for i in range(self.pp):
+            for p in range(self.P):
                 chosen = (hint_pools[i] if hint_pools is not None else 0) == p
-                model.AddHint(n[i][p], hint_layers[i] if chosen else 0)
-                if P > 1:
-                    model.AddHint(x[i][p], 1 if chosen else 0)
+                self.model.add_hint(self.n[i][p], hint_layers[i] if chosen else 0)
+                if self.P > 1:
+                    self.model.add_hint(self.x[i][p], 1 if chosen else 0)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
-    # A single pool is a small pure-integer model: one search thread avoids the portfolio start-up.
-    solver.parameters.num_workers = 1 if P == 1 else max(1, num_workers)
-    status = solver.Solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    layers, pools = [], []
-    for i in range(pp):
-        for p in range(P):
-            if P == 1 or solver.Value(x[i][p]):
-                layers.append(int(solver.Value(n[i][p])))
-                pools.append(p)
-                break
-    if P == 1:  # the exact step time of the split, not the integer-scaled objective
-        objective_s = split_objective_s(lins[0], layers, m, vpp)
-    else:
-        objective_s = solver.ObjectiveValue() / v / scale
-    return SplitResult(tuple(layers), tuple(pools), solver.StatusName(status), objective_s)
-
+    def solve(self, time_limit_s: float, num_workers: int) -> SplitResult | None:
+        """Solve and extract the layers and pool of each stage; None when nothing fits."""
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+        # A single pool is a small pure-integer model: one search thread avoids the portfolio start-up.
+        solver.parameters.num_workers = 1 if self.P == 1 else max(1, num_workers)
+        status = solver.solve(self.model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        layers, pools = [], []
+        for i in range(self.pp):
+            for p in range(self.P):
+                if self.P == 1 or solver.value(self.x[i][p]):
+                    layers.append(int(solver.value(self.n[i][p])))
+                    pools.append(p)
+                    break
+        if self.P == 1:  # the exact step time of the split, not the integer-scaled objective
+            objective_s = split_objective_s(self.lins[0], layers, self.m, self.vpp)
+        else:
+            objective_s = solver.objective_value / self.v / self.scale
+        return SplitResult(tuple(layers), tuple(pools), solver.status_name(status), objective_s)

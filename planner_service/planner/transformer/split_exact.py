@@ -27,6 +27,7 @@ checks they reach the same objective on random instances.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +54,7 @@ def max_layers_in_memory(mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capac
     stage's fixed memory does not fit."""
     cap_units = capacity_bytes / MEMORY_UNIT_BYTES
     out = np.empty(len(mem_a_bytes), dtype=np.int64)
-    for i, (a_bytes, b_bytes) in enumerate(zip(mem_a_bytes, mem_b_bytes)):
+    for i, (a_bytes, b_bytes) in enumerate(zip(mem_a_bytes, mem_b_bytes, strict=True)):
         a = a_bytes / MEMORY_UNIT_BYTES
         b = b_bytes / MEMORY_UNIT_BYTES
         if cap_units < a:
@@ -65,7 +66,7 @@ def max_layers_in_memory(mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capac
     return out
 
 
-def split_objective_s(lin: StageLinear, layers, m: float, vpp: int) -> float:
+def split_objective_s(lin: StageLinear, layers: Sequence[int] | np.ndarray, m: float, vpp: int) -> float:
     """F(layers) for one pool: the step time ``combine_stages`` gives for this split."""
     n = np.asarray(layers, dtype=float)
     v = max(int(vpp), 1)
@@ -78,7 +79,7 @@ def split_objective_s(lin: StageLinear, layers, m: float, vpp: int) -> float:
 
 def _interval(mask: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, non-empty) of the allowed layer counts along the last axis."""
-    any_ = mask.any(axis=-1)
+    any_ = np.asarray(mask.any(axis=-1))
     lo = np.argmax(mask, axis=-1)
     hi = num_layers - np.argmax(mask[..., ::-1], axis=-1)
     return lo, hi, any_
@@ -113,7 +114,8 @@ def _water_fill(lo: np.ndarray, hi: np.ndarray, target: np.ndarray) -> np.ndarra
     short = target - n.sum(axis=-1)  # fewer than the stages at level λ below their hi
     can = (n == low[..., None]) & (n < hi)
     bump = can & (np.cumsum(can, axis=-1) <= short[..., None])
-    return n + bump
+    filled: np.ndarray = n + bump
+    return filled
 
 
 def _fill(lo: np.ndarray, hi: np.ndarray, groups: list[np.ndarray], num_layers: int) -> np.ndarray:
@@ -162,19 +164,19 @@ def single_pool_split(
     c_T = m - 1.0 / v
     const = float(lin.time_a.sum()) / v
 
-    def lin_min(lo, hi) -> float:
+    def lin_min(lo: np.ndarray, hi: np.ndarray) -> float:
         return float((c * _fill(lo, hi, groups, L)).sum())
 
-    def floor_of(g, mask) -> float:
+    def floor_of(g: np.ndarray, mask: np.ndarray) -> float:
         """max_i min_n g_i(n) over the allowed n: a lower bound of max_i g_i(n_i)."""
         return float(np.where(mask, g, np.inf).min(axis=1).max())
 
     lo0, hi0, _ = _interval(valid, L)
     bound_rest = floor_of(o, valid) + floor_of(e, valid) + const + lin_min(lo0, hi0)
 
-    def box(mask):
+    def box(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         lo, hi, ok = _interval(mask, L)
-        return lo, hi, bool(ok.all()) and lo.sum() <= L <= hi.sum()
+        return lo, hi, bool(ok.all()) and bool(lo.sum() <= L <= hi.sum())
 
     # Feasibility only grows with X_T: bisect for the first feasible bottleneck value.
     T_values = np.unique(t[valid])

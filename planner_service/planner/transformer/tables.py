@@ -21,15 +21,19 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from cost_model.cluster import NodeGroup
 from cost_model.comm import Links
+from cost_model.compute import ArrayOrFloat
+from cost_model.strategy import even_split
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
+    DeviceCosts,
     StageCost,
     combine_stages,
     device_costs,
@@ -43,16 +47,22 @@ _STAGE_FIELDS = dataclasses.fields(StageCost)
 class PoolCosts:
     group: NodeGroup
     S: StrategyArrays
-    dc: object  # cost_model.transformer.stage_cost.DeviceCosts
+    dc: DeviceCosts
 
 
 def pool_costs(model: TransformerSpec, training: Training, group: NodeGroup, S: StrategyArrays) -> PoolCosts:
     return PoolCosts(group, S, device_costs(model, training, group.device, Links.for_group(group), S))
 
 
-def _take(obj, idx, n: int):
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_D = TypeVar("_D", bound="DataclassInstance")
+
+
+def _take(obj: _D, idx: np.ndarray, n: int) -> _D:
     """Index every per-candidate array field of a frozen dataclass (recursively)."""
-    changes = {}
+    changes: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
         if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
@@ -62,16 +72,27 @@ def _take(obj, idx, n: int):
     return dataclasses.replace(obj, **changes)
 
 
-def subset(pc: PoolCosts, idx) -> PoolCosts:
+def subset(pc: PoolCosts, idx: np.ndarray) -> PoolCosts:
     n = len(pc.S)
     return PoolCosts(pc.group, pc.S.take(idx), _take(pc.dc, idx, n))
 
 
-def _m(S: StrategyArrays, training: Training):
-    return training.global_batch_size / (S.dp * S.mbs)
+def _m(S: StrategyArrays, training: Training) -> np.ndarray:
+    m: np.ndarray = training.global_batch_size / (S.dp * S.mbs)
+    return m
 
 
-def _stage(model, training, pc: PoolCosts, S, n, i, first, last, cross):
+def _stage(
+    model: TransformerSpec,
+    training: Training,
+    pc: PoolCosts,
+    S: StrategyArrays,
+    n: ArrayOrFloat,
+    i: ArrayOrFloat,
+    first: bool,
+    last: bool,
+    cross: np.ndarray | bool,
+) -> StageCost:
     return stage_cost(model, training, pc.dc, S, n, i, first, last, _m(S, training), cross)
 
 
@@ -98,7 +119,7 @@ class _SplitStages:
     def stacked(self, k: int, value: Callable[[StageCost], np.ndarray]) -> np.ndarray:
         """``value`` of every stage of split k, [p, N]."""
         rows = []
-        for part, is_middle in zip(self.parts, self.middle):
+        for part, is_middle in zip(self.parts, self.middle, strict=True):
             if is_middle:
                 rows.append(np.broadcast_to(value(part), (self.V, self.p - 2, self.N))[k])
             else:
@@ -110,7 +131,9 @@ class _SplitStages:
         return StageCost(**{f.name: self.stacked(k, attrgetter(f.name)) for f in _STAGE_FIELDS})
 
 
-def _stages_for_splits(model, training, pcg, Sg, layers: np.ndarray, cross) -> _SplitStages:
+def _stages_for_splits(
+    model: TransformerSpec, training: Training, pcg: PoolCosts, Sg: StrategyArrays, layers: np.ndarray, cross: np.ndarray
+) -> _SplitStages:
     """Costs of the splits ``layers`` ([V, p] layer counts, one row per split) in at most three
     ``stage_cost`` calls: the first stage (it carries the embedding), the middle stages
     vectorised over the stage index, the last (it carries the head)."""
@@ -147,7 +170,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         Sg = pcg.S
         p = int(pp)
         cross = cross_all[idx]
-        split = even_split_layers(L, p)
+        split = even_split(L, p)
         # The near-even split, 0 and 1 layers per stage (memory is affine in the layer count),
         # and L/p layers everywhere (the optimizer bound below) in one pass.
         layer_rows = np.array([split, [0] * p, [1] * p, [L / p] * p], dtype=float)
@@ -176,11 +199,6 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
             mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 0, False, False, cross).optimizer_s
         lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
     return EvenEval(step, lb, feasible, shortfall)
-
-
-def even_split_layers(num_layers: int, pp: int) -> list[int]:
-    q, r = divmod(num_layers, pp)
-    return [q + (1 if i < r else 0) for i in range(pp)]
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,6 @@ def test_enumeration_equals_the_rules_row_by_row(preset, max_gpus):
                               "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]}})
     for pins in PINS:
         S = enumerate_space(req.model, req.training, max_gpus, 8, pins)
-        got = list(zip(*(getattr(S, f).tolist() for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero"))))
+        got = list(zip(*(getattr(S, f).tolist() for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero")), strict=True))
         assert got == [tuple(float(v) if not isinstance(v, bool) else v for v in r) for r in reference_rows(req.model, req.training, max_gpus, 8, pins)], pins
         assert S.sp.dtype == np.bool_

@@ -53,7 +53,7 @@ def _cp_sat(lin, cap, L, pp, m, vpp):
 
 def _check_split(lin, cap, L, layers):
     assert sum(layers) == L and min(layers) >= 1
-    assert all(n <= h for n, h in zip(layers, max_layers_in_memory(lin.mem_a, lin.mem_b, cap, L)))
+    assert all(n <= h for n, h in zip(layers, max_layers_in_memory(lin.mem_a, lin.mem_b, cap, L), strict=True))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -87,7 +87,7 @@ def test_exact_split_matches_enumerating_every_split(seed):
     lin = random_instance(rng, pp, mem_tight=True)
     cap = float(rng.uniform(3e9, 20e9))
     hi = max_layers_in_memory(lin.mem_a, lin.mem_b, cap, L)
-    splits = [c for c in compositions(L, pp) if all(n <= h for n, h in zip(c, hi))]
+    splits = [c for c in compositions(L, pp) if all(n <= h for n, h in zip(c, hi, strict=True))]
     fast = single_pool_split(lin, cap, L, pp, m, 1)
     if not splits:
         assert fast is None
