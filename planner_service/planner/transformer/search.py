@@ -31,7 +31,6 @@ from cost_model.estimate import estimate
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy
 from cost_model.transformer.spec import TransformerSpec
-from planner_service.exporters.preflight import preflight_warnings
 from planner_service.planner.explain import explain
 from planner_service.planner.placement import place_ranks, stage_entries
 from planner_service.planner.request import PlanRequest, SearchCancelled
@@ -371,11 +370,8 @@ def search_transformer(request, settings, progress=None, should_cancel=None) -> 
         status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in solver_statuses) else "FEASIBLE"
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
+    # Preflight (mixed versions or devices inside a group) is the plan service's, over the ranks it stores.
     warnings = dtype_warnings + list(best.prediction.warnings)
-    warnings += preflight_warnings({
-        "cluster": request.cluster.to_dict(),
-        "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
-    })
     search = {
         "candidates": enumerated,
         "pruned": pruned,
