@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -40,7 +40,7 @@ class _StoredCounts:
     def __init__(self, repo: Repository) -> None:
         self.repo = repo
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         plans = GaugeMetricFamily("planner_plans_stored", "Plans stored in the database, by status", labels=["status"])
         jobs = GaugeMetricFamily("planner_jobs", "Jobs in the database, by status", labels=["status"])
         try:
@@ -88,11 +88,11 @@ def create_app(
     service = PlanService(repo, settings, plan_fn=plan_fn, search_size_fn=search_size_fn, on_job_created=wake_worker)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if run_worker:
-            thread = WorkerThread(JobWorker(repo, service, settings, worker_id=None))
-            holder["thread"] = thread
-            thread.start()
+            started = WorkerThread(JobWorker(repo, service, settings, worker_id=None))
+            holder["thread"] = started
+            started.start()
         try:
             yield
         finally:

@@ -21,6 +21,7 @@ anything else (a bug)                                    500, logged, no traceba
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,7 +43,7 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(code, message, field), status_code=status, headers=headers)
 
 
@@ -56,7 +57,7 @@ def status_for(exc: PlannerError) -> int:
     return 422  # InvalidInput and every subclass, UnknownName included
 
 
-def field_from_loc(loc: tuple | list) -> str | None:
+def field_from_loc(loc: Sequence[Any]) -> str | None:
     """('body', 'cluster', 'node_groups', 0, 'count') → 'cluster.node_groups[0].count'."""
     parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header"):

@@ -13,7 +13,7 @@ from planner_service.api.errors import error_body
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-async def _send_json(send: Any, status: int, body: dict) -> None:
+async def _send_json(send: Any, status: int, body: dict[str, Any]) -> None:
     raw = json.dumps(body).encode()
     await send(
         {
@@ -39,10 +39,10 @@ class BodyLimitMiddleware:
         #: Path → its own limit (file uploads such as ONNX models are larger than JSON bodies).
         self.upload_paths = dict(upload_paths or {})
 
-    def _too_large(self, limit: int) -> dict:
+    def _too_large(self, limit: int) -> dict[str, Any]:
         return error_body("payload_too_large", f"the request body exceeds the limit of {limit} bytes", "body")
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
@@ -73,12 +73,13 @@ class BodyLimitMiddleware:
         body = b"".join(chunks)
         replayed = False
 
-        async def replay() -> dict:
+        async def replay() -> dict[str, Any]:
             nonlocal replayed
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            message: dict[str, Any] = await receive()
+            return message
 
         await self.app(scope, replay, send)
 
@@ -112,14 +113,14 @@ class MetricsMiddleware:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
         status = {"code": 500}
 
-        async def send_wrapper(message: dict) -> None:
+        async def send_wrapper(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)

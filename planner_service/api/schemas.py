@@ -1,9 +1,18 @@
-"""Request shapes for the HTTP edge (OpenAPI documentation and top-level type checks).
+"""Request and response shapes for the HTTP edge (OpenAPI documentation and top-level type checks).
 
-The schemas are deliberately permissive below the top level (model, training, cluster,
-constraints and strategy are objects): the rules, with their field paths and reasons, live in
-``planner_service.planner.request`` and ``cost_model``, which the routes call with the validated dict.
-Top-level fields are strict (no coercion of "3" to 3) and unknown top-level fields are refused.
+Requests.  The schemas are deliberately permissive below the top level (model, training,
+cluster, constraints and strategy are objects): the rules, with their field paths and reasons,
+live in ``planner_service.planner.request`` and ``cost_model``, which the routes call with the
+validated dict.  Top-level fields are strict (no coercion of "3" to 3) and unknown top-level
+fields are refused.
+
+Responses.  Every route that returns JSON declares one of the models below as its
+``response_model`` (or in ``responses`` for a second success status), so OpenAPI documents every
+2xx body.  The routes still answer with the dicts they build (a ``JSONResponse``: a plan holds a
+rank entry per GPU, and the stored JSON is plain already), so the models describe the bodies
+rather than filter them: they name the contract's fields with their units and allow more keys
+(``extra="allow"``), because the contract lets fields be added but never renamed.
+``tests/api/test_openapi.py`` checks real bodies against them.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-EXAMPLE_CLUSTER = {
+EXAMPLE_CLUSTER: dict[str, Any] = {
     "name": "dgx-a100",
     "node_groups": [
         {
@@ -26,7 +35,7 @@ EXAMPLE_CLUSTER = {
         }
     ],
 }
-EXAMPLE_MIXED_CLUSTER = {
+EXAMPLE_MIXED_CLUSTER: dict[str, Any] = {
     "name": "mixed",
     "node_groups": [
         {"name": "h100", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"},
@@ -34,9 +43,9 @@ EXAMPLE_MIXED_CLUSTER = {
     ],
     "nodes": [{"hostname": "a100-1", "group": "a100", "available": False}],
 }
-EXAMPLE_TRAINING = {"global_batch_size": 64, "sequence_length": 2048, "dtype": "bf16", "optimizer": "adam"}
+EXAMPLE_TRAINING: dict[str, Any] = {"global_batch_size": 64, "sequence_length": 2048, "dtype": "bf16", "optimizer": "adam"}
 
-PLAN_EXAMPLES = {
+PLAN_EXAMPLES: dict[str, Any] = {
     "preset": {
         "summary": "A preset model on one node of 8 A100s",
         "value": {
@@ -64,13 +73,13 @@ PLAN_EXAMPLES = {
     },
 }
 
-REPLAN_EXAMPLES = {
+REPLAN_EXAMPLES: dict[str, Any] = {
     "node_down": {"summary": "A node died", "value": {"unavailable_nodes": ["node-1"]}},
     "nodes_added": {"summary": "Nodes were added to a group", "value": {"added_nodes": [{"hostname": "node-2", "group": "a100"}]}},
     "new_cluster": {"summary": "A different cluster altogether", "value": {"cluster": EXAMPLE_CLUSTER}},
 }
 
-ESTIMATE_EXAMPLES = {
+ESTIMATE_EXAMPLES: dict[str, Any] = {
     "megatron_style": {
         "summary": "One strategy on 2 DGX A100 nodes",
         "value": {
@@ -142,12 +151,335 @@ class EstimateCreate(_Strict):
     profile_id: str | None = None
 
 
+# --------------------------------------------------------------------------------------------
+# Responses (documentation of the bodies the routes build; see the module docstring)
+# --------------------------------------------------------------------------------------------
+
+
+class _Open(BaseModel):
+    """A response body: the fields named here, and possibly more."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorDetail(_Open):
+    code: str = Field(description="Machine-readable reason, e.g. invalid_input, not_found, no_feasible_plan")
+    message: str
+    field: str | None = Field(description="Dotted path of the offending input, e.g. cluster.node_groups[0].count")
+
+
+class ErrorBody(_Open):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class StageEstimate(_Open):
+    """One pipeline stage of a prediction."""
+
+    index: int
+    device: str
+    forward_s: float | None = Field(description="Forward time of one micro-batch, s")
+    backward_s: float | None = Field(description="Backward time of one micro-batch, s")
+    peak_memory_GB: float | None = Field(description="Peak memory per GPU of the stage, GB (1e9 bytes)")
+
+
+class Prediction(_Open):
+    """POST /v1/estimate and every plan candidate's ``prediction``: the cost model's answer for
+    one strategy.  Floats that were not finite are null."""
+
+    step_time_s: float | None
+    tokens_per_s: float | None
+    samples_per_s: float | None
+    model_tflops_per_gpu: float | None = Field(description="Model FLOP/s per GPU (no recompute), 1e12")
+    hardware_tflops_per_gpu: float | None = Field(description="Hardware FLOP/s per GPU (with recompute), 1e12")
+    mfu: float | None = Field(description="Model FLOPs utilisation, 0-1")
+    fits: bool = Field(description="Every stage fits its device's memory")
+    peak_memory_GB: list[float | None] = Field(description="Peak memory per GPU, per stage, GB")
+    breakdown_s: dict[str, float | None] = Field(
+        description="Where a step's time goes: compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm_exposed, bubble, optimizer (s)"
+    )
+    stages: list[StageEstimate]
+    num_devices: int
+    warnings: list[str]
+
+
+class RankEntry(_Open):
+    """Where one rank runs: host and local GPU, node group, device, mesh coordinates (Megatron order)."""
+
+    rank: int
+    host: str | None
+    gpu: int
+    node_group: str
+    device: str
+    stage: int
+    dp: int
+    pp: int
+    tp: int
+    cp: int
+
+
+class PlanStage(_Open):
+    """A stage of a plan: the prediction's stage plus its hosts (layer range or operator range)."""
+
+    index: int
+    device: str
+    hosts: list[str]
+
+
+class Candidate(_Open):
+    """The best plan or an alternative: strategy, prediction, stages and ranks (an operator-graph
+    plan's alternatives carry strategy and prediction only)."""
+
+    strategy: dict[str, Any] = Field(description="dp, tp, pp, cp, ep, vpp, micro_batch_size, sequence_parallel, recompute, zero_stage, layers_per_stage, ...")
+    prediction: Prediction
+    stages: list[PlanStage] | None = None
+    ranks: list[RankEntry] | None = None
+
+
+class SearchStats(_Open):
+    candidates: int = Field(description="Candidate strategies weighed")
+    pruned: int = Field(description="Candidates the bound ruled out")
+    solver_status: str
+    wall_time_s: float
+
+
+class PlanModel(_Open):
+    name: str
+    params: int | None = Field(description="Parameter count")
+    spec: Any = Field(default=None, description="The model as requested")
+
+
+class PlanSummaryFigures(_Open):
+    device_types: list[str]
+    num_devices: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+
+
+class Plan(_Open):
+    """A stored plan (contract v1): the request as planned, the best candidate, the alternatives,
+    the search and its explanation; ``diff`` on a replan."""
+
+    id: str
+    status: str = Field(description="optimal | feasible")
+    request_hash: str = Field(description="SHA-256 of the canonical request")
+    revision: int
+    created_at: str = Field(description="ISO 8601, UTC")
+    parent_id: str | None = Field(description="The plan this one re-plans")
+    model: PlanModel
+    cluster: dict[str, Any] | None = Field(description="The cluster as planned (defaults filled in)")
+    training: dict[str, Any] | None
+    constraints: dict[str, Any] | None
+    objective: str
+    top_k: int | None
+    profile_id: str | None
+    summary: PlanSummaryFigures
+    best: Candidate | None
+    alternatives: list[Candidate]
+    search: SearchStats | None
+    explanation: dict[str, Any] | None
+    warnings: list[str]
+    diff: dict[str, Any] | None = Field(default=None, description="Replans only: what changed against the parent plan")
+
+
+class PlanListItem(_Open):
+    """A plan's summary row in ``GET /v1/plans``."""
+
+    id: str
+    status: str
+    request_hash: str
+    revision: int
+    parent_id: str | None
+    created_at: str
+    objective: str
+    model: PlanModel
+    cluster_name: str
+    device_types: list[str]
+    num_devices: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    strategy: dict[str, Any]
+
+
+class PlanPage(_Open):
+    items: list[PlanListItem]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
+    limit: int
+    sort: str
+
+
+class Job(_Open):
+    """A planning job (202 answers and GET /v1/jobs/{id})."""
+
+    id: str
+    kind: str = Field(description="plan | replan")
+    status: str = Field(description="queued | running | succeeded | failed | cancelled")
+    progress: float | None = Field(description="0-1")
+    plan_id: str | None = Field(description="The plan, once the job succeeded")
+    parent_id: str | None
+    error: dict[str, Any] | None = Field(description="A failed job's error body ({code, message, field})")
+    attempts: int
+    cancel_requested: bool
+    callback_url: str | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    links: dict[str, str] = Field(description="self, and plan once there is one")
+
+
+class LaunchArtifacts(_Open):
+    """GET /v1/plans/{id}/launch (format=json)."""
+
+    target: str
+    primary: str = Field(description="The file to start with")
+    files: dict[str, str] = Field(description="File name → text")
+    notes: list[str]
+    plan_id: str
+    warnings: list[str] = Field(description="Preflight warnings (mixed versions or devices inside a communication group)")
+
+
+class SavedCluster(_Open):
+    name: str
+    cluster: dict[str, Any] = Field(description="The cluster object {name, node_groups, nodes?}")
+    created_at: str
+    updated_at: str
+
+
+class ClusterList(_Open):
+    items: list[SavedCluster]
+
+
+class ClusterImport(_Open):
+    cluster: dict[str, Any] = Field(description="The imported cluster object")
+    warnings: list[str]
+    saved: SavedCluster | None = Field(default=None, description="With ?save=true: the stored cluster")
+
+
+class ProfileSummary(_Open):
+    id: str
+    device: str
+    source: str | None
+    name: str | None
+    created_at: str
+    measurements: int = Field(description="Number of measurements")
+    efficiency: dict[str, Any] | None = Field(description="Fitted efficiency parameters")
+    device_overrides: dict[str, Any] | None
+    quality: dict[str, Any] | None
+
+
+class ProfileCreated(ProfileSummary):
+    fit: dict[str, Any]
+
+
+class ProfileDetail(ProfileSummary):
+    profile: dict[str, Any] = Field(description="The stored profile document")
+    fit: dict[str, Any] | None
+
+
+class ProfileList(_Open):
+    profiles: list[ProfileSummary]
+
+
+class StoredModelInfo(_Open):
+    id: str
+    name: str
+    format: str = Field(description="onnx")
+    created_at: str
+
+
+class ModelCreated(_Open):
+    id: str
+    name: str
+    format: str
+    summary: dict[str, Any] = Field(description="Operators, parameters")
+    links: dict[str, str]
+
+
+class ModelDetail(StoredModelInfo):
+    summary: dict[str, Any]
+    graph: dict[str, Any] | None = Field(default=None, description="With ?include_graph=true: the operator graph")
+
+
+class ModelList(_Open):
+    items: list[StoredModelInfo]
+
+
+class DeviceInfo(_Open):
+    name: str
+    memory_GB: float
+    bf16_tflops: float | None
+    intra_node_bandwidth_GBps: float | None
+    inter_node_bandwidth_GBps: float | None
+
+
+class DeviceList(_Open):
+    items: list[DeviceInfo]
+
+
+class PresetInfo(_Open):
+    name: str
+    num_hidden_layers: int
+    hidden_size: int
+
+
+class PresetList(_Open):
+    items: list[PresetInfo]
+
+
+class Health(_Open):
+    status: str
+
+
+class Ready(_Open):
+    status: str
+    database: str = Field(description="sqlite | postgresql")
+
+
+#: The ``responses`` argument of a route or router: status → {model, description, content}.
+Responses = dict[int | str, dict[str, Any]]
+
+#: Router-level ``responses``: the API's 422 is the error body (``api.errors``), not FastAPI's
+#: default validation error shape.
+INVALID_INPUT: Responses = {
+    422: {"model": ErrorBody, "description": "Invalid input (a malformed body or parameter); error.field names it"}
+}
+
+#: ``responses`` entries for text bodies (OpenAPI has no model for them).
+TEXT_BODY = {"text/plain": {"schema": {"type": "string"}}}
+
+
 __all__ = [
+    "Candidate",
+    "ClusterImport",
+    "ClusterList",
+    "DeviceList",
     "ESTIMATE_EXAMPLES",
+    "ErrorBody",
     "EstimateCreate",
+    "Health",
+    "INVALID_INPUT",
+    "Job",
+    "LaunchArtifacts",
+    "ModelCreated",
+    "ModelDetail",
+    "ModelList",
     "NodeRef",
     "PLAN_EXAMPLES",
+    "Plan",
     "PlanCreate",
+    "PlanPage",
+    "Prediction",
+    "PresetList",
+    "ProfileCreated",
+    "ProfileDetail",
+    "ProfileList",
     "REPLAN_EXAMPLES",
+    "Ready",
     "ReplanRequest",
+    "Responses",
+    "SavedCluster",
+    "TEXT_BODY",
 ]

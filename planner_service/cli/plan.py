@@ -26,11 +26,13 @@ from planner_service.cli.common import (
     read_json_file,
     run_batch,
 )
+from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner import PlanResult, SolverSettings, plan
 from planner_service.planner.request import parse_plan_request
 
 
-def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict | None = None) -> PlanResult:
+def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict | None = None) -> tuple[PlanResult, dict]:
+    """The result and its plan JSON, with the preflight warnings the plan service adds too."""
     req = parse_plan_request(body)
     if profile is not None:
         from dataclasses import replace
@@ -38,7 +40,10 @@ def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict
         from cost_model.estimate import apply_profile_to_cluster
 
         req = replace(req, cluster=apply_profile_to_cluster(req.cluster, profile))
-    return plan(req, settings, progress=progress)
+    result = plan(req, settings, progress=progress)
+    d = result.to_dict()
+    d["warnings"] = [*d["warnings"], *candidate_warnings(req.cluster, d["best"])]
+    return result, d
 
 
 def with_onnx(body: dict, onnx_path: Path) -> dict:
@@ -50,8 +55,7 @@ def with_onnx(body: dict, onnx_path: Path) -> dict:
     return {**body, "model": {"graph": graph, "name": onnx_path.stem}}
 
 
-def render_plan(result: PlanResult) -> None:
-    d = result.to_dict()
+def render_plan(result: PlanResult, d: dict) -> None:
     best = d["best"]
     p = best["prediction"]
     s = best["strategy"]
@@ -87,7 +91,7 @@ def render_plan(result: PlanResult) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | None = None) -> PlanResult:
+def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | None = None) -> tuple[PlanResult, dict]:
     """Run the search in a thread; show a progress bar if it takes longer than a second."""
     box: dict = {}
     frac = {"v": 0.0}
@@ -126,7 +130,7 @@ def register(app: typer.Typer) -> None:
         settings = SolverSettings(time_limit_s=time_limit_s)
         prof = read_json_file(profile) if profile else None
         if batch is not None:
-            run_batch(batch, lambda body: plan_body(body, settings, profile=prof).to_dict())
+            run_batch(batch, lambda body: plan_body(body, settings, profile=prof)[1])
             return
         if request is None:
             err_console.print("[red]error:[/red] give a REQUEST.json or --batch FILE")
@@ -135,11 +139,11 @@ def register(app: typer.Typer) -> None:
         try:
             if onnx is not None:
                 body = with_onnx(body, onnx)
-            result = plan_body(body, settings, profile=prof) if as_json else _run_with_progress(body, settings, prof)
+            result, d = plan_body(body, settings, profile=prof) if as_json else _run_with_progress(body, settings, prof)
         except PlannerError as exc:
             fail(exc, as_json)
             return
         if as_json:
-            print(json.dumps(result.to_dict(), indent=1))
+            print(json.dumps(d, indent=1))
         else:
-            render_plan(result)
+            render_plan(result, d)

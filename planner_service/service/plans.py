@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
+from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner.request import (
     PlanRequest,
     parse_cluster,
@@ -58,6 +59,38 @@ CancelFn = Callable[[], bool]
 
 class JobCancelled(Exception):
     """Raised inside a job when its cancel was requested."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRequest:
+    """A plan request parsed once: the domain request (saved cluster and uploaded model
+    resolved, the profile applied to its cluster), its canonical form and that form's hash.
+    Everything downstream (de-duplication, the job queue, the planner, the stored row) reads
+    this; nothing parses the body again."""
+
+    request: PlanRequest
+    canonical: dict[str, Any]
+    request_hash: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How a plan request runs; not part of its identity (``NON_IDENTITY_KEYS``)."""
+
+    force: bool = False
+    run_async: bool = False
+    callback_url: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterChanges:
+    """What changed in a parent plan's cluster (POST /v1/plans/{id}/replan): ``cluster``
+    replaces it (an object or a saved cluster's name), then ``added_nodes`` ({hostname,
+    group}) join their groups and ``unavailable_nodes`` are marked down."""
+
+    unavailable_nodes: tuple[str, ...] = ()
+    added_nodes: tuple[Mapping[str, Any], ...] = ()
+    cluster: Mapping[str, Any] | str | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +248,19 @@ class PlanService:
         doc = self.load_profile(req.profile_id)
         return replace(req, cluster=apply_profile_to_cluster(req.cluster, doc, field="profile_id"))
 
+    def prepare(self, body: Mapping[str, Any]) -> PreparedRequest:
+        """Parse a plan request body once: the request, its canonical form (from the request as
+        given: the profile is not part of it) and hash, and the profile applied (which validates
+        ``profile_id`` before anything is stored or queued)."""
+        req = self.parse(body)
+        canonical = canonical_request(body, req)
+        return PreparedRequest(request=self.with_profile(req), canonical=canonical, request_hash=request_hash(canonical))
+
+    def prepare_canonical(self, canonical: dict[str, Any], hash_: str | None = None) -> PreparedRequest:
+        """A stored canonical request (a job's) made ready to plan: parsed, profile applied."""
+        req = self.with_profile(self.parse(canonical))
+        return PreparedRequest(request=req, canonical=canonical, request_hash=hash_ or request_hash(canonical))
+
     # ---------------------------------------------------------------- planning
     def solver_settings(self) -> Any:
         from planner_service.planner import SolverSettings
@@ -227,15 +273,15 @@ class PlanService:
 
     def compute(
         self,
-        canonical: dict[str, Any],
+        prepared: PreparedRequest,
         parent: StoredPlan | None = None,
         progress: ProgressFn | None = None,
         should_cancel: CancelFn | None = None,
     ) -> NewPlan:
-        """Plan ``canonical`` (a canonical request) and build the row to store.  With ``parent``
-        (a replan) the planner is asked for more alternatives and the most stable near-best
-        candidate is kept, with a diff against the parent."""
-        req = self.with_profile(self.parse(canonical))
+        """Plan ``prepared`` and build the row to store.  With ``parent`` (a replan) the planner
+        is asked for more alternatives and the most stable near-best candidate is kept, with a
+        diff against the parent.  The preflight check runs over the candidate kept as best."""
+        req, canonical = prepared.request, prepared.canonical
         if parent is not None:
             req = replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
         result = self._run_planner(req, progress, should_cancel)
@@ -268,11 +314,12 @@ class PlanService:
                 gpn = min(g.gpus_per_node for g in req.cluster.node_groups)
                 stored_result["explanation"] = explain(chosen, stored_result["alternatives"], gpn)
         best = stored_result["best"] or {}
+        stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, best)]
         pred = best.get("prediction") or {}
         device_types = tuple(getattr(result, "device_types", None) or req.cluster.device_types)
         num_devices = getattr(result, "num_devices", None) or len(best.get("ranks") or []) or req.cluster.total_gpus
         return NewPlan(
-            request_hash=request_hash(canonical),
+            request_hash=prepared.request_hash,
             status=plan_status((stored_result.get("search") or {}).get("solver_status")),
             objective=req.objective,
             model_name=str(getattr(req.model, "name", None) or "model"),
@@ -289,61 +336,57 @@ class PlanService:
             parent_id=parent.id if parent is not None else None,
         )
 
-    def _wants_job(self, body: Mapping[str, Any], req: PlanRequest) -> bool:
-        if body.get("async"):
+    def _wants_job(self, options: RunOptions, req: PlanRequest) -> bool:
+        if options.run_async:
             return True
         size = self._search_size_fn(req)
         return size is not None and size > self.settings.sync_max_candidates
 
-    def _enqueue(self, kind: str, canonical: dict, force: bool, parent_id: str | None, callback_url: str | None) -> StoredJob:
-        job = self.repo.create_job(kind, canonical, request_hash(canonical), force=force, parent_id=parent_id, callback_url=callback_url)
+    def _enqueue(self, kind: str, prepared: PreparedRequest, force: bool, parent_id: str | None, callback_url: str | None) -> StoredJob:
+        job = self.repo.create_job(kind, prepared.canonical, prepared.request_hash, force=force, parent_id=parent_id, callback_url=callback_url)
         if self._on_job_created is not None:
             self._on_job_created()
         return job
 
-    def create_plan(self, body: Mapping[str, Any]) -> Outcome:
-        """POST /v1/plans."""
-        req = self.parse(body)
-        canonical = canonical_request(body, req)
-        self.with_profile(req)  # validates profile_id before anything is stored or queued
-        h = request_hash(canonical)
-        force = bool(body.get("force"))
-        if not force:
+    def create_plan(self, prepared: PreparedRequest, options: RunOptions | None = None) -> Outcome:
+        """POST /v1/plans: the stored plan of an identical request, a job, or a new plan."""
+        options = options or RunOptions()
+        h = prepared.request_hash
+        if not options.force:
             existing = self.repo.find_plan_by_hash(h)
             if existing is not None:
                 return Outcome("existing", plan=existing)
-        if self._wants_job(body, req):
-            if not force:
+        if self._wants_job(options, prepared.request):
+            if not options.force:
                 active = self.repo.find_active_job(h)
                 if active is not None:
                     return Outcome("job", job=active)
-            return Outcome("job", job=self._enqueue("plan", canonical, force, None, body.get("callback_url")))
-        new = self.compute(canonical)
-        stored, created = self.repo.insert_plan(new, force=force)
+            return Outcome("job", job=self._enqueue("plan", prepared, options.force, None, options.callback_url))
+        new = self.compute(prepared)
+        stored, created = self.repo.insert_plan(new, force=options.force)
         return Outcome("created" if created else "existing", plan=stored)
 
-    def replan(self, plan_id: str, body: Mapping[str, Any]) -> Outcome:
+    def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None) -> Outcome:
         """POST /v1/plans/{id}/replan: the parent's request on a changed cluster."""
+        options = options or RunOptions()
         parent = self.repo.get_plan(plan_id)
-        if body.get("cluster") is not None:
-            base = parse_cluster(body["cluster"], self._resolve_cluster).to_dict()
+        if changes.cluster is not None:
+            base = parse_cluster(changes.cluster, self._resolve_cluster).to_dict()
         else:
             base = parent.request["cluster"]
-        cluster = apply_cluster_changes(base, body.get("unavailable_nodes"), body.get("added_nodes"))
+        cluster = apply_cluster_changes(base, list(changes.unavailable_nodes), [dict(n) for n in changes.added_nodes])
         cluster = sticky_host_order(cluster, (parent.result.get("best") or {}).get("ranks"))
-        new_body = {**parent.request, "cluster": cluster}
-        req = self.parse(new_body)
-        canonical = canonical_request(new_body, req)
-        self.with_profile(req)
-        if self._wants_job(body, req):
-            return Outcome("job", job=self._enqueue("replan", canonical, True, parent.id, body.get("callback_url")))
-        new = self.compute(canonical, parent=parent)
+        prepared = self.prepare({**parent.request, "cluster": cluster})
+        if self._wants_job(options, prepared.request):
+            return Outcome("job", job=self._enqueue("replan", prepared, True, parent.id, options.callback_url))
+        new = self.compute(prepared, parent=parent)
         stored, _ = self.repo.insert_plan(new, force=True)
         return Outcome("created", plan=stored)
 
     def compute_for_job(self, job: StoredJob, progress: ProgressFn | None, should_cancel: CancelFn | None) -> NewPlan:
         parent = self.repo.get_plan(job.parent_id) if job.parent_id else None
-        return self.compute(job.request, parent=parent, progress=progress, should_cancel=should_cancel)
+        prepared = self.prepare_canonical(job.request, job.request_hash)
+        return self.compute(prepared, parent=parent, progress=progress, should_cancel=should_cancel)
 
     # ---------------------------------------------------------------- estimate
     def estimate(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -356,9 +399,12 @@ class PlanService:
 
 
 __all__ = [
+    "ClusterChanges",
     "JobCancelled",
     "Outcome",
     "PlanService",
+    "PreparedRequest",
+    "RunOptions",
     "apply_cluster_changes",
     "canonical_request",
     "choose_stable",

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
-from planner_service.api.deps import get_service
-from planner_service.api.schemas import ESTIMATE_EXAMPLES, EstimateCreate
-from planner_service.service.plans import PlanService
+from planner_service.api.deps import ServiceDep
+from planner_service.api.schemas import ESTIMATE_EXAMPLES, INVALID_INPUT, ErrorBody, EstimateCreate, Prediction
 
-router = APIRouter(prefix="/v1", tags=["estimate"])
+router = APIRouter(prefix="/v1", tags=["estimate"], responses=INVALID_INPUT)
 
 
-@router.post("/estimate", summary="Predict step time, throughput, MFU and memory for one strategy")
+@router.post(
+    "/estimate",
+    response_model=Prediction,
+    summary="Predict step time, throughput, MFU and memory for one strategy",
+    responses={422: {"model": ErrorBody, "description": "Invalid input or an impossible strategy; error.field names the knob"}},
+)
 def estimate(
     body: Annotated[EstimateCreate, Body(openapi_examples=ESTIMATE_EXAMPLES)],
-    service: PlanService = Depends(get_service),
+    service: ServiceDep,
 ) -> JSONResponse:
     return JSONResponse(service.estimate(body.model_dump(exclude_unset=True)))

@@ -4,31 +4,35 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from cost_model.errors import InvalidInput
-from planner_service.api.deps import get_repository
+from planner_service.api.deps import RepoDep
+from planner_service.api.schemas import INVALID_INPUT, TEXT_BODY, ErrorBody, LaunchArtifacts
 from planner_service.exporters import TARGETS, launch_params, render
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.service.plans import plan_to_api
-from planner_service.storage.repository import Repository
 
-router = APIRouter(prefix="/v1/plans", tags=["launch"])
+router = APIRouter(prefix="/v1/plans", tags=["launch"], responses=INVALID_INPUT)
 
 
 @router.get(
     "/{plan_id}/launch",
     summary="Launch artifacts for a plan (scheduler job, launcher commands, framework config)",
+    response_model=LaunchArtifacts,
     responses={
-        200: {"description": "{target, primary, files: {name: text}, notes, warnings}; with format=raw the primary file (or ?file=) as text"},
-        404: {"description": "No plan with this id"},
-        422: {"description": "Unknown target or bad parameter; error.field names it"},
+        200: {
+            "description": "{target, primary, files: {name: text}, notes, warnings}; with format=raw the primary file (or ?file=) as text",
+            "content": TEXT_BODY,
+        },
+        404: {"model": ErrorBody, "description": "No plan with this id"},
+        422: {"model": ErrorBody, "description": "Unknown target or bad parameter; error.field names it"},
     },
 )
 def launch(
     plan_id: str,
-    repo: Annotated[Repository, Depends(get_repository)],
+    repo: RepoDep,
     target: Annotated[str, Query(description="One of: " + ", ".join(TARGETS))],
     image: Annotated[str | None, Query(description="Container image (Kubernetes targets)")] = None,
     command: Annotated[str | None, Query(description="Training entry point and arguments (default per target)")] = None,
@@ -41,7 +45,7 @@ def launch(
     master_port: Annotated[int, Query(ge=1, le=65534)] = 29500,
     format: Annotated[str, Query(description="json (all files) or raw (one file as text)")] = "json",
     file: Annotated[str | None, Query(description="With format=raw: which file (default: the primary)")] = None,
-):
+) -> Response:
     if format not in ("json", "raw"):
         raise InvalidInput(f"must be json or raw, got {format!r}", field="format")
     plan = plan_to_api(repo.get_plan(plan_id))

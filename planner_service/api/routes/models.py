@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import JSONResponse
 
 from cost_model.errors import InvalidGraph, InvalidInput
 from cost_model.graph.ir import graph_from_dict
-from planner_service.api.deps import get_repository
+from planner_service.api.deps import RepoDep
+from planner_service.api.schemas import INVALID_INPUT, ErrorBody, ModelCreated, ModelDetail, ModelList
 from planner_service.importers.onnx import MAX_ONNX_BYTES, load_onnx_bytes
-from planner_service.storage.repository import Repository
 
-router = APIRouter(prefix="/v1/models", tags=["models"])
+router = APIRouter(prefix="/v1/models", tags=["models"], responses=INVALID_INPUT)
 
 
 def _summary(graph: dict[str, Any]) -> dict[str, Any]:
@@ -39,18 +39,19 @@ def _parse_dims(dims: str | None) -> dict[str, int] | None:
 @router.post(
     "/onnx",
     status_code=201,
+    response_model=ModelCreated,
     summary="Upload an ONNX model; returns its id",
     responses={
         201: {"description": "Stored: id, name, format and a summary (operators, parameters)"},
-        413: {"description": "Upload larger than the body limit"},
-        422: {"description": "Not an ONNX model, unsupported operators (listed), bad shapes, too many nodes"},
+        413: {"model": ErrorBody, "description": "Upload larger than the body limit"},
+        422: {"model": ErrorBody, "description": "Not an ONNX model, unsupported operators (listed), bad shapes, too many nodes"},
     },
 )
 def upload_onnx(
+    repo: RepoDep,
     file: Annotated[UploadFile, File(description="The .onnx file (weights in external data need not be uploaded: only shapes are read)")],
     name: Annotated[str | None, Form(description="Model name (default: the file name)")] = None,
     dims: Annotated[str | None, Form(description='JSON object binding extra symbolic dimensions, e.g. {"num_experts": 8}')] = None,
-    repo: Repository = Depends(get_repository),
 ) -> JSONResponse:
     data = file.file.read(MAX_ONNX_BYTES + 1)
     if len(data) > MAX_ONNX_BYTES:
@@ -64,18 +65,23 @@ def upload_onnx(
     return JSONResponse(body, status_code=201, headers={"Location": f"/v1/models/{model_id}"})
 
 
-@router.get("/{model_id}", summary="A stored model: metadata, summary and (optionally) its operator graph")
+@router.get(
+    "/{model_id}",
+    response_model=ModelDetail,
+    summary="A stored model: metadata, summary and (optionally) its operator graph",
+    responses={404: {"model": ErrorBody, "description": "No such model"}},
+)
 def get_model(
     model_id: str,
+    repo: RepoDep,
     include_graph: Annotated[bool, Query(description="Include the operator graph JSON")] = False,
-    repo: Repository = Depends(get_repository),
-) -> dict[str, Any]:
+) -> JSONResponse:
     stored = repo.get_model(model_id)
     out = stored.to_dict(include_graph=include_graph)
     out["summary"] = _summary(stored.graph)
-    return out
+    return JSONResponse(out)
 
 
-@router.get("", summary="Stored models (newest first)")
-def list_models(repo: Repository = Depends(get_repository)) -> dict[str, Any]:
-    return {"items": [m.to_dict() for m in repo.list_models()]}
+@router.get("", response_model=ModelList, summary="Stored models (newest first)")
+def list_models(repo: RepoDep) -> JSONResponse:
+    return JSONResponse({"items": [m.to_dict() for m in repo.list_models()]})

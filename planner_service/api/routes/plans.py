@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
 from cost_model.devices import get_device
 from cost_model.errors import InvalidInput, UnknownName
-from planner_service.api.deps import get_metrics, get_repository, get_service
+from planner_service.api.deps import MetricsDep, RepoDep, ServiceDep
 from planner_service.api.middleware import Metrics
+from planner_service.api.routes.jobs import job_body
 from planner_service.api.schemas import (
+    INVALID_INPUT,
     PLAN_EXAMPLES,
     REPLAN_EXAMPLES,
+    ErrorBody,
+    Job,
+    Plan,
     PlanCreate,
+    PlanPage,
     ReplanRequest,
 )
-from planner_service.service.plans import Outcome, PlanService, plan_to_api
-from planner_service.storage.repository import (
-    MAX_PAGE,
-    PLAN_SORTS,
-    PlanFilters,
-    Repository,
-)
+from planner_service.service.plans import ClusterChanges, Outcome, RunOptions, plan_to_api
+from planner_service.storage.repository import MAX_PAGE, PLAN_SORTS, PlanFilters
 
-router = APIRouter(prefix="/v1/plans", tags=["plans"])
+router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=INVALID_INPUT)
 
 PLAN_STATUSES = ("optimal", "feasible")
 
@@ -43,10 +45,11 @@ def _check_callback_url(url: str | None) -> None:
 def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONResponse:
     if outcome.kind == "job":
         job = outcome.job
+        assert job is not None
         metrics.jobs_created.inc()
-        body = {**job.to_dict(), "links": {"self": f"/v1/jobs/{job.id}"}}
-        return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
+        return JSONResponse(job_body(job), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
     plan = outcome.plan
+    assert plan is not None
     if outcome.kind == "created":
         metrics.plans_created.labels(created_kind).inc()
         return JSONResponse(plan_to_api(plan), status_code=201, headers={"Location": f"/v1/plans/{plan.id}"})
@@ -57,25 +60,28 @@ def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONRespo
 @router.post(
     "",
     status_code=201,
+    response_model=Plan,
     summary="Plan a model on a cluster",
     responses={
-        200: {"description": "An identical request was planned before: the stored plan"},
+        200: {"model": Plan, "description": "An identical request was planned before: the stored plan"},
         201: {"description": "The new plan"},
-        202: {"description": "Queued as a job (async, or a large search): the job"},
-        409: {"description": "Conflict"},
-        413: {"description": "Body too large"},
-        422: {"description": "Invalid input or no feasible plan; error.field names the field"},
+        202: {"model": Job, "description": "Queued as a job (async, or a large search): the job"},
+        409: {"model": ErrorBody, "description": "Conflict"},
+        413: {"model": ErrorBody, "description": "Body too large"},
+        422: {"model": ErrorBody, "description": "Invalid input or no feasible plan; error.field names the field"},
     },
 )
 def create_plan(
     body: Annotated[PlanCreate, Body(openapi_examples=PLAN_EXAMPLES)],
-    service: PlanService = Depends(get_service),
-    metrics: Metrics = Depends(get_metrics),
+    service: ServiceDep,
+    metrics: MetricsDep,
 ) -> JSONResponse:
-    raw = body.model_dump(by_alias=True, exclude_unset=True)
-    _check_callback_url(raw.get("callback_url"))
-    outcome = service.create_plan(raw)
-    return _respond(outcome, metrics, "forced" if raw.get("force") else "plan")
+    _check_callback_url(body.callback_url)
+    # The one parse of the body: the service gets the request, its canonical form and hash.
+    prepared = service.prepare(body.model_dump(by_alias=True, exclude_unset=True))
+    options = RunOptions(force=body.force, run_async=body.async_, callback_url=body.callback_url)
+    outcome = service.create_plan(prepared, options)
+    return _respond(outcome, metrics, "forced" if body.force else "plan")
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -84,8 +90,9 @@ def _utc(ts: datetime | None) -> datetime | None:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
 
 
-@router.get("", summary="List stored plans (filters, sort, cursor pagination)")
+@router.get("", response_model=PlanPage, summary="List stored plans (filters, sort, cursor pagination)")
 def list_plans(
+    repo: RepoDep,
     model: Annotated[str | None, Query(description="Model name (exact)")] = None,
     cluster: Annotated[str | None, Query(description="Cluster name (exact)")] = None,
     device: Annotated[str | None, Query(description="A device type the plan's cluster has (catalog name or alias)")] = None,
@@ -98,15 +105,12 @@ def list_plans(
     sort: Annotated[str, Query(description="One of " + ", ".join(f"{k}, -{k}" for k in PLAN_SORTS) + " ('-' = descending)")] = "-created_at",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most {MAX_PAGE}")] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-    repo: Repository = Depends(get_repository),
 ) -> JSONResponse:
     if status is not None and status not in PLAN_STATUSES:
         raise InvalidInput(f"must be one of {', '.join(PLAN_STATUSES)}, got {status!r}", field="status")
     if device is not None:
-        try:
+        with contextlib.suppress(UnknownName):  # an inline device's name: match it as given
             device = get_device(device).name
-        except UnknownName:
-            pass  # an inline device's name: match it as given
     filters = PlanFilters(
         model=model,
         cluster=cluster,
@@ -122,14 +126,19 @@ def list_plans(
     return JSONResponse({"items": [p.to_dict() for p in items], "next_cursor": next_cursor, "limit": limit, "sort": sort})
 
 
-@router.get("/{plan_id}", summary="One stored plan")
-def get_plan(plan_id: str, repo: Repository = Depends(get_repository)) -> JSONResponse:
+@router.get("/{plan_id}", response_model=Plan, summary="One stored plan", responses={404: {"model": ErrorBody, "description": "No such plan"}})
+def get_plan(plan_id: str, repo: RepoDep) -> JSONResponse:
     # Stored JSON is plain already: JSONResponse skips FastAPI's recursive jsonable_encoder.
     return JSONResponse(plan_to_api(repo.get_plan(plan_id)))
 
 
-@router.delete("/{plan_id}", status_code=204, summary="Delete a stored plan (409 while replans refer to it)")
-def delete_plan(plan_id: str, repo: Repository = Depends(get_repository)) -> Response:
+@router.delete(
+    "/{plan_id}",
+    status_code=204,
+    summary="Delete a stored plan (409 while replans refer to it)",
+    responses={404: {"model": ErrorBody, "description": "No such plan"}, 409: {"model": ErrorBody, "description": "Replans refer to it"}},
+)
+def delete_plan(plan_id: str, repo: RepoDep) -> Response:
     repo.delete_plan(plan_id)
     return Response(status_code=204)
 
@@ -137,17 +146,28 @@ def delete_plan(plan_id: str, repo: Repository = Depends(get_repository)) -> Res
 @router.post(
     "/{plan_id}/replan",
     status_code=201,
+    response_model=Plan,
     summary="Re-plan after a cluster change (new plan with parent_id and a diff)",
-    responses={201: {"description": "The new plan, with diff"}, 202: {"description": "Queued as a job"}, 404: {"description": "No such plan"}},
+    responses={
+        201: {"description": "The new plan, with diff"},
+        202: {"model": Job, "description": "Queued as a job"},
+        404: {"model": ErrorBody, "description": "No such plan"},
+        422: {"model": ErrorBody, "description": "Invalid change; error.field names it"},
+    },
 )
 def replan(
     plan_id: str,
     body: Annotated[ReplanRequest, Body(openapi_examples=REPLAN_EXAMPLES)],
-    service: PlanService = Depends(get_service),
-    metrics: Metrics = Depends(get_metrics),
+    service: ServiceDep,
+    metrics: MetricsDep,
 ) -> JSONResponse:
-    raw = body.model_dump(by_alias=True, exclude_unset=True)
-    if not any(raw.get(k) for k in ("unavailable_nodes", "added_nodes", "cluster")):
+    if not (body.unavailable_nodes or body.added_nodes or body.cluster):
         raise InvalidInput("give at least one of unavailable_nodes, added_nodes, cluster", field="body")
-    _check_callback_url(raw.get("callback_url"))
-    return _respond(service.replan(plan_id, raw), metrics, "replan")
+    _check_callback_url(body.callback_url)
+    changes = ClusterChanges(
+        unavailable_nodes=tuple(body.unavailable_nodes or ()),
+        added_nodes=tuple(n.model_dump() for n in body.added_nodes or ()),
+        cluster=body.cluster,
+    )
+    options = RunOptions(run_async=body.async_, callback_url=body.callback_url)
+    return _respond(service.replan(plan_id, changes, options), metrics, "replan")

@@ -8,18 +8,19 @@ catalog device it was recorded on (GPU traces name their device themselves).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.profiles import fit_profile
-from planner_service.api.deps import get_repository
+from planner_service.api.deps import RepoDep
+from planner_service.api.schemas import INVALID_INPUT, ErrorBody, ProfileCreated, ProfileDetail, ProfileList
 from planner_service.profiling.trace_import import load_profile_or_trace
-from planner_service.storage.repository import Repository, StoredProfile
+from planner_service.storage.repository import StoredProfile
 
-router = APIRouter(prefix="/v1", tags=["profiles"])
+router = APIRouter(prefix="/v1", tags=["profiles"], responses=INVALID_INPUT)
 
 _UPLOAD_DOC = {
     "requestBody": {
@@ -63,15 +64,25 @@ def _summary(p: StoredProfile) -> dict[str, Any]:
     }
 
 
-@router.post("/profiles", status_code=201, summary="Upload an operator profile or a PyTorch profiler trace", openapi_extra=_UPLOAD_DOC)
+_DEVICE_DOC = "Catalog device a trace was recorded on (e.g. H100-SXM5-80GB, local-cpu)"
+
+
+@router.post(
+    "/profiles",
+    status_code=201,
+    response_model=ProfileCreated,
+    summary="Upload an operator profile or a PyTorch profiler trace",
+    openapi_extra=_UPLOAD_DOC,
+    responses={422: {"model": ErrorBody, "description": "Not a valid profile or trace; error.field names the part"}},
+)
 async def upload_profile(
     request: Request,
-    device: str | None = Query(None, description="Catalog device a trace was recorded on (e.g. H100-SXM5-80GB, local-cpu)"),
-    repo: Repository = Depends(get_repository),
+    repo: RepoDep,
+    device: Annotated[str | None, Query(description=_DEVICE_DOC)] = None,
 ) -> JSONResponse:
     raw = await request.body()
 
-    def store() -> tuple[StoredProfile, dict]:
+    def store() -> tuple[StoredProfile, dict[str, Any]]:
         # parsing a large trace and the least-squares fit are CPU work: off the event loop
         profile = load_profile_or_trace(raw, device)
         body = {k: v for k, v in profile.items() if k not in ("id", "fit")}
@@ -83,15 +94,20 @@ async def upload_profile(
     return JSONResponse({**_summary(stored), "fit": fit}, status_code=201, headers={"Location": f"/v1/profiles/{stored.id}"})
 
 
-@router.get("/profiles", summary="List stored profiles (newest first)")
+@router.get("/profiles", response_model=ProfileList, summary="List stored profiles (newest first)")
 def list_profiles(
-    device: str | None = Query(None, description="Only profiles of this catalog device"),
-    repo: Repository = Depends(get_repository),
-) -> dict:
-    return {"profiles": [_summary(p) for p in repo.list_profiles(device)]}
+    repo: RepoDep,
+    device: Annotated[str | None, Query(description="Only profiles of this catalog device")] = None,
+) -> JSONResponse:
+    return JSONResponse({"profiles": [_summary(p) for p in repo.list_profiles(device)]})
 
 
-@router.get("/profiles/{profile_id}", summary="One stored profile with its measurements and fit")
-def get_profile(profile_id: str, repo: Repository = Depends(get_repository)) -> dict:
+@router.get(
+    "/profiles/{profile_id}",
+    response_model=ProfileDetail,
+    summary="One stored profile with its measurements and fit",
+    responses={404: {"model": ErrorBody, "description": "No such profile"}},
+)
+def get_profile(profile_id: str, repo: RepoDep) -> JSONResponse:
     p = repo.get_profile(profile_id)
-    return {**_summary(p), "profile": {**p.body, "id": p.id}, "fit": p.fitted}
+    return JSONResponse({**_summary(p), "profile": {**p.body, "id": p.id}, "fit": p.fitted})

@@ -35,7 +35,6 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
-from planner_service.exporters.preflight import preflight_warnings
 from planner_service.planner.explain import explain
 from planner_service.planner.placement import place_ranks, stage_entries
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
@@ -423,11 +422,8 @@ def search_transformer(
         status = "OPTIMAL" if complete and all(s == "OPTIMAL" for s in state.solver_statuses) else "FEASIBLE"
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
+    # Preflight (mixed versions or devices inside a group) is the plan service's, over the ranks it stores.
     warnings = dtype_warnings + list(best.prediction.warnings)
-    warnings += preflight_warnings({
-        "cluster": request.cluster.to_dict(),
-        "best": {"strategy": best.strategy.to_dict(), "ranks": place_ranks(cluster, best.strategy, best.stage_groups)},
-    })
     search = {
         "candidates": state.enumerated,
         "pruned": state.pruned,
