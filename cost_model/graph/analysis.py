@@ -68,6 +68,8 @@ def _chain_order(graph: GraphSpec) -> list[int]:
 
 
 def analyse(graph: GraphSpec) -> GraphAnalysis:
+    """The chain order, the chains and the per-operator fusion fractions of ``graph`` (module
+    docstring)."""
     order = _chain_order(graph)
     n = len(order)
     pos = np.empty(n, dtype=np.int64)

@@ -93,6 +93,8 @@ def _icm_with(tables: CostTables, choice: np.ndarray, own: np.ndarray, rounds: i
 
 
 def stage_from_names(tables: CostTables, stages: Sequence[Sequence[str]]) -> np.ndarray:
+    """stage_of_op for stages given as lists of operator names; every operator in exactly one
+    stage and no tensor flowing to an earlier stage, else :class:`InvalidGraph`."""
     g = tables.graph
     index = {op.name: i for i, op in enumerate(g.ops)}
     if len(stages) != tables.mesh.pp:

@@ -120,18 +120,18 @@ def _stage_sums(tables: CostTables, choice: np.ndarray, stage: np.ndarray) -> _S
     pp = tables.mesh.pp
     rows = tables.row_start[:-1] + choice
     # edge resharding charged to the consumer
-    edge_f = np.zeros(tables.graph.num_ops)
-    edge_b = np.zeros(tables.graph.num_ops)
+    edge_fwd = np.zeros(tables.graph.num_ops)
+    edge_bwd = np.zeros(tables.graph.num_ops)
     for e, (u, v, _, _) in enumerate(tables.edges):
-        edge_f[v] += tables.edge_fwd_s[e][choice[u], choice[v]]
-        edge_b[v] += tables.edge_bwd_s[e][choice[u], choice[v]]
+        edge_fwd[v] += tables.edge_fwd_s[e][choice[u], choice[v]]
+        edge_bwd[v] += tables.edge_bwd_s[e][choice[u], choice[v]]
 
     def per_stage(arr: np.ndarray) -> np.ndarray:
         return np.bincount(stage, weights=arr, minlength=pp)
 
     return _StageSums(
         fwd_s=per_stage(tables.fwd_s[rows]), bwd_s=per_stage(tables.bwd_s[rows]),
-        comm_fwd_s=per_stage(tables.comm_fwd_s[rows] + edge_f), comm_bwd_s=per_stage(tables.comm_bwd_s[rows] + edge_b),
+        comm_fwd_s=per_stage(tables.comm_fwd_s[rows] + edge_fwd), comm_bwd_s=per_stage(tables.comm_bwd_s[rows] + edge_bwd),
         sync_s=per_stage(tables.sync_s[rows]), opt_s=per_stage(tables.opt_s[rows]),
         weights_bytes=per_stage(tables.weights_bytes[rows]), gradients_bytes=per_stage(tables.gradients_bytes[rows]),
         optimizer_state_bytes=per_stage(tables.optimizer_state_bytes[rows]),

@@ -126,10 +126,12 @@ Shape = tuple[Dim, ...]
 
 
 def shape_str(shape: Sequence[Dim]) -> str:
+    """``[batch, seq, 1024]``: a shape as error messages print it."""
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def numel(shape: Sequence[Dim]) -> Dim:
+    """Elements of a tensor of ``shape`` (a monomial when the shape is symbolic)."""
     out = ONE
     for d in shape:
         out = out * d
@@ -174,8 +176,10 @@ def parse_dim(value: Any, dims: Mapping[str, int], field_path: str) -> Dim:
 # --------------------------------------------------------------------------------------------
 # IR dataclasses
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TensorSpec:
+    """A tensor: its name, symbolic shape and dtype (None: the training dtype)."""
+
     name: str
     shape: Shape
     dtype: str | None = None  # None: the training dtype
@@ -184,8 +188,10 @@ class TensorSpec:
         return {"name": self.name, "shape": [d.to_json() for d in self.shape], **({"dtype": self.dtype} if self.dtype else {})}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ParamSpec:
+    """A trained parameter of an operator: name, concrete shape, dtype (None: training dtype)."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str | None = None
@@ -198,8 +204,11 @@ class ParamSpec:
         return {"shape": list(self.shape), **({"dtype": self.dtype} if self.dtype else {})}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpSpec:
+    """An operator: canonical type and category (see :data:`OP_TYPES`), the tensors it consumes
+    and produces, its parameters and attributes, and explicit per-sample costs (custom types)."""
+
     name: str
     type: str  # canonical type (see OP_TYPES)
     category: str
@@ -247,7 +256,7 @@ class OpSpec:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GraphSpec:
     """A validated operator DAG.  ``ops`` are in a topological order; ``tensors`` maps every
     tensor (graph inputs and op outputs) to its symbolic shape."""
@@ -348,6 +357,7 @@ def canonical_type(type_name: str) -> tuple[str, str] | None:
 
 
 def supported_op_types() -> list[str]:
+    """Every built-in operator type name (canonical names and aliases), sorted."""
     return sorted({t for types in _CATEGORY_TYPES.values() for t in types})
 
 

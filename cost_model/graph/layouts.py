@@ -44,6 +44,7 @@ def S(d: int) -> int:
 
 
 def layout_name(code: int) -> str:
+    """``R``, ``P`` or ``S{d}``."""
     return "R" if code == R else "P" if code == P else f"S{code - 2}"
 
 
@@ -311,14 +312,14 @@ def _table_choices(x: _Operator) -> list[Choice]:
     idx = x.ins[-1]
     table = op.params[0]
     dim = table.shape[1]
-    eb = BYTES_PER_ELEMENT.get(table.dtype or "", None) or 2
+    row_elt_bytes = BYTES_PER_ELEMENT.get(table.dtype or "", None) or 2
     lookups = math.prod(idx)
     choices = _with_batch_split(x)
     o = x.outs[0]
     if table.shape[0] >= t:
         choices.append(Choice("shard_embedding_rows", (R,) * n_in, (R,) * n_in, (P,), mem_frac=1.0 / t, params_dev=P_all / t))
         if _split_ok(idx, 0, t) and all(_split_ok(s, 0, t) for s in x.outs):
-            rows_bytes = lookups / t * dim * eb
+            rows_bytes = lookups / t * dim * row_elt_bytes
             idx_bytes = lookups / t * 8
             comm = ((ALLTOALL, idx_bytes, 0), (ALLTOALL, rows_bytes, 0), (ALLTOALL, rows_bytes, 1))
             choices.append(Choice("shard_embedding_rows_alltoall", (S(0),) * n_in, (S(0),) * n_in, (S(0),) * x.n_out,

@@ -156,8 +156,8 @@ def _matmul_cost(x: _Operands) -> OpCost:
         k, n = (w.shape[1], w.shape[0]) if trans_w else w.shape
         m = math.prod(ins[0]) // k
         fl = 2.0 * m * n * k
-        by = float((m * k + k * n + m * n) * e)
-        return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=by, bwd_bytes=2 * by + k * n * e, params=x.params,
+        moved_bytes = float((m * k + k * n + m * n) * e)
+        return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=moved_bytes, bwd_bytes=2 * moved_bytes + k * n * e, params=x.params,
                       param_bytes=x.param_bytes, saved_inputs=(0,), extra_saved_bytes=0.0,
                       gemm=GemmShape(m=m, n=n, k=k, batch=1, weight=True))
     a, bsh = ins
@@ -167,8 +167,8 @@ def _matmul_cost(x: _Operands) -> OpCost:
     n = bsh[-2] if tb else bsh[-1]
     nb = math.prod(outs[0][:-2]) if len(outs[0]) > 2 else 1
     fl = 2.0 * nb * m * n * k
-    by = sum(x.in_bytes) + sum(x.out_bytes)
-    return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=by, bwd_bytes=2 * by, params=x.params,
+    moved_bytes = sum(x.in_bytes) + sum(x.out_bytes)
+    return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=moved_bytes, bwd_bytes=2 * moved_bytes, params=x.params,
                   param_bytes=x.param_bytes, saved_inputs=(0, 1), extra_saved_bytes=0.0,
                   gemm=GemmShape(m=m, n=n, k=k, batch=nb, weight=False))
 
@@ -183,8 +183,8 @@ def _conv_cost(x: _Operands) -> OpCost:
     kk = math.prod(w.shape[1:])  # C_in/g · Πkernel
     m = y[0] * math.prod(y[2:])
     fl = 2.0 * m * c_out * kk
-    by = x.in_bytes[0] + x.out_bytes[0] + x.param_bytes
-    return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=by, bwd_bytes=2 * by, params=x.params,
+    moved_bytes = x.in_bytes[0] + x.out_bytes[0] + x.param_bytes
+    return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=moved_bytes, bwd_bytes=2 * moved_bytes, params=x.params,
                   param_bytes=x.param_bytes, saved_inputs=(0,), extra_saved_bytes=0.0,
                   gemm=GemmShape(m=m, n=c_out // g, k=kk, batch=g, weight=True))
 
@@ -195,20 +195,20 @@ def _attention_cost(x: _Operands) -> OpCost:
     causal = bool(op.attr("causal", op.attr("is_causal", 0)))
     if len(q) == 3:
         heads = op.attr("num_heads", op.attr("q_num_heads"))
-        b_, sq, hq = q
+        batch, sq, hq = q
         skv = k[1]
         d = hq // heads
         dv = v[2] // op.attr("kv_num_heads", heads)
     else:
-        b_, heads, sq, d = q
+        batch, heads, sq, d = q
         skv, dv = k[2], v[3]
-    bh = b_ * heads
+    bh = batch * heads
     fl = 2.0 * bh * sq * skv * (d + dv)
-    by = sum(x.in_bytes[:3]) + x.out_bytes[0]
+    moved_bytes = sum(x.in_bytes[:3]) + x.out_bytes[0]
     # Flash keeps q, k, v, the output and fp32 log-sum-exp per row; the unfused variant also
     # keeps the softmax probabilities and the dropout mask (Korthikanti's 5·a·s²·b term) —
     # the cost tables add those when training.attention == "unfused".
-    return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=by, bwd_bytes=2 * by, params=x.params,
+    return OpCost(fwd_flops=fl, bwd_flops=2 * fl, fwd_bytes=moved_bytes, bwd_bytes=2 * moved_bytes, params=x.params,
                   param_bytes=x.param_bytes, saved_inputs=(0, 1, 2), extra_saved_bytes=x.out_bytes[0] + bh * sq * 4,
                   attention=(bh, sq, skv, max(d, dv), causal))
 
@@ -217,35 +217,35 @@ def _norm_cost(x: _Operands) -> OpCost:
     t, xs, n = x.op.type, x.ins[0], x.out_elems
     rows = math.prod(xs[:-1]) if xs else 1
     fpe = FLOPS_PER_ELEMENT.get(t, 6)
-    by = x.in_bytes[0] + x.out_bytes[0] + x.param_bytes
+    moved_bytes = x.in_bytes[0] + x.out_bytes[0] + x.param_bytes
     stats = rows * 4 * (2 if t == "LayerNorm" else 1)
-    return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=by, bwd_bytes=1.5 * by + x.param_bytes,
+    return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=moved_bytes, bwd_bytes=1.5 * moved_bytes + x.param_bytes,
                   params=x.params, param_bytes=x.param_bytes, saved_inputs=(0,), extra_saved_bytes=stats)
 
 
 def _softmax_cost(x: _Operands) -> OpCost:
     fpe, n = FLOPS_PER_ELEMENT.get(x.op.type, 5), x.out_elems
-    by = x.in_bytes[0] + x.out_bytes[0]
+    moved_bytes = x.in_bytes[0] + x.out_bytes[0]
     # backward reads y and dy, writes dx; y (the output) is saved
-    return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=by, bwd_bytes=1.5 * by, params=0,
+    return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=moved_bytes, bwd_bytes=1.5 * moved_bytes, params=0,
                   param_bytes=0.0, saved_inputs=(), extra_saved_bytes=x.out_bytes[0])
 
 
 def _elementwise_cost(x: _Operands) -> OpCost:
     op, t, n = x.op, x.op.type, x.out_elems
-    in_b, out_b = x.in_bytes, x.out_bytes
+    in_bytes, out_bytes = x.in_bytes, x.out_bytes
     fpe = FLOPS_PER_ELEMENT.get(t, 1)
-    by = sum(in_b) + out_b[0] + x.param_bytes
+    moved_bytes = sum(in_bytes) + out_bytes[0] + x.param_bytes
     if t == "Cast" or t in NO_GRAD_TYPES:
         no_grad = t in NO_GRAD_TYPES
-        return OpCost(fwd_flops=n, bwd_flops=0.0, fwd_bytes=by, bwd_bytes=0.0 if no_grad else by, params=x.params,
+        return OpCost(fwd_flops=n, bwd_flops=0.0, fwd_bytes=moved_bytes, bwd_bytes=0.0 if no_grad else moved_bytes, params=x.params,
                       param_bytes=x.param_bytes, saved_inputs=(), extra_saved_bytes=0.0, has_grad=not no_grad)
     saved = saved_input_slots(op)
     extra = n * 1.0 if t in MASK_ONLY_TYPES else 0.0  # a 1-byte mask
     n_grads = max(1, len(x.ins))
     # backward with saved inputs reads them; add/sub/expand: backward is a copy (or reduction) of dy
-    bwd = out_b[0] + sum(in_b) + (sum(in_b[i] for i in saved)) if saved else out_b[0] * (1 + n_grads)
-    return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=by, bwd_bytes=float(bwd), params=x.params,
+    bwd = out_bytes[0] + sum(in_bytes) + (sum(in_bytes[i] for i in saved)) if saved else out_bytes[0] * (1 + n_grads)
+    return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=moved_bytes, bwd_bytes=float(bwd), params=x.params,
                   param_bytes=x.param_bytes, saved_inputs=saved, extra_saved_bytes=extra)
 
 
@@ -262,22 +262,22 @@ def _embedding_cost(x: _Operands) -> OpCost:
     dim = table.shape[1]
     lookups = math.prod(x.ins[0])
     rows_bytes = lookups * dim * elt_bytes(table.dtype, x.dtype)
-    by = x.in_bytes[0] + rows_bytes + x.out_bytes[0]
+    moved_bytes = x.in_bytes[0] + rows_bytes + x.out_bytes[0]
     return OpCost(fwd_flops=float(x.out_elems if op.type == "EmbeddingBag" else 0), bwd_flops=float(x.out_elems),
-                  fwd_bytes=by, bwd_bytes=2.0 * rows_bytes + x.in_bytes[0], params=x.params, param_bytes=x.param_bytes,
+                  fwd_bytes=moved_bytes, bwd_bytes=2.0 * rows_bytes + x.in_bytes[0], params=x.params, param_bytes=x.param_bytes,
                   saved_inputs=(0,), extra_saved_bytes=0.0)
 
 
 def _gather_cost(x: _Operands) -> OpCost:
-    by = x.in_bytes[-1] + 2 * x.out_bytes[0]
-    return OpCost(fwd_flops=0.0, bwd_flops=0.0, fwd_bytes=by, bwd_bytes=2 * by, params=x.params,
+    moved_bytes = x.in_bytes[-1] + 2 * x.out_bytes[0]
+    return OpCost(fwd_flops=0.0, bwd_flops=0.0, fwd_bytes=moved_bytes, bwd_bytes=2 * moved_bytes, params=x.params,
                   param_bytes=x.param_bytes, saved_inputs=saved_input_slots(x.op), extra_saved_bytes=0.0)
 
 
 def _reduce_cost(x: _Operands) -> OpCost:
-    by = x.in_bytes[0] + x.out_bytes[0]
+    moved_bytes = x.in_bytes[0] + x.out_bytes[0]
     n = float(math.prod(x.ins[0]))
-    return OpCost(fwd_flops=n, bwd_flops=n, fwd_bytes=by, bwd_bytes=by + x.in_bytes[0], params=0, param_bytes=0.0,
+    return OpCost(fwd_flops=n, bwd_flops=n, fwd_bytes=moved_bytes, bwd_bytes=moved_bytes + x.in_bytes[0], params=0, param_bytes=0.0,
                   saved_inputs=saved_input_slots(x.op), extra_saved_bytes=0.0)
 
 
@@ -285,9 +285,9 @@ def _pool_cost(x: _Operands) -> OpCost:
     op, xs = x.op, x.ins[0]
     ks = op.attr("kernel_shape")
     kn = math.prod(xs[2:]) // max(1, math.prod(x.outs[0][2:])) if ks is None else math.prod(ks)
-    by = x.in_bytes[0] + x.out_bytes[0]
+    moved_bytes = x.in_bytes[0] + x.out_bytes[0]
     fl = float(x.out_elems * kn)
-    return OpCost(fwd_flops=fl, bwd_flops=fl, fwd_bytes=by, bwd_bytes=by + x.in_bytes[0], params=0, param_bytes=0.0,
+    return OpCost(fwd_flops=fl, bwd_flops=fl, fwd_bytes=moved_bytes, bwd_bytes=moved_bytes + x.in_bytes[0], params=0, param_bytes=0.0,
                   saved_inputs=saved_input_slots(op), extra_saved_bytes=0.0)
 
 
@@ -302,8 +302,8 @@ def _loss_cost(x: _Operands) -> OpCost:
 
 
 def _layout_cost(x: _Operands) -> OpCost:
-    by = 0.0 if x.op.type in VIEW_TYPES else float(sum(x.out_bytes) * 2)
-    return OpCost(fwd_flops=0.0, bwd_flops=0.0, fwd_bytes=by, bwd_bytes=by, params=0, param_bytes=0.0,
+    moved_bytes = 0.0 if x.op.type in VIEW_TYPES else float(sum(x.out_bytes) * 2)
+    return OpCost(fwd_flops=0.0, bwd_flops=0.0, fwd_bytes=moved_bytes, bwd_bytes=moved_bytes, params=0, param_bytes=0.0,
                   saved_inputs=(), extra_saved_bytes=0.0)
 
 

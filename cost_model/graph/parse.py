@@ -118,9 +118,9 @@ def _op_params(o: Mapping[str, Any], p: str) -> tuple[ParamSpec, ...]:
     for pn, pv in params_in.items():
         pp = f"{p}.params.{pn}"
         if isinstance(pv, Mapping):
-            params.append(ParamSpec(str(pn), _param_shape(pv.get("shape"), f"{pp}.shape"), _dtype(pv.get("dtype"), f"{pp}.dtype")))
+            params.append(ParamSpec(name=str(pn), shape=_param_shape(pv.get("shape"), f"{pp}.shape"), dtype=_dtype(pv.get("dtype"), f"{pp}.dtype")))
         else:
-            params.append(ParamSpec(str(pn), _param_shape(pv, pp)))
+            params.append(ParamSpec(name=str(pn), shape=_param_shape(pv, pp)))
     return tuple(params)
 
 
@@ -187,7 +187,7 @@ class _GraphBuilder:
                 raise _err(f"tensor {tname!r} is defined twice", f"{p}.name")
             if "shape" not in t:
                 raise _err("is required", f"{p}.shape")
-            self.tensors[tname] = TensorSpec(tname, _shape(t["shape"], self.dims, f"{p}.shape"), _dtype(t.get("dtype"), f"{p}.dtype"))
+            self.tensors[tname] = TensorSpec(name=tname, shape=_shape(t["shape"], self.dims, f"{p}.shape"), dtype=_dtype(t.get("dtype"), f"{p}.dtype"))
             self.inputs.append(tname)
 
     def _op_inputs(self, o: Mapping[str, Any], i: int, oname: str, p: str) -> list[str]:
@@ -244,7 +244,7 @@ class _GraphBuilder:
                 raise _err(f"tensor {tn!r} is defined twice (every tensor has exactly one producer)", f"{p}.outputs[{j}]")
             if len(self.tensors) >= MAX_TENSORS:
                 raise _err(f"more than {MAX_TENSORS} tensors", f"{p}.outputs")
-            self.tensors[tn] = TensorSpec(tn, shapes[j], dt or out_dtypes[j])
+            self.tensors[tn] = TensorSpec(name=tn, shape=shapes[j], dtype=dt or out_dtypes[j])
             self.producer[tn] = len(self.ops)
         for tn in in_names:
             self.consumers.setdefault(tn, []).append(len(self.ops))

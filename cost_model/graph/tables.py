@@ -182,8 +182,8 @@ class _RowWork:
         self.g_backward: list[int] = []
         self.a_rows: list[int] = []
         self.attn: list[tuple[float, float, float, float, float]] = []
-        self.mem_f = np.zeros(n_rows)
-        self.mem_b = np.zeros(n_rows)
+        self.mem_fwd_bytes = np.zeros(n_rows)
+        self.mem_bwd_bytes = np.zeros(n_rows)
         self.kern = np.zeros(n_rows)
         self.params_dev = np.zeros(n_rows)
         self.sync_dpt = np.zeros(n_rows, dtype=bool)
@@ -195,7 +195,7 @@ class _RowWork:
 
 
 def _row_work(graph: GraphSpec, training: Training, analysis: GraphAnalysis, costs: Sequence[OpCost], rows: _Rows) -> _RowWork:
-    eb_act = _activation_elt_bytes(training.dtype)
+    act_elt_bytes = _activation_elt_bytes(training.dtype)
     unfused = training.attention == "unfused"
     eager = not training.fused_kernels
     w = _RowWork(len(rows.row_op))
@@ -222,10 +222,10 @@ def _row_work(graph: GraphSpec, training: Training, analysis: GraphAnalysis, cos
             w.attn.append(c.attn)
             w.flops[r] += 3.0 * 4.0 * bh * sq * skv * d
             if unfused:
-                w.extra_act[r] += bh * sq * skv * (2 * eb_act + 1)
+                w.extra_act[r] += bh * sq * skv * (2 * act_elt_bytes + 1)
         else:
-            w.mem_f[r] = oc.fwd_bytes * frac * c.mem_frac
-            w.mem_b[r] = oc.bwd_bytes * frac * c.mem_frac
+            w.mem_fwd_bytes[r] = oc.fwd_bytes * frac * c.mem_frac
+            w.mem_bwd_bytes[r] = oc.bwd_bytes * frac * c.mem_frac
             w.kern[r] = (1 if oc.fwd_bytes > 0 else 0) if eager else analysis.first_kernel[i]
             w.flops[r] += (oc.fwd_flops + oc.bwd_flops) * c.mem_frac
         w.extra_act[r] += oc.extra_saved_bytes * c.extra_act_frac
@@ -244,23 +244,23 @@ def _attention_times(w: _RowWork, training: Training, mesh: GraphMesh) -> tuple[
     if training.attention != "unfused":
         f = flash_attention_time_s(bh, sq, skv, d, device, dt, causal_fraction=fr)
         return f, FLASH_BACKWARD_RATIO * f
-    tq = gemm_time_s(sq, skv, d, device, dt, batch=bh)
-    tp_ = gemm_time_s(sq, d, skv, device, dt, batch=bh)
+    qk_s = gemm_time_s(sq, skv, d, device, dt, batch=bh)
+    pv_s = gemm_time_s(sq, d, skv, device, dt, batch=bh)
     elems = bh * sq * skv
     if not training.fused_kernels:  # plain PyTorch: every op of it its own pass (the transformer path's rule)
-        ef, eb_ = eager_attention_elementwise_s(elems, _activation_elt_bytes(dt), 1.0, device)
+        elem_fwd_s, elem_bwd_s = eager_attention_elementwise_s(elems, _activation_elt_bytes(dt), 1.0, device)
     else:
-        ef = memory_bound_time_s(9 * elems, device, kernels=2)
-        eb_ = memory_bound_time_s(11 * elems, device, kernels=2)
-    return tq + tp_ + ef, 2 * (tq + tp_) + eb_
+        elem_fwd_s = memory_bound_time_s(9 * elems, device, kernels=2)
+        elem_bwd_s = memory_bound_time_s(11 * elems, device, kernels=2)
+    return qk_s + pv_s + elem_fwd_s, 2 * (qk_s + pv_s) + elem_bwd_s
 
 
 def _compute_times(w: _RowWork, training: Training, mesh: GraphMesh) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) compute seconds of every row per micro-batch."""
     device = mesh.device
-    fwd_s = memory_bound_time_s(w.mem_f, device, kernels=w.kern)
-    bwd_s = np.where(w.mem_b > 0, memory_bound_time_s(w.mem_b, device, kernels=w.kern), 0.0)
-    fwd_s = np.where((w.mem_f > 0) | (w.kern > 0), fwd_s, 0.0)
+    fwd_s = memory_bound_time_s(w.mem_fwd_bytes, device, kernels=w.kern)
+    bwd_s = np.where(w.mem_bwd_bytes > 0, memory_bound_time_s(w.mem_bwd_bytes, device, kernels=w.kern), 0.0)
+    fwd_s = np.where((w.mem_fwd_bytes > 0) | (w.kern > 0), fwd_s, 0.0)
     if w.g_rows:
         gm, gn, gk, gb = (np.array(col) for col in zip(*w.gemm, strict=True))
         gt = gemm_time_s(gm, gn, gk, device, training.dtype, batch=gb)
@@ -268,16 +268,16 @@ def _compute_times(w: _RowWork, training: Training, mesh: GraphMesh) -> tuple[np
         np.add.at(fwd_s, np.array(w.g_rows)[gdir_a == 0], gt[gdir_a == 0])
         np.add.at(bwd_s, np.array(w.g_rows)[gdir_a == 1], gt[gdir_a == 1])
     if w.a_rows:
-        f, b_ = _attention_times(w, training, mesh)
+        attn_fwd_s, attn_bwd_s = _attention_times(w, training, mesh)
         ar = np.array(w.a_rows)
-        np.add.at(fwd_s, ar, f)
-        np.add.at(bwd_s, ar, b_)
+        np.add.at(fwd_s, ar, attn_fwd_s)
+        np.add.at(bwd_s, ar, attn_bwd_s)
     return fwd_s, bwd_s
 
 
 def _internal_comm_times(w: _RowWork, mesh: GraphMesh) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of the collectives inside each row's operator."""
-    n_rows = len(w.mem_f)
+    n_rows = len(w.mem_fwd_bytes)
     comm_fwd = np.zeros(n_rows)
     comm_bwd = np.zeros(n_rows)
     if w.comm_rows:
@@ -416,7 +416,7 @@ def _cpu_terms(tables: CostTables, mesh: GraphMesh) -> tuple[np.ndarray, np.ndar
     pool = mesh.cpu
     if not len(tables.cpu_rows) or pool is None:
         return cpu_s, cpu_comm, cpu_mem, cpu_opt
-    eb_act = _activation_elt_bytes(training.dtype)
+    act_elt_bytes = _activation_elt_bytes(training.dtype)
     shapes = graph.bind(mesh.micro_batch, training.sequence_length)
     for r in tables.cpu_rows:
         i = int(tables.row_op[r])
@@ -426,7 +426,7 @@ def _cpu_terms(tables: CostTables, mesh: GraphMesh) -> tuple[np.ndarray, np.ndar
         lookups = float(math.prod(shapes[op.inputs[-1]]))  # per dp replica per micro-batch
         total = mesh.dp * lookups
         per_gpu = lookups / (t if tables.in_l[r][-1] >= 2 else 1)
-        row_bytes = dim * eb_act
+        row_bytes = dim * act_elt_bytes
         net = max(total * (row_bytes + 8) / pool.nic_bytes_per_s, per_gpu * row_bytes / gbps_to_bytes_per_s(links.inter_GBps))
         gather = total * dim * 4.0 * 2 / pool.memory_bandwidth_bytes_per_s  # fp32 rows read + packed
         cpu_comm[r] = 2 * net  # rows forward, row gradients backward
@@ -510,8 +510,8 @@ def p2p_boundary_vector(tables: CostTables, sizes: np.ndarray, k: int) -> np.nda
 
 def p2p_boundary_time(tables: CostTables, size_bytes: float, k: int) -> float:
     """Seconds of one crossing of boundary k|k+1 by ``size_bytes`` (whole tensors per dp
-    replica): Megatron's scatter/gather, 1/t of the bytes per rank over the link, then an
-    all-gather over the t ranks."""
+    replica): Megatron's scatter/gather (Narayanan et al. 2021, §4.1), 1/t of the bytes per
+    rank over the link, then an all-gather over the t ranks."""
     return float(p2p_boundary_vector(tables, np.array([size_bytes]), k)[0])
 
 
