@@ -1,6 +1,6 @@
 """The pipeline schedule: step time of 1F1B (optionally interleaved) over possibly uneven
-stages, and the data-parallel gradient sync it leaves exposed.  One formula for both model
-families (:func:`cost_model.transformer.stage_cost.combine_stages` and
+stages, the data-parallel gradient sync it leaves exposed, and the micro-batches each stage
+holds in flight.  One formula for both model families (:func:`cost_model.transformer.stage_cost.combine_stages` and
 :func:`cost_model.graph.evaluate.evaluate`).
 
 Source: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
@@ -63,3 +63,13 @@ def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: An
     index = np.arange(bwd.shape[0], dtype=float).reshape((-1,) + (1,) * (bwd.ndim - 1))
     drain = index * bwd / vpp
     return np.maximum(0.0, dp - dp_window_s - drain).max(axis=0)
+
+
+def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1) -> Any:
+    """Micro-batches whose activations stage ``stage_index`` holds at its peak under 1F1B:
+    ``min(pp − i, m)`` (Narayanan et al. 2021, §2.2: stage i runs ``pp − i`` forwards before
+    its first backward); the interleaved schedule holds ``1 + (p − 1)/(p·v)`` times more
+    (Korthikanti et al. 2022, §4.3; Megatron's warm-up count).  A count (float arrays when any
+    argument is an array)."""
+    base = np.minimum(pp - stage_index, num_microbatches)
+    return base * np.where(np.asarray(vpp) > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)

@@ -10,6 +10,7 @@ from cost_model.cluster import Cluster, NodeGroup
 from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
 from cost_model.errors import InvalidStrategy
+from cost_model.schedule import inflight_microbatches
 from cost_model.training import Training
 from cost_model.units import gbps_to_bytes_per_s
 
@@ -79,9 +80,9 @@ class GraphMesh:
 
 
 def inflight(mesh: GraphMesh, k: int) -> int:
-    """Micro-batches whose activations stage ``k`` holds at once under 1F1B: ``min(pp − k, m)``
-    (Narayanan et al. 2021, §2.2)."""
-    return int(min(mesh.pp - k, mesh.num_microbatches))
+    """Micro-batches whose activations stage ``k`` holds at once under 1F1B (no interleaving):
+    ``min(pp − k, m)``, :func:`cost_model.schedule.inflight_microbatches`."""
+    return int(inflight_microbatches(k, mesh.pp, mesh.num_microbatches))
 
 
 def gpu_groups(cluster: Cluster) -> list[NodeGroup]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
-from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
+from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
@@ -24,7 +24,6 @@ from cost_model.transformer.layer_cost import (
     dp_gradient_comm_s,
     dp_overlap_fraction,
     embedding_head_costs,
-    inflight_microbatches,
     layer_costs,
     model_state_bytes_per_param,
     optimizer_step_s,
@@ -150,7 +149,7 @@ def stage_cost(
     weights = dense * w_d + experts * w_e
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
-    inflight = inflight_microbatches(stage_index, S, m)
+    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
     acts = n * lc.activation_bytes * inflight
     # Working set of the layer being (re)computed in backward.
     acts = acts + np.where(S.recompute > 0, lc.full_activation_bytes - lc.activation_bytes, 0.0)

@@ -11,10 +11,10 @@ import pytest
 from cost_model import Training, simple_cluster
 from cost_model.graph.assign import greedy_choices, split_stages
 from cost_model.graph.evaluate import evaluate
-from cost_model.graph.mesh import mesh_for
+from cost_model.graph.mesh import inflight, mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables
-from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
+from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.transformer.layer_cost import dp_overlap_fraction
 from cost_model.transformer.stage_cost import StageCost, combine_stages
 from helpers.graphs import gpt_graph
@@ -88,3 +88,12 @@ def test_transformer_combine_stages_uses_the_schedule_formula():
     for c in range(n_cand):  # the formula written out, per candidate
         t = times[:, c]
         assert pipeline[c] == pytest.approx(m[c] * t.max() + (t.sum() - t.max()) / vpp[c], rel=1e-12)
+
+
+def test_in_flight_micro_batches_of_1f1b_and_interleaving():
+    assert [inflight_microbatches(i, 4, 8) for i in range(4)] == [4, 3, 2, 1]
+    assert inflight_microbatches(0, 8, 3) == 3  # capped at m
+    # interleaved: 1 + (p − 1)/(p·v) times more (Korthikanti et al. 2022 §4.3)
+    assert inflight_microbatches(0, 4, 8, 2) == pytest.approx(4 * (1 + 3 / 8))
+    assert inflight(mesh_for(Training(global_batch_size=8, sequence_length=8), simple_cluster("A100-SXM4-80GB", 1),
+                             dp=1, t=1, pp=4, micro_batch=1), 1) == 3
