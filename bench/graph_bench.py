@@ -35,7 +35,7 @@ from builders import (  # noqa: E402
 )
 
 from cost_model import Strategy, Training, cluster_from_dict, estimate, get_preset  # noqa: E402
-from cost_model.graph.ir import graph_from_dict  # noqa: E402
+from cost_model.graph.parse import graph_from_dict  # noqa: E402
 from planner_service.importers.onnx import load_onnx_graph  # noqa: E402
 from planner_service.planner.graph.search import plan_graph  # noqa: E402
 

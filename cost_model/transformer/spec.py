@@ -300,7 +300,7 @@ def model_from_dict(data: Mapping[str, Any], field_path: str = "model") -> Any:
         return replace(spec, name=name) if name else spec
     if kind == "transformer":
         return from_hf_config(data["transformer"], name=name, field_path=f"{field_path}.transformer")
-    from cost_model.graph.ir import (
+    from cost_model.graph.parse import (
         graph_from_dict,  # local import: the graph IR is optional for transformer users
     )
 

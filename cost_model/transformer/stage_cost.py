@@ -14,6 +14,7 @@ import numpy as np
 
 from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
+from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
@@ -23,7 +24,6 @@ from cost_model.transformer.layer_cost import (
     dp_gradient_comm_s,
     dp_overlap_fraction,
     embedding_head_costs,
-    inflight_microbatches,
     layer_costs,
     model_state_bytes_per_param,
     optimizer_step_s,
@@ -149,7 +149,7 @@ def stage_cost(
     weights = dense * w_d + experts * w_e
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
-    inflight = inflight_microbatches(stage_index, S, m)
+    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
     acts = n * lc.activation_bytes * inflight
     # Working set of the layer being (re)computed in backward.
     acts = acts + np.where(S.recompute > 0, lc.full_activation_bytes - lc.activation_bytes, 0.0)
@@ -221,7 +221,7 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) ->
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
     ``m·max_i t_i + (Σ t_i − max_i t_i)/v`` — for equal stages ``t·m·(1 + (p−1)/(m·v))``,
-    the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021.  Then the DP gradient sync not
+    the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021 (:mod:`cost_model.schedule`).  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
     reduction shares its compute cores) nor behind the pipeline drain for later stages (the
     stage's own device is idle then, whatever kind it is), then the optimizer step of the
@@ -230,13 +230,8 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) ->
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
-    times = st.time_s  # [stages, candidates]
-    t_max = times.max(axis=0)
-    bottleneck = times.argmax(axis=0)
-    pipeline = m * t_max + (times.sum(axis=0) - t_max) / S.vpp
-    index = np.arange(times.shape[0], dtype=float).reshape((-1,) + (1,) * (times.ndim - 1))
-    drain = index * st.backward_s / S.vpp
-    dp_exposed = np.maximum(0.0, st.dp_comm_s - st.dp_window_s - drain).max(axis=0)
+    pipeline, bottleneck = pipeline_time_s(st.time_s, m, S.vpp)  # time_s: [stages, candidates]
+    dp_exposed = exposed_dp_sync_s(st.dp_comm_s, st.dp_window_s, st.backward_s, S.vpp)
     optimizer = st.optimizer_s.max(axis=0)
     step = pipeline + dp_exposed + optimizer
 

@@ -10,7 +10,8 @@ import pytest
 
 from cost_model import Training, cluster_from_dict, simple_cluster
 from cost_model.errors import InvalidGraph
-from cost_model.graph.ir import MAX_OPS, graph_from_dict
+from cost_model.graph.ir import MAX_OPS
+from cost_model.graph.parse import graph_from_dict
 from helpers.graphs import four_onnx_models, gpt_onnx
 from planner_service.importers.onnx import (
     count_onnx_nodes,

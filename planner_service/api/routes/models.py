@@ -10,7 +10,7 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import JSONResponse
 
 from cost_model.errors import InvalidGraph, InvalidInput
-from cost_model.graph.ir import graph_from_dict
+from cost_model.graph.parse import graph_from_dict
 from planner_service.api.deps import RepoDep
 from planner_service.api.schemas import INVALID_INPUT, ErrorBody, ModelCreated, ModelDetail, ModelList
 from planner_service.importers.onnx import MAX_ONNX_BYTES, load_onnx_bytes

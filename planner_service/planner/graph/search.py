@@ -34,28 +34,17 @@ from ortools.sat.python import cp_model
 
 from cost_model.cluster import Cluster
 from cost_model.errors import InvalidInput, NoFeasiblePlan
-from cost_model.graph.evaluate import (
-    FRACTION,
-    WORKSPACE_BYTES,
-    CostTables,
-    CpuPool,
-    GraphEval,
-    GraphMesh,
-    _position_crossing,
-    analyse,
-    build_tables,
-    evaluate,
-    for_mesh,
-    gpu_groups,
-    greedy_choices,
-    inflight,
-    p2p_boundary_vector,
-    split_stages,
-    to_estimate,
-)
+from cost_model.graph.analysis import analyse
+from cost_model.graph.assign import greedy_choices, split_stages
+from cost_model.graph.evaluate import GraphEval, evaluate, to_estimate
 from cost_model.graph.ir import GraphSpec
+from cost_model.graph.mesh import CpuPool, GraphMesh, gpu_groups, inflight
+from cost_model.graph.op_cost import graph_op_costs
+from cost_model.graph.tables import CostTables, build_tables, for_mesh, p2p_boundary_vector
+from cost_model.graph.tables import position_crossing_bytes as _position_crossing
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import DP_OVERLAP_WINDOW, dp_overlap_fraction
+from cost_model.transformer.layer_cost import DP_OVERLAP_WINDOW, WORKSPACE_BYTES, dp_overlap_fraction
+from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION as FRACTION
 
 MAX_SEGMENTS = 48
 MAX_GROUP_COMBOS = 96
@@ -185,10 +174,10 @@ def coarsen(tables: CostTables, keep: np.ndarray | None = None, max_per_group: i
     for e, (u, v, name, j) in enumerate(tables.edges):
         (internal_in if group_of_op[u] == group_of_op[v] else external_in).setdefault(v, []).append(e)
     tm = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s
-    static = tables.weights_b + tables.grads_b + tables.optstate_b
+    static = tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes
     cpu_t = tables.cpu_s + tables.cpu_comm_s
-    row_vec = np.stack([tm, tables.bwd_s, tables.sync_s, tables.opt_s, static, tables.act_b, cpu_t,
-                        tables.cpu_mem_b, tables.cpu_opt_s], axis=1)
+    row_vec = np.stack([tm, tables.bwd_s, tables.sync_s, tables.opt_s, static, tables.activation_bytes, cpu_t,
+                        tables.cpu_memory_bytes, tables.cpu_opt_s], axis=1)
     reduced = True
     groups: list[Group] = []
     for mem in chains:
@@ -212,7 +201,7 @@ def coarsen(tables: CostTables, keep: np.ndarray | None = None, max_per_group: i
             V = (V[:, None, :] + row_vec[r0:r0 + nc][None, :, :]).reshape(P * nc, 9)
             for e in internal_in.get(op, ()):
                 u = tables.edges[e][0]
-                E = tables.edge_fwd[e] + tables.edge_bwd[e]
+                E = tables.edge_fwd_s[e] + tables.edge_bwd_s[e]
                 V[:, 0] += E[C[:, pos_in[u]], C[:, k]]
             sigs = [tuple((tables.in_l[r0 + c][tables.edges[e][3]], tables.in_g[r0 + c][tables.edges[e][3]])
                           for e in external_in.get(op, ())) for c in range(nc)]
@@ -271,7 +260,7 @@ def coarsen(tables: CostTables, keep: np.ndarray | None = None, max_per_group: i
         V_, kv = member_index[v]
         if U == V_:
             continue
-        E = tables.edge_fwd[e] + tables.edge_bwd[e]
+        E = tables.edge_fwd_s[e] + tables.edge_bwd_s[e]
         M = E[np.ix_(groups[U].combos[:, ku], groups[V_].combos[:, kv])]
         if not M.any():
             continue
@@ -814,7 +803,7 @@ def state_bytes_lower_bound(training: Training, mesh: GraphMesh) -> float:
     """Fewest model-state bytes one parameter can cost per GPU of a stage: either sharded over
     the t ranks (weights, gradients and optimizer state /t, ZeRO-1 over the dp replicas) or
     replicated along t (ZeRO-1 over all dp·t replicas)."""
-    from cost_model.graph.evaluate import model_state_bytes_per_param
+    from cost_model.transformer.layer_cost import model_state_bytes_per_param
 
     def total(shard):
         w, g, o = model_state_bytes_per_param(training, mesh.zero_stage, shard)
@@ -881,7 +870,7 @@ def plan_graph(
             continue
         grp_name, t, mbs = key
         if mbs not in cost_cache:
-            cost_cache[mbs] = graph.op_costs(mbs, training.sequence_length, training.dtype)
+            cost_cache[mbs] = graph_op_costs(graph, mbs, training.sequence_length, training.dtype)
         group_meshes = sorted(by_key[key], key=lambda ms: ms.pp)
         base = build_tables(graph, training, group_meshes[0], analysis, cost_cache[mbs])
         choice = greedy_choices(base)
@@ -1027,10 +1016,10 @@ def _screen(tables: CostTables, choice: np.ndarray, headroom: float) -> Candidat
 
 def _fits(tables: CostTables, ev: GraphEval, headroom: float) -> bool:
     cap = tables.mesh.device.memory_bytes * (1.0 - headroom)
-    if any(s.peak_b > cap * (1 + 1e-9) for s in ev.stages):
+    if any(s.peak_bytes > cap * (1 + 1e-9) for s in ev.stages):
         return False
     pool = tables.mesh.cpu
-    if pool is not None and ev.cpu_memory_b > pool.memory_bytes * (1.0 - headroom) * (1 + 1e-9):
+    if pool is not None and ev.cpu_memory_bytes > pool.memory_bytes * (1.0 - headroom) * (1 + 1e-9):
         return False
     return True
 
@@ -1133,7 +1122,7 @@ def describe(c: Candidate, cluster: Cluster, brief: bool = False) -> dict[str, A
     if cpu_ops and mesh.cpu is not None:
         out["parameter_servers"] = {
             "hosts": list(mesh.cpu.hostnames), "node_groups": list(mesh.cpu.groups), "device": mesh.cpu.device.name,
-            "tables": cpu_ops, "memory_GB": c.ev.cpu_memory_b / 1e9,
+            "tables": cpu_ops, "memory_GB": c.ev.cpu_memory_bytes / 1e9,
             "time_per_microbatch_s": c.ev.cpu_stage_s,
         }
     out["solver_status"] = c.solver_status
@@ -1145,7 +1134,7 @@ def explain(best: Candidate, alts: list[Candidate], notes: list[str], headroom: 
     ev = best.ev
     tables = best.tables
     cap = tables.mesh.device.memory_GB
-    peak = max(s.peak_b for s in ev.stages) / 1e9
+    peak = max(s.peak_bytes for s in ev.stages) / 1e9
     counts: dict[str, int] = {}
     for i in range(tables.graph.num_ops):
         nm = tables.names[int(tables.row_start[i] + best.choice[i])]

@@ -6,24 +6,12 @@ import pytest
 
 from cost_model import Strategy, Training, estimate, get_preset, simple_cluster
 from cost_model.errors import InvalidGraph, InvalidStrategy
-from cost_model.graph.evaluate import (
-    ALLGATHER,
-    ALLREDUCE,
-    ALLTOALL,
-    NONE,
-    REDUCE_SCATTER,
-    P,
-    R,
-    S,
-    build_tables,
-    estimate_graph,
-    evaluate,
-    greedy_choices,
-    mesh_for,
-    reshard_kind,
-    split_stages,
-)
-from cost_model.graph.ir import graph_from_dict
+from cost_model.graph.assign import greedy_choices, split_stages
+from cost_model.graph.evaluate import estimate_graph, evaluate
+from cost_model.graph.layouts import ALLGATHER, ALLREDUCE, ALLTOALL, NONE, REDUCE_SCATTER, P, R, S, reshard_kind
+from cost_model.graph.mesh import mesh_for
+from cost_model.graph.parse import graph_from_dict
+from cost_model.graph.tables import build_tables
 from helpers.graphs import gpt_graph, megatron_shardings, recommender_graph
 
 GPT = get_preset("gpt3-1.3b")
@@ -76,16 +64,16 @@ def test_megatron_tp_costs_two_allreduces_forward_and_two_backward_per_layer():
     g = graph_from_dict(gpt_graph(layers=1, hidden=h, heads=16, vocab=1024, positions=s))
     training = Training(global_batch_size=8, sequence_length=s)
     cluster = simple_cluster("A100-SXM4-80GB", 1)
-    mesh = mesh_for(g, training, cluster, dp=1, t=t, pp=1, micro_batch=b)
+    mesh = mesh_for(training, cluster, dp=1, t=t, pp=1, micro_batch=b)
     tables = build_tables(g, training, mesh)
     shard = megatron_shardings(1)
     choice = [tables.choice_index(i, shard.get(op.name, "replicate")) for i, op in enumerate(g.ops)]
     layer = {op.name: i for i, op in enumerate(g.ops)}
     fwd = bwd = 0.0
-    for e, (u, v, name, _) in enumerate(tables.edges):
+    for e, (u, v, _name, _) in enumerate(tables.edges):
         if g.ops[v].name.startswith("h0."):
-            fwd += tables.edge_fwd[e][choice[u], choice[v]]
-            bwd += tables.edge_bwd[e][choice[u], choice[v]]
+            fwd += tables.edge_fwd_s[e][choice[u], choice[v]]
+            bwd += tables.edge_bwd_s[e][choice[u], choice[v]]
     from cost_model.comm import Links, allreduce_time_s
 
     one = float(allreduce_time_s(t, b * s * h * 2, Links.for_group(mesh.group), t))
@@ -118,7 +106,7 @@ def test_pipeline_split_is_contiguous_balanced_and_respects_memory():
     g = graph_from_dict(gpt_graph(layers=8, hidden=512, heads=8, vocab=2048, positions=256))
     training = Training(global_batch_size=32, sequence_length=256)
     cluster = simple_cluster("A100-SXM4-80GB", 1)
-    mesh = mesh_for(g, training, cluster, dp=2, t=1, pp=4, micro_batch=2)
+    mesh = mesh_for(training, cluster, dp=2, t=1, pp=4, micro_batch=2)
     tables = build_tables(g, training, mesh)
     choice = greedy_choices(tables)
     stage = split_stages(tables, choice)

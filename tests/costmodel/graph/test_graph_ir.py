@@ -8,7 +8,9 @@ import time
 import pytest
 
 from cost_model.errors import InvalidGraph
-from cost_model.graph.ir import MAX_OPS, Dim, graph_from_dict, parse_dim
+from cost_model.graph.ir import MAX_OPS, Dim, parse_dim
+from cost_model.graph.op_cost import graph_op_costs
+from cost_model.graph.parse import graph_from_dict
 from cost_model.transformer.spec import model_from_dict
 from helpers.graphs import gpt_graph
 
@@ -53,7 +55,7 @@ def test_products_of_symbols_and_named_dims():
 
 def test_forward_flops_bytes_and_backward_of_a_gemm():
     g = graph_from_dict(_mlp())
-    c = g.op_costs(batch=2, seq=8, dtype="bf16")[0]
+    c = graph_op_costs(g, batch=2, seq=8, dtype="bf16")[0]
     m, k, n = 16, 64, 256
     assert c.fwd_flops == 2 * m * n * k
     assert c.bwd_flops == 2 * c.fwd_flops  # dX and dW
@@ -81,7 +83,7 @@ def test_conv_with_groups_attention_pooling_and_zero_flop_layout_ops():
     assert g.bind(2, 4)["d"] == (2, 64, 28, 28)
     assert g.bind(2, 4)["p"] == (2, 64, 14, 14)
     assert g.bind(2, 4)["gp"] == (2, 64, 1, 1)
-    costs = {op.name: c for op, c in zip(g.ops, g.op_costs(2, 4, "bf16"))}
+    costs = {op.name: c for op, c in zip(g.ops, graph_op_costs(g, 2, 4, "bf16"), strict=True)}
     assert costs["dw"].fwd_flops == 2 * (2 * 56 * 56) * 32 * 9  # depthwise: one channel per group
     assert costs["pw"].fwd_flops == 2 * (2 * 28 * 28) * 64 * 32
     assert costs["attn"].fwd_flops == 4 * 2 * 4 * 4 * 4 * 64  # 4·b·heads·s·s·d
@@ -92,7 +94,7 @@ def test_conv_with_groups_attention_pooling_and_zero_flop_layout_ops():
 def test_gpt_layer_saves_korthikanti_34sbh_plus_attention_state():
     h, s, b = 256, 128, 2
     g = graph_from_dict(gpt_graph(layers=1, hidden=h, heads=4, vocab=512, positions=s))
-    costs = g.op_costs(b, s, "bf16")
+    costs = graph_op_costs(g, b, s, "bf16")
     layer = [i for i, op in enumerate(g.ops) if op.name.startswith("h0.")]
     saved_tensors = set()
     extra = 0.0
@@ -118,7 +120,7 @@ def test_custom_operator_needs_flops_and_bytes_and_output_shapes():
     base["ops"].append({"name": "mine", "type": "FancyThing", "inputs": ["y"], "outputs": [{"name": "z", "shape": ["batch", "seq", 8]}],
                         "flops": 1e6, "bytes": 2e4})
     g = graph_from_dict(base)
-    c = g.op_costs(3, 16, "bf16")[-1]
+    c = graph_op_costs(g, 3, 16, "bf16")[-1]
     assert c.fwd_flops == 3e6 and c.fwd_bytes == 6e4  # per sample × batch
 
 
@@ -205,7 +207,7 @@ def test_round_trip_through_to_dict():
 def test_json_schema_describes_the_documents_the_validator_accepts():
     import jsonschema
 
-    from cost_model.graph.ir import GRAPH_EXAMPLE, GRAPH_JSON_SCHEMA
+    from cost_model.graph.parse import GRAPH_EXAMPLE, GRAPH_JSON_SCHEMA
     from helpers.graphs import recommender_graph, synthetic_graph
 
     for doc in (GRAPH_EXAMPLE, gpt_graph(layers=1, hidden=64, heads=2, vocab=100, positions=16),

@@ -17,8 +17,10 @@ from cost_model import (
     simple_cluster,
 )
 from cost_model.errors import InvalidInput, NoFeasiblePlan
-from cost_model.graph.evaluate import build_tables, estimate_graph, evaluate, mesh_for
-from cost_model.graph.ir import graph_from_dict
+from cost_model.graph.evaluate import estimate_graph, evaluate
+from cost_model.graph.mesh import mesh_for
+from cost_model.graph.parse import graph_from_dict
+from cost_model.graph.tables import build_tables
 from helpers.graphs import cpu_group, gpt_graph, recommender_graph, synthetic_graph
 from planner_service.planner.graph.search import (
     coarsen,
@@ -47,9 +49,9 @@ def _tiny(hidden: int = 64, wide: int = 512) -> dict:
 
 def _fits(tables, ev) -> bool:
     cap = tables.mesh.device.memory_bytes * (1 - HEADROOM)
-    ok = all(s.peak_b <= cap for s in ev.stages)
+    ok = all(s.peak_bytes <= cap for s in ev.stages)
     if tables.mesh.cpu is not None:
-        ok = ok and ev.cpu_memory_b <= tables.mesh.cpu.memory_bytes * (1 - HEADROOM)
+        ok = ok and ev.cpu_memory_bytes <= tables.mesh.cpu.memory_bytes * (1 - HEADROOM)
     return ok
 
 
@@ -96,7 +98,7 @@ def test_cpsat_equals_brute_force_on_enumerable_graphs(case):
     cluster = cluster_from_dict({"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": gpus, "device": device}]})
     g = graph_from_dict(_tiny() if isinstance(dev, str) else _tiny(256, 2048))
     training = Training(global_batch_size=gbs, sequence_length=seq)
-    mesh = mesh_for(g, training, cluster, dp=dp, t=t, pp=pp, micro_batch=mbs)
+    mesh = mesh_for(training, cluster, dp=dp, t=t, pp=pp, micro_batch=mbs)
     tables = build_tables(g, training, mesh)
     expected = brute_force(tables)
     coarse = coarsen(tables)
@@ -119,7 +121,7 @@ def test_memory_binding_case_really_binds():
     cluster = cluster_from_dict({"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 2, "device": dev}]})
     g = graph_from_dict(_tiny(256, 2048))
     training = Training(global_batch_size=8, sequence_length=2048)
-    tables = build_tables(g, training, mesh_for(g, training, cluster, dp=1, t=2, pp=1, micro_batch=4))
+    tables = build_tables(g, training, mesh_for(training, cluster, dp=1, t=2, pp=1, micro_batch=4))
     n = g.num_ops
     stage = np.zeros(n, dtype=np.int64)
     results = [evaluate(tables, c, stage) for c in itertools.product(*[range(tables.n_choices(i)) for i in range(n)])]

@@ -1,0 +1,75 @@
+"""The pipeline schedule: step time of 1F1B (optionally interleaved) over possibly uneven
+stages, the data-parallel gradient sync it leaves exposed, and the micro-batches each stage
+holds in flight.  One formula for both model families (:func:`cost_model.transformer.stage_cost.combine_stages` and
+:func:`cost_model.graph.evaluate.evaluate`).
+
+Source: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+Using Megatron-LM" (SC '21), §2.2 (1F1B and the interleaved schedule, bubble fraction
+``(p − 1)/(m·v)``).
+
+Derivation.  Stage ``i`` of ``p`` takes ``t_i`` seconds per micro-batch (forward + backward +
+its point-to-point sends); there are ``m`` micro-batches and ``v`` virtual stages (model chunks)
+per device.  In the steady state of 1F1B the slowest stage works without pause, one
+micro-batch per ``max_i t_i``, so the ``m`` micro-batches take ``m·max_i t_i`` there.  Before
+the first micro-batch reaches the slowest stage and after the last one leaves it, the pipeline
+fills and drains through every other stage once; with ``v`` chunks per device a fill/drain step
+is one chunk, ``t_i/v``.  Hence::
+
+    pipeline = m·max_i t_i + (Σ_i t_i − max_i t_i)/v
+
+For equal stages ``t`` this is ``t·m·(1 + (p − 1)/(m·v))``: the paper's bubble fraction.
+
+The gradient all-reduce of stage ``i`` can start once its last backward is done.  Backward
+runs from the last stage to the first, so stage ``i`` finishes ``i`` backward chunks
+(``i·bwd_i/v``, the drain) before stage 0 does; with part of its last backward
+(``window_i``, bucketed all-reduce overlapping the backward) also hiding it::
+
+    exposed_dp = max_i max(0, dp_i − window_i − i·bwd_i/v)
+
+and the step is ``pipeline + exposed_dp + optimizer`` (the optimizer step of the slowest
+stage, which every stage waits for).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def pipeline_time_s(stage_times_s: Any, num_microbatches: Any, vpp: Any = 1) -> tuple[Any, Any]:
+    """(pipeline seconds, index of the bottleneck stage) of 1F1B over stages with
+    ``stage_times_s`` seconds per micro-batch each: ``m·max_i t_i + (Σ t_i − max_i t_i)/v``
+    (module docstring; Narayanan et al. 2021, §2.2).
+
+    ``stage_times_s`` has the stages along axis 0 (``[stages]`` or ``[stages, candidates]``);
+    ``num_microbatches`` and ``vpp`` are scalars or broadcast over the candidates."""
+    times = np.asarray(stage_times_s, dtype=float)
+    m = np.asarray(num_microbatches, dtype=float)
+    t_max = times.max(axis=0)
+    bottleneck = times.argmax(axis=0)
+    pipeline = m * t_max + (times.sum(axis=0) - t_max) / vpp
+    return pipeline, bottleneck
+
+
+def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: Any = 1) -> Any:
+    """Seconds of data-parallel gradient sync the schedule does not hide:
+    ``max_i max(0, dp_i − window_i − i·bwd_i/v)`` (module docstring).
+
+    ``dp_comm_s`` is each stage's sync, ``dp_window_s`` the part of its last backward the sync
+    overlaps with, ``backward_s`` its backward per micro-batch; stages along axis 0."""
+    dp = np.asarray(dp_comm_s, dtype=float)
+    bwd = np.asarray(backward_s, dtype=float)
+    index = np.arange(bwd.shape[0], dtype=float).reshape((-1,) + (1,) * (bwd.ndim - 1))
+    drain = index * bwd / vpp
+    return np.maximum(0.0, dp - dp_window_s - drain).max(axis=0)
+
+
+def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1) -> Any:
+    """Micro-batches whose activations stage ``stage_index`` holds at its peak under 1F1B:
+    ``min(pp − i, m)`` (Narayanan et al. 2021, §2.2: stage i runs ``pp − i`` forwards before
+    its first backward); the interleaved schedule holds ``1 + (p − 1)/(p·v)`` times more
+    (Korthikanti et al. 2022, §4.3; Megatron's warm-up count).  A count (float arrays when any
+    argument is an array)."""
+    base = np.minimum(pp - stage_index, num_microbatches)
+    return base * np.where(np.asarray(vpp) > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
