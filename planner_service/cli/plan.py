@@ -54,18 +54,18 @@ def render_plan(result: PlanResult) -> None:
     best = d["best"]
     p = best["prediction"]
     s = best["strategy"]
-    t = Table(title="best plan", show_header=False)
+    t = Table(title="Best plan", show_header=False)
     knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("layers_per_stage", "op_shardings") and v is not None)
-    t.add_row("strategy", knobs)
-    t.add_row("devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
-    t.add_row("step time", f"{p['step_time_s']:.4g} s")
-    t.add_row("throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
+    t.add_row("Strategy", knobs)
+    t.add_row("Devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
+    t.add_row("Step time", f"{p['step_time_s']:.4g} s")
+    t.add_row("Throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
     t.add_row("MFU", f"{p['mfu'] * 100:.1f}%")
-    t.add_row("peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}")
-    t.add_row("search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
+    t.add_row("Peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}")
+    t.add_row("Search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
     console.print(t)
-    st = Table(title="stages")
-    for col in ("stage", "layers", "device", "hosts", "fwd+bwd per micro-batch", "peak GB"):
+    st = Table(title="Pipeline stages")
+    for col in ("Stage", "Layers", "Device", "Hosts", "Fwd + bwd per micro-batch", "Peak GB"):
         st.add_column(col)
     for e in best["stages"][:32]:
         hosts = e["hosts"]
@@ -79,7 +79,7 @@ def render_plan(result: PlanResult) -> None:
         )
     console.print(st)
     ex = d["explanation"]
-    console.print(f"[bold]why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
+    console.print(f"[bold]Why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
     for line in ex["alternatives"]:
         console.print(f"  vs {line}")
     for w in d["warnings"]:
@@ -114,12 +114,12 @@ def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | Non
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
-        request: Path | None = typer.Argument(None, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}."),
-        as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-        batch: Path | None = typer.Option(None, "--batch", help="JSON Lines file: one request per line; one JSON line out per line."),
-        onnx: Path | None = typer.Option(None, "--onnx", help="Plan this ONNX model with the request's training and cluster."),
-        time_limit_s: float = typer.Option(2.0, "--time-limit", help="Solver time budget in seconds."),
-        profile: Path | None = typer.Option(None, "--profile", help="Operator profile JSON to apply to the device it was taken on."),
+        request: Path | None = typer.Argument(None, metavar="FILE", show_default=False, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}."),
+        as_json: bool = typer.Option(False, "--json", metavar="", help="Print the plan as JSON."),
+        batch: Path | None = typer.Option(None, "--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line."),
+        onnx: Path | None = typer.Option(None, "--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster."),
+        time_limit_s: float = typer.Option(2.0, "--time-limit", metavar="SECONDS", help="Solver time budget in seconds."),
+        profile: Path | None = typer.Option(None, "--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on."),
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""
         settings = SolverSettings(time_limit_s=time_limit_s)
@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
             run_batch(batch, lambda body: plan_body(body, settings, profile=prof).to_dict())
             return
         if request is None:
-            err_console.print("[red]error:[/red] give a REQUEST.json or --batch FILE")
+            err_console.print("[red]error:[/red] give a request FILE or --batch FILE")
             raise typer.Exit(EXIT_BAD_INPUT)
         body = read_json_file(request)
         try:
