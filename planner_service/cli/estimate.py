@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -90,10 +90,10 @@ def load_profile(path: Path | None) -> dict | None:
 def register(app: typer.Typer) -> None:
     @app.command("estimate")
     def estimate_cmd(
-        request: Path | None = typer.Argument(None, metavar="FILE", show_default=False, help="Estimate request JSON: {model, training, cluster, strategy}."),
-        print_json: bool = typer.Option(False, "--json", metavar="", help="Print the result as JSON (the object POST /v1/estimate returns)."),
-        batch: Path | None = typer.Option(None, "--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line."),
-        profile: Path | None = typer.Option(None, "--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on."),
+        request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Estimate request JSON: {model, training, cluster, strategy}.")] = None,
+        print_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the result as JSON (the object POST /v1/estimate returns).")] = False,
+        batch: Annotated[Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")] = None,
+        profile: Annotated[Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")] = None,
     ) -> None:
         """Predict step time, throughput, MFU and memory for one parallel strategy."""
         prof = load_profile(profile)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.progress import (
@@ -114,12 +115,12 @@ def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | Non
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
-        request: Path | None = typer.Argument(None, metavar="FILE", show_default=False, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}."),
-        as_json: bool = typer.Option(False, "--json", metavar="", help="Print the plan as JSON."),
-        batch: Path | None = typer.Option(None, "--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line."),
-        onnx: Path | None = typer.Option(None, "--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster."),
-        time_limit_s: float = typer.Option(2.0, "--time-limit", metavar="SECONDS", help="Solver time budget in seconds."),
-        profile: Path | None = typer.Option(None, "--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on."),
+        request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
+        batch: Annotated[Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")] = None,
+        onnx: Annotated[Path | None, typer.Option("--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster.")] = None,
+        time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Solver time budget in seconds.")] = 2.0,
+        profile: Annotated[Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")] = None,
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""
         settings = SolverSettings(time_limit_s=time_limit_s)
