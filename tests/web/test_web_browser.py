@@ -330,6 +330,6 @@ def test_plans_list_pages_with_the_more_button(browser, live_server):
     while more.is_displayed():
         before = len(all_css(d, "#plans-body tr"))
         more.click()
-        wait(d).until(lambda d: len(all_css(d, "#plans-body tr")) > before or not more.is_displayed())
+        wait(d).until(lambda d, before=before: len(all_css(d, "#plans-body tr")) > before or not more.is_displayed())
     shown = [tr.get_attribute("data-plan-id") for tr in all_css(d, "#plans-body tr")]
     assert shown == expected
