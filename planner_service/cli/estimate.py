@@ -25,6 +25,7 @@ from planner_service.cli.common import (
     read_json_file,
     run_batch,
 )
+from planner_service.cli.progress import batch_progress
 from planner_service.planner.request import EstimateRequest, parse_estimate_request
 from planner_service.service.identity import to_json_safe
 
@@ -98,7 +99,8 @@ def register(app: typer.Typer) -> None:
         """Predict step time, throughput, MFU and memory for one parallel strategy."""
         prof = load_profile(profile)
         if batch is not None:
-            run_batch(batch, lambda body: estimate_body(body, prof))
+            with batch_progress(batch, lambda body: estimate_body(body, prof), "estimating") as handle:
+                run_batch(batch, handle)
             return
         if request is None:
             err_console.print("[red]error:[/red] give a request FILE or --batch FILE")

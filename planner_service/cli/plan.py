@@ -26,6 +26,7 @@ from planner_service.cli.common import (
     read_json_file,
     run_batch,
 )
+from planner_service.cli.progress import batch_progress
 from planner_service.planner import PlanResult, SolverSettings, plan
 from planner_service.planner.request import parse_plan_request
 
@@ -126,7 +127,8 @@ def register(app: typer.Typer) -> None:
         settings = SolverSettings(time_limit_s=time_limit_s)
         prof = read_json_file(profile) if profile else None
         if batch is not None:
-            run_batch(batch, lambda body: plan_body(body, settings, profile=prof).to_dict())
+            with batch_progress(batch, lambda body: plan_body(body, settings, profile=prof).to_dict(), "planning") as handle:
+                run_batch(batch, handle)
             return
         if request is None:
             err_console.print("[red]error:[/red] give a request FILE or --batch FILE")
