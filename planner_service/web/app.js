@@ -1315,8 +1315,17 @@
             "Alternative plans",
             ["#", "Strategy", "Step time", "Tokens/s", "MFU", "Peak memory", "Versus the best"],
             alts.map((a, i) =>
-              h("tr", {},
-                h("td", {}, String(i + 1)),
+              h("tr", { "data-index": i },
+                h("td", {}, h("button", {
+                  type: "button",
+                  class: "secondary small",
+                  "aria-label": `Show alternative ${i + 1} on the chart`,
+                  onclick: () => {
+                    const pt = $(`#alternatives-chart .pt[data-index="${i}"]`);
+                    pt.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+                    pt.focus();
+                  },
+                }, String(i + 1))),
                 h("td", { class: "mono" }, compactStrategy(a.strategy)),
                 h("td", { class: "num" }, fmt.time(a.prediction.step_time_s)),
                 h("td", { class: "num" }, fmt.int(a.prediction.tokens_per_s)),

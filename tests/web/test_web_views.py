@@ -213,6 +213,24 @@ def test_pipeline_schedule_is_one_step_of_the_plans_stage_times(browser, live_se
     assert view_screenshot(css(d, '[data-section="schedule"]'), "view-schedule").stat().st_size > 5_000
 
 
+def test_a_long_schedule_is_drawn_for_part_of_its_micro_batches(browser, live_server):
+    d = browser
+    plan = post_plan(live_server, {
+        "model": {"preset": "gpt3-125m"},
+        "training": {"global_batch_size": 8192, "sequence_length": 128},
+        "cluster": {"name": "web-long", "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": A100}]},
+        "constraints": {"pp": 2, "tp": 1, "dp": 4, "micro_batch_size": 1, "vpp": 1},
+    })
+    m = plan["best"]["prediction"]["num_microbatches"]
+    assert m == 2048
+    open_plan(d, live_server.base, plan["id"])
+    chart = css(d, "#schedule-chart")
+    drawn = int(chart.get_attribute("data-microbatches"))
+    assert 2 <= drawn < m and drawn % 2 == 0
+    assert int(chart.get_attribute("data-passes")) == 2 * 2 * drawn <= 6000
+    assert f"{drawn} of the step's {m} micro-batches (the steady state repeats)" in css(d, "#schedule-note").text
+
+
 def format_time(s: float) -> str:
     """fmt.time of app.js."""
     if s < 1e-3:
@@ -277,6 +295,11 @@ def test_alternatives_scatter_marks_the_best_and_explains_a_loser(browser, live_
     assert first.get_attribute("aria-pressed") == "true"
     best.send_keys(Keys.ENTER)
     assert css(d, "#alt-detail").text.startswith("The best plan: ") and best.get_attribute("aria-pressed") == "true"
+    # the table's row buttons select the same points, from the keyboard too
+    button = css(d, '#alternatives-table tbody tr[data-index="1"] button')
+    button.send_keys(Keys.ENTER)
+    assert css(d, "#alt-detail").text.startswith("Alternative 2: ")
+    assert d.switch_to.active_element == css(d, '#alternatives-chart .pt[data-index="1"]')
     assert view_screenshot(css(d, '[data-section="alternatives"]'), "view-alternatives").stat().st_size > 5_000
 
 
