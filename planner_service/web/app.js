@@ -911,21 +911,21 @@
   }
 
   /** One host's GPUs; consecutive GPUs of one tensor-parallel group share an outline. */
-  function hostCells(host, byGpu, nStages) {
+  function hostCells(host, byGpu, nStages, outline) {
     const out = h("div", { class: "map-cells" });
     const count = Math.max(host.gpus, byGpu.size ? Math.max(...byGpu.keys()) + 1 : 0);
     let group = null;
     let key = null;
     for (let g = 0; g < count; g++) {
       const r = byGpu.get(g);
-      const k = r ? `${r.stage}/${r.dp}/${r.cp}/${r.ep ?? 0}` : null;
+      const k = r && outline ? `${r.stage}/${r.dp}/${r.cp}/${r.ep ?? 0}` : null;
       if (!r || k !== key || !group) {
-        group = r ? h("span", { class: "tp-group", "data-tp-group": k }) : null;
+        group = k ? h("span", { class: "tp-group", "data-tp-group": k }) : null;
         if (group) out.append(group);
         key = k;
       }
       (group || out).append(gpuCell(r, host, g, nStages));
-      if (!r) group = null;
+      if (!k) group = null;
     }
     return out;
   }
@@ -933,6 +933,7 @@
   function placementSection(plan) {
     const ranks = plan.best.ranks || [];
     const nStages = plan.best.stages.length;
+    const outline = (plan.best.strategy.tp || 1) > 1; // one GPU per TP group needs no outline
     const hosts = clusterHosts(plan);
     const byHost = new Map(hosts.map((x) => [x.host, new Map()]));
     for (const r of ranks) byHost.get(r.host).set(r.gpu, r);
@@ -950,13 +951,13 @@
       const el = ev.target.closest(".host-cell");
       if (!el) return;
       const host = hosts.find((x) => x.host === el.dataset.host);
-      setChildren(hostDetail, h("h3", {}, `${host.host}: ${host.device}, node group ${host.group}${host.down ? " (unavailable)" : ""}`), h("div", { class: "map-row" }, hostCells(host, byHost.get(host.host), nStages)));
+      setChildren(hostDetail, h("h3", {}, `${host.host}: ${host.device}, node group ${host.group}${host.down ? " (unavailable)" : ""}`), h("div", { class: "map-row" }, hostCells(host, byHost.get(host.host), nStages, outline)));
     });
     if (!aggregated) {
       for (const x of hosts) {
         map.append(h("div", { class: "map-row" + (x.down ? " down" : ""), "data-host": x.host },
           h("div", { class: "map-host" }, x.host, h("span", { class: "hint" }, x.down ? " unavailable" : ` ${x.device}`)),
-          hostCells(x, byHost.get(x.host), nStages)));
+          hostCells(x, byHost.get(x.host), nStages, outline)));
       }
       rovingFocus(map, "button.gpu", (el) => Math.max(1, $$("button.gpu", el.closest(".map-row")).length));
     } else {
@@ -985,7 +986,7 @@
       nStages <= 16
         ? plan.best.stages.map((st, i) => { const sw = h("span", { class: "swatch", "aria-hidden": "true" }); sw.style.backgroundColor = stageColor(i, nStages); return h("li", {}, sw, `stage ${i} (${st.device})`); })
         : h("li", {}, `${nStages} stages, coloured from stage 0 to stage ${nStages - 1}`),
-      aggregated ? null : h("li", {}, h("span", { class: "swatch tp-swatch", "aria-hidden": "true" }), "outline: one tensor-parallel group"),
+      aggregated || !outline ? null : h("li", {}, h("span", { class: "swatch tp-swatch", "aria-hidden": "true" }), `outline: one tensor-parallel group (tp ${plan.best.strategy.tp})`),
       aggregated ? null : h("li", {}, h("span", { class: "swatch dp-swatch", "aria-hidden": "true" }), "striped: odd data-parallel replica"),
       h("li", {}, h("span", { class: "swatch down-swatch", "aria-hidden": "true" }), "unavailable node"),
       h("li", {}, h("span", { class: "swatch idle-swatch", "aria-hidden": "true" }), "not used")
@@ -1120,7 +1121,7 @@
     );
     const note = h("p", { class: "hint", id: "schedule-note" },
       `${v > 1 ? `Interleaved 1F1B, ${v} model chunks per stage` : "1F1B"}, drawn from each stage's forward and backward time per micro-batch: ${fmt.time(total)} for ` +
-        (drawnM === m ? `the step's ${m} micro-batches` : `${drawnM} of the step's ${m} micro-batches (the steady state repeats)`) +
+        (drawnM === m ? `the step's ${m === 1 ? "one micro-batch" : `${m} micro-batches`}` : `${drawnM} of the step's ${m} micro-batches (the steady state repeats)`) +
         `; the cost model's step time is ${fmt.time(pred.step_time_s)}.`);
     return section("Pipeline schedule", "schedule", note, h("div", { class: "chart-wrap" }, chart), legend);
   }
