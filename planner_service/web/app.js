@@ -888,7 +888,7 @@
       names.forEach((hn) => add(hn, g));
     }
     for (const n of nodes.values()) add(n.hostname, groups.get(n.group));
-    for (const r of plan.best.ranks || []) add(r.hostname || r.host, groups.get(r.node_group));
+    for (const r of plan.best.ranks || []) add(r.host, groups.get(r.node_group));
     return hosts;
   }
 
@@ -1225,7 +1225,9 @@
     const pred = plan.best.prediction;
     const out = [...new Set([...(plan.warnings || []), ...(pred.warnings || [])])].map((w) => ({ kind: "api", text: w }));
     const search = plan.search || {};
-    if (search.solver_status && search.solver_status !== "OPTIMAL") {
+    // a stored plan says whether the search proved it optimal; a bare result has only the solver's word
+    const proved = plan.status ? plan.status === "optimal" : !search.solver_status || search.solver_status === "OPTIMAL";
+    if (!proved) {
       out.unshift({ kind: "search", text: `Not proved optimal: the search stopped at its limit (solver ${search.solver_status}); a better plan may exist. Plan again with “force” and a larger solver budget.` });
     }
     for (const st of plan.best.stages) {

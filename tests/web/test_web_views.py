@@ -323,7 +323,7 @@ def test_warnings_come_first_and_say_what_to_distrust(browser, short_budget_serv
     texts = [t for _, t in items]
     for w in plan["warnings"]:
         assert w in texts
-    optimal = plan["search"]["solver_status"] == "OPTIMAL"
+    optimal = plan["status"] == "optimal"
     assert any(kind == "search" for kind, _ in items) == (not optimal)
     if not optimal:
         assert any(t.startswith(f"Not proved optimal: the search stopped at its limit (solver {plan['search']['solver_status']})") for t in texts)
