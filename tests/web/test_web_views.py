@@ -385,3 +385,26 @@ def test_plans_list_fits_1280_px_without_cutting_columns_off(browser, live_serve
         wait(d).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#plan-body[data-plan-id]"))
     finally:
         d.set_window_size(1280, 1800)
+
+
+def test_an_operator_graph_plan_renders_every_view(browser, live_server, view_screenshot):
+    """A plan of an uploaded ONNX model (the operator-graph planner's result shape)."""
+    from pathlib import Path
+
+    d = browser
+    onnx = Path(__file__).resolve().parents[2] / "examples" / "model.onnx"
+    up = httpx.post(live_server.base + "/v1/models/onnx", files={"file": ("model.onnx", onnx.read_bytes())}, timeout=60)
+    assert up.status_code == 201, up.text
+    plan = post_plan(live_server, {
+        "model": {"model_id": up.json()["id"]},
+        "training": {"global_batch_size": 1024, "sequence_length": 1, "dtype": "fp32"},
+        "cluster": {"name": "web-graph", "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": A100}]},
+    })
+    open_plan(d, live_server.base, plan["id"])
+    sections = {el.get_attribute("data-section") for el in all_css(d, "#plan-body > [data-section]")}
+    assert {"placement", "schedule", "memory", "alternatives", "stages"} <= sections
+    assert len(all_css(d, "#placement-map button.gpu[data-rank]")) == len(plan["best"]["ranks"])
+    assert len(all_css(d, "#memory-chart .mem-row")) == len(plan["best"]["stages"])
+    text = css(d, "#plan-body").get_attribute("textContent")
+    assert "NaN" not in text and "undefined" not in text
+    view_screenshot(css(d, '[data-section="schedule"]'), "view-schedule-graph")
