@@ -1,9 +1,15 @@
-"""``planner estimate``: the cost model's prediction for one strategy."""
+"""``planner estimate``: the cost model's prediction for one strategy.
+
+``--json`` and every ``--batch`` line print the object ``POST /v1/estimate`` answers (the
+contract's flat fields: ``step_time_s``, ``fits``, ``breakdown_s``, …), so a script reads one
+shape whichever way it asked.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -19,38 +25,58 @@ from planner_service.cli.common import (
     read_json_file,
     run_batch,
 )
-from planner_service.planner.request import parse_estimate_request
+from planner_service.cli.progress import batch_progress
+from planner_service.planner.request import EstimateRequest, parse_estimate_request
+from planner_service.service.identity import to_json_safe
 
 
-def run_estimate(body: dict, profile: dict | None = None):
+def run_estimate(body: dict, profile: dict | None = None) -> tuple[EstimateRequest, Estimate]:
     """Parse an estimate request body and predict it: (request, Estimate)."""
     req = parse_estimate_request(body)
     return req, estimate(req.model, req.training, req.cluster, req.strategy, profile=profile)
 
 
-def as_json(req, est) -> dict:
-    return {"strategy": req.strategy.to_dict(), "prediction": est.to_dict()}
+def estimate_json(est: Estimate) -> dict[str, Any]:
+    """The estimate as ``POST /v1/estimate`` returns it."""
+    return to_json_safe(est.to_dict())
 
 
-def estimate_body(body: dict, profile: dict | None = None) -> dict:
-    """The prediction for one request body as the JSON the CLI prints."""
-    return as_json(*run_estimate(body, profile))
+def estimate_body(body: dict, profile: dict | None = None) -> dict[str, Any]:
+    """The prediction for one request body, as the JSON the API and the CLI print."""
+    return estimate_json(run_estimate(body, profile)[1])
+
+
+def describe_strategy(req: EstimateRequest) -> str:
+    """A sentence naming the model, the cluster and the knobs that are not at their defaults,
+    e.g. ``gpt3-175b on selene-128 with dp 16, tp 8, pp 8, micro-batch 1, sequence parallel,
+    selective recompute, ZeRO-1``."""
+    s = req.strategy
+    parts = [f"{name} {value}" for name, value in (("dp", s.dp), ("tp", s.tp), ("pp", s.pp), ("cp", s.cp), ("ep", s.ep), ("vpp", s.vpp)) if name in ("dp", "tp", "pp") or value > 1]
+    parts.append(f"micro-batch {s.micro_batch_size}")
+    if s.sequence_parallel:
+        parts.append("sequence parallel")
+    if s.recompute != "none":
+        parts.append(f"{s.recompute} recompute")
+    parts.append(f"ZeRO-{s.zero_stage}")
+    if s.layers_per_stage:
+        parts.append("layers per stage " + "/".join(str(n) for n in s.layers_per_stage))
+    return f"{req.model.name} on {req.cluster.name} with {', '.join(parts)}"
 
 
 def render_estimate(est: Estimate, title: str) -> None:
     t = Table(title=title, show_header=False)
-    t.add_row("step time", f"{est.step_time_s:.4g} s")
-    t.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s  ({est.samples_per_s:.3g} samples/s)")
-    t.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f}  (MFU {est.mfu * 100:.1f}%)")
-    t.add_row("hardware TFLOP/s per GPU", f"{est.hardware_tflops_per_gpu:.1f}")
-    t.add_row("fits in memory", "yes" if est.fits else "[red]no[/red]")
-    t.add_row("peak memory per stage (GB)", ", ".join(f"{m:.1f}" for m in est.peak_memory_GB[:8]) + (" …" if len(est.peak_memory_GB) > 8 else ""))
-    t.add_row("bottleneck", est.bottleneck)
+    t.add_row("Step time", f"{est.step_time_s:.4g} s")
+    t.add_row("Throughput", f"{est.tokens_per_s:,.0f} tokens/s  ({est.samples_per_s:.3g} samples/s)")
+    t.add_row("Model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f}  (MFU {est.mfu * 100:.1f}%)")
+    t.add_row("Hardware TFLOP/s per GPU", f"{est.hardware_tflops_per_gpu:.1f}")
+    t.add_row("Fits in memory", "yes" if est.fits else "[red]no[/red]")
+    t.add_row("Peak memory per stage (GB)", ", ".join(f"{m:.1f}" for m in est.peak_memory_GB[:8]) + (" …" if len(est.peak_memory_GB) > 8 else ""))
+    t.add_row("Bottleneck", est.bottleneck)
     console.print(t)
-    b = Table(title="where the step goes")
-    b.add_column("term")
-    b.add_column("seconds", justify="right")
-    b.add_column("share", justify="right")
+    b = Table(title="Where the step time goes")
+    b.add_column("Term")
+    b.add_column("Seconds", justify="right")
+    b.add_column("Share", justify="right")
     for k, v in est.breakdown_s.items():
         b.add_row(k, f"{v:.4g}", f"{v / est.step_time_s * 100:.1f}%")
     console.print(b)
@@ -65,26 +91,27 @@ def load_profile(path: Path | None) -> dict | None:
 def register(app: typer.Typer) -> None:
     @app.command("estimate")
     def estimate_cmd(
-        request: Path | None = typer.Argument(None, help="Estimate request JSON: {model, training, cluster, strategy}."),
-        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-        batch: Path | None = typer.Option(None, "--batch", help="JSON Lines file: one request per line; one JSON line out per line."),
-        profile: Path | None = typer.Option(None, "--profile", help="Operator profile JSON to apply to the device it was taken on."),
+        request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Estimate request JSON: {model, training, cluster, strategy}.")] = None,
+        print_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the result as JSON (the object POST /v1/estimate returns).")] = False,
+        batch: Annotated[Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")] = None,
+        profile: Annotated[Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")] = None,
     ) -> None:
         """Predict step time, throughput, MFU and memory for one parallel strategy."""
         prof = load_profile(profile)
         if batch is not None:
-            run_batch(batch, lambda body: estimate_body(body, prof))
+            with batch_progress(batch, lambda body: estimate_body(body, prof), "estimating") as handle:
+                run_batch(batch, handle)
             return
         if request is None:
-            err_console.print("[red]error:[/red] give a REQUEST.json or --batch FILE")
+            err_console.print("[red]error:[/red] give a request FILE or --batch FILE")
             raise typer.Exit(EXIT_BAD_INPUT)
         body = read_json_file(request)
         try:
             req, est = run_estimate(body, prof)
         except PlannerError as exc:
-            fail(exc, as_json)
+            fail(exc, print_json)
             return
-        if as_json:
-            print(json.dumps(as_json(req, est), indent=1))
+        if print_json:
+            print(json.dumps(estimate_json(est), indent=1))
             return
-        render_estimate(est, f"{req.model.name} on {req.cluster.name}: {req.strategy.to_dict()}")
+        render_estimate(est, describe_strategy(req))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.progress import (
@@ -26,6 +27,7 @@ from planner_service.cli.common import (
     read_json_file,
     run_batch,
 )
+from planner_service.cli.progress import batch_progress
 from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner import PlanResult, SolverSettings, plan
 from planner_service.planner.request import parse_plan_request
@@ -59,18 +61,18 @@ def render_plan(result: PlanResult, d: dict) -> None:
     best = d["best"]
     p = best["prediction"]
     s = best["strategy"]
-    t = Table(title="best plan", show_header=False)
+    t = Table(title="Best plan", show_header=False)
     knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("layers_per_stage", "op_shardings") and v is not None)
-    t.add_row("strategy", knobs)
-    t.add_row("devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
-    t.add_row("step time", f"{p['step_time_s']:.4g} s")
-    t.add_row("throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
+    t.add_row("Strategy", knobs)
+    t.add_row("Devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
+    t.add_row("Step time", f"{p['step_time_s']:.4g} s")
+    t.add_row("Throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
     t.add_row("MFU", f"{p['mfu'] * 100:.1f}%")
-    t.add_row("peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}")
-    t.add_row("search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
+    t.add_row("Peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}")
+    t.add_row("Search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
     console.print(t)
-    st = Table(title="stages")
-    for col in ("stage", "layers", "device", "hosts", "fwd+bwd per micro-batch", "peak GB"):
+    st = Table(title="Pipeline stages")
+    for col in ("Stage", "Layers", "Device", "Hosts", "Fwd + bwd per micro-batch", "Peak GB"):
         st.add_column(col)
     for e in best["stages"][:32]:
         hosts = e["hosts"]
@@ -84,7 +86,7 @@ def render_plan(result: PlanResult, d: dict) -> None:
         )
     console.print(st)
     ex = d["explanation"]
-    console.print(f"[bold]why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
+    console.print(f"[bold]Why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
     for line in ex["alternatives"]:
         console.print(f"  vs {line}")
     for w in d["warnings"]:
@@ -119,21 +121,22 @@ def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | Non
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
-        request: Path | None = typer.Argument(None, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}."),
-        as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-        batch: Path | None = typer.Option(None, "--batch", help="JSON Lines file: one request per line; one JSON line out per line."),
-        onnx: Path | None = typer.Option(None, "--onnx", help="Plan this ONNX model with the request's training and cluster."),
-        time_limit_s: float = typer.Option(2.0, "--time-limit", help="Solver time budget in seconds."),
-        profile: Path | None = typer.Option(None, "--profile", help="Operator profile JSON to apply to the device it was taken on."),
+        request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
+        batch: Annotated[Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")] = None,
+        onnx: Annotated[Path | None, typer.Option("--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster.")] = None,
+        time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Solver time budget in seconds.")] = 2.0,
+        profile: Annotated[Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")] = None,
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""
         settings = SolverSettings(time_limit_s=time_limit_s)
         prof = read_json_file(profile) if profile else None
         if batch is not None:
-            run_batch(batch, lambda body: plan_body(body, settings, profile=prof)[1])
+            with batch_progress(batch, lambda body: plan_body(body, settings, profile=prof)[1], "planning") as handle:
+                run_batch(batch, handle)
             return
         if request is None:
-            err_console.print("[red]error:[/red] give a REQUEST.json or --batch FILE")
+            err_console.print("[red]error:[/red] give a request FILE or --batch FILE")
             raise typer.Exit(EXIT_BAD_INPUT)
         body = read_json_file(request)
         try:

@@ -496,19 +496,20 @@
 
   function planRow(p) {
     const link = h("a", { href: "#/plans/" + encodeURIComponent(p.id), title: p.id }, fmt.shortId(p.id));
+    const [day, time] = fmt.date(p.created_at).split(" ");
     const tr = h(
       "tr",
       { class: "clickable", "data-plan-id": p.id },
       h("td", {}, link),
-      h("td", { class: "nowrap" }, fmt.date(p.created_at)),
+      h("td", { class: "created col-created", title: fmt.date(p.created_at) }, day, " ", time ? h("span", { class: "hint nowrap" }, `${time} UTC`) : null),
       h("td", { class: "nowrap" }, p.model.name, h("span", { class: "hint" }, ` ${fmt.params(p.model.params)}`)),
-      h("td", {}, p.cluster_name || "–"),
+      h("td", { class: "col-cluster" }, p.cluster_name || "–"),
       h("td", {}, `${p.num_devices} GPUs`, (p.device_types || []).map((t) => h("div", { class: "nowrap hint" }, t))),
-      h("td", { class: "mono" }, compactStrategy(p.strategy)),
+      h("td", { class: "mono col-strategy" }, compactStrategy(p.strategy)),
       h("td", { class: "num" }, fmt.time(p.step_time_s)),
       h("td", { class: "num" }, fmt.int(p.tokens_per_s)),
       h("td", { class: "num" }, fmt.pct(p.mfu)),
-      h("td", {}, p.status, p.parent_id ? h("span", { class: "hint" }, ` replan of ${fmt.shortId(p.parent_id)}`) : null)
+      h("td", { class: "col-status" }, p.status, p.parent_id ? h("span", { class: "hint" }, ` replan of ${fmt.shortId(p.parent_id)}`) : null)
     );
     tr.addEventListener("click", (ev) => {
       if (!ev.target.closest("a")) go("#/plans/" + encodeURIComponent(p.id));
@@ -824,13 +825,425 @@
     );
   }
 
+  // ───────────── plan pictures: placement map, pipeline schedule, memory, alternatives ─────────────
+
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  /** svg("rect", {x: 1}, child, ...): an SVG element; "text" sets its textContent. */
+  function svg(tag, attrs, ...children) {
+    const el = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "text") el.textContent = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, String(v));
+    }
+    for (const c of children.flat(Infinity)) if (c) el.append(c);
+    return el;
+  }
+
+  const STAGE_COLORS = ["#2f6fde", "#e8890c", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#b7950b", "#2c3e50", "#e84393", "#0984e3", "#6c5ce7", "#d35400"];
+  function stageColor(i, n) {
+    return n <= STAGE_COLORS.length ? STAGE_COLORS[i % STAGE_COLORS.length] : `hsl(${Math.round((i * 330) / n)}, 62%, 46%)`;
+  }
+
+  /** Arrow keys move the focus among ``items`` (one tab stop for the whole set). */
+  function rovingFocus(container, selector, columns) {
+    const items = () => $$(selector, container);
+    items().forEach((el, i) => (el.tabIndex = i === 0 ? 0 : -1));
+    container.addEventListener("keydown", (ev) => {
+      const list = items();
+      const i = list.indexOf(document.activeElement);
+      if (i < 0) return;
+      const step = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: columns(list[i]), ArrowUp: -columns(list[i]), Home: -i, End: list.length - 1 - i }[ev.key];
+      if (step === undefined) return;
+      ev.preventDefault();
+      const next = list[Math.max(0, Math.min(list.length - 1, i + step))];
+      list[i].tabIndex = -1;
+      next.tabIndex = 0;
+      next.focus();
+    });
+  }
+
+  function deviceName(d) {
+    return typeof d === "string" ? d : (d && d.name) || "custom";
+  }
+
+  /** Every host of the cluster in order (named, or the planner's default <group>-<i>), with
+   *  its group, device, GPU count and whether it is down; hosts only the ranks name go last. */
+  function clusterHosts(plan) {
+    const cluster = plan.cluster || {};
+    const nodes = new Map((cluster.nodes || []).map((n) => [n.hostname, n]));
+    const groups = new Map((cluster.node_groups || []).map((g) => [g.name, g]));
+    const hosts = [];
+    const seen = new Set();
+    const add = (hostname, g) => {
+      if (seen.has(hostname)) return;
+      seen.add(hostname);
+      const node = nodes.get(hostname);
+      hosts.push({ host: hostname, group: g ? g.name : "", device: g ? deviceName(g.device) : "", gpus: g ? g.gpus_per_node : 0, down: !!node && node.available === false });
+    };
+    for (const g of groups.values()) {
+      const names = g.hostnames && g.hostnames.length ? g.hostnames : Array.from({ length: g.count || 0 }, (_, i) => `${g.name}-${i}`);
+      names.forEach((hn) => add(hn, g));
+    }
+    for (const n of nodes.values()) add(n.hostname, groups.get(n.group));
+    for (const r of plan.best.ranks || []) add(r.host, groups.get(r.node_group));
+    return hosts;
+  }
+
+  const MAP_GPU_LIMIT = 512; // above this many GPUs the map shows one cell per host
+
+  function rankText(r) {
+    const mesh = ["dp", "pp", "tp", "cp", "ep"].filter((k) => r[k] !== undefined && r[k] !== null).map((k) => `${k} ${r[k]}`).join(", ");
+    return `Rank ${r.rank} on ${r.host} GPU ${r.gpu} (${r.device}, node group ${r.node_group}): stage ${r.stage}; mesh ${mesh}`;
+  }
+
+  function gpuCell(r, host, gpu, nStages) {
+    if (!r) {
+      const label = host.down ? `${host.host} GPU ${gpu}: node unavailable` : `${host.host} GPU ${gpu}: not used by this plan`;
+      return h("button", { type: "button", class: host.down ? "gpu down" : "gpu idle", title: label, "aria-label": label, "data-detail": label }, "");
+    }
+    const label = rankText(r);
+    const cell = h("button", { type: "button", class: "gpu" + (r.dp % 2 ? " dp-odd" : ""), title: label, "aria-label": label, "data-detail": label, "data-rank": r.rank, "data-stage": r.stage, "data-dp": r.dp }, String(r.rank));
+    cell.style.backgroundColor = stageColor(r.stage, nStages);
+    return cell;
+  }
+
+  /** One host's GPUs; consecutive GPUs of one tensor-parallel group share an outline. */
+  function hostCells(host, byGpu, nStages, outline) {
+    const out = h("div", { class: "map-cells" });
+    const count = Math.max(host.gpus, byGpu.size ? Math.max(...byGpu.keys()) + 1 : 0);
+    let group = null;
+    let key = null;
+    for (let g = 0; g < count; g++) {
+      const r = byGpu.get(g);
+      const k = r && outline ? `${r.stage}/${r.dp}/${r.cp}/${r.ep ?? 0}` : null;
+      if (!r || k !== key || !group) {
+        group = k ? h("span", { class: "tp-group", "data-tp-group": k }) : null;
+        if (group) out.append(group);
+        key = k;
+      }
+      (group || out).append(gpuCell(r, host, g, nStages));
+      if (!k) group = null;
+    }
+    return out;
+  }
+
+  function placementSection(plan) {
+    const ranks = plan.best.ranks || [];
+    const nStages = plan.best.stages.length;
+    const outline = (plan.best.strategy.tp || 1) > 1; // one GPU per TP group needs no outline
+    const hosts = clusterHosts(plan);
+    const byHost = new Map(hosts.map((x) => [x.host, new Map()]));
+    for (const r of ranks) byHost.get(r.host).set(r.gpu, r);
+    const detail = h("p", { id: "map-detail", class: "map-detail", "aria-live": "polite" }, "Point at or select a GPU to see its rank, mesh coordinates and device.");
+    const hostDetail = h("div", { id: "host-detail", class: "host-detail" });
+    const totalGpus = hosts.reduce((s, x) => s + Math.max(x.gpus, byHost.get(x.host).size), 0);
+    const aggregated = totalGpus > MAP_GPU_LIMIT;
+    const map = h("div", { class: aggregated ? "map aggregated" : "map", id: "placement-map", "data-hosts": hosts.length, "data-gpus": totalGpus, "data-mode": aggregated ? "node" : "gpu" });
+    const show = (ev) => {
+      const el = ev.target.closest("[data-detail]");
+      if (el) detail.textContent = el.dataset.detail;
+    };
+    for (const el of [map, hostDetail]) for (const type of ["mouseover", "focusin", "click"]) el.addEventListener(type, show);
+    map.addEventListener("click", (ev) => {
+      const el = ev.target.closest(".host-cell");
+      if (!el) return;
+      const host = hosts.find((x) => x.host === el.dataset.host);
+      setChildren(hostDetail, h("h3", {}, `${host.host}: ${host.device}, node group ${host.group}${host.down ? " (unavailable)" : ""}`), h("div", { class: "map-row" }, hostCells(host, byHost.get(host.host), nStages, outline)));
+    });
+    if (!aggregated) {
+      for (const x of hosts) {
+        map.append(h("div", { class: "map-row" + (x.down ? " down" : ""), "data-host": x.host },
+          h("div", { class: "map-host" }, x.host, h("span", { class: "hint" }, x.down ? " unavailable" : ` ${x.device}`)),
+          hostCells(x, byHost.get(x.host), nStages, outline)));
+      }
+      rovingFocus(map, "button.gpu", (el) => Math.max(1, $$("button.gpu", el.closest(".map-row")).length));
+    } else {
+      const groups = new Map();
+      for (const x of hosts) (groups.get(x.group) || groups.set(x.group, []).get(x.group)).push(x);
+      for (const [name, list] of groups) {
+        const cells = h("div", { class: "host-cells" });
+        for (const x of list) {
+          const gpus = [...byHost.get(x.host).values()];
+          const stages = [...new Set(gpus.map((r) => r.stage))].sort((a, b) => a - b);
+          const label = x.down
+            ? `${x.host}: unavailable`
+            : gpus.length
+              ? `${x.host} (${x.device}): ranks ${Math.min(...gpus.map((r) => r.rank))}–${Math.max(...gpus.map((r) => r.rank))}, stage ${stages.join(", ")}`
+              : `${x.host} (${x.device}): not used by this plan`;
+          const cell = h("button", { type: "button", class: "host-cell" + (x.down ? " down" : gpus.length ? "" : " idle"), title: label, "aria-label": label, "data-detail": label, "data-host": x.host, "data-stage": stages.join(",") });
+          if (stages.length === 1) cell.style.backgroundColor = stageColor(stages[0], nStages);
+          else if (stages.length > 1) cell.style.backgroundImage = `linear-gradient(90deg, ${stages.map((st, i) => `${stageColor(st, nStages)} ${(i * 100) / stages.length}% ${((i + 1) * 100) / stages.length}%`).join(", ")})`;
+          cells.append(cell);
+        }
+        map.append(h("div", { class: "map-group", "data-group": name }, h("div", { class: "map-host" }, `${name}: ${list.length} nodes × ${list[0].gpus} ${list[0].device}`), cells));
+      }
+      rovingFocus(map, "button.host-cell", (el) => Math.max(1, Math.floor(el.parentElement.clientWidth / Math.max(1, el.offsetWidth + 2))));
+    }
+    const legend = h("ul", { class: "legend" },
+      nStages <= 16
+        ? plan.best.stages.map((st, i) => { const sw = h("span", { class: "swatch", "aria-hidden": "true" }); sw.style.backgroundColor = stageColor(i, nStages); return h("li", {}, sw, `stage ${i} (${st.device})`); })
+        : h("li", {}, `${nStages} stages, coloured from stage 0 to stage ${nStages - 1}`),
+      aggregated || !outline ? null : h("li", {}, h("span", { class: "swatch tp-swatch", "aria-hidden": "true" }), `outline: one tensor-parallel group (tp ${plan.best.strategy.tp})`),
+      aggregated ? null : h("li", {}, h("span", { class: "swatch dp-swatch", "aria-hidden": "true" }), "striped: odd data-parallel replica"),
+      h("li", {}, h("span", { class: "swatch down-swatch", "aria-hidden": "true" }), "unavailable node"),
+      h("li", {}, h("span", { class: "swatch idle-swatch", "aria-hidden": "true" }), "not used")
+    );
+    const note = aggregated
+      ? h("p", { class: "hint" }, `${totalGpus.toLocaleString("en-US")} GPUs on ${hosts.length} nodes: one cell per node, by node group. Select a node to see its GPUs.`)
+      : h("p", { class: "hint" }, "One row per host, one cell per GPU (the number is its rank). Arrow keys move between GPUs.");
+    return section("Placement", "placement", note, map, legend, detail, hostDetail);
+  }
+
+  /** The order in which a stage runs its forward and backward passes in one step (Megatron's
+   *  1F1B, interleaved over ``v`` model chunks), as [kind, micro-batch, chunk]. */
+  function stageOrder(i, p, m, v) {
+    const total = m * v;
+    const grouped = v > 1 && m % p === 0;
+    const at = (k, backward) => {
+      if (v === 1) return [k, 0];
+      if (!grouped) return [Math.floor(k / v), backward ? v - 1 - (k % v) : k % v];
+      const mb = Math.floor(k / (p * v)) * p + (k % p);
+      const chunk = Math.floor(k / p) % v;
+      return [mb, backward ? v - 1 - chunk : chunk];
+    };
+    const warmup = Math.min(total, v === 1 ? p - i - 1 : (p - i - 1) * 2 + (v - 1) * p);
+    const ops = [];
+    let f = 0;
+    let b = 0;
+    for (; f < warmup; f++) ops.push(["F", ...at(f, false)]);
+    while (f < total) {
+      ops.push(["F", ...at(f++, false)]);
+      ops.push(["B", ...at(b++, true)]);
+    }
+    while (b < total) ops.push(["B", ...at(b++, true)]);
+    return ops;
+  }
+
+  /** Start and end of every pass of one step, from the stages' forward and backward times per
+   *  micro-batch: a pass waits for the previous pass on its stage and for the same micro-batch
+   *  on the neighbouring model chunk.  null if the order deadlocks (it does not for 1F1B). */
+  function simulateSchedule(stages, m, v) {
+    const p = stages.length;
+    const orders = stages.map((_, i) => stageOrder(i, p, m, v));
+    const done = new Map();
+    const ptr = new Array(p).fill(0);
+    const free = new Array(p).fill(0);
+    const ops = [];
+    const dep = (kind, i, mb, chunk) => {
+      const g = chunk * p + i;
+      if (kind === "F") return g === 0 ? 0 : done.get(`F:${g - 1}:${mb}`);
+      return g === p * v - 1 ? done.get(`F:${g}:${mb}`) : done.get(`B:${g + 1}:${mb}`);
+    };
+    let remaining = orders.reduce((s, o) => s + o.length, 0);
+    while (remaining > 0) {
+      let progressed = false;
+      for (let i = 0; i < p; i++) {
+        while (ptr[i] < orders[i].length) {
+          const [kind, mb, chunk] = orders[i][ptr[i]];
+          const ready = dep(kind, i, mb, chunk);
+          if (ready === undefined) break;
+          const start = Math.max(free[i], ready);
+          const end = start + (kind === "F" ? stages[i].forward_s : stages[i].backward_s) / v;
+          done.set(`${kind}:${chunk * p + i}:${mb}`, end);
+          ops.push({ stage: i, kind, mb, chunk, start, end });
+          free[i] = end;
+          ptr[i]++;
+          remaining--;
+          progressed = true;
+        }
+      }
+      if (!progressed) return null;
+    }
+    return { ops, makespan: Math.max(...free) };
+  }
+
+  const SCHEDULE_MAX_PASSES = 6000;
+
+  function scheduleSection(plan) {
+    const best = plan.best;
+    const stages = best.stages;
+    const pred = best.prediction;
+    const p = stages.length;
+    const v = best.strategy.vpp || 1;
+    const m = pred.num_microbatches || 1;
+    const cap = Math.floor(SCHEDULE_MAX_PASSES / (2 * v * p));
+    const drawnM = m <= cap ? m : Math.max(p, Math.floor(cap / p) * p);
+    if (!stages.every((st) => typeof st.forward_s === "number" && typeof st.backward_s === "number")) {
+      return section("Pipeline schedule", "schedule", h("p", {}, "This plan's stages carry no forward and backward times."));
+    }
+    const sim = simulateSchedule(stages, drawnM, v);
+    if (!sim) return section("Pipeline schedule", "schedule", h("p", {}, "The schedule could not be laid out."));
+    const bd = pred.breakdown_s || {};
+    const dpSync = bd.dp_comm_exposed || 0;
+    const optimizer = bd.optimizer || 0;
+    const total = sim.makespan + dpSync + optimizer;
+    const W = 1000, left = 92, rowH = 24, top = 8, axisH = 28;
+    const H = top + p * rowH + axisH;
+    const x = (t) => left + ((W - left - 8) * t) / total;
+    const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "gantt", id: "schedule-chart", role: "img", "data-passes": sim.ops.length, "data-microbatches": drawnM,
+      "aria-label": `Pipeline schedule of one step: ${p} stages, ${drawnM} micro-batches${v > 1 ? `, ${v} chunks per stage` : ""}` });
+    for (let i = 0; i < p; i++) {
+      const y = top + i * rowH;
+      chart.append(
+        svg("text", { x: left - 6, y: y + rowH / 2 + 4, "text-anchor": "end", class: "gantt-label", text: `stage ${i}` }),
+        svg("rect", { x: left, y: y + 2, width: x(sim.makespan) - left, height: rowH - 4, class: "gantt-idle" }, svg("title", { text: `stage ${i}: idle (pipeline bubble)` }))
+      );
+    }
+    for (const op of sim.ops) {
+      const y = top + op.stage * rowH;
+      const w = Math.max(0.5, x(op.end) - x(op.start));
+      const what = `${op.kind === "F" ? "forward" : "backward"} of micro-batch ${op.mb}${v > 1 ? `, chunk ${op.chunk}` : ""}`;
+      chart.append(svg("rect", { x: x(op.start), y: y + 2, width: w, height: rowH - 4, class: `gantt-op gantt-${op.kind === "F" ? "fwd" : "bwd"} chunk-${op.chunk % 4}`, "data-kind": op.kind },
+        svg("title", { text: `stage ${op.stage}: ${what}, ${fmt.time(op.end - op.start)} (${fmt.time(op.start)} → ${fmt.time(op.end)})` })));
+      if (w > 18) chart.append(svg("text", { x: x(op.start) + w / 2, y: y + rowH / 2 + 4, "text-anchor": "middle", class: "gantt-mb", text: String(op.mb) }));
+    }
+    const tail = [["gantt-dp", "exposed data-parallel gradient sync", sim.makespan, dpSync], ["gantt-opt", "optimizer step", sim.makespan + dpSync, optimizer]];
+    for (const [cls, what, start, dur] of tail) {
+      if (dur <= 0) continue;
+      chart.append(svg("rect", { x: x(start), y: top + 2, width: Math.max(1, x(start + dur) - x(start)), height: p * rowH - 4, class: cls }, svg("title", { text: `${what}: ${fmt.time(dur)}` })));
+    }
+    for (let k = 0; k <= 5; k++) {
+      const t = (total * k) / 5;
+      chart.append(svg("line", { x1: x(t), x2: x(t), y1: top, y2: top + p * rowH + 4, class: "gantt-grid" }),
+        svg("text", { x: x(t), y: H - 8, "text-anchor": k === 0 ? "start" : k === 5 ? "end" : "middle", class: "gantt-axis", text: fmt.time(t) }));
+    }
+    const busy = sim.ops.reduce((s, op) => s + op.end - op.start, 0);
+    const bubble = 1 - busy / (p * sim.makespan);
+    const legend = h("ul", { class: "legend" },
+      h("li", {}, h("span", { class: "swatch sw-fwd", "aria-hidden": "true" }), "forward (number: micro-batch)"),
+      h("li", {}, h("span", { class: "swatch sw-bwd", "aria-hidden": "true" }), "backward"),
+      h("li", {}, h("span", { class: "swatch sw-idle", "aria-hidden": "true" }), `bubble ${fmt.pct(bubble)} of the pipeline time`),
+      h("li", { class: dpSync > 0 ? null : "zero" }, h("span", { class: "swatch sw-dp", "aria-hidden": "true" }), `exposed DP sync ${fmt.time(dpSync)}`),
+      h("li", { class: optimizer > 0 ? null : "zero" }, h("span", { class: "swatch sw-opt", "aria-hidden": "true" }), `optimizer ${fmt.time(optimizer)}`)
+    );
+    const note = h("p", { class: "hint", id: "schedule-note" },
+      `${v > 1 ? `Interleaved 1F1B, ${v} model chunks per stage` : "1F1B"}, drawn from each stage's forward and backward time per micro-batch: ${fmt.time(total)} for ` +
+        (drawnM === m ? `the step's ${m === 1 ? "one micro-batch" : `${m} micro-batches`}` : `${drawnM} of the step's ${m} micro-batches (the steady state repeats)`) +
+        `; the cost model's step time is ${fmt.time(pred.step_time_s)}.`);
+    return section("Pipeline schedule", "schedule", note, h("div", { class: "chart-wrap" }, chart), legend);
+  }
+
+  const MEMORY_KEYS = ["weights", "gradients", "optimizer_state", "activations", "workspace"];
+
+  function memorySection(plan) {
+    const stages = plan.best.stages;
+    const keys = [...MEMORY_KEYS, ...[...new Set(stages.flatMap((st) => Object.keys(st.memory_GB || {})))].filter((k) => !MEMORY_KEYS.includes(k))];
+    const scale = Math.max(...stages.map((st) => Math.max(st.memory_capacity_GB || 0, st.peak_memory_GB))) || 1;
+    const rows = stages.map((st) => {
+      const parts = st.memory_GB || {};
+      const bar = h("div", { class: "mem-bar", role: "img",
+        "aria-label": `Stage ${st.index}: ${keys.filter((k) => parts[k]).map((k) => `${k} ${fmt.gb(parts[k])}`).join(", ")}; peak ${fmt.gb(st.peak_memory_GB)} of ${fmt.gb(st.memory_capacity_GB)}` });
+      for (const k of keys) {
+        if (!(parts[k] > 0)) continue;
+        const seg = h("span", { class: `mem-seg mem-${k}`, title: `${k}: ${fmt.gb(parts[k])}`, "data-key": k });
+        seg.style.width = ((parts[k] / scale) * 100).toFixed(3) + "%";
+        bar.append(seg);
+      }
+      if (st.memory_capacity_GB) {
+        const cap = h("span", { class: "mem-cap", title: `capacity ${fmt.gb(st.memory_capacity_GB)}` });
+        cap.style.left = ((st.memory_capacity_GB / scale) * 100).toFixed(3) + "%";
+        bar.append(cap);
+      }
+      const frac = st.memory_capacity_GB ? st.peak_memory_GB / st.memory_capacity_GB : 0;
+      return h("div", { class: "mem-row" + (frac > 0.9 ? " tight" : ""), "data-stage": st.index },
+        h("div", { class: "mem-label" }, `stage ${st.index}`, h("span", { class: "hint" }, ` ${st.device}`)),
+        bar,
+        h("div", { class: "mem-value" }, `${fmt.gb(st.peak_memory_GB)} / ${fmt.gb(st.memory_capacity_GB)} (${fmt.pct(frac, 0)})`));
+    });
+    const legend = h("ul", { class: "legend" },
+      keys.map((k) => h("li", {}, h("span", { class: `swatch mem-${k}`, "aria-hidden": "true" }), k.replace("_", " "))),
+      h("li", {}, h("span", { class: "swatch cap-swatch", "aria-hidden": "true" }), "device memory"));
+    return section("Memory per stage (one GPU)", "memory", h("div", { class: "mem-chart", id: "memory-chart" }, rows), legend);
+  }
+
+  function niceTicks(lo, hi, n) {
+    const span = hi - lo || Math.abs(hi) || 1;
+    const step0 = span / n;
+    const mag = 10 ** Math.floor(Math.log10(step0));
+    const step = [1, 2, 2.5, 5, 10].map((f) => f * mag).find((s) => s >= step0) || 10 * mag;
+    const ticks = [];
+    for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(t);
+    return ticks;
+  }
+
+  function alternativesChart(plan, best, alts, whyLost) {
+    const points = [{ i: -1, a: best }, ...alts.map((a, i) => ({ i, a }))].map((pt) => ({ ...pt, mem: Math.max(...pt.a.prediction.peak_memory_GB), t: pt.a.prediction.step_time_s }));
+    const W = 640, H = 300, L = 70, R = 16, T = 14, B = 42;
+    const mems = points.map((pt) => pt.mem), times = points.map((pt) => pt.t);
+    const pad = (lo, hi) => { const d = (hi - lo) * 0.08 || Math.abs(hi) * 0.05 || 1; return [Math.max(0, lo - d), hi + d]; };
+    const [x0, x1] = pad(Math.min(...mems), Math.max(...mems));
+    const [y0, y1] = pad(Math.min(...times), Math.max(...times));
+    const X = (v) => L + ((W - L - R) * (v - x0)) / (x1 - x0);
+    const Y = (v) => H - B - ((H - T - B) * (v - y0)) / (y1 - y0);
+    const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "scatter", id: "alternatives-chart", role: "group", "aria-label": "Step time against peak memory of the best plan and its alternatives" });
+    for (const t of niceTicks(x0, x1, 5)) chart.append(svg("line", { x1: X(t), x2: X(t), y1: T, y2: H - B, class: "grid" }), svg("text", { x: X(t), y: H - B + 16, "text-anchor": "middle", class: "axis", text: `${+t.toPrecision(4)}` }));
+    for (const t of niceTicks(y0, y1, 5)) chart.append(svg("line", { x1: L, x2: W - R, y1: Y(t), y2: Y(t), class: "grid" }), svg("text", { x: L - 6, y: Y(t) + 4, "text-anchor": "end", class: "axis", text: fmt.time(t) }));
+    chart.append(svg("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title", text: "peak memory per GPU, tightest stage (GB)" }),
+      svg("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", transform: `rotate(-90 14 ${(T + H - B) / 2})`, class: "axis-title", text: "step time" }));
+    const detail = h("div", { id: "alt-detail", class: "alt-detail", "aria-live": "polite" }, "Select a point to see its strategy and why it lost.");
+    const describe = (pt) => {
+      const a = pt.a;
+      const head = pt.i < 0 ? "The best plan" : `Alternative ${pt.i + 1}`;
+      setChildren(detail,
+        h("h3", {}, `${head}: ${compactStrategy(a.strategy)}`),
+        kv([
+          ["Step time", `${fmt.time(pt.t)}${pt.i < 0 ? "" : ` (${fmt.pct(pt.t / best.prediction.step_time_s - 1)} vs the best)`}`],
+          ["Tokens/s", fmt.int(a.prediction.tokens_per_s)],
+          ["Peak memory", fmt.gb(pt.mem)],
+          pt.i < 0 ? ["Why it won", (plan.explanation || {}).summary || "–"] : ["Why it lost", whyLost[pt.i] || versusBest(best, a)],
+          pt.i < 0 ? null : ["Difference", versusBest(best, a)],
+        ]));
+      $$(".pt", chart).forEach((el) => el.setAttribute("aria-pressed", String(el === pt.el)));
+    };
+    for (const pt of [...points].reverse()) {
+      const cx = X(pt.mem), cy = Y(pt.t);
+      const label = `${pt.i < 0 ? "best" : `alternative ${pt.i + 1}`}: ${compactStrategy(pt.a.strategy)}, ${fmt.time(pt.t)}, ${fmt.gb(pt.mem)}`;
+      const shape = pt.i < 0
+        ? svg("path", { d: `M${cx},${cy - 10} L${cx + 3},${cy - 3} L${cx + 10},${cy - 3} L${cx + 4.5},${cy + 2} L${cx + 6.5},${cy + 9} L${cx},${cy + 5} L${cx - 6.5},${cy + 9} L${cx - 4.5},${cy + 2} L${cx - 10},${cy - 3} L${cx - 3},${cy - 3} Z`, class: "pt-best" })
+        : svg("circle", { cx, cy, r: 6, class: "pt-alt" });
+      const g = svg("g", { class: pt.i < 0 ? "pt best" : "pt", tabindex: 0, role: "button", "aria-label": label, "aria-pressed": "false", "data-index": pt.i }, svg("title", { text: label }), shape,
+        pt.i < 0 ? svg("text", { x: cx + 12, y: cy - 8, class: "pt-label", text: "best" }) : svg("text", { x: cx + 9, y: cy + 4, class: "pt-label", text: String(pt.i + 1) }));
+      pt.el = g;
+      g.addEventListener("click", () => describe(pt));
+      g.addEventListener("keydown", (ev) => {
+        if (ev.key === "Enter" || ev.key === " ") {
+          ev.preventDefault();
+          describe(pt);
+        }
+      });
+      chart.append(g);
+    }
+    return [h("div", { class: "chart-wrap scatter-wrap" }, chart), detail];
+  }
+
+  /** What the reader should know before trusting the plan: the API's warnings, a search that
+   *  was not proved optimal, stages close to their memory. */
+  function planWarnings(plan) {
+    const pred = plan.best.prediction;
+    const out = [...new Set([...(plan.warnings || []), ...(pred.warnings || [])])].map((w) => ({ kind: "api", text: w }));
+    const search = plan.search || {};
+    // a stored plan says whether the search proved it optimal; a bare result has only the solver's word
+    const proved = plan.status ? plan.status === "optimal" : !search.solver_status || search.solver_status === "OPTIMAL";
+    if (!proved) {
+      out.unshift({ kind: "search", text: `Not proved optimal: the search stopped at its limit (solver ${search.solver_status}); a better plan may exist. Plan again with “force” and a larger solver budget.` });
+    }
+    for (const st of plan.best.stages) {
+      const frac = st.memory_capacity_GB ? st.peak_memory_GB / st.memory_capacity_GB : 0;
+      if (frac > 0.9) out.push({ kind: "memory", text: `Stage ${st.index} needs ${fmt.gb(st.peak_memory_GB)} of ${fmt.gb(st.memory_capacity_GB)} (${fmt.pct(frac, 0)}): little room for fragmentation or a longer sequence.` });
+    }
+    return out;
+  }
+
   function renderPlan(plan) {
     const best = plan.best;
     const pred = best.prediction;
     const s = best.strategy;
     const peak = Math.max(...best.stages.map((x) => x.peak_memory_GB));
     const explanation = plan.explanation || {};
-    const warnings = Array.from(new Set([...(plan.warnings || []), ...(pred.warnings || [])]));
+    const warnings = planWarnings(plan);
     const whyLost = explanation.alternatives || [];
     $("#plan-title").textContent = `Plan ${fmt.shortId(plan.id)}: ${plan.model.name} on ${plan.cluster.name}`;
 
@@ -899,13 +1312,23 @@
     const alternatives = section(
       "Alternatives",
       "alternatives",
+      alts.length ? alternativesChart(plan, best, alts, whyLost) : null,
       alts.length
         ? table(
             "Alternative plans",
             ["#", "Strategy", "Step time", "Tokens/s", "MFU", "Peak memory", "Versus the best"],
             alts.map((a, i) =>
-              h("tr", {},
-                h("td", {}, String(i + 1)),
+              h("tr", { "data-index": i },
+                h("td", {}, h("button", {
+                  type: "button",
+                  class: "secondary small",
+                  "aria-label": `Show alternative ${i + 1} on the chart`,
+                  onclick: () => {
+                    const pt = $(`#alternatives-chart .pt[data-index="${i}"]`);
+                    pt.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+                    pt.focus();
+                  },
+                }, String(i + 1))),
                 h("td", { class: "mono" }, compactStrategy(a.strategy)),
                 h("td", { class: "num" }, fmt.time(a.prediction.step_time_s)),
                 h("td", { class: "num" }, fmt.int(a.prediction.tokens_per_s)),
@@ -921,11 +1344,18 @@
 
     const search = plan.search || {};
     setChildren($("#plan-body"),
+      warnings.length
+        ? h("section", { class: "panel warn-panel", "data-section": "warnings", "aria-labelledby": "sec-warnings", role: "region" },
+            h("h2", { id: "sec-warnings" }, warnings.length === 1 ? "Warning" : `Warnings (${warnings.length})`),
+            h("ul", { class: "warnings" }, warnings.map((w) => h("li", { "data-kind": w.kind }, w.text))))
+        : null,
       cards,
-      warnings.length ? section("Warnings", "warnings", h("ul", { class: "warnings" }, warnings.map((w) => h("li", {}, w)))) : null,
       plan.diff ? diffSection(plan.diff) : null,
       strategy,
+      placementSection(plan),
+      scheduleSection(plan),
       section("Where the step time goes", "breakdown", ...breakdownBar(pred.breakdown_s)),
+      memorySection(plan),
       section("Pipeline stages", "stages", stagesTable(best.stages)),
       explain,
       alternatives,

@@ -57,10 +57,10 @@ class LiveServer:
     """uvicorn serving ``create_app`` in a thread, on a socket bound before it starts (no port
     race)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, **settings_overrides) -> None:
         import uvicorn
 
-        settings = ServiceSettings(database_url=f"sqlite:///{db_path}", worker_poll_interval_s=0.05)
+        settings = ServiceSettings(database_url=f"sqlite:///{db_path}", worker_poll_interval_s=0.05, **settings_overrides)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -88,6 +88,17 @@ class LiveServer:
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory) -> Iterator[LiveServer]:
     server = LiveServer(tmp_path_factory.mktemp("web-live") / "planner.db")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def short_budget_server(tmp_path_factory) -> Iterator[LiveServer]:
+    """A live server whose solver stops after 0.05 s, so that a hard case is left FEASIBLE."""
+    server = LiveServer(tmp_path_factory.mktemp("web-short") / "planner.db", solver_time_limit_s=0.05)
     server.start()
     try:
         yield server
@@ -147,6 +158,24 @@ def screenshot(tmp_path):
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(out_dir) / path.name)
         driver.set_window_size(1280, 1800)
+        return path
+
+    return take
+
+
+@pytest.fixture
+def view_screenshot(tmp_path):
+    """``view_screenshot(element, name)`` → path of a PNG of one element (one view of the
+    page), kept under the test's tmp_path and copied to PLANNER_TEST_SCREENSHOT_DIR when set."""
+
+    def take(element, name: str) -> Path:
+        element.parent.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
+        path = tmp_path / f"{name}.png"
+        assert element.screenshot(str(path)), "the screenshot could not be saved"
+        out_dir = os.environ.get("PLANNER_TEST_SCREENSHOT_DIR")
+        if out_dir:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, Path(out_dir) / path.name)
         return path
 
     return take
