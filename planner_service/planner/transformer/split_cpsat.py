@@ -1,5 +1,5 @@
 """CP-SAT: the contiguous split of layers into pipeline stages and the assignment of stages to
-node groups (pools).  The only module that imports OR-tools.
+node groups (pools), with the OR-tools entry ``planner.cpsat``.
 
 Data → variables → constraints → objective → solve → extract, as in the OR-tools samples.
 
@@ -14,7 +14,7 @@ where T ≥ t_i (bottleneck stage), E ≥ the exposed DP sync of every stage, O 
 optimizer step — exactly ``cost_model.transformer.stage_cost.combine_stages`` — subject to Σ n = L, each
 stage ≥ 1 layer and within its pool's memory, each pool hosting at most as many stages as it
 has blocks of dp·cp·tp GPUs, and the stages of one pool forming one contiguous block (pools in
-any order).  Seconds are scaled to integers in :func:`_scale` (one place).
+any order).  Seconds and bytes are scaled to integers by ``planner.cpsat.IntScale``.
 
 With a single pool (no assignment to choose) the split is found exactly by threshold
 enumeration (``split.single_pool_split``, no MIP start-up per candidate); CP-SAT takes over
@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
+from planner_service.planner.cpsat import CpModel, IntScale, SolverParams, solve
 from planner_service.planner.transformer.split_exact import (
     MEMORY_UNIT_BYTES,
     SplitBudgetExceeded,
@@ -45,10 +44,6 @@ class SplitResult:
     pools: tuple[int, ...]  # pool index per stage
     status: str
     objective_s: float
-
-
-def _scale(value_s: float, scale: float) -> int:
-    return int(round(value_s * scale))
 
 
 def solve_split(
@@ -78,8 +73,8 @@ def solve_split(
             pass  # CP-SAT below
         else:
             return None if exact is None else SplitResult(exact.layers, (0,) * pp, "OPTIMAL", exact.objective_s)
-    scale = TIME_UNITS / max(scale_ref_s, 1e-9)
-    model = cp_model.CpModel()
+    scale = IntScale.for_reference(scale_ref_s, TIME_UNITS, memory_unit_bytes=MEMORY_UNIT_BYTES)
+    model = CpModel()
 
     # Variables.
     x = [[model.NewBoolVar(f"x{i}_{p}") if P > 1 else None for p in range(P)] for i in range(pp)]
@@ -116,10 +111,9 @@ def solve_split(
     # Memory per stage: a + b·n ≤ capacity on the chosen pool.
     for i in range(pp):
         for p in range(P):
-            a = lins[p].mem_a[i] / MEMORY_UNIT_BYTES
-            b = lins[p].mem_b[i] / MEMORY_UNIT_BYTES
-            room = int(capacities_bytes[p] / MEMORY_UNIT_BYTES - a) if capacities_bytes[p] / MEMORY_UNIT_BYTES >= a else -1
-            bi = int(-(-b // 1))  # ceil: never accept a split the cost model would reject
+            a_bytes = float(lins[p].mem_a[i])
+            room = scale.memory_down(capacities_bytes[p] - a_bytes) if capacities_bytes[p] >= a_bytes else -1
+            bi = int(scale.memory_up(lins[p].mem_b[i]))  # up: never accept a split the cost model would reject
             if room < 0:
                 if P > 1:
                     model.Add(x[i][p] == 0)
@@ -142,22 +136,22 @@ def solve_split(
         else:
             cross.append(None)
 
-    horizon = _scale(1e3 * max(scale_ref_s, 1.0), scale)
+    horizon = scale.time_int(1e3 * max(scale_ref_s, 1.0))
     t_vars, e_vars, o_vars = [], [], []
     v = max(int(vpp), 1)
     for i in range(pp):
         t_expr, bwd_expr, dp_expr, win_expr, opt_expr = [], [], [], [], []
         for p in range(P):
             lin = lins[p]
-            t_expr += [_scale(lin.time_a[i], scale) * on(i, p), _scale(lin.time_b[i], scale) * n[i][p]]
-            bwd_expr += [_scale(lin.bwd_a[i], scale) * on(i, p), _scale(lin.bwd_b[i], scale) * n[i][p]]
-            dp_expr += [_scale(lin.dp_a[i], scale) * on(i, p), _scale(lin.dp_b[i], scale) * n[i][p]]
-            win_expr += [_scale(lin.win_a[i], scale) * on(i, p), _scale(lin.win_b[i], scale) * n[i][p]]
-            opt_expr += [_scale(lin.opt_a[i], scale) * on(i, p), _scale(lin.opt_b[i], scale) * n[i][p]]
+            t_expr += [scale.time_int(lin.time_a[i]) * on(i, p), scale.time_int(lin.time_b[i]) * n[i][p]]
+            bwd_expr += [scale.time_int(lin.bwd_a[i]) * on(i, p), scale.time_int(lin.bwd_b[i]) * n[i][p]]
+            dp_expr += [scale.time_int(lin.dp_a[i]) * on(i, p), scale.time_int(lin.dp_b[i]) * n[i][p]]
+            win_expr += [scale.time_int(lin.win_a[i]) * on(i, p), scale.time_int(lin.win_b[i]) * n[i][p]]
+            opt_expr += [scale.time_int(lin.opt_a[i]) * on(i, p), scale.time_int(lin.opt_b[i]) * n[i][p]]
             if cross[i] is not None and lin.p2p_cross_extra_s[i] > 0:
                 w = model.NewBoolVar(f"w{i}_{p}")
                 model.Add(w >= x[i][p] + cross[i] - 1)
-                t_expr.append(_scale(lin.p2p_cross_extra_s[i], scale) * w)
+                t_expr.append(scale.time_int(lin.p2p_cross_extra_s[i]) * w)
         t = model.NewIntVar(0, horizon, f"t{i}")
         model.Add(t == sum(t_expr))
         t_vars.append(t)
@@ -187,23 +181,20 @@ def solve_split(
                 if P > 1:
                     model.AddHint(x[i][p], 1 if chosen else 0)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     # A single pool is a small pure-integer model: one search thread avoids the portfolio start-up.
-    solver.parameters.num_workers = 1 if P == 1 else max(1, num_workers)
-    status = solver.Solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solution = solve(model, SolverParams(time_limit_s=time_limit_s, num_workers=1 if P == 1 else num_workers))
+    if not solution.found:
         return None
     layers, pools = [], []
     for i in range(pp):
         for p in range(P):
-            if P == 1 or solver.Value(x[i][p]):
-                layers.append(int(solver.Value(n[i][p])))
+            if P == 1 or solution.value(x[i][p]):
+                layers.append(solution.value(n[i][p]))
                 pools.append(p)
                 break
     if P == 1:  # the exact step time of the split, not the integer-scaled objective
         objective_s = split_objective_s(lins[0], layers, m, vpp)
     else:
-        objective_s = solver.ObjectiveValue() / v / scale
-    return SplitResult(tuple(layers), tuple(pools), solver.StatusName(status), objective_s)
+        objective_s = solution.objective_value / v * scale.time_unit_s
+    return SplitResult(tuple(layers), tuple(pools), solution.status, objective_s)
 
