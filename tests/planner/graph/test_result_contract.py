@@ -110,3 +110,26 @@ def test_simple_cluster_plans_place_every_rank_once(graph_result) -> None:
     ranks = graph_result.to_dict()["best"]["ranks"]
     places = {(r["host"], r["gpu"]) for r in ranks}
     assert len(places) == len(ranks) == graph_result.num_devices
+
+
+def test_the_service_stores_and_replans_a_graph_plan_like_a_transformer_plan(make_client) -> None:
+    client = make_client(start_worker=False, solver_time_limit_s=2.0)
+    two_nodes = {"name": "two", "node_groups": [{"name": "g0", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB",
+                                                 "hostnames": ["node-0", "node-1"]}]}
+    body = {"model": {"graph": gpt_graph(layers=2, hidden=128, heads=4, vocab=512, positions=128), "name": "tiny-gpt"},
+            "training": {"global_batch_size": 32, "sequence_length": 128}, "cluster": two_nodes, "top_k": 2}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    parent = r.json()
+    assert parent["model"]["name"] == "tiny-gpt" and parent["model"]["params"] > 0
+    assert parent["summary"]["num_devices"] == len(parent["best"]["ranks"])
+    assert parent["summary"]["step_time_s"] == parent["best"]["prediction"]["step_time_s"]
+    assert all("ranks" in a and "stages" in a for a in parent["alternatives"])
+    child = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": ["node-1"]})
+    assert child.status_code == 201, child.text
+    c = child.json()
+    assert {rk["host"] for rk in c["best"]["ranks"]} == {"node-0"}
+    assert c["best"]["strategy"]["op_shardings"] and c["diff"]["parent_id"] == parent["id"]
+    for alt in c["alternatives"]:
+        assert len(alt["ranks"]) == alt["prediction"]["num_devices"]
+    assert set(c["explanation"]) >= EXPLANATION_KEYS | {"sharding_summary"}
