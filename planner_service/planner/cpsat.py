@@ -85,12 +85,12 @@ class SolverParams:
     skip_inclusion_presolve: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Solution:
     """What a solve found: the status name and, when ``found``, the variables' values."""
 
     status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN or MODEL_INVALID
-    _solver: cp_model.CpSolver
+    solver: cp_model.CpSolver
 
     @property
     def found(self) -> bool:
@@ -102,10 +102,10 @@ class Solution:
 
     @property
     def objective_value(self) -> float:
-        return float(self._solver.objective_value)
+        return float(self.solver.objective_value)
 
     def value(self, expr: Any) -> int:
-        return int(self._solver.value(expr))
+        return int(self.solver.value(expr))
 
 
 def solve(model: cp_model.CpModel, params: SolverParams) -> Solution:
@@ -118,4 +118,4 @@ def solve(model: cp_model.CpModel, params: SolverParams) -> Solution:
     if params.skip_inclusion_presolve:
         solver.parameters.presolve_inclusion_work_limit = 0
     status = solver.solve(model)
-    return Solution(solver.status_name(status), solver)
+    return Solution(status=solver.status_name(status), solver=solver)

@@ -228,7 +228,7 @@ def mesh_data(tables: CostTables, coarse: Coarse, cuts: Sequence[int], headroom_
     )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Vars:
     """The model's variables (created in one pass, in a fixed order)."""
 
