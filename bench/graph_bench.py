@@ -80,7 +80,7 @@ def main() -> int:
         graph = graph_from_dict(data)
         t_import = time.perf_counter() - t0
         t1 = time.perf_counter()
-        out = plan_graph(graph, training, cl, None, top_k=2, time_limit_s=TIME_LIMIT_S)
+        out = plan_graph(graph, training, cl, None, top_k=2, time_limit_s=TIME_LIMIT_S).to_dict()
         t_plan = time.perf_counter() - t1
         best = out["best"]
         s = best["strategy"]

@@ -279,6 +279,10 @@ class GraphSpec:
     def total_params(self) -> int:
         return sum(op.param_count for op in self.ops)
 
+    def active_params(self) -> int:
+        """Every parameter takes part in every step (no routing in an operator graph)."""
+        return self.total_params()
+
     def uses_symbol(self, sym: str) -> bool:
         return any(sym in d.syms for t in self.tensors.values() for d in t.shape)
 

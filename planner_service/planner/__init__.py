@@ -6,6 +6,6 @@ that imports OR-tools.
 
 from planner_service.planner.dispatch import plan, search_size
 from planner_service.planner.request import SearchCancelled, SolverSettings
-from planner_service.planner.transformer.search import PlanResult
+from planner_service.planner.result import PlanResult
 
 __all__ = ["PlanResult", "SearchCancelled", "SolverSettings", "plan", "search_size"]

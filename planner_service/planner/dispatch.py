@@ -2,18 +2,19 @@
 
 A transformer spec goes to the layer-level search (``planner.transformer.search``), an operator
 graph to the op-level search (``planner.graph.search``).  Both take the parsed request and the
-solver settings and return the same result type.
+solver settings and return the same result type (``planner.result``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from cost_model.graph.ir import GraphSpec
 from cost_model.transformer.spec import TransformerSpec
-from planner_service.planner.graph.search import plan_graph
+from planner_service.planner.graph.search import search_graph
 from planner_service.planner.request import PlanRequest, SolverSettings
+from planner_service.planner.result import PlanResult
 from planner_service.planner.transformer.search import (
-    PlanResult,
     search_transformer,
     transformer_search_size,
 )
@@ -33,19 +34,15 @@ def plan(
     settings = settings or SolverSettings()
     if isinstance(request.model, TransformerSpec):
         return search_transformer(request, settings, progress, should_cancel)
-    return plan_graph(
-        request.model,
-        request.training,
-        request.cluster,
-        request.constraints,
-        request.top_k,
-        max(settings.time_limit_s, settings.graph_time_limit_s),
-        settings.num_workers,
-    )
+    if not isinstance(request.model, GraphSpec):
+        raise TypeError(f"no planner for a {type(request.model).__name__}")
+    return search_graph(request, settings)
 
 
 def search_size(request: PlanRequest) -> int:
     """Number of candidates the search would weigh (cheap; decides sync vs async)."""
     if isinstance(request.model, TransformerSpec):
         return transformer_search_size(request)
+    if not isinstance(request.model, GraphSpec):
+        raise TypeError(f"no planner for a {type(request.model).__name__}")
     return len(request.model.ops) * GRAPH_CANDIDATES_PER_OP

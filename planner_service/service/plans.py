@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
+from cost_model.spec import ModelSpec
 from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner.request import (
     PlanRequest,
@@ -27,6 +28,7 @@ from planner_service.planner.request import (
     parse_estimate_request,
     parse_plan_request,
 )
+from planner_service.planner.result import Evaluated, PlanResult
 from planner_service.service.identity import (
     canonical_request,
     request_hash,
@@ -52,7 +54,7 @@ from planner_service.storage.repository import (
 log = logging.getLogger("planner.service")
 
 
-PlanFn = Callable[..., Any]
+PlanFn = Callable[..., PlanResult]
 ProgressFn = Callable[[float], None]
 CancelFn = Callable[[], bool]
 
@@ -112,19 +114,6 @@ def plan_status(solver_status: Any) -> str:
     otherwise ``feasible`` (e.g. the time limit stopped the solver with a good plan)."""
     s = str(solver_status or "").lower()
     return "optimal" if s in ("optimal", "exhaustive", "proved_optimal") else "feasible"
-
-
-def _model_params(model: Any) -> int | None:
-    for attr in ("total_params", "num_params", "params"):
-        v = getattr(model, attr, None)
-        if callable(v):
-            try:
-                v = v()
-            except Exception:  # noqa: BLE001 - informative field only
-                v = None
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return int(v)
-    return None
 
 
 def plan_to_api(p: StoredPlan) -> dict[str, Any]:
@@ -267,7 +256,7 @@ class PlanService:
 
         return SolverSettings(time_limit_s=self.settings.solver_time_limit_s, num_workers=self.settings.solver_num_workers)
 
-    def _run_planner(self, req: PlanRequest, progress: ProgressFn | None, should_cancel: CancelFn | None) -> Any:
+    def _run_planner(self, req: PlanRequest, progress: ProgressFn | None, should_cancel: CancelFn | None) -> PlanResult:
         fn = self._plan_fn or _default_plan_fn()
         return fn(req, self.solver_settings(), progress=progress, should_cancel=should_cancel)
 
@@ -287,54 +276,57 @@ class PlanService:
         result = self._run_planner(req, progress, should_cancel)
         if should_cancel is not None and should_cancel():
             raise JobCancelled()
-        # A replan asks for more alternatives than it keeps: their ranks (one entry per GPU) are
-        # placed only for those the fewest-moves rule compares and those stored.
-        entry_ranks = getattr(result, "entry_ranks", None) if parent is not None else None
-        d = to_json_safe(result.to_dict(alternative_ranks=False) if entry_ranks else result.to_dict())
-        stored_result = {k: d.get(k) for k in ("best", "alternatives", "search", "explanation", "warnings")}
-        stored_result["alternatives"] = stored_result["alternatives"] or []
-        stored_result["warnings"] = stored_result["warnings"] or []
-        if parent is not None:
-
-            def ranks_of(i: int) -> list:
-                return to_json_safe(entry_ranks(i))
-
-            chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of if entry_ranks else None)
-            stored_result["best"] = chosen
-            stored_result["alternatives"] = others[: canonical.get("top_k", 3)]
-            if entry_ranks:
-                index = {id(c): i for i, c in enumerate([d["best"], *d["alternatives"]])}
-                for c in stored_result["alternatives"]:
-                    if "ranks" not in c:
-                        c["ranks"] = ranks_of(index[id(c)])
-            stored_result["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
-            if stored_result["alternatives"] and chosen.get("stages") and "prediction" in chosen:
-                from planner_service.planner.explain import explain
-
-                gpn = min(g.gpus_per_node for g in req.cluster.node_groups)
-                stored_result["explanation"] = explain(chosen, stored_result["alternatives"], gpn)
-        best = stored_result["best"] or {}
-        stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, best)]
-        pred = best.get("prediction") or {}
-        device_types = tuple(getattr(result, "device_types", None) or req.cluster.device_types)
-        num_devices = getattr(result, "num_devices", None) or len(best.get("ranks") or []) or req.cluster.total_gpus
+        stored_result, chosen = self._stored_result(result, canonical, req, parent)
+        # Preflight (mixed versions or devices inside a group) over the ranks of the candidate kept as best.
+        stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, stored_result["best"])]
+        pred = chosen.prediction
+        model: ModelSpec = req.model
         return NewPlan(
             request_hash=prepared.request_hash,
-            status=plan_status((stored_result.get("search") or {}).get("solver_status")),
+            status=plan_status(result.search.get("solver_status")),
             objective=req.objective,
-            model_name=str(getattr(req.model, "name", None) or "model"),
-            model_params=_model_params(req.model),
+            model_name=model.name or "model",
+            model_params=int(model.total_params()),
             cluster_name=req.cluster.name,
-            device_types=device_types,
-            num_devices=int(num_devices),
-            step_time_s=float(pred.get("step_time_s") or 0.0),
-            tokens_per_s=float(pred.get("tokens_per_s") or 0.0),
-            mfu=float(pred.get("mfu") or 0.0),
-            strategy=best.get("strategy") or {},
+            device_types=chosen.device_types,
+            num_devices=pred.num_devices,
+            step_time_s=float(pred.step_time_s),
+            tokens_per_s=float(pred.tokens_per_s),
+            mfu=float(pred.mfu),
+            strategy=stored_result["best"]["strategy"],
             request=canonical,
             result=stored_result,
             parent_id=parent.id if parent is not None else None,
         )
+
+    @staticmethod
+    def _stored_result(
+        result: PlanResult, canonical: Mapping[str, Any], req: PlanRequest, parent: StoredPlan | None
+    ) -> tuple[dict[str, Any], Evaluated]:
+        """The plan JSON to store and the candidate it is about.  A replan asks for more
+        alternatives than it keeps: their ranks (one entry per GPU) are placed only for those the
+        fewest-moves rule compares and those stored; it keeps the most stable near-best
+        candidate, with a diff against the parent and the explanation redone around it."""
+        d = to_json_safe(result.to_dict(alternative_ranks=parent is None))
+        stored: dict[str, Any] = {k: d[k] for k in ("best", "alternatives", "search", "explanation", "warnings")}
+        if parent is None:
+            return stored, result.best
+
+        def ranks_of(i: int) -> list[Any]:
+            return list(to_json_safe(result.entry_ranks(i)))
+
+        entries = [d["best"], *d["alternatives"]]
+        chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of)
+        stored["best"] = chosen
+        stored["alternatives"] = others[: canonical.get("top_k", 3)]
+        index = {id(c): i for i, c in enumerate(entries)}
+        for c in stored["alternatives"]:
+            if "ranks" not in c:
+                c["ranks"] = ranks_of(index[id(c)])
+        stored["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
+        if stored["alternatives"]:
+            stored["explanation"] = result.explain(chosen, stored["alternatives"], index[id(chosen)])
+        return stored, result.entries()[index[id(chosen)]]
 
     def _wants_job(self, options: RunOptions, req: PlanRequest) -> bool:
         if options.run_async:

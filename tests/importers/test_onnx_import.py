@@ -39,7 +39,7 @@ def test_the_four_onnx_models_import_and_plan(onnx_dir, kind):
     data = load_onnx_graph(onnx_dir[kind])
     graph = graph_from_dict(data)
     training, cluster = CASES[kind]
-    out = plan_graph(graph, training, cluster, None, top_k=1, time_limit_s=6)
+    out = plan_graph(graph, training, cluster, None, top_k=1, time_limit_s=6).to_dict()
     assert out["best"]["prediction"]["fits"]
     assert set(out["best"]["strategy"]["op_shardings"]) == {op.name for op in graph.ops}
     assert str(graph.tensors[graph.inputs[0]].shape[0]) == "batch"
@@ -168,6 +168,6 @@ def test_cpu_nodes_host_the_onnx_recommender_tables(onnx_dir):
         {"name": "ps", "count": 8, "gpus_per_node": 1, "inter_node_bandwidth_GBps": 25.0,
          "device": {"name": "cpu-host", "family": "cpu", "memory_GB": 512, "memory_bandwidth_GBps": 200, "fp32_tflops": 3}},
     ]})
-    out = plan_graph(g, Training(65536, 1), cluster, None, top_k=0, time_limit_s=6)
+    out = plan_graph(g, Training(65536, 1), cluster, None, top_k=0, time_limit_s=6).to_dict()
     shard = out["best"]["strategy"]["op_shardings"]
     assert all(shard[f"table{i}"] == "embedding_on_cpu" for i in range(4))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import numpy as np
@@ -35,9 +35,8 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
-from planner_service.planner.explain import explain
-from planner_service.planner.placement import place_ranks, stage_entries
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
+from planner_service.planner.result import Evaluated, PlanResult
 from planner_service.planner.transformer.space import (
     enumerate_space,
     strategy_at,
@@ -51,16 +50,6 @@ from planner_service.planner.transformer.tables import (
 )
 
 
-@dataclass
-class Evaluated:
-    """One fully evaluated plan candidate (exact prediction from ``estimate``)."""
-
-    strategy: Strategy
-    stage_groups: tuple[str, ...]
-    prediction: Estimate
-    objective: float
-
-
 @dataclass(frozen=True)
 class _Candidate:
     """A split found by the search; ``evaluated`` is None until ``estimate`` has run on it."""
@@ -69,81 +58,6 @@ class _Candidate:
     strategy: Strategy
     stage_groups: tuple[str, ...]
     evaluated: Evaluated | None
-
-
-@dataclass
-class PlanResult:
-    best: Evaluated
-    alternatives: list[Evaluated]
-    search: dict[str, Any]
-    warnings: list[str]
-    cluster: Cluster  # the normalised cluster the ranks refer to
-    model: Any
-    objective: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def best_tokens_per_s(self) -> float:
-        return self.best.prediction.tokens_per_s
-
-    @property
-    def best_step_time_s(self) -> float:
-        return self.best.prediction.step_time_s
-
-    @property
-    def best_mfu(self) -> float:
-        return self.best.prediction.mfu
-
-    @property
-    def device_types(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(s.device for s in self.best.prediction.stages))
-
-    @property
-    def num_devices(self) -> int:
-        return self.best.prediction.num_devices
-
-    def _entry(self, ev: Evaluated, with_ranks: bool = True) -> dict[str, Any]:
-        out = {
-            "strategy": ev.strategy.to_dict(),
-            "prediction": ev.prediction.to_dict(),
-            "stages": stage_entries(self.cluster, ev.strategy, ev.stage_groups, ev.prediction),
-        }
-        if with_ranks:
-            out["ranks"] = place_ranks(self.cluster, ev.strategy, ev.stage_groups)
-        return out
-
-    def entry_ranks(self, index: int) -> list[dict[str, Any]]:
-        """The ``ranks`` of entry ``index`` of :meth:`to_dict` (0: the best, then the
-        alternatives in order)."""
-        ev = self.best if index == 0 else self.alternatives[index - 1]
-        return place_ranks(self.cluster, ev.strategy, ev.stage_groups)
-
-    def objective_report(self) -> dict[str, Any]:
-        """The objective the search minimised and the best plan's value of it."""
-        p = self.best.prediction
-        out: dict[str, Any] = {"name": self.objective}
-        if self.objective == "cost":
-            out.update(value=self.best.objective, unit="USD per million tokens")
-        elif self.objective == "time_to_train" and self.extra.get("total_tokens"):
-            out.update(value=self.extra["total_tokens"] / p.tokens_per_s, unit="s")
-        else:
-            out.update(value=p.step_time_s, unit="s per step")
-        return out
-
-    def to_dict(self, alternative_ranks: bool = True) -> dict[str, Any]:
-        """The result as plan JSON.  ``alternative_ranks=False`` leaves ``ranks`` out of the
-        alternatives (a replan adds them, with :meth:`entry_ranks`, to the ones it needs)."""
-        best = self._entry(self.best)
-        alternatives = [self._entry(a, alternative_ranks) for a in self.alternatives]
-        gpn = min(g.gpus_per_node for g in self.cluster.node_groups)
-        return {
-            "objective_value": self.objective_report(),
-            "best": best,
-            "alternatives": alternatives,
-            "search": dict(self.search),
-            "explanation": explain(best, alternatives, gpn),
-            "warnings": list(self.warnings),
-        }
 
 
 # ---- pools -------------------------------------------------------------------------------------
@@ -251,7 +165,8 @@ class _Search:
         caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - self.headroom) + 1e-9 for s in est.stages)
         if not caps_ok:
             return None
-        return Evaluated(strategy, stage_groups, est, _objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
+        return Evaluated(strategy=strategy, stage_groups=stage_groups, prediction=est,
+                         objective=_objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
 
     def record(self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
         """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the

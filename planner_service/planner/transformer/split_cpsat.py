@@ -1,5 +1,5 @@
 """CP-SAT: the contiguous split of layers into pipeline stages and the assignment of stages to
-node groups (pools).  The only module that imports OR-tools.
+node groups (pools), with the OR-tools entry ``planner.cpsat``.
 
 Data → variables → constraints → objective → solve → extract, as in the OR-tools samples.
 
@@ -14,7 +14,7 @@ where T ≥ t_i (bottleneck stage), E ≥ the exposed DP sync of every stage, O 
 optimizer step — exactly ``cost_model.transformer.stage_cost.combine_stages`` — subject to Σ n = L, each
 stage ≥ 1 layer and within its pool's memory, each pool hosting at most as many stages as it
 has blocks of dp·cp·tp GPUs, and the stages of one pool forming one contiguous block (pools in
-any order).  Seconds are scaled to integers in :func:`_scale` (one place).
+any order).  Seconds and bytes are scaled to integers by ``planner.cpsat.IntScale``.
 
 With a single pool (no assignment to choose) the split is found exactly by threshold
 enumeration (``split.single_pool_split``, no MIP start-up per candidate); CP-SAT takes over
@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ortools.sat.python import cp_model
-
+from planner_service.planner.cpsat import CpModel, IntScale, IntVar, SolverParams, solve
 from planner_service.planner.transformer.split_exact import (
     MEMORY_UNIT_BYTES,
     SplitBudgetExceeded,
@@ -46,10 +45,6 @@ class SplitResult:
     pools: tuple[int, ...]  # pool index per stage
     status: str
     objective_s: float
-
-
-def _scale(value_s: float, scale: float) -> int:
-    return int(round(value_s * scale))
 
 
 def solve_split(
@@ -101,14 +96,14 @@ class _SplitModel:
         self.m = m
         self.vpp = vpp
         self.v = max(int(vpp), 1)
-        self.scale = TIME_UNITS / max(scale_ref_s, 1e-9)
-        self.horizon = _scale(1e3 * max(scale_ref_s, 1.0), self.scale)
-        self.model = model = cp_model.CpModel()
+        self.scale = IntScale.for_reference(scale_ref_s, TIME_UNITS, memory_unit_bytes=MEMORY_UNIT_BYTES)
+        self.horizon = self.scale.time_int(1e3 * max(scale_ref_s, 1.0))
+        self.model = model = CpModel()
         # Variables: x[i][p] stage i runs on pool p (only with several pools), n[i][p] its layers.
-        self.x: list[list[cp_model.IntVar]] = [[model.new_bool_var(f"x{i}_{p}") for p in range(P)] for i in range(pp)] if P > 1 else []
-        self.n: list[list[cp_model.IntVar]] = [[model.new_int_var(0, L, f"n{i}_{p}") for p in range(P)] for i in range(pp)]
+        self.x: list[list[IntVar]] = [[model.new_bool_var(f"x{i}_{p}") for p in range(P)] for i in range(pp)] if P > 1 else []
+        self.n: list[list[IntVar]] = [[model.new_int_var(0, L, f"n{i}_{p}") for p in range(P)] for i in range(pp)]
 
-    def _on(self, i: int, p: int) -> cp_model.IntVar | int:
+    def _on(self, i: int, p: int) -> IntVar | int:
         return self.x[i][p] if self.P > 1 else 1
 
     def add_assignment(self, stage_caps: Sequence[int]) -> None:
@@ -146,10 +141,9 @@ class _SplitModel:
         model, x, n, P = self.model, self.x, self.n, self.P
         for i in range(self.pp):
             for p in range(P):
-                a = self.lins[p].mem_a[i] / MEMORY_UNIT_BYTES
-                b = self.lins[p].mem_b[i] / MEMORY_UNIT_BYTES
-                room = int(capacities_bytes[p] / MEMORY_UNIT_BYTES - a) if capacities_bytes[p] / MEMORY_UNIT_BYTES >= a else -1
-                bi = int(-(-b // 1))  # ceil: never accept a split the cost model would reject
+                a_bytes = float(self.lins[p].mem_a[i])
+                room = self.scale.memory_down(capacities_bytes[p] - a_bytes) if capacities_bytes[p] >= a_bytes else -1
+                bi = int(self.scale.memory_up(self.lins[p].mem_b[i]))  # up: never accept a split the cost model would reject
                 if room < 0:
                     if P == 1:
                         return False
@@ -160,9 +154,9 @@ class _SplitModel:
                     model.add(bi * n[i][p] <= room)
         return True
 
-    def _cross_vars(self) -> list[cp_model.IntVar | None]:
+    def _cross_vars(self) -> list[IntVar | None]:
         """Pool changes between neighbouring stages (their point-to-point traffic crosses the network)."""
-        cross: list[cp_model.IntVar | None] = []
+        cross: list[IntVar | None] = []
         for i in range(self.pp):
             if self.P > 1 and i + 1 < self.pp:
                 y = self.model.new_bool_var(f"y{i}")
@@ -188,16 +182,16 @@ class _SplitModel:
             for p in range(self.P):
                 lin = self.lins[p]
                 on = self._on(i, p)
-                t_expr += [_scale(lin.time_a[i], scale) * on, _scale(lin.time_b[i], scale) * n[i][p]]
-                bwd_expr += [_scale(lin.bwd_a[i], scale) * on, _scale(lin.bwd_b[i], scale) * n[i][p]]
-                dp_expr += [_scale(lin.dp_a[i], scale) * on, _scale(lin.dp_b[i], scale) * n[i][p]]
-                win_expr += [_scale(lin.win_a[i], scale) * on, _scale(lin.win_b[i], scale) * n[i][p]]
-                opt_expr += [_scale(lin.opt_a[i], scale) * on, _scale(lin.opt_b[i], scale) * n[i][p]]
+                t_expr += [scale.time_int(lin.time_a[i]) * on, scale.time_int(lin.time_b[i]) * n[i][p]]
+                bwd_expr += [scale.time_int(lin.bwd_a[i]) * on, scale.time_int(lin.bwd_b[i]) * n[i][p]]
+                dp_expr += [scale.time_int(lin.dp_a[i]) * on, scale.time_int(lin.dp_b[i]) * n[i][p]]
+                win_expr += [scale.time_int(lin.win_a[i]) * on, scale.time_int(lin.win_b[i]) * n[i][p]]
+                opt_expr += [scale.time_int(lin.opt_a[i]) * on, scale.time_int(lin.opt_b[i]) * n[i][p]]
                 cross_i = cross[i]
                 if cross_i is not None and lin.p2p_cross_extra_s[i] > 0:
                     w = model.new_bool_var(f"w{i}_{p}")
                     model.add(w >= self.x[i][p] + cross_i - 1)
-                    t_expr.append(_scale(lin.p2p_cross_extra_s[i], scale) * w)
+                    t_expr.append(scale.time_int(lin.p2p_cross_extra_s[i]) * w)
             t = model.new_int_var(0, horizon, f"t{i}")
             model.add(t == sum(t_expr))
             t_vars.append(t)
@@ -229,22 +223,20 @@ class _SplitModel:
 
     def solve(self, time_limit_s: float, num_workers: int) -> SplitResult | None:
         """Solve and extract the layers and pool of each stage; None when nothing fits."""
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
         # A single pool is a small pure-integer model: one search thread avoids the portfolio start-up.
-        solver.parameters.num_workers = 1 if self.P == 1 else max(1, num_workers)
-        status = solver.solve(self.model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        params = SolverParams(time_limit_s=time_limit_s, num_workers=1 if self.P == 1 else num_workers)
+        solution = solve(self.model, params)
+        if not solution.found:
             return None
         layers, pools = [], []
         for i in range(self.pp):
             for p in range(self.P):
-                if self.P == 1 or solver.value(self.x[i][p]):
-                    layers.append(int(solver.value(self.n[i][p])))
+                if self.P == 1 or solution.value(self.x[i][p]):
+                    layers.append(solution.value(self.n[i][p]))
                     pools.append(p)
                     break
         if self.P == 1:  # the exact step time of the split, not the integer-scaled objective
             objective_s = split_objective_s(self.lins[0], layers, self.m, self.vpp)
         else:
-            objective_s = solver.objective_value / self.v / self.scale
-        return SplitResult(tuple(layers), tuple(pools), solver.status_name(status), objective_s)
+            objective_s = solution.objective_value / self.v * self.scale.time_unit_s
+        return SplitResult(tuple(layers), tuple(pools), solution.status, objective_s)

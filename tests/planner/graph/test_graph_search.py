@@ -22,12 +22,9 @@ from cost_model.graph.mesh import mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables
 from helpers.graphs import cpu_group, gpt_graph, recommender_graph, synthetic_graph
-from planner_service.planner.graph.search import (
-    coarsen,
-    cut_candidates,
-    plan_graph,
-    solve_mesh,
-)
+from planner_service.planner.graph.coarsen import coarsen, cut_candidates
+from planner_service.planner.graph.mesh_cpsat import solve_mesh
+from planner_service.planner.graph.search import plan_graph
 
 HEADROOM = 0.1
 
@@ -103,7 +100,7 @@ def test_cpsat_equals_brute_force_on_enumerable_graphs(case):
     expected = brute_force(tables)
     coarse = coarsen(tables)
     assert coarse.exact
-    res = solve_mesh(tables, coarse, cut_candidates(tables, coarse), time_limit_s=20.0, headroom_fraction=HEADROOM)
+    res = solve_mesh(tables, coarse, cut_candidates(tables), time_limit_s=20.0, headroom_fraction=HEADROOM)
     if expected == float("inf"):
         assert res is None or res.status == "INFEASIBLE"
         return
@@ -133,7 +130,7 @@ def test_memory_binding_case_really_binds():
 def test_plan_graph_result_contract():
     g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
     cluster = simple_cluster("A100-SXM4-80GB", 1)
-    out = plan_graph(g, Training(32, 256), cluster, None, top_k=2, time_limit_s=3)
+    out = plan_graph(g, Training(32, 256), cluster, None, top_k=2, time_limit_s=3).to_dict()
     best = out["best"]
     for key in ("dp", "tp", "pp", "cp", "micro_batch_size", "zero_stage", "op_shardings"):
         assert key in best["strategy"]
@@ -158,7 +155,7 @@ def test_pinned_gpt_plan_is_within_10_percent_of_the_transformer_path():
     training = Training(global_batch_size=32, sequence_length=2048)
     cluster = simple_cluster("A100-SXM4-80GB", 1)
     pins = {"dp": 2, "tp": 4, "pp": 1, "micro_batch_size": 2}
-    out = plan_graph(g, training, cluster, pins, top_k=0, time_limit_s=2)
+    out = plan_graph(g, training, cluster, pins, top_k=0, time_limit_s=2).to_dict()
     s = out["best"]["strategy"]
     assert (s["dp"], s["tp"], s["pp"], s["micro_batch_size"]) == (2, 4, 1, 2)
     ref = estimate(spec, training, cluster, Strategy(dp=2, tp=4, micro_batch_size=2, zero_stage=1))
@@ -184,7 +181,7 @@ def test_tables_larger_than_a_device_are_sharded_and_fit():
     g = graph_from_dict(recommender_graph(num_tables=4, rows=40_000_000, dim=128, lookups=8))  # 4 × 10 GB bf16
     table_state_GB = 4 * 40e6 * 128 * 18 / 1e9
     assert table_state_GB > 80  # one table's weights+grads+Adam alone exceeds an 80 GB device
-    out = plan_graph(g, REC_TRAINING, _rec_cluster(1, 8, "A100-SXM4-80GB"), None, top_k=1, time_limit_s=10)
+    out = plan_graph(g, REC_TRAINING, _rec_cluster(1, 8, "A100-SXM4-80GB"), None, top_k=1, time_limit_s=10).to_dict()
     tables = _table_shardings(out)
     assert all(v.startswith("shard_embedding") for v in tables.values()), tables
     pred = out["best"]["prediction"]
@@ -194,7 +191,7 @@ def test_tables_larger_than_a_device_are_sharded_and_fit():
 def test_small_tables_are_replicated_when_that_is_faster():
     g = graph_from_dict(recommender_graph(num_tables=4, rows=10_000, dim=128, lookups=8))
     cluster = _rec_cluster(1, 8, "A100-SXM4-80GB")
-    out = plan_graph(g, REC_TRAINING, cluster, None, top_k=1, time_limit_s=10)
+    out = plan_graph(g, REC_TRAINING, cluster, None, top_k=1, time_limit_s=10).to_dict()
     tables = _table_shardings(out)
     assert all(v in ("replicate", "split_batch") for v in tables.values()), tables
     s = out["best"]["strategy"]
@@ -214,7 +211,7 @@ def test_tables_go_to_cpu_parameter_servers_when_gpus_cannot_hold_them():
     with pytest.raises(NoFeasiblePlan) as ei:
         plan_graph(g, REC_TRAINING, few_gpus, None, top_k=1, time_limit_s=10)
     assert "GB per GPU" in ei.value.message
-    out = plan_graph(g, REC_TRAINING, _rec_cluster(1, 4, "A100-SXM4-40GB", cpu_nodes=8), None, top_k=1, time_limit_s=10)
+    out = plan_graph(g, REC_TRAINING, _rec_cluster(1, 4, "A100-SXM4-40GB", cpu_nodes=8), None, top_k=1, time_limit_s=10).to_dict()
     tables = _table_shardings(out)
     assert set(tables.values()) == {"embedding_on_cpu"}
     best = out["best"]
@@ -228,8 +225,8 @@ def test_cpu_placement_beats_gpu_only_when_gpu_sharding_is_feasible_but_slower()
     """Two nodes of 8 GPUs can hold the tables sharded, but syncing and updating 20 B dense
     parameters per step costs more than serving the looked-up rows from CPU nodes."""
     g = graph_from_dict(recommender_graph(num_tables=4, rows=40_000_000, dim=128, lookups=8))
-    gpu_only = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB"), None, top_k=0, time_limit_s=3)
-    hetero = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB", cpu_nodes=16), None, top_k=0, time_limit_s=3)
+    gpu_only = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB"), None, top_k=0, time_limit_s=3).to_dict()
+    hetero = plan_graph(g, REC_TRAINING, _rec_cluster(2, 8, "A100-SXM4-80GB", cpu_nodes=16), None, top_k=0, time_limit_s=3).to_dict()
     assert gpu_only["best"]["prediction"]["fits"]
     t_gpu = gpu_only["best"]["prediction"]["step_time_s"]
     t_het = hetero["best"]["prediction"]["step_time_s"]
@@ -244,7 +241,7 @@ def test_cpu_placement_beats_gpu_only_when_gpu_sharding_is_feasible_but_slower()
 def test_constraints_pin_the_layout_and_bad_pins_are_named():
     g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
     cluster = simple_cluster("A100-SXM4-80GB", 1)
-    out = plan_graph(g, Training(32, 256), cluster, {"tp": 2, "pp": 2}, top_k=0, time_limit_s=3)
+    out = plan_graph(g, Training(32, 256), cluster, {"tp": 2, "pp": 2}, top_k=0, time_limit_s=3).to_dict()
     assert (out["best"]["strategy"]["tp"], out["best"]["strategy"]["pp"]) == (2, 2)
     with pytest.raises(InvalidInput) as ei:
         plan_graph(g, Training(32, 256), cluster, {"cp": 2}, top_k=0, time_limit_s=2)
@@ -255,7 +252,7 @@ def test_constraints_pin_the_layout_and_bad_pins_are_named():
 
 def test_large_graphs_take_the_coarsened_path_and_still_improve_or_keep_the_greedy_answer():
     g = graph_from_dict(synthetic_graph(600))
-    out = plan_graph(g, Training(64, 512), simple_cluster("A100-SXM4-80GB", 1), None, top_k=1, time_limit_s=8)
+    out = plan_graph(g, Training(64, 512), simple_cluster("A100-SXM4-80GB", 1), None, top_k=1, time_limit_s=8).to_dict()
     assert out["best"]["prediction"]["fits"]
     assert out["search"]["operators"] == g.num_ops
     assert out["search"]["coarsened_nodes"] < g.num_ops / 2
