@@ -94,6 +94,17 @@ def _model_params(model: Any) -> int | None:
     return None
 
 
+def _model_summary(model: Any) -> dict[str, Any]:
+    """What the plan's ``model`` reports beside name and params: MoE active parameters and
+    multi-token-prediction parameters (transformer specs only)."""
+    out: dict[str, Any] = {}
+    if getattr(model, "is_moe", False):
+        out["active_params"] = int(model.active_params())
+    if getattr(model, "mtp_layers", 0):
+        out["mtp_params"] = int(model.mtp_params())
+    return out
+
+
 def plan_to_api(p: StoredPlan) -> dict[str, Any]:
     """The plan JSON of contract v1."""
     r = p.result
@@ -105,7 +116,7 @@ def plan_to_api(p: StoredPlan) -> dict[str, Any]:
         "revision": p.revision,
         "created_at": p.to_dict()["created_at"],
         "parent_id": p.parent_id,
-        "model": {"name": p.model_name, "params": p.model_params, "spec": q.get("model")},
+        "model": {"name": p.model_name, "params": p.model_params, **(r.get("model_summary") or {}), "spec": q.get("model")},
         "cluster": q.get("cluster"),
         "training": q.get("training"),
         "constraints": q.get("constraints"),
@@ -248,6 +259,7 @@ class PlanService:
         stored_result = {k: d.get(k) for k in ("best", "alternatives", "search", "explanation", "warnings")}
         stored_result["alternatives"] = stored_result["alternatives"] or []
         stored_result["warnings"] = stored_result["warnings"] or []
+        stored_result["model_summary"] = _model_summary(req.model)
         if parent is not None:
 
             def ranks_of(i: int) -> list:
