@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, q
 from planner_service.exporters.launchers import (
     render_deepspeed,
@@ -38,15 +39,6 @@ def _spec(view: PlanView) -> Mapping[str, Any]:
     return view.model_spec or {}
 
 
-def _is_llama_style(spec: Mapping[str, Any]) -> bool:
-    if "gated_ffn" in spec:
-        return bool(spec["gated_ffn"])
-    model_type = str(spec.get("model_type", "")).lower()
-    if model_type in ("gpt2", "gpt", "gpt_neox", "opt", "bloom"):
-        return False
-    return "intermediate_size" in spec or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3")
-
-
 def megatron_layout(chunks: tuple[int, ...]) -> str:
     """``--pipeline-model-parallel-layout``: one entry per model chunk, ``|``-separated, with
     ``E`` (embedding) in the first chunk, ``t`` per decoder layer and ``L`` (loss) in the last."""
@@ -60,7 +52,6 @@ def megatron_layout(chunks: tuple[int, ...]) -> str:
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value) pairs in Megatron-LM's own option names, and notes."""
     chunks = view.require_layers("megatron")
-    spec = _spec(view)
     notes: list[str] = []
     args: list[tuple[str, str | None]] = [
         ("--tensor-model-parallel-size", str(view.tp)),
@@ -80,32 +71,15 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     seq = view.training.get("sequence_length")
     if isinstance(seq, int):
         args.append(("--seq-length", str(seq)))
-        args.append(("--max-position-embeddings", str(max(seq, int(spec.get("max_position_embeddings") or 0)))))
-    total = sum(chunks)
-    args.append(("--num-layers", str(total)))
-    for key, flag in (("hidden_size", "--hidden-size"), ("intermediate_size", "--ffn-hidden-size"), ("num_attention_heads", "--num-attention-heads")):
-        if isinstance(spec.get(key), int):
-            args.append((flag, str(spec[key])))
-    heads, kv = spec.get("num_attention_heads"), spec.get("num_key_value_heads")
-    if isinstance(heads, int) and isinstance(kv, int) and kv < heads:
-        args += [("--group-query-attention", None), ("--num-query-groups", str(kv))]
-    if _is_llama_style(spec):
-        args += [
-            ("--swiglu", None),
-            ("--normalization", "RMSNorm"),
-            ("--position-embedding-type", "rope"),
-            ("--disable-bias-linear", None),
-        ]
-    elif spec:
-        args.append(("--position-embedding-type", "learned_absolute"))
-    if spec and spec.get("tie_word_embeddings") is False:
-        args.append(("--untie-embeddings-and-output-weights", None))
-    experts = spec.get("num_local_experts") or spec.get("num_experts")
-    if isinstance(experts, int) and experts > 1:
-        args.append(("--num-experts", str(experts)))
-        topk = spec.get("num_experts_per_tok")
-        if isinstance(topk, int):
-            args.append(("--moe-router-topk", str(topk)))
+        max_pos = view.transformer.max_position_embeddings if view.transformer is not None else 0
+        args.append(("--max-position-embeddings", str(max(seq, max_pos))))
+    args.append(("--num-layers", str(sum(chunks))))
+    if view.transformer is not None:
+        model_args, model_notes = megatron_model_args(view.transformer)
+        args += model_args
+        notes += model_notes
+    else:
+        notes.append("the plan's model has no transformer shape: add its Megatron model arguments by hand")
     dtype = view.training.get("dtype", "bf16")
     if dtype == "bf16":
         args.append(("--bf16", None))
@@ -150,6 +124,121 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
                     ("--decoder-last-pipeline-num-layers", str(chunks[-1])),
                 ]
     validate_megatron_args(args)
+    return args, notes
+
+
+def _moe_layer_freq(m: TransformerSpec) -> str:
+    """``--moe-layer-freq`` as Megatron's pattern expression: 1 per MoE layer, 0 per dense one
+    (``([0]*3+[1]*58)`` for DeepSeek-V3's three dense-first layers)."""
+    dense = set(m.dense_layer_indices)
+    pattern = [0 if i in dense else 1 for i in range(m.num_layers)]
+    k = len(dense)
+    if pattern == [0] * k + [1] * (m.num_layers - k):
+        return f"([0]*{k}+[1]*{m.num_layers - k})"
+    return "[" + ",".join(map(str, pattern)) + "]"
+
+
+def _megatron_attention_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    args: list[tuple[str, str | None]] = []
+    notes: list[str] = []
+    if m.is_mla:
+        args += [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
+                 ("--qk-head-dim", str(m.head_dim)), ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
+                 ("--v-head-dim", str(m.v_head_dim))]
+        if m.q_lora_rank:
+            args.append(("--q-lora-rank", str(m.q_lora_rank)))
+    else:
+        args.append(("--kv-channels", str(m.head_dim)))
+        if m.num_kv_heads < m.num_heads:
+            args += [("--group-query-attention", None), ("--num-query-groups", str(m.num_kv_heads))]
+    if m.qk_norm:
+        args.append(("--qk-layernorm", None))
+    if m.sliding_window:
+        args.append(("--window-size", f"({m.sliding_window},0)"))
+        global_layers = m.num_layers - m.local_attention_layers
+        if global_layers > 0:
+            args.append(("--window-attn-skip-freq", str(max(1, m.num_layers // global_layers))))
+    return args, notes
+
+
+def _megatron_position_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    if m.position_embedding == "learned":
+        return [("--position-embedding-type", "learned_absolute")], []
+    if m.position_embedding == "alibi":
+        return [("--position-embedding-type", "none")], ["ALiBi has no Megatron-LM flag: the model uses ALiBi biases in attention"]
+    args: list[tuple[str, str | None]] = []
+    notes: list[str] = []
+    scaling = dict(m.rope_scaling)
+    kind = scaling.get("rope_type") or scaling.get("type")
+    args.append(("--position-embedding-type", "yarn" if kind == "yarn" and not m.is_mla else "rope"))
+    if m.rope_theta:
+        args.append(("--rotary-base", str(int(m.rope_theta))))
+    if kind == "llama3":
+        args += [("--use-rope-scaling", None), ("--rope-scaling-factor", str(float(scaling.get("factor", 8.0))))]
+    elif kind == "yarn":
+        if m.is_mla:
+            args.append(("--rope-type", "yarn"))
+        args.append(("--rotary-scaling-factor", str(float(scaling.get("factor", 1.0)))))
+        for key, flag in (("original_max_position_embeddings", "--yarn-original-max-position-embeddings"),
+                          ("mscale", "--mscale"), ("mscale_all_dim", "--mscale-all-dim"),
+                          ("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
+            if key in scaling:
+                value = scaling[key]
+                args.append((flag, str(int(value)) if flag.endswith("embeddings") else str(float(value))))
+    elif kind:
+        notes.append(f"RoPE scaling {kind!r} ({scaling}) has no Megatron-LM flag: apply it in the model provider")
+    return args, notes
+
+
+def megatron_model_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The model shape in Megatron-LM's flags: sizes, attention (GQA groups, head dim as
+    ``--kv-channels``, MLA, QK norm, windows), positions (RoPE base and scaling), biases,
+    normalisation, activation, tying and MoE (routed/shared experts, layer pattern), MTP.
+    What Megatron cannot express is returned as notes."""
+    dense_ffn = m.dense_ffn_hidden_size or m.ffn_hidden_size
+    args: list[tuple[str, str | None]] = [
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(dense_ffn)),
+        ("--num-attention-heads", str(m.num_heads)),
+    ]
+    attn_args, notes = _megatron_attention_args(m)
+    args += attn_args
+    pos_args, pos_notes = _megatron_position_args(m)
+    args += pos_args
+    notes += pos_notes
+    args.append(("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.gated_ffn:
+        if m.activation == "silu":
+            args.append(("--swiglu", None))
+        else:
+            args.append(("--quick-geglu", None))
+            notes.append(f"gated {m.activation} FFN: Megatron's CLI has only --swiglu and --quick-geglu; "
+                         f"--quick-geglu keeps the shape, set activation_func to {m.activation} in the model provider")
+    if not (m.has_qkv_bias or m.has_out_bias or m.has_mlp_bias):
+        args.append(("--disable-bias-linear", None))
+    elif not (m.has_out_bias and m.has_mlp_bias):
+        args.append(("--disable-bias-linear", None))
+        if m.has_qkv_bias:
+            args.append(("--add-qkv-bias", None))
+        if m.has_out_bias or m.has_mlp_bias:
+            notes.append("the output-projection/MLP biases without the others have no Megatron-LM flag")
+    if not m.tie_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if m.head_bias:
+        notes.append("the LM head's bias has no Megatron-LM flag")
+    if m.norms_per_layer != 2:
+        notes.append(f"{m.norms_per_layer} norms per layer ({'parallel attention/MLP' if m.norms_per_layer == 1 else 'sandwich norms'}) "
+                     "have no Megatron-LM flag: Megatron builds 2")
+    if m.is_moe:
+        args += [("--num-experts", str(m.num_experts)), ("--moe-router-topk", str(m.experts_per_token)),
+                 ("--moe-ffn-hidden-size", str(m.ffn_hidden_size))]
+        if m.shared_expert_ffn_hidden_size:
+            args.append(("--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_hidden_size)))
+        if m.dense_layer_indices:
+            args.append(("--moe-layer-freq", _moe_layer_freq(m)))
+        args.append(("--moe-grouped-gemm", None))
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", str(m.mtp_layers)))
     return args, notes
 
 
@@ -207,6 +296,15 @@ def _layer_boundaries(chunks: tuple[int, ...]) -> list[int]:
 
 
 def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
+    """``ds_config.json``: batch sizes over the data-parallel ranks (world ÷ tp·pp, DeepSpeed's
+    mpu view), ZeRO, precision, activation checkpointing and the pipeline stages.  DeepSpeed
+    has no ring context parallelism, so a plan with cp > 1 is refused."""
+    if view.cp > 1:
+        raise InvalidPlan(
+            f"the plan uses context parallelism (cp={view.cp}), which DeepSpeed does not have (its Ulysses "
+            "sequence parallelism is a different all-to-all scheme); re-plan with constraints {\"cp\": 1} for this target",
+            field="plan.best.strategy.cp",
+        )
     notes: list[str] = []
     dp = view.dp
     mbs = view.micro_batch_size
@@ -241,8 +339,8 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         }
     if view.pp > 1:
         cfg["pipeline"] = {"stages": view.pp, "partition": "parameters"}
-    if view.tp > 1 or view.cp > 1:
-        notes.append(f"tp={view.tp}, cp={view.cp} are set by the model code (e.g. Megatron-DeepSpeed --tensor-model-parallel-size)")
+    if view.tp > 1:
+        notes.append(f"tp={view.tp} is set by the model code (e.g. Megatron-DeepSpeed --tensor-model-parallel-size)")
     return cfg, notes
 
 

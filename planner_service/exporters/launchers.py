@@ -238,8 +238,9 @@ def deepspeed_command(view: PlanView, params: LaunchParams, entry: list[str], po
     words = [
         "deepspeed",
         '--hostfile="$PLAN_DIR/hostfile"',
+        # --include picks the hosts and GPUs; DeepSpeed's runner refuses it together with
+        # --num_nodes/--num_gpus ("Cannot specify num_nodes/gpus with include/exclude").
         f"--include={include}",
-        f"--num_nodes={len(pl.nodes)}",
         f"--master_addr={pl.master.host}",
         f"--master_port={params.master_port + port_offset}",
     ]
