@@ -525,13 +525,25 @@ def to_toml(sections: Mapping[str, Mapping[str, Any]], header: str = "") -> str:
     return "\n".join(lines)
 
 
-#: torchtitan's registered models and flavors (torchtitan/models/*/__init__.py) by the shape
-#: they build: (layers, hidden, heads, kv heads, FFN width or per-expert width, experts).
-TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int, int, int], tuple[str, str]] = {
-    (32, 4096, 32, 8, 14336, 1): ("llama3", "8B"),
-    (80, 8192, 64, 8, 28672, 1): ("llama3", "70B"),
-    (126, 16384, 128, 8, 53248, 1): ("llama3", "405B"),
-    (61, 7168, 128, 128, 2048, 256): ("deepseek_v3", "671B"),
+#: torchtitan's registered models and flavors (torchtitan/models/*/__init__.py, e.g.
+#: ``llama3_configs``, ``qwen3_configs``, ``deepseekv3_configs`` of torchtitan 0.3.0) by the
+#: shape they build: (layers, hidden, heads, kv heads, FFN or per-expert width, experts) →
+#: (model, flavor, the config_registry function of the Python-config era or None).
+TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int, int, int], tuple[str, str, str | None]] = {
+    (32, 4096, 32, 8, 14336, 1): ("llama3", "8B", "llama3_8b"),
+    (80, 8192, 64, 8, 28672, 1): ("llama3", "70B", "llama3_70b"),
+    (126, 16384, 128, 8, 53248, 1): ("llama3", "405B", "llama3_405b"),
+    (27, 2048, 16, 16, 1408, 64): ("deepseek_v3", "16B", "deepseek_v3_16b"),
+    (60, 5120, 128, 128, 1536, 160): ("deepseek_v3", "236B", None),
+    (61, 7168, 128, 128, 2048, 256): ("deepseek_v3", "671B", "deepseek_v3_671b"),
+    (28, 1024, 16, 8, 3072, 1): ("qwen3", "0.6B", "qwen3_0_6b"),
+    (28, 2048, 16, 8, 6144, 1): ("qwen3", "1.7B", "qwen3_1_7b"),
+    (36, 2560, 32, 8, 9728, 1): ("qwen3", "4B", None),
+    (36, 4096, 32, 8, 12288, 1): ("qwen3", "8B", None),
+    (40, 5120, 40, 8, 17408, 1): ("qwen3", "14B", "qwen3_14b"),
+    (64, 5120, 64, 8, 25600, 1): ("qwen3", "32B", "qwen3_32b"),
+    (48, 2048, 32, 4, 768, 128): ("qwen3", "30B-A3B", "qwen3_30b_a3b"),
+    (94, 4096, 64, 4, 1536, 128): ("qwen3", "235B-A22B", None),
 }
 
 
@@ -543,7 +555,7 @@ def torchtitan_model(m: TransformerSpec | None) -> tuple[dict[str, Any], str | N
         return {"name": "llama3", "flavor": "custom"}, None, ["the plan's model has no shape: register a torchtitan flavor for it"]
     key = (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.num_experts)
     if key in TORCHTITAN_FLAVORS:
-        name, flavor = TORCHTITAN_FLAVORS[key]
+        name, flavor, _ = TORCHTITAN_FLAVORS[key]
         return {"name": name, "flavor": flavor}, None, []
     notes = []
     if not m.gated_ffn or m.activation != "silu" or m.is_moe or m.is_mla or m.has_qkv_bias or m.norm != "rmsnorm":
@@ -569,7 +581,8 @@ def torchtitan_model(m: TransformerSpec | None) -> tuple[dict[str, Any], str | N
         "",
     ])
     notes.append("[model] flavor \"custom\" is registered by torchtitan_flavor.py ([experimental] custom_import; "
-                 "keep it on PYTHONPATH)")
+                 "keep it on PYTHONPATH); TOML-era torchtitan (model args as dataclass instances): with Python configs "
+                 "(torchtitan >= 0.3) add a config_registry function for this model instead")
     return {"name": "llama3", "flavor": "custom"}, module, notes
 
 
@@ -617,18 +630,29 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     }
 
 
-def _flatten_overrides(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    out = []
-    for name, body in sections.items():
-        if name == "job":
-            continue
-        for key, value in body.items():
+def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: tuple[str, str, str | None] | None) -> list[str]:
+    """The same settings as torchtitan >= 0.3 command-line words (its tyro parser): ``--module``/
+    ``--config`` when a registered config builds the model, ``--section.key value``, booleans as
+    ``--section.key`` / ``--section.no-key``, lists as one word per item, and the activation
+    checkpoint mode as the ``activation-checkpoint:<mode>`` subcommand (last)."""
+    args: list[str] = []
+    if registered and registered[2]:
+        args += ["--module", registered[0], "--config", registered[2]]
+    for section in ("training", "parallelism"):
+        for key, value in sections[section].items():
             if value is None:
                 continue
-            if name == "parallelism" and key == "pipeline_parallel_microbatch_size":
-                continue
-            out.append(f"--{name}.{key}={_toml_value(value) if not isinstance(value, (str, int)) or isinstance(value, bool) else value}")
-    return out
+            name = key.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(f"--{section}.{name}" if value else f"--{section}.no-{name}")
+            elif key == "module_fqns_per_model_part":
+                args += [f"--{section}.{name}", *(",".join(part) for part in value)]
+            else:
+                args += [f"--{section}.{name}", str(value)]
+    if sections["parallelism"].get("pipeline_parallel_degree", 1) > 1:
+        args.append("--training.disable-cuda-graphs")  # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet"
+    args.append(f"activation-checkpoint:{sections['activation_checkpoint']['mode']}")
+    return args
 
 
 def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
@@ -637,14 +661,20 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if flavor_module is not None:
         sections["experimental"] = {"custom_import": "torchtitan_flavor"}
     toml_text = to_toml(sections, f"# torchtitan config for plan {view.plan_id} (TOML era, before torchtitan PR #2386)")
-    overrides = _flatten_overrides(sections)
-    if view.pp > 1:
-        overrides.append(f"--parallelism.num_pp_microbatches={view.num_microbatches}")
+    m = view.transformer
+    registered = TORCHTITAN_FLAVORS.get((m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.num_experts)) if m else None
+    overrides = torchtitan_cli_args(sections, registered)
+    if not (registered and registered[2]):
+        model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
+                       "pass --module/--config of one you register before these arguments"]
+    if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
+        model_notes.append("torchtitan's mixed precision takes bfloat16 or float32 parameters only")
     params = params.with_default_command("-m torchtitan.train")
     launch = render_torchrun(view, params, entry=params.command_words + ["--job.config_file", '"$PLAN_DIR/torchtitan.toml"'])
     files = {
         "torchtitan.toml": toml_text,
-        "torchtitan_overrides.txt": "# CLI overrides for torchtitan after PR #2386 (Python configs)\n" + "\n".join(overrides) + "\n",
+        "torchtitan_overrides.txt": "# torchtitan >= 0.3 (Python configs, after PR #2386): python -m torchtitan.train $(cat this file)\n"
+        + " ".join(q(w) for w in overrides) + "\n",
         **{("launch_torchtitan.sh" if k == "launch_torchrun.sh" else k): v for k, v in launch.files.items()},
     }
     if flavor_module is not None:

@@ -72,3 +72,60 @@ def test_deepspeed_config_loads_with_the_plans_mpu_sizes(plan_name, monkeypatch)
     assert cfg.world_size == s["dp"]
     assert cfg.train_batch_size == cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * s["dp"]
     assert cfg.zero_optimization_stage == s.get("zero_stage", 0)
+
+
+def _overrides(art) -> list[str]:
+    text = art.files["torchtitan_overrides.txt"]
+    return shlex.split("\n".join(x for x in text.splitlines() if not x.startswith("#")))
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = ALL_PLANS[plan_name]()
+    s = plan["best"]["strategy"]
+    art = render(plan, "torchtitan", PARAMS)
+    args = _overrides(art)
+    assert args[:4] == ["--module", "llama3", "--config", "llama3_8b"]  # the plans are Llama-3-8B: a registered model
+    cfg = manager.ConfigManager().parse_args(args)
+    par = cfg.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree) == (s["tp"], s["pp"], s.get("cp", 1))
+    assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree == s["dp"]
+    layers = [sum(1 for m in part if m.startswith("layers.")) for part in par.module_fqns_per_model_part]
+    assert layers == s["layers_per_stage"]
+    assert cfg.training.global_batch_size == plan["training"]["global_batch_size"]
+
+
+def test_torchtitan_toml_names_a_registered_flavor():
+    import tomllib
+
+    art = render(ALL_PLANS["homogeneous"](), "torchtitan", PARAMS)
+    assert tomllib.loads(art.files["torchtitan.toml"])["model"] == {"name": "llama3", "flavor": "8B"}
+    llama = pytest.importorskip("torchtitan.models.llama3", reason="torchtitan is not installed")
+    assert "8B" in llama.llama3_configs
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp_path):
+    pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
+    import importlib.util
+
+    plan = ALL_PLANS[plan_name]()
+    s = plan["best"]["strategy"]
+    art = render(plan, "paddle-fleet", PARAMS)
+    (tmp_path / "fleet_strategy.json").write_text(art.files["fleet_strategy.json"])
+    (tmp_path / "fleet_init.py").write_text(art.files["fleet_init.py"])
+    spec = importlib.util.spec_from_file_location("fleet_init", tmp_path / "fleet_init.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = mod.load_config(str(tmp_path / "fleet_strategy.json"))
+    strategy = mod.build_strategy(cfg)
+    hc = strategy.hybrid_configs
+    assert (hc["mp_degree"], hc["pp_degree"]) == (s["tp"], s["pp"])
+    assert hc["dp_degree"] * hc["sharding_degree"] == s["dp"]
+    assert strategy.pipeline_configs["accumulate_steps"] * strategy.pipeline_configs["micro_batch_size"] * s["dp"] == plan["training"]["global_batch_size"]
+    assert strategy.pipeline_configs["schedule_mode"] == "1F1B"
+    assert strategy.recompute == (s.get("recompute", "none") != "none")
+    assert strategy.amp == (plan["training"].get("dtype", "bf16") != "fp32")
+    assert cfg["sharding_stage"] == s.get("zero_stage", 0) and cfg["amp_level"] in ("O0", "O2")
+    assert callable(mod.wrap) and callable(mod.auto_cast)
