@@ -186,9 +186,9 @@ class DeviceSpec:
 _FAMILY_PATTERNS = (
     (r"^V100", "volta"),
     (r"^A100|^A10\b|^A10-", "ampere"),
-    (r"^H100|^H200|^GH200", "hopper"),
+    (r"^H100|^H200|^H800|^H20-|^GH200", "hopper"),
     (r"^B200|^GB200", "blackwell"),
-    (r"^L40", "ada"),
+    (r"^L40|^L4-", "ada"),
     (r"^MI", "cdna"),
     (r"^Ascend", "ascend"),
 )

@@ -175,7 +175,7 @@ def estimate(
             f"devices but the cluster has {total} available",
             field="strategy.dp",
         )
-    warnings = []
+    warnings = list(getattr(model, "warnings", ()))  # what the model's config.json held that is not costed
     if strategy.num_devices < total:
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)

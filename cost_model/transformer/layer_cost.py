@@ -162,21 +162,47 @@ def _dropout(model: TransformerSpec) -> float:
 
 
 def _kv_local(model: TransformerSpec, tp):
-    """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head)."""
-    return model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
+    """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head).
+    MLA: the up-projected heads, at the mean of the key and value head widths."""
+    return model.kv_head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
+
+
+def _qkv_width(model: TransformerSpec, tp, kv):
+    """Output width per TP rank of the QKV projection GEMM (K = h).  MLA's down- and
+    up-projections are costed as one GEMM of the same weights: width = their weights / h."""
+    if model.is_mla:
+        return model.qkv_weights() / model.hidden_size / tp
+    return model.q_size / tp + 2 * kv
 
 
 def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
-    """Cost one decoder layer per micro-batch for every candidate in ``S``."""
+    """Cost one decoder layer per micro-batch for every candidate in ``S``.
+
+    A model whose layers differ (dense-first MoE layers, windowed and global attention) is
+    costed as the fraction-weighted mean of its uniform variants
+    (:meth:`TransformerSpec.layer_variants`): the stage of ``n`` layers costs ``n`` mean layers.
+    """
+    variants = model.layer_variants()
+    if len(variants) == 1:
+        return _uniform_layer_costs(model, training, device, links, S)
+    parts = [(w, _uniform_layer_costs(v, training, device, links, S)) for w, v in variants]
+    return LayerCosts(**{f: sum(w * getattr(lc, f) for w, lc in parts) for f in LayerCosts.__dataclass_fields__})
+
+
+def _uniform_layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
+    """:func:`layer_costs` of a model whose decoder layers are all alike."""
     dt = training.dtype
     eb = _act_bytes(training)
     h = float(model.hidden_size)
     a = float(model.num_heads)
-    d = float(model.head_dim)
+    d = float(model.kv_head_dim)
+    q = float(model.q_size)
+    o = float(model.attn_out_size)
     f = float(model.ffn_hidden_size)
-    s = float(training.sequence_length)
+    s_seq = float(training.sequence_length)
+    s = model.attention_span(s_seq)  # keys each query attends to (the window on windowed layers)
     t, c, b = S.tp, S.cp, S.mbs
-    sc = s / c
+    sc = s_seq / c
     T = b * sc  # tokens per GPU per micro-batch
     kv = _kv_local(model, t)
     gpn = links.gpus_per_node
@@ -184,11 +210,13 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     eager = not training.fused_kernels
 
     # ---- GEMMs (forward) ---------------------------------------------------------------------
-    # Megatron TP: QKV column-parallel [T,h]x[h,(h+2kv)/t]; projection row-parallel [T,h/t]x[h/t,h].
-    t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, h / t + 2 * kv, h, device, dt)
-    t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, h / t, device, dt)
-    flops_qkv = 2 * T * h * (h / t + 2 * kv)
-    flops_proj = 2 * T * h * h / t
+    # Megatron TP: QKV column-parallel [T,h]x[h,(q+2kv)/t]; projection row-parallel [T,o/t]x[o/t,h]
+    # (q = heads × head dim, o = heads × value head dim; both h unless head_dim is set).
+    qkv_n = _qkv_width(model, t, kv)
+    t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
+    t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, o / t, device, dt)
+    flops_qkv = 2 * T * h * qkv_n
+    flops_proj = 2 * T * h * o / t
     # FFN: FC1 column-parallel (gate and up fused when gated), FC2 row-parallel.
     fm = model.ffn_matrices
     if model.is_moe:
@@ -229,7 +257,7 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         # Fresh tensors: probabilities, dropout output and mask forward; two gradients backward.
         if eager:
             t_softmax_fwd, t_softmax_bwd = eager_attention_elementwise_s(elems, eb, drop, device)
-            layout_fwd, layout_bwd = _eager_head_layout_s(T * h / t, T * kv, eb, device)
+            layout_fwd, layout_bwd = _eager_head_layout_s(T * q / t, T * kv, eb, device)
             t_softmax_fwd, t_softmax_bwd = t_softmax_fwd + layout_fwd, t_softmax_bwd + layout_bwd
         else:
             t_softmax_fwd = (
@@ -243,7 +271,8 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
         _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, device, dt, batch=bh)
         attn_bwd = b_scores + b_pv + t_softmax_bwd
     else:
-        attn_fwd = flash_attention_time_s(b * heads_local, sc, s, d, device, dt, causal_fraction=0.5)
+        # Causal: half the s×s square; a window w keeps 1 − w/(2s) of the s×w band.
+        attn_fwd = flash_attention_time_s(b * heads_local, sc, s, d, device, dt, causal_fraction=1.0 - s / (2.0 * s_seq))
         attn_bwd = FLASH_BACKWARD_RATIO * attn_fwd
 
     # ---- memory-bound elementwise work ----------------------------------------------------------
@@ -265,13 +294,13 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     act_bytes_fwd = ffn_hidden_elems * ((3 if model.gated_ffn else 2) * eb)
     act_bwd_transcendentals = ffn_hidden_elems * (1 if model.gated_ffn else 2)
     # Rotary embedding on Q and K (read+write) for RoPE models.
-    rope_bytes = 0.0 if model.learned_positions else T * (h / t + kv) * 2 * eb
+    rope_bytes = 0.0 if model.position_embedding != "rope" else T * (q / t + kv) * 2 * eb
     # Bias gradients: eager PyTorch reduces each biased linear layer's output gradient over the
     # tokens (``grad_output.sum(0)``), one read of the QKV, projection, FC1 and FC2 outputs'
     # gradients; fused kernels compute it in the weight-gradient GEMM's epilogue (cuBLASLt's
     # BGRAD epilogue, Transformer Engine) or the bias-GELU backward.
     ffn_out = (fm - 1) * f / t * (model.experts_per_token if model.is_moe else 1.0)
-    bias_grad_bytes = float(model.bias and eager) * T * (h / t + 2 * kv + h + ffn_out + h) * eb
+    bias_grad_bytes = float(model.bias and eager) * T * (q / t + 2 * kv + h + ffn_out + h) * eb
     elem_fwd = (
         memory_bound_time_s(norm_bytes_fwd + rope_bytes, device, kernels=3)
         + memory_bound_time_s(dropout_bytes_fwd, device, kernels=dropout_kernels, rng_elements=2 * drop * rep_elems)
@@ -415,9 +444,11 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     h = float(model.hidden_size)
     a = float(model.num_heads)
     f = float(model.ffn_hidden_size)
-    s = float(training.sequence_length)
+    s_seq = float(training.sequence_length)
+    s = model.attention_span(s_seq)  # keys per query (the window on windowed layers)
+    q, o = float(model.q_size), float(model.attn_out_size)
     t, c, b = S.tp, S.cp, S.mbs
-    sc = s / c
+    sc = s_seq / c
     sbh = sc * b * h  # elements
     kv = _kv_local(model, t)
     mask = 1.0 if model.bias else 0.0
@@ -426,7 +457,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     # Replicated (outside TP regions): QKV input, FC1 input (eb each), two dropout masks, two norm inputs.
     replicated = sbh * (eb + eb + 2 * mask + 2 * eb) / rep
     # Inside TP regions: Q, K, V, projection input.
-    attn_inner = sc * b * (h / t * eb + 2 * kv * eb + h / t * eb)
+    attn_inner = sc * b * (q / t * eb + 2 * kv * eb + o / t * eb)
     k_experts = model.experts_per_token if model.is_moe else 1.0
     ffn_inner = sc * b * f / t * k_experts * (eb * (3 if model.gated_ffn else 2))
     # softmax output, dropout output and mask (unfused only; eager dropout keeps its mask in the

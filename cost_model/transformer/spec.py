@@ -1,19 +1,34 @@
 """Model specifications: transformer shapes from presets or Hugging Face ``config.json``.
 
 A :class:`TransformerSpec` is the per-layer representation the cost model works on: an
-embedding (plus learned positions for GPT-style models), ``num_layers`` identical decoder
-layers, a final norm and an LM head (tied or not).  Parameter counts follow the GEMM shapes
-exactly (grouped-query attention, gated FFNs, MoE experts and router, biases and norms), so
-that e.g. GPT-3 175B counts 174.6B and Llama-3-8B 8.03B.
+embedding (plus learned positions for GPT-style models), ``num_layers`` decoder layers, a final
+norm and an LM head (tied or not).  Parameter counts follow the GEMM shapes exactly
+(grouped/multi-query attention, an explicit ``head_dim``, multi-head latent attention, gated
+FFNs, MoE routed and shared experts, dense-first layers, router, biases and norms), so that
+e.g. GPT-3 175B counts 174.6B, Llama-3-8B 8.03B and DeepSeek-V3 671.0B (37.5B active).
+
+Decoder layers need not be identical: MoE models may keep some layers dense
+(``dense_layer_indices``), and sliding-window models use a window on some layers
+(``local_attention_layers``).  :meth:`TransformerSpec.layer_variants` splits such a model into
+uniform variants with the fraction of layers each covers; the per-layer cost model costs each
+variant and weighs them (a stage is costed with the model's average layer).
+
+:func:`from_hf_config` reads a Hugging Face ``config.json`` per architecture family
+(:data:`FAMILIES`), refuses architectures the cost model cannot represent (state-space, RWKV,
+encoder-decoder, vision/audio towers) and lists every field it does not know in
+``TransformerSpec.warnings`` (which reach the plan's and the estimate's ``warnings``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cost_model.errors import InvalidModel, UnknownName
+from cost_model.units import BILLION, MILLION
+
+POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 
 
 @dataclass(frozen=True)
@@ -27,32 +42,89 @@ class LayerInfo:
 
 @dataclass(frozen=True)
 class TransformerSpec:
+    """A decoder-only transformer.  Fields beyond the first seven default to a plain
+    Llama/GPT layer; see the module docstring for non-uniform layers."""
+
     name: str
     num_layers: int
     hidden_size: int
     num_heads: int
     num_kv_heads: int
-    ffn_hidden_size: int
+    ffn_hidden_size: int  # per expert for MoE models
     vocab_size: int
     gated_ffn: bool = False
     tie_embeddings: bool = False
     num_experts: int = 1
     experts_per_token: int = 1
-    shared_expert_ffn_hidden_size: int = 0
+    shared_expert_ffn_hidden_size: int = 0  # all shared experts together (gated like the routed ones)
     learned_positions: int = 0  # rows of a learned position table (GPT); 0 for RoPE
-    bias: bool = False
+    bias: bool = False  # GPT-style: every linear layer and norm has a bias, trained with dropout
     norm: str = "layernorm"  # or "rmsnorm"
     model_type: str = "gpt"
+    head_dim: int = 0  # 0: hidden_size // num_heads
+    qkv_bias: bool = False  # biases on Q, K, V only (Qwen2) — implied by ``bias``
+    out_bias: bool = False  # bias on the attention output projection — implied by ``bias``
+    mlp_bias: bool = False  # biases on the FFN matrices — implied by ``bias``
+    head_bias: bool = False  # a bias on the LM head (Phi-3.5-MoE)
+    norms_per_layer: int = 2  # 1 for Falcon-7B's shared norm, 4 for Gemma-2's sandwich norms
+    qk_norm: bool = False  # per-head RMSNorm of Q and K (Qwen3, OLMo-2 style)
+    dense_layer_indices: tuple[int, ...] = ()  # MoE models: layers with a dense FFN
+    dense_ffn_hidden_size: int = 0  # FFN width of those layers
+    q_lora_rank: int = 0  # MLA (DeepSeek-V2/V3): low-rank query; 0 = full-rank query
+    kv_lora_rank: int = 0  # MLA: compressed KV width; > 0 turns MLA on
+    qk_rope_head_dim: int = 0  # MLA: rotary part of each query/key head (head_dim is the rest)
+    v_head_dim: int = 0  # MLA: value head width
+    position_embedding: str = ""  # rope | learned | alibi | none; "" → learned with a table, else rope
+    rope_theta: float = 0.0  # 0: the framework's default
+    rope_scaling: tuple[tuple[str, Any], ...] = ()
+    activation: str = ""  # "silu", "gelu", "gelu_tanh", ...; "" → silu if gated else gelu
+    sliding_window: int = 0
+    local_attention_layers: int = 0  # layers that use ``sliding_window`` (the others attend globally)
+    mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3), trained beside the model
+    max_position_embeddings: int = 0
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.hidden_size // max(self.num_heads, 1))
+        if not self.position_embedding:
+            object.__setattr__(self, "position_embedding", "learned" if self.learned_positions else "rope")
+        if not self.activation:
+            object.__setattr__(self, "activation", "silu" if self.gated_ffn else "gelu")
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
-    def kv_size(self) -> int:
-        """Width of K (and of V): kv heads × head dim."""
-        return self.num_kv_heads * self.head_dim
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head (MLA: the no-position part plus the rotary part)."""
+        return self.head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def kv_head_dim(self) -> float:
+        """Mean of the key and value head widths: K and V together are ``2·kv_size`` wide."""
+        return (self.qk_head_dim + self.value_head_dim) / 2 if self.is_mla else self.head_dim
+
+    @property
+    def q_size(self) -> int:
+        """Width of Q (all heads)."""
+        return self.num_heads * self.qk_head_dim
+
+    @property
+    def attn_out_size(self) -> int:
+        """Input width of the attention output projection (all heads' values)."""
+        return self.num_heads * self.value_head_dim
+
+    @property
+    def kv_size(self) -> float:
+        """Width of K (and of V): kv heads × head dim (MLA: the up-projected heads, mean width)."""
+        return self.num_kv_heads * self.kv_head_dim
 
     @property
     def is_moe(self) -> bool:
@@ -62,75 +134,231 @@ class TransformerSpec:
     def ffn_matrices(self) -> int:
         return 3 if self.gated_ffn else 2
 
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - len(self.dense_layer_indices) if self.is_moe else 0
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias or self.qkv_bias
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias or self.out_bias
+
+    @property
+    def has_mlp_bias(self) -> bool:
+        return self.bias or self.mlp_bias
+
     # ---- parameter counts --------------------------------------------------------------------
+    def qkv_weights(self) -> int:
+        """Weights of the input projections (Q, K, V; MLA: the down and up projections)."""
+        h = self.hidden_size
+        if not self.is_mla:
+            return h * (self.q_size + 2 * self.num_kv_heads * self.head_dim)
+        q = h * self.q_lora_rank + self.q_lora_rank * self.q_size if self.q_lora_rank else h * self.q_size
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv += self.kv_lora_rank * self.num_heads * (self.head_dim + self.v_head_dim)
+        return q + kv
+
     def attention_params(self) -> int:
-        h, kv = self.hidden_size, self.kv_size
-        p = h * h + 2 * h * kv + h * h
-        if self.bias:
-            p += h + 2 * kv + h
+        h = self.hidden_size
+        p = self.qkv_weights() + self.attn_out_size * h
+        if self.has_qkv_bias:
+            p += self.q_size + 2 * self.num_kv_heads * self.head_dim
+        if self.has_out_bias:
+            p += h
+        if self.qk_norm:
+            p += 2 * self.head_dim
+        if self.is_mla:  # RMSNorms of the compressed query and KV
+            p += self.q_lora_rank + self.kv_lora_rank
         return p
 
-    def expert_params(self) -> int:
+    def expert_params(self, ffn_hidden_size: int | None = None) -> int:
         """Parameters of one expert (or of the dense FFN)."""
-        h, f = self.hidden_size, self.ffn_hidden_size
+        h, f = self.hidden_size, ffn_hidden_size or self.ffn_hidden_size
         p = self.ffn_matrices * h * f
-        if self.bias:
+        if self.has_mlp_bias:
             p += f * (self.ffn_matrices - 1) + h
         return p
 
     def norm_params(self) -> int:
         return (2 if self.norm == "layernorm" else 1) * self.hidden_size
 
-    def ffn_params(self) -> int:
-        p = self.num_experts * self.expert_params()
-        if self.is_moe:
-            p += self.hidden_size * self.num_experts  # router
-            if self.shared_expert_ffn_hidden_size:
-                p += self.ffn_matrices * self.hidden_size * self.shared_expert_ffn_hidden_size
+    def moe_ffn_params(self) -> int:
+        """FFN of one MoE layer: the routed experts, the router and the shared experts."""
+        p = self.num_experts * self.expert_params() + self.hidden_size * self.num_experts
+        if self.shared_expert_ffn_hidden_size:
+            p += self.expert_params(self.shared_expert_ffn_hidden_size)
         return p
 
-    def decoder_layer_params(self) -> int:
-        return self.attention_params() + self.ffn_params() + 2 * self.norm_params()
+    def dense_ffn_params(self) -> int:
+        return self.expert_params(self.dense_ffn_hidden_size or self.ffn_hidden_size)
+
+    def ffn_params(self) -> int:
+        """FFN parameters of an MoE layer (MoE models) or of the dense layer."""
+        return self.moe_ffn_params() if self.is_moe else self.expert_params()
+
+    def _layer_params(self, ffn: int) -> int:
+        return self.attention_params() + ffn + self.norms_per_layer * self.norm_params()
+
+    def decoder_params(self) -> int:
+        """All decoder layers together."""
+        if not self.is_moe:
+            return self.num_layers * self._layer_params(self.expert_params())
+        dense = len(self.dense_layer_indices)
+        return self.moe_layers * self._layer_params(self.moe_ffn_params()) + dense * self._layer_params(self.dense_ffn_params())
+
+    def decoder_layer_params(self) -> int | float:
+        """Parameters of the average decoder layer (exact for uniform layers)."""
+        if self.is_moe and self.dense_layer_indices:
+            return self.decoder_params() / self.num_layers
+        return self._layer_params(self.ffn_params())
+
+    def routed_expert_params_per_layer(self) -> int | float:
+        """Routed-expert parameters of the average decoder layer (the part EP shards)."""
+        if not self.is_moe:
+            return 0
+        per_moe_layer = self.num_experts * self.expert_params()
+        return per_moe_layer if not self.dense_layer_indices else per_moe_layer * self.moe_layers / self.num_layers
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size + self.learned_positions * self.hidden_size
 
     def head_params(self) -> int:
         """Final norm plus the LM head (0 extra weights when tied to the embedding)."""
-        return self.norm_params() + (0 if self.tie_embeddings else self.vocab_size * self.hidden_size)
+        head = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+        return self.norm_params() + head + (self.vocab_size if self.head_bias else 0)
 
     def total_params(self) -> int:
-        return self.embedding_params() + self.num_layers * self.decoder_layer_params() + self.head_params()
+        """Parameters of the model (the multi-token-prediction modules are :meth:`mtp_params`)."""
+        return self.embedding_params() + self.decoder_params() + self.head_params()
 
     def active_params(self) -> int:
-        """Parameters touched per token (MoE: only top-k experts)."""
+        """Parameters touched per token (MoE: only the top-k routed experts)."""
         if not self.is_moe:
             return self.total_params()
         inactive = (self.num_experts - self.experts_per_token) * self.expert_params()
-        return self.total_params() - self.num_layers * inactive
+        return self.total_params() - self.moe_layers * inactive
+
+    def mtp_params(self) -> int:
+        """DeepSeek-V3's multi-token-prediction modules: per module one decoder layer (MoE), two
+        RMSNorms, a [2h, h] projection and a final norm; embedding and head are shared."""
+        if not self.mtp_layers:
+            return 0
+        layer = self._layer_params(self.moe_ffn_params() if self.is_moe else self.expert_params())
+        h = self.hidden_size
+        return self.mtp_layers * (layer + 2 * h * h + 3 * self.norm_params())
+
+    def layer_variants(self) -> tuple[tuple[float, TransformerSpec], ...]:
+        """(fraction of the decoder layers, uniform spec) pairs that cover the model: MoE vs
+        dense FFN and windowed vs global attention (assumed independent).  One pair, the model
+        itself, for uniform layers."""
+        L = self.num_layers
+        ffns: list[tuple[float, dict[str, Any]]] = [(1.0, {})]
+        if self.is_moe and self.dense_layer_indices:
+            dense = len(self.dense_layer_indices)
+            dense_kw = {"num_experts": 1, "experts_per_token": 1, "shared_expert_ffn_hidden_size": 0,
+                        "ffn_hidden_size": self.dense_ffn_hidden_size or self.ffn_hidden_size}
+            ffns = [((L - dense) / L, {}), (dense / L, dense_kw)]
+        attns: list[tuple[float, dict[str, Any]]] = [(1.0, {})]
+        if self.sliding_window and 0 < self.local_attention_layers < L:
+            local = self.local_attention_layers
+            attns = [(local / L, {"local_attention_layers": L}), ((L - local) / L, {"sliding_window": 0, "local_attention_layers": 0})]
+        if len(ffns) == 1 and len(attns) == 1:
+            return ((1.0, self),)
+        return tuple(
+            (wf * wa, replace(self, dense_layer_indices=(), **kf, **ka)) for wf, kf in ffns for wa, ka in attns if wf * wa > 0
+        )
+
+    def attention_span(self, sequence_length: float) -> float:
+        """Keys each query attends to in a uniform layer: the window when every layer is
+        windowed, else the sequence (:meth:`layer_variants` separates mixed models)."""
+        if self.sliding_window and self.local_attention_layers >= self.num_layers:
+            return float(min(self.sliding_window, sequence_length))
+        return float(sequence_length)
+
+    def matmul_params_per_token(self) -> float:
+        """Weights of the average decoder layer's GEMMs that one token multiplies (QKV and
+        output projections, top-k routed and shared experts, router; no biases or norms):
+        forward FLOPs per token = 2× this."""
+        h = self.hidden_size
+        total = 0.0
+        for frac, v in self.layer_variants():
+            per = v.qkv_weights() + v.attn_out_size * h
+            k = v.experts_per_token if v.is_moe else 1
+            per += k * v.ffn_matrices * h * v.ffn_hidden_size
+            if v.is_moe:
+                per += h * v.num_experts + v.ffn_matrices * h * v.shared_expert_ffn_hidden_size
+            total += frac * per
+        return total
+
+    def attention_core_width(self, sequence_length: float) -> float:
+        """Σ over heads of (QK width + PV width)/2 × keys attended, of the average layer: the
+        attention core's forward FLOPs per token are 4× this (Q·Kᵀ and P·V)."""
+        return sum(
+            frac * v.num_heads * v.kv_head_dim * v.attention_span(sequence_length) for frac, v in self.layer_variants()
+        )
 
     def layer_graph(self) -> tuple[LayerInfo, ...]:
+        dense = set(self.dense_layer_indices) if self.is_moe else set()
+        moe_layer = self._layer_params(self.ffn_params())
+        dense_layer = self._layer_params(self.dense_ffn_params())
         layers = [LayerInfo("embedding", 0, self.embedding_params())]
-        layers += [LayerInfo("decoder", i + 1, self.decoder_layer_params()) for i in range(self.num_layers)]
+        layers += [LayerInfo("decoder", i + 1, dense_layer if i in dense else moe_layer) for i in range(self.num_layers)]
         layers.append(LayerInfo("head", self.num_layers + 1, self.head_params()))
         return tuple(layers)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The spec in Hugging Face ``config.json`` names (what the exporters read)."""
+        out: dict[str, Any] = {
             "name": self.name,
             "model_type": self.model_type,
             "num_hidden_layers": self.num_layers,
             "hidden_size": self.hidden_size,
             "num_attention_heads": self.num_heads,
             "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
             "intermediate_size": self.ffn_hidden_size,
             "gated_ffn": self.gated_ffn,
+            "hidden_act": self.activation,
             "vocab_size": self.vocab_size,
             "tie_word_embeddings": self.tie_embeddings,
             "num_local_experts": self.num_experts,
             "num_experts_per_tok": self.experts_per_token,
+            "norm": self.norm,
+            "position_embedding": self.position_embedding,
+            "bias": self.bias,
+            "qkv_bias": self.has_qkv_bias,
+            "out_bias": self.has_out_bias,
+            "mlp_bias": self.has_mlp_bias,
             "params": self.total_params(),
         }
+        optional = {
+            "learned_positions": self.learned_positions,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": dict(self.rope_scaling) or None,
+            "shared_expert_intermediate_size": self.shared_expert_ffn_hidden_size,
+            "dense_layer_indices": list(self.dense_layer_indices),
+            "dense_intermediate_size": self.dense_ffn_hidden_size,
+            "norms_per_layer": self.norms_per_layer if self.norms_per_layer != 2 else 0,
+            "qk_norm": self.qk_norm,
+            "lm_head_bias": self.head_bias,
+            "q_lora_rank": self.q_lora_rank,
+            "kv_lora_rank": self.kv_lora_rank,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "v_head_dim": self.v_head_dim,
+            "sliding_window": self.sliding_window,
+            "local_attention_layers": self.local_attention_layers,
+            "num_nextn_predict_layers": self.mtp_layers,
+        }
+        out.update({k: v for k, v in optional.items() if v})
+        if self.is_moe:
+            out["active_params"] = self.active_params()
+        if self.mtp_layers:
+            out["mtp_params"] = self.mtp_params()
+        return out
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, positions: int = 2048) -> TransformerSpec:
@@ -148,6 +376,7 @@ def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, po
         bias=True,
         norm="layernorm",
         model_type="gpt",
+        max_position_embeddings=positions,
     )
 
 
@@ -181,14 +410,16 @@ PRESETS: dict[str, TransformerSpec] = {
         _gpt("gpt3-6.7b", 32, 4096, 32),
         _gpt("gpt3-13b", 40, 5120, 40),
         _gpt("gpt3-175b", 96, 12288, 96),
-        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000),
-        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000),
-        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000),
-        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256),
-        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256),
-        _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256),
-        _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, num_experts=8, experts_per_token=2, model_type="mixtral"),
-        _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, num_experts=8, experts_per_token=2, model_type="mixtral"),
+        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, rope_theta=10000.0, max_position_embeddings=4096),
+        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, rope_theta=10000.0, max_position_embeddings=4096),
+        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, rope_theta=10000.0, max_position_embeddings=4096),
+        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, rope_theta=500000.0, max_position_embeddings=8192),
+        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, rope_theta=500000.0, max_position_embeddings=8192),
+        _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, rope_theta=500000.0, max_position_embeddings=8192),
+        _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, num_experts=8, experts_per_token=2, model_type="mixtral",
+               rope_theta=1e6, max_position_embeddings=32768),
+        _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, num_experts=8, experts_per_token=2, model_type="mixtral",
+               rope_theta=1e6, max_position_embeddings=65536),
     )
 }
 
@@ -198,6 +429,78 @@ def get_preset(name: str, field_path: str = "model.preset") -> TransformerSpec:
     if key in PRESETS:
         return PRESETS[key]
     raise UnknownName(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}", field=field_path)
+
+
+# ---- Hugging Face config.json --------------------------------------------------------------
+
+#: model_type → family.  Each family fixes what its config.json leaves implicit (HF modelling
+#: code: which biases, norms, activation, tying and positions the architecture has).
+FAMILIES: dict[str, str] = {
+    "gpt2": "gpt2", "gpt": "gpt2",
+    "falcon": "falcon", "RefinedWeb": "falcon", "RefinedWebModel": "falcon",
+    "llama": "llama", "mistral": "llama", "mixtral": "llama", "phi3": "llama",
+    "qwen2": "qwen2", "qwen2_moe": "qwen2",
+    "qwen3": "qwen3", "qwen3_moe": "qwen3",
+    "gemma": "gemma", "gemma2": "gemma", "gemma3_text": "gemma",
+    "phimoe": "phimoe",
+    "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
+}
+
+#: Architectures the cost model cannot represent, by kind.
+UNSUPPORTED: dict[str, tuple[str, ...]] = {
+    "a state-space / recurrent model": (
+        "mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "zamba", "zamba2", "bamba", "nemotron_h",
+        "rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm", "lfm2",
+    ),
+    "an encoder-decoder model": (
+        "t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "pegasus_x", "marian",
+        "whisper", "led", "prophetnet", "fsmt", "blenderbot", "m2m_100", "nllb_moe", "seamless_m4t", "encoder-decoder",
+    ),
+    "an encoder-only model": ("bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "albert",
+                              "distilbert", "modernbert"),
+    "a multimodal model (vision/audio tower)": (
+        "llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics", "idefics2", "idefics3", "paligemma",
+        "gemma3", "clip", "siglip", "blip", "blip-2", "pixtral", "llama4", "qwen2_audio", "whisper",
+    ),
+}
+
+#: Fields that do not change FLOPs, bytes or memory of training: tokenizer ids, dropout and
+#: initialisation, numerical epsilons, router loss coefficients and routing rules (top-k is
+#: what costs), inference-cache switches, bookkeeping.  ``attn_logit_softcapping`` /
+#: ``final_logit_softcapping`` (Gemma-2) add one tanh per attention score / logit, and
+#: ``query_pre_attn_scalar`` is a constant scale: elementwise work beside the GEMMs they follow.
+HARMLESS_FIELDS = frozenset({
+    "architectures", "model_type", "_name_or_path", "name", "transformers_version", "torch_dtype", "dtype",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "unk_token_id",
+    "initializer_range", "initializer_factor", "use_cache", "attention_dropout", "hidden_dropout", "resid_pdrop",
+    "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    "summary_first_dropout", "layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps", "norm_epsilon",
+    "output_attentions", "output_hidden_states", "return_dict", "output_router_logits", "router_aux_loss_coef",
+    "aux_loss_alpha", "router_z_loss_coef", "seq_aux", "task_specific_params", "auto_map", "pretraining_tp",
+    "gradient_checkpointing", "tokenizer_class", "id2label", "label2id", "problem_type", "attn_implementation",
+    "_attn_implementation", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+    "n_ctx", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "topk_method", "n_group", "topk_group",
+    "ep_size", "input_jitter_noise", "router_jitter_noise", "query_pre_attn_scalar", "attn_logit_softcapping",
+    "final_logit_softcapping", "cache_implementation", "original_max_position_embeddings",
+    "apply_residual_connection_post_layernorm", "is_decoder", "max_window_layers", "use_sliding_window",
+    "tie_word_embeddings", "sliding_window_pattern", "layer_types", "rope_local_base_freq", "embedding_multiplier",
+    "use_return_dict", "chunk_size_feed_forward", "torchscript", "use_bfloat16", "prefix", "finetuning_task",
+    "bad_words_ids", "num_beams", "max_length", "min_length", "do_sample", "temperature", "top_k", "top_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "early_stopping", "num_return_sequences",
+    "tf_legacy_loss", "pruned_heads", "torch_compile", "mlp_only_layers", "decoder_sparse_step", "moe_layer_freq",
+    "first_k_dense_replace", "rope_scaling", "rope_parameters", "rope_theta", "lm_head_bias",
+})
+
+#: Fields the parser reads (shape, positions, biases, MoE, MLA, windows, MTP).
+COSTED_FIELDS = frozenset({
+    "num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head",
+    "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim", "intermediate_size",
+    "n_inner", "ffn_hidden_size", "vocab_size", "n_positions", "max_position_embeddings", "hidden_act",
+    "hidden_activation", "activation_function", "attention_bias", "mlp_bias", "bias", "alibi", "parallel_attn",
+    "num_ln_in_parallel_attn", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+    "moe_topk", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "q_lora_rank",
+    "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "num_nextn_predict_layers",
+})
 
 
 def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, required: bool = True, default: int | None = None) -> int | None:
@@ -214,66 +517,311 @@ def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, require
     return default
 
 
-def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: str = "model.transformer") -> TransformerSpec:
-    """Build a spec from a Hugging Face ``config.json`` dict (Llama/Mistral/Mixtral/Qwen names
-    and GPT-2 names).  Without ``intermediate_size`` the FFN is 4×hidden and not gated."""
-    if not isinstance(cfg, Mapping):
-        raise InvalidModel("must be an object of Hugging Face config.json keys", field=field_path)
-    layers = _int_field(cfg, ("num_hidden_layers", "n_layer", "num_layers"), field_path)
-    hidden = _int_field(cfg, ("hidden_size", "n_embd", "d_model"), field_path)
-    heads = _int_field(cfg, ("num_attention_heads", "n_head"), field_path)
-    kv = _int_field(cfg, ("num_key_value_heads",), field_path, required=False, default=heads)
-    vocab = _int_field(cfg, ("vocab_size",), field_path, required=False, default=50257)
-    inter = _int_field(cfg, ("intermediate_size",), field_path, required=False)
-    n_inner = _int_field(cfg, ("n_inner", "ffn_hidden_size"), field_path, required=False)
-    model_type = str(cfg.get("model_type") or ("gpt2" if "n_embd" in cfg else "llama"))
-    gpt_style = inter is None
-    if hidden % heads:
+def _bool_field(cfg: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    val = cfg.get(key)
+    if val is None:
+        return default
+    if not isinstance(val, bool):
+        raise InvalidModel(f"must be true or false, got {val!r}", field=f"{path}.{key}")
+    return val
+
+
+def _refuse_unsupported(cfg: Mapping[str, Any], model_type: str, path: str) -> None:
+    supported = ", ".join(sorted({k for k in FAMILIES if k[0].islower()}))
+    kind = next((k for k, types in UNSUPPORTED.items() if model_type in types), None)
+    if kind is None and (cfg.get("is_encoder_decoder") is True or "encoder_layers" in cfg):
+        kind = "an encoder-decoder model"
+    if kind is None and any(k in cfg for k in ("vision_config", "audio_config", "text_config", "vision_tower")):
+        kind = "a multimodal model (vision/audio tower)"
+    if kind is None and any(k in cfg for k in ("state_size", "d_state", "ssm_cfg", "attn_layer_indices")):
+        kind = "a state-space / recurrent model"
+    if kind is not None:
+        hint = " (to plan its language model alone, submit its text_config)" if "text_config" in cfg else ""
         raise InvalidModel(
-            f"hidden size {hidden} is not divisible by {heads} attention heads", field=f"{field_path}.num_attention_heads"
+            f"model_type {model_type or '(none)'!r} is {kind}, which the cost model cannot represent{hint}; "
+            f"supported: decoder-only transformers of the families {supported}",
+            field=f"{path}.model_type",
         )
-    if heads % kv:
-        raise InvalidModel(
-            f"{heads} attention heads are not a multiple of {kv} key/value heads",
-            field=f"{field_path}.num_key_value_heads",
-        )
-    experts = _int_field(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), field_path, required=False, default=1)
-    top_k = _int_field(cfg, ("num_experts_per_tok", "moe_topk"), field_path, required=False, default=min(2, experts))
-    if top_k > experts:
-        raise InvalidModel(
-            f"num_experts_per_tok {top_k} exceeds the {experts} experts", field=f"{field_path}.num_experts_per_tok"
-        )
-    moe_ffn = _int_field(cfg, ("moe_intermediate_size",), field_path, required=False)
-    shared = _int_field(cfg, ("shared_expert_intermediate_size",), field_path, required=False, default=0)
-    if gpt_style:
-        ffn = n_inner or 4 * hidden
+
+
+def _family(cfg: Mapping[str, Any], path: str) -> tuple[str, str, list[str]]:
+    """(model_type, family, warnings).  A config without ``model_type`` is read by its keys."""
+    raw = cfg.get("model_type")
+    if raw is not None and not isinstance(raw, str):
+        raise InvalidModel("must be a string", field=f"{path}.model_type")
+    model_type = raw or ("gpt2" if "n_embd" in cfg else "llama")
+    _refuse_unsupported(cfg, model_type, path)
+    if model_type in FAMILIES:
+        return model_type, FAMILIES[model_type], []
+    return model_type, "gpt2" if "n_embd" in cfg else "llama", [
+        f"model_type {model_type!r} is not a family the service knows; costed as a "
+        + ("GPT-2" if "n_embd" in cfg else "Llama")
+        + "-style decoder (check biases, norms, activation and tying)"
+    ]
+
+
+def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head dim) under every spelling of GQA/MQA."""
+    heads = _int_field(cfg, ("num_attention_heads", "n_head"), path)
+    assert heads is not None
+    if family == "falcon":
+        # HF FalconAttention: new_decoder_architecture reads num_kv_heads; else multi_query → 1.
+        if cfg.get("new_decoder_architecture"):
+            kv = _int_field(cfg, ("num_kv_heads",), path, required=False, default=heads)
+        else:
+            kv = 1 if cfg.get("multi_query") else heads
     else:
-        ffn = moe_ffn if (experts > 1 and moe_ffn) else inter
-    tie_default = model_type in ("gpt2", "gpt", "gpt_neox") and gpt_style
-    tie = cfg.get("tie_word_embeddings", tie_default)
-    if not isinstance(tie, bool):
-        raise InvalidModel("must be true or false", field=f"{field_path}.tie_word_embeddings")
-    positions = 0
+        kv = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), path, required=False, default=None)
+        if kv is None:
+            kv = 1 if cfg.get("multi_query") else heads
+    head_dim = _int_field(cfg, ("head_dim",), path, required=False)
+    if head_dim is None and family != "deepseek":
+        if hidden % heads:
+            raise InvalidModel(
+                f"hidden size {hidden} is not divisible by {heads} attention heads (and no head_dim is given)",
+                field=f"{path}.num_attention_heads",
+            )
+        head_dim = hidden // heads
+    if heads % kv:
+        key = "num_kv_heads" if "num_kv_heads" in cfg else "num_key_value_heads"
+        raise InvalidModel(f"{heads} attention heads are not a multiple of {kv} key/value heads", field=f"{path}.{key}")
+    return heads, kv, head_dim or 0
+
+
+def _dense_layers(cfg: Mapping[str, Any], family: str, layers: int, path: str) -> tuple[int, ...]:
+    """Indices of the dense (non-MoE) layers of an MoE model."""
+    if family == "deepseek":
+        k = cfg.get("first_k_dense_replace") or 0
+        freq = cfg.get("moe_layer_freq") or 1
+        if not isinstance(k, int) or not isinstance(freq, int) or k < 0 or freq < 1:
+            raise InvalidModel("first_k_dense_replace and moe_layer_freq must be non-negative integers", field=f"{path}.first_k_dense_replace")
+        return tuple(i for i in range(layers) if not (i >= k and i % freq == 0))
+    only = cfg.get("mlp_only_layers") or []
+    step = cfg.get("decoder_sparse_step") or 1
+    if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < layers for i in only):
+        raise InvalidModel(f"must be a list of layer indices below {layers}", field=f"{path}.mlp_only_layers")
+    if not isinstance(step, int) or step < 1:
+        raise InvalidModel("must be a positive integer", field=f"{path}.decoder_sparse_step")
+    return tuple(i for i in range(layers) if i in only or (i + 1) % step)
+
+
+def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, path: str) -> dict[str, Any]:
+    experts = _int_field(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), path, required=False, default=1)
+    assert experts is not None
+    if experts <= 1:
+        return {}
+    top_k = _int_field(cfg, ("num_experts_per_tok", "moe_topk"), path, required=False, default=min(2, experts))
+    assert top_k is not None
+    if top_k > experts:
+        raise InvalidModel(f"num_experts_per_tok {top_k} exceeds the {experts} experts", field=f"{path}.num_experts_per_tok")
+    expert_ffn = _int_field(cfg, ("moe_intermediate_size",), path, required=False) or inter
+    if expert_ffn is None:
+        raise InvalidModel("is required for an MoE model (or moe_intermediate_size)", field=f"{path}.intermediate_size")
+    shared = _int_field(cfg, ("shared_expert_intermediate_size",), path, required=False, default=0) or 0
+    n_shared = _int_field(cfg, ("n_shared_experts",), path, required=False, default=0) or 0
+    shared += n_shared * expert_ffn
+    dense = _dense_layers(cfg, family, layers, path)
+    if len(dense) == layers:
+        raise InvalidModel("every layer is dense: no layer would use the experts", field=f"{path}.mlp_only_layers")
+    return {
+        "num_experts": experts,
+        "experts_per_token": top_k,
+        "ffn_hidden_size": expert_ffn,
+        "shared_expert_ffn_hidden_size": shared,
+        "dense_layer_indices": dense,
+        "dense_ffn_hidden_size": (inter or expert_ffn) if dense else 0,
+    }
+
+
+def _mla(cfg: Mapping[str, Any], heads: int, path: str) -> dict[str, Any]:
+    """DeepSeek multi-head latent attention (HF DeepseekV3Attention shapes)."""
+    kv_rank = _int_field(cfg, ("kv_lora_rank",), path, required=False)
+    if not kv_rank:
+        return {}
+    return {
+        "q_lora_rank": _int_field(cfg, ("q_lora_rank",), path, required=False, default=0),
+        "kv_lora_rank": kv_rank,
+        "qk_rope_head_dim": _int_field(cfg, ("qk_rope_head_dim",), path),
+        "head_dim": _int_field(cfg, ("qk_nope_head_dim",), path),
+        "v_head_dim": _int_field(cfg, ("v_head_dim",), path),
+        "num_kv_heads": heads,
+    }
+
+
+def _rope(cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """RoPE base and scaling under both spellings (``rope_theta``/``rope_scaling`` and
+    transformers v5's ``rope_parameters``)."""
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), Mapping) else {}
+    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), Mapping) else {}
+    theta = cfg.get("rope_theta", params.get("rope_theta"))
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0):
+        raise InvalidModel(f"must be a positive number, got {theta!r}", field=f"{path}.rope_theta")
+    extra = {k: v for k, v in {**params, **scaling}.items() if k != "rope_theta" and isinstance(v, (str, int, float))}
+    if extra.get("rope_type") == "default" and len(extra) == 1:
+        extra = {}
+    return {"rope_theta": float(theta or 0.0), "rope_scaling": tuple(sorted(extra.items()))}
+
+
+def _windows(cfg: Mapping[str, Any], model_type: str, layers: int, path: str) -> dict[str, Any]:
+    """Sliding-window attention: the window and how many layers use it (``layer_types`` when
+    given; else Gemma-2 alternates local/global, Gemma-3 has 5 local per global, Qwen2 windows
+    the layers after ``max_window_layers`` only with ``use_sliding_window``, Mistral/Mixtral
+    window every layer)."""
+    window = _int_field(cfg, ("sliding_window",), path, required=False)
+    if not window:
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        local = sum(1 for t in types if t == "sliding_attention")
+    elif model_type == "gemma2":
+        local = (layers + 1) // 2
+    elif model_type == "gemma3_text":
+        pattern = cfg.get("sliding_window_pattern") or 6
+        local = sum(1 for i in range(layers) if (i + 1) % pattern)
+    elif model_type.startswith("qwen"):
+        if not cfg.get("use_sliding_window"):
+            return {}
+        local = max(0, layers - int(cfg.get("max_window_layers") or 0))
+    else:
+        local = layers
+    return {"sliding_window": window, "local_attention_layers": local} if local else {}
+
+
+def _activation(cfg: Mapping[str, Any], default: str) -> str:
+    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or cfg.get("activation_function") or default
+    act = str(act)
+    if act in ("gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu_tanh"):
+        return "gelu_tanh"
+    return act
+
+
+#: What each family's architecture has that its config.json does not say (HF modelling code):
+#: gated FFN, norm, tied-embedding default, norms per layer, default activation.
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu_new"},
+    "falcon": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu"},
+    "llama": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "qwen2": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qkv_bias": True},
+    "qwen3": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qk_norm": True},
+    "gemma": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "gelu_tanh"},
+    "phimoe": {"gated": True, "norm": "layernorm", "tie": False, "act": "silu", "head_bias": True},
+    "deepseek": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+}
+
+
+def _unknown_fields(cfg: Mapping[str, Any]) -> list[str]:
+    known = HARMLESS_FIELDS | COSTED_FIELDS
+    falsy_ok = ("is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size")
+    return sorted(
+        k for k, v in cfg.items()
+        if k not in known and not k.startswith("summary_") and not (k in falsy_ok and not v)
+    )
+
+
+def _size_label(params: int) -> str:
+    return f"{params / BILLION:.1f}B" if params >= BILLION else f"{params / MILLION:.0f}M"
+
+
+def _biases(cfg: Mapping[str, Any], family: str, defaults: Mapping[str, Any], path: str) -> dict[str, Any]:
+    if family == "gpt2":
+        return {"bias": True}
+    if family == "falcon":
+        b = _bool_field(cfg, "bias", path, False)
+        return {"qkv_bias": b, "out_bias": b, "mlp_bias": b}
+    attn = _bool_field(cfg, "attention_bias", path, False)
+    return {
+        "qkv_bias": attn or bool(defaults.get("qkv_bias")),
+        "out_bias": attn,
+        "mlp_bias": _bool_field(cfg, "mlp_bias", path, False),
+        "head_bias": _bool_field(cfg, "lm_head_bias", path, bool(defaults.get("head_bias"))),
+    }
+
+
+def _norms_per_layer(cfg: Mapping[str, Any], family: str, model_type: str) -> int:
+    if family == "falcon":
+        # HF FalconDecoderLayer: new_decoder_architecture keeps ln_attn and ln_mlp; the older
+        # parallel block shares one input_layernorm; the sequential block has two.
+        if cfg.get("new_decoder_architecture"):
+            return int(cfg.get("num_ln_in_parallel_attn") or 2)
+        return 1 if cfg.get("parallel_attn", True) else 2
+    return 4 if model_type in ("gemma2", "gemma3_text") else 2
+
+
+def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: str = "model.transformer") -> TransformerSpec:
+    """Build a spec from a Hugging Face ``config.json`` dict.
+
+    The family (:data:`FAMILIES`, by ``model_type``; by its keys when absent) fixes what the
+    file leaves implicit; every field that changes FLOPs, bytes or memory is read
+    (:data:`COSTED_FIELDS`), known-harmless ones are accepted quietly (:data:`HARMLESS_FIELDS`)
+    and any other is named in the spec's ``warnings``.  Architectures the cost model cannot
+    represent raise :class:`InvalidModel` naming ``model_type``."""
+    path = field_path
+    if not isinstance(cfg, Mapping):
+        raise InvalidModel("must be an object of Hugging Face config.json keys", field=path)
+    model_type, family, warnings = _family(cfg, path)
+    defaults = _FAMILY_DEFAULTS[family]
+    layers = _int_field(cfg, ("num_hidden_layers", "n_layer", "num_layers"), path)
+    hidden = _int_field(cfg, ("hidden_size", "n_embd", "d_model"), path)
+    assert layers is not None and hidden is not None
+    heads, kv, head_dim = _attention_heads(cfg, family, hidden, path)
+    vocab = _int_field(cfg, ("vocab_size",), path, required=False, default=50257)
+    inter = _int_field(cfg, ("intermediate_size",), path, required=False)
+    n_inner = _int_field(cfg, ("n_inner", "ffn_hidden_size"), path, required=False)
+    # A plain shape dict without intermediate_size is GPT-style (4h, ungated, biases, learned
+    # positions), as before families existed.
+    gpt_style = family == "gpt2" or (family == "llama" and inter is None and "model_type" not in cfg)
     if gpt_style:
-        positions = _int_field(cfg, ("n_positions", "max_position_embeddings"), field_path, required=False, default=2048)
-    return TransformerSpec(
-        name=name or str(cfg.get("name") or cfg.get("_name_or_path") or model_type),
+        family, defaults = "gpt2", _FAMILY_DEFAULTS["gpt2"]
+    gated = defaults["gated"]
+    ffn = inter if gated else (n_inner or inter or 4 * hidden)
+    if ffn is None:
+        raise InvalidModel("is required (the FFN width)", field=f"{path}.intermediate_size")
+    kw: dict[str, Any] = {"head_dim": head_dim, **_biases(cfg, family, defaults, path), **_mla(cfg, heads, path)}
+    kw.update(_moe(cfg, family, layers, inter, path))
+    kw.setdefault("ffn_hidden_size", ffn)
+    positions = 0
+    max_pos = _int_field(cfg, ("n_positions", "max_position_embeddings"), path, required=False, default=0)
+    if family == "gpt2":
+        positions = max_pos or 2048
+        kw["position_embedding"] = "learned"
+    else:
+        alibi = _bool_field(cfg, "alibi", path, False)
+        kw["position_embedding"] = "alibi" if alibi else "rope"
+        if not alibi:
+            kw.update(_rope(cfg, path))
+    kw.update(_windows(cfg, model_type, layers, path))
+    mtp = _int_field(cfg, ("num_nextn_predict_layers",), path, required=False, default=0) or 0
+    tie = _bool_field(cfg, "tie_word_embeddings", path, defaults["tie"])
+    spec = TransformerSpec(
+        name="",
         num_layers=layers,
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=kv,
-        ffn_hidden_size=ffn,
-        vocab_size=vocab,
-        gated_ffn=not gpt_style,
+        num_kv_heads=kw.pop("num_kv_heads", kv),
+        vocab_size=vocab or 50257,
+        gated_ffn=gated,
         tie_embeddings=tie,
-        num_experts=experts,
-        experts_per_token=top_k if experts > 1 else 1,
-        shared_expert_ffn_hidden_size=shared,
         learned_positions=positions,
-        bias=gpt_style,
-        norm="layernorm" if gpt_style else "rmsnorm",
+        norm=defaults["norm"],
         model_type=model_type,
+        norms_per_layer=_norms_per_layer(cfg, family, model_type),
+        qk_norm=bool(defaults.get("qk_norm")) or model_type == "gemma3_text",
+        activation=_activation(cfg, defaults["act"]),
+        mtp_layers=mtp,
+        max_position_embeddings=max_pos or 0,
+        **kw,
     )
+    if mtp:
+        warnings.append(
+            f"num_nextn_predict_layers={mtp}: the multi-token-prediction module(s) ({_size_label(spec.mtp_params())} "
+            "parameters, model.mtp_params) are not in the estimate's compute or memory"
+        )
+    unknown = _unknown_fields(cfg)
+    if unknown:
+        warnings.append(f"config fields the service does not know, not costed: {', '.join(unknown)}")
+    label = name or cfg.get("name") or cfg.get("_name_or_path")
+    label = str(label) if label else f"{model_type} {_size_label(spec.total_params())}"
+    return replace(spec, name=label, warnings=tuple(warnings))
 
 
 def model_from_dict(data: Mapping[str, Any], field_path: str = "model") -> Any:

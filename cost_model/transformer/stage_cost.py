@@ -95,7 +95,7 @@ def stage_params(model: TransformerSpec, S: StrategyArrays, num_layers, has_embe
     all-reduces their gradients).
     """
     t = S.tp
-    expert_total = model.num_experts * model.expert_params() if model.is_moe else 0
+    expert_total = model.routed_expert_params_per_layer()  # of the average layer (dense-first layers have none)
     dense_layer = model.decoder_layer_params() - expert_total
     dense = num_layers * dense_layer / t
     experts = num_layers * expert_total / (S.ep * t)
@@ -270,14 +270,10 @@ def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
     is exactly 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
     s = float(training.sequence_length)
     h = float(model.hidden_size)
-    kvw = float(model.kv_size)
-    per_token_layer = h * (h + 2 * kvw) + h * h
-    k = model.experts_per_token if model.is_moe else 1
-    per_token_layer += k * model.ffn_matrices * h * model.ffn_hidden_size
-    if model.is_moe:
-        per_token_layer += h * model.num_experts
-        per_token_layer += model.ffn_matrices * h * model.shared_expert_ffn_hidden_size
-    layer_fwd = 2 * s * per_token_layer + 4 * s * s * h
+    # GEMM weights one token multiplies, and the attention core's heads × width × keys, of the
+    # average layer (TransformerSpec: head_dim, MLA, dense-first layers, windows).
+    per_token_layer = model.matmul_params_per_token()
+    layer_fwd = 2 * s * per_token_layer + 4 * s * model.attention_core_width(s)
     head_fwd = 2 * s * h * model.vocab_size
     return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd)
 
@@ -293,5 +289,5 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
         head = 2 * s * h * model.vocab_size * training.global_batch_size
         return per_layer - head
     if training.attention == "unfused":
-        return training.global_batch_size * model.num_layers * 4 * s * s * h
+        return training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s)
     return 0.0

@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, q
 from planner_service.exporters.launchers import (
     render_deepspeed,
@@ -34,19 +35,6 @@ def megatron_reference() -> Mapping[str, Mapping[str, Any]]:
     return json.loads(text)["arguments"]
 
 
-def _spec(view: PlanView) -> Mapping[str, Any]:
-    return view.model_spec or {}
-
-
-def _is_llama_style(spec: Mapping[str, Any]) -> bool:
-    if "gated_ffn" in spec:
-        return bool(spec["gated_ffn"])
-    model_type = str(spec.get("model_type", "")).lower()
-    if model_type in ("gpt2", "gpt", "gpt_neox", "opt", "bloom"):
-        return False
-    return "intermediate_size" in spec or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3")
-
-
 def megatron_layout(chunks: tuple[int, ...]) -> str:
     """``--pipeline-model-parallel-layout``: one entry per model chunk, ``|``-separated, with
     ``E`` (embedding) in the first chunk, ``t`` per decoder layer and ``L`` (loss) in the last."""
@@ -60,7 +48,6 @@ def megatron_layout(chunks: tuple[int, ...]) -> str:
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value) pairs in Megatron-LM's own option names, and notes."""
     chunks = view.require_layers("megatron")
-    spec = _spec(view)
     notes: list[str] = []
     args: list[tuple[str, str | None]] = [
         ("--tensor-model-parallel-size", str(view.tp)),
@@ -80,32 +67,15 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     seq = view.training.get("sequence_length")
     if isinstance(seq, int):
         args.append(("--seq-length", str(seq)))
-        args.append(("--max-position-embeddings", str(max(seq, int(spec.get("max_position_embeddings") or 0)))))
-    total = sum(chunks)
-    args.append(("--num-layers", str(total)))
-    for key, flag in (("hidden_size", "--hidden-size"), ("intermediate_size", "--ffn-hidden-size"), ("num_attention_heads", "--num-attention-heads")):
-        if isinstance(spec.get(key), int):
-            args.append((flag, str(spec[key])))
-    heads, kv = spec.get("num_attention_heads"), spec.get("num_key_value_heads")
-    if isinstance(heads, int) and isinstance(kv, int) and kv < heads:
-        args += [("--group-query-attention", None), ("--num-query-groups", str(kv))]
-    if _is_llama_style(spec):
-        args += [
-            ("--swiglu", None),
-            ("--normalization", "RMSNorm"),
-            ("--position-embedding-type", "rope"),
-            ("--disable-bias-linear", None),
-        ]
-    elif spec:
-        args.append(("--position-embedding-type", "learned_absolute"))
-    if spec and spec.get("tie_word_embeddings") is False:
-        args.append(("--untie-embeddings-and-output-weights", None))
-    experts = spec.get("num_local_experts") or spec.get("num_experts")
-    if isinstance(experts, int) and experts > 1:
-        args.append(("--num-experts", str(experts)))
-        topk = spec.get("num_experts_per_tok")
-        if isinstance(topk, int):
-            args.append(("--moe-router-topk", str(topk)))
+        max_pos = view.transformer.max_position_embeddings if view.transformer is not None else 0
+        args.append(("--max-position-embeddings", str(max(seq, max_pos))))
+    args.append(("--num-layers", str(sum(chunks))))
+    if view.transformer is not None:
+        model_args, model_notes = megatron_model_args(view.transformer)
+        args += model_args
+        notes += model_notes
+    else:
+        notes.append("the plan's model has no transformer shape: add its Megatron model arguments by hand")
     dtype = view.training.get("dtype", "bf16")
     if dtype == "bf16":
         args.append(("--bf16", None))
@@ -150,6 +120,121 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
                     ("--decoder-last-pipeline-num-layers", str(chunks[-1])),
                 ]
     validate_megatron_args(args)
+    return args, notes
+
+
+def _moe_layer_freq(m: TransformerSpec) -> str:
+    """``--moe-layer-freq`` as Megatron's pattern expression: 1 per MoE layer, 0 per dense one
+    (``([0]*3+[1]*58)`` for DeepSeek-V3's three dense-first layers)."""
+    dense = set(m.dense_layer_indices)
+    pattern = [0 if i in dense else 1 for i in range(m.num_layers)]
+    k = len(dense)
+    if pattern == [0] * k + [1] * (m.num_layers - k):
+        return f"([0]*{k}+[1]*{m.num_layers - k})"
+    return "[" + ",".join(map(str, pattern)) + "]"
+
+
+def _megatron_attention_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    args: list[tuple[str, str | None]] = []
+    notes: list[str] = []
+    if m.is_mla:
+        args += [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
+                 ("--qk-head-dim", str(m.head_dim)), ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
+                 ("--v-head-dim", str(m.v_head_dim))]
+        if m.q_lora_rank:
+            args.append(("--q-lora-rank", str(m.q_lora_rank)))
+    else:
+        args.append(("--kv-channels", str(m.head_dim)))
+        if m.num_kv_heads < m.num_heads:
+            args += [("--group-query-attention", None), ("--num-query-groups", str(m.num_kv_heads))]
+    if m.qk_norm:
+        args.append(("--qk-layernorm", None))
+    if m.sliding_window:
+        args.append(("--window-size", f"({m.sliding_window},0)"))
+        global_layers = m.num_layers - m.local_attention_layers
+        if global_layers > 0:
+            args.append(("--window-attn-skip-freq", str(max(1, m.num_layers // global_layers))))
+    return args, notes
+
+
+def _megatron_position_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    if m.position_embedding == "learned":
+        return [("--position-embedding-type", "learned_absolute")], []
+    if m.position_embedding == "alibi":
+        return [("--position-embedding-type", "none")], ["ALiBi has no Megatron-LM flag: the model uses ALiBi biases in attention"]
+    args: list[tuple[str, str | None]] = []
+    notes: list[str] = []
+    scaling = dict(m.rope_scaling)
+    kind = scaling.get("rope_type") or scaling.get("type")
+    args.append(("--position-embedding-type", "yarn" if kind == "yarn" and not m.is_mla else "rope"))
+    if m.rope_theta:
+        args.append(("--rotary-base", str(int(m.rope_theta))))
+    if kind == "llama3":
+        args += [("--use-rope-scaling", None), ("--rope-scaling-factor", str(float(scaling.get("factor", 8.0))))]
+    elif kind == "yarn":
+        if m.is_mla:
+            args.append(("--rope-type", "yarn"))
+        args.append(("--rotary-scaling-factor", str(float(scaling.get("factor", 1.0)))))
+        for key, flag in (("original_max_position_embeddings", "--yarn-original-max-position-embeddings"),
+                          ("mscale", "--mscale"), ("mscale_all_dim", "--mscale-all-dim"),
+                          ("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
+            if key in scaling:
+                value = scaling[key]
+                args.append((flag, str(int(value)) if flag.endswith("embeddings") else str(float(value))))
+    elif kind:
+        notes.append(f"RoPE scaling {kind!r} ({scaling}) has no Megatron-LM flag: apply it in the model provider")
+    return args, notes
+
+
+def megatron_model_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The model shape in Megatron-LM's flags: sizes, attention (GQA groups, head dim as
+    ``--kv-channels``, MLA, QK norm, windows), positions (RoPE base and scaling), biases,
+    normalisation, activation, tying and MoE (routed/shared experts, layer pattern), MTP.
+    What Megatron cannot express is returned as notes."""
+    dense_ffn = m.dense_ffn_hidden_size or m.ffn_hidden_size
+    args: list[tuple[str, str | None]] = [
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(dense_ffn)),
+        ("--num-attention-heads", str(m.num_heads)),
+    ]
+    attn_args, notes = _megatron_attention_args(m)
+    args += attn_args
+    pos_args, pos_notes = _megatron_position_args(m)
+    args += pos_args
+    notes += pos_notes
+    args.append(("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.gated_ffn:
+        if m.activation == "silu":
+            args.append(("--swiglu", None))
+        else:
+            args.append(("--quick-geglu", None))
+            notes.append(f"gated {m.activation} FFN: Megatron's CLI has only --swiglu and --quick-geglu; "
+                         f"--quick-geglu keeps the shape, set activation_func to {m.activation} in the model provider")
+    if not (m.has_qkv_bias or m.has_out_bias or m.has_mlp_bias):
+        args.append(("--disable-bias-linear", None))
+    elif not (m.has_out_bias and m.has_mlp_bias):
+        args.append(("--disable-bias-linear", None))
+        if m.has_qkv_bias:
+            args.append(("--add-qkv-bias", None))
+        if m.has_out_bias or m.has_mlp_bias:
+            notes.append("the output-projection/MLP biases without the others have no Megatron-LM flag")
+    if not m.tie_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if m.head_bias:
+        notes.append("the LM head's bias has no Megatron-LM flag")
+    if m.norms_per_layer != 2:
+        notes.append(f"{m.norms_per_layer} norms per layer ({'parallel attention/MLP' if m.norms_per_layer == 1 else 'sandwich norms'}) "
+                     "have no Megatron-LM flag: Megatron builds 2")
+    if m.is_moe:
+        args += [("--num-experts", str(m.num_experts)), ("--moe-router-topk", str(m.experts_per_token)),
+                 ("--moe-ffn-hidden-size", str(m.ffn_hidden_size))]
+        if m.shared_expert_ffn_hidden_size:
+            args.append(("--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_hidden_size)))
+        if m.dense_layer_indices:
+            args.append(("--moe-layer-freq", _moe_layer_freq(m)))
+        args.append(("--moe-grouped-gemm", None))
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", str(m.mtp_layers)))
     return args, notes
 
 
@@ -207,6 +292,15 @@ def _layer_boundaries(chunks: tuple[int, ...]) -> list[int]:
 
 
 def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
+    """``ds_config.json``: batch sizes over the data-parallel ranks (world ÷ tp·pp, DeepSpeed's
+    mpu view), ZeRO, precision, activation checkpointing and the pipeline stages.  DeepSpeed
+    has no ring context parallelism, so a plan with cp > 1 is refused."""
+    if view.cp > 1:
+        raise InvalidPlan(
+            f"the plan uses context parallelism (cp={view.cp}), which DeepSpeed does not have (its Ulysses "
+            "sequence parallelism is a different all-to-all scheme); re-plan with constraints {\"cp\": 1} for this target",
+            field="plan.best.strategy.cp",
+        )
     notes: list[str] = []
     dp = view.dp
     mbs = view.micro_batch_size
@@ -241,8 +335,8 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         }
     if view.pp > 1:
         cfg["pipeline"] = {"stages": view.pp, "partition": "parameters"}
-    if view.tp > 1 or view.cp > 1:
-        notes.append(f"tp={view.tp}, cp={view.cp} are set by the model code (e.g. Megatron-DeepSpeed --tensor-model-parallel-size)")
+    if view.tp > 1:
+        notes.append(f"tp={view.tp} is set by the model code (e.g. Megatron-DeepSpeed --tensor-model-parallel-size)")
     return cfg, notes
 
 
@@ -286,26 +380,38 @@ def fleet_config(view: PlanView) -> dict[str, Any]:
     }
     if view.ep > 1:
         hybrid["ep_degree"] = view.ep
+    recompute = view.s("recompute", "none")
+    dtype = view.training.get("dtype", "bf16")
     return {
         "hybrid_configs": hybrid,
-        "pipeline_configs": {"accumulate_steps": view.num_microbatches, "micro_batch_size": view.micro_batch_size},
+        "pipeline_configs": {"accumulate_steps": view.num_microbatches, "micro_batch_size": view.micro_batch_size,
+                             "schedule_mode": "1F1B"},
         "seg_method": _layer_boundaries(chunks),
         "seg_layer_list": "embedding, decoder layers, head (PipelineLayer layers in this order)",
         "num_virtual_pipeline_stages": view.vpp,
         "layers_per_stage": list(view.stage_layers or ()),
         "sharding_stage": zero,
-        "recompute": view.s("recompute", "none"),
+        "recompute": recompute,
+        # PipelineLayer recompute_interval: every layer (full); selective has no Paddle switch.
+        "recompute_interval": 1 if recompute == "full" else 0,
         "sequence_parallel": bool(view.s("sequence_parallel", False)),
-        "amp_dtype": DTYPE_NAMES.get(view.training.get("dtype", "bf16"), "bfloat16"),
+        "amp_dtype": DTYPE_NAMES.get(dtype, "bfloat16"),
+        "amp_level": "O0" if dtype == "fp32" else "O2",
     }
 
 
-FLEET_INIT = '''"""Build Paddle Fleet's DistributedStrategy from fleet_strategy.json and initialise fleet.
-Generated by the auto-parallel planner.
+FLEET_INIT = '''"""Apply the plan's Paddle Fleet strategy (fleet_strategy.json): hybrid degrees and order,
+pipeline micro-batching and schedule, sharding stage, recompute and AMP.  Generated by the
+auto-parallel planner.
 
-    from fleet_init import init_fleet
-    cfg = init_fleet()            # reads $PLANNER_FLEET_STRATEGY or ./fleet_strategy.json
-    PipelineLayer(layers=[embedding, *decoders, head], num_stages=..., seg_method=cfg["seg_method"], ...)
+    from fleet_init import init_fleet, wrap, auto_cast
+    cfg = init_fleet()                      # reads $PLANNER_FLEET_STRATEGY or ./fleet_strategy.json
+    model = PipelineLayer(layers=[embedding, *decoders, head], num_stages=cfg["hybrid_configs"]["pp_degree"],
+                          seg_method=cfg["seg_method"], recompute_interval=cfg["recompute_interval"],
+                          num_virtual_pipeline_stages=cfg["num_virtual_pipeline_stages"] or None, ...)
+    model, optimizer, scaler = wrap(cfg, model, optimizer)
+    with auto_cast(cfg):
+        loss = model(batch)
 """
 import json
 import os
@@ -318,11 +424,18 @@ def load_config(path=None):
 
 
 def build_strategy(cfg):
+    """DistributedStrategy with the plan's hybrid degrees, pipeline configs, recompute and AMP."""
     from paddle.distributed import fleet
 
     strategy = fleet.DistributedStrategy()
     strategy.hybrid_configs = dict(cfg["hybrid_configs"])
     strategy.pipeline_configs = dict(cfg["pipeline_configs"])
+    if cfg["recompute"] != "none":
+        strategy.recompute = True
+    if cfg["amp_level"] != "O0":
+        strategy.amp = True
+        fp16 = cfg["amp_dtype"] == "float16"
+        strategy.amp_configs = {"use_pure_fp16": fp16 and cfg["amp_level"] == "O2", "use_dynamic_loss_scaling": fp16}
     return strategy
 
 
@@ -332,6 +445,40 @@ def init_fleet(path=None):
     cfg = load_config(path)
     fleet.init(is_collective=True, strategy=build_strategy(cfg))
     return cfg
+
+
+def wrap(cfg, model, optimizer, scaler=None):
+    """AMP decoration at the plan's level and dtype, then the sharding stage: 1 through fleet's
+    sharding optimizer (hybrid sharding_degree), 2 and 3 through group_sharded_parallel
+    (levels os_g and p_g_os) over the sharding group."""
+    import paddle
+    from paddle.distributed import fleet
+
+    if cfg["amp_level"] == "O2":
+        model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2", dtype=cfg["amp_dtype"])
+    if cfg["amp_dtype"] == "float16" and scaler is None:
+        scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16)
+    stage = cfg["sharding_stage"]
+    if stage >= 2:
+        from paddle.distributed.sharding import group_sharded_parallel
+
+        group = fleet.get_hybrid_communicate_group().get_sharding_parallel_group()
+        model, optimizer, scaler = group_sharded_parallel(
+            model, optimizer, level="os_g" if stage == 2 else "p_g_os", scaler=scaler, group=group
+        )
+    else:
+        model = fleet.distributed_model(model)
+        optimizer = fleet.distributed_optimizer(optimizer)
+        if scaler is not None:
+            scaler = fleet.distributed_scaler(scaler)
+    return model, optimizer, scaler
+
+
+def auto_cast(cfg):
+    import paddle
+
+    return paddle.amp.auto_cast(enable=cfg["amp_level"] != "O0", level=cfg["amp_level"] if cfg["amp_level"] != "O0" else "O1",
+                                dtype=cfg["amp_dtype"] if cfg["amp_level"] != "O0" else "float16")
 '''
 
 
@@ -378,6 +525,67 @@ def to_toml(sections: Mapping[str, Mapping[str, Any]], header: str = "") -> str:
     return "\n".join(lines)
 
 
+#: torchtitan's registered models and flavors (torchtitan/models/*/__init__.py, e.g.
+#: ``llama3_configs``, ``qwen3_configs``, ``deepseekv3_configs`` of torchtitan 0.3.0) by the
+#: shape they build: (layers, hidden, heads, kv heads, FFN or per-expert width, experts) →
+#: (model, flavor, the config_registry function of the Python-config era or None).
+TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int, int, int], tuple[str, str, str | None]] = {
+    (32, 4096, 32, 8, 14336, 1): ("llama3", "8B", "llama3_8b"),
+    (80, 8192, 64, 8, 28672, 1): ("llama3", "70B", "llama3_70b"),
+    (126, 16384, 128, 8, 53248, 1): ("llama3", "405B", "llama3_405b"),
+    (27, 2048, 16, 16, 1408, 64): ("deepseek_v3", "16B", "deepseek_v3_16b"),
+    (60, 5120, 128, 128, 1536, 160): ("deepseek_v3", "236B", None),
+    (61, 7168, 128, 128, 2048, 256): ("deepseek_v3", "671B", "deepseek_v3_671b"),
+    (28, 1024, 16, 8, 3072, 1): ("qwen3", "0.6B", "qwen3_0_6b"),
+    (28, 2048, 16, 8, 6144, 1): ("qwen3", "1.7B", "qwen3_1_7b"),
+    (36, 2560, 32, 8, 9728, 1): ("qwen3", "4B", None),
+    (36, 4096, 32, 8, 12288, 1): ("qwen3", "8B", None),
+    (40, 5120, 40, 8, 17408, 1): ("qwen3", "14B", "qwen3_14b"),
+    (64, 5120, 64, 8, 25600, 1): ("qwen3", "32B", "qwen3_32b"),
+    (48, 2048, 32, 4, 768, 128): ("qwen3", "30B-A3B", "qwen3_30b_a3b"),
+    (94, 4096, 64, 4, 1536, 128): ("qwen3", "235B-A22B", None),
+}
+
+
+def torchtitan_model(m: TransformerSpec | None) -> tuple[dict[str, Any], str | None, list[str]]:
+    """The ``[model]`` section: a registered name and flavor when the plan's model is one, else
+    the ``custom`` flavor of torchtitan's llama3 model registered by ``torchtitan_flavor.py``
+    (imported through ``[experimental] custom_import``).  Returns (section, module text, notes)."""
+    if m is None:
+        return {"name": "llama3", "flavor": "custom"}, None, ["the plan's model has no shape: register a torchtitan flavor for it"]
+    key = (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.num_experts)
+    if key in TORCHTITAN_FLAVORS:
+        name, flavor, _ = TORCHTITAN_FLAVORS[key]
+        return {"name": name, "flavor": flavor}, None, []
+    notes = []
+    if not m.gated_ffn or m.activation != "silu" or m.is_moe or m.is_mla or m.has_qkv_bias or m.norm != "rmsnorm":
+        notes.append("torchtitan's llama3 model is a SwiGLU/RMSNorm decoder without biases or experts: "
+                     f"{m.name} differs, so the custom flavor only approximates it; register a model for it")
+    base = 4 * m.hidden_size
+    base = int(2 * base / 3)
+    module = "\n".join([
+        f'"""Registers torchtitan flavor "custom" (llama3 model) for plan model {m.name}; generated by the planner."""',
+        "from torchtitan.models.llama3 import llama3_configs",
+        "from torchtitan.models.llama3.model.args import TransformerModelArgs",
+        "",
+        "llama3_configs[\"custom\"] = TransformerModelArgs(",
+        f"    dim={m.hidden_size},",
+        f"    n_layers={m.num_layers},",
+        f"    n_heads={m.num_heads},",
+        f"    n_kv_heads={m.num_kv_heads},",
+        f"    vocab_size={m.vocab_size},",
+        f"    multiple_of={m.ffn_hidden_size},  # with the multiplier below: FFN width exactly {m.ffn_hidden_size}",
+        f"    ffn_dim_multiplier={m.ffn_hidden_size / base!r},",
+        f"    rope_theta={m.rope_theta or 10000.0!r},",
+        ")",
+        "",
+    ])
+    notes.append("[model] flavor \"custom\" is registered by torchtitan_flavor.py ([experimental] custom_import; "
+                 "keep it on PYTHONPATH); TOML-era torchtitan (model args as dataclass instances): with Python configs "
+                 "(torchtitan >= 0.3) add a config_registry function for this model instead")
+    return {"name": "llama3", "flavor": "custom"}, module, notes
+
+
 def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     chunks = view.require_layers("torchtitan")
     zero = int(view.s("zero_stage", 0))
@@ -415,41 +623,63 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     ac = {"mode": recompute, "selective_ac_option": "op" if recompute == "selective" else None}
     return {
         "job": {"description": f"plan {view.plan_id}: {view.model_name}"},
-        "model": {"name": str(_spec(view).get("model_type") or view.model_name)},
+        "model": torchtitan_model(view.transformer)[0],
         "training": training,
         "parallelism": parallelism,
         "activation_checkpoint": ac,
     }
 
 
-def _flatten_overrides(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    out = []
-    for name, body in sections.items():
-        if name in ("job", "model"):
-            continue
-        for key, value in body.items():
+def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: tuple[str, str, str | None] | None) -> list[str]:
+    """The same settings as torchtitan >= 0.3 command-line words (its tyro parser): ``--module``/
+    ``--config`` when a registered config builds the model, ``--section.key value``, booleans as
+    ``--section.key`` / ``--section.no-key``, lists as one word per item, and the activation
+    checkpoint mode as the ``activation-checkpoint:<mode>`` subcommand (last)."""
+    args: list[str] = []
+    if registered and registered[2]:
+        args += ["--module", registered[0], "--config", registered[2]]
+    for section in ("training", "parallelism"):
+        for key, value in sections[section].items():
             if value is None:
                 continue
-            if name == "parallelism" and key == "pipeline_parallel_microbatch_size":
-                continue
-            out.append(f"--{name}.{key}={_toml_value(value) if not isinstance(value, (str, int)) or isinstance(value, bool) else value}")
-    return out
+            name = key.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(f"--{section}.{name}" if value else f"--{section}.no-{name}")
+            elif key == "module_fqns_per_model_part":
+                args += [f"--{section}.{name}", *(",".join(part) for part in value)]
+            else:
+                args += [f"--{section}.{name}", str(value)]
+    if sections["parallelism"].get("pipeline_parallel_degree", 1) > 1:
+        args.append("--training.disable-cuda-graphs")  # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet"
+    args.append(f"activation-checkpoint:{sections['activation_checkpoint']['mode']}")
+    return args
 
 
 def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     sections = torchtitan_sections(view)
+    _, flavor_module, model_notes = torchtitan_model(view.transformer)
+    if flavor_module is not None:
+        sections["experimental"] = {"custom_import": "torchtitan_flavor"}
     toml_text = to_toml(sections, f"# torchtitan config for plan {view.plan_id} (TOML era, before torchtitan PR #2386)")
-    overrides = _flatten_overrides(sections)
-    if view.pp > 1:
-        overrides.append(f"--parallelism.num_pp_microbatches={view.num_microbatches}")
+    m = view.transformer
+    registered = TORCHTITAN_FLAVORS.get((m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.num_experts)) if m else None
+    overrides = torchtitan_cli_args(sections, registered)
+    if not (registered and registered[2]):
+        model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
+                       "pass --module/--config of one you register before these arguments"]
+    if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
+        model_notes.append("torchtitan's mixed precision takes bfloat16 or float32 parameters only")
     params = params.with_default_command("-m torchtitan.train")
     launch = render_torchrun(view, params, entry=params.command_words + ["--job.config_file", '"$PLAN_DIR/torchtitan.toml"'])
     files = {
         "torchtitan.toml": toml_text,
-        "torchtitan_overrides.txt": "# CLI overrides for torchtitan after PR #2386 (Python configs)\n" + "\n".join(overrides) + "\n",
+        "torchtitan_overrides.txt": "# torchtitan >= 0.3 (Python configs, after PR #2386): python -m torchtitan.train $(cat this file)\n"
+        + " ".join(q(w) for w in overrides) + "\n",
         **{("launch_torchtitan.sh" if k == "launch_torchrun.sh" else k): v for k, v in launch.files.items()},
     }
-    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *launch.notes]
+    if flavor_module is not None:
+        files["torchtitan_flavor.py"] = flavor_module
+    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *launch.notes]
     if int(view.s("zero_stage", 0)) in (1, 2):
         notes.append("ZeRO 1/2 has no exact torchtitan equivalent: FSDP with reshard_after_forward=never")
     return Artifact("torchtitan", files, "torchtitan.toml", tuple(notes))

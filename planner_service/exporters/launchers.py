@@ -222,8 +222,12 @@ def render_paddle_launch(
 
 
 def deepspeed_hostfile(view: PlanView) -> str:
-    lines = [HEADER.format(plan_id=view.plan_id), "# host slots=N, in the plan's node order (rank 0's host first)"]
-    lines += [f"{n.host} slots={n.nproc}" for n in view.placement.nodes]
+    """``host slots=N`` lines in plan node order.  DeepSpeed's runner numbers a host's slots
+    0..N-1 and ``--include host:i,j`` must name existing slots, so N covers the node's GPUs
+    (its GPU count, at least the highest plan GPU index + 1), not only the plan's processes."""
+    lines = [HEADER.format(plan_id=view.plan_id), "# host slots=N, in the plan's node order (rank 0's host first);",
+             "# --include in launch_deepspeed.sh picks the plan's GPUs among the slots"]
+    lines += [f"{n.host} slots={max(view.group_of(n).gpus_per_node, max(n.gpus) + 1)}" for n in view.placement.nodes]
     return "\n".join(lines) + "\n"
 
 
@@ -238,8 +242,9 @@ def deepspeed_command(view: PlanView, params: LaunchParams, entry: list[str], po
     words = [
         "deepspeed",
         '--hostfile="$PLAN_DIR/hostfile"',
+        # --include picks the hosts and GPUs; DeepSpeed's runner refuses it together with
+        # --num_nodes/--num_gpus ("Cannot specify num_nodes/gpus with include/exclude").
         f"--include={include}",
-        f"--num_nodes={len(pl.nodes)}",
         f"--master_addr={pl.master.host}",
         f"--master_port={params.master_port + port_offset}",
     ]

@@ -26,7 +26,7 @@ from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError
 from cost_model.strategy import even_split, rank_coords
-from cost_model.transformer.spec import from_hf_config, get_preset
+from cost_model.transformer.spec import TransformerSpec, from_hf_config, get_preset
 
 
 class InvalidPlan(InvalidInput):
@@ -123,6 +123,7 @@ class PlanView:
     stage_layers: tuple[int, ...] | None  # decoder layers per physical stage (len pp)
     virtual_layers: tuple[int, ...] | None  # decoder layers per model chunk (len pp·vpp), model order
     graph_model: bool = False  # an operator-graph / ONNX model: stages hold ops, not decoder layers
+    transformer: TransformerSpec | None = None  # the model as cost_model read it (None: no shape)
 
     # convenience accessors ---------------------------------------------------------------
     def s(self, key: str, default: Any = None) -> Any:
@@ -254,6 +255,24 @@ def _layers(spec: Mapping[str, Any] | None, best: Mapping[str, Any], strategy: M
     if sum(physical) < 1:
         raise InvalidPlan("must hold at least one layer", field="plan.best.strategy.layers_per_stage")
     return tuple(physical), tuple(chunks)
+
+
+def _transformer(model: Mapping[str, Any]) -> TransformerSpec | None:
+    """The plan's model as a :class:`TransformerSpec`: the request's ``{"transformer": ...}`` or
+    ``{"preset": ...}``, or HF config keys in ``model.spec``; None for graph models or no shape."""
+    spec = model.get("spec")
+    if not isinstance(spec, Mapping) or "graph" in spec or "model_id" in spec:
+        return None
+    try:
+        if isinstance(spec.get("transformer"), Mapping):
+            return from_hf_config(spec["transformer"])
+        if isinstance(spec.get("preset"), str):
+            return get_preset(spec["preset"])
+        if any(k in spec for k in ("num_hidden_layers", "n_layer")):
+            return from_hf_config(spec)
+    except PlannerError:
+        return None
+    return None
 
 
 def _model_spec(model: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -420,4 +439,5 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
         stage_layers=physical,
         virtual_layers=chunks,
         graph_model=isinstance(model.get("spec"), Mapping) and ("graph" in model["spec"] or "model_id" in model["spec"]),
+        transformer=_transformer(model),
     )

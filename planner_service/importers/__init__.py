@@ -4,8 +4,8 @@
     result = import_cluster("nvidia-smi", [("node7.csv", text), ("node7.topo", topo)])
     result.cluster   # {"name", "node_groups": [...], "nodes": [...]}  (cluster_from_dict accepts it)
 
-Formats: ``paddle`` (PaddlePaddle auto-parallel cluster JSON), ``nvidia-smi`` (query CSV plus
-``topo -m`` per node), ``k8s-nodes`` (``kubectl get nodes -o json`` with GPU Feature Discovery
+Formats: ``paddle`` (PaddlePaddle auto-parallel cluster JSON), ``nvidia-smi`` (query CSV,
+``-q -x`` XML or ``-L`` list, plus ``topo -m`` per node), ``k8s-nodes`` (``kubectl get nodes -o json`` with GPU Feature Discovery
 labels).  Malformed input raises :class:`cost_model.errors.InvalidCluster` naming the field.
 """
 
@@ -42,7 +42,8 @@ def import_cluster(fmt: str, sources: Sequence[tuple[str, str]], name: str | Non
         raise InvalidCluster("no input given", field="files")
     warnings: list[str] = []
     if fmt == "nvidia-smi":
-        cluster = import_nvidia_smi(sources, name or "nvidia-smi-cluster")
+        cluster, smi_warnings = import_nvidia_smi(sources, name or "nvidia-smi-cluster")
+        warnings += smi_warnings
     else:
         if len(sources) != 1:
             raise InvalidCluster(f"format {fmt} takes exactly one file, got {len(sources)}", field="files")

@@ -2,66 +2,107 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from cost_model.devices import catalog
 from cost_model.errors import InvalidCluster
-from cost_model.units import bytes_to_gb, mib_to_bytes
 
-#: Family tokens as they appear in nvidia-smi names, GFD labels and Paddle's "model" field.
-_FAMILIES = ("H200", "H100", "H800", "B200", "A100", "A800", "V100", "L40S", "A10", "MI300X", "MI250X")
+#: Product names as nvidia-smi, rocm-smi, GPU Feature Discovery labels and Paddle's cluster
+#: JSON print them, normalised by :func:`_normalise` (upper case, vendor words dropped, words
+#: joined by "-"), → catalog id.  A name maps to exactly one entry: an export variant (H800,
+#: A800, H20) or another form factor (PCIe, NVL) is its own entry, never its sibling's.
+PRODUCT_NAMES: dict[str, str] = {
+    "V100-SXM2-32GB": "V100-SXM2-32GB",
+    "A100-SXM4-40GB": "A100-SXM4-40GB",
+    "A100-SXM4-80GB": "A100-SXM4-80GB",
+    "A100-PCIE-40GB": "A100-PCIE-40GB",
+    "A100-40GB-PCIE": "A100-PCIE-40GB",
+    "A100-PCIE-80GB": "A100-PCIE-80GB",
+    "A100-80GB-PCIE": "A100-PCIE-80GB",
+    "A800-SXM4-80GB": "A800-SXM4-80GB",
+    "H100-80GB-HBM3": "H100-SXM5-80GB",
+    "H100-SXM5-80GB": "H100-SXM5-80GB",
+    "H100-PCIE": "H100-PCIE-80GB",
+    "H100-PCIE-80GB": "H100-PCIE-80GB",
+    "H100-NVL": "H100-NVL-94GB",
+    "H100-NVL-94GB": "H100-NVL-94GB",
+    "H800": "H800-SXM5-80GB",
+    "H800-80GB-HBM3": "H800-SXM5-80GB",
+    "H800-SXM5-80GB": "H800-SXM5-80GB",
+    "H200": "H200-SXM-141GB",
+    "H200-141GB-HBM3E": "H200-SXM-141GB",
+    "H200-SXM-141GB": "H200-SXM-141GB",
+    "H20": "H20-96GB",
+    "H20-96GB": "H20-96GB",
+    "H20-96GB-HBM3": "H20-96GB",
+    "B200": "B200-SXM-192GB",
+    "B200-SXM-192GB": "B200-SXM-192GB",
+    "L40S": "L40S-48GB",
+    "L40S-48GB": "L40S-48GB",
+    "L4": "L4-24GB",
+    "L4-24GB": "L4-24GB",
+    "A10": "A10-24GB",
+    "A10-24GB": "A10-24GB",
+    "MI250X": "MI250X",
+    "MI250X-MI250": "MI250X",
+    "MI300X": "MI300X",
+    "MI300X-OAM": "MI300X",
+}
+_VENDOR_WORDS = {"NVIDIA", "TESLA", "AMD", "INSTINCT", "RADEON"}
 
 
-def _tokens(product: str) -> list[str]:
-    text = product.upper().replace("NVIDIA", " ").replace("TESLA", " ")
-    return [t for t in re.split(r"[\s_\-/]+", text) if t]
+def _normalise(product: str) -> str:
+    words = [w for w in re.split(r"[\s_\-/]+", product.strip().upper()) if w and w not in _VENDOR_WORDS]
+    return "-".join(words)
 
 
 def catalog_id_for(product: str, memory_MiB: float | None = None, field_path: str = "device") -> str:
-    """Map a GPU product string to a device-catalog id.
+    """Map a GPU product string to its device-catalog id, exactly (:data:`PRODUCT_NAMES`).
 
-    Accepts nvidia-smi names (``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``,
-    ``Tesla V100-SXM2-32GB``, ``NVIDIA A100 80GB PCIe``), GPU Feature Discovery labels
-    (``NVIDIA-H100-80GB-HBM3``, ``A100-SXM4-40GB``) and catalog ids themselves.  The family
-    token picks the catalog family; the form factor (``PCIE`` vs SXM/HBM3) and the memory size
-    (from the name, else ``memory_MiB``) pick the entry.
+    Accepts nvidia-smi names (``NVIDIA H100 80GB HBM3``, ``NVIDIA H100 NVL``, ``NVIDIA
+    A800-SXM4-80GB``, ``Tesla V100-SXM2-32GB``), GPU Feature Discovery labels
+    (``NVIDIA-H100-80GB-HBM3``), rocm-smi names (``AMD Instinct MI300X``) and catalog ids.  A
+    reported memory size (``memory_MiB``) must agree with the entry's (±10%), so a card the
+    catalog does not describe is not taken for a sibling.  Anything else is an
+    :class:`InvalidCluster` (HTTP 422) naming the product and the closest catalog entries.
     """
     cat = catalog()
     stripped = product.strip()
     for cid in cat:
         if cid.lower() == stripped.lower():
-            return cid
-    tokens = _tokens(stripped)
-    if any(t.startswith("MIG") for t in tokens):
+            return _check_memory(cid, product, memory_MiB, field_path)
+    key = _normalise(stripped)
+    if "MIG" in key.split("-"):
         raise InvalidCluster(f"MIG slices ({product!r}) are not supported; give whole GPUs", field=field_path)
-    family = next((f for f in _FAMILIES if f in tokens or any(t.startswith(f) and t[len(f):] in ("", "S") for t in tokens)), None)
-    if family is None:
-        # nvidia-smi writes e.g. "A100-SXM4-80GB" as one token after splitting on "-": handled above;
-        # anything else is unknown.
+    cid = PRODUCT_NAMES.get(key)
+    if cid is None or cid not in cat:
+        known = sorted(set(PRODUCT_NAMES) | {c for c in cat if c != "local-cpu"})
+        close = difflib.get_close_matches(key, known, n=3, cutoff=0.3)
+        closest = list(dict.fromkeys(PRODUCT_NAMES.get(c, c) for c in close))
         raise InvalidCluster(
-            f"GPU product {product!r} matches no catalog device ({', '.join(sorted(c for c in cat if c != 'local-cpu'))})",
+            f"GPU product {product!r} matches no catalog device"
+            + (f"; closest catalog entries: {', '.join(closest)}" if closest else "")
+            + "; give a catalog id or an inline device spec (name, memory_GB, bf16_tflops, memory_bandwidth_GBps, ...)",
             field=field_path,
         )
-    family = {"H800": "H100", "A800": "A100"}.get(family, family)
-    pcie = any(t in ("PCIE", "PCI") for t in tokens)
-    mem_GB: float | None = None
-    for t in tokens:
-        m = re.fullmatch(r"(\d+)GB", t)
-        if m:
-            mem_GB = float(m.group(1))
-    if mem_GB is None and memory_MiB:
-        mem_GB = bytes_to_gb(mib_to_bytes(memory_MiB))
-    candidates = [c for c in cat.values() if c.name.upper().startswith(family)]
-    if family == "A10":
-        candidates = [c for c in candidates if c.name.upper().startswith("A10-")]
-    if not candidates:
-        raise InvalidCluster(f"GPU product {product!r}: family {family} is not in the device catalog", field=field_path)
-    form = [c for c in candidates if ("PCIE" in c.name.upper()) == pcie] or candidates
-    if mem_GB is None:
-        return sorted(form, key=lambda c: c.memory_GB)[-1].name
-    return min(form, key=lambda c: abs(c.memory_GB - mem_GB)).name
+    return _check_memory(cid, product, memory_MiB, field_path)
+
+
+def _check_memory(cid: str, product: str, memory_MiB: float | None, field_path: str) -> str:
+    if not memory_MiB:
+        return cid
+    reported_GB = memory_MiB / 1024.0  # nvidia-smi's MiB; catalog sizes are marketing "GB" ≈ GiB
+    catalog_GB = catalog()[cid].memory_GB
+    if catalog_GB and abs(reported_GB - catalog_GB) > 0.1 * catalog_GB:
+        raise InvalidCluster(
+            f"GPU product {product!r} reports {reported_GB:.0f} GiB but catalog entry {cid} has {catalog_GB:.0f} GB: "
+            "a variant the catalog does not describe; give an inline device spec",
+            field=field_path,
+        )
+    return cid
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
 from cost_model.spec import ModelSpec
+from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner.request import (
     PlanRequest,
@@ -116,6 +117,18 @@ def plan_status(solver_status: Any) -> str:
     return "optimal" if s in ("optimal", "exhaustive", "proved_optimal") else "feasible"
 
 
+def _model_summary(model: ModelSpec) -> dict[str, Any]:
+    """What the plan's ``model`` reports beside name and params: the active parameters of a
+    mixture of experts and the multi-token-prediction parameters of a transformer."""
+    out: dict[str, Any] = {}
+    active, total = int(model.active_params()), int(model.total_params())
+    if active != total:
+        out["active_params"] = active
+    if isinstance(model, TransformerSpec) and model.mtp_layers:
+        out["mtp_params"] = int(model.mtp_params())
+    return out
+
+
 def plan_to_api(p: StoredPlan) -> dict[str, Any]:
     """The plan JSON of contract v1."""
     r = p.result
@@ -127,7 +140,7 @@ def plan_to_api(p: StoredPlan) -> dict[str, Any]:
         "revision": p.revision,
         "created_at": p.to_dict()["created_at"],
         "parent_id": p.parent_id,
-        "model": {"name": p.model_name, "params": p.model_params, "spec": q.get("model")},
+        "model": {"name": p.model_name, "params": p.model_params, **(r.get("model_summary") or {}), "spec": q.get("model")},
         "cluster": q.get("cluster"),
         "training": q.get("training"),
         "constraints": q.get("constraints"),
@@ -281,6 +294,7 @@ class PlanService:
         stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, stored_result["best"])]
         pred = chosen.prediction
         model: ModelSpec = req.model
+        stored_result["model_summary"] = _model_summary(model)
         return NewPlan(
             request_hash=prepared.request_hash,
             status=plan_status(result.search.get("solver_status")),

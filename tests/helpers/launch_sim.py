@@ -16,6 +16,7 @@ records RANK and its GPU; the result is ``{rank: (host, physical gpu)}``.
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import shutil
@@ -260,6 +261,8 @@ class Sim:
         docs = list(yaml.safe_load_all(text))
         cm = next(d for d in docs if d["kind"] == "ConfigMap")
         d = self.write(dict(cm["data"]), "pod")
+        for name, b64 in (cm.get("binaryData") or {}).items():  # a ConfigMap volume holds the decoded bytes
+            (d / name).write_bytes(base64.b64decode(b64))
         templates = pod_templates(docs)
         for _, replicas, tmpl in templates:
             spec = tmpl["spec"]

@@ -1,0 +1,36 @@
+"""A real config.json through the HTTP API: the plan carries the model's name, total and
+active parameters and the config's uncosted fields as warnings; an architecture the cost
+model cannot represent is a 422 naming model_type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parents[1] / "costmodel" / "transformer" / "hf_configs"
+CLUSTER = {
+    "name": "two-h100",
+    "node_groups": [{"name": "g0", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB", "hostnames": ["h0", "h1"]}],
+}
+
+
+def test_moe_config_plans_with_active_params_name_and_warnings(client):
+    cfg = {**json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text()), "brand_new_knob": 1}
+    body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 4096}, "cluster": CLUSTER}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    assert plan["model"]["name"] == "qwen3_moe 30.5B"
+    assert abs(plan["model"]["params"] - 30.53e9) < 0.01e9
+    assert abs(plan["model"]["active_params"] - 3.35e9) < 0.01e9
+    assert any("brand_new_knob" in w for w in plan["warnings"])
+
+
+def test_state_space_config_is_a_422_naming_model_type(client):
+    cfg = {"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64, "state_size": 16, "vocab_size": 50280,
+           "num_attention_heads": 32}
+    body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 4096}, "cluster": CLUSTER}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 422
+    err = r.json()["error"] if "error" in r.json() else r.json()
+    assert "mamba" in json.dumps(err) and "supported" in json.dumps(err)

@@ -1,0 +1,199 @@
+"""Real Hugging Face ``config.json`` files (tests/costmodel/transformer/hf_configs/, copied from
+the published model repositories' config.json) plan as the published models.
+
+Each case gives the model card's total (and for MoE active) parameter count and its source.
+Counts are checked to ±0.5%; a card that rounds to two significant figures ("37B active") is
+checked within its rounding interval widened by 0.5%.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cost_model import Training, estimate, from_hf_config, simple_cluster
+from cost_model.errors import InvalidModel
+from cost_model.strategy import Strategy
+from cost_model.transformer.stage_cost import model_flops_per_step
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+
+
+def load(name: str) -> dict:
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+def within(value: float, card: float, rel: float = 0.005, rounding: float = 0.0) -> bool:
+    return card - rounding - rel * card <= value <= card + rounding + rel * card
+
+
+# (config, card total B, card active B or None, rounding of the card's active figure, source)
+CARDS = [
+    ("falcon-7b", 6.92, None, 0.0, "TII, Almazrouei et al. 2023 'The Falcon Series of Open Language Models' (6.9B, tied head)"),
+    ("deepseek-v3", 671.0, 37.0, 0.5, "DeepSeek-V3 technical report / model card: 671B total, 37B activated (MTP excluded)"),
+    ("gemma-2-27b", 27.2, None, 0.0, "Gemma 2 report (Gemma Team 2024) Table 1: 27.2B parameters"),
+    ("qwen3-30b-a3b", 30.5, 3.3, 0.05, "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
+    ("qwen2.5-72b", 72.7, None, 0.0, "Qwen2.5-72B model card: 72.7B parameters"),
+    ("llama-3.1-8b", 8.03, None, 0.0, "Llama 3.1 8B model card (8.03B)"),
+    ("llama-3.1-405b", 405.0, None, 0.0, "Llama 3.1 model card: 405B (405.9B counted, 0.2%)"),
+    ("mixtral-8x7b", 46.7, 12.9, 0.05, "Mistral AI 'Mixtral of experts' announcement: 46.7B total, 12.9B per token"),
+    ("phi-3.5-moe", 41.9, 6.6, 0.05, "Phi-3.5-MoE-instruct model card: 6.6B active, 41.9B total (16×3.8B)"),
+    ("gpt2", 0.124, None, 0.0005, "GPT-2 small, OpenAI 2019 (124M as counted by Hugging Face)"),
+]
+
+
+@pytest.mark.parametrize("name, total_b, active_b, rounding, source", CARDS, ids=[c[0] for c in CARDS])
+def test_parameter_counts_match_the_model_cards(name, total_b, active_b, rounding, source):
+    spec = from_hf_config(load(name))
+    assert within(spec.total_params() / 1e9, total_b, rounding=rounding if active_b is None else 0.0), (source, spec.total_params())
+    if active_b is not None:
+        assert spec.is_moe
+        assert within(spec.active_params() / 1e9, active_b, rounding=rounding), (source, spec.active_params())
+
+
+def test_falcon_40b_counts_its_tied_head_once():
+    # TII's card gives 41.8B: that counts the checkpoint's separate lm_head matrix (65024×8192 =
+    # 0.53B).  HF's FalconForCausalLM ties it to the embedding (tie_word_embeddings defaults to
+    # true and falcon-40b's config.json does not set it), so the trained model has 41.3B; with
+    # tie_word_embeddings false the count is the card's.
+    cfg = load("falcon-40b")
+    tied = from_hf_config(cfg)
+    assert tied.tie_embeddings and tied.num_kv_heads == 8 and tied.norms_per_layer == 2
+    assert tied.total_params() == pytest.approx(41.30e9, rel=0.001)
+    untied = from_hf_config({**cfg, "tie_word_embeddings": False})
+    assert within(untied.total_params() / 1e9, 41.8)
+
+
+def test_every_spelling_of_grouped_and_multi_query_attention():
+    f7 = from_hf_config(load("falcon-7b"))
+    assert f7.num_kv_heads == 1 and f7.norms_per_layer == 1 and f7.position_embedding == "rope" and f7.tie_embeddings
+    f40 = from_hf_config(load("falcon-40b"))
+    assert f40.num_kv_heads == 8
+    base = {"num_hidden_layers": 2, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 2816, "model_type": "llama"}
+    assert from_hf_config({**base, "num_key_value_heads": 4}).num_kv_heads == 4
+    assert from_hf_config({**base, "num_kv_heads": 2}).num_kv_heads == 2
+    assert from_hf_config({**base, "multi_query": True}).num_kv_heads == 1
+    assert from_hf_config(base).num_kv_heads == 16
+    # Falcon without new_decoder_architecture ignores num_kv_heads (HF FalconAttention).
+    old = {**load("falcon-7b"), "multi_query": False}
+    assert from_hf_config(old).num_kv_heads == 71
+
+
+def test_head_dim_bias_and_norm_fields_are_costed():
+    gemma = from_hf_config(load("gemma-2-27b"))
+    assert gemma.head_dim == 128 and gemma.q_size == 4096 != gemma.hidden_size
+    assert gemma.tie_embeddings and gemma.norms_per_layer == 4 and gemma.activation == "gelu_tanh" and gemma.gated_ffn
+    assert gemma.sliding_window == 4096 and gemma.local_attention_layers == 23
+    qwen3 = from_hf_config(load("qwen3-30b-a3b"))
+    assert qwen3.head_dim == 128 and qwen3.qk_norm and qwen3.rope_theta == 1e6
+    q72 = from_hf_config(load("qwen2.5-72b"))
+    assert q72.has_qkv_bias and not q72.has_out_bias and q72.sliding_window == 0  # use_sliding_window false
+    no_bias = from_hf_config({**load("qwen2.5-72b"), "model_type": "llama"})
+    assert q72.total_params() - no_bias.total_params() == 80 * (8192 + 2 * 1024)
+    phi = from_hf_config(load("phi-3.5-moe"))
+    assert phi.has_qkv_bias and phi.has_out_bias and phi.head_bias and phi.norm == "layernorm"
+    llama = from_hf_config(load("llama-3.1-8b"))
+    assert llama.rope_theta == 500000.0 and dict(llama.rope_scaling)["rope_type"] == "llama3"
+    assert not llama.tie_embeddings and llama.warnings == ()
+
+
+def test_rope_parameters_spelling_of_transformers_v5():
+    cfg = load("llama-3.1-8b")
+    scaling = cfg.pop("rope_scaling")
+    v5 = {**{k: v for k, v in cfg.items() if k != "rope_theta"}, "rope_parameters": {"rope_theta": 500000.0, **scaling}}
+    v5["dtype"] = v5.pop("torch_dtype")
+    spec = from_hf_config(v5)
+    assert spec.rope_theta == 500000.0 and dict(spec.rope_scaling)["factor"] == 8.0 and spec.warnings == ()
+
+
+def test_deepseek_v3_mla_shared_experts_dense_first_layers_and_mtp():
+    ds = from_hf_config(load("deepseek-v3"))
+    assert ds.is_mla and ds.q_lora_rank == 1536 and ds.kv_lora_rank == 512
+    assert ds.qk_head_dim == 192 and ds.value_head_dim == 128 and ds.num_kv_heads == 128
+    assert ds.dense_layer_indices == (0, 1, 2) and ds.moe_layers == 58 and ds.dense_ffn_hidden_size == 18432
+    assert ds.ffn_hidden_size == 2048 and ds.shared_expert_ffn_hidden_size == 2048 and ds.experts_per_token == 8
+    assert ds.mtp_layers == 1 and 11e9 < ds.mtp_params() < 12.5e9
+    assert sum(layer.params for layer in ds.layer_graph()) == ds.total_params()
+    assert any("multi-token-prediction" in w for w in ds.warnings)
+    assert any("quantization_config" in w for w in ds.warnings)
+
+
+def test_qwen_moe_layer_frequency_and_mlp_only_layers():
+    cfg = {**load("qwen3-30b-a3b"), "decoder_sparse_step": 2, "mlp_only_layers": [1]}
+    spec = from_hf_config(cfg)
+    # layer i is MoE when i is not in mlp_only_layers and (i + 1) % step == 0: 1, 3, ..., 47 minus layer 1
+    assert spec.moe_layers == 23 and len(spec.dense_layer_indices) == 25 and spec.dense_ffn_hidden_size == 6144
+
+
+def test_flops_per_token_follow_the_architecture():
+    # Forward GEMM FLOPs per token are twice the active matmul weights; for a model with
+    # uniform layers that is 2·(active params − embedding − norms − biases) per layer.
+    training = Training(global_batch_size=1, sequence_length=4096)
+    ds = from_hf_config(load("deepseek-v3"))
+    flops = model_flops_per_step(ds, training)
+    per_token_gemm = ds.num_layers * ds.matmul_params_per_token() + ds.vocab_size * ds.hidden_size
+    # 6 × active matmul params per token (Kaplan et al. 2020's 6N), plus attention
+    assert flops / 4096 == pytest.approx(6 * per_token_gemm + 12 * ds.num_layers * ds.attention_core_width(4096), rel=1e-12)
+    assert 6 * per_token_gemm / 4096 < flops / 4096
+    assert ds.num_layers * ds.matmul_params_per_token() == pytest.approx(
+        ds.active_params() - 2 * ds.vocab_size * ds.hidden_size, rel=0.001)
+    # Gemma-2's windowed layers attend to 4096 keys at sequence 8192: half the layers' core.
+    gemma = from_hf_config(load("gemma-2-27b"))
+    full = from_hf_config({**load("gemma-2-27b"), "sliding_window": None})
+    assert gemma.attention_core_width(8192) == pytest.approx(0.75 * full.attention_core_width(8192), rel=0.03)
+
+
+def test_non_uniform_models_estimate_end_to_end():
+    ds = from_hf_config(load("deepseek-v3"))
+    est = estimate(ds, Training(global_batch_size=4096, sequence_length=4096), simple_cluster("H100-SXM5-80GB", 128),
+                   Strategy(dp=2, tp=8, pp=8, ep=2, micro_batch_size=1, zero_stage=1, recompute="full",
+                            layers_per_stage=(7, 8, 8, 8, 8, 8, 8, 6)))
+    assert est.step_time_s > 0 and any("multi-token-prediction" in w for w in est.warnings)
+    gemma = from_hf_config(load("gemma-2-27b"))
+    est = estimate(gemma, Training(global_batch_size=64, sequence_length=8192), simple_cluster("H100-SXM5-80GB", 1),
+                   Strategy(dp=1, tp=8, micro_batch_size=1, recompute="full"))
+    assert est.step_time_s > 0
+
+
+def test_unknown_fields_are_listed_and_harmless_ones_are_not():
+    cfg = {**load("llama-3.1-8b"), "my_new_attention_trick": 3, "pad_token_id": 0, "initializer_range": 0.01}
+    spec = from_hf_config(cfg)
+    assert len(spec.warnings) == 1 and "my_new_attention_trick" in spec.warnings[0] and "pad_token_id" not in spec.warnings[0]
+    for name, _, _, _, _ in CARDS:
+        spec = from_hf_config(load(name))
+        assert not any("do not know" in w for w in spec.warnings if name != "deepseek-v3"), (name, spec.warnings)
+
+
+def test_unknown_model_type_is_costed_llama_style_with_a_warning():
+    spec = from_hf_config({**load("llama-3.1-8b"), "model_type": "brand_new"})
+    assert any("brand_new" in w for w in spec.warnings)
+
+
+@pytest.mark.parametrize(
+    "cfg, kind",
+    [
+        ({"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64, "state_size": 16, "vocab_size": 50280,
+          "num_attention_heads": 32}, "state-space"),
+        ({"model_type": "rwkv", "hidden_size": 2048, "num_hidden_layers": 24, "vocab_size": 50277}, "state-space"),
+        ({"model_type": "t5", "d_model": 1024, "num_layers": 24, "num_heads": 16, "is_encoder_decoder": True}, "encoder-decoder"),
+        ({"model_type": "llava", "text_config": {"model_type": "llama"}, "vision_config": {"model_type": "clip_vision_model"}},
+         "multimodal"),
+        ({"model_type": "custom_seq2seq", "is_encoder_decoder": True, "d_model": 512}, "encoder-decoder"),
+    ],
+)
+def test_unsupported_architectures_are_refused_naming_model_type(cfg, kind):
+    with pytest.raises(InvalidModel) as e:
+        from_hf_config(cfg)
+    assert cfg["model_type"] in e.value.message and kind in e.value.message and "llama" in e.value.message
+    assert e.value.field.endswith("model_type")
+
+
+def test_plans_are_named_by_name_then_name_or_path_then_architecture_and_size():
+    cfg = load("llama-3.1-8b")
+    assert from_hf_config(cfg).name == "llama 8.0B"
+    assert from_hf_config({**cfg, "_name_or_path": "meta-llama/Llama-3.1-8B"}).name == "meta-llama/Llama-3.1-8B"
+    assert from_hf_config({**cfg, "_name_or_path": "x", "name": "mine"}).name == "mine"
+    assert from_hf_config(load("llama-3.1-405b")).name == "llama 405.9B"
+    assert from_hf_config(load("gpt2")).name == "gpt2 124M"

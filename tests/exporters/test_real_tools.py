@@ -1,0 +1,131 @@
+"""The launch files checked by the real tools where they install on CPU (``pip install
+deepspeed``; the tests skip with the reason where the package is missing): DeepSpeed's own
+runner accepts the generated command and hostfile, and DeepSpeedConfig accepts ds_config.json
+with the plan's mpu sizes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from helpers.launch_sim import plan_mapping
+from helpers.plans import ALL_PLANS
+from planner_service.exporters import LaunchParams, render
+
+PARAMS = LaunchParams(image="img", command="train.py --config cfg.yaml", smoke_test=False)
+
+
+class _Reached(Exception):
+    """Raised where DeepSpeed's runner would first touch the network (its ssh check)."""
+
+
+def _deepspeed_words(art, plan_dir) -> list[str]:
+    line = next(x for x in art.files["launch_deepspeed.sh"].splitlines() if x.startswith("deepspeed "))
+    return [w.replace("$PLAN_DIR", str(plan_dir)) for w in shlex.split(line)][1:]
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_deepspeed_runner_accepts_the_command_and_hostfile(plan_name, tmp_path, monkeypatch):
+    runner = pytest.importorskip("deepspeed.launcher.runner", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = ALL_PLANS[plan_name]()
+    art = render(plan, "deepspeed", PARAMS)
+    (tmp_path / "hostfile").write_text(art.files["hostfile"])
+    words = _deepspeed_words(art, tmp_path)
+    args = runner.parse_args(words)
+    pool = runner.fetch_hostfile(args.hostfile)
+    active = runner.parse_inclusion_exclusion(pool, args.include, args.exclude)
+    mapping = plan_mapping(plan)
+    hosts = list(dict.fromkeys(host for host, _ in (mapping[r] for r in sorted(mapping))))
+    assert list(active) == hosts  # hostfile order = plan node order
+    for host, gpus in active.items():
+        assert sorted(gpus) == sorted(g for h, g in mapping.values() if h == host)
+    # main() runs every argument rule (no --include with --num_nodes/--num_gpus) before its ssh check.
+    monkeypatch.setattr(runner.subprocess, "check_call", lambda *a, **k: (_ for _ in ()).throw(_Reached()))
+    with pytest.raises(_Reached):
+        runner.main(words)
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_deepspeed_config_loads_with_the_plans_mpu_sizes(plan_name, monkeypatch):
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = ALL_PLANS[plan_name]()
+    s = plan["best"]["strategy"]
+    if s.get("cp", 1) > 1:
+        pytest.skip("deepspeed-config refuses context parallelism")
+    ds = json.loads(render(plan, "deepspeed-config", PARAMS).files["ds_config.json"])
+
+    class Mpu:  # what DeepSpeed asks of Megatron's mpu
+        def get_data_parallel_world_size(self):
+            return s["dp"]
+
+        def get_model_parallel_world_size(self):
+            return s["tp"]
+
+        def get_pipeline_model_parallel_world_size(self):
+            return s["pp"]
+
+    # DeepSpeedConfig asks torch.distributed for this process's rank before it reads the mpu.
+    monkeypatch.setattr(config.dist, "get_rank", lambda *a, **k: 0)
+    cfg = config.DeepSpeedConfig(ds, mpu=Mpu())
+    assert cfg.world_size == s["dp"]
+    assert cfg.train_batch_size == cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * s["dp"]
+    assert cfg.zero_optimization_stage == s.get("zero_stage", 0)
+
+
+def _overrides(art) -> list[str]:
+    text = art.files["torchtitan_overrides.txt"]
+    return shlex.split("\n".join(x for x in text.splitlines() if not x.startswith("#")))
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = ALL_PLANS[plan_name]()
+    s = plan["best"]["strategy"]
+    art = render(plan, "torchtitan", PARAMS)
+    args = _overrides(art)
+    assert args[:4] == ["--module", "llama3", "--config", "llama3_8b"]  # the plans are Llama-3-8B: a registered model
+    cfg = manager.ConfigManager().parse_args(args)
+    par = cfg.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree) == (s["tp"], s["pp"], s.get("cp", 1))
+    assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree == s["dp"]
+    layers = [sum(1 for m in part if m.startswith("layers.")) for part in par.module_fqns_per_model_part]
+    assert layers == s["layers_per_stage"]
+    assert cfg.training.global_batch_size == plan["training"]["global_batch_size"]
+
+
+def test_torchtitan_toml_names_a_registered_flavor():
+    import tomllib
+
+    art = render(ALL_PLANS["homogeneous"](), "torchtitan", PARAMS)
+    assert tomllib.loads(art.files["torchtitan.toml"])["model"] == {"name": "llama3", "flavor": "8B"}
+    llama = pytest.importorskip("torchtitan.models.llama3", reason="torchtitan is not installed")
+    assert "8B" in llama.llama3_configs
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp_path):
+    pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
+    import importlib.util
+
+    plan = ALL_PLANS[plan_name]()
+    s = plan["best"]["strategy"]
+    art = render(plan, "paddle-fleet", PARAMS)
+    (tmp_path / "fleet_strategy.json").write_text(art.files["fleet_strategy.json"])
+    (tmp_path / "fleet_init.py").write_text(art.files["fleet_init.py"])
+    spec = importlib.util.spec_from_file_location("fleet_init", tmp_path / "fleet_init.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = mod.load_config(str(tmp_path / "fleet_strategy.json"))
+    strategy = mod.build_strategy(cfg)
+    hc = strategy.hybrid_configs
+    assert (hc["mp_degree"], hc["pp_degree"]) == (s["tp"], s["pp"])
+    assert hc["dp_degree"] * hc["sharding_degree"] == s["dp"]
+    assert strategy.pipeline_configs["accumulate_steps"] * strategy.pipeline_configs["micro_batch_size"] * s["dp"] == plan["training"]["global_batch_size"]
+    assert strategy.pipeline_configs["schedule_mode"] == "1F1B"
+    assert strategy.recompute == (s.get("recompute", "none") != "none")
+    assert strategy.amp == (plan["training"].get("dtype", "bf16") != "fp32")
+    assert cfg["sharding_stage"] == s.get("zero_stage", 0) and cfg["amp_level"] in ("O0", "O2")
+    assert callable(mod.wrap) and callable(mod.auto_cast)
