@@ -574,6 +574,7 @@ def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str
         kv = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), path, required=False, default=None)
         if kv is None:
             kv = 1 if cfg.get("multi_query") else heads
+    assert kv is not None
     head_dim = _int_field(cfg, ("head_dim",), path, required=False)
     if head_dim is None and family != "deepseek":
         if hidden % heads:
@@ -651,8 +652,9 @@ def _mla(cfg: Mapping[str, Any], heads: int, path: str) -> dict[str, Any]:
 def _rope(cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
     """RoPE base and scaling under both spellings (``rope_theta``/``rope_scaling`` and
     transformers v5's ``rope_parameters``)."""
-    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), Mapping) else {}
-    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), Mapping) else {}
+    raw_params, raw_scaling = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+    scaling: Mapping[str, Any] = raw_scaling if isinstance(raw_scaling, Mapping) else {}
     theta = cfg.get("rope_theta", params.get("rope_theta"))
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0):
         raise InvalidModel(f"must be a positive number, got {theta!r}", field=f"{path}.rope_theta")

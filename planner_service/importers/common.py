@@ -77,8 +77,8 @@ def catalog_id_for(product: str, memory_MiB: float | None = None, field_path: st
     key = _normalise(stripped)
     if "MIG" in key.split("-"):
         raise InvalidCluster(f"MIG slices ({product!r}) are not supported; give whole GPUs", field=field_path)
-    cid = PRODUCT_NAMES.get(key)
-    if cid is None or cid not in cat:
+    mapped = PRODUCT_NAMES.get(key)
+    if mapped is None or mapped not in cat:
         known = sorted(set(PRODUCT_NAMES) | {c for c in cat if c != "local-cpu"})
         close = difflib.get_close_matches(key, known, n=3, cutoff=0.3)
         closest = list(dict.fromkeys(PRODUCT_NAMES.get(c, c) for c in close))
@@ -88,7 +88,7 @@ def catalog_id_for(product: str, memory_MiB: float | None = None, field_path: st
             + "; give a catalog id or an inline device spec (name, memory_GB, bf16_tflops, memory_bandwidth_GBps, ...)",
             field=field_path,
         )
-    return _check_memory(cid, product, memory_MiB, field_path)
+    return _check_memory(mapped, product, memory_MiB, field_path)
 
 
 def _check_memory(cid: str, product: str, memory_MiB: float | None, field_path: str) -> str:
