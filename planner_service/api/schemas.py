@@ -448,10 +448,20 @@ INVALID_INPUT: Responses = {
 }
 
 #: ``responses`` entries for text bodies (OpenAPI has no model for them).
+#: Added to every /v1 router by the app factory (api.auth).
+AUTH_RESPONSES: Responses = {
+    400: {"model": ErrorBody, "description": "The Host header is not one this server answers for (PLANNER_ALLOWED_HOSTS)"},
+    401: {"model": ErrorBody, "description": "No API key, or an unknown or revoked one (Authorization: Bearer <key>)"},
+    403: {"model": ErrorBody, "description": "The key's role may not do this (reader: reads only)"},
+    404: {"model": ErrorBody, "description": "No such resource in the key's tenant"},
+    429: {"model": ErrorBody, "description": "The tenant's rate limit is exceeded; see Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
+}
+
 TEXT_BODY = {"text/plain": {"schema": {"type": "string"}}}
 
 
 __all__ = [
+    "AUTH_RESPONSES",
     "Candidate",
     "ClusterImport",
     "ClusterList",
