@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/planner serve --host 127.0.0.1 --port 8000
+	PLANNER_AUTH=disabled $(BIN)/planner serve --host 127.0.0.1 --port 8000
 
 # ruff over the whole tree; mypy --strict on cost_model/ and planner_service/planner/
 # (scope and settings in pyproject.toml's [tool.ruff] and [tool.mypy]).
