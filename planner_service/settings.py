@@ -84,7 +84,7 @@ class ServiceSettings(BaseSettings):
 
     @property
     def callback_host_list(self) -> tuple[str, ...]:
-        return tuple(h.strip().lower().rstrip(".") for h in self.callback_allowed_hosts.split(",") if h.strip())
+        return tuple(h.strip().lower().rstrip(".").strip("[]") for h in self.callback_allowed_hosts.split(",") if h.strip())
 
     def check_bind(self, host: str) -> None:
         """Refuse to serve with auth disabled on anything but a loopback address."""

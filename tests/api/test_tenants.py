@@ -5,6 +5,8 @@ answers 429 with Retry-After and the Host check 400."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from helpers.graphs import mlp_onnx
@@ -82,7 +84,7 @@ def test_tenant_b_never_sees_changes_or_deletes_tenant_a(auth_client, tmp_path):
     profile = c.post("/v1/profiles", json=synthetic_profile(), headers=a)
     assert profile.status_code == 201, profile.text
     profile_id = profile.json()["id"]
-    onnx = open(mlp_onnx(str(tmp_path / "m.onnx"), layers=2, width=64), "rb").read()
+    onnx = Path(mlp_onnx(str(tmp_path / "m.onnx"), layers=2, width=64)).read_bytes()
     model = c.post("/v1/models/onnx", files={"file": ("m.onnx", onnx, "application/octet-stream")}, headers=a)
     assert model.status_code == 201, model.text
     model_id = model.json()["id"]
@@ -97,7 +99,7 @@ def test_tenant_b_never_sees_changes_or_deletes_tenant_a(auth_client, tmp_path):
     assert replan.status_code in (201, 422), replan.text
 
     # B: every read by id is a 404, every list is empty, every change of A's ids a 404.
-    for url in (f"/v1/plans/{plan_id}", f"/v1/jobs/{job_id}", f"/v1/clusters/c1", f"/v1/profiles/{profile_id}", f"/v1/models/{model_id}",
+    for url in (f"/v1/plans/{plan_id}", f"/v1/jobs/{job_id}", "/v1/clusters/c1", f"/v1/profiles/{profile_id}", f"/v1/models/{model_id}",
                 f"/v1/plans/{plan_id}/launch?target=torchrun"):
         r = c.get(url, headers=b)
         assert r.status_code == 404, (url, r.status_code)
