@@ -55,7 +55,7 @@ PLAN_EXAMPLES: dict[str, Any] = {
         },
     },
     "hf_config_async": {
-        "summary": "A Hugging Face config on a mixed cluster, as a job with a callback",
+        "summary": "A Hugging Face config on a mixed cluster, as a job (add callback_url for a host in PLANNER_CALLBACK_ALLOWED_HOSTS)",
         "value": {
             "model": {"name": "my-llama", "transformer": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}},
             "training": {"global_batch_size": 512, "sequence_length": 4096, "dtype": "bf16"},
@@ -64,7 +64,6 @@ PLAN_EXAMPLES: dict[str, Any] = {
             "objective": "throughput",
             "top_k": 3,
             "async": True,
-            "callback_url": "http://127.0.0.1:9000/planner-callback",
         },
     },
     "saved_cluster_forced": {
