@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Loopback only, so without keys (planner serve refuses PLANNER_AUTH=disabled elsewhere).
+run: export PLANNER_AUTH = disabled
 run: $(STAMP)
-	PLANNER_AUTH=disabled $(BIN)/planner serve --host 127.0.0.1 --port 8000
+	$(BIN)/planner serve --host 127.0.0.1 --port 8000
 
 # ruff over the whole tree; mypy --strict on cost_model/ and planner_service/planner/
 # (scope and settings in pyproject.toml's [tool.ruff] and [tool.mypy]).

@@ -33,6 +33,7 @@ Callbacks (``callback_url``) are safe to offer on a shared network:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -261,10 +262,8 @@ class JobWorker:
         beat.start()
 
         def on_progress(fraction: float) -> None:
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 progress["value"] = max(0.0, min(1.0, float(fraction)))
-            except (TypeError, ValueError):
-                pass
 
         def should_cancel() -> bool:
             return cancel.is_set() or lost.is_set()
@@ -292,11 +291,10 @@ class JobWorker:
             self.repo.mark_job_cancelled(job.id, self.worker_id)
         elif error is not None:
             self.repo.fail_job(job.id, self.worker_id, error)
-        elif new is not None:
-            if repo.complete_job_with_plan(job.id, self.worker_id, new, force=job.force) is None:
-                log.warning("job %s: not completed by %s (lease lost or cancelled)", job.id, self.worker_id)
-                if self.repo.get_job(job.id).cancel_requested:
-                    self.repo.mark_job_cancelled(job.id, self.worker_id)
+        elif new is not None and repo.complete_job_with_plan(job.id, self.worker_id, new, force=job.force) is None:
+            log.warning("job %s: not completed by %s (lease lost or cancelled)", job.id, self.worker_id)
+            if self.repo.get_job(job.id).cancel_requested:
+                self.repo.mark_job_cancelled(job.id, self.worker_id)
         self._notify(self.repo.get_job(job.id))
         return True
 
