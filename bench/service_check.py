@@ -1,7 +1,7 @@
 """Schemathesis figures for the README: cases run and responses >= 500 per database.
 
 Runs ``tests/api/test_schemathesis.py`` (in-process ASGI, auth on, fixed seed) with
-``PLANNER_SCHEMATHESIS_CASES`` cases per operation (default 40) on SQLite and, when
+``PLANNER_SCHEMATHESIS_CASES`` cases per operation (default 55) on SQLite and, when
 ``PLANNER_TEST_DATABASE_URL`` is set, on PostgreSQL, and prints the table and the status counts.
 
     PLANNER_TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/planner_check \\
@@ -25,7 +25,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "cases.jsonl"
         env = {**os.environ, "PLANNER_SCHEMATHESIS_REPORT": str(report), "PYTHONPATH": str(ROOT)}
-        env.setdefault("PLANNER_SCHEMATHESIS_CASES", "40")
+        env.setdefault("PLANNER_SCHEMATHESIS_CASES", "55")
         rc = subprocess.call([sys.executable, "-m", "pytest", "tests/api/test_schemathesis.py", "-p", "no:warnings", "-q"], cwd=ROOT, env=env)
         rows = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
     cases: collections.Counter = collections.Counter(r["db"] for r in rows)
