@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Loopback only, so without keys (planner serve refuses PLANNER_AUTH=disabled elsewhere).
+run: export PLANNER_AUTH = disabled
 run: $(STAMP)
 	$(BIN)/planner serve --host 127.0.0.1 --port 8000
 

@@ -66,7 +66,8 @@ class Server:
     def __init__(self, db_url: str, solver_time_limit_s: float, workers: int = 1) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s))
+        # loopback, measured without keys or a rate limit (a limit would cap the figures)
+        env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s), PLANNER_AUTH="disabled", PLANNER_RATE_LIMIT="")
         self.log = tempfile.NamedTemporaryFile(prefix="planner-bench-", suffix=".log", delete=False)  # noqa: SIM115 - the server's log, kept open while it runs
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "planner_service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),

@@ -8,6 +8,9 @@ down.
 
 from __future__ import annotations
 
+import ipaddress
+from typing import Literal
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -45,14 +48,53 @@ class ServiceSettings(BaseSettings):
     #: Run the job worker loop inside the API process.  ``None`` means: yes on SQLite, no on
     #: PostgreSQL (where ``planner worker`` processes run the jobs).
     inline_worker: bool | None = None
-    #: Timeout of the POST to a job's callback_url.
-    callback_timeout_s: float = Field(default=5.0, gt=0)
+    #: Timeout (connect and read) of the POST to a job's callback_url.
+    callback_timeout_s: float = Field(default=2.0, gt=0, le=30)
+    #: Hosts a callback_url may name, comma-separated (exact names).  Empty: callbacks are off
+    #: and a request with callback_url is a 422.
+    callback_allowed_hosts: str = ""
+    #: Allow callbacks to loopback, private, link-local and other non-public addresses
+    #: (a receiver on the same private network).  Metadata addresses stay refused.
+    callback_allow_private: bool = False
+    #: Key of the ``X-Planner-Signature`` HMAC-SHA256 header on callbacks (empty: unsigned).
+    callback_secret: str = ""
+    #: ``enabled``: every /v1 route needs ``Authorization: Bearer <key>`` (``planner keys
+    #: create``).  ``disabled``: no keys, everything in the ``default`` tenant with the admin role;
+    #: ``planner serve`` refuses it on a non-loopback address.
+    auth: Literal["enabled", "disabled"] = "enabled"
+    #: Host header values this server answers for, comma-separated (``*``: any).  Guards a local
+    #: instance against DNS rebinding; add the service's DNS name when deploying.
+    allowed_hosts: str = "localhost,127.0.0.1,::1"
+    #: Per-tenant request rate limit ("limits" notation, e.g. ``600/minute``; empty: none).
+    rate_limit: str = "1200/minute"
     #: Upgrade the schema on start.  ``None`` means: yes on SQLite, no on PostgreSQL (there the
     #: server refuses to start on an old schema; run ``planner db upgrade``).
     auto_migrate: bool | None = None
     #: Database connection pool size (PostgreSQL).
     db_pool_size: int = Field(default=10, ge=1)
     db_max_overflow: int = Field(default=20, ge=0)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.auth == "enabled"
+
+    @property
+    def allowed_host_list(self) -> tuple[str, ...]:
+        return tuple(h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip())
+
+    @property
+    def callback_host_list(self) -> tuple[str, ...]:
+        return tuple(h.strip().lower().rstrip(".").strip("[]") for h in self.callback_allowed_hosts.split(",") if h.strip())
+
+    def check_bind(self, host: str) -> None:
+        """Refuse to serve with auth disabled on anything but a loopback address."""
+        if self.auth_enabled:
+            return
+        if not is_loopback(host):
+            raise ValueError(
+                f"PLANNER_AUTH=disabled is only allowed on a loopback address (127.0.0.1, ::1, localhost), not {host!r}; "
+                "create keys with `planner keys create` instead"
+            )
 
     @property
     def is_sqlite(self) -> bool:
@@ -67,4 +109,13 @@ class ServiceSettings(BaseSettings):
         return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
 
 
-__all__ = ["ServiceSettings"]
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+__all__ = ["ServiceSettings", "is_loopback"]

@@ -8,6 +8,7 @@ each test.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +17,13 @@ import pytest
 from sqlalchemy import text
 
 from helpers.requests import PG_URL, TABLES
+
+# Every app a test builds (and every server it starts) runs with auth off, the TestClient's Host
+# allowed and no rate limit, unless the test says otherwise: tests/api/test_tenants.py,
+# tests/api/test_schemathesis.py and tests/service/test_service_auth.py run with keys.
+os.environ.setdefault("PLANNER_AUTH", "disabled")
+os.environ.setdefault("PLANNER_ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,::1")
+os.environ.setdefault("PLANNER_RATE_LIMIT", "")
 from planner_service.settings import ServiceSettings
 from planner_service.storage.db import make_engine, upgrade
 from planner_service.storage.repository import Repository

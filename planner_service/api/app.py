@@ -7,16 +7,19 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from prometheus_client.core import GaugeMetricFamily
 
+from planner_service.api.auth import RateLimiter, authenticate
 from planner_service.api.errors import install_error_handlers
 from planner_service.api.middleware import (
     BodyLimitMiddleware,
+    EdgeMiddleware,
     Metrics,
     MetricsMiddleware,
 )
 from planner_service.api.routes import all_routers
+from planner_service.api.schemas import AUTH_RESPONSES
 from planner_service.service.plans import PlanService
 from planner_service.service.worker import JobWorker, WorkerThread
 from planner_service.settings import ServiceSettings
@@ -31,6 +34,11 @@ micro-batching; recompute) of a model on a GPU cluster and stores the plans.
 
 Errors always have the body `{"error": {"code", "message", "field"}}`: `field` is the dotted path
 of the offending input (e.g. `cluster.node_groups[0].count`).
+
+Every `/v1` route needs `Authorization: Bearer <key>` (a key from `planner keys create`; 401
+without, 403 when the key's role may not, 429 over the tenant's rate limit) unless the server
+runs with `PLANNER_AUTH=disabled` (loopback only).  Plans, jobs, clusters, profiles and models
+belong to the key's tenant: another tenant's id is a 404.
 """
 
 
@@ -112,15 +120,22 @@ def create_app(
     app.state.service = service
     app.state.metrics = metrics
     app.state.worker_holder = holder
+    app.state.rate_limiter = RateLimiter(settings.rate_limit)
     install_error_handlers(app)
     for router in all_routers():
-        app.include_router(router)
-    # Outermost first: metrics see every response, the body limit runs before routing.
+        if router.prefix.startswith("/v1"):
+            app.include_router(router, dependencies=[Depends(authenticate)], responses=AUTH_RESPONSES)
+        else:
+            app.include_router(router)
+    # Added innermost first: metrics see every response; the Host, path and query checks run
+    # first, then the body limit and the JSON check, all before routing.
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         upload_paths={"/v1/models/onnx": settings.max_upload_bytes},
+        raw_paths=frozenset({"/v1/clusters/import"}),
     )
+    app.add_middleware(EdgeMiddleware, allowed_hosts=settings.allowed_host_list)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 

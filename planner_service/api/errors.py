@@ -11,10 +11,16 @@ cost_model.errors.InvalidInput and subclasses            422
 cost_model.errors.NoFeasiblePlan                         422
 other PlannerError                                       422
 request validation (malformed JSON, wrong types, unknown fields, bad query)  422
+JSON parser limits (not UTF-8, depth, huge numbers, NUL)  422  field ``body`` or the path
+no / unknown API key                                     401  (see api.auth)
+a role that may not                                      403
+over the tenant's rate limit                             429  with Retry-After
+Host header not allowed                                  400  (see api.middleware)
 body larger than the limit                               413  (see api.middleware)
 unknown route / method                                   404 / 405
+a value the database cannot hold (sqlalchemy DataError)  422  (a safety net behind the edge checks)
 database unreachable / schema not migrated               503
-anything else (a bug)                                    500, logged, no traceback in the body
+anything else (a bug)                                    500, logged on one line, no traceback in the body
 =====================================================  ======
 """
 
@@ -27,7 +33,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.errors import NoFeasiblePlan, PlannerError
@@ -36,7 +42,16 @@ from planner_service.storage.errors import Conflict, NotFound
 
 log = logging.getLogger("planner.api")
 
-_STATUS_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
+_STATUS_CODES = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+_STATUS_FIELDS = {401: "Authorization"}
 
 
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -122,25 +137,35 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"no such endpoint: {_request.method} {_request.url.path} (see /docs)"
         elif exc.status_code == 405:
             message = f"{_request.method} is not allowed on {_request.url.path}"
-        return error_response(exc.status_code, code, message, None, headers=getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, message, _STATUS_FIELDS.get(exc.status_code), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(SchemaNotReady)
     async def _schema(_request: Request, exc: SchemaNotReady) -> JSONResponse:
         return error_response(503, "database_unavailable", str(exc), None)
 
+    # Database errors are logged on one line with the driver's error class only: never the
+    # statement's parameters (request values) nor a traceback at error level.
     @app.exception_handler(OperationalError)
-    async def _db_down(_request: Request, exc: OperationalError) -> JSONResponse:
-        log.error("database error: %s", exc)
+    async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
+        log.error("database unavailable on %s %s: %s", request.method, request.url.path, type(exc.orig).__name__)
+        log.debug("database error detail", exc_info=exc)
         return error_response(503, "database_unavailable", "the database is unreachable or busy; retry later", None)
 
+    @app.exception_handler(DataError)
+    async def _db_data(request: Request, exc: DataError) -> JSONResponse:
+        log.warning("database refused a value on %s %s: %s", request.method, request.url.path, type(exc.orig).__name__)
+        return error_response(422, "invalid_input", "a value in the request cannot be stored (out of range or not storable text)", "body")
+
     @app.exception_handler(DBAPIError)
-    async def _db_error(_request: Request, exc: DBAPIError) -> JSONResponse:
-        log.exception("database error", exc_info=exc)
+    async def _db_error(request: Request, exc: DBAPIError) -> JSONResponse:
+        log.error("database error on %s %s: %s", request.method, request.url.path, type(exc.orig).__name__)
+        log.debug("database error detail", exc_info=exc)
         return error_response(500, "internal_error", "internal database error", None)
 
     @app.exception_handler(Exception)
-    async def _bug(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        log.debug("unhandled error detail", exc_info=exc)
         return error_response(500, "internal_error", f"internal error ({type(exc).__name__}); see the server log", None)
 
 

@@ -1,4 +1,5 @@
-"""ASGI middleware: request body size limit (413) and Prometheus request metrics."""
+"""ASGI middleware: Host header check, edge checks of paths, queries and JSON bodies (422),
+request body size limit (413) and Prometheus request metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from planner_service.api.errors import error_body
+from planner_service.api.validation import BadBody, bad_path, bad_query_field, check_json_body
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -33,11 +35,27 @@ class BodyLimitMiddleware:
     grows past the limit is refused too.
     """
 
-    def __init__(self, app: Any, max_bytes: int, upload_paths: dict[str, int] | None = None) -> None:
+    def __init__(self, app: Any, max_bytes: int, upload_paths: dict[str, int] | None = None, raw_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.default_max_bytes = max_bytes
         #: Path → its own limit (file uploads such as ONNX models are larger than JSON bodies).
         self.upload_paths = dict(upload_paths or {})
+        #: Paths whose body is not JSON (uploads, imported text files): not checked as JSON here.
+        self.raw_paths = frozenset(raw_paths) | frozenset(self.upload_paths)
+
+    def _json_problem(self, scope: dict[str, Any], body: bytes) -> BadBody | None:
+        """Every non-empty, non-multipart body of a JSON route is checked once, before routing:
+        UTF-8, depth, number range, NUL and lone surrogates (see api.validation)."""
+        if not body or scope.get("path", "") in self.raw_paths:
+            return None
+        for name, value in scope.get("headers", []):
+            if name == b"content-type" and value.split(b";")[0].strip().lower() in (b"multipart/form-data", b"application/octet-stream"):
+                return None
+        try:
+            check_json_body(body)
+        except BadBody as exc:
+            return exc
+        return None
 
     def _too_large(self, limit: int) -> dict[str, Any]:
         return error_body("payload_too_large", f"the request body exceeds the limit of {limit} bytes", "body")
@@ -71,6 +89,10 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        problem = self._json_problem(scope, body)
+        if problem is not None:
+            await _send_json(send, 422, error_body("invalid_json", problem.message, problem.field))
+            return
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -82,6 +104,50 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, replay, send)
+
+
+class EdgeMiddleware:
+    """Before routing: the Host header against ``allowed_hosts`` (DNS rebinding; ``*`` allows
+    any), then the path and query string (NUL, lone surrogates, control characters, length).
+
+    A bad Host is 400 ``invalid_host``; a path no route can hold is 404; a bad query parameter is
+    422 naming it.
+    """
+
+    def __init__(self, app: Any, allowed_hosts: tuple[str, ...]) -> None:
+        self.app = app
+        self.allow_any = "*" in allowed_hosts
+        self.allowed = {h.lower() for h in allowed_hosts}
+
+    def _host_ok(self, scope: dict[str, Any]) -> bool:
+        if self.allow_any:
+            return True
+        host = ""
+        for name, value in scope.get("headers", []):
+            if name == b"host":
+                host = value.decode("latin-1").lower()
+                break
+        if host.startswith("["):
+            host = host.split("]")[0] + "]"
+        else:
+            host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        return host in self.allowed or host.strip("[]") in self.allowed
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self._host_ok(scope):
+            await _send_json(send, 400, error_body("invalid_host", "the Host header names no host this server answers for (PLANNER_ALLOWED_HOSTS)", "Host"))
+            return
+        if bad_path(scope.get("path", "")):
+            await _send_json(send, 404, error_body("not_found", "no such resource (the path holds characters no id or name has)", "path"))
+            return
+        bad = bad_query_field(scope.get("query_string", b""))
+        if bad is not None:
+            await _send_json(send, 422, error_body("invalid_input", bad[1], bad[0]))
+            return
+        await self.app(scope, receive, send)
 
 
 class Metrics:
@@ -135,4 +201,4 @@ class MetricsMiddleware:
             self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
 
 
-__all__ = ["BodyLimitMiddleware", "Metrics", "MetricsMiddleware"]
+__all__ = ["BodyLimitMiddleware", "EdgeMiddleware", "Metrics", "MetricsMiddleware"]

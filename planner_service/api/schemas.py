@@ -55,7 +55,7 @@ PLAN_EXAMPLES: dict[str, Any] = {
         },
     },
     "hf_config_async": {
-        "summary": "A Hugging Face config on a mixed cluster, as a job with a callback",
+        "summary": "A Hugging Face config on a mixed cluster, as a job (add callback_url for a host in PLANNER_CALLBACK_ALLOWED_HOSTS)",
         "value": {
             "model": {"name": "my-llama", "transformer": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}},
             "training": {"global_batch_size": 512, "sequence_length": 4096, "dtype": "bf16"},
@@ -64,7 +64,6 @@ PLAN_EXAMPLES: dict[str, Any] = {
             "objective": "throughput",
             "top_k": 3,
             "async": True,
-            "callback_url": "http://127.0.0.1:9000/planner-callback",
         },
     },
     "saved_cluster_forced": {
@@ -448,10 +447,20 @@ INVALID_INPUT: Responses = {
 }
 
 #: ``responses`` entries for text bodies (OpenAPI has no model for them).
+#: Added to every /v1 router by the app factory (api.auth).
+AUTH_RESPONSES: Responses = {
+    400: {"model": ErrorBody, "description": "The Host header is not one this server answers for (PLANNER_ALLOWED_HOSTS)"},
+    401: {"model": ErrorBody, "description": "No API key, or an unknown or revoked one (Authorization: Bearer <key>)"},
+    403: {"model": ErrorBody, "description": "The key's role may not do this (reader: reads only)"},
+    404: {"model": ErrorBody, "description": "No such resource in the key's tenant"},
+    429: {"model": ErrorBody, "description": "The tenant's rate limit is exceeded; see Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
+}
+
 TEXT_BODY = {"text/plain": {"schema": {"type": "string"}}}
 
 
 __all__ = [
+    "AUTH_RESPONSES",
     "Candidate",
     "ClusterImport",
     "ClusterList",

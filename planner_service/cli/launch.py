@@ -23,7 +23,8 @@ def _fetch_plan(plan_id: str, server: str) -> dict[str, Any]:
 
     url = f"{server.rstrip('/')}/v1/plans/{plan_id}"
     try:
-        resp = httpx.get(url, timeout=30.0)
+        key = os.environ.get("PLANNER_API_KEY")
+        resp = httpx.get(url, timeout=30.0, headers={"Authorization": f"Bearer {key}"} if key else {})
     except httpx.HTTPError as exc:
         err_console.print(f"[red]error:[/red] cannot reach {server}: {exc}")
         raise typer.Exit(1) from None

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "planner_service.cli.plan",
     "planner_service.cli.serve",
     "planner_service.cli.profile",
+    "planner_service.cli.keys",
 )
 
 

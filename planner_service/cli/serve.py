@@ -58,6 +58,11 @@ def register(app: typer.Typer) -> None:
         from planner_service.storage.db import SchemaNotReady, check_schema, upgrade
 
         settings = _settings(database_url)
+        try:
+            settings.check_bind(host)
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         engine = _engine(settings)  # validates the URL with a clear message
         logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:

@@ -14,6 +14,7 @@ uses :func:`planner_service.planner.plan`.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -204,6 +205,12 @@ class PlanService:
         self._plan_fn = plan_fn
         self._search_size_fn = search_size_fn or _default_search_size
         self._on_job_created = on_job_created
+
+    def for_repository(self, repo: Repository) -> PlanService:
+        """This service over ``repo`` (a tenant's view of the same database)."""
+        scoped = copy.copy(self)
+        scoped.repo = repo
+        return scoped
 
     # ---------------------------------------------------------------- resolvers
     def _resolve_cluster(self, name: str) -> Mapping[str, Any]:

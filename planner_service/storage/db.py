@@ -41,6 +41,7 @@ def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
+            hide_parameters=True,
             pool_size=pool_size,
             max_overflow=max_overflow,
         )
@@ -61,7 +62,8 @@ def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True)
+    # hide_parameters: an error never writes request values (names, bodies) into the log.
+    return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True, hide_parameters=True)
 
 
 @contextmanager

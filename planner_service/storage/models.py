@@ -3,8 +3,12 @@ schema itself is created by the Alembic migrations in ``storage/migrations`` (ne
 ``metadata.create_all`` in production code).
 
 Plans are immutable: a row is inserted once, complete (request, result and summary columns in
-one transaction), and only ever deleted.  ``(request_hash, revision)`` is unique: revision 0 is
-the plan a plain POST creates; ``"force": true`` and replans insert revision ``max + 1``.
+one transaction), and only ever deleted.  ``(tenant, request_hash, revision)`` is unique:
+revision 0 is the plan a plain POST creates; ``"force": true`` and replans insert revision
+``max + 1``.
+
+Every owned row (plans, jobs, clusters, models, profiles) has a ``tenant``; API keys map a
+bearer key to a tenant and a role (``api_keys`` stores a salted HMAC of the key, never the key).
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+DEFAULT_TENANT = "default"
+ROLES = ("admin", "member", "reader")
+
+
+def _tenant_column() -> Mapped[str]:
+    return mapped_column(String(100), nullable=False, default=DEFAULT_TENANT, server_default=DEFAULT_TENANT, index=True)
 
 
 def utcnow() -> datetime:
@@ -77,6 +89,7 @@ class PlanRow(Base):
     __tablename__ = "plans"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = _tenant_column()
     request_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     parent_id: Mapped[str | None] = mapped_column(String(36), ForeignKey("plans.id"), nullable=True, index=True)
@@ -97,7 +110,7 @@ class PlanRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
 
     __table_args__ = (
-        UniqueConstraint("request_hash", "revision"),
+        UniqueConstraint("tenant", "request_hash", "revision"),
         Index("ix_plans_created_at_id", "created_at", "id"),
         Index("ix_plans_tokens_per_s_id", "tokens_per_s", "id"),
         Index("ix_plans_step_time_s_id", "step_time_s", "id"),
@@ -114,6 +127,7 @@ class JobRow(Base):
     __tablename__ = "jobs"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = _tenant_column()
     kind: Mapped[str] = mapped_column(String(16), nullable=False)  # "plan" | "replan"
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     progress: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
@@ -142,16 +156,20 @@ class ClusterRow(Base):
     __tablename__ = "clusters"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
+    tenant: Mapped[str] = _tenant_column()
+    name: Mapped[str] = mapped_column(String(200), nullable=False)
     body: Mapped[dict] = mapped_column(JSON, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant", "name"),)
 
 
 class ModelRow(Base):
     __tablename__ = "models"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = _tenant_column()
     name: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
     format: Mapped[str] = mapped_column(String(16), nullable=False)
     graph: Mapped[dict] = mapped_column(JSON, nullable=False)
@@ -164,10 +182,29 @@ class ProfileRow(Base):
     __tablename__ = "profiles"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = _tenant_column()
     device: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
     body: Mapped[dict] = mapped_column(JSON, nullable=False)
     fitted: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
 
 
-__all__ = ["Base", "ClusterRow", "JOB_STATUSES", "JobRow", "ModelRow", "PlanRow", "ProfileRow", "UTCDateTime", "utcnow"]
+class ApiKeyRow(Base):
+    """An API key: ``id`` is the public part of the key (``plk_<id>_<secret>``), ``key_hash``
+    the HMAC-SHA256 of the secret under ``salt``."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(100), nullable=False, index=True)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    salt: Mapped[str] = mapped_column(String(64), nullable=False)
+    key_hash: Mapped[str] = mapped_column(String(128), nullable=False)
+    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    __table_args__ = (CheckConstraint("role IN ('admin','member','reader')", name="role"),)
+
+
+__all__ = ["ApiKeyRow", "DEFAULT_TENANT", "ROLES", "Base", "ClusterRow", "JOB_STATUSES", "JobRow", "ModelRow", "PlanRow", "ProfileRow", "UTCDateTime", "utcnow"]

@@ -11,26 +11,40 @@ identical inserts succeed; the others catch ``IntegrityError`` and fetch the win
 Jobs use the table as a queue: :meth:`Repository.claim_job` takes the oldest claimable row with
 ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL (concurrent workers skip each other's rows); on
 SQLite the same statement runs inside ``BEGIN IMMEDIATE``, which serialises writers.
+
+Tenants: a :class:`Repository` is either unscoped (``tenant=None``: the job worker's claims,
+metrics, the CLI) or a tenant's view (:meth:`Repository.scoped`).  A tenant's view writes rows of
+its tenant and reads, changes and deletes only those; de-duplication is per tenant.  With
+``read_all`` (an admin key) reads by id and lists cover every tenant; writes stay in its own.
+Ids and names are matched against their format before any query (storage.ids): a string that
+cannot be an id is a 404 without a query.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy import and_, delete, func, or_, select, text, true, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from cost_model.errors import InvalidInput
 from planner_service.storage.db import write_connection
 from planner_service.storage.errors import Conflict, NotFound
+from planner_service.storage.ids import is_name, is_uuid
 from planner_service.storage.models import (
+    DEFAULT_TENANT,
+    ROLES,
+    ApiKeyRow,
     ClusterRow,
     JobRow,
     ModelRow,
@@ -48,6 +62,8 @@ PLAN_SORTS = {
 }
 MAX_PAGE = 200
 _FORCED_INSERT_RETRIES = 20
+_MAX_BIGINT = 2**63 - 1
+KEY_PREFIX = "plk_"
 
 
 def new_id() -> str:
@@ -145,6 +161,7 @@ class StoredJob:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    tenant: str = DEFAULT_TENANT
 
     @property
     def finished(self) -> bool:
@@ -287,6 +304,7 @@ def _job(row: JobRow) -> StoredJob:
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        tenant=row.tenant,
     )
 
 
@@ -304,21 +322,21 @@ def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
         data = json.loads(raw)
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise bad from None
-    if not isinstance(data, dict) or set(data) != {"s", "v", "i"} or not isinstance(data["i"], str):
+    if not isinstance(data, dict) or set(data) != {"s", "v", "i"} or not is_uuid(data["i"]):
         raise bad
-    if data["s"] != sort:
+    if not isinstance(data["s"], str) or data["s"] != sort:
         raise InvalidInput(f"was issued for sort={data['s']!r}, not sort={sort!r}", field="cursor")
     key = sort.lstrip("-")
     value = data["v"]
     if key == "created_at":
         try:
-            value = datetime.fromisoformat(value) if isinstance(value, str) else None
+            value = datetime.fromisoformat(value) if isinstance(value, str) and len(value) < 40 else None
         except ValueError:
             value = None
     elif key == "num_devices":
         value = value if isinstance(value, int) and not isinstance(value, bool) else None
     else:
-        value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300 else None
     if value is None:
         raise bad
     return value, data["i"]
@@ -327,8 +345,27 @@ def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
 class Repository:
     """All reads and writes of plans, jobs, saved clusters, uploaded models and profiles."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, tenant: str | None = None, read_all: bool = False) -> None:
         self.engine = engine
+        self.tenant = tenant
+        self.read_all = read_all
+
+    def scoped(self, tenant: str, read_all: bool = False) -> Repository:
+        """The view of ``tenant`` (``read_all``: reads across tenants, an admin's)."""
+        return Repository(self.engine, tenant=tenant, read_all=read_all)
+
+    @property
+    def owner(self) -> str:
+        """The tenant new rows belong to."""
+        return self.tenant or DEFAULT_TENANT
+
+    def _readable(self, column: Any) -> Any:
+        """WHERE clause: the rows this view may read."""
+        return true() if self.tenant is None or self.read_all else column == self.tenant
+
+    def _own(self, column: Any) -> Any:
+        """WHERE clause: the rows this view may change, delete or de-duplicate against."""
+        return true() if self.tenant is None else column == self.tenant
 
     # ------------------------------------------------------------------ health
     def ping(self) -> None:
@@ -341,15 +378,16 @@ class Repository:
         conn.execute(
             PlanRow.__table__.insert().values(
                 id=plan_id,
+                tenant=self.owner,
                 request_hash=new.request_hash,
                 revision=revision,
                 parent_id=new.parent_id,
                 status=new.status,
                 objective=new.objective,
                 model_name=new.model_name[:200],
-                model_params=new.model_params,
+                model_params=new.model_params if new.model_params is None or abs(new.model_params) <= _MAX_BIGINT else None,
                 cluster_name=new.cluster_name[:200],
-                device_types="," + ",".join(new.device_types) + ",",
+                device_types=_device_column(new.device_types),
                 num_devices=new.num_devices,
                 step_time_s=new.step_time_s,
                 tokens_per_s=new.tokens_per_s,
@@ -364,7 +402,7 @@ class Repository:
 
     def _insert_forced(self, conn: Connection, new: NewPlan) -> str:
         top = conn.execute(
-            select(func.max(PlanRow.revision)).where(PlanRow.request_hash == new.request_hash)
+            select(func.max(PlanRow.revision)).where(PlanRow.request_hash == new.request_hash, PlanRow.tenant == self.owner)
         ).scalar()
         return self._insert_plan(conn, new, 0 if top is None else top + 1)
 
@@ -398,7 +436,7 @@ class Repository:
         raise Conflict("too many concurrent forced plans for the same request; retry", field="force")
 
     def _require_plan(self, conn: Connection, plan_id: str, field_name: str) -> None:
-        if conn.execute(select(PlanRow.id).where(PlanRow.id == plan_id)).first() is None:
+        if not is_uuid(plan_id) or conn.execute(select(PlanRow.id).where(PlanRow.id == plan_id, self._own(PlanRow.tenant))).first() is None:
             raise NotFound(f"plan {plan_id!r} does not exist", field=field_name)
 
     def find_plan_by_hash(self, request_hash: str) -> StoredPlan | None:
@@ -406,7 +444,7 @@ class Repository:
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(PlanRow)
-                .where(PlanRow.request_hash == request_hash)
+                .where(PlanRow.request_hash == request_hash, PlanRow.tenant == self.owner)
                 .order_by(PlanRow.created_at.desc(), PlanRow.revision.desc())
                 .limit(1)
             ).first()
@@ -417,8 +455,10 @@ class Repository:
         return StoredPlan(**_summary_kwargs(row), request=row.request, result=row.result)
 
     def get_plan(self, plan_id: str) -> StoredPlan:
+        if not is_uuid(plan_id):
+            raise NotFound(f"plan {plan_id[:80]!r} does not exist", field="id")
         with self.engine.connect() as conn:
-            row = conn.execute(select(PlanRow.__table__).where(PlanRow.id == plan_id)).first()
+            row = conn.execute(select(PlanRow.__table__).where(PlanRow.id == plan_id, self._readable(PlanRow.tenant))).first()
         if row is None:
             raise NotFound(f"plan {plan_id!r} does not exist", field="id")
         return self._stored(row)
@@ -443,7 +483,7 @@ class Repository:
             raise InvalidInput(f"must be between 1 and {MAX_PAGE}, got {limit}", field="limit")
         descending = sort.startswith("-")
         col = PLAN_SORTS[key]
-        q = select(*_SUMMARY_COLUMNS)
+        q = select(*_SUMMARY_COLUMNS).where(self._readable(PlanRow.tenant))
         f = filters
         if f.model is not None:
             q = q.where(PlanRow.model_name == f.model)
@@ -495,7 +535,7 @@ class Repository:
 
     def count_plans_by_status(self) -> dict[str, int]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(PlanRow.status, func.count()).group_by(PlanRow.status)).all()
+            rows = conn.execute(select(PlanRow.status, func.count()).where(self._readable(PlanRow.tenant)).group_by(PlanRow.status)).all()
         return {status: n for status, n in rows}
 
     # ------------------------------------------------------------------ jobs
@@ -513,6 +553,7 @@ class Repository:
             conn.execute(
                 JobRow.__table__.insert().values(
                     id=job_id,
+                    tenant=self.owner,
                     kind=kind,
                     status="queued",
                     progress=0.0,
@@ -529,8 +570,10 @@ class Repository:
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> StoredJob:
+        if not is_uuid(job_id):
+            raise NotFound(f"job {job_id[:80]!r} does not exist", field="id")
         with self.engine.connect() as conn:
-            row = conn.execute(select(JobRow.__table__).where(JobRow.id == job_id)).first()
+            row = conn.execute(select(JobRow.__table__).where(JobRow.id == job_id, self._readable(JobRow.tenant))).first()
         if row is None:
             raise NotFound(f"job {job_id!r} does not exist", field="id")
         return _job(row)
@@ -542,6 +585,7 @@ class Repository:
                 select(JobRow.__table__)
                 .where(
                     JobRow.request_hash == request_hash,
+                    JobRow.tenant == self.owner,
                     JobRow.status.in_(("queued", "running")),
                     JobRow.force.is_(False),
                     JobRow.kind == "plan",
@@ -678,8 +722,10 @@ class Repository:
     def cancel_job(self, job_id: str) -> StoredJob:
         """Cancel: a queued job is cancelled at once; a running one is flagged and its worker
         stops at its next check.  Cancelling a finished job is a 409."""
+        if not is_uuid(job_id):
+            raise NotFound(f"job {job_id[:80]!r} does not exist", field="id")
         with write_connection(self.engine) as conn:
-            row = conn.execute(select(JobRow.status).where(JobRow.id == job_id)).first()
+            row = conn.execute(select(JobRow.status).where(JobRow.id == job_id, self._own(JobRow.tenant))).first()
             if row is None:
                 raise NotFound(f"job {job_id!r} does not exist", field="id")
             if row.status == "queued":
@@ -692,7 +738,7 @@ class Repository:
 
     def count_jobs_by_status(self) -> dict[str, int]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
+            rows = conn.execute(select(JobRow.status, func.count()).where(self._readable(JobRow.tenant)).group_by(JobRow.status)).all()
         return {status: n for status, n in rows}
 
     # ------------------------------------------------------------------ saved clusters
@@ -702,16 +748,21 @@ class Repository:
         try:
             with write_connection(self.engine) as conn:
                 if replace:
-                    res = conn.execute(update(ClusterRow).where(ClusterRow.name == name).values(body=body, updated_at=now))
+                    res = conn.execute(
+                        update(ClusterRow).where(ClusterRow.name == name, ClusterRow.tenant == self.owner).values(body=body, updated_at=now)
+                    )
                     if res.rowcount == 1:
                         return self.get_cluster(name, conn)
-                conn.execute(ClusterRow.__table__.insert().values(name=name, body=body, created_at=now, updated_at=now))
+                conn.execute(ClusterRow.__table__.insert().values(tenant=self.owner, name=name, body=body, created_at=now, updated_at=now))
         except IntegrityError:
             raise Conflict(f"a cluster named {name!r} already exists", field="name") from None
         return self.get_cluster(name)
 
     def get_cluster(self, name: str, conn: Connection | None = None) -> StoredCluster:
-        q = select(ClusterRow.__table__).where(ClusterRow.name == name)
+        if not is_name(name):
+            raise NotFound(f"no saved cluster named {name[:100]!r}", field="name")
+        # Names are per tenant: a name always means this view's own cluster (an admin too).
+        q = select(ClusterRow.__table__).where(ClusterRow.name == name, ClusterRow.tenant == self.owner)
         if conn is not None:
             row = conn.execute(q).first()
         else:
@@ -723,12 +774,14 @@ class Repository:
 
     def list_clusters(self) -> list[StoredCluster]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(ClusterRow.__table__).order_by(ClusterRow.name)).all()
+            rows = conn.execute(select(ClusterRow.__table__).where(self._readable(ClusterRow.tenant)).order_by(ClusterRow.name, ClusterRow.tenant)).all()
         return [StoredCluster(name=r.name, body=r.body, created_at=r.created_at, updated_at=r.updated_at) for r in rows]
 
     def delete_cluster(self, name: str) -> None:
+        if not is_name(name):
+            raise NotFound(f"no saved cluster named {name[:100]!r}", field="name")
         with write_connection(self.engine) as conn:
-            if conn.execute(delete(ClusterRow).where(ClusterRow.name == name)).rowcount == 0:
+            if conn.execute(delete(ClusterRow).where(ClusterRow.name == name, ClusterRow.tenant == self.owner)).rowcount == 0:
                 raise NotFound(f"no saved cluster named {name!r}", field="name")
 
     # ------------------------------------------------------------------ uploaded models
@@ -737,12 +790,16 @@ class Repository:
             raise InvalidInput(f"must be 'onnx' or 'graph', got {format!r}", field="format")
         model_id = new_id()
         with write_connection(self.engine) as conn:
-            conn.execute(ModelRow.__table__.insert().values(id=model_id, name=name[:200], format=format, graph=graph, created_at=utcnow()))
+            conn.execute(
+                ModelRow.__table__.insert().values(id=model_id, tenant=self.owner, name=name[:200], format=format, graph=graph, created_at=utcnow())
+            )
         return model_id
 
     def get_model(self, model_id: str) -> StoredModel:
+        if not is_uuid(model_id):
+            raise NotFound(f"model {model_id[:80]!r} does not exist", field="model_id")
         with self.engine.connect() as conn:
-            row = conn.execute(select(ModelRow.__table__).where(ModelRow.id == model_id)).first()
+            row = conn.execute(select(ModelRow.__table__).where(ModelRow.id == model_id, self._readable(ModelRow.tenant))).first()
         if row is None:
             raise NotFound(f"model {model_id!r} does not exist", field="model_id")
         return StoredModel(id=row.id, name=row.name, format=row.format, graph=row.graph, created_at=row.created_at)
@@ -750,7 +807,9 @@ class Repository:
     def list_models(self) -> list[StoredModel]:
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(ModelRow.id, ModelRow.name, ModelRow.format, ModelRow.created_at).order_by(ModelRow.created_at.desc())
+                select(ModelRow.id, ModelRow.name, ModelRow.format, ModelRow.created_at)
+                .where(self._readable(ModelRow.tenant))
+                .order_by(ModelRow.created_at.desc())
             ).all()
         return [StoredModel(id=r.id, name=r.name, format=r.format, graph={}, created_at=r.created_at) for r in rows]
 
@@ -759,27 +818,105 @@ class Repository:
         profile_id = new_id()
         with write_connection(self.engine) as conn:
             conn.execute(
-                ProfileRow.__table__.insert().values(id=profile_id, device=device[:200], body=body, fitted=fitted, created_at=utcnow())
+                ProfileRow.__table__.insert().values(
+                    id=profile_id, tenant=self.owner, device=device[:200], body=body, fitted=fitted, created_at=utcnow()
+                )
             )
         return profile_id
 
     def get_profile(self, profile_id: str) -> StoredProfile:
+        if not is_uuid(profile_id):
+            raise NotFound(f"profile {profile_id[:80]!r} does not exist", field="profile_id")
         with self.engine.connect() as conn:
-            row = conn.execute(select(ProfileRow.__table__).where(ProfileRow.id == profile_id)).first()
+            row = conn.execute(select(ProfileRow.__table__).where(ProfileRow.id == profile_id, self._readable(ProfileRow.tenant))).first()
         if row is None:
             raise NotFound(f"profile {profile_id!r} does not exist", field="profile_id")
         return StoredProfile(id=row.id, device=row.device, body=row.body, fitted=row.fitted, created_at=row.created_at)
 
     def list_profiles(self, device: str | None = None) -> list[StoredProfile]:
-        q = select(ProfileRow.__table__).order_by(ProfileRow.created_at.desc())
+        q = select(ProfileRow.__table__).where(self._readable(ProfileRow.tenant)).order_by(ProfileRow.created_at.desc())
         if device is not None:
             q = q.where(ProfileRow.device == device)
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         return [StoredProfile(id=r.id, device=r.device, body=r.body, fitted=r.fitted, created_at=r.created_at) for r in rows]
 
+    # ------------------------------------------------------------------ API keys
+    def create_api_key(self, tenant: str, role: str, name: str | None = None) -> tuple[str, StoredApiKey]:
+        """A new key for ``tenant``: returns ``(key, record)``.  The key is shown once; only
+        the HMAC-SHA256 of its secret under a random salt is stored."""
+        if role not in ROLES:
+            raise InvalidInput(f"must be one of {', '.join(ROLES)}, got {role!r}", field="role")
+        key_id = secrets.token_hex(8)
+        secret = secrets.token_urlsafe(32)
+        salt = secrets.token_hex(16)
+        now = utcnow()
+        with write_connection(self.engine) as conn:
+            conn.execute(
+                ApiKeyRow.__table__.insert().values(
+                    id=key_id, tenant=tenant, role=role, salt=salt, key_hash=_key_hash(salt, secret), name=name, created_at=now
+                )
+            )
+        return f"{KEY_PREFIX}{key_id}_{secret}", StoredApiKey(id=key_id, tenant=tenant, role=role, name=name, created_at=now, revoked_at=None)
+
+    def verify_api_key(self, key: str) -> StoredApiKey | None:
+        """The live key record for a presented key, or None (unknown, revoked, malformed).
+        The comparison of the HMACs is constant-time."""
+        if not key.startswith(KEY_PREFIX) or len(key) > 200:
+            return None
+        key_id, sep, secret = key[len(KEY_PREFIX):].partition("_")
+        if not sep or len(key_id) != 16 or not all(c in "0123456789abcdef" for c in key_id):
+            return None
+        with self.engine.connect() as conn:
+            row = conn.execute(select(ApiKeyRow.__table__).where(ApiKeyRow.id == key_id)).first()
+        if row is None or row.revoked_at is not None:
+            return None
+        if not hmac.compare_digest(row.key_hash, _key_hash(row.salt, secret)):
+            return None
+        return StoredApiKey(id=row.id, tenant=row.tenant, role=row.role, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at)
+
+    def list_api_keys(self) -> list[StoredApiKey]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(ApiKeyRow.__table__).order_by(ApiKeyRow.tenant, ApiKeyRow.created_at)).all()
+        return [StoredApiKey(id=r.id, tenant=r.tenant, role=r.role, name=r.name, created_at=r.created_at, revoked_at=r.revoked_at) for r in rows]
+
+    def revoke_api_key(self, key_id: str) -> None:
+        with write_connection(self.engine) as conn:
+            res = conn.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id, ApiKeyRow.revoked_at.is_(None)).values(revoked_at=utcnow()))
+        if res.rowcount != 1:
+            raise NotFound(f"no live API key {key_id[:40]!r}", field="id")
+
+
+def _key_hash(salt: str, secret: str) -> str:
+    return hmac.new(salt.encode(), secret.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+
+
+def _device_column(device_types: tuple[str, ...]) -> str:
+    """",A,B," for LIKE '%,X,%' filters, cut at a whole name to fit the column."""
+    out = ","
+    for d in device_types:
+        if len(out) + len(d) + 1 > 1000:
+            break
+        out += d + ","
+    return out
+
+
+@dataclass(frozen=True)
+class StoredApiKey:
+    id: str
+    tenant: str
+    role: str
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "tenant": self.tenant, "role": self.role, "name": self.name, "created_at": _iso(self.created_at), "revoked_at": _iso(self.revoked_at)}
+
 
 __all__ = [
+    "KEY_PREFIX",
+    "StoredApiKey",
     "MAX_PAGE",
     "NewPlan",
     "PLAN_SORTS",

@@ -87,8 +87,36 @@
     }
   }
 
+  // The API key (PLANNER_AUTH=enabled servers): typed into the header's key field, kept in
+  // sessionStorage (gone when the tab closes), sent as Authorization: Bearer on every call.
+  const KEY_STORAGE = "planner.apiKey";
+
+  function apiKey() {
+    try {
+      return sessionStorage.getItem(KEY_STORAGE) || "";
+    } catch (exc) {
+      return "";
+    }
+  }
+
+  function setupKeyField() {
+    const input = document.getElementById("api-key");
+    if (!input) return;
+    input.value = apiKey();
+    input.addEventListener("change", () => {
+      try {
+        if (input.value.trim()) sessionStorage.setItem(KEY_STORAGE, input.value.trim());
+        else sessionStorage.removeItem(KEY_STORAGE);
+      } catch (exc) {
+        /* storage unavailable: the key lasts for this page only */
+      }
+    });
+  }
+
   async function api(method, path, body) {
     const init = { method, headers: { Accept: "application/json" } };
+    const key = apiKey() || (document.getElementById("api-key") || {}).value;
+    if (key) init.headers.Authorization = `Bearer ${key.trim()}`;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -1406,6 +1434,7 @@
   // ───────────── start ─────────────
 
   async function start() {
+    setupKeyField();
     form.addEventListener("submit", submitPlan);
     $$('input[name="model-kind"], input[name="cluster-kind"]').forEach((el) => el.addEventListener("change", syncFormParts));
     $$('input[name="mode"]').forEach((el) => el.addEventListener("change", syncMode));

@@ -292,10 +292,15 @@ def test_planner_bug_fails_the_job_not_the_worker(make_client):
 
 class _Recorder(BaseHTTPRequestHandler):
     received: list = []
+    headers_seen: list = []
+    raw: list = []
 
     def do_POST(self):  # noqa: N802 - http.server API
         length = int(self.headers.get("content-length", 0))
-        type(self).received.append(json.loads(self.rfile.read(length)))
+        raw = self.rfile.read(length)
+        type(self).headers_seen.append(dict(self.headers))
+        type(self).raw.append(raw)
+        type(self).received.append(json.loads(raw))
         self.send_response(204)
         self.end_headers()
 
@@ -303,8 +308,12 @@ class _Recorder(BaseHTTPRequestHandler):
         pass
 
 
-def test_callback_url_gets_the_finished_job(client):
-    _Recorder.received = []
+def test_callback_url_gets_the_finished_job(make_client):
+    """A callback to an allowed host (loopback allowed explicitly here), signed with HMAC."""
+    from planner_service.service.worker import sign
+
+    client = make_client(callback_allowed_hosts="127.0.0.1", callback_allow_private=True, callback_secret="s3cret")
+    _Recorder.received, _Recorder.headers_seen, _Recorder.raw = [], [], []
     server = HTTPServer(("127.0.0.1", 0), _Recorder)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -318,6 +327,8 @@ def test_callback_url_gets_the_finished_job(client):
         assert _Recorder.received and _Recorder.received[0]["job"]["id"] == job["id"]
         assert _Recorder.received[0]["job"]["status"] == done["status"] == "succeeded"
         assert _Recorder.received[0]["job"]["plan_id"] == done["plan_id"]
+        headers = {k.lower(): v for k, v in _Recorder.headers_seen[0].items()}
+        assert headers["x-planner-signature"] == sign("s3cret", headers["x-planner-timestamp"], _Recorder.raw[0])
     finally:
         server.shutdown()
 
@@ -344,7 +355,7 @@ def test_openapi_examples_are_accepted(client):
     assert client.post("/v1/estimate", json=ESTIMATE_EXAMPLES["megatron_style"]["value"]).status_code == 200
     assert client.post("/v1/plans", json=PLAN_EXAMPLES["preset"]["value"]).status_code == 201
     body = dict(PLAN_EXAMPLES["hf_config_async"]["value"])
-    body.pop("callback_url")
+    body.pop("callback_url", None)
     assert client.post("/v1/plans", json=body).status_code == 202
 
 

@@ -310,11 +310,17 @@ def run_long_running(ws: Workspace, command: str) -> str:
     if cmd.startswith("planner serve"):
         port = free_port()
         cmd = re.sub(r"--port\s+\d+", "", cmd) + f" --port {port}"
-    proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=ws.root, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env, headers = ws.env, {}
+    if port is not None and "--host 127.0.0.1" not in cmd:
+        # Off loopback the server needs keys (it refuses PLANNER_AUTH=disabled): make one.
+        env = {**ws.env, "PLANNER_AUTH": "enabled"}
+        made = subprocess.run(["planner", "keys", "create", "--tenant", "docs"], cwd=ws.root, env=env, capture_output=True, text=True, check=True)
+        headers = {"Authorization": f"Bearer {made.stdout.strip()}"}
+    proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=ws.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         if port is not None:
             wait_ready(f"http://127.0.0.1:{port}", proc)
-            assert httpx.get(f"http://127.0.0.1:{port}/v1/presets", timeout=10).status_code == 200
+            assert httpx.get(f"http://127.0.0.1:{port}/v1/presets", headers=headers, timeout=10).status_code == 200
         else:
             time.sleep(2.0)
             assert proc.poll() is None, f"{cmd!r} exited at once with {proc.returncode}"

@@ -46,17 +46,23 @@ async def _sources(request: Request, filename: str) -> list[tuple[str, str]]:
             else:
                 data, name = str(value).encode(), key
             try:
-                out.append((name, data.decode("utf-8")))
+                text = data.decode("utf-8")
             except UnicodeDecodeError:
-                raise InvalidInput(f"file {name!r} is not UTF-8 text", field="files") from None
+                raise InvalidInput(f"file {name[:100]!r} is not UTF-8 text", field="files") from None
+            if "\x00" in text or "\x00" in name:
+                raise InvalidInput(f"file {name[:100]!r} contains a NUL character", field="files")
+            out.append((name, text))
         return out
     data = await request.body()
     if not data.strip():
         raise InvalidInput("send the file as the request body or as multipart 'files'", field="body")
     try:
-        return [(filename, data.decode("utf-8"))]
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("is not UTF-8 text", field="body") from None
+    if "\x00" in text:
+        raise InvalidInput("contains a NUL character", field="body")
+    return [(filename, text)]
 
 
 @router.post(

@@ -13,6 +13,7 @@ from cost_model.errors import InvalidGraph, InvalidInput
 from cost_model.graph.parse import graph_from_dict
 from planner_service.api.deps import RepoDep
 from planner_service.api.schemas import INVALID_INPUT, ErrorBody, ModelCreated, ModelDetail, ModelList
+from planner_service.api.validation import text_problem
 from planner_service.importers.onnx import MAX_ONNX_BYTES, load_onnx_bytes
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=INVALID_INPUT)
@@ -53,6 +54,10 @@ def upload_onnx(
     name: Annotated[str | None, Form(description="Model name (default: the file name)")] = None,
     dims: Annotated[str | None, Form(description='JSON object binding extra symbolic dimensions, e.g. {"num_experts": 8}')] = None,
 ) -> JSONResponse:
+    if name is not None and (text_problem(name, 200) or not name.strip()):
+        raise InvalidInput(f"must be 1-200 characters of text ({text_problem(name, 200) or 'empty'})", field="name")
+    if file.filename and text_problem(file.filename, 1000):
+        raise InvalidInput(f"the file name {text_problem(file.filename, 1000)}", field="file")
     data = file.file.read(MAX_ONNX_BYTES + 1)
     if len(data) > MAX_ONNX_BYTES:
         raise InvalidGraph("ONNX uploads over 2 GB must keep their weights as external data", field="file")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 from datetime import UTC, datetime
 from typing import Annotated
-from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from cost_model.devices import get_device
@@ -27,19 +26,13 @@ from planner_service.api.schemas import (
     ReplanRequest,
 )
 from planner_service.service.plans import ClusterChanges, Outcome, RunOptions, plan_to_api
+from planner_service.service.worker import check_callback_url
+from planner_service.storage.ids import is_request_hash, is_uuid
 from planner_service.storage.repository import MAX_PAGE, PLAN_SORTS, PlanFilters
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=INVALID_INPUT)
 
 PLAN_STATUSES = ("optimal", "feasible")
-
-
-def _check_callback_url(url: str | None) -> None:
-    if url is None:
-        return
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidInput(f"must be an absolute http(s) URL, got {url!r}", field="callback_url")
 
 
 def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONResponse:
@@ -72,11 +65,12 @@ def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONRespo
     },
 )
 def create_plan(
+    request: Request,
     body: Annotated[PlanCreate, Body(openapi_examples=PLAN_EXAMPLES)],
     service: ServiceDep,
     metrics: MetricsDep,
 ) -> JSONResponse:
-    _check_callback_url(body.callback_url)
+    check_callback_url(body.callback_url, request.app.state.settings)
     # The one parse of the body: the service gets the request, its canonical form and hash.
     prepared = service.prepare(body.model_dump(by_alias=True, exclude_unset=True))
     options = RunOptions(force=body.force, run_async=body.async_, callback_url=body.callback_url)
@@ -106,6 +100,15 @@ def list_plans(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most {MAX_PAGE}")] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> JSONResponse:
+    for field_name, value in (("model", model), ("cluster", cluster), ("device", device)):
+        if value is not None and len(value) > 200:
+            raise InvalidInput("must be at most 200 characters", field=field_name)
+    if parent_id is not None and not is_uuid(parent_id):
+        raise InvalidInput("must be a plan id", field="parent_id")
+    if request_hash is not None and not is_request_hash(request_hash):
+        raise InvalidInput("must be a request hash (64 lower-case hex digits)", field="request_hash")
+    if cursor is not None and len(cursor) > 1000:
+        raise InvalidInput("is not a cursor returned by this endpoint (use next_cursor unchanged)", field="cursor")
     if status is not None and status not in PLAN_STATUSES:
         raise InvalidInput(f"must be one of {', '.join(PLAN_STATUSES)}, got {status!r}", field="status")
     if device is not None:
@@ -156,6 +159,7 @@ def delete_plan(plan_id: str, repo: RepoDep) -> Response:
     },
 )
 def replan(
+    request: Request,
     plan_id: str,
     body: Annotated[ReplanRequest, Body(openapi_examples=REPLAN_EXAMPLES)],
     service: ServiceDep,
@@ -163,7 +167,7 @@ def replan(
 ) -> JSONResponse:
     if not (body.unavailable_nodes or body.added_nodes or body.cluster):
         raise InvalidInput("give at least one of unavailable_nodes, added_nodes, cluster", field="body")
-    _check_callback_url(body.callback_url)
+    check_callback_url(body.callback_url, request.app.state.settings)
     changes = ClusterChanges(
         unavailable_nodes=tuple(body.unavailable_nodes or ()),
         added_nodes=tuple(n.model_dump() for n in body.added_nodes or ()),
