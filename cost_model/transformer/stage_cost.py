@@ -8,13 +8,14 @@ stage and :func:`combine_stages` for the step, so a plan's prediction is exactly
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
 from cost_model.training import Training
+from cost_model.transformer.calibration import calibrated_device
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
@@ -29,6 +30,8 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
+    sharded_collectives_per_layer,
+    sharded_step_comm_s,
 )
 from cost_model.transformer.spec import TransformerSpec
 
@@ -48,9 +51,16 @@ class DeviceCosts:
 
 
 def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> DeviceCosts:
-    lc = layer_costs(model, training, device, links, S)
-    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, training, device, links, S)
-    return DeviceCosts(device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
+    """Per-device-type costs, with the device as ``training.framework`` drives it
+    (:func:`cost_model.transformer.calibration.calibrated_device`).  Under FP8 the attention
+    core, the embedding and the LM head stay in BF16 (Transformer Engine's FP8 covers the
+    linear layers of the decoder; Megatron-Core keeps the output layer in BF16)."""
+    gemm_device = calibrated_device(device, training.framework, training.dtype)
+    lc = layer_costs(model, training, gemm_device, links, S, bf16_device=calibrated_device(device, training.framework, "bf16"))
+    head_training = replace(training, dtype="bf16") if training.dtype == "fp8" else training
+    head_device = calibrated_device(device, training.framework, head_training.dtype)
+    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, head_training, head_device, links, S)
+    return DeviceCosts(gemm_device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,11 @@ def stage_cost(
     workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
+    # embedding/head as one more unit each), replacing the whole-stage estimate.
+    units = n + float(has_embedding) + float(has_head)
+    sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, sharded_collectives_per_layer(model, training.framework))
+    dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)
     dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))

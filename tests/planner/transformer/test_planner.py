@@ -30,7 +30,9 @@ def _plan_budgeted(body):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(cases()), ids=lambda c: c.row_id)
+# The planner searches Megatron-Core layouts; rows of other frameworks (ZeRO-3, FSDP,
+# Megatron-DeepSpeed) are costed by the cost model but not yet searched by the planner.
+@pytest.mark.parametrize("case", [c for c in cases() if c.training.framework == "megatron-core"], ids=lambda c: c.row_id)
 def test_never_worse_than_the_published_layout(case):
     published, strategy = predict_case(case)
     req = PlanRequest(case.model, case.training, case.cluster, Constraints(memory_headroom_fraction=0.0), top_k=1)
