@@ -111,8 +111,11 @@ def readme_section(d: dict) -> str:
         f"with nothing fitted {_pct(pri['median_abs_error'])}, p90 {_pct(pri['p90_abs_error'])}). "
         f"{len(ins['failed_to_plan'])} rows fail to plan; measured OOMs predicted not to fit: {ins['oom_predicted_not_to_fit']}; "
         f"measured runs predicted to fit: {ins['measured_runs_predicted_to_fit']}; BLOOM sweep Spearman (TFLOP/s): "
-        f"{ins['bloom_sweep_spearman']} in-sample, {cv['bloom_sweep_spearman']} cross-validated; "
-        f"p10–p90 interval coverage (cross-validated): {_pct(sm['interval_coverage_cv'])}; "
+        f"{ins['bloom_sweep_spearman']} in-sample, {cv['bloom_sweep_spearman']} cross-validated over the whole sweep, "
+        f"{ins.get('bloom_sweep_spearman_within_sections')} in-sample / {cv.get('bloom_sweep_spearman_within_sections')} cross-validated "
+        f"within its sections (one software state and date each, as SOURCES.md advises; {ins.get('bloom_sweep_sections_ranked')} rows); "
+        f"p10–p90 step-time interval coverage, each source against intervals built from the other sources' "
+        f"cross-validated residuals: {_pct(sm['interval_coverage_cv'])}; "
         f"peak memory against the BLOOM sweep's {ins['memory_rows']} measured peaks: median |error| {_pct(ins['memory_median_abs_error'])} "
         f"(median {ins['memory_median_error'] * 100:+.1f}%; the prediction is the allocator's reserved peak plus CUDA context).",
         "",

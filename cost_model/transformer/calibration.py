@@ -31,6 +31,17 @@ validation falls back to when the held-out source is the only one that informs i
   (:data:`cost_model.devices.FAMILY_EFFICIENCY`, whose Hopper and Blackwell figures were set
   before fused attention was costed by its kv-loop): prior 1; Volta and Ampere keep theirs.
 
+* ``pipeline_microbatch_overhead_s[framework]`` — fixed seconds per micro-batch per pipeline
+  stage of DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``): it interprets
+  its schedule in Python one instruction at a time (load, forward, send/recv activations,
+  backward, send/recv gradients, each a blocking call with its own synchronisation), so a
+  smaller micro-batch pays the fixed cost more often.  Megatron-Core's schedule (batched
+  isend/irecv, no per-instruction synchronisation) has none.  Prior 0.1 s.
+* ``misaligned_gemm_fraction`` — the rate of a 16-bit GEMM whose reduction dimension is not a
+  multiple of 8 elements (e.g. a head dimension of 108) relative to the aligned one: cuBLAS's
+  tensor-core kernels need 16-byte aligned rows; the fallback runs far below them (NVIDIA's
+  matrix-multiplication performance guide: dimensions multiple of 8 for FP16/BF16).  Prior 0.25.
+
 Constants are global: never per model, per row or per run.
 """
 
@@ -57,9 +68,18 @@ PRIORS: dict[str, float] = {
     "fp8_gemm_efficiency": 0.75,
     "family_gemm_efficiency.hopper": 1.0,
     "family_gemm_efficiency.blackwell": 1.0,
+    "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.1,
+    "misaligned_gemm_fraction": 0.25,
 }
 #: Frameworks that share another's kernel constant (module docstring).
 FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
+
+
+def pipeline_microbatch_overhead_s(framework: str) -> float:
+    """Fixed seconds per micro-batch per stage of the framework's pipeline schedule (0 for
+    Megatron-Core, FSDP and Paddle)."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    return current().get(f"pipeline_microbatch_overhead_s.{fw}") if fw == "megatron-deepspeed" else 0.0
 
 
 @dataclass(frozen=True)

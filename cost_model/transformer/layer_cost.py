@@ -166,6 +166,18 @@ def _kv_local(model: TransformerSpec, tp):
     return model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
 
 
+def misaligned_device(device: DeviceSpec) -> DeviceSpec:
+    """The device for GEMMs with a dimension that is not a multiple of 8 elements (the
+    attention BMMs of a head dimension such as 108): its large-GEMM fraction times
+    ``misaligned_gemm_fraction`` (``cost_model.transformer.calibration``)."""
+    from dataclasses import replace
+
+    from cost_model.transformer.calibration import current
+
+    eff = device.efficiency
+    return replace(device, efficiency=replace(eff, gemm_max_fraction=eff.gemm_max_fraction * current().get("misaligned_gemm_fraction")))
+
+
 def fused_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceSpec, dtype: str, causal_fraction=0.5):
     """Forward time (s) of a fused (FlashAttention-2/3, cuDNN) attention core.
 
@@ -251,6 +263,8 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     flops_attn = attention_flops(b, heads_local, sc, s, d)
     if unfused:
         bh = b * heads_local
+        if int(d) % 8:
+            attn_device = misaligned_device(attn_device)
         t_scores = gemm_time_s(sc, s, d, attn_device, attn_dt, batch=bh)
         t_pv = gemm_time_s(sc, d, s, attn_device, attn_dt, batch=bh)
         elems = bh * sc * s

@@ -15,7 +15,7 @@ import numpy as np
 from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
 from cost_model.training import Training
-from cost_model.transformer.calibration import calibrated_device
+from cost_model.transformer.calibration import calibrated_device, pipeline_microbatch_overhead_s
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
@@ -150,6 +150,7 @@ def stage_cost(
     forward_s = fwd + extra / 3.0 + comm / 2.0
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
+    pp_comm = pp_comm + np.where(S.pp > 1, pipeline_microbatch_overhead_s(training.framework), 0.0)
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp

@@ -42,6 +42,7 @@ UPPER_BOUND = {
     "framework_gemm_efficiency.fsdp": 1.0,
     "framework_gemm_efficiency.paddle": 1.0,
     "fp8_gemm_efficiency": 1.0,
+    "misaligned_gemm_fraction": 1.0,
 }
 
 
@@ -61,6 +62,10 @@ def affects(name: str, case: PublishedCase) -> bool:
         return case.training.dtype == "fp8"
     if name.startswith("family_gemm_efficiency."):
         return group.device.family == name.split(".", 1)[1]
+    if name == "pipeline_microbatch_overhead_s.megatron-deepspeed":
+        return fw in ("megatron-deepspeed", "deepspeed") and any(s.pp > 1 for s in case.candidates)
+    if name == "misaligned_gemm_fraction":
+        return case.training.attention == "unfused" and case.model.head_dim % 8 != 0
     return False
 
 

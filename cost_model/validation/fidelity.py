@@ -70,6 +70,7 @@ class RowResult:
     measured_from: str = ""
     measured_tflops: float | None = None
     measured_memory_GB: float | None = None
+    section: str | None = None
 
     @property
     def memory_error(self) -> float | None:
@@ -103,7 +104,7 @@ def evaluate_case(case: PublishedCase | Unplannable, candidates: Sequence[Strate
         row_id=case.row_id, group=case.group, source=case.source, status=case.measured_status, framework=case.training.framework,
         device_family=family, measured_step_s=case.measured_step_s, predicted_step_s=est.step_time_s if est is not None else None,
         fits=est is not None, failure=failure, strategy=strat, estimate=est, assumptions=case.assumptions, measured_from=case.measured_from,
-        measured_tflops=case.measured_tflops, measured_memory_GB=case.measured_memory_GB,
+        measured_tflops=case.measured_tflops, measured_memory_GB=case.measured_memory_GB, section=case.section,
     )
 
 
@@ -173,6 +174,13 @@ def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = No
     ooms = [r for r in results if r.status == "OOM"]
     sweep = [r for r in ok if r.group == "BLOOM176B_topology_sweep" and r.measured_tflops]
     rho = spearman([r.measured_tflops for r in sweep], [r.measured_tflops / (1 + err(r)) for r in sweep]) if len(sweep) > 2 else None  # type: ignore[operator,misc]
+    # The sweep's rows are snapshots across software changes: rank within one section and date
+    # (data/SOURCES.md), then average the sections' Spearman weighted by their rows.
+    sections: dict[str, list[RowResult]] = {}
+    for r in sweep:
+        sections.setdefault(r.section or "", []).append(r)
+    ranked = [(len(v), spearman([r.measured_tflops for r in v], [r.measured_tflops / (1 + err(r)) for r in v])) for v in sections.values() if len(v) >= 4]  # type: ignore[operator,misc]
+    rho_sections = sum(n * x for n, x in ranked) / sum(n for n, _ in ranked) if ranked else None
     measured_fit = [r for r in results if r.status == "ok" and r.fits is not None]
     mem_e = [r.memory_error for r in results if r.memory_error is not None]
     return {
@@ -190,6 +198,8 @@ def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = No
         "memory_median_error": round(statistics.median(mem_e), 4) if mem_e else None,
         "bloom_sweep_rows": len(sweep),
         "bloom_sweep_spearman": round(rho, 4) if rho is not None else None,
+        "bloom_sweep_spearman_within_sections": round(rho_sections, 4) if rho_sections is not None else None,
+        "bloom_sweep_sections_ranked": sum(n for n, _ in ranked),
     }
 
 

@@ -92,6 +92,7 @@ class PublishedCase:
     assumptions: tuple[str, ...]
     measured_tflops: float | None = None  # the source's own TFLOP/s figure, when given
     measured_memory_GB: float | None = None  # BLOOM sweep: max memory of the first/last stage GPUs
+    section: str | None = None  # BLOOM sweep: the chronicle's section (one software state and date)
 
 
 @dataclass(frozen=True)
@@ -425,5 +426,8 @@ def _case(row: dict[str, Any]) -> PublishedCase | Unplannable:
     if step is None:
         return Unplannable(row["id"], group, source, "no step time, TFLOP/s or MFU measured")
     mem = re.search(r"'Mem' column='(\d+(?:\.\d+)?)GB'", row.get("notes") or "")
+    section = re.search(r"section '([^']+)'", row.get("source") or "")
+    date = re.search(r"date (\d\d-\d\d)", row.get("notes") or "")
+    where = f"{section.group(1)} {date.group(1) if date else ''}".strip() if section else None
     return PublishedCase(row["id"], group, source, model, training, cluster, tuple(candidates), step, "ok", src, tuple(assumptions),
-                         meas.get("tflops_per_gpu"), float(mem.group(1)) if mem else None)
+                         meas.get("tflops_per_gpu"), float(mem.group(1)) if mem else None, where)
