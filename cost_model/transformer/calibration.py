@@ -42,6 +42,12 @@ validation falls back to when the held-out source is the only one that informs i
   tensor-core kernels need 16-byte aligned rows; the fallback runs far below them (NVIDIA's
   matrix-multiplication performance guide: dimensions multiple of 8 for FP16/BF16).  Prior 0.25.
 
+* ``sharded_prefetch_overlap[framework]`` — the fraction of the DP overlap window
+  (``DP_OVERLAP_WINDOW`` of a micro-batch's compute) behind which DeepSpeed's stage-3 gathers
+  and reduce-scatters actually hide: its prefetch is bounded by ``stage3_prefetch_bucket_size``
+  and issued from module hooks on the compute stream's schedule, so less than FSDP's (which
+  keeps the full window, 1).  Prior 1.
+
 Constants are global: never per model, per row or per run.
 """
 
@@ -70,9 +76,16 @@ PRIORS: dict[str, float] = {
     "family_gemm_efficiency.blackwell": 1.0,
     "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.1,
     "misaligned_gemm_fraction": 0.25,
+    "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
 }
 #: Frameworks that share another's kernel constant (module docstring).
 FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
+
+
+def sharded_prefetch_overlap(framework: str) -> float:
+    """Multiplier of the DP overlap window for ZeRO-3 traffic (1 except DeepSpeed's stage 3)."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    return current().get(f"sharded_prefetch_overlap.{fw}") if fw == "megatron-deepspeed" else 1.0
 
 
 def pipeline_microbatch_overhead_s(framework: str) -> float:

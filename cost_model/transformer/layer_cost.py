@@ -512,10 +512,7 @@ def model_state_bytes_per_param(training: Training, zero_stage, shard):
     mixed = training.dtype != "fp32"
     w = 2.0 if mixed else 4.0
     g = 4.0
-    if training.optimizer == "adam":
-        o = 12.0 if mixed else 8.0
-    else:
-        o = 8.0 if mixed else 4.0
+    o = (12.0 if mixed else 8.0) if training.optimizer == "adam" else (8.0 if mixed else 4.0)
     z = np.asarray(zero_stage)
     shard = np.asarray(shard, dtype=float)
     weights = np.where(z >= 3, w / shard, w)

@@ -245,10 +245,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         )
     moe_ffn = _int_field(cfg, ("moe_intermediate_size",), field_path, required=False)
     shared = _int_field(cfg, ("shared_expert_intermediate_size",), field_path, required=False, default=0)
-    if gpt_style:
-        ffn = n_inner or 4 * hidden
-    else:
-        ffn = moe_ffn if (experts > 1 and moe_ffn) else inter
+    ffn = (n_inner or 4 * hidden) if gpt_style else (moe_ffn if (experts > 1 and moe_ffn) else inter)
     tie_default = model_type in ("gpt2", "gpt", "gpt_neox") and gpt_style
     tie = cfg.get("tie_word_embeddings", tie_default)
     if not isinstance(tie, bool):

@@ -15,7 +15,11 @@ import numpy as np
 from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
 from cost_model.training import Training
-from cost_model.transformer.calibration import calibrated_device, pipeline_microbatch_overhead_s
+from cost_model.transformer.calibration import (
+    calibrated_device,
+    pipeline_microbatch_overhead_s,
+    sharded_prefetch_overlap,
+)
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
@@ -34,6 +38,10 @@ from cost_model.transformer.layer_cost import (
     sharded_step_comm_s,
 )
 from cost_model.transformer.spec import TransformerSpec
+
+#: DeepSpeed ZeRO-3's ``stage3_max_live_parameters`` default: the most gathered parameters it
+#: keeps resident at once (DeepSpeed configuration docs).
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,12 @@ def stage_cost(
     if has_head:
         acts = acts + dc.head_act_bytes
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
-    layer_full_w = 2.0 * (model.decoder_layer_params() / S.tp) * (4.0 if training.dtype == "fp32" else 2.0)
+    # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
+    # parameters at stage3_max_live_parameters (default 1e9).
+    live = 2.0 * (model.decoder_layer_params() / S.tp)
+    if training.framework in ("deepspeed", "megatron-deepspeed"):
+        live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
+    layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
     workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
@@ -182,7 +195,8 @@ def stage_cost(
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)
-    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))
+    overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
+    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap_mb * (forward_s + backward_s))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

@@ -43,6 +43,7 @@ UPPER_BOUND = {
     "framework_gemm_efficiency.paddle": 1.0,
     "fp8_gemm_efficiency": 1.0,
     "misaligned_gemm_fraction": 1.0,
+    "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
 }
 
 
@@ -64,6 +65,8 @@ def affects(name: str, case: PublishedCase) -> bool:
         return group.device.family == name.split(".", 1)[1]
     if name == "pipeline_microbatch_overhead_s.megatron-deepspeed":
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.pp > 1 for s in case.candidates)
+    if name == "sharded_prefetch_overlap.megatron-deepspeed":
+        return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "misaligned_gemm_fraction":
         return case.training.attention == "unfused" and case.model.head_dim % 8 != 0
     return False

@@ -148,3 +148,43 @@ def test_interval_bounds_are_the_swapped_error_quantiles():
     assert iv["step_time_s_p10"] == pytest.approx(10.0 / np.exp(0.2))
     assert iv["step_time_s_p90"] == pytest.approx(10.0 / np.exp(-0.1))
     assert iv["interval_regime"] == "*"
+
+
+def test_deepspeed_pipeline_engine_pays_a_fixed_cost_per_microbatch():
+    model = get_preset("gpt3-1.3b")
+    c = simple_cluster("A100-SXM4-80GB", 1)
+    s = Strategy(dp=2, tp=2, pp=2, micro_batch_size=1, zero_stage=1)
+    with using(Constants({**PRIORS, "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.05})):
+        core = estimate(model, Training(global_batch_size=64, sequence_length=2048), c, s)
+        mds = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed"), c, s)
+    # 32 micro-batches through the bottleneck stage, plus the drain, each 0.05 s more
+    assert mds.breakdown_s["pp_comm"] - core.breakdown_s["pp_comm"] == pytest.approx(32 * 0.05, rel=1e-6)
+
+
+def test_misaligned_head_dim_runs_the_attention_gemms_slower():
+    from cost_model.comm import Links
+    from cost_model.transformer.layer_cost import layer_costs
+    from cost_model.transformer.spec import TransformerSpec
+
+    c = simple_cluster("A100-SXM4-80GB", 1)
+    t = Training(global_batch_size=1, sequence_length=2048, attention="unfused")
+    S = StrategyArrays.from_strategies([Strategy(micro_batch_size=1)])
+    links = Links.for_group(c.node_groups[0])
+    per_flop = []
+    for heads in (128, 123):  # head dim 108 (misaligned) vs 112 at h = 13824 / 13776
+        h = heads * (108 if heads == 128 else 112)
+        m = TransformerSpec("x", 1, h, heads, heads, 4 * h, 50000, bias=True)
+        lc = layer_costs(m, t, c.node_groups[0].device, links, S)
+        per_flop.append(float(lc.forward_compute_s[0] / lc.model_flops[0]))
+    assert per_flop[0] > 1.05 * per_flop[1]
+
+
+def test_deepspeed_caps_the_gathered_parameters_fsdp_holds_two_units():
+    c = simple_cluster("A100-SXM4-80GB", 8)
+    s = Strategy(dp=64, micro_batch_size=1, zero_stage=3, recompute="full")
+    mem = {}
+    for fw in ("deepspeed", "fsdp"):
+        est = estimate(GPT3, Training(global_batch_size=64, sequence_length=2048, framework=fw), c, s)
+        mem[fw] = est.stages[0].memory_GB["activations"]
+    # two gathered 1.8B-parameter layers (7.2 GB) vs stage3_max_live_parameters = 1e9 (2 GB)
+    assert mem["fsdp"] - mem["deepspeed"] == pytest.approx((2 * GPT3.decoder_layer_params() - 1e9) * 2 / 1e9, rel=1e-6)

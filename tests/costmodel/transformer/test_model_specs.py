@@ -25,8 +25,8 @@ def test_parameter_counts_match_published_sizes(preset, published_b, tol):
 def test_gpt_params_match_narayanan_eq2():
     # Ψ = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h)) for GPT with learned positions and tied head.
     m = get_preset("gpt3-175b")
-    l, h, V, s = m.num_layers, m.hidden_size, m.vocab_size, m.learned_positions
-    eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    L, h, V, s = m.num_layers, m.hidden_size, m.vocab_size, m.learned_positions
+    eq2 = 12 * L * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * L * h))
     # Eq. 2 ignores the final LayerNorm (2h): everything else is counted identically.
     assert m.total_params() == pytest.approx(eq2 + 2 * h, rel=1e-9)
 
