@@ -8,7 +8,7 @@ stage and :func:`combine_stages` for the step, so a plan's prediction is exactly
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,6 +16,11 @@ from cost_model.comm import Links
 from cost_model.devices import DeviceSpec
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
+from cost_model.transformer.calibration import (
+    calibrated_device,
+    pipeline_microbatch_overhead_s,
+    sharded_prefetch_overlap,
+)
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
@@ -29,8 +34,14 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
+    sharded_collectives_per_layer,
+    sharded_step_comm_s,
 )
 from cost_model.transformer.spec import TransformerSpec
+
+#: DeepSpeed ZeRO-3's ``stage3_max_live_parameters`` default: the most gathered parameters it
+#: keeps resident at once (DeepSpeed configuration docs).
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 
 
 @dataclass(frozen=True)
@@ -48,9 +59,16 @@ class DeviceCosts:
 
 
 def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> DeviceCosts:
-    lc = layer_costs(model, training, device, links, S)
-    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, training, device, links, S)
-    return DeviceCosts(device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
+    """Per-device-type costs, with the device as ``training.framework`` drives it
+    (:func:`cost_model.transformer.calibration.calibrated_device`).  Under FP8 the attention
+    core, the embedding and the LM head stay in BF16 (Transformer Engine's FP8 covers the
+    linear layers of the decoder; Megatron-Core keeps the output layer in BF16)."""
+    gemm_device = calibrated_device(device, training.framework, training.dtype)
+    lc = layer_costs(model, training, gemm_device, links, S, bf16_device=calibrated_device(device, training.framework, "bf16"))
+    head_training = replace(training, dtype="bf16") if training.dtype == "fp8" else training
+    head_device = calibrated_device(device, training.framework, head_training.dtype)
+    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, head_training, head_device, links, S)
+    return DeviceCosts(gemm_device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
 
 
 @dataclass(frozen=True)
@@ -140,6 +158,7 @@ def stage_cost(
     forward_s = fwd + extra / 3.0 + comm / 2.0
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
+    pp_comm = pp_comm + np.where(S.pp > 1, pipeline_microbatch_overhead_s(training.framework), 0.0)
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp
@@ -158,15 +177,26 @@ def stage_cost(
     if has_head:
         acts = acts + dc.head_act_bytes
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
-    layer_full_w = 2.0 * (model.decoder_layer_params() / S.tp) * (4.0 if training.dtype == "fp32" else 2.0)
+    # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
+    # parameters at stage3_max_live_parameters (default 1e9).
+    live = 2.0 * (model.decoder_layer_params() / S.tp)
+    if training.framework in ("deepspeed", "megatron-deepspeed"):
+        live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
+    layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
     workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
+    # embedding/head as one more unit each), replacing the whole-stage estimate.
+    units = n + float(has_embedding) + float(has_head)
+    sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, sharded_collectives_per_layer(model, training.framework))
+    dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)
-    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))
+    overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
+    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap_mb * (forward_s + backward_s))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
