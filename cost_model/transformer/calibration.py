@@ -145,7 +145,8 @@ def using(constants: Constants) -> Iterator[Constants]:
 def stored_document() -> dict[str, Any]:
     path = resources.files("cost_model").joinpath("data/calibration.json")
     try:
-        return json.loads(path.read_text())
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
     except FileNotFoundError:
         return {}
 

@@ -17,11 +17,15 @@ origin is given where it is computed); model state from Rajbhandari et al. 2020 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from cost_model.comm import (
+    ArrayOrFloat,
+    FloatArray,
     Links,
     allreduce_time_s,
     alltoall_time_s,
@@ -39,6 +43,7 @@ from cost_model.compute import (
     memory_bound_time_s,
 )
 from cost_model.devices import DeviceSpec
+from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 
@@ -88,8 +93,8 @@ class StrategyArrays:
     zero: np.ndarray
 
     @staticmethod
-    def from_strategies(strategies) -> StrategyArrays:
-        def col(fn, dtype=float):
+    def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
+        def col(fn: Callable[[Strategy], float], dtype: type = float) -> np.ndarray:
             return np.array([fn(s) for s in strategies], dtype=dtype)
 
         return StrategyArrays(
@@ -108,7 +113,7 @@ class StrategyArrays:
     def __len__(self) -> int:
         return len(self.dp)
 
-    def take(self, index) -> StrategyArrays:
+    def take(self, index: npt.ArrayLike) -> StrategyArrays:
         return StrategyArrays(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
 
 
@@ -134,11 +139,12 @@ class LayerCosts:
 
     @property
     def forward_s(self) -> np.ndarray:
-        return self.forward_compute_s + 0.5 * (self.tp_comm_s + self.cp_comm_s + self.ep_comm_s)
+        out: np.ndarray = self.forward_compute_s + 0.5 * (self.tp_comm_s + self.cp_comm_s + self.ep_comm_s)
+        return out
 
     @property
     def total_s(self) -> np.ndarray:
-        return (
+        out: np.ndarray = (
             self.forward_compute_s
             + self.backward_compute_s
             + self.recompute_s
@@ -146,6 +152,7 @@ class LayerCosts:
             + self.cp_comm_s
             + self.ep_comm_s
         )
+        return out
 
 
 def _act_bytes(training: Training) -> int:
@@ -161,13 +168,13 @@ def _dropout(model: TransformerSpec) -> float:
     return 1.0 if model.bias else 0.0
 
 
-def _kv_local(model: TransformerSpec, tp):
+def _kv_local(model: TransformerSpec, tp: ArrayOrFloat) -> FloatArray:
     """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head).
     MLA: the up-projected heads, at the mean of the key and value head widths."""
     return model.kv_head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
 
 
-def _qkv_width(model: TransformerSpec, tp, kv):
+def _qkv_width(model: TransformerSpec, tp: ArrayOrFloat, kv: ArrayOrFloat) -> ArrayOrFloat:
     """Output width per TP rank of the QKV projection GEMM (K = h).  MLA's down- and
     up-projections are costed as one GEMM of the same weights: width = their weights / h."""
     if model.is_mla:
@@ -187,7 +194,15 @@ def misaligned_device(device: DeviceSpec) -> DeviceSpec:
     return replace(device, efficiency=replace(eff, gemm_max_fraction=eff.gemm_max_fraction * current().get("misaligned_gemm_fraction")))
 
 
-def fused_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceSpec, dtype: str, causal_fraction=0.5):
+def fused_attention_time_s(
+    batch_heads: ArrayOrFloat,
+    q_len: ArrayOrFloat,
+    kv_len: ArrayOrFloat,
+    head_dim: ArrayOrFloat,
+    device: DeviceSpec,
+    dtype: str,
+    causal_fraction: ArrayOrFloat = 0.5,
+) -> FloatArray:
     """Forward time (s) of a fused (FlashAttention-2/3, cuDNN) attention core.
 
     FLOPs 4·q·kv·d per head times ``causal_fraction``.  The kernel keeps an output tile
@@ -199,10 +214,13 @@ def fused_attention_time_s(batch_heads, q_len, kv_len, head_dim, device: DeviceS
     online rescale between the two GEMMs).
     """
     per_gemm = gemm_time_s(q_len, head_dim, kv_len, device, dtype, batch=batch_heads, fresh_output=False)
-    return 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    out: FloatArray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    return out
 
 
-def fp8_cast_s(T, h, qkv_out, proj_in, f_out, f_in, device: DeviceSpec):
+def fp8_cast_s(
+    T: ArrayOrFloat, h: float, qkv_out: ArrayOrFloat, proj_in: ArrayOrFloat, f_out: ArrayOrFloat, f_in: ArrayOrFloat, device: DeviceSpec
+) -> tuple[ArrayOrFloat, ArrayOrFloat]:
     """Forward and backward time (s) of Transformer Engine's FP8 casts in one layer.
 
     Every FP8 GEMM input is a BF16 tensor cast to FP8 with its amax recorded in the same pass
@@ -267,6 +285,8 @@ def _uniform_layer_costs(
     flops_proj = 2 * T * h * o / t
     # FFN: FC1 column-parallel (gate and up fused when gated), FC2 row-parallel.
     fm = model.ffn_matrices
+    t_router: ArrayOrFloat
+    b_router: ArrayOrFloat
     if model.is_moe:
         e_local = model.num_experts / S.ep
         tokens_per_expert = T * model.experts_per_token * S.ep / model.num_experts
@@ -441,7 +461,7 @@ def _uniform_layer_costs(
     )
 
 
-def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
+def _eager_head_layout_s(q_elems: ArrayOrFloat, kv_elems: ArrayOrFloat, eb: int, device: DeviceSpec) -> tuple[ArrayOrFloat, ArrayOrFloat]:
     """Forward and backward time of moving attention's operands between the token-major layout
     of the projections ([b, s, heads, d]) and the head-major layout batched GEMMs need
     ([b, heads, s, d]), in plain PyTorch (``view(...).transpose(1, 2)`` then ``@``).
@@ -459,7 +479,7 @@ def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
     return fwd, bwd
 
 
-def eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
+def eager_attention_elementwise_s(elems: ArrayOrFloat, eb: int, drop: float, device: DeviceSpec) -> tuple[ArrayOrFloat, ArrayOrFloat]:
     """Forward and backward time of the score-sized elementwise work of attention written in
     plain PyTorch ops (no fused softmax), per ``elems`` scores.
 
@@ -483,7 +503,7 @@ def eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpe
     return fwd, bwd
 
 
-def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays):
+def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays) -> tuple[FloatArray, FloatArray]:
     """Bytes one layer keeps for backward per micro-batch, and the bytes it holds while running.
 
     Korthikanti et al. 2022 Table 2 term by term (16-bit, per layer, s·b·h units):
@@ -530,7 +550,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     return stored, full
 
 
-def model_state_bytes_per_param(training: Training, zero_stage, shard):
+def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes per parameter on one GPU for weights, gradients and optimizer state.
 
     Mixed precision with Adam (Rajbhandari et al. 2020; Megatron docs): 16-bit weights (2),
@@ -571,7 +591,14 @@ def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int
     return 1
 
 
-def sharded_step_comm_s(layer_params_per_gpu, layers, training: Training, S: StrategyArrays, links: Links, collectives_per_layer=1):
+def sharded_step_comm_s(
+    layer_params_per_gpu: ArrayOrFloat,
+    layers: ArrayOrFloat,
+    training: Training,
+    S: StrategyArrays,
+    links: Links,
+    collectives_per_layer: int = 1,
+) -> FloatArray:
     """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers an
     all-gather of its parameters before forward, again before backward, and a reduce-scatter of
     its gradients (Rajbhandari et al. 2020 §5: 3Ψ per step; per micro-batch under gradient
@@ -590,10 +617,13 @@ def sharded_step_comm_s(layer_params_per_gpu, layers, training: Training, S: Str
     one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / k, links, per_node, flat=True)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
     bandwidth_part = np.maximum(one - alpha, 0.0) / current().get("sharded_collective_efficiency")
-    return 3.0 * layers * k * (bandwidth_part + alpha) * (n > 1)
+    out: FloatArray = 3.0 * layers * k * (bandwidth_part + alpha) * (n > 1)
+    return out
 
 
-def dp_gradient_comm_s(params_per_gpu, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu=0.0):
+def dp_gradient_comm_s(
+    params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0
+) -> tuple[FloatArray, FloatArray]:
     """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds).
 
     One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
@@ -648,7 +678,7 @@ def optimizer_bytes_per_param(training: Training) -> float:
     return 22.0 if training.dtype != "fp32" else 16.0
 
 
-def optimizer_kernels(training: Training, tensors_per_gpu=0.0):
+def optimizer_kernels(training: Training, tensors_per_gpu: ArrayOrFloat = 0.0) -> int | FloatArray:
     """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
     for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
     if training.fused_kernels or training.optimizer != "adam":
@@ -656,7 +686,9 @@ def optimizer_kernels(training: Training, tensors_per_gpu=0.0):
     return EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
 
 
-def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu=0.0):
+def optimizer_step_s(
+    params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu: ArrayOrFloat = 0.0
+) -> FloatArray:
     """Optimizer update: a memory-bound pass over this GPU's shard of the model state
     (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
     parameter tensors a for-loop optimizer iterates over)."""
@@ -674,7 +706,9 @@ def param_tensors_per_layer(model: TransformerSpec) -> int:
     return (mats + norms) * (2 if model.bias else 1)
 
 
-def embedding_head_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays):
+def embedding_head_costs(
+    model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """Forward+backward time of the vocab-parallel embedding (first stage) and the LM head with
     cross-entropy (last stage) per micro-batch, and their activation bytes.
 
@@ -725,7 +759,7 @@ def embedding_head_costs(model: TransformerSpec, training: Training, device: Dev
     return emb_s, head_s, head_flops, emb_act, head_act
 
 
-def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node):
+def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node: ArrayOrFloat | bool) -> FloatArray:
     """One stage boundary crossing of one micro-batch's activations (b·s/c·h elements; with TP
     Megatron's scatter/gather optimisation sends 1/t per rank and all-gathers over NVLink)."""
     eb = _act_bytes(training)
@@ -733,10 +767,3 @@ def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: Strate
     gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)
     return p2p_time_s(size, links, cross_node) + gather
 
-
-def inflight_microbatches(stage_index, S: StrategyArrays, m):
-    """Micro-batches whose activations a stage holds at its peak under 1F1B: ``pp − i`` for
-    stage i (Narayanan 2021 §2.2), capped at m; the interleaved schedule holds
-    ``1 + (p−1)/(p·v)`` times more (Korthikanti 2022 §4.3 / Megatron's warm-up count)."""
-    base = np.minimum(S.pp - stage_index, m)
-    return base * np.where(S.vpp > 1, 1.0 + (S.pp - 1) / (S.pp * S.vpp), 1.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cost_model.comm import Links
+from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import DeviceSpec
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
@@ -97,14 +97,18 @@ class StageCost:
     def time_s(self) -> np.ndarray:
         """Time of one micro-batch through this stage (forward + backward + p2p + exposed
         per-micro-batch ZeRO 2/3 traffic)."""
-        return self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
+        out: np.ndarray = self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
+        return out
 
     @property
     def peak_memory_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.activations_bytes + self.workspace_bytes
+        out: np.ndarray = self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.activations_bytes + self.workspace_bytes
+        return out
 
 
-def stage_params(model: TransformerSpec, S: StrategyArrays, num_layers, has_embedding: bool, has_head: bool):
+def stage_params(
+    model: TransformerSpec, S: StrategyArrays, num_layers: ArrayOrFloat, has_embedding: bool, has_head: bool
+) -> tuple[FloatArray, FloatArray]:
     """(dense, expert) parameters held by one GPU of a stage.
 
     Dense layer weights divide over TP; experts over EP and TP.  The first stage holds the
@@ -120,7 +124,7 @@ def stage_params(model: TransformerSpec, S: StrategyArrays, num_layers, has_embe
     if has_embedding:
         dense = dense + model.embedding_params() / t
     if has_head:
-        head = model.head_params()
+        head: ArrayOrFloat = model.head_params()
         if model.tie_embeddings:
             head = head + np.where(S.pp > 1, model.vocab_size * model.hidden_size, 0.0)
         dense = dense + head / t
@@ -132,19 +136,19 @@ def stage_cost(
     training: Training,
     dc: DeviceCosts,
     S: StrategyArrays,
-    num_layers,
-    stage_index,
+    num_layers: ArrayOrFloat,
+    stage_index: ArrayOrFloat,
     has_embedding: bool,
     has_head: bool,
-    m,
-    cross_node_p2p,
+    m: ArrayOrFloat,
+    cross_node_p2p: ArrayOrFloat | bool,
 ) -> StageCost:
     """Cost of one pipeline stage holding ``num_layers`` decoder layers."""
     lc = dc.layer
     n = np.asarray(num_layers, dtype=float)
     fwd = n * lc.forward_compute_s
     bwd = n * lc.backward_compute_s
-    extra = 0.0
+    extra: ArrayOrFloat = 0.0
     if has_embedding:
         extra = extra + dc.embedding_s
     if has_head:
@@ -230,7 +234,7 @@ class StepCost:
     bottleneck_index: np.ndarray
     dp_exposed_s: np.ndarray
     optimizer_s: np.ndarray
-    breakdown_s: dict
+    breakdown_s: dict[str, np.ndarray]
 
 
 def stack_stages(stages: list[StageCost]) -> StageCost:
@@ -246,7 +250,7 @@ def stack_stages(stages: list[StageCost]) -> StageCost:
     )
 
 
-def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) -> StepCost:
+def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: ArrayOrFloat) -> StepCost:
     """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
@@ -267,8 +271,9 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) ->
 
     # Breakdown along the critical path: the bottleneck stage's components × m, the remaining
     # pipeline time is the bubble.
-    def pick(arr):
-        return np.take_along_axis(arr, bottleneck[None, ...], axis=0)[0]
+    def pick(arr: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.take_along_axis(arr, bottleneck[None, ...], axis=0)[0]
+        return out
 
     compute = m * pick(st.compute_s)
     recompute = m * pick(st.recompute_s)

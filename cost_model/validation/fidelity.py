@@ -203,7 +203,7 @@ def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = No
     }
 
 
-def layer_table4() -> list[dict]:
+def layer_table4() -> list[dict[str, Any]]:
     """Korthikanti et al. 2022 Table 4: one 22B layer (tp 8, mbs 4) forward/backward times."""
     from cost_model.cluster import cluster_from_dict
     from cost_model.comm import Links

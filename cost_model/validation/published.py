@@ -105,7 +105,8 @@ class Unplannable:
 
 def load_rows() -> list[dict[str, Any]]:
     text = resources.files("cost_model").joinpath("data/published_runs.json").read_text()
-    return json.loads(text)
+    rows: list[dict[str, Any]] = json.loads(text)
+    return rows
 
 
 def device_for(hardware: dict[str, Any]) -> tuple[str, int] | None:
