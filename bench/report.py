@@ -25,29 +25,10 @@ def fidelity() -> str | None:
     d = _load("fidelity.json")
     if not d:
         return None
-    sm = d["summary"]
-    out = [
-        f"**{sm['rows']} runs: median |error| {sm['median_abs_error'] * 100:.1f}%, mean {sm['mean_abs_error'] * 100:.1f}%, "
-        f"worst {sm['max_abs_error'] * 100:.1f}% ({sm['rows_over_20pct']} rows over 20%).** Korthikanti et al. 2022 "
-        f"Table 4 (one 22B layer, tp 8, micro-batch 4), worst {sm['table4_max_abs_error'] * 100:.1f}%:",
-        "",
-        "| Table 4 configuration | forward predicted / measured (ms) | backward predicted / measured (ms) |",
-        "|---|---|---|",
-    ]
-    for x in d["korthikanti_table4"]:
-        out.append(
-            f"| {x['config'].replace('_', ' ')} | {x['forward_ms']:.2f} / {x['measured_forward_ms']} ({x['forward_error'] * 100:+.1f}%) "
-            f"| {x['backward_ms']:.2f} / {x['measured_backward_ms']} ({x['backward_error'] * 100:+.1f}%) |"
-        )
-    out += ["", "<details><summary>Every row</summary>", "", "| run | GPUs | tp·pp·dp (mbs, vpp, recompute) | measured step (s) | predicted (s) | error |", "|---|---:|---|---:|---:|---:|"]
-    for r in d["rows"]:
-        s = r["strategy"]
-        out.append(
-            f"| {r['id']} | {r['gpus']} | {s['tp']}·{s['pp']}·{s['dp']} ({s['micro_batch_size']}, {s['vpp']}, {s['recompute']}) "
-            f"| {r['measured_step_s']:.3f} | {r['predicted_step_s']:.3f} | {r['error'] * 100:+.1f}% |"
-        )
-    out += ["", "</details>"]
-    return "\n".join(out)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fidelity import readme_section  # bench/fidelity.py renders its own section
+
+    return readme_section(d)
 
 
 def plan() -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cost_model.comm import FABRICS
 from cost_model.devices import DeviceSpec, resolve_device
 from cost_model.errors import InvalidCluster
 
@@ -37,6 +38,7 @@ class NodeGroup:
     price_per_gpu_hour: float | None = None
     nccl_socket_ifname: str | None = None
     nccl_ib_hca: str | None = None
+    fabric: str = "infiniband"  # inter-node fabric: infiniband | roce | omnipath (cost_model.comm.FABRICS)
 
     @property
     def nic_per_gpu_GBps(self) -> float:
@@ -93,6 +95,7 @@ class Cluster:
                     **({"price_per_gpu_hour": g.price_per_gpu_hour} if g.price_per_gpu_hour is not None else {}),
                     **({"nccl_socket_ifname": g.nccl_socket_ifname} if g.nccl_socket_ifname else {}),
                     **({"nccl_ib_hca": g.nccl_ib_hca} if g.nccl_ib_hca else {}),
+                    **({"fabric": g.fabric} if g.fabric != "infiniband" else {}),
                 }
                 for g in self.node_groups
             ],
@@ -175,6 +178,9 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
         price = g.get("price_per_gpu_hour")
         if price is not None:
             price = _positive_float(price, f"{gp}.price_per_gpu_hour")
+        fabric = g.get("fabric", "infiniband")
+        if fabric not in FABRICS:
+            raise InvalidCluster(f"must be one of {', '.join(FABRICS)}, got {fabric!r}", field=f"{gp}.fabric")
         groups.append(
             NodeGroup(
                 name=gname,
@@ -187,6 +193,7 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
                 price_per_gpu_hour=price,
                 nccl_socket_ifname=g.get("nccl_socket_ifname"),
                 nccl_ib_hca=g.get("nccl_ib_hca"),
+                fabric=fabric,
             )
         )
         nodes.extend(Node(hostname=h, group=gname) for h in hostnames)

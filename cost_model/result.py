@@ -86,14 +86,32 @@ class Estimate:
     bottleneck: str
     profile_ids: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    step_time_s_p10: float | None = None
+    step_time_s_p90: float | None = None
+    peak_memory_GB_p10: float | None = None
+    peak_memory_GB_p90: float | None = None
+    interval_regime: str | None = None
 
     @property
     def memory_breakdown_GB(self) -> tuple[dict[str, float], ...]:
         return tuple(s.memory_GB for s in self.stages)
 
     def to_dict(self) -> dict[str, Any]:
+        """Contract v1 ``prediction``.  Intervals: ``step_time_s_p10``/``step_time_s_p90`` — the
+        10th/90th percentiles of the step time, from the leave-one-source-out residuals of the
+        prediction's regime (``interval_regime``: framework/device family; null where the cost
+        model is uncalibrated, e.g. operator graphs); ``peak_memory_GB_p10``/``_p90`` — the
+        same for the largest stage's peak memory (``peak_memory_GB`` is what PyTorch's caching
+        allocator reserves, ``torch.cuda.max_memory_reserved``, plus CUDA context and NCCL
+        buffers; the band is the allocator's fragmentation reserve, not fitted: the calibration
+        set has no measured peaks)."""
         return {
             "step_time_s": self.step_time_s,
+            "step_time_s_p10": self.step_time_s_p10,
+            "step_time_s_p90": self.step_time_s_p90,
+            "peak_memory_GB_p10": self.peak_memory_GB_p10,
+            "peak_memory_GB_p90": self.peak_memory_GB_p90,
+            "interval_regime": self.interval_regime,
             "tokens_per_s": self.tokens_per_s,
             "samples_per_s": self.samples_per_s,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
-from cost_model.training import Training
+from cost_model.training import Training, framework_rule_violation
 from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -197,10 +197,13 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={s.pp}",
             field=f"{f}.vpp",
         )
-    if s.zero_stage >= 2 and s.pp > 1:
+    rule = framework_rule_violation(training.framework, pp=s.pp, vpp=s.vpp, cp=s.cp, zero_stage=s.zero_stage, tp=s.tp)
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"{f}.{rule[0].split('.', 1)[1]}")
+    if s.zero_stage >= 2 and s.pp > 1 and training.framework != "fsdp":
         raise InvalidStrategy(
             f"zero_stage={s.zero_stage} with pp={s.pp}: gradient/parameter sharding conflicts with pipeline "
-            "gradient accumulation (DeepSpeed and Megatron support only stage ≤ 1 with pipelines)",
+            "gradient accumulation (DeepSpeed and Megatron support only stage ≤ 1 with pipelines; FSDP with a pipeline does: framework fsdp)",
             field=f"{f}.zero_stage",
         )
     if num_devices is not None and s.num_devices != num_devices:

@@ -11,6 +11,12 @@ from cost_model.errors import InvalidTraining
 
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")
+#: Training frameworks whose behaviour the cost model distinguishes (``training.framework``):
+#: Megatron-Core with Transformer Engine (the default), Megatron-DeepSpeed (Megatron-LM's
+#: tensor parallelism inside DeepSpeed's pipeline engine and ZeRO optimizer: BLOOM, MT-NLG,
+#: GPT-NeoX), DeepSpeed alone (ZeRO without model parallelism), PyTorch FSDP (FSDP1/FSDP2,
+#: torchtitan, metaseq) and PaddlePaddle's fleet.
+FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddle")
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class Training:
     grad_reduce_overlap: bool = True
     total_tokens: float | None = None
     fused_kernels: bool = True
+    framework: str = "megatron-core"
 
     @property
     def tokens_per_step(self) -> int:
@@ -53,6 +60,7 @@ class Training:
             "tp_comm_overlap": self.tp_comm_overlap,
             "grad_reduce_overlap": self.grad_reduce_overlap,
             "fused_kernels": self.fused_kernels,
+            "framework": self.framework,
             **({"total_tokens": self.total_tokens} if self.total_tokens is not None else {}),
         }
 
@@ -70,7 +78,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if val > maximum:
             raise InvalidTraining(f"must be at most {maximum}, got {val}", field=f"{field_path}.{key}")
         out[key] = val
-    for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS)):
+    for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS)):
         if key in data:
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
@@ -86,3 +94,26 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             raise InvalidTraining(f"must be a positive number, got {val!r}", field=f"{field_path}.total_tokens")
         out["total_tokens"] = float(val)
     return Training(**out)
+
+
+def framework_rule_violation(framework: str, *, pp: int, vpp: int, cp: int, zero_stage: int, tp: int) -> tuple[str, str] | None:
+    """(field, reason) when ``framework`` cannot run the layout, else None.
+
+    * DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``) runs plain 1F1B: no
+      interleaved stages (DeepSpeed ``PipelineModule`` has no virtual stages) and no context
+      parallelism (Megatron-DeepSpeed predates Megatron-Core's CP); ``deepspeed`` alone has no
+      tensor parallelism either.
+    * ``fsdp`` shards parameters (ZeRO-3 semantics) or gradients/optimizer (ZeRO-2); stage 1
+      alone does not exist in FSDP (``ShardingStrategy``: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD,
+      HYBRID_SHARD), but NO_SHARD (0) does.
+    """
+    if framework in ("megatron-deepspeed", "deepspeed"):
+        if vpp > 1:
+            return "strategy.vpp", f"{framework}: DeepSpeed's pipeline engine has no interleaved schedule (vpp must be 1)"
+        if cp > 1:
+            return "strategy.cp", f"{framework}: no context parallelism (cp must be 1)"
+    if framework == "deepspeed" and tp > 1:
+        return "strategy.tp", "deepspeed: no tensor parallelism without Megatron (use megatron-deepspeed)"
+    if framework == "fsdp" and zero_stage == 1:
+        return "strategy.zero_stage", "fsdp: no stage-1 sharding (FSDP shards gradients with optimizer state: zero_stage 2, or 3 for FULL_SHARD)"
+    return None

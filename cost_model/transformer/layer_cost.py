@@ -17,11 +17,15 @@ origin is given where it is computed); model state from Rajbhandari et al. 2020 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from cost_model.comm import (
+    ArrayOrFloat,
+    FloatArray,
     Links,
     allreduce_time_s,
     alltoall_time_s,
@@ -31,14 +35,15 @@ from cost_model.comm import (
 )
 from cost_model.compute import (
     FLASH_BACKWARD_RATIO,
+    FLASH_FORWARD_FRACTION,
     attention_flops,
     first_touch_s,
-    flash_attention_time_s,
     gemm_fwd_bwd_time_s,
     gemm_time_s,
     memory_bound_time_s,
 )
 from cost_model.devices import DeviceSpec
+from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 
@@ -88,8 +93,8 @@ class StrategyArrays:
     zero: np.ndarray
 
     @staticmethod
-    def from_strategies(strategies) -> StrategyArrays:
-        def col(fn, dtype=float):
+    def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
+        def col(fn: Callable[[Strategy], float], dtype: type = float) -> np.ndarray:
             return np.array([fn(s) for s in strategies], dtype=dtype)
 
         return StrategyArrays(
@@ -108,7 +113,7 @@ class StrategyArrays:
     def __len__(self) -> int:
         return len(self.dp)
 
-    def take(self, index) -> StrategyArrays:
+    def take(self, index: npt.ArrayLike) -> StrategyArrays:
         return StrategyArrays(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
 
 
@@ -134,11 +139,12 @@ class LayerCosts:
 
     @property
     def forward_s(self) -> np.ndarray:
-        return self.forward_compute_s + 0.5 * (self.tp_comm_s + self.cp_comm_s + self.ep_comm_s)
+        out: np.ndarray = self.forward_compute_s + 0.5 * (self.tp_comm_s + self.cp_comm_s + self.ep_comm_s)
+        return out
 
     @property
     def total_s(self) -> np.ndarray:
-        return (
+        out: np.ndarray = (
             self.forward_compute_s
             + self.backward_compute_s
             + self.recompute_s
@@ -146,6 +152,7 @@ class LayerCosts:
             + self.cp_comm_s
             + self.ep_comm_s
         )
+        return out
 
 
 def _act_bytes(training: Training) -> int:
@@ -161,13 +168,13 @@ def _dropout(model: TransformerSpec) -> float:
     return 1.0 if model.bias else 0.0
 
 
-def _kv_local(model: TransformerSpec, tp):
+def _kv_local(model: TransformerSpec, tp: ArrayOrFloat) -> FloatArray:
     """K (or V) width per TP rank: KV heads are split when t ≤ g, else replicated (one head).
     MLA: the up-projected heads, at the mean of the key and value head widths."""
     return model.kv_head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
 
 
-def _qkv_width(model: TransformerSpec, tp, kv):
+def _qkv_width(model: TransformerSpec, tp: ArrayOrFloat, kv: ArrayOrFloat) -> ArrayOrFloat:
     """Output width per TP rank of the QKV projection GEMM (K = h).  MLA's down- and
     up-projections are costed as one GEMM of the same weights: width = their weights / h."""
     if model.is_mla:
@@ -175,8 +182,63 @@ def _qkv_width(model: TransformerSpec, tp, kv):
     return model.q_size / tp + 2 * kv
 
 
-def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
-    """Cost one decoder layer per micro-batch for every candidate in ``S``.
+def misaligned_device(device: DeviceSpec) -> DeviceSpec:
+    """The device for GEMMs with a dimension that is not a multiple of 8 elements (the
+    attention BMMs of a head dimension such as 108): its large-GEMM fraction times
+    ``misaligned_gemm_fraction`` (``cost_model.transformer.calibration``)."""
+    from dataclasses import replace
+
+    from cost_model.transformer.calibration import current
+
+    eff = device.efficiency
+    return replace(device, efficiency=replace(eff, gemm_max_fraction=eff.gemm_max_fraction * current().get("misaligned_gemm_fraction")))
+
+
+def fused_attention_time_s(
+    batch_heads: ArrayOrFloat,
+    q_len: ArrayOrFloat,
+    kv_len: ArrayOrFloat,
+    head_dim: ArrayOrFloat,
+    device: DeviceSpec,
+    dtype: str,
+    causal_fraction: ArrayOrFloat = 0.5,
+) -> FloatArray:
+    """Forward time (s) of a fused (FlashAttention-2/3, cuDNN) attention core.
+
+    FLOPs 4·q·kv·d per head times ``causal_fraction``.  The kernel keeps an output tile
+    O[q_tile × d] on chip and loops over the key/value blocks, so its fixed per-tile cost (load
+    Q, write O, the final rescale) is amortised over the kv length — it is costed as the GEMM
+    O = P·V (m = q, n = d, k = kv) rather than as QKᵀ whose reduction is the short head
+    dimension (Dao 2023, FlashAttention-2 §3.1: the outer loop over q blocks, the inner over kv
+    blocks).  Rate: that GEMM model times ``FLASH_FORWARD_FRACTION`` (the softmax and the
+    online rescale between the two GEMMs).
+    """
+    per_gemm = gemm_time_s(q_len, head_dim, kv_len, device, dtype, batch=batch_heads, fresh_output=False)
+    out: FloatArray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    return out
+
+
+def fp8_cast_s(
+    T: ArrayOrFloat, h: float, qkv_out: ArrayOrFloat, proj_in: ArrayOrFloat, f_out: ArrayOrFloat, f_in: ArrayOrFloat, device: DeviceSpec
+) -> tuple[ArrayOrFloat, ArrayOrFloat]:
+    """Forward and backward time (s) of Transformer Engine's FP8 casts in one layer.
+
+    Every FP8 GEMM input is a BF16 tensor cast to FP8 with its amax recorded in the same pass
+    (read 2 B, write 1 B per element; TE ``cast_to_fp8`` / ``fp8_quantize``): forward the inputs
+    of QKV (T·h), the projection (T·proj_in), FC1 (T·h) and FC2 (T·f_in); backward the output
+    gradients of the four GEMMs (T·qkv_out, T·h, T·f_out, T·h), and again the forward inputs
+    transposed for the weight-gradient GEMMs (FP8 GEMMs need K-major operands on Hopper).
+    Widths are per TP rank (for a plain GPT layer qkv_out = h/t + 2kv, proj_in = h/t).
+    Weights are cast once per step and cached over the micro-batches (not counted here).
+    """
+    fwd_elems = T * (h + proj_in + h + f_in)
+    bwd_elems = T * (qkv_out + h + f_out + h) + fwd_elems
+    return memory_bound_time_s(3.0 * fwd_elems, device, kernels=4), memory_bound_time_s(3.0 * bwd_elems, device, kernels=8)
+
+
+def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None = None) -> LayerCosts:
+    """Cost one decoder layer per micro-batch for every candidate in ``S``.  Under FP8 the
+    attention core runs in BF16 on ``bf16_device`` (the device with its BF16 efficiency).
 
     A model whose layers differ (dense-first MoE layers, windowed and global attention) is
     costed as the fraction-weighted mean of its uniform variants
@@ -184,14 +246,18 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     """
     variants = model.layer_variants()
     if len(variants) == 1:
-        return _uniform_layer_costs(model, training, device, links, S)
-    parts = [(w, _uniform_layer_costs(v, training, device, links, S)) for w, v in variants]
+        return _uniform_layer_costs(model, training, device, links, S, bf16_device)
+    parts = [(w, _uniform_layer_costs(v, training, device, links, S, bf16_device)) for w, v in variants]
     return LayerCosts(**{f: sum(w * getattr(lc, f) for w, lc in parts) for f in LayerCosts.__dataclass_fields__})
 
 
-def _uniform_layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> LayerCosts:
+def _uniform_layer_costs(
+    model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None
+) -> LayerCosts:
     """:func:`layer_costs` of a model whose decoder layers are all alike."""
     dt = training.dtype
+    attn_dt = "bf16" if dt == "fp8" else dt
+    attn_device = bf16_device if (bf16_device is not None and dt == "fp8") else device
     eb = _act_bytes(training)
     h = float(model.hidden_size)
     a = float(model.num_heads)
@@ -219,6 +285,8 @@ def _uniform_layer_costs(model: TransformerSpec, training: Training, device: Dev
     flops_proj = 2 * T * h * o / t
     # FFN: FC1 column-parallel (gate and up fused when gated), FC2 row-parallel.
     fm = model.ffn_matrices
+    t_router: ArrayOrFloat
+    b_router: ArrayOrFloat
     if model.is_moe:
         e_local = model.num_experts / S.ep
         tokens_per_expert = T * model.experts_per_token * S.ep / model.num_experts
@@ -246,8 +314,10 @@ def _uniform_layer_costs(model: TransformerSpec, training: Training, device: Dev
     flops_attn = attention_flops(b, heads_local, sc, s, d)
     if unfused:
         bh = b * heads_local
-        t_scores = gemm_time_s(sc, s, d, device, dt, batch=bh)
-        t_pv = gemm_time_s(sc, d, s, device, dt, batch=bh)
+        if int(d) % 8:
+            attn_device = misaligned_device(attn_device)
+        t_scores = gemm_time_s(sc, s, d, attn_device, attn_dt, batch=bh)
+        t_pv = gemm_time_s(sc, d, s, attn_device, attn_dt, batch=bh)
         elems = bh * sc * s
         drop = _dropout(model)
         # Megatron's fused scale-mask-softmax reads and writes the scores (2·eb, one exp per
@@ -267,12 +337,12 @@ def _uniform_layer_costs(model: TransformerSpec, training: Training, device: Dev
             )
             t_softmax_bwd = memory_bound_time_s((5 * eb + 1) * elems, device, kernels=2) + first_touch_s(elems * eb, device, count=2)
         attn_fwd = t_scores + t_pv + t_softmax_fwd
-        _, b_scores = gemm_fwd_bwd_time_s(sc, s, d, device, dt, batch=bh)
-        _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, device, dt, batch=bh)
+        _, b_scores = gemm_fwd_bwd_time_s(sc, s, d, attn_device, attn_dt, batch=bh)
+        _, b_pv = gemm_fwd_bwd_time_s(sc, d, s, attn_device, attn_dt, batch=bh)
         attn_bwd = b_scores + b_pv + t_softmax_bwd
     else:
         # Causal: half the s×s square; a window w keeps 1 − w/(2s) of the s×w band.
-        attn_fwd = flash_attention_time_s(b * heads_local, sc, s, d, device, dt, causal_fraction=1.0 - s / (2.0 * s_seq))
+        attn_fwd = fused_attention_time_s(b * heads_local, sc, s, d, attn_device, attn_dt, causal_fraction=1.0 - s / (2.0 * s_seq))
         attn_bwd = FLASH_BACKWARD_RATIO * attn_fwd
 
     # ---- memory-bound elementwise work ----------------------------------------------------------
@@ -318,6 +388,11 @@ def _uniform_layer_costs(model: TransformerSpec, training: Training, device: Dev
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
+    if dt == "fp8":
+        k_tok = model.experts_per_token if model.is_moe else 1.0
+        cast_fwd, cast_bwd = fp8_cast_s(T, h, qkv_n, o / t, (fm - 1) * f / t * k_tok, f / t * k_tok, device)
+        forward_compute = forward_compute + cast_fwd
+        backward_compute = backward_compute + cast_bwd
 
     # ---- recompute ---------------------------------------------------------------------------
     # full: the whole forward again (with its TP collectives); selective: the attention core
@@ -386,7 +461,7 @@ def _uniform_layer_costs(model: TransformerSpec, training: Training, device: Dev
     )
 
 
-def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
+def _eager_head_layout_s(q_elems: ArrayOrFloat, kv_elems: ArrayOrFloat, eb: int, device: DeviceSpec) -> tuple[ArrayOrFloat, ArrayOrFloat]:
     """Forward and backward time of moving attention's operands between the token-major layout
     of the projections ([b, s, heads, d]) and the head-major layout batched GEMMs need
     ([b, heads, s, d]), in plain PyTorch (``view(...).transpose(1, 2)`` then ``@``).
@@ -404,7 +479,7 @@ def _eager_head_layout_s(q_elems, kv_elems, eb: int, device: DeviceSpec):
     return fwd, bwd
 
 
-def eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpec):
+def eager_attention_elementwise_s(elems: ArrayOrFloat, eb: int, drop: float, device: DeviceSpec) -> tuple[ArrayOrFloat, ArrayOrFloat]:
     """Forward and backward time of the score-sized elementwise work of attention written in
     plain PyTorch ops (no fused softmax), per ``elems`` scores.
 
@@ -428,7 +503,7 @@ def eager_attention_elementwise_s(elems, eb: int, drop: float, device: DeviceSpe
     return fwd, bwd
 
 
-def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays):
+def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays) -> tuple[FloatArray, FloatArray]:
     """Bytes one layer keeps for backward per micro-batch, and the bytes it holds while running.
 
     Korthikanti et al. 2022 Table 2 term by term (16-bit, per layer, s·b·h units):
@@ -438,7 +513,8 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     divide by t; under SP the rest does too.  Generalised here: K and V use the KV width, the
     FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
     with selective recompute, dropout masks vanish without dropout (models without biases), and
-    sequences divide by cp.  Full recompute keeps only the layer input (2·sbh, /t under SP).
+    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8.  Full
+    recompute keeps only the layer input (2·sbh, /t under SP).
     """
     eb = _act_bytes(training)
     h = float(model.hidden_size)
@@ -454,12 +530,16 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     mask = 1.0 if model.bias else 0.0
     rep = np.where(S.sp, t, 1.0)
 
-    # Replicated (outside TP regions): QKV input, FC1 input (eb each), two dropout masks, two norm inputs.
-    replicated = sbh * (eb + eb + 2 * mask + 2 * eb) / rep
+    # FP8 (Transformer Engine): each linear layer saves its FP8-cast input for the weight
+    # gradient (1 byte) instead of the 16-bit tensor — the QKV, projection, FC1 and FC2 inputs.
+    gi = 1 if training.dtype == "fp8" else eb
+    # Replicated (outside TP regions): QKV input, FC1 input, two dropout masks, two norm inputs.
+    replicated = sbh * (gi + gi + 2 * mask + 2 * eb) / rep
     # Inside TP regions: Q, K, V, projection input.
-    attn_inner = sc * b * (q / t * eb + 2 * kv * eb + o / t * eb)
+    attn_inner = sc * b * (q / t * eb + 2 * kv * eb + o / t * gi)
     k_experts = model.experts_per_token if model.is_moe else 1.0
-    ffn_inner = sc * b * f / t * k_experts * (eb * (3 if model.gated_ffn else 2))
+    # FFN hidden: the activation's input(s) (2 when gated) and the FC2 input.
+    ffn_inner = sc * b * f / t * k_experts * (eb * (2 if model.gated_ffn else 1) + gi)
     # softmax output, dropout output and mask (unfused only; eager dropout keeps its mask in the
     # scores' dtype)
     scores = a * sc * s * b / t * ((2 * eb + mask) if training.fused_kernels else (eb + mask * 2 * eb))
@@ -470,7 +550,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     return stored, full
 
 
-def model_state_bytes_per_param(training: Training, zero_stage, shard):
+def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes per parameter on one GPU for weights, gradients and optimizer state.
 
     Mixed precision with Adam (Rajbhandari et al. 2020; Megatron docs): 16-bit weights (2),
@@ -478,23 +558,72 @@ def model_state_bytes_per_param(training: Training, zero_stage, shard):
     variance (12).  fp32 training: weights 4, gradients 4, Adam moments 8.  SGD keeps one
     momentum (4) plus the fp32 master copy under mixed precision.  ZeRO divides over ``shard``
     ranks: stage ≥1 the optimizer state, ≥2 the gradients, 3 the weights.
+
+    DeepSpeed's ZeRO-1/2 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
+    keeps the gradients in the 16-bit training dtype (2) and an fp32 copy of its own partition
+    only (4/shard), where Megatron keeps a full fp32 gradient buffer.
     """
     mixed = training.dtype != "fp32"
     w = 2.0 if mixed else 4.0
     g = 4.0
-    if training.optimizer == "adam":
-        o = 12.0 if mixed else 8.0
-    else:
-        o = 8.0 if mixed else 4.0
+    o = (12.0 if mixed else 8.0) if training.optimizer == "adam" else (8.0 if mixed else 4.0)
     z = np.asarray(zero_stage)
     shard = np.asarray(shard, dtype=float)
     weights = np.where(z >= 3, w / shard, w)
     grads = np.where(z >= 2, g / shard, g)
+    if mixed and training.framework in ("megatron-deepspeed", "deepspeed"):
+        grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
     opt = np.where(z >= 1, o / shard, o)
     return weights, grads, opt
 
 
-def dp_gradient_comm_s(params_per_gpu, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu=0.0):
+def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int:
+    """Collectives of one ZeRO-3 / FSDP fetch of a decoder layer's parameters.
+
+    FSDP (and Megatron-Core's FSDP, PaddlePaddle's sharding stage 3) flatten a wrapped unit's
+    parameters into one buffer: one all-gather (and one reduce-scatter) per layer.  DeepSpeed's
+    stage 3 (``deepspeed``, ``megatron-deepspeed``) gathers every parameter tensor of the
+    module on its own (``partitioned_param_coordinator``: one ``all_gather`` per parameter,
+    before the coalesced gathers of DeepSpeed 0.9), so a GPT layer with biases issues 12.
+    """
+    if framework in ("deepspeed", "megatron-deepspeed"):
+        return param_tensors_per_layer(model)
+    return 1
+
+
+def sharded_step_comm_s(
+    layer_params_per_gpu: ArrayOrFloat,
+    layers: ArrayOrFloat,
+    training: Training,
+    S: StrategyArrays,
+    links: Links,
+    collectives_per_layer: int = 1,
+) -> FloatArray:
+    """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers an
+    all-gather of its parameters before forward, again before backward, and a reduce-scatter of
+    its gradients (Rajbhandari et al. 2020 §5: 3Ψ per step; per micro-batch under gradient
+    accumulation since the weights are not kept gathered).  Each is ``collectives_per_layer``
+    flat rings over the dp·cp ranks (``reduce_scatter_time_s(..., flat=True)``: n−1 latency
+    steps each), at ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
+    volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
+    this term does not fall as dp grows.
+    """
+    from cost_model.transformer.calibration import current
+
+    gb = 4.0 if training.dtype == "fp32" else 2.0
+    n = S.dp * S.cp
+    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    k = float(collectives_per_layer)
+    one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / k, links, per_node, flat=True)
+    alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
+    bandwidth_part = np.maximum(one - alpha, 0.0) / current().get("sharded_collective_efficiency")
+    out: FloatArray = 3.0 * layers * k * (bandwidth_part + alpha) * (n > 1)
+    return out
+
+
+def dp_gradient_comm_s(
+    params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0
+) -> tuple[FloatArray, FloatArray]:
     """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds).
 
     One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
@@ -549,7 +678,7 @@ def optimizer_bytes_per_param(training: Training) -> float:
     return 22.0 if training.dtype != "fp32" else 16.0
 
 
-def optimizer_kernels(training: Training, tensors_per_gpu=0.0):
+def optimizer_kernels(training: Training, tensors_per_gpu: ArrayOrFloat = 0.0) -> int | FloatArray:
     """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
     for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
     if training.fused_kernels or training.optimizer != "adam":
@@ -557,7 +686,9 @@ def optimizer_kernels(training: Training, tensors_per_gpu=0.0):
     return EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
 
 
-def optimizer_step_s(params_per_gpu, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu=0.0):
+def optimizer_step_s(
+    params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu: ArrayOrFloat = 0.0
+) -> FloatArray:
     """Optimizer update: a memory-bound pass over this GPU's shard of the model state
     (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
     parameter tensors a for-loop optimizer iterates over)."""
@@ -575,7 +706,9 @@ def param_tensors_per_layer(model: TransformerSpec) -> int:
     return (mats + norms) * (2 if model.bias else 1)
 
 
-def embedding_head_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays):
+def embedding_head_costs(
+    model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """Forward+backward time of the vocab-parallel embedding (first stage) and the LM head with
     cross-entropy (last stage) per micro-batch, and their activation bytes.
 
@@ -626,7 +759,7 @@ def embedding_head_costs(model: TransformerSpec, training: Training, device: Dev
     return emb_s, head_s, head_flops, emb_act, head_act
 
 
-def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node):
+def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node: ArrayOrFloat | bool) -> FloatArray:
     """One stage boundary crossing of one micro-batch's activations (b·s/c·h elements; with TP
     Megatron's scatter/gather optimisation sends 1/t per rank and all-gathers over NVLink)."""
     eb = _act_bytes(training)
@@ -634,10 +767,3 @@ def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: Strate
     gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)
     return p2p_time_s(size, links, cross_node) + gather
 
-
-def inflight_microbatches(stage_index, S: StrategyArrays, m):
-    """Micro-batches whose activations a stage holds at its peak under 1F1B: ``pp − i`` for
-    stage i (Narayanan 2021 §2.2), capped at m; the interleaved schedule holds
-    ``1 + (p−1)/(p·v)`` times more (Korthikanti 2022 §4.3 / Megatron's warm-up count)."""
-    base = np.minimum(S.pp - stage_index, m)
-    return base * np.where(S.vpp > 1, 1.0 + (S.pp - 1) / (S.pp * S.vpp), 1.0)

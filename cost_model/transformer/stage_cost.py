@@ -8,14 +8,19 @@ stage and :func:`combine_stages` for the step, so a plan's prediction is exactly
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cost_model.comm import Links
+from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import DeviceSpec
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
+from cost_model.transformer.calibration import (
+    calibrated_device,
+    pipeline_microbatch_overhead_s,
+    sharded_prefetch_overlap,
+)
 from cost_model.transformer.layer_cost import (
     FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
@@ -29,8 +34,14 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
+    sharded_collectives_per_layer,
+    sharded_step_comm_s,
 )
 from cost_model.transformer.spec import TransformerSpec
+
+#: DeepSpeed ZeRO-3's ``stage3_max_live_parameters`` default: the most gathered parameters it
+#: keeps resident at once (DeepSpeed configuration docs).
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 
 
 @dataclass(frozen=True)
@@ -48,9 +59,16 @@ class DeviceCosts:
 
 
 def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> DeviceCosts:
-    lc = layer_costs(model, training, device, links, S)
-    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, training, device, links, S)
-    return DeviceCosts(device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
+    """Per-device-type costs, with the device as ``training.framework`` drives it
+    (:func:`cost_model.transformer.calibration.calibrated_device`).  Under FP8 the attention
+    core, the embedding and the LM head stay in BF16 (Transformer Engine's FP8 covers the
+    linear layers of the decoder; Megatron-Core keeps the output layer in BF16)."""
+    gemm_device = calibrated_device(device, training.framework, training.dtype)
+    lc = layer_costs(model, training, gemm_device, links, S, bf16_device=calibrated_device(device, training.framework, "bf16"))
+    head_training = replace(training, dtype="bf16") if training.dtype == "fp8" else training
+    head_device = calibrated_device(device, training.framework, head_training.dtype)
+    emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, head_training, head_device, links, S)
+    return DeviceCosts(gemm_device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
 
 
 @dataclass(frozen=True)
@@ -79,14 +97,18 @@ class StageCost:
     def time_s(self) -> np.ndarray:
         """Time of one micro-batch through this stage (forward + backward + p2p + exposed
         per-micro-batch ZeRO 2/3 traffic)."""
-        return self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
+        out: np.ndarray = self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
+        return out
 
     @property
     def peak_memory_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.activations_bytes + self.workspace_bytes
+        out: np.ndarray = self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.activations_bytes + self.workspace_bytes
+        return out
 
 
-def stage_params(model: TransformerSpec, S: StrategyArrays, num_layers, has_embedding: bool, has_head: bool):
+def stage_params(
+    model: TransformerSpec, S: StrategyArrays, num_layers: ArrayOrFloat, has_embedding: bool, has_head: bool
+) -> tuple[FloatArray, FloatArray]:
     """(dense, expert) parameters held by one GPU of a stage.
 
     Dense layer weights divide over TP; experts over EP and TP.  The first stage holds the
@@ -102,7 +124,7 @@ def stage_params(model: TransformerSpec, S: StrategyArrays, num_layers, has_embe
     if has_embedding:
         dense = dense + model.embedding_params() / t
     if has_head:
-        head = model.head_params()
+        head: ArrayOrFloat = model.head_params()
         if model.tie_embeddings:
             head = head + np.where(S.pp > 1, model.vocab_size * model.hidden_size, 0.0)
         dense = dense + head / t
@@ -114,19 +136,19 @@ def stage_cost(
     training: Training,
     dc: DeviceCosts,
     S: StrategyArrays,
-    num_layers,
-    stage_index,
+    num_layers: ArrayOrFloat,
+    stage_index: ArrayOrFloat,
     has_embedding: bool,
     has_head: bool,
-    m,
-    cross_node_p2p,
+    m: ArrayOrFloat,
+    cross_node_p2p: ArrayOrFloat | bool,
 ) -> StageCost:
     """Cost of one pipeline stage holding ``num_layers`` decoder layers."""
     lc = dc.layer
     n = np.asarray(num_layers, dtype=float)
     fwd = n * lc.forward_compute_s
     bwd = n * lc.backward_compute_s
-    extra = 0.0
+    extra: ArrayOrFloat = 0.0
     if has_embedding:
         extra = extra + dc.embedding_s
     if has_head:
@@ -140,6 +162,7 @@ def stage_cost(
     forward_s = fwd + extra / 3.0 + comm / 2.0
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
+    pp_comm = pp_comm + np.where(S.pp > 1, pipeline_microbatch_overhead_s(training.framework), 0.0)
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp
@@ -158,15 +181,26 @@ def stage_cost(
     if has_head:
         acts = acts + dc.head_act_bytes
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
-    layer_full_w = 2.0 * (model.decoder_layer_params() / S.tp) * (4.0 if training.dtype == "fp32" else 2.0)
+    # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
+    # parameters at stage3_max_live_parameters (default 1e9).
+    live = 2.0 * (model.decoder_layer_params() / S.tp)
+    if training.framework in ("deepspeed", "megatron-deepspeed"):
+        live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
+    layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
     workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
+    # embedding/head as one more unit each), replacing the whole-stage estimate.
+    units = n + float(has_embedding) + float(has_head)
+    sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, sharded_collectives_per_layer(model, training.framework))
+    dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)
-    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap * (forward_s + backward_s))
+    overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
+    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap_mb * (forward_s + backward_s))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
@@ -200,7 +234,7 @@ class StepCost:
     bottleneck_index: np.ndarray
     dp_exposed_s: np.ndarray
     optimizer_s: np.ndarray
-    breakdown_s: dict
+    breakdown_s: dict[str, np.ndarray]
 
 
 def stack_stages(stages: list[StageCost]) -> StageCost:
@@ -216,7 +250,7 @@ def stack_stages(stages: list[StageCost]) -> StageCost:
     )
 
 
-def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) -> StepCost:
+def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: ArrayOrFloat) -> StepCost:
     """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
@@ -237,8 +271,9 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m) ->
 
     # Breakdown along the critical path: the bottleneck stage's components × m, the remaining
     # pipeline time is the bubble.
-    def pick(arr):
-        return np.take_along_axis(arr, bottleneck[None, ...], axis=0)[0]
+    def pick(arr: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.take_along_axis(arr, bottleneck[None, ...], axis=0)[0]
+        return out
 
     compute = m * pick(st.compute_s)
     recompute = m * pick(st.recompute_s)

@@ -1,20 +1,27 @@
-"""Predictions for published runs (shared by ``bench/fidelity.py`` and the tests)."""
+"""Predictions for published runs (shared by ``bench/fidelity.py``, ``bench/calibrate.py`` and
+the tests): per-row records, per-source summaries, the BLOOM sweep ranking."""
 
 from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from cost_model.errors import PlannerError
 from cost_model.estimate import estimate
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy
 from cost_model.training import Training
-from cost_model.validation.published import PublishedCase, gpt_model
+from cost_model.validation.published import PublishedCase, Unplannable, all_rows, gpt_model
 
 
-def predict_case(case: PublishedCase) -> tuple[Estimate | None, Strategy | None]:
+def predict_case(case: PublishedCase, candidates: Sequence[Strategy] | None = None) -> tuple[Estimate | None, Strategy | None]:
     """The fastest fitting candidate of the published layout (unknown knobs enumerated)."""
     best: Estimate | None = None
     best_s: Strategy | None = None
-    for strategy in case.candidates:
+    for strategy in candidates if candidates is not None else case.candidates:
         try:
             est = estimate(case.model, case.training, case.cluster, strategy)
         except PlannerError:
@@ -26,15 +33,184 @@ def predict_case(case: PublishedCase) -> tuple[Estimate | None, Strategy | None]
     return best, best_s
 
 
-def layer_table4() -> list[dict]:
+def _why_not(case: PublishedCase) -> str:
+    """Why no candidate of a case fits: the smallest memory overshoot, or the first rule."""
+    least: Estimate | None = None
+    rule = "no candidate is valid"
+    for strategy in case.candidates:
+        try:
+            est = estimate(case.model, case.training, case.cluster, strategy)
+        except PlannerError as exc:
+            rule = str(exc)
+            continue
+        if least is None or max(est.peak_memory_GB) < max(least.peak_memory_GB):
+            least = est
+    if least is None:
+        return rule
+    return next((w for w in least.warnings if w.startswith("does not fit")), "does not fit")
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One row's prediction: ``error`` = predicted/measured − 1 (None when not predicted)."""
+
+    row_id: str
+    group: str
+    source: str
+    status: str  # measured: "ok" | "OOM"
+    framework: str
+    device_family: str
+    measured_step_s: float | None
+    predicted_step_s: float | None
+    fits: bool | None  # some candidate fits in memory
+    failure: str | None
+    strategy: Strategy | None
+    estimate: Estimate | None
+    assumptions: tuple[str, ...] = ()
+    measured_from: str = ""
+    measured_tflops: float | None = None
+    measured_memory_GB: float | None = None
+    section: str | None = None
+
+    @property
+    def memory_error(self) -> float | None:
+        """Predicted peak (first/last stage, as the BLOOM sweep measured) / measured − 1."""
+        if self.estimate is None or self.measured_memory_GB is None:
+            return None
+        st = self.estimate.stages
+        return max(st[0].peak_memory_GB, st[-1].peak_memory_GB) / self.measured_memory_GB - 1.0
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_step_s is None or self.measured_step_s is None:
+            return None
+        return self.predicted_step_s / self.measured_step_s - 1.0
+
+    @property
+    def log_error(self) -> float | None:
+        if self.predicted_step_s is None or self.measured_step_s is None:
+            return None
+        return math.log(self.predicted_step_s / self.measured_step_s)
+
+
+def evaluate_case(case: PublishedCase | Unplannable, candidates: Sequence[Strategy] | None = None) -> RowResult:
+    """Predict one row; OOM rows report only whether some candidate fits."""
+    if isinstance(case, Unplannable):
+        return RowResult(case.row_id, case.group, case.source, "ok", "", "", None, None, None, case.reason, None, None)
+    family = case.cluster.node_groups[0].device.family
+    est, strat = predict_case(case, candidates)
+    failure = None if est is not None or case.measured_status == "OOM" else _why_not(case)
+    return RowResult(
+        row_id=case.row_id, group=case.group, source=case.source, status=case.measured_status, framework=case.training.framework,
+        device_family=family, measured_step_s=case.measured_step_s, predicted_step_s=est.step_time_s if est is not None else None,
+        fits=est is not None, failure=failure, strategy=strat, estimate=est, assumptions=case.assumptions, measured_from=case.measured_from,
+        measured_tflops=case.measured_tflops, measured_memory_GB=case.measured_memory_GB, section=case.section,
+    )
+
+
+def evaluate_all(pinned: dict[str, Strategy] | None = None) -> list[RowResult]:
+    """Every end-to-end row (``pinned``: a row id → the one candidate to cost, e.g. the best
+    strategy found once, so that a calibration loop does not re-search the unknown knobs)."""
+    out = []
+    for case in all_rows():
+        if pinned is not None and isinstance(case, PublishedCase) and case.row_id in pinned:
+            out.append(evaluate_case(case, [pinned[case.row_id]]))
+        else:
+            out.append(evaluate_case(case))
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2.0
+            i = j + 1
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return cov / var if var else 0.0
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile ``q`` in [0, 1]."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = None) -> dict[str, Any]:
+    """Median/p90 |error| overall and per source, failures, OOM agreement, BLOOM sweep
+    Spearman.  ``errors`` (row id → error) overrides the rows' own (cross-validated errors)."""
+    results = list(results)
+
+    def err(r: RowResult) -> float | None:
+        return errors.get(r.row_id) if errors is not None else r.error
+
+    ok = [r for r in results if r.status == "ok" and err(r) is not None]
+    abs_e = [abs(err(r)) for r in ok]  # type: ignore[arg-type]
+    by_source: dict[str, Any] = {}
+    for src in sorted({r.source for r in results}):
+        rows = [r for r in ok if r.source == src]
+        if rows:
+            e = [x for x in (err(r) for r in rows) if x is not None]
+            by_source[src] = {"rows": len(rows), "median_abs_error": round(statistics.median(abs(x) for x in e), 4), "median_error": round(statistics.median(e), 4)}
+    failures = [{"id": r.row_id, "group": r.group, "reason": r.failure} for r in results if r.status == "ok" and r.predicted_step_s is None]
+    ooms = [r for r in results if r.status == "OOM"]
+    sweep = [r for r in ok if r.group == "BLOOM176B_topology_sweep" and r.measured_tflops]
+    rho = spearman([r.measured_tflops for r in sweep], [r.measured_tflops / (1 + err(r)) for r in sweep]) if len(sweep) > 2 else None  # type: ignore[operator,misc]
+    # The sweep's rows are snapshots across software changes: rank within one section and date
+    # (data/SOURCES.md), then average the sections' Spearman weighted by their rows.
+    sections: dict[str, list[RowResult]] = {}
+    for r in sweep:
+        sections.setdefault(r.section or "", []).append(r)
+    ranked = [(len(v), spearman([r.measured_tflops for r in v], [r.measured_tflops / (1 + err(r)) for r in v])) for v in sections.values() if len(v) >= 4]  # type: ignore[operator,misc]
+    rho_sections = sum(n * x for n, x in ranked) / sum(n for n, _ in ranked) if ranked else None
+    measured_fit = [r for r in results if r.status == "ok" and r.fits is not None]
+    mem_e = [r.memory_error for r in results if r.memory_error is not None]
+    return {
+        "rows_predicted": len(ok),
+        "median_abs_error": round(statistics.median(abs_e), 4) if abs_e else None,
+        "p90_abs_error": round(quantile(abs_e, 0.9), 4) if abs_e else None,
+        "mean_abs_error": round(statistics.fmean(abs_e), 4) if abs_e else None,
+        "by_source": by_source,
+        "failed_to_plan": failures,
+        "measured_runs_predicted_to_fit": f"{sum(bool(r.fits) for r in measured_fit)}/{len(measured_fit)}",
+        "oom_rows": [{"id": r.row_id, "predicted_fit": bool(r.fits)} for r in ooms],
+        "oom_predicted_not_to_fit": f"{sum(not r.fits for r in ooms)}/{len(ooms)}",
+        "memory_rows": len(mem_e),
+        "memory_median_abs_error": round(statistics.median(abs(x) for x in mem_e), 4) if mem_e else None,
+        "memory_median_error": round(statistics.median(mem_e), 4) if mem_e else None,
+        "bloom_sweep_rows": len(sweep),
+        "bloom_sweep_spearman": round(rho, 4) if rho is not None else None,
+        "bloom_sweep_spearman_within_sections": round(rho_sections, 4) if rho_sections is not None else None,
+        "bloom_sweep_sections_ranked": sum(n for n, _ in ranked),
+    }
+
+
+def layer_table4() -> list[dict[str, Any]]:
     """Korthikanti et al. 2022 Table 4: one 22B layer (tp 8, mbs 4) forward/backward times."""
     from cost_model.cluster import cluster_from_dict
     from cost_model.comm import Links
     from cost_model.transformer.layer_cost import StrategyArrays, layer_costs
-
-    out = []
     from cost_model.validation.published import load_rows
 
+    out = []
     for row in load_rows():
         if row["kind"] != "single_layer_fwd_bwd_time":
             continue
@@ -63,3 +239,6 @@ def layer_table4() -> list[dict]:
             }
         )
     return out
+
+
+

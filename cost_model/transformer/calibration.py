@@ -1,0 +1,215 @@
+"""The few global constants fitted against published runs, per framework, fabric and format.
+
+Loaded from ``cost_model/data/calibration.json`` (written by ``bench/calibrate.py`` with its
+provenance: data file hash, rows, objective, date).  Each constant has a physical meaning and a
+prior — the value used when nothing has been fitted, and the value leave-one-source-out
+validation falls back to when the held-out source is the only one that informs it:
+
+* ``framework_gemm_efficiency[framework]`` — the framework's kernels' large-GEMM rate relative
+  to Megatron-Core with Transformer Engine (the family constants of
+  :data:`cost_model.devices.FAMILY_EFFICIENCY` were set on Megatron-LM runs, so megatron-core is
+  1 by definition).  DeepSpeed-era stacks (``megatron-deepspeed``, ``deepspeed``: BLOOM, MT-NLG,
+  GPT-NeoX, Narayanan's ZeRO-3 runs) share one value: the same Megatron-LM 2021 model code
+  under DeepSpeed's engine, whose per-module hooks, unfused optimizer steps and un-overlapped
+  pipeline sends add to every GEMM's time (DeepSpeed issue tracker; BLOOM chronicles report
+  the same code 10–20% below Megatron-LM).  Prior 1.
+* ``fabric_fraction[fabric]`` — achieved NCCL bus bandwidth over an inter-node fabric relative to
+  InfiniBand (whose fraction the device family carries, ≈ 0.88): RoCE with a tuned
+  congestion control reaches IB parity at large messages (Llama 3 §3.3.1: Meta's RoCE and IB
+  clusters); Omni-Path has no GPUDirect-RDMA NCCL transport of its own (PSM2 via the OFI plugin,
+  host-staged), prior 0.7.
+* ``sharded_collective_efficiency`` — the achieved fraction of the ring bus bandwidth of the
+  per-layer parameter all-gathers and gradient reduce-scatters of ZeRO-3 / FSDP (issued per
+  module from hooks, flattened and copied into the gathered buffer, each a separate NCCL call
+  that cannot run at the full ring rate): prior 1, fitted.
+* ``fp8_gemm_efficiency`` — FP8 GEMM rate as a fraction of the FP8 dense peak relative to the
+  family's BF16 large-GEMM fraction of the BF16 peak (Transformer Engine FP8 GEMMs reach a
+  lower fraction of their doubled peak: scaling-factor loads and the FP8 epilogue; NVIDIA's TE
+  benchmarks show 1.3–1.6× BF16 speed-ups, i.e. 0.65–0.8 of the doubled rate): prior 0.75.
+
+* ``family_gemm_efficiency[family]`` — a correction of the device family's large-GEMM fraction
+  (:data:`cost_model.devices.FAMILY_EFFICIENCY`, whose Hopper and Blackwell figures were set
+  before fused attention was costed by its kv-loop): prior 1; Volta and Ampere keep theirs.
+
+* ``pipeline_microbatch_overhead_s[framework]`` — fixed seconds per micro-batch per pipeline
+  stage of DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``): it interprets
+  its schedule in Python one instruction at a time (load, forward, send/recv activations,
+  backward, send/recv gradients, each a blocking call with its own synchronisation), so a
+  smaller micro-batch pays the fixed cost more often.  Megatron-Core's schedule (batched
+  isend/irecv, no per-instruction synchronisation) has none.  Prior 0.1 s.
+* ``misaligned_gemm_fraction`` — the rate of a 16-bit GEMM whose reduction dimension is not a
+  multiple of 8 elements (e.g. a head dimension of 108) relative to the aligned one: cuBLAS's
+  tensor-core kernels need 16-byte aligned rows; the fallback runs far below them (NVIDIA's
+  matrix-multiplication performance guide: dimensions multiple of 8 for FP16/BF16).  Prior 0.25.
+
+* ``sharded_prefetch_overlap[framework]`` — the fraction of the DP overlap window
+  (``DP_OVERLAP_WINDOW`` of a micro-batch's compute) behind which DeepSpeed's stage-3 gathers
+  and reduce-scatters actually hide: its prefetch is bounded by ``stage3_prefetch_bucket_size``
+  and issued from module hooks on the compute stream's schedule, so less than FSDP's (which
+  keeps the full window, 1).  Prior 1.
+
+Constants are global: never per model, per row or per run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from cost_model.devices import DeviceSpec
+
+PRIORS: dict[str, float] = {
+    "framework_gemm_efficiency.megatron-deepspeed": 1.0,
+    "framework_gemm_efficiency.fsdp": 1.0,
+    "framework_gemm_efficiency.paddle": 1.0,
+    "fabric_fraction.roce": 1.0,
+    "fabric_fraction.omnipath": 0.7,
+    "sharded_collective_efficiency": 1.0,
+    "fp8_gemm_efficiency": 0.75,
+    "family_gemm_efficiency.hopper": 1.0,
+    "family_gemm_efficiency.blackwell": 1.0,
+    "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.1,
+    "misaligned_gemm_fraction": 0.25,
+    "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
+}
+#: Frameworks that share another's kernel constant (module docstring).
+FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
+
+
+def sharded_prefetch_overlap(framework: str) -> float:
+    """Multiplier of the DP overlap window for ZeRO-3 traffic (1 except DeepSpeed's stage 3)."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    return current().get(f"sharded_prefetch_overlap.{fw}") if fw == "megatron-deepspeed" else 1.0
+
+
+def pipeline_microbatch_overhead_s(framework: str) -> float:
+    """Fixed seconds per micro-batch per stage of the framework's pipeline schedule (0 for
+    Megatron-Core, FSDP and Paddle)."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    return current().get(f"pipeline_microbatch_overhead_s.{fw}") if fw == "megatron-deepspeed" else 0.0
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Flat ``name → value`` for the keys of :data:`PRIORS`, plus the step-time intervals
+    (``regime → (q10, q90)`` of log(predicted/measured) from cross-validation)."""
+
+    values: Mapping[str, float] = field(default_factory=lambda: dict(PRIORS))
+    intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def get(self, name: str) -> float:
+        return float(self.values.get(name, PRIORS.get(name, 1.0)))
+
+    def framework_gemm_efficiency(self, framework: str) -> float:
+        fw = FRAMEWORK_ALIAS.get(framework, framework)
+        return 1.0 if fw == "megatron-core" else self.get(f"framework_gemm_efficiency.{fw}")
+
+    def fabric_fraction(self, fabric: str) -> float:
+        return 1.0 if fabric == "infiniband" else self.get(f"fabric_fraction.{fabric}")
+
+
+@lru_cache(maxsize=1)
+def _stored() -> Constants:
+    path = resources.files("cost_model").joinpath("data/calibration.json")
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return Constants()
+    return Constants({**PRIORS, **data.get("constants", {})}, {k: (float(v[0]), float(v[1])) for k, v in data.get("step_time_log_interval", {}).items()})
+
+
+_override: list[Constants] = []
+
+
+def current() -> Constants:
+    """The constants in force: the innermost :func:`using` block's, else the stored ones."""
+    return _override[-1] if _override else _stored()
+
+
+@contextmanager
+def using(constants: Constants) -> Iterator[Constants]:
+    """Cost with ``constants`` inside the block (calibration and cross-validation)."""
+    _override.append(constants)
+    try:
+        yield constants
+    finally:
+        _override.pop()
+
+
+def stored_document() -> dict[str, Any]:
+    path = resources.files("cost_model").joinpath("data/calibration.json")
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
+    except FileNotFoundError:
+        return {}
+
+
+def calibrated_device(device: DeviceSpec, framework: str, dtype: str) -> DeviceSpec:
+    """The device as the framework drives it: the large-GEMM fraction scaled by the
+    framework's kernel efficiency and, for FP8 training, by the FP8 GEMM efficiency
+    (:class:`Constants`).  GPU devices only; CPUs and profiled devices keep their figures."""
+    if device.kind != "gpu" or device.profile_id:
+        return device
+    c = current()
+    k = c.framework_gemm_efficiency(framework) * c.get(f"family_gemm_efficiency.{device.family}")
+    if dtype == "fp8":
+        k *= c.get("fp8_gemm_efficiency")
+    if k == 1.0:
+        return device
+    eff = device.efficiency
+    return replace(device, efficiency=replace(eff, gemm_max_fraction=eff.gemm_max_fraction * k))
+
+
+def regime(framework: str, device_family: str) -> str:
+    """The interval regime of a prediction: framework × device family."""
+    return f"{framework}/{device_family}"
+
+
+#: Used when a regime has too few cross-validated rows: the pooled CV quantiles.
+POOLED = "*"
+
+
+def step_interval_log(framework: str, device_family: str) -> tuple[float, float] | None:
+    """(q10, q90) of log(predicted/measured) step time for the regime, None when uncalibrated."""
+    iv = current().intervals
+    return iv.get(regime(framework, device_family)) or iv.get(POOLED)
+
+
+def prediction_intervals(framework: str, device_family: str, step_time_s: float, peak_memory_GB: float) -> dict[str, Any]:
+    """The interval fields of an estimate (:class:`cost_model.result.Estimate`).
+
+    Step time: ``step·exp(q10)``, ``step·exp(q90)`` with (q10, q90) the leave-one-source-out
+    quantiles of log(predicted/measured) of the regime (a p10 of the prediction error is a
+    p90 of the true step relative to it, so the bounds are swapped: the true step lies in
+    [step/exp(q90), step/exp(q10)] 80% of the time).  Memory: ± the allocator's fragmentation
+    reserve (``FRAGMENTATION_FRACTION`` of the state), which is what separates allocated from
+    reserved bytes.
+    """
+    from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION
+
+    q = step_interval_log(framework, device_family)
+    mem_band = FRAGMENTATION_FRACTION / (1.0 + FRAGMENTATION_FRACTION)
+    out: dict[str, Any] = {
+        "peak_memory_GB_p10": peak_memory_GB * (1.0 - mem_band),
+        "peak_memory_GB_p90": peak_memory_GB * (1.0 + mem_band),
+    }
+    if q is None:
+        return out
+    return {
+        **out,
+        "step_time_s_p10": step_time_s / math.exp(q[1]),
+        "step_time_s_p90": step_time_s / math.exp(q[0]),
+        "interval_regime": regime(framework, device_family) if regime(framework, device_family) in current().intervals else POOLED,
+    }
+
+
+def reload() -> None:
+    """Forget the cached constants (after ``bench/calibrate.py`` rewrote the file)."""
+    _stored.cache_clear()

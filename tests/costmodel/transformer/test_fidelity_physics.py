@@ -1,0 +1,190 @@
+"""The physics added for fidelity beyond the Megatron-LM runs (issue 13): framework,
+ZeRO-3/FSDP collectives, message size and fabric, FP8, intervals — one test per formula."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cost_model import Strategy, Training, estimate, simple_cluster
+from cost_model.comm import Links, allreduce_time_s, size_factor
+from cost_model.errors import InvalidStrategy, InvalidTraining
+from cost_model.training import training_from_dict
+from cost_model.transformer.calibration import PRIORS, Constants, calibrated_device, prediction_intervals, using
+from cost_model.transformer.layer_cost import (
+    StrategyArrays,
+    activation_bytes,
+    sharded_collectives_per_layer,
+    sharded_step_comm_s,
+)
+from cost_model.transformer.spec import get_preset
+
+GPT3 = get_preset("gpt3-175b")
+
+
+def test_framework_is_parsed_and_part_of_the_request():
+    t = training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "megatron-deepspeed"})
+    assert t.framework == "megatron-deepspeed" and t.to_dict()["framework"] == "megatron-deepspeed"
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048}).to_dict()["framework"] == "megatron-core"
+    with pytest.raises(InvalidTraining) as exc:
+        training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "jax"})
+    assert exc.value.field == "training.framework"
+
+
+@pytest.mark.parametrize(
+    ("framework", "strategy", "field"),
+    [
+        ("megatron-deepspeed", Strategy(dp=2, tp=2, pp=2, vpp=2, micro_batch_size=1), "strategy.vpp"),
+        ("deepspeed", Strategy(dp=1, tp=2, pp=1, cp=4, micro_batch_size=1), "strategy.cp"),
+        ("deepspeed", Strategy(dp=4, tp=2, micro_batch_size=1), "strategy.tp"),
+        ("fsdp", Strategy(dp=8, micro_batch_size=1, zero_stage=1), "strategy.zero_stage"),
+    ],
+)
+def test_framework_rules_name_the_field(framework, strategy, field):
+    training = Training(global_batch_size=64, sequence_length=2048, framework=framework)
+    with pytest.raises(InvalidStrategy) as exc:
+        estimate(get_preset("gpt3-1.3b"), training, simple_cluster("A100-SXM4-80GB", 1), strategy)
+    assert exc.value.field == field
+
+
+def test_fsdp_runs_gradient_sharding_with_a_pipeline_megatron_does_not():
+    model = get_preset("gpt3-1.3b")
+    s = Strategy(dp=4, pp=2, micro_batch_size=1, zero_stage=2)
+    est = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="fsdp"), simple_cluster("A100-SXM4-80GB", 1), s)
+    assert est.step_time_s > 0
+    with pytest.raises(InvalidStrategy):
+        estimate(model, Training(global_batch_size=64, sequence_length=2048), simple_cluster("A100-SXM4-80GB", 1), s)
+
+
+def _links(nodes_fabric="infiniband"):
+    c = simple_cluster("A100-SXM4-80GB", 4, fabric=nodes_fabric)
+    return Links.for_group(c.node_groups[0])
+
+
+def test_zero3_exposed_traffic_does_not_fall_with_dp():
+    """Per GPU a ZeRO-3 micro-batch moves ≈ 3× the whole layer state whatever dp is, and the
+    n−1 ring steps of every gather add latency as dp grows."""
+    links = _links()
+    layer = GPT3.decoder_layer_params()
+    t = Training(global_batch_size=1536, sequence_length=2048, framework="deepspeed")
+    times = []
+    for dp in (384, 768, 1536):
+        S = StrategyArrays.from_strategies([Strategy(dp=dp, zero_stage=3)])
+        times.append(float(sharded_step_comm_s(layer, 96, t, S, links, sharded_collectives_per_layer(GPT3, "deepspeed"))[0]))
+    assert times[0] <= times[1] <= times[2]
+    # bandwidth floor: three passes over 2 bytes per parameter at the ring bus bandwidth
+    assert times[0] > 3 * 96 * layer * 2 / (links.intra_GBps * 1e9)
+
+
+def test_deepspeed_gathers_per_tensor_fsdp_per_unit():
+    assert sharded_collectives_per_layer(GPT3, "deepspeed") == 12  # GPT layer with biases
+    assert sharded_collectives_per_layer(GPT3, "fsdp") == 1
+
+
+def test_zero3_step_flat_in_dp_at_fixed_global_batch_once_communication_bound():
+    """Narayanan 2021 Table 2: ZeRO-3 at fixed global batch — doubling dp halves the compute
+    per GPU but not the gathers, so the step falls far less than 2×."""
+    t = Training(global_batch_size=1536, sequence_length=2048, framework="deepspeed", attention="unfused", dtype="fp16")
+    steps = []
+    for dp, mbs in ((768, 2), (1536, 1)):
+        c = simple_cluster("A100-SXM4-80GB", dp // 8)
+        steps.append(estimate(GPT3, t, c, Strategy(dp=dp, micro_batch_size=mbs, zero_stage=3, recompute="full")).step_time_s)
+    assert steps[1] > 0.7 * steps[0]
+
+
+def test_bus_bandwidth_grows_with_message_size():
+    assert size_factor(1e3, 512e3) < size_factor(1e6, 512e3) < size_factor(1e9, 512e3) < 1.0
+    links = _links()
+    small, large = 1e5, 1e9
+    per_byte = [float(allreduce_time_s(32, s, links, 8)) / s for s in (small, large)]
+    assert per_byte[0] > 2 * per_byte[1]
+
+
+def test_fabric_fraction_scales_the_nics():
+    ib, opa = _links("infiniband"), _links("omnipath")
+    assert opa.inter_GBps == pytest.approx(ib.inter_GBps * PRIORS["fabric_fraction.omnipath"]) or opa.inter_GBps < ib.inter_GBps
+    assert opa.intra_GBps == ib.intra_GBps
+
+
+def test_framework_kernel_efficiency_slows_gemms():
+    dev = simple_cluster("A100-SXM4-80GB", 1).node_groups[0].device
+    with using(Constants({**PRIORS, "framework_gemm_efficiency.megatron-deepspeed": 0.8})):
+        slow = calibrated_device(dev, "megatron-deepspeed", "bf16")
+        same = calibrated_device(dev, "megatron-core", "bf16")
+    assert slow.efficiency.gemm_max_fraction == pytest.approx(0.8 * dev.efficiency.gemm_max_fraction)
+    assert same.efficiency.gemm_max_fraction == dev.efficiency.gemm_max_fraction
+
+
+def test_fp8_speeds_up_llama_on_h100_by_less_than_the_peak_ratio():
+    model = get_preset("llama3-8b")
+    c = simple_cluster("H100-SXM5-80GB", 1)
+    s = Strategy(dp=8, micro_batch_size=1, zero_stage=1)
+    bf16 = estimate(model, Training(global_batch_size=64, sequence_length=8192), c, s).step_time_s
+    fp8 = estimate(model, Training(global_batch_size=64, sequence_length=8192, dtype="fp8"), c, s).step_time_s
+    assert 1.1 < bf16 / fp8 < 1.9  # attention, casts and elementwise work stay at 16-bit speed
+
+
+def test_fp8_saves_linear_inputs_in_one_byte():
+    model = get_preset("llama3-8b")
+    S = StrategyArrays.from_strategies([Strategy(micro_batch_size=1)])
+    t = Training(global_batch_size=1, sequence_length=4096)
+    bf16 = float(activation_bytes(model, t, S)[0][0])
+    fp8 = float(activation_bytes(model, replace(t, dtype="fp8"), S)[0][0])
+    assert 0.6 * bf16 < fp8 < bf16
+
+
+def test_estimate_carries_intervals_around_the_point():
+    est = estimate(get_preset("gpt3-1.3b"), Training(global_batch_size=64, sequence_length=2048), simple_cluster("A100-SXM4-80GB", 1), Strategy(dp=8, micro_batch_size=2))
+    d = est.to_dict()
+    assert d["peak_memory_GB_p10"] < max(est.peak_memory_GB) < d["peak_memory_GB_p90"]
+    if d["step_time_s_p10"] is not None:
+        assert d["step_time_s_p10"] <= d["step_time_s_p90"]
+        assert d["interval_regime"]
+
+
+def test_interval_bounds_are_the_swapped_error_quantiles():
+    with using(Constants(dict(PRIORS), {"*": (-0.1, 0.2)})):
+        iv = prediction_intervals("megatron-core", "ampere", 10.0, 50.0)
+    assert iv["step_time_s_p10"] == pytest.approx(10.0 / np.exp(0.2))
+    assert iv["step_time_s_p90"] == pytest.approx(10.0 / np.exp(-0.1))
+    assert iv["interval_regime"] == "*"
+
+
+def test_deepspeed_pipeline_engine_pays_a_fixed_cost_per_microbatch():
+    model = get_preset("gpt3-1.3b")
+    c = simple_cluster("A100-SXM4-80GB", 1)
+    s = Strategy(dp=2, tp=2, pp=2, micro_batch_size=1, zero_stage=1)
+    with using(Constants({**PRIORS, "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.05})):
+        core = estimate(model, Training(global_batch_size=64, sequence_length=2048), c, s)
+        mds = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed"), c, s)
+    # 32 micro-batches through the bottleneck stage, plus the drain, each 0.05 s more
+    assert mds.breakdown_s["pp_comm"] - core.breakdown_s["pp_comm"] == pytest.approx(32 * 0.05, rel=1e-6)
+
+
+def test_misaligned_head_dim_runs_the_attention_gemms_slower():
+    from cost_model.comm import Links
+    from cost_model.transformer.layer_cost import layer_costs
+    from cost_model.transformer.spec import TransformerSpec
+
+    c = simple_cluster("A100-SXM4-80GB", 1)
+    t = Training(global_batch_size=1, sequence_length=2048, attention="unfused")
+    S = StrategyArrays.from_strategies([Strategy(micro_batch_size=1)])
+    links = Links.for_group(c.node_groups[0])
+    per_flop = []
+    for heads in (128, 123):  # head dim 108 (misaligned) vs 112 at h = 13824 / 13776
+        h = heads * (108 if heads == 128 else 112)
+        m = TransformerSpec("x", 1, h, heads, heads, 4 * h, 50000, bias=True)
+        lc = layer_costs(m, t, c.node_groups[0].device, links, S)
+        per_flop.append(float(lc.forward_compute_s[0] / lc.model_flops[0]))
+    assert per_flop[0] > 1.05 * per_flop[1]
+
+
+def test_deepspeed_caps_the_gathered_parameters_fsdp_holds_two_units():
+    c = simple_cluster("A100-SXM4-80GB", 8)
+    s = Strategy(dp=64, micro_batch_size=1, zero_stage=3, recompute="full")
+    mem = {}
+    for fw in ("deepspeed", "fsdp"):
+        est = estimate(GPT3, Training(global_batch_size=64, sequence_length=2048, framework=fw), c, s)
+        mem[fw] = est.stages[0].memory_GB["activations"]
+    # two gathered 1.8B-parameter layers (7.2 GB) vs stage3_max_live_parameters = 1e9 (2 GB)
+    assert mem["fsdp"] - mem["deepspeed"] == pytest.approx((2 * GPT3.decoder_layer_params() - 1e9) * 2 / 1e9, rel=1e-6)
