@@ -205,10 +205,21 @@ def rank_wrapper_script(view: PlanView) -> str:
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
         'export RANK="$rank"',
         f"export WORLD_SIZE={world}",
+        *paddle_rank_lines(f"launcher_of=({' '.join(str(r) for r in _launcher_to_plan(view))})"),
+    ]
+    return "\n".join(lines)
+
+
+def paddle_rank_lines(launcher_of_assignment: str) -> list[str]:
+    """The tail of every ``plan_rank.sh``: under Paddle's launcher (which numbers ranks in node
+    order) move this process to its plan rank and reorder ``PADDLE_TRAINER_ENDPOINTS`` to match;
+    then exec the command.  ``launcher_of_assignment`` is a bash statement that sets the array
+    ``launcher_of`` (launcher rank → plan rank)."""
+    return [
         "# Paddle: its launcher numbers ranks in node order; move this process and its endpoint.",
         'if [ -n "${PADDLE_TRAINER_ID:-}" ]; then',
-        f"  launcher_of=({' '.join(str(r) for r in _launcher_to_plan(view))})",
         '  if [ -n "${PADDLE_TRAINER_ENDPOINTS:-}" ]; then',
+        f"    {launcher_of_assignment}",
         '    IFS="," read -r -a old_eps <<< "$PADDLE_TRAINER_ENDPOINTS"',
         "    new_eps=()",
         '    for i in "${!old_eps[@]}"; do new_eps[${launcher_of[$i]}]="${old_eps[$i]}"; done',
@@ -221,7 +232,6 @@ def rank_wrapper_script(view: PlanView) -> str:
         'exec "$@"',
         "",
     ]
-    return "\n".join(lines)
 
 
 def _launcher_to_plan(view: PlanView) -> list[int]:
