@@ -254,36 +254,113 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
 def _uniform_layer_costs(
     model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None
 ) -> LayerCosts:
-    """:func:`layer_costs` of a model whose decoder layers are all alike."""
+    """:func:`layer_costs` of a model whose decoder layers are all alike: the GEMMs, the attention
+    core and the memory-bound work of one layer on one GPU (each a helper below), recompute, and
+    the TP / CP / EP communication."""
     dt = training.dtype
     attn_dt = "bf16" if dt == "fp8" else dt
     attn_device = bf16_device if (bf16_device is not None and dt == "fp8") else device
-    eb = _act_bytes(training)
-    h = float(model.hidden_size)
-    a = float(model.num_heads)
-    d = float(model.kv_head_dim)
-    q = float(model.q_size)
-    o = float(model.attn_out_size)
-    f = float(model.ffn_hidden_size)
-    s_seq = float(training.sequence_length)
-    s = model.attention_span(s_seq)  # keys each query attends to (the window on windowed layers)
-    t, c, b = S.tp, S.cp, S.mbs
-    sc = s_seq / c
-    T = b * sc  # tokens per GPU per micro-batch
-    kv = _kv_local(model, t)
-    gpn = links.gpus_per_node
-    unfused = training.attention == "unfused"
-    eager = not training.fused_kernels
+    g = _LayerGeometry.of(model, training, S)
+    gemm_fwd, gemm_bwd, gemm_flops, qkv_n = _layer_gemms(model, dt, device, S, g)
+    attn_fwd, attn_bwd, flops_attn = _attention_core(model, training, device, attn_device, attn_dt, S, g)
+    elem_fwd, elem_bwd = _layer_elementwise(model, training, device, S, g)
 
-    # ---- GEMMs (forward) ---------------------------------------------------------------------
-    # Megatron TP: QKV column-parallel [T,h]x[h,(q+2kv)/t]; projection row-parallel [T,o/t]x[o/t,h]
-    # (q = heads × head dim, o = heads × value head dim; both h unless head_dim is set).
-    qkv_n = _qkv_width(model, t, kv)
+    forward_compute = gemm_fwd + attn_fwd + elem_fwd
+    backward_compute = gemm_bwd + attn_bwd + elem_bwd
+    if dt == "fp8":
+        fm, f, t = model.ffn_matrices, float(model.ffn_hidden_size), S.tp
+        k_tok = model.experts_per_token if model.is_moe else 1.0
+        cast_fwd, cast_bwd = fp8_cast_s(g.T, g.h, qkv_n, g.o / t, (fm - 1) * f / t * k_tok, f / t * k_tok, device)
+        forward_compute = forward_compute + cast_fwd
+        backward_compute = backward_compute + cast_bwd
+
+    # ---- recompute ---------------------------------------------------------------------------
+    # full: the whole forward again (with its TP collectives); selective: the attention core
+    # only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
+    if training.attention == "unfused":
+        selective_s = attn_fwd
+        selective_flops = flops_attn
+    else:
+        selective_s = 0.0 * attn_fwd
+        selective_flops = 0.0 * flops_attn
+    recompute_s = np.where(S.recompute == 2, forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
+    layer_fwd_flops = gemm_flops + flops_attn
+    recompute_flops = np.where(S.recompute == 2, layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
+
+    tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd)
+
+    # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
+    act, full_act = activation_bytes(model, training, S)
+
+    model_flops = 3 * layer_fwd_flops
+    return LayerCosts(
+        forward_compute_s=forward_compute,
+        backward_compute_s=backward_compute,
+        recompute_s=recompute_s,
+        tp_comm_s=tp_comm,
+        cp_comm_s=cp_exposed,
+        ep_comm_s=ep_comm,
+        activation_bytes=act,
+        full_activation_bytes=full_act,
+        model_flops=model_flops,
+        recompute_flops=recompute_flops,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LayerGeometry:
+    """The sizes one layer's cost is written in, on one GPU after tensor/context splitting:
+    hidden h, heads a, key/value head dim d, query width q, attention output width o, sequence
+    s_seq and the keys each query attends to s (the window on windowed layers), the local
+    sequence sc = s_seq/c and tokens per GPU per micro-batch T = b·sc, local key/value width kv,
+    bytes per activation element eb."""
+
+    h: float
+    a: float
+    d: float
+    q: float
+    o: float
+    s_seq: float
+    s: float
+    sc: np.ndarray
+    T: np.ndarray
+    kv: np.ndarray
+    eb: int
+
+    @staticmethod
+    def of(model: TransformerSpec, training: Training, S: StrategyArrays) -> _LayerGeometry:
+        s_seq = float(training.sequence_length)
+        sc = s_seq / S.cp
+        return _LayerGeometry(
+            h=float(model.hidden_size),
+            a=float(model.num_heads),
+            d=float(model.kv_head_dim),
+            q=float(model.q_size),
+            o=float(model.attn_out_size),
+            s_seq=s_seq,
+            s=model.attention_span(s_seq),
+            sc=sc,
+            T=S.mbs * sc,
+            kv=_kv_local(model, S.tp),
+            eb=_act_bytes(training),
+        )
+
+
+def _layer_gemms(
+    model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, ArrayOrFloat]:
+    """Forward and backward time (s) of one layer's GEMMs, their forward FLOPs, and the local QKV
+    width.  Megatron TP (Narayanan et al. 2021 §2.3): QKV column-parallel [T,h]×[h,(q+2kv)/t],
+    projection row-parallel [T,o/t]×[o/t,h]; FFN FC1 column-parallel (gate and up fused when
+    gated), FC2 row-parallel; MoE experts as a batched GEMM over the local experts at their
+    tokens per expert, plus the router and any shared experts."""
+    h, o, T, t = g.h, g.o, g.T, S.tp
+    f = float(model.ffn_hidden_size)
+    qkv_n = _qkv_width(model, t, g.kv)
     t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
     t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, o / t, device, dt)
     flops_qkv = 2 * T * h * qkv_n
     flops_proj = 2 * T * h * o / t
-    # FFN: FC1 column-parallel (gate and up fused when gated), FC2 row-parallel.
     fm = model.ffn_matrices
     t_router: ArrayOrFloat
     b_router: ArrayOrFloat
@@ -308,7 +385,25 @@ def _uniform_layer_costs(
     gemm_bwd = b_qkv + b_proj + b_fc1 + b_fc2 + b_router
     gemm_fwd = t_qkv + t_proj + t_fc1 + t_fc2 + t_router
 
-    # ---- attention core ----------------------------------------------------------------------
+    return gemm_fwd, gemm_bwd, flops_qkv + flops_proj + flops_ffn, qkv_n
+
+
+def _attention_core(
+    model: TransformerSpec,
+    training: Training,
+    device: DeviceSpec,
+    attn_device: DeviceSpec,
+    attn_dt: str,
+    S: StrategyArrays,
+    g: _LayerGeometry,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward and backward time (s) of the attention core (scores, softmax, dropout, P·V) and
+    its model FLOPs: unfused as batched GEMMs plus memory-bound softmax/dropout passes, fused
+    (FlashAttention) by its key/value loop."""
+    b, t = S.mbs, S.tp
+    a, d, q, sc, s, s_seq, T, kv, eb = g.a, g.d, g.q, g.sc, g.s, g.s_seq, g.T, g.kv, g.eb
+    unfused = training.attention == "unfused"
+    eager = not training.fused_kernels
     heads_local = a / t
     # Model FLOPs count the full s×s square (Narayanan 2021 Eq. 3 / Megatron MFU convention).
     flops_attn = attention_flops(b, heads_local, sc, s, d)
@@ -345,7 +440,18 @@ def _uniform_layer_costs(
         attn_fwd = fused_attention_time_s(b * heads_local, sc, s, d, attn_device, attn_dt, causal_fraction=1.0 - s / (2.0 * s_seq))
         attn_bwd = FLASH_BACKWARD_RATIO * attn_fwd
 
-    # ---- memory-bound elementwise work ----------------------------------------------------------
+    return attn_fwd, attn_bwd, flops_attn
+
+
+def _layer_elementwise(
+    model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry
+) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward time (s) of one layer's memory-bound work: norms, bias-dropout-add,
+    the FFN activation, rotary embedding, eager bias gradients and fresh-tensor first touches."""
+    h, q, T, kv, eb, t = g.h, g.q, g.T, g.kv, g.eb, S.tp
+    f = float(model.ffn_hidden_size)
+    fm = model.ffn_matrices
+    eager = not training.fused_kernels
     # Replicated region (norms, dropout, residual adds) runs on T·h elements per TP rank, or
     # T·h/t under sequence parallelism.  Bytes per element forward: 2 norms (read+write, 2·eb
     # each), 2 fused bias-dropout-add (read 2·eb, write eb, mask 1 when dropout is used).
@@ -386,28 +492,25 @@ def _uniform_layer_costs(
         + memory_bound_time_s(bias_grad_bytes, device, kernels=4 * int(model.bias and eager))
     )
 
-    forward_compute = gemm_fwd + attn_fwd + elem_fwd
-    backward_compute = gemm_bwd + attn_bwd + elem_bwd
-    if dt == "fp8":
-        k_tok = model.experts_per_token if model.is_moe else 1.0
-        cast_fwd, cast_bwd = fp8_cast_s(T, h, qkv_n, o / t, (fm - 1) * f / t * k_tok, f / t * k_tok, device)
-        forward_compute = forward_compute + cast_fwd
-        backward_compute = backward_compute + cast_bwd
+    return elem_fwd, elem_bwd
 
-    # ---- recompute ---------------------------------------------------------------------------
-    # full: the whole forward again (with its TP collectives); selective: the attention core
-    # only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
-    if unfused:
-        selective_s = attn_fwd
-        selective_flops = flops_attn
-    else:
-        selective_s = 0.0 * attn_fwd
-        selective_flops = 0.0 * flops_attn
-    recompute_s = np.where(S.recompute == 2, forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
-    layer_fwd_flops = flops_qkv + flops_proj + flops_ffn + flops_attn
-    recompute_flops = np.where(S.recompute == 2, layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
 
-    # ---- tensor-parallel communication ---------------------------------------------------------
+def _layer_parallel_comm(
+    model: TransformerSpec,
+    training: Training,
+    device: DeviceSpec,
+    links: Links,
+    S: StrategyArrays,
+    g: _LayerGeometry,
+    gemm_fwd: np.ndarray,
+    attn_fwd: np.ndarray,
+    attn_bwd: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel ring
+    exchange and expert-parallel all-to-all (alpha-beta ring costs of :mod:`cost_model.comm`)."""
+    h, T, kv, eb, sc = g.h, g.T, g.kv, g.eb, g.sc
+    t, c, b = S.tp, S.cp, S.mbs
+    gpn = links.gpus_per_node
     # Per layer: 2 all-reduces forward and 2 backward of T·h elements (SP: reduce-scatter +
     # all-gather of the same volume), 2 more when the forward is recomputed.
     tp_per_node = np.minimum(t, gpn)
@@ -443,22 +546,7 @@ def _uniform_layer_costs(
     else:
         ep_comm = 0.0 * t
 
-    # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
-    act, full_act = activation_bytes(model, training, S)
-
-    model_flops = 3 * layer_fwd_flops
-    return LayerCosts(
-        forward_compute_s=forward_compute,
-        backward_compute_s=backward_compute,
-        recompute_s=recompute_s,
-        tp_comm_s=tp_comm,
-        cp_comm_s=cp_exposed,
-        ep_comm_s=ep_comm,
-        activation_bytes=act,
-        full_activation_bytes=full_act,
-        model_flops=model_flops,
-        recompute_flops=recompute_flops,
-    )
+    return tp_comm, cp_exposed, ep_comm
 
 
 def _eager_head_layout_s(q_elems: ArrayOrFloat, kv_elems: ArrayOrFloat, eb: int, device: DeviceSpec) -> tuple[ArrayOrFloat, ArrayOrFloat]:
