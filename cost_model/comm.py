@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from cost_model.units import gbps_to_bytes_per_s
+
 if TYPE_CHECKING:
     from cost_model.cluster import NodeGroup
 
@@ -124,7 +126,7 @@ def _ring_time(
     half = np.where(nodes > 1, links.half_chunk_inter_bytes, links.half_chunk_intra_bytes)
     beta = beta * size_factor(_f(size_bytes) / safe, half)
     steps = (safe - 1.0) if flat else (r - 1.0) + (nodes - 1.0)
-    t = volume_factor * (safe - 1.0) / safe * _f(size_bytes) / (beta * 1e9) + volume_factor * steps * links.alpha_s
+    t = volume_factor * (safe - 1.0) / safe * _f(size_bytes) / gbps_to_bytes_per_s(beta) + volume_factor * steps * links.alpha_s
     return np.where(n > 1, t, 0.0)
 
 
@@ -155,8 +157,8 @@ def alltoall_time_s(n: ArrayOrFloat, size_bytes: ArrayOrFloat, links: Links, per
     r = np.minimum(_f(per_node), n)
     remote_frac = np.maximum(0.0, (safe - r) / safe)
     local_frac = np.maximum(0.0, (r - 1.0) / safe)
-    t_remote = remote_frac * _f(size_bytes) / (links.inter_GBps * 1e9)
-    t_local = local_frac * _f(size_bytes) / (links.intra_GBps * 1e9)
+    t_remote = remote_frac * _f(size_bytes) / gbps_to_bytes_per_s(links.inter_GBps)
+    t_local = local_frac * _f(size_bytes) / gbps_to_bytes_per_s(links.intra_GBps)
     t = np.maximum(t_remote, t_local) + (safe - 1.0) * links.alpha_s
     return np.where(n > 1, t, 0.0)
 
@@ -164,5 +166,6 @@ def alltoall_time_s(n: ArrayOrFloat, size_bytes: ArrayOrFloat, links: Links, per
 def p2p_time_s(size_bytes: ArrayOrFloat, links: Links, cross_node: ArrayOrFloat | bool) -> FloatArray:
     """Point-to-point send of ``size_bytes`` (pipeline activations): NIC share when the
     neighbour is on another node, NVLink otherwise."""
-    beta = np.where(cross_node, links.inter_GBps, links.intra_GBps)
-    return _f(size_bytes) / (beta * 1e9) + links.alpha_s
+    beta: FloatArray = np.where(cross_node, links.inter_GBps, links.intra_GBps)
+    t: FloatArray = _f(size_bytes) / gbps_to_bytes_per_s(beta) + links.alpha_s
+    return t
