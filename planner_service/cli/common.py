@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -65,3 +65,13 @@ def run_batch(path: Path, handle: Callable[[dict], dict]) -> None:
                 print(json.dumps({"error": exc.to_dict()}), flush=True)
             except Exception as exc:  # noqa: BLE001 - one bad line must not stop the batch
                 print(json.dumps({"error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}", "field": None}}), flush=True)
+
+
+#: ``--batch FILE`` of the commands that take one request per JSON line (estimate, plan).
+BatchFileOption = Annotated[
+    Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")
+]
+#: ``--profile FILE``: an operator profile applied to the device it was taken on (estimate, plan).
+ProfileFileOption = Annotated[
+    Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")
+]

@@ -19,6 +19,8 @@ from cost_model.errors import PlannerError
 from cost_model.result import Estimate
 from planner_service.cli.common import (
     EXIT_BAD_INPUT,
+    BatchFileOption,
+    ProfileFileOption,
     console,
     err_console,
     fail,
@@ -93,8 +95,8 @@ def register(app: typer.Typer) -> None:
     def estimate_cmd(
         request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Estimate request JSON: {model, training, cluster, strategy}.")] = None,
         print_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the result as JSON (the object POST /v1/estimate returns).")] = False,
-        batch: Annotated[Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")] = None,
-        profile: Annotated[Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")] = None,
+        batch: BatchFileOption = None,
+        profile: ProfileFileOption = None,
     ) -> None:
         """Predict step time, throughput, MFU and memory for one parallel strategy."""
         prof = load_profile(profile)

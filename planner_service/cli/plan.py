@@ -21,6 +21,8 @@ from cost_model.errors import PlannerError
 from cost_model.units import s_to_ms
 from planner_service.cli.common import (
     EXIT_BAD_INPUT,
+    BatchFileOption,
+    ProfileFileOption,
     console,
     err_console,
     fail,
@@ -123,10 +125,10 @@ def register(app: typer.Typer) -> None:
     def plan_cmd(
         request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}.")] = None,
         as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
-        batch: Annotated[Path | None, typer.Option("--batch", metavar="FILE", help="JSON Lines file: one request per line; one JSON line out per line.")] = None,
+        batch: BatchFileOption = None,
         onnx: Annotated[Path | None, typer.Option("--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster.")] = None,
         time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Solver time budget in seconds.")] = 2.0,
-        profile: Annotated[Path | None, typer.Option("--profile", metavar="FILE", help="Operator profile JSON to apply to the device it was taken on.")] = None,
+        profile: ProfileFileOption = None,
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""
         settings = SolverSettings(time_limit_s=time_limit_s)
