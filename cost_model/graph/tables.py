@@ -160,12 +160,20 @@ class _Rows:
 
 
 def _enumerate_rows(graph: GraphSpec, costs: Sequence[OpCost], shapes: dict[str, tuple[int, ...]], mesh: GraphMesh) -> _Rows:
+    """Every op's choices; structurally identical operators (same type, parameters, attributes,
+    shapes and cost — the repeated layers of a model) share one enumeration."""
     graph_inputs = set(graph.inputs)
     row_start = [0]
     row_op: list[int] = []
     choices: list[Choice] = []
+    memo: dict[tuple[object, ...], list[Choice]] = {}
     for i, op in enumerate(graph.ops):
-        for c in op_choices(op, costs[i], shapes, mesh, graph_inputs):
+        key = (op.type, op.category, op.params, repr(op.attrs), tuple(shapes[x] for x in op.inputs),
+               tuple(shapes[x] for x in op.outputs), costs[i], bool(op.inputs) and op.inputs[-1] in graph_inputs)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = op_choices(op, costs[i], shapes, mesh, graph_inputs)
+        for c in found:
             row_op.append(i)
             choices.append(c)
         row_start.append(len(row_op))
@@ -326,10 +334,11 @@ def _edge_tables(graph: GraphSpec, rows: _Rows, tensor_bytes: dict[str, float], 
     layout → the producer's, for tensors that carry a gradient)."""
     row_start, choices = rows.row_start, rows.choices
     edges: list[tuple[int, int, str, int]] = []
-    e_src: list[tuple[int, int, int, int]] = []
-    e_size: list[float] = []
-    shapes_list: list[tuple[int, int]] = []
+    edge_key: list[tuple[object, ...]] = []
+    unique: dict[tuple[object, ...], int] = {}
     requires_grad = {name: _requires_grad(graph, name) for name in graph.tensors}
+    out_layouts: dict[tuple[int, int], tuple[int, ...]] = {}
+    in_layouts: dict[tuple[int, int, bool], tuple[tuple[int, int], ...]] = {}
     for v, op in enumerate(graph.ops):
         for j, name in enumerate(op.inputs):
             u = graph.producer.get(name)
@@ -337,18 +346,27 @@ def _edge_tables(graph: GraphSpec, rows: _Rows, tensor_bytes: dict[str, float], 
                 continue
             slot = graph.ops[u].outputs.index(name)
             edges.append((u, v, name, j))
-            nu, nv = row_start[u + 1] - row_start[u], row_start[v + 1] - row_start[v]
-            shapes_list.append((nu, nv))
-            size = tensor_bytes[name]
-            for a in range(nu):
-                ol = choices[row_start[u] + a].out_l[slot]
-                for b in range(nv):
-                    cv = choices[row_start[v] + b]
-                    e_src.append((ol, cv.in_l[j], grad_target(ol), cv.in_g[j] if requires_grad[name] else -1))
-                    e_size.append(size)
-    edge_fwd: list[np.ndarray] = []
-    edge_bwd: list[np.ndarray] = []
-    if edges:
+            rg = requires_grad[name]
+            if (u, slot) not in out_layouts:
+                out_layouts[(u, slot)] = tuple(choices[r].out_l[slot] for r in range(row_start[u], row_start[u + 1]))
+            if (v, j, rg) not in in_layouts:
+                in_layouts[(v, j, rg)] = tuple((choices[r].in_l[j], choices[r].in_g[j] if rg else -1)
+                                               for r in range(row_start[v], row_start[v + 1]))
+            key = (out_layouts[(u, slot)], in_layouts[(v, j, rg)], tensor_bytes[name])
+            edge_key.append(key)
+            unique.setdefault(key, len(unique))
+    # one resharding matrix per distinct (producer layouts, consumer layouts, size): repeated
+    # layers share theirs
+    e_src: list[tuple[int, int, int, int]] = []
+    e_size: list[float] = []
+    for (outs, ins, size) in unique:
+        for ol in outs:
+            for il, ig in ins:
+                e_src.append((ol, il, grad_target(ol), ig))
+                e_size.append(size)
+    mats_f: list[np.ndarray] = []
+    mats_b: list[np.ndarray] = []
+    if unique:
         src = np.array(e_src, dtype=np.int64)
         size_a = np.array(e_size, dtype=float)
         kf = reshard_kinds(src[:, 0], src[:, 1])
@@ -356,11 +374,14 @@ def _edge_tables(graph: GraphSpec, rows: _Rows, tensor_bytes: dict[str, float], 
         tf = reshard_time_s(kf, size_a, mesh)
         tb = reshard_time_s(kb, size_a, mesh)
         pos = 0
-        for nu, nv in shapes_list:
+        for (outs, ins, _size) in unique:
+            nu, nv = len(outs), len(ins)
             cnt = nu * nv
-            edge_fwd.append(tf[pos:pos + cnt].reshape(nu, nv))
-            edge_bwd.append(tb[pos:pos + cnt].reshape(nu, nv))
+            mats_f.append(tf[pos:pos + cnt].reshape(nu, nv))
+            mats_b.append(tb[pos:pos + cnt].reshape(nu, nv))
             pos += cnt
+    edge_fwd = [mats_f[unique[k]] for k in edge_key]
+    edge_bwd = [mats_b[unique[k]] for k in edge_key]
     return edges, edge_fwd, edge_bwd
 
 

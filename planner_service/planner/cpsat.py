@@ -76,11 +76,20 @@ class IntScale:
 @dataclass(frozen=True, kw_only=True)
 class SolverParams:
     """How CP-SAT runs: wall-clock limit, search workers and, with ``deterministic``, the
-    interleaved search (the same answer for the same model whatever the load of the host)."""
+    interleaved search (the same answer for the same model whatever the load of the host).
+
+    ``deterministic_time_limit`` stops the search after that much *deterministic* time (CP-SAT's
+    work count, about a second of work each on a typical core), so that a run stopped early
+    stops at the same point every time; the wall-clock limit stays as the hard cap.
+    ``relative_gap_limit`` stops once the incumbent is proved within that fraction of the
+    bound; ``random_seed`` fixes CP-SAT's randomisation (None: its default)."""
 
     time_limit_s: float
     num_workers: int = 1
     deterministic: bool = False
+    deterministic_time_limit: float | None = None
+    relative_gap_limit: float | None = None
+    random_seed: int | None = None
     #: Skip presolve's inclusion detection (costly on models with many similar constraints).
     skip_inclusion_presolve: bool = False
 
@@ -104,18 +113,35 @@ class Solution:
     def objective_value(self) -> float:
         return float(self.solver.objective_value)
 
+    @property
+    def best_bound(self) -> float:
+        """The proved lower bound on the (minimised) objective."""
+        return float(self.solver.best_objective_bound)
+
     def value(self, expr: Any) -> int:
         return int(self.solver.value(expr))
 
 
-def solve(model: cp_model.CpModel, params: SolverParams) -> Solution:
-    """Solve ``model`` under ``params``."""
+def configured_solver(params: SolverParams) -> cp_model.CpSolver:
+    """A CP-SAT solver set up as ``params`` say."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(MIN_TIME_LIMIT_S, float(params.time_limit_s))
     solver.parameters.num_workers = max(1, int(params.num_workers))
     if params.deterministic:
         solver.parameters.interleave_search = True
+    if params.deterministic_time_limit is not None:
+        solver.parameters.max_deterministic_time = max(MIN_TIME_LIMIT_S, float(params.deterministic_time_limit))
+    if params.relative_gap_limit is not None:
+        solver.parameters.relative_gap_limit = float(params.relative_gap_limit)
+    if params.random_seed is not None:
+        solver.parameters.random_seed = int(params.random_seed)
     if params.skip_inclusion_presolve:
         solver.parameters.presolve_inclusion_work_limit = 0
+    return solver
+
+
+def solve(model: cp_model.CpModel, params: SolverParams) -> Solution:
+    """Solve ``model`` under ``params``."""
+    solver = configured_solver(params)
     status = solver.solve(model)
     return Solution(status=solver.status_name(status), solver=solver)

@@ -1,0 +1,84 @@
+"""Lower bounds on the step time of one mesh, valid for every per-op sharding and every
+contiguous stage split (memory relaxed), so that a layout can be dropped with proof and the
+search can say how far its answer is from the optimum.
+
+From the step time of :func:`cost_model.graph.evaluate.evaluate` (``n`` pipeline stages,
+``n = pp``, one more when a CPU parameter-server stage may exist)::
+
+    step = (m − 1)·max_k T_k + Σ_k T_k + max_k D_k + max_k O_k + c
+    max_k T_k ≥ Σ_k T_k / n,     max_k O_k ≥ Σ_k O_k / n,
+    max_k D_k ≥ max(0, Σ_k D_k / pp),  D_k ≥ sync_k − (w + pp − 1)·bwd_k
+
+so with ``α = (m − 1)/n + 1`` and per-op terms ``a = α·time + opt/n`` and ``b = (sync − (w + pp −
+1)·bwd)/pp``, ``step − c ≥ Σ a`` and ``step − c ≥ Σ (a + b)``; each sum is separable over the
+operators, so its minimum over all assignments is the sum of per-op minima.  An op's time
+includes its incoming resharding, bounded below by the cheapest producer choice for each of its
+own choices (every edge is charged to its consumer once, so the sum stays a lower bound);
+p2p sends (≥ 0) are dropped.  Rows whose own state and activations exceed a GPU are not choices.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cost_model.graph.evaluate import _OPTIMIZER_STEP_KERNELS
+from cost_model.graph.mesh import inflight
+from cost_model.graph.tables import CostTables
+from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
+
+#: Multipliers of the memory constraint tried (log-spaced).
+LAMBDA_GRID = 48
+
+
+def incoming_edge_min_s(tables: CostTables) -> np.ndarray:
+    """Per row, seconds per micro-batch: the least resharding into it over its producers' choices."""
+    out = np.zeros(len(tables.fwd_s))
+    for e, (_u, v, _, _) in enumerate(tables.edges):
+        E = tables.edge_fwd_s[e] + tables.edge_bwd_s[e]
+        if E.size and E.any():
+            r0 = int(tables.row_start[v])
+            out[r0:r0 + E.shape[1]] += E.min(axis=0)
+    return out
+
+
+def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: np.ndarray | None = None) -> float:
+    """A lower bound (seconds) on the step time of any assignment of ``tables.mesh`` that fits
+    (module docstring); ``inf`` when some operator has no choice that fits a GPU."""
+    mesh = tables.mesh
+    m, pp = mesh.num_microbatches, mesh.pp
+    n = pp + (1 if mesh.cpu is not None and len(tables.cpu_rows) else 0)
+    alpha = (m - 1) / n + 1.0
+    if edge_min is None:
+        edge_min = incoming_edge_min_s(tables)
+    time = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s + edge_min + tables.cpu_s + tables.cpu_comm_s
+    opt = tables.opt_s + tables.cpu_opt_s
+    window = dp_overlap_fraction(tables.training, mesh.device)
+    a = alpha * time + opt / n
+    b = (tables.sync_s - (window + pp - 1) * tables.bwd_s) / pp
+    starts = tables.row_start[:-1]
+    fl_min = min(inflight(mesh, k) for k in range(pp))
+    state = tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes
+    mem = (state + fl_min * tables.activation_bytes) * (1 + FRAGMENTATION_FRACTION)
+    cap = mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES
+    if cap <= 0:
+        return math.inf
+    mem = np.where(mem > cap * (1 + 1e-9), np.inf, mem)  # a row that alone does not fit is no choice
+    if float(np.minimum.reduceat(mem, starts).sum()) > pp * cap * (1 + 1e-9):
+        return math.inf
+    constant = _OPTIMIZER_STEP_KERNELS * mesh.device.efficiency.kernel_overhead_s
+    return max(_lagrangian_bound(a, mem, starts, pp * cap), _lagrangian_bound(a + b, mem, starts, pp * cap)) + constant
+
+
+def _lagrangian_bound(cost: np.ndarray, mem: np.ndarray, starts: np.ndarray, capacity: float) -> float:
+    """``max_λ≥0 Σ_op min_c (cost + λ·mem) − λ·capacity`` over a grid of λ (each value is a lower
+    bound on ``min Σ cost`` subject to ``Σ mem ≤ capacity``; λ = 0 is the plain bound)."""
+    finite = np.isfinite(mem)
+    c = np.where(finite, cost, np.inf)
+    m = np.where(finite, mem, 0.0)
+    base = float(np.minimum.reduceat(c, starts).sum())
+    scale = base / max(capacity, 1.0)
+    lams = np.concatenate([[0.0], scale * np.logspace(-3, 2, LAMBDA_GRID)])
+    vals = np.minimum.reduceat(c[:, None] + m[:, None] * lams[None, :], starts, axis=0).sum(axis=0) - lams * capacity
+    return float(max(base, float(vals.max())))
