@@ -28,18 +28,24 @@ from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
 
-#: Multipliers of the memory constraint tried (log-spaced).
-LAMBDA_GRID = 48
+#: Multipliers of the memory constraint tried per round (log-spaced, then linear around the best).
+LAMBDA_GRID = 12
 
 
 def incoming_edge_min_s(tables: CostTables) -> np.ndarray:
     """Per row, seconds per micro-batch: the least resharding into it over its producers' choices."""
     out = np.zeros(len(tables.fwd_s))
+    memo: dict[tuple[int, int], np.ndarray | None] = {}  # edges of repeated layers share their matrices
     for e, (_u, v, _, _) in enumerate(tables.edges):
-        E = tables.edge_fwd_s[e] + tables.edge_bwd_s[e]
-        if E.size and E.any():
+        f, b = tables.edge_fwd_s[e], tables.edge_bwd_s[e]
+        key = (id(f), id(b))
+        if key not in memo:
+            E = f + b
+            memo[key] = E.min(axis=0) if E.size and E.any() else None
+        col = memo[key]
+        if col is not None:
             r0 = int(tables.row_start[v])
-            out[r0:r0 + E.shape[1]] += E.min(axis=0)
+            out[r0:r0 + len(col)] += col
     return out
 
 
@@ -77,8 +83,33 @@ def _lagrangian_bound(cost: np.ndarray, mem: np.ndarray, starts: np.ndarray, cap
     finite = np.isfinite(mem)
     c = np.where(finite, cost, np.inf)
     m = np.where(finite, mem, 0.0)
-    base = float(np.minimum.reduceat(c, starts).sum())
+    sizes = np.diff(np.append(starts, len(c)))
+    single = np.repeat(sizes == 1, sizes)  # ops with one choice: linear in λ, summed once
+    c1, m1 = float(c[single].sum()), float(m[single].sum())
+    multi_starts = np.flatnonzero(np.repeat(sizes > 1, sizes)[starts])
+    cm, mm = c[~single], m[~single]
+    sub_starts = np.concatenate([[0], np.cumsum(sizes[multi_starts])[:-1]]).astype(np.int64) if len(multi_starts) else None
+
+    def values(lams: np.ndarray) -> np.ndarray:
+        out: np.ndarray = c1 + lams * (m1 - capacity)
+        if sub_starts is not None:
+            out = out + np.minimum.reduceat(cm[:, None] + mm[:, None] * lams[None, :], sub_starts, axis=0).sum(axis=0)
+        return out
+
+    base = float(values(np.zeros(1))[0])
+    if sub_starts is None or m1 + _least_memory_at_min(cm, mm, sub_starts) <= capacity:
+        return base  # a cheapest assignment fits: λ = 0 is the best multiplier
     scale = base / max(capacity, 1.0)
-    lams = np.concatenate([[0.0], scale * np.logspace(-3, 2, LAMBDA_GRID)])
-    vals = np.minimum.reduceat(c[:, None] + m[:, None] * lams[None, :], starts, axis=0).sum(axis=0) - lams * capacity
-    return float(max(base, float(vals.max())))
+    # a coarse log grid, then a finer one around its best (the dual is concave in λ)
+    coarse = scale * np.logspace(-3, 2, LAMBDA_GRID)
+    vc = values(coarse)
+    k = int(np.argmax(vc))
+    fine = np.linspace(coarse[max(k - 1, 0)], coarse[min(k + 1, len(coarse) - 1)], LAMBDA_GRID)
+    return float(max(base, float(vc.max()), float(values(fine).max())))
+
+
+def _least_memory_at_min(c: np.ndarray, m: np.ndarray, starts: np.ndarray) -> float:
+    """Σ over ops of the least memory among the op's cheapest rows."""
+    sizes = np.diff(np.append(starts, len(c)))
+    cmin = np.repeat(np.minimum.reduceat(c, starts), sizes)
+    return float(np.minimum.reduceat(np.where(c <= cmin, m, np.inf), starts).sum())

@@ -37,7 +37,7 @@ from cost_model.graph.evaluate import GraphEval
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import GraphMesh
 from cost_model.graph.op_cost import OpCost, graph_op_costs
-from cost_model.graph.tables import CostTables, build_tables, for_mesh
+from cost_model.graph.tables import CostTables, build_tables, for_mesh, saved_tensors, with_edges
 from cost_model.training import Training
 from planner_service.planner.graph.bound import incoming_edge_min_s, mesh_lower_bound_s
 from planner_service.planner.graph.coarsen import EXACT_COARSEN_OPS, MAX_SEGMENTS, coarsen, cut_candidates
@@ -204,7 +204,8 @@ def _bound_all(s: _Search, feasible: list[GraphMesh], analysis: Any) -> list[_Bo
     for mesh in feasible:
         by_key.setdefault((mesh.group.name, mesh.t, mesh.micro_batch), []).append(mesh)
     keys = sorted(by_key, key=lambda k: (_key_priority(k, by_key[k]), k))
-    cost_cache: dict[int, list[OpCost]] = {}
+    cost_cache: dict[int, tuple[list[OpCost], dict[str, tuple[int, ...]]]] = {}
+    saved = saved_tensors(s.graph)
     out: list[_Bounded] = []
     for key in keys:
         if out and time.perf_counter() > s.at(BOUND_SHARE):
@@ -212,13 +213,15 @@ def _bound_all(s: _Search, feasible: list[GraphMesh], analysis: Any) -> list[_Bo
             continue
         mbs = key[2]
         if mbs not in cost_cache:
-            cost_cache[mbs] = graph_op_costs(s.graph, mbs, s.training.sequence_length, s.training.dtype)
+            shapes = s.graph.bind(mbs, s.training.sequence_length)
+            costs = graph_op_costs(s.graph, mbs, s.training.sequence_length, s.training.dtype, analysis.op_class, shapes)
+            cost_cache[mbs] = (costs, shapes)
         group_meshes = sorted(by_key[key], key=lambda ms: ms.pp)
-        base = build_tables(s.graph, s.training, group_meshes[0], analysis, cost_cache[mbs])
-        edge_min = incoming_edge_min_s(base)
+        costs, shapes = cost_cache[mbs]
+        base = build_tables(s.graph, s.training, group_meshes[0], analysis, costs, edges=False, shapes=shapes, saved=saved)
         for mesh in group_meshes:
             tables = base if mesh is group_meshes[0] else for_mesh(base, mesh)
-            out.append(_Bounded(mesh=mesh, tables=tables, key=key, bound=mesh_lower_bound_s(tables, s.headroom, edge_min)))
+            out.append(_Bounded(mesh=mesh, tables=tables, key=key, bound=mesh_lower_bound_s(tables, s.headroom)))
     out.sort(key=lambda b: (b.bound, _simplicity(b.mesh)))
     return out
 
@@ -243,6 +246,7 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
     screen_deadline = s.at(SCREEN_SHARE_LARGE if s.large else SCREEN_SHARE)
     choices: dict[tuple[str, int, int], Array] = {}
     mem_choices: dict[tuple[str, int, int], list[Array]] = {}
+    full: dict[tuple[str, int, int], tuple[CostTables, Array]] = {}  # tables with edges, their edge minima
     candidates: list[MeshCandidate] = []
     fallback: list[CostTables] = []
     incumbent = math.inf
@@ -254,7 +258,16 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
         if candidates and time.perf_counter() > screen_deadline:
             s.pruned += 1
             continue
-        tables = b.tables
+        if b.key not in full:
+            with_e = with_edges(b.tables)
+            full[b.key] = (with_e, incoming_edge_min_s(with_e))
+        base, edge_min = full[b.key]
+        tables = b.tables = base if base.mesh is b.mesh else for_mesh(base, b.mesh)
+        b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min))  # tighter with the resharding
+        if b.bound >= incumbent * (1 + TIE_FRACTION):
+            s.pruned += 1
+            s.bounded_out += 1
+            continue
         if b.key not in choices:
             choices[b.key] = greedy_choices(tables)
         cand = _screen(tables, choices[b.key], s.headroom)
