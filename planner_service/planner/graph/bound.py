@@ -28,6 +28,8 @@ from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
 
+#: Bisection steps of the pipeline bound's bottleneck (2^-30 of the range).
+PIPELINE_BISECTIONS = 30
 #: Multipliers of the memory constraint tried per round (log-spaced, then linear around the best).
 LAMBDA_GRID = 12
 
@@ -74,7 +76,58 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     if float(np.minimum.reduceat(mem, starts).sum()) > pp * cap * (1 + 1e-9):
         return math.inf
     constant = _OPTIMIZER_STEP_KERNELS * mesh.device.efficiency.kernel_overhead_s
-    return max(_lagrangian_bound(a, mem, starts, pp * cap), _lagrangian_bound(a + b, mem, starts, pp * cap)) + constant
+    bound = max(_lagrangian_bound(a, mem, starts, pp * cap), _lagrangian_bound(a + b, mem, starts, pp * cap))
+    if pp > 1:
+        gpu_time = time - tables.cpu_s - tables.cpu_comm_s  # the CPU stage's share is not on a GPU stage
+        bound = max(bound, _pipeline_bound(tables, gpu_time, opt, state, cap, n))
+    return bound + constant
+
+
+def _pipeline_bound(tables: CostTables, time: np.ndarray, opt: np.ndarray, state: np.ndarray, cap: float, n: int) -> float:
+    """``(m − 1)·T* + Σ time_min + Σ opt_min / n``: every stage's time is at least the sum of
+    its operators' least times, so the bottleneck is at least ``T*``, the smallest bottleneck of
+    a contiguous split (at chain starts) of those least times in which every stage k also holds
+    its operators' least memory with its 1F1B in-flight count (``state + inflight(k)·act``).
+    For a given T the greedy split (each stage as long as allowed) is feasible whenever any
+    split is, so T* is found by bisection."""
+    mesh = tables.mesh
+    m, pp = mesh.num_microbatches, mesh.pp
+    starts = tables.row_start[:-1]
+    an = tables.analysis
+    chain_of_op = an.chain_id[an.position]  # op -> chain (chains are contiguous in the order)
+    n_chains = int(an.chain_id.max()) + 1
+
+    def per_chain(per_op: np.ndarray) -> np.ndarray:
+        cum: np.ndarray = np.concatenate([[0.0], np.cumsum(np.bincount(chain_of_op, weights=per_op, minlength=n_chains))])
+        return cum
+
+    t_op = np.minimum.reduceat(time, starts)
+    cum_t = per_chain(t_op)
+    cum_mem = [per_chain(np.minimum.reduceat((state + inflight(mesh, k) * tables.activation_bytes) * (1 + FRAGMENTATION_FRACTION),
+                                             starts)) for k in range(pp)]
+
+    def fits(T: float) -> bool:
+        pos = 0
+        for k in range(pp):
+            end_t = int(np.searchsorted(cum_t, cum_t[pos] + T * (1 + 1e-12), side="right")) - 1
+            end_m = int(np.searchsorted(cum_mem[k], cum_mem[k][pos] + cap * (1 + 1e-9), side="right")) - 1
+            pos = max(pos, min(end_t, end_m))
+            if pos >= n_chains:
+                return True
+        return False
+
+    total = float(cum_t[-1])
+    lo, hi = total / pp, total
+    if not fits(hi):
+        return math.inf
+    for _ in range(PIPELINE_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    opt_min = float(np.minimum.reduceat(opt, starts).sum())
+    return (m - 1) * lo + total + opt_min / n
 
 
 def _lagrangian_bound(cost: np.ndarray, mem: np.ndarray, starts: np.ndarray, capacity: float) -> float:

@@ -32,7 +32,7 @@ import numpy as np
 from cost_model.cluster import Cluster
 from cost_model.errors import NoFeasiblePlan
 from cost_model.graph.analysis import analyse
-from cost_model.graph.assign import greedy_choices, split_stages
+from cost_model.graph.assign import bottleneck_split, greedy_choices, split_stages
 from cost_model.graph.evaluate import GraphEval
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import GraphMesh
@@ -324,8 +324,8 @@ def _refine(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bounded]
         if lower > 0 and best_s <= lower * (1 + GAP_TARGET):
             break
         info = by_key.get(cand.key)
-        if info is not None and best_s <= info.bound * (1 + GAP_TARGET) and idx > 0:
-            continue
+        if info is not None and min(best_s, cand.ev.step_time_s) <= info.bound * (1 + GAP_TARGET):
+            continue  # this layout cannot give an answer more than the target better
         remaining = s.deadline - time.perf_counter()
         if remaining < 0.3:
             s.statuses.append("NOT_RUN(time)")
@@ -371,17 +371,23 @@ def _order(cands: list[MeshCandidate]) -> list[MeshCandidate]:
 
 
 def _screen(tables: CostTables, choice: Array, headroom: float) -> MeshCandidate | None:
-    """The greedy choice with its best split, if it fits."""
-    cuts = None
+    """The greedy choice with its best split, if it fits.  On graphs with more chain starts
+    than :data:`MAX_SEGMENTS` the exact split runs over a selection of cut points; the
+    bisection split over every chain start (:func:`bottleneck_split`) competes with it."""
+    splits = []
     if tables.mesh.pp > 1 and len(np.nonzero(tables.analysis.chain_start)[0]) > MAX_SEGMENTS:
-        cuts = cut_candidates(tables, choice)  # restrict cut points for speed: the solver's selection
-    stage = split_stages(tables, choice, cuts, headroom_fraction=headroom)
-    if stage is None:
-        return None
-    ev = evaluate_assignment(tables, choice, stage)
-    if not _fits(tables, ev, headroom):
-        return None
-    return MeshCandidate(mesh=tables.mesh, tables=tables, choice=choice, stage_of_op=stage, ev=ev)
+        splits.append(split_stages(tables, choice, cut_candidates(tables, choice), headroom_fraction=headroom))
+        splits.append(bottleneck_split(tables, choice, headroom_fraction=headroom))
+    else:
+        splits.append(split_stages(tables, choice, None, headroom_fraction=headroom))
+    best: MeshCandidate | None = None
+    for stage in splits:
+        if stage is None:
+            continue
+        ev = evaluate_assignment(tables, choice, stage)
+        if _fits(tables, ev, headroom) and (best is None or ev.step_time_s < best.ev.step_time_s):
+            best = MeshCandidate(mesh=tables.mesh, tables=tables, choice=choice, stage_of_op=stage, ev=ev)
+    return best
 
 
 def _fits(tables: CostTables, ev: GraphEval, headroom: float) -> bool:
