@@ -25,7 +25,7 @@ import numpy as np
 
 from cost_model.graph.evaluate import _OPTIMIZER_STEP_KERNELS
 from cost_model.graph.mesh import inflight
-from cost_model.graph.tables import CostTables
+from cost_model.graph.tables import CostTables, p2p_boundary_vector, position_crossing_bytes
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
 
 #: Bisection steps of the pipeline bound's bottleneck (2^-30 of the range).
@@ -76,20 +76,36 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     if float(np.minimum.reduceat(mem, starts).sum()) > pp * cap * (1 + 1e-9):
         return math.inf
     constant = _OPTIMIZER_STEP_KERNELS * mesh.device.efficiency.kernel_overhead_s
-    bound = max(_lagrangian_bound(a, mem, starts, pp * cap), _lagrangian_bound(a + b, mem, starts, pp * cap))
+    p2p = p2p_lower_bound_s(tables) if pp > 1 else 0.0
+    bound = max(_lagrangian_bound(a, mem, starts, pp * cap), _lagrangian_bound(a + b, mem, starts, pp * cap)) + alpha * p2p
     if pp > 1:
         gpu_time = time - tables.cpu_s - tables.cpu_comm_s  # the CPU stage's share is not on a GPU stage
-        bound = max(bound, _pipeline_bound(tables, gpu_time, opt, state, cap, n))
+        bound = max(bound, _pipeline_bound(tables, gpu_time, time, opt, state, cap, n, p2p))
     return bound + constant
 
 
-def _pipeline_bound(tables: CostTables, time: np.ndarray, opt: np.ndarray, state: np.ndarray, cap: float, n: int) -> float:
-    """``(m − 1)·T* + Σ time_min + Σ opt_min / n``: every stage's time is at least the sum of
-    its operators' least times, so the bottleneck is at least ``T*``, the smallest bottleneck of
-    a contiguous split (at chain starts) of those least times in which every stage k also holds
-    its operators' least memory with its 1F1B in-flight count (``state + inflight(k)·act``).
-    For a given T the greedy split (each stage as long as allowed) is feasible whenever any
-    split is, so T* is found by bisection."""
+def p2p_lower_bound_s(tables: CostTables) -> float:
+    """Least p2p seconds per micro-batch summed over the stages: every boundary k|k+1 sits at
+    some chain start and is paid by both its stages, at least the cheapest crossing there."""
+    an = tables.analysis
+    starts = np.flatnonzero(an.chain_start)
+    starts = starts[starts > 0]
+    if not len(starts):
+        return 0.0
+    crossing = position_crossing_bytes(tables)[starts]
+    return float(sum(2.0 * float(p2p_boundary_vector(tables, crossing, k).min()) for k in range(tables.mesh.pp - 1)))
+
+
+def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, opt: np.ndarray, state: np.ndarray,
+                    cap: float, n: int, p2p: float) -> float:
+    """``(m − 1)·T* + Σ time_min + p2p + O*`` (``p2p``: :func:`p2p_lower_bound_s`): every GPU stage's time is at least the sum of its
+    operators' least times (``time``), so the bottleneck is at least ``T*``, the smallest
+    bottleneck of a contiguous split (at chain starts) of those least times in which every
+    stage k also holds its operators' least memory with its 1F1B in-flight count (``state +
+    inflight(k)·act``) — and at least any one operator's least time on the stage it runs on,
+    GPU or CPU (``any_time``).  For a given T the greedy split (each stage as long as allowed)
+    is feasible whenever any split is, so T* is found by bisection.  The optimizer step O* is at
+    least the average stage's and any one operator's least update."""
     mesh = tables.mesh
     m, pp = mesh.num_microbatches, mesh.pp
     starts = tables.row_start[:-1]
@@ -126,8 +142,10 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, opt: np.ndarray, state
             hi = mid
         else:
             lo = mid
-    opt_min = float(np.minimum.reduceat(opt, starts).sum())
-    return (m - 1) * lo + total + opt_min / n
+    per_op_opt = np.minimum.reduceat(opt, starts)
+    o_star = max(float(per_op_opt.sum()) / n, float(per_op_opt.max()))
+    t_star = max(lo, (total + p2p) / pp, float(np.minimum.reduceat(any_time, starts).max()))
+    return (m - 1) * t_star + total + p2p + o_star
 
 
 def _lagrangian_bound(cost: np.ndarray, mem: np.ndarray, starts: np.ndarray, capacity: float) -> float:

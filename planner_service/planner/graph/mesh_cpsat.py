@@ -521,10 +521,10 @@ class MeshSolver:
         return T_h, D_h, O_h
 
     # ---- solve and extract ---------------------------------------------------------------
-    def solve(self, deadline_s: float, workers: int, budget_s: float | None = None) -> Solution:
+    def solve(self, deadline_s: float, budget_s: float | None = None) -> Solution:
         """Constraints, objective and hint, then solve until ``deadline_s`` (``perf_counter``)
         or ``budget_s`` × :data:`DETERMINISTIC_TIME_PER_S` units of deterministic time (fixed
-        seed, interleaved workers: the same model stops at the same answer)."""
+        seed, one worker: the same model stops at the same answer)."""
         self._constraints()
         self._objective()
         if self.d.hint_groups is not None:
@@ -532,7 +532,10 @@ class MeshSolver:
                 self.model.add_hint(var, int(val))
         wall = deadline_s - time.perf_counter()
         det = DETERMINISTIC_TIME_PER_S * (budget_s if budget_s is not None else wall)
-        params = SolverParams(time_limit_s=wall, num_workers=workers, deterministic=workers > 1,
+        # one worker: single-threaded CP-SAT with a fixed seed and a deterministic-time limit
+        # gives the same answer every run (its interleaved multi-worker mode aborted on some of
+        # these models)
+        params = SolverParams(time_limit_s=wall, num_workers=1,
                               deterministic_time_limit=det, relative_gap_limit=RELATIVE_GAP_LIMIT, random_seed=RANDOM_SEED,
                               skip_inclusion_presolve=self.d.num_groups > LARGE_MODEL_GROUPS)
         return solve(self.model, params)
@@ -565,12 +568,14 @@ def solve_mesh(
     time_limit_s: float,
     headroom_fraction: float = 0.1,
     hint: tuple[Array, Array | None] | None = None,
-    workers: int = 2,
     cutoff_s: float | None = None,
+    work_s: float | None = None,
 ) -> SolveResult | None:
     """Optimal op shardings and contiguous stage split for one mesh (:class:`MeshSolver`).
     ``cuts`` are positions where a stage may start; ``cutoff_s`` asks only for step times at
-    least as good.  Returns None when nothing is found in time; a result with status INFEASIBLE
+    least as good; ``work_s`` sets the deterministic-time budget (default: the time limit), so
+    that the caller's plan, not the clock, decides where the solve stops.  Returns None when
+    nothing is found in time; a result with status INFEASIBLE
     when proven infeasible (or, with a cutoff, unable to beat it)."""
     t0 = time.perf_counter()
     empty = np.zeros(0, dtype=np.int64)
@@ -580,7 +585,7 @@ def solve_mesh(
     if data.capacity < 0:
         return SolveResult(empty, empty, "INFEASIBLE", None, time.perf_counter() - t0, math.inf)
     solver = MeshSolver(data, coarse, tables.graph.num_ops)
-    solution = solver.solve(t0 + float(time_limit_s), workers, budget_s=float(time_limit_s))
+    solution = solver.solve(t0 + float(time_limit_s), budget_s=float(time_limit_s if work_s is None else work_s))
     if solution.infeasible:
         bound = math.inf if cutoff_s is None else cutoff_s - solver.rounding_slack_s()
         return SolveResult(empty, empty, solution.status, None, time.perf_counter() - t0, bound)

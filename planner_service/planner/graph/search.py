@@ -70,9 +70,14 @@ OPTIMAL_GAP = 1e-5
 #: Share of the time limit the whole search uses (the rest is the answer's description).
 SEARCH_SHARE = 0.92
 #: Share of the search time spent bounding and screening outer candidates (small graphs,
-#: large graphs); bounding alone stops at :data:`BOUND_SHARE`.
+#: large graphs); bounding alone stops at :data:`BOUND_SHARE`.  The shares are spent as *work*
+#: (operators + table rows processed, at :data:`BOUND_WORK_PER_S` and
+#: :data:`SCREEN_WORK_PER_S` per second of the limit — what one core of the 2-core development
+#: machine does), not read off the clock, so that the same request visits the same layouts and
+#: gives the same plan however loaded the host; the wall-clock limit stays the hard cap.
 SCREEN_SHARE, SCREEN_SHARE_LARGE = 0.5, 0.6
 BOUND_SHARE = 0.45
+BOUND_WORK_PER_S, SCREEN_WORK_PER_S = 250_000.0, 60_000.0
 #: Memory weights (× the step time per byte of capacity) the greedy tries when the plain greedy
 #: does not fit: trade time for memory, harder each round.
 MEMORY_FACTORS = (1.0, 10.0, 100.0)
@@ -98,14 +103,17 @@ class _Search:
     training: Training
     cluster: Cluster
     headroom: float
-    workers: int
     t_start: float
     deadline: float
     large: bool
+    time_limit_s: float = 0.0
     pruned: int = 0
     screened: int = 0
     bounded_out: int = 0
     unbounded: int = 0
+    work_bound: float = 0.0
+    work_screen: float = 0.0
+    clock_stopped: bool = False  # the wall-clock cap, not a work budget, ended a phase
     statuses: list[str] = field(default_factory=list)
     coarse_sizes: list[int] = field(default_factory=list)
     exact_flags: list[bool] = field(default_factory=list)
@@ -114,15 +122,22 @@ class _Search:
     def max_per_group(self) -> int | None:
         return MAX_COMBOS_LARGE if self.large else None
 
-    def at(self, share: float) -> float:
-        return self.t_start + share * (self.deadline - self.t_start)
+    def budget(self, share: float, rate: float) -> float:
+        """Work units a phase may spend: ``share`` of the search's time at ``rate`` per second."""
+        return share * SEARCH_SHARE * self.time_limit_s * rate
+
+    def past_deadline(self) -> bool:
+        if time.perf_counter() > self.deadline:
+            self.clock_stopped = True
+            return True
+        return False
 
 
 def search_graph(request: PlanRequest, settings: SolverSettings) -> PlanResult:
     """The graph search over a parsed request (see the module docstring), within the configured
     solver time limit."""
     return plan_graph(request.model, request.training, request.cluster, request.constraints, request.top_k,
-                      settings.time_limit_s, settings.num_workers, request.objective)
+                      settings.time_limit_s, request.objective)
 
 
 def plan_graph(
@@ -132,7 +147,6 @@ def plan_graph(
     constraints: Constraints | Mapping[str, Any] | None = None,
     top_k: int = 3,
     time_limit_s: float = 30.0,
-    workers: int = 2,
     objective: str = "throughput",
 ) -> PlanResult:
     """Plan an operator graph: the best op shardings, stage split, layout and placement, and up
@@ -142,9 +156,9 @@ def plan_graph(
     t_start = time.perf_counter()
     cons = as_constraints(constraints)
     graph = model
-    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.memory_headroom_fraction, workers=workers,
+    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.memory_headroom_fraction,
                 t_start=t_start, deadline=t_start + SEARCH_SHARE * float(time_limit_s),
-                large=graph.num_ops > EXACT_COARSEN_OPS)
+                large=graph.num_ops > EXACT_COARSEN_OPS, time_limit_s=float(time_limit_s))
     analysis = analyse(graph)
     n_chains = int(analysis.chain_id.max()) + 1 if graph.num_ops else 0
     meshes, s.pruned, notes = enumerate_meshes(graph, training, cluster, cons, n_chains)
@@ -179,6 +193,7 @@ def plan_graph(
         "lower_bound_s": lower if lower > 0 else None,
         "gap": None if gap is None else max(0.0, gap),
         "optimality": "proved_optimal" if proved else ("within_gap" if gap is not None and gap <= GAP_TARGET else "unproven"),
+        "stopped_by_clock": s.clock_stopped,
     }
     entry = to_evaluated(best)
     return PlanResult(
@@ -208,7 +223,7 @@ def _bound_all(s: _Search, feasible: list[GraphMesh], analysis: Any) -> list[_Bo
     saved = saved_tensors(s.graph)
     out: list[_Bounded] = []
     for key in keys:
-        if out and time.perf_counter() > s.at(BOUND_SHARE):
+        if out and (s.work_bound > s.budget(BOUND_SHARE, BOUND_WORK_PER_S) or s.past_deadline()):
             s.unbounded += len(by_key[key])
             continue
         mbs = key[2]
@@ -219,6 +234,7 @@ def _bound_all(s: _Search, feasible: list[GraphMesh], analysis: Any) -> list[_Bo
         group_meshes = sorted(by_key[key], key=lambda ms: ms.pp)
         costs, shapes = cost_cache[mbs]
         base = build_tables(s.graph, s.training, group_meshes[0], analysis, costs, edges=False, shapes=shapes, saved=saved)
+        s.work_bound += s.graph.num_ops + len(base.fwd_s)
         for mesh in group_meshes:
             tables = base if mesh is group_meshes[0] else for_mesh(base, mesh)
             out.append(_Bounded(mesh=mesh, tables=tables, key=key, bound=mesh_lower_bound_s(tables, s.headroom)))
@@ -243,7 +259,7 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
     the best answer or the screening time is up; one greedy choice per (group, t, micro-batch),
     shared by its pipeline depths.  Returns the candidates that fit and the tables of layouts
     where no greedy answer fits."""
-    screen_deadline = s.at(SCREEN_SHARE_LARGE if s.large else SCREEN_SHARE)
+    screen_budget = s.budget(SCREEN_SHARE_LARGE if s.large else SCREEN_SHARE, SCREEN_WORK_PER_S)
     choices: dict[tuple[str, int, int], Array] = {}
     mem_choices: dict[tuple[str, int, int], list[Array]] = {}
     full: dict[tuple[str, int, int], tuple[CostTables, Array]] = {}  # tables with edges, their edge minima
@@ -255,9 +271,10 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
             s.pruned += 1
             s.bounded_out += 1
             continue
-        if candidates and time.perf_counter() > screen_deadline:
+        if candidates and (s.work_screen > screen_budget or s.past_deadline()):
             s.pruned += 1
             continue
+        s.work_screen += s.graph.num_ops + len(b.tables.fwd_s)
         if b.key not in full:
             with_e = with_edges(b.tables)
             full[b.key] = (with_e, incoming_edge_min_s(with_e))
@@ -295,11 +312,13 @@ def _fit_with_cpsat(s: _Search, fallback: list[CostTables]) -> list[MeshCandidat
     for tables in fallback[:2]:
         remaining = s.deadline - time.perf_counter()
         if remaining < 0.5:
+            s.clock_stopped = True
             break
+        planned = s.time_limit_s * SEARCH_SHARE * (1 - SCREEN_SHARE) / 2
         hint_choice = greedy_choices(tables, memory_weight=MEMORY_FACTORS[-1] * _memory_weight(tables))
         coarse = coarsen(tables, keep=hint_choice, max_per_group=s.max_per_group)
-        res = solve_mesh(tables, coarse, cut_candidates(tables, hint_choice), remaining / 2, s.headroom,
-                         hint=(hint_choice, None), workers=s.workers)
+        res = solve_mesh(tables, coarse, cut_candidates(tables, hint_choice), min(planned, remaining / 2), s.headroom,
+                         hint=(hint_choice, None), work_s=planned)
         if res is not None and res.status in ("OPTIMAL", "FEASIBLE"):
             ev = evaluate_assignment(tables, res.choice, res.stage_of_op)
             if _fits(tables, ev, s.headroom):
@@ -328,9 +347,12 @@ def _refine(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bounded]
             continue  # this layout cannot give an answer more than the target better
         remaining = s.deadline - time.perf_counter()
         if remaining < 0.3:
+            s.clock_stopped = True
             s.statuses.append("NOT_RUN(time)")
             continue
-        share = remaining * (0.6 if idx == 0 and len(refine) > 1 else 1.0 / (len(refine) - idx)) * 0.95
+        # the solve's work budget follows from the time limit (deterministic), the clock only caps it
+        planned = s.time_limit_s * SEARCH_SHARE * (1 - SCREEN_SHARE) * (0.6 if idx == 0 and len(refine) > 1 else 0.4 / max(len(refine) - 1, 1))
+        share = min(planned, remaining * 0.95)
         incumbent = best_s if idx > 0 else None
         t_c = time.perf_counter()
         coarse = coarsen(cand.tables, keep=cand.choice, max_per_group=s.max_per_group)
@@ -340,7 +362,7 @@ def _refine(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bounded]
         all_cuts = cand.mesh.pp == 1 or len(cuts) == int(np.count_nonzero(cand.tables.analysis.chain_start[1:]))
         spent = time.perf_counter() - t_c
         res = solve_mesh(cand.tables, coarse, cuts, max(0.1, share - spent), s.headroom, hint=(cand.choice, cand.stage_of_op),
-                         workers=s.workers, cutoff_s=incumbent)
+                         cutoff_s=incumbent, work_s=planned)
         if res is None:
             s.statuses.append("UNKNOWN")
             continue
