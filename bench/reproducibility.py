@@ -53,7 +53,7 @@ def main() -> int:
     a = ap.parse_args()
     cases = []
     for name, args in CASES.items():
-        prints, walls, searches, statuses, steps = [], [], [], [], []
+        prints, walls, searches, statuses, steps, works = [], [], [], [], [], []
         for i in range(a.runs):
             # Every other run shares the host with a busy process: a different clock, same work.
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if i % 2 else None
@@ -67,6 +67,7 @@ def main() -> int:
             walls.append(wall)
             searches.append(d["search"]["wall_time_s"])
             statuses.append(d["search"]["solver_status"])
+            works.append(d["search"].get("work_s"))
             steps.append(d["best"]["prediction"]["step_time_s"])
             print(f"{name} run {i + 1}: {d['search']['solver_status']} {d['best']['prediction']['step_time_s']:.6g} s/step, "
                   f"search {d['search']['wall_time_s']:.2f} s, process {wall:.2f} s", file=sys.stderr)
@@ -77,7 +78,9 @@ def main() -> int:
             "distinct_plans": len(set(prints)),
             "solver_status": sorted(set(statuses)),
             "step_time_s": sorted(set(steps)),
+            "search_work_s": sorted({w for w in works if w is not None}),
             "search_wall_time_s_max": max(searches),
+            "search_wall_time_s_min": min(searches),
             "process_wall_time_s_max": round(max(walls), 2),
         })
     out = {"cases": cases, "host_cpus": os.cpu_count()}
