@@ -308,11 +308,16 @@ class _Search:
         self.work_s += res[4] if res is not None else INFEASIBLE_WORK_S
         if res is None:
             return
-        strategy, stage_groups, status, split_s, _work = res
+        strategy, stage_groups, status, split_s, _work, exact = res
         self.solver_statuses.append(status)
-        # One pool: the split's objective is the cost model's step time (split_exact); several
-        # pools: estimate (the same step time, through the full cost model).
-        self.record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
+        # An exact split's objective is the cost model's step time (split_exact, the same
+        # functions estimate uses): the candidate is estimated only if it is among the answers.
+        # CP-SAT's integer-scaled objective, or a multi-pool cost objective: estimate now.
+        if factor_j is not None:
+            known: float | None = split_s * factor_j
+        else:
+            known = split_s if exact and self.request.objective != "cost" else None
+        self.record(strategy, stage_groups, known)
 
     def refine_answers(self, k: int) -> None:
         """A candidate is only reported after its own split was optimised: the best and top-k
@@ -460,9 +465,9 @@ def _refine(
     headroom: float,
     settings: SolverSettings,
     budget_left_s: float,
-) -> tuple[Strategy, tuple[str, ...], str, float, float] | None:
+) -> tuple[Strategy, tuple[str, ...], str, float, float, bool] | None:
     """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``):
-    (strategy, stage groups, status, step time s, work s)."""
+    (strategy, stage groups, status, step time s, work s, whether the step time is exact)."""
     S = pcs[0].S
     pp = int(S.pp[j])
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
@@ -495,7 +500,7 @@ def _refine(
     if res is None:
         return None
     strategy = strategy_at(S, j, res.layers)
-    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s
+    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s, res.exact
 
 
 def _greedy_pools(groups: list[NodeGroup], stage_caps: list[int], pp: int, per_layer_s: list[float]) -> list[int]:

@@ -67,6 +67,9 @@ class SplitResult:
     status: str
     objective_s: float
     work_s: float = 0.0  # deterministic work spent (s): CP-SAT's deterministic time, or the enumerations'
+    #: ``objective_s`` is the cost model's step time in floating point (an exact split), not
+    #: CP-SAT's integer-scaled objective.
+    exact: bool = False
 
 
 def solve_split(
@@ -95,7 +98,7 @@ def solve_split(
             pass  # CP-SAT below
         else:
             return None if exact is None else SplitResult(exact.layers, (0,) * pp, "OPTIMAL", exact.objective_s,
-                                                          exact.pairs * EXACT_PAIR_WORK_S)
+                                                          exact.pairs * EXACT_PAIR_WORK_S, exact=True)
     elif method == "auto":
         try:
             multi = multi_pool_split(lins, capacities_bytes, stage_caps, num_layers, pp, m, vpp)
@@ -105,7 +108,7 @@ def solve_split(
             if multi is None:
                 return None
             work_s = multi.pairs * EXACT_PAIR_WORK_S + multi.assignments * EXACT_ASSIGNMENT_WORK_S
-            return SplitResult(multi.layers, multi.pools, "OPTIMAL", multi.objective_s, work_s)
+            return SplitResult(multi.layers, multi.pools, "OPTIMAL", multi.objective_s, work_s, exact=True)
     split = _SplitModel(lins, num_layers, pp, m, vpp, scale_ref_s)
     split.add_assignment(stage_caps)
     if not split.add_memory(capacities_bytes):
@@ -129,7 +132,7 @@ def _resplit(
         return res
     if exact is None or exact.objective_s > res.objective_s * (1 + 1e-6):
         return res
-    return SplitResult(exact.layers, res.pools, res.status, exact.objective_s, res.work_s + exact.pairs * EXACT_PAIR_WORK_S)
+    return SplitResult(exact.layers, res.pools, res.status, exact.objective_s, res.work_s + exact.pairs * EXACT_PAIR_WORK_S, exact=True)
 
 
 class _SplitModel:
