@@ -281,6 +281,8 @@ class Plan(_Open):
     explanation: dict[str, Any] | None
     warnings: list[str]
     diff: dict[str, Any] | None = Field(default=None, description="Replans only: what changed against the parent plan")
+    supersedes: str | None = Field(default=None, description="The earlier plan of the same request this one replaces (force, or a larger budget than a plan not proved optimal had)")
+    superseded_by: str | None = Field(default=None, description="GET only: a newer plan of the same request (forced, or planned under a larger budget) when there is one")
 
 
 class PlanListItem(_Open):

@@ -536,7 +536,7 @@ class MeshSolver:
         # gives the same answer every run (its interleaved multi-worker mode aborted on some of
         # these models)
         params = SolverParams(time_limit_s=wall, num_workers=1,
-                              deterministic_time_limit=det, relative_gap_limit=RELATIVE_GAP_LIMIT, random_seed=RANDOM_SEED,
+                              deterministic_time_s=det, relative_gap_limit=RELATIVE_GAP_LIMIT, random_seed=RANDOM_SEED,
                               skip_inclusion_presolve=self.d.num_groups > LARGE_MODEL_GROUPS)
         return solve(self.model, params)
 

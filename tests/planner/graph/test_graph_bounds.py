@@ -177,9 +177,9 @@ def test_graph_cpsat_runs_are_deterministic_and_stop_at_a_1_percent_gap(monkeypa
     (params,) = captured
     assert params.num_workers == 1 and params.random_seed == mesh_cpsat.RANDOM_SEED
     assert params.relative_gap_limit == mesh_cpsat.RELATIVE_GAP_LIMIT == 0.01
-    assert params.deterministic_time_limit == pytest.approx(2.0 * mesh_cpsat.DETERMINISTIC_TIME_PER_S)
+    assert params.deterministic_time_s == pytest.approx(2.0 * mesh_cpsat.DETERMINISTIC_TIME_PER_S)
     solver = configured_solver(params)
-    assert solver.parameters.max_deterministic_time == pytest.approx(params.deterministic_time_limit)
+    assert solver.parameters.max_deterministic_time == pytest.approx(params.deterministic_time_s)
     assert solver.parameters.random_seed == mesh_cpsat.RANDOM_SEED and solver.parameters.num_workers == 1
     assert solver.parameters.relative_gap_limit == pytest.approx(0.01)
 
