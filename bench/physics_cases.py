@@ -16,7 +16,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   with the context parallelism each needs: attention share and exposed ring;
 * ``cp_comm_types``: p2p ring vs all-gather vs all-to-all at 128k;
 * ``sliding_window``: attention time of a windowed vs a global layer vs sequence;
-* ``mla_flops``: DeepSeek-V3 model FLOPs per token against 6 × active parameters + attention.
+* ``mla_flops``: DeepSeek-V3 model FLOPs per token against 6 × active parameters + attention;
+* ``planner_searches_ep``: the plan for Qwen3-235B-A22B on 16 × 8 H100 (EP is a searched knob).
 
 Run: python bench/physics_cases.py   (writes bench/results/physics_cases.json)
 """
@@ -175,8 +176,21 @@ def mla_flops() -> dict[str, Any]:
             "relative_gap_after_attention": round((per_token - attention - six_n) / six_n, 5)}
 
 
+def planner_searches_ep() -> dict[str, Any]:
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    req = {"model": {"transformer": QWEN3_235B, "name": "qwen3-235b-a22b"}, "training": {"global_batch_size": 1024, "sequence_length": 4096},
+           "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 16, "gpus_per_node": 8, "device": H100}]}}
+    result = plan(parse_plan_request(req), SolverSettings(time_limit_s=20.0, num_workers=1)).to_dict()
+    best = result["best"]
+    keep = ("step_time_s", "mfu", "model_params", "active_params")
+    return {"model": "qwen3-235b-a22b", "cluster": "16 x 8 H100", "best": {"strategy": best["strategy"], **{k: best["prediction"][k] for k in keep}},
+            "alternatives": [{"strategy": a["strategy"], "step_time_s": a["prediction"]["step_time_s"]} for a in result.get("alternatives", [])[:5]]}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
-                                  cp_vs_sequence, cp_comm_types, sliding_window, mla_flops)}
+                                  cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep)}
 
 
 def main() -> None:

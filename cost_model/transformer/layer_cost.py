@@ -45,6 +45,7 @@ from cost_model.devices import DeviceSpec
 from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.context_parallel import cp_layer_comm_s
+from cost_model.transformer.mla import mla_latent_activation_bytes, mla_projection_fwd_bwd_s, mla_projection_shapes
 from cost_model.transformer.moe import (
     MoeFfnCost,
     expert_data_parallel,
@@ -182,8 +183,9 @@ def _kv_local(model: TransformerSpec, tp: ArrayOrFloat) -> FloatArray:
 
 
 def _qkv_width(model: TransformerSpec, tp: ArrayOrFloat, kv: ArrayOrFloat) -> ArrayOrFloat:
-    """Output width per TP rank of the QKV projection GEMM (K = h).  MLA's down- and
-    up-projections are costed as one GEMM of the same weights: width = their weights / h."""
+    """Output width per TP rank of the QKV projection GEMM (K = h): its model FLOPs are
+    2·T·h·width.  MLA: its weights / h (the same FLOPs; the time of its down- and
+    up-projections is costed GEMM by GEMM, :mod:`cost_model.transformer.mla`)."""
     if model.is_mla:
         return model.qkv_weights() / model.hidden_size / tp
     return model.q_size / tp + 2 * kv
@@ -358,6 +360,14 @@ class _LayerGeometry:
         )
 
 
+def _mla_shapes(model: TransformerSpec, T: ArrayOrFloat, S: StrategyArrays) -> list[tuple[FloatArray, FloatArray, float]]:
+    return mla_projection_shapes(
+        hidden=float(model.hidden_size), heads=float(model.num_heads), q_lora_rank=float(model.q_lora_rank),
+        kv_lora_rank=float(model.kv_lora_rank), nope_dim=float(model.head_dim), rope_dim=float(model.qk_rope_head_dim),
+        v_dim=float(model.v_head_dim), tokens=T, tp=S.tp, sequence_parallel=S.sp,
+    )
+
+
 def _layer_gemms(
     model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ArrayOrFloat]:
@@ -369,7 +379,10 @@ def _layer_gemms(
     h, o, T, t = g.h, g.o, g.T, S.tp
     f = float(model.ffn_hidden_size)
     qkv_n = _qkv_width(model, t, g.kv)
-    t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
+    if model.is_mla:  # down- and up-projections on their own shapes (cost_model.transformer.mla)
+        t_qkv, b_qkv = mla_projection_fwd_bwd_s(_mla_shapes(model, T, S), device, dt)
+    else:
+        t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
     t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, o / t, device, dt)
     flops_qkv = 2 * T * h * qkv_n
     flops_proj = 2 * T * h * o / t
@@ -640,6 +653,11 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     replicated = sbh * (gi + gi + 2 * mask + 2 * eb) / rep
     # Inside TP regions: Q, K, V, projection input.
     attn_inner = sc * b * (q / t * eb + 2 * kv * eb + o / t * gi)
+    if model.is_mla:  # compressed query/KV latents and the shared rotary key
+        attn_inner = attn_inner + mla_latent_activation_bytes(
+            q_lora_rank=float(model.q_lora_rank), kv_lora_rank=float(model.kv_lora_rank), rope_dim=float(model.qk_rope_head_dim),
+            tokens=sc * b, tp=t, sequence_parallel=S.sp, act_bytes=eb,
+        )
     k_experts = model.experts_per_token if model.is_moe else 1.0
     # FFN hidden: the activation's input(s) (2 when gated) and the FC2 input.
     ffn_inner = sc * b * f / t * k_experts * (eb * (2 if model.gated_ffn else 1) + gi)

@@ -187,3 +187,49 @@ def test_training_knobs_are_validated_with_the_field():
     with pytest.raises(InvalidTraining) as e:
         training_from_dict({"global_batch_size": 8, "sequence_length": 128, "moe_capacity_factor": 0.5})
     assert e.value.field == "training.moe_capacity_factor"
+
+
+# ---- MLA (DeepSeek-V3) -------------------------------------------------------------------------
+
+DEEPSEEK_V3 = from_hf_config(json.loads((CONFIGS / "deepseek-v3.json").read_text()))
+
+
+def _mla_shapes(tp, sp, T=4096.0):
+    from cost_model.transformer import mla
+
+    m = DEEPSEEK_V3
+    return mla.mla_projection_shapes(hidden=m.hidden_size, heads=m.num_heads, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+                                     nope_dim=m.head_dim, rope_dim=m.qk_rope_head_dim, v_dim=m.v_head_dim, tokens=np.array([T]),
+                                     tp=np.array([float(tp)]), sequence_parallel=np.array([sp]))
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_mla_projection_gemms_carry_exactly_the_model_flops_under_sequence_parallelism(tp):
+    from cost_model.transformer import mla
+
+    T = 4096.0
+    per_gpu = float(mla.mla_projection_flops(_mla_shapes(tp, True, T))[0])
+    assert tp * per_gpu == pytest.approx(2 * T * DEEPSEEK_V3.qkv_weights(), rel=1e-12)
+    if tp > 1:  # without SP every TP rank repeats the duplicated down-projections
+        assert float(mla.mla_projection_flops(_mla_shapes(tp, False, T))[0]) > per_gpu
+
+
+def test_deepseek_v3_flops_per_token_are_six_times_active_params_plus_attention():
+    s = 4096
+    tr = Training(global_batch_size=1, sequence_length=s)
+    per_token = model_flops_per_step(DEEPSEEK_V3, tr) / s
+    # MLA attention core: a heads × ((nope + rope) + v)/2 × s keys per query, 4 FLOPs each
+    m = DEEPSEEK_V3
+    attn = 3 * 4 * m.num_layers * m.num_heads * ((m.head_dim + m.qk_rope_head_dim) + m.v_head_dim) / 2 * s
+    assert per_token == pytest.approx(6 * (m.active_params() - m.embedding_params()) + attn, rel=1e-3)
+
+
+def test_mla_stores_its_latents():
+    from cost_model.transformer.layer_cost import activation_bytes
+
+    tr = Training(global_batch_size=1, sequence_length=4096)
+    S = StrategyArrays.from_strategies([Strategy(tp=8, dp=8, ep=8, sequence_parallel=True)])
+    with_latents, _ = activation_bytes(DEEPSEEK_V3, tr, S)
+    plain, _ = activation_bytes(replace(DEEPSEEK_V3, q_lora_rank=0, kv_lora_rank=0, qk_rope_head_dim=0, v_head_dim=0,
+                                        num_kv_heads=DEEPSEEK_V3.num_heads), tr, S)
+    assert float(with_latents[0]) > float(plain[0])
