@@ -726,6 +726,8 @@ def sharded_step_comm_s(
     S: StrategyArrays,
     links: Links,
     collectives_per_layer: int = 1,
+    ranks: ArrayOrFloat | None = None,
+    stride: ArrayOrFloat | None = None,
 ) -> FloatArray:
     """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers an
     all-gather of its parameters before forward, again before backward, and a reduce-scatter of
@@ -734,13 +736,14 @@ def sharded_step_comm_s(
     flat rings over the dp·cp ranks (``reduce_scatter_time_s(..., flat=True)``: n−1 latency
     steps each), at ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
     volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
-    this term does not fall as dp grows.
+    this term does not fall as dp grows.  ``ranks``/``stride``: another sharding group (an MoE's
+    expert weights shard over their EDP replicas, ep·etp global ranks apart).
     """
     from cost_model.transformer.calibration import current
 
     gb = 4.0 if training.dtype == "fp32" else 2.0
-    n = S.dp * S.cp
-    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    n = S.dp * S.cp if ranks is None else np.asarray(ranks, dtype=float)
+    per_node = ranks_per_node(n, S.tp if stride is None else stride, links.gpus_per_node)
     k = float(collectives_per_layer)
     one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / k, links, per_node, flat=True)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s

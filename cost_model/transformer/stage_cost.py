@@ -203,7 +203,13 @@ def stage_cost(
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
-    sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, sharded_collectives_per_layer(model, training.framework))
+    per_unit = sharded_collectives_per_layer(model, training.framework)
+    if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
+        sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit) + sharded_step_comm_s(
+            experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
+            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep))
+    else:
+        sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)

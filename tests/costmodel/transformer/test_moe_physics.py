@@ -233,3 +233,21 @@ def test_mla_stores_its_latents():
     plain, _ = activation_bytes(replace(DEEPSEEK_V3, q_lora_rank=0, kv_lora_rank=0, qk_rope_head_dim=0, v_head_dim=0,
                                         num_kv_heads=DEEPSEEK_V3.num_heads), tr, S)
     assert float(with_latents[0]) > float(plain[0])
+
+
+def test_zero3_gathers_expert_weights_over_their_edp_replicas_only():
+    from cost_model.comm import reduce_scatter_time_s
+    from cost_model.transformer.calibration import current
+    from cost_model.transformer.layer_cost import sharded_step_comm_s
+
+    tr = Training(global_batch_size=64, sequence_length=4096)
+    S = StrategyArrays.from_strategies([Strategy(dp=16, ep=8, zero_stage=3)])
+    whole_dp = float(sharded_step_comm_s(1e8, 48, tr, S, LINKS)[0])
+    edp = moe.expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
+    over_edp = float(sharded_step_comm_s(1e8, 48, tr, S, LINKS, ranks=edp, stride=S.ep)[0])
+    # 2 replicas 8 ranks apart sit on two nodes: one NIC each (44 GB/s) instead of the 16-rank
+    # ring's NVLink + 8 NICs, so fewer bytes but a slower ring
+    two_rank = float(np.ravel(reduce_scatter_time_s(2.0, 1e8 * 2, LINKS, 1.0))[0])
+    assert float(edp[0]) == 2.0 and over_edp > whole_dp > 0
+    assert over_edp == pytest.approx(3 * 48 * (two_rank - LINKS.alpha_s) / current().get("sharded_collective_efficiency") + 3 * 48 * LINKS.alpha_s, rel=1e-9)
+    assert float(sharded_step_comm_s(1e8, 48, tr, S, LINKS, ranks=np.array([1.0]), stride=S.ep)[0]) == 0.0
