@@ -95,9 +95,9 @@ def dropless_load_factor(slots_per_rank: ArrayOrFloat, ranks: ArrayOrFloat) -> F
 
 def _expected_max_standard_normal(n: FloatArray) -> FloatArray:
     """Blom's approximation Φ⁻¹((n − 0.375)/(n + 0.25)) of E[max of n iid N(0, 1)]; 0 for n = 1."""
-    inv = np.frompyfunc(lambda x: _NORMAL.inv_cdf(float(x)), 1, 1)
-    p = (n - 0.375) / (n + 0.25)
-    out: FloatArray = np.where(n > 1, np.asarray(inv(p), dtype=float), 0.0)
+    values, index = np.unique(np.asarray(n, dtype=float), return_inverse=True)  # few distinct EP sizes
+    z = np.array([_NORMAL.inv_cdf((v - 0.375) / (v + 0.25)) if v > 1 else 0.0 for v in values.ravel()])
+    out: FloatArray = z[index].reshape(np.shape(n))
     return out
 
 

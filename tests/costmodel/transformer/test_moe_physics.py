@@ -251,3 +251,18 @@ def test_zero3_gathers_expert_weights_over_their_edp_replicas_only():
     assert float(edp[0]) == 2.0 and over_edp > whole_dp > 0
     assert over_edp == pytest.approx(3 * 48 * (two_rank - LINKS.alpha_s) / current().get("sharded_collective_efficiency") + 3 * 48 * LINKS.alpha_s, rel=1e-9)
     assert float(sharded_step_comm_s(1e8, 48, tr, S, LINKS, ranks=np.array([1.0]), stride=S.ep)[0]) == 0.0
+
+
+def test_dense_first_layers_are_costed_as_dense_ffns_weighted_by_their_count():
+    """DeepSeek-V3 (first_k_dense_replace 3 of 61 layers): the average layer is 3/61 of a dense
+    layer (its 18432-wide FFN, no router, no all-to-all) and 58/61 of an MoE layer."""
+    tr = Training(global_batch_size=8, sequence_length=4096)
+    strategies = [Strategy(dp=8, ep=8)]
+    mixed = _layer(DEEPSEEK_V3, tr, strategies)
+    moe_only = _layer(replace(DEEPSEEK_V3, dense_layer_indices=()), tr, strategies)
+    dense_only = _layer(replace(DEEPSEEK_V3, dense_layer_indices=(), num_experts=1, experts_per_token=1, shared_expert_ffn_hidden_size=0,
+                                ffn_hidden_size=DEEPSEEK_V3.dense_ffn_hidden_size), tr, strategies)
+    for field in ("total_s", "model_flops", "ep_comm_s"):
+        want = 3 / 61 * getattr(dense_only, field)[0] + 58 / 61 * getattr(moe_only, field)[0]
+        assert float(getattr(mixed, field)[0]) == pytest.approx(float(want), rel=1e-12)
+    assert float(dense_only.ep_comm_s[0]) == 0.0 < float(mixed.ep_comm_s[0])
