@@ -14,7 +14,8 @@ Expert-parallel folding (Megatron-Core "MoE parallel folding", Liu et al. 2025, 
 regrouped for the expert layers as ETP × EP × EDP (expert tensor, expert and expert data
 parallel), ETP fastest.  The attention layers keep TP × CP × DP.  With the classic layout
 (``ep`` divides dp·cp) the experts keep ETP = TP; an ``ep`` that needs the TP ranks too
-(ep ∤ dp·cp, ep | dp·cp·tp: e.g. ep 32 over tp 2 × dp 16) folds them into EP, ETP = 1.
+(ep ∤ dp·cp, ep | dp·cp·tp: e.g. ep 32 over tp 2 × dp 16) folds them into EP, leaving
+ETP = gcd(tp, tp·cp·dp/ep) (1 in that example).
 
 Sources: Megatron-Core MoE (``megatron/core/transformer/moe``: router, ``token_dispatcher``
 alltoall / allgather / flex, ``moe_utils.permute``/``unpermute``, grouped GEMM experts);
@@ -54,12 +55,15 @@ def _f(x: ArrayOrFloat) -> FloatArray:
 
 def expert_tensor_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat) -> FloatArray:
     """ETP, the tensor-parallel size of the experts (dimensionless): TP when ``ep`` divides
-    dp·cp (Megatron-Core's default ``expert_tensor_parallel_size = tensor_model_parallel_size``),
-    1 when EP is folded across the TP ranks (ep ∤ dp·cp; parallel folding, Liu et al. 2025 §3:
-    ETP·EP·EDP = TP·CP·DP)."""
+    dp·cp (Megatron-Core's default ``expert_tensor_parallel_size = tensor_model_parallel_size``);
+    under parallel folding, when EP also spans TP ranks, the EP × ETP group must fit in tp·cp·dp,
+    so ETP = gcd(tp, tp·cp·dp/ep) (Liu et al. 2025 §3: ETP·EP·EDP = TP·CP·DP) — e.g. 1 for ep 32
+    over tp 2 × dp 16.  The same rule as the planner's folding acceptance
+    (``cost_model.frameworks.expert_tensor_parallel`` where that module exists)."""
     tp, cp, dp, ep = _f(tp), _f(cp), _f(dp), _f(ep)
-    classic = np.mod(dp * cp, np.maximum(ep, 1.0)) == 0
-    return np.where(classic, tp, 1.0)
+    rest = np.maximum(np.round(tp * cp * dp / np.maximum(ep, 1.0)), 1.0).astype(np.int64)
+    out: FloatArray = np.gcd(np.round(tp).astype(np.int64), rest).astype(float)
+    return out
 
 
 def expert_data_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat) -> FloatArray:

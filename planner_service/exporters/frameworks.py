@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, q
 from planner_service.exporters.launchers import (
@@ -48,8 +49,8 @@ def megatron_layout(chunks: tuple[int, ...]) -> str:
 def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
     """The MoE and context-parallel flags the plan was costed with (``training``'s
     ``moe_token_dispatcher``, ``moe_comm_overlap``, ``moe_capacity_factor``, ``cp_comm_type``),
-    and ``--expert-tensor-parallel-size 1`` when EP is folded across the TP ranks (ep ∤ dp·cp:
-    cost_model.transformer.moe.expert_tensor_parallel).  The dispatcher is always written:
+    and ``--expert-tensor-parallel-size`` when EP is folded across the TP ranks (ep ∤ dp·cp:
+    ETP = gcd(tp, tp·cp·dp/ep), cost_model.transformer.moe.expert_tensor_parallel).  The dispatcher is always written:
     Megatron-LM's default is ``allgather``, the cost model's ``alltoall``."""
     out: list[tuple[str, str | None]] = []
     tr = view.training
@@ -62,8 +63,9 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
             out.append(("--overlap-moe-expert-parallel-comm", None))
         if tr.get("moe_capacity_factor") is not None:
             out += [("--moe-expert-capacity-factor", str(tr["moe_capacity_factor"])), ("--moe-pad-expert-input-to-capacity", None)]
-        if view.tp > 1 and (view.dp * view.cp) % view.ep:
-            out.append(("--expert-tensor-parallel-size", "1"))
+        etp = int(expert_tensor_parallel(view.tp, view.cp, view.dp, view.ep))
+        if etp != view.tp:
+            out.append(("--expert-tensor-parallel-size", str(etp)))
     if view.cp > 1 and tr.get("cp_comm_type", "p2p") != "p2p":  # p2p is Megatron's default
         out.append(("--cp-comm-type", str(tr["cp_comm_type"])))
     return out

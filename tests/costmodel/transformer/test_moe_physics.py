@@ -98,10 +98,11 @@ def test_grouped_gemm_efficiency_rises_with_tokens_per_expert_and_is_weight_boun
 def test_parallel_folding_conserves_expert_flops_and_splits_the_ranks():
     assert float(moe.expert_tensor_parallel(2, 1, 16, 32)) == 1.0  # ep 32 folded over tp 2 × dp 16
     assert float(moe.expert_tensor_parallel(2, 1, 16, 8)) == 2.0  # classic: ETP = TP
+    assert float(moe.expert_tensor_parallel(4, 1, 8, 16)) == 2.0  # ep 16 over tp 4 × dp 8: EP × ETP = 32
     assert float(moe.expert_data_parallel(2, 1, 16, 32)) == 1.0
     assert float(moe.expert_data_parallel(2, 1, 16, 8)) == 2.0
     T, k, E, f = 4096.0, 8.0, 128.0, 768.0
-    for tp, dp, ep in ((2, 16, 32), (2, 16, 8), (4, 8, 8), (1, 8, 8)):
+    for tp, dp, ep in ((2, 16, 32), (2, 16, 8), (4, 8, 8), (1, 8, 8), (4, 8, 16)):
         etp = float(moe.expert_tensor_parallel(tp, 1, dp, ep))
         M = float(moe.tokens_per_expert(T, k, E, ep, etp, tp))
         assert (E / ep) * M * f / etp == pytest.approx(T * k * f / tp, rel=1e-12)
