@@ -201,6 +201,8 @@ class Prediction(_Open):
     stages: list[StageEstimate]
     num_devices: int
     warnings: list[str]
+    model_params: float | None = Field(default=None, description="Parameters of the model")
+    active_params: float | None = Field(default=None, description="Parameters one token uses (MoE: the top-k routed experts); equals model_params for dense models")
 
 
 class RankEntry(_Open):
