@@ -9,7 +9,8 @@ Warm-up and outliers (robust, documented in the API):
 2. Of the rest, an entry whose modified z-score ``0.6745·|x − median| / MAD`` exceeds 3.5 is an
    outlier (Iglewicz & Hoaglin 1993: a checkpoint save, an evaluation pass, a straggler host)
    and dropped; the median absolute deviation is not moved by the outliers themselves as a
-   standard deviation would be.
+   standard deviation would be.  When more than half the entries are equal (MAD 0) the mean
+   absolute deviation · 1.2533 scales the z-score instead (Iglewicz & Hoaglin's fallback).
 3. At least :data:`MIN_STEPS` entries must remain (else the log is truncated: a 422).
 
 The observed step time is the median of what remains; p10/p90 are its spread.
@@ -29,6 +30,8 @@ MIN_STEPS = 3
 OUTLIER_Z = 3.5
 #: The 0.75 quantile of the standard normal: MAD · 1/0.6745 estimates σ for normal data.
 MAD_TO_SIGMA = 0.6745
+#: σ / mean absolute deviation for normal data (sqrt(π/2)): the scale when the MAD is 0.
+MEANAD_TO_SIGMA = 1.2533141373155001
 
 
 class ObservationMismatch(InvalidObservation):
@@ -118,7 +121,11 @@ def robust_steps(times: Sequence[float], warmup_steps: int | None = None) -> Fil
         )
     med = statistics.median(rest)
     mad = statistics.median(abs(t - med) for t in rest)
-    kept = rest if mad == 0 else [t for t in rest if MAD_TO_SIGMA * abs(t - med) / mad <= OUTLIER_Z]
+    if mad > 0:
+        kept = [t for t in rest if MAD_TO_SIGMA * abs(t - med) / mad <= OUTLIER_Z]
+    else:  # more than half the steps equal: the mean absolute deviation scales the z-score
+        mean_ad = statistics.fmean(abs(t - med) for t in rest)
+        kept = rest if mean_ad == 0 else [t for t in rest if abs(t - med) / (MEANAD_TO_SIGMA * mean_ad) <= OUTLIER_Z]
     return Filtered(kept_s=tuple(kept), warmup_dropped=min(k, n), outliers_dropped=len(rest) - len(kept))
 
 
