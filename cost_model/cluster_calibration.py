@@ -29,13 +29,24 @@ log(predicted_i(θ) / observed_i) for observation i, the posterior under a Gauss
 θ ~ N(0, σ_p²·I) (the public calibration: multiplier 1) and Gaussian log-errors of spread σ_o
 is maximised by minimising ``Σ r_i(θ)²/σ_o² + Σ θ_j²/σ_p²`` — least squares regularised
 toward the public constants, so one observation moves them only as far as it outweighs the
-prior.  Minimised by Gauss–Newton with the Jacobian from forward differences of the cost
-model itself (each observation re-costed at perturbed constants), within the bounds.  σ_p =
-:data:`PRIOR_LOG_SD` (a factor e^0.5 ≈ 1.65 at one σ: the catalog's efficiencies are set per
-family, a given cluster can sit far off them); σ_o = the public cross-validated spread of the
-regime, ``(q90 − q10) / 2.563`` of its step-time interval (pooled when the regime has none).
+prior.  Minimised as the public calibration is (``cost_model.validation.calibration_fit``): each
+observation's log-prediction response to each constant is tabulated once, at the public point,
+on the public fit's ``RESPONSE_GRID`` (:func:`response_table`, stored with the observation);
+log-responses are taken as additive over constants; coordinate descent over ``SEARCH_GRID``
+minimises the objective (with the prior term added) on that surface — a grid scan, because
+hidden communication makes the response kinked (a faster link changes nothing, a slower one
+exposes it) where a gradient step would stall.  The reported residuals are recomputed by the
+cost model itself at the fitted constants.  σ_p = :data:`PRIOR_LOG_SD` (a factor e^0.5 ≈ 1.65
+at one σ: the catalog's efficiencies are set per family, a given cluster can sit far off
+them); σ_o = the public cross-validated spread of the regime, ``(q90 − q10) / 2.563`` of its
+step-time interval (pooled when the regime has none).
 
-**Uncertainty.**  Laplace approximation: posterior covariance Σ = (JᵀJ/σ_o² + I/σ_p²)⁻¹.  The
+The grid optimum is then refined by a few damped Gauss–Newton steps on the cost model itself
+(central differences), which drops the additivity assumption: the constants interact (slower
+GEMMs hide more of a slow fabric).
+
+**Uncertainty.**  Laplace approximation: posterior covariance Σ = (JᵀJ/σ_o² + I/σ_p²)⁻¹, J the
+cost model's Jacobian at the fit.  The
 residual spread of the cluster is estimated from its own leave-one-out residuals (linearised
 at the MAP: r_i / (1 − h_ii), h_ii = J_i Σ J_iᵀ / σ_o², exact for a linear model) shrunk toward
 the public spread with :data:`PRIOR_PSEUDO_OBSERVATIONS` pseudo-observations:
@@ -58,6 +69,7 @@ from cost_model.devices import Efficiency
 from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.calibration import step_interval_log
+from cost_model.validation.calibration_fit import RESPONSE_GRID, SEARCH_GRID
 
 #: Prior standard deviation of each log multiplier.
 PRIOR_LOG_SD = 0.5
@@ -69,9 +81,8 @@ Z80 = 1.2815515655446004
 MIN_OBS_LOG_SD = 0.03
 #: Lower bound of every multiplier (a device at 5% of its catalog efficiency is a broken one).
 MIN_MULTIPLIER = 0.05
-#: Forward-difference step in log space for the Jacobian.
+#: Finite-difference step in log space of a new plan's sensitivity.
 DIFF_STEP = 0.05
-GN_ITERATIONS = 10
 
 KINDS = ("gemm_efficiency", "memory_efficiency", "dispatch_overhead", "intra_node_efficiency", "fabric_efficiency", "framework_efficiency")
 
@@ -209,92 +220,164 @@ class ClusterFit:
         }
 
 
+def response_table(run: ObservedRun, step: StepFn = predicted_step_s) -> dict[str, Any]:
+    """``run``'s log-prediction response to each constant it depends on, tabulated at the public
+    point over :data:`RESPONSE_GRID` (multiples of 1; the others at 1) — what the public
+    calibration tabulates per published row.  Computed once per observation and stored."""
+    base = step(run, {})
+    curves: dict[str, list[float]] = {}
+    for name in constants_for(run):
+        curves[name] = [0.0 if g == 1.0 else math.log(step(run, {name: g}) / base) for g in RESPONSE_GRID]
+    return {"base_step_s": base, "grid": list(RESPONSE_GRID), "curves": curves}
+
+
+_LOG_GRID = np.log(np.array(RESPONSE_GRID))
+
+
+def _delta(curve: Sequence[float], log_m: float) -> float:
+    return float(np.interp(log_m, _LOG_GRID, np.asarray(curve)))
+
+
+def _model_residuals(r0: np.ndarray, tables: Sequence[Mapping[str, Any]], names: Sequence[str], theta: np.ndarray) -> np.ndarray:
+    out = r0.copy()
+    for i, t in enumerate(tables):
+        for j, n in enumerate(names):
+            c = t["curves"].get(n)
+            if c is not None:
+                out[i] += _delta(c, theta[j])
+    return out
+
+
+def _coordinate_descent(r0: np.ndarray, tables: Sequence[Mapping[str, Any]], names: Sequence[str], theta: np.ndarray, hi: np.ndarray,
+                        obs_sd: float, prior_sd: float, passes: int = 4) -> np.ndarray:
+    """Minimise the MAP objective over the tabulated (log-additive) response surface, one
+    constant at a time over :data:`SEARCH_GRID` (as the public fit does, plus the prior term):
+    a grid scan finds an optimum across the kinks of hidden communication that a local
+    gradient step cannot see."""
+    theta = theta.copy()
+    log_search = np.log(np.array(SEARCH_GRID))
+    for _ in range(passes):
+        for j, n in enumerate(names):
+            rows = [i for i, t in enumerate(tables) if n in t["curves"]]
+            if not rows:
+                continue
+            theta[j] = 0.0
+            rest = _model_residuals(r0, tables, names, theta)[rows]
+            best, best_cost = theta[j], math.inf
+            for lg in log_search:
+                if lg > hi[j]:
+                    continue
+                res = rest + np.array([_delta(tables[i]["curves"][n], float(lg)) for i in rows])
+                cost = float(res @ res) / obs_sd**2 + float(lg) ** 2 / prior_sd**2
+                if cost < best_cost - 1e-15:
+                    best, best_cost = float(lg), cost
+            theta[j] = best
+    return theta
+
+
 def _residuals(runs: Sequence[ObservedRun], names: Sequence[str], theta: np.ndarray, step: StepFn) -> np.ndarray:
     values = {n: float(math.exp(t)) for n, t in zip(names, theta, strict=True)}
     return np.array([math.log(step(r, values) / r.observed_step_s) for r in runs])
 
 
-def _jacobian(runs: Sequence[ObservedRun], names: Sequence[str], theta: np.ndarray, r0: np.ndarray, hi: np.ndarray, step: StepFn) -> np.ndarray:
-    """∂r_i/∂θ_j by forward differences (backward where the forward step leaves the bound)."""
+def _jacobian(runs: Sequence[ObservedRun], names: Sequence[str], theta: np.ndarray, r0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              step: StepFn) -> np.ndarray:
+    """∂r_i/∂θ_j of the cost model itself, central differences (one-sided at a bound)."""
     jac = np.zeros((len(runs), len(names)))
     for j in range(len(names)):
-        h = DIFF_STEP if theta[j] + DIFF_STEP <= hi[j] else -DIFF_STEP
-        t = theta.copy()
-        t[j] += h
-        jac[:, j] = (_residuals(runs, names, t, step) - r0) / h
+        up, down = theta[j] + DIFF_STEP <= hi[j], theta[j] - DIFF_STEP >= lo[j]
+        t_up, t_down = theta.copy(), theta.copy()
+        t_up[j] += DIFF_STEP if up else 0.0
+        t_down[j] -= DIFF_STEP if down else 0.0
+        r_up = _residuals(runs, names, t_up, step) if up else r0
+        r_down = _residuals(runs, names, t_down, step) if down else r0
+        jac[:, j] = (r_up - r_down) / ((t_up[j] - t_down[j]) or 1.0)
     return jac
 
 
-def fit_cluster(runs: Sequence[ObservedRun], step: StepFn = predicted_step_s, prior_sd: float = PRIOR_LOG_SD,
-                obs_sd: float | None = None) -> ClusterFit:
-    """MAP fit of the constants ``runs`` depend on (module docstring).  Deterministic."""
-    if not runs:
-        raise ValueError("no observed runs to fit")
-    names = sorted({n for r in runs for n in constants_for(r)})
-    if obs_sd is None:
-        fams = [g.device.family for g in runs[0].cluster.node_groups]
-        obs_sd = obs_log_sd(runs[0].training.framework, fams[0])
-    hi = np.array([math.log(min(upper_bound(n, r) for r in runs)) for n in names])
-    lo = np.full(len(names), math.log(MIN_MULTIPLIER))
-    theta = np.zeros(len(names))
-    prior_r = _residuals(runs, names, theta, step)
-    r = prior_r
-    prec_prior = np.eye(len(names)) / prior_sd**2
+def _gauss_newton(runs: Sequence[ObservedRun], names: Sequence[str], theta: np.ndarray, lo: np.ndarray, hi: np.ndarray, obs_sd: float,
+                  prior_sd: float, step: StepFn, iterations: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Refine θ on the cost model itself (no additivity assumption: the constants interact, e.g.
+    slower GEMMs hide more of a slow fabric), damped and within the bounds.  Returns θ, the
+    residuals, the Jacobian there and the iterations taken."""
+    prec = np.eye(len(names)) / prior_sd**2
 
     def objective(t: np.ndarray, res: np.ndarray) -> float:
-        return float(res @ res / obs_sd**2 + t @ prec_prior @ t)
+        return float(res @ res / obs_sd**2 + t @ prec @ t)
 
-    iterations = 0
-    while iterations < GN_ITERATIONS:
-        iterations += 1
-        jac = _jacobian(runs, names, theta, r, hi, step)
-        a = jac.T @ jac / obs_sd**2 + prec_prior
-        g = jac.T @ r / obs_sd**2 + prec_prior @ theta
-        new = np.clip(theta - np.linalg.solve(a, g), lo, hi)
+    r = _residuals(runs, names, theta, step)
+    jac = _jacobian(runs, names, theta, r, lo, hi, step)
+    done = 0
+    for done in range(1, iterations + 1):  # noqa: B007 - the count is returned
+        a = jac.T @ jac / obs_sd**2 + prec
+        new = np.clip(theta - np.linalg.solve(a, jac.T @ r / obs_sd**2 + prec @ theta), lo, hi)
         cur = objective(theta, r)
-        accepted = False
-        for _ in range(6):  # damped: halve the step until the MAP objective does not rise
+        for _ in range(5):  # halve the step until the MAP objective does not rise
             r_new = _residuals(runs, names, new, step)
             if objective(new, r_new) <= cur + 1e-12:
-                accepted = True
                 break
             new = theta + 0.5 * (new - theta)
-        if not accepted:
+        else:
             break
         moved = float(np.max(np.abs(new - theta))) if len(names) else 0.0
         theta, r = new, r_new
-        if moved < 1e-3:
+        jac = _jacobian(runs, names, theta, r, lo, hi, step)
+        if moved < 2e-3:
             break
-    jac = _jacobian(runs, names, theta, r, hi, step)
-    cov = np.linalg.inv(jac.T @ jac / obs_sd**2 + prec_prior)
+    return theta, r, jac, done
+
+
+#: Gauss–Newton refinements on the cost model after the tabulated grid search.
+REFINE_ITERATIONS = 3
+
+
+def fit_cluster(runs: Sequence[ObservedRun], step: StepFn = predicted_step_s, prior_sd: float = PRIOR_LOG_SD,
+                obs_sd: float | None = None, tables: Sequence[Mapping[str, Any]] | None = None) -> ClusterFit:
+    """MAP fit of the constants ``runs`` depend on (module docstring).  ``tables``: each run's
+    stored :func:`response_table` (computed here when absent).  Deterministic."""
+    if not runs:
+        raise ValueError("no observed runs to fit")
+    tables = list(tables) if tables is not None else [response_table(r, step) for r in runs]
+    names = sorted({n for t in tables for n in t["curves"]})
+    if obs_sd is None:
+        obs_sd = obs_log_sd(runs[0].training.framework, runs[0].cluster.node_groups[0].device.family)
+    hi = np.array([math.log(min(upper_bound(n, r) for r in runs)) for n in names])
+    r0 = np.array([math.log(float(t["base_step_s"]) / r.observed_step_s) for r, t in zip(runs, tables, strict=True)])
+    lo = np.full(len(names), math.log(MIN_MULTIPLIER))
+    theta = _coordinate_descent(r0, tables, names, np.zeros(len(names)), hi, obs_sd, prior_sd)
+    theta, exact, jac, refined = _gauss_newton(runs, names, theta, lo, hi, obs_sd, prior_sd, step, REFINE_ITERATIONS)
+    values = {n: float(math.exp(t)) for n, t in zip(names, theta, strict=True)}
+    cov = np.linalg.inv(jac.T @ jac / obs_sd**2 + np.eye(len(names)) / prior_sd**2)
     hat = np.einsum("ij,jk,ik->i", jac, cov, jac) / obs_sd**2
-    loo = r / np.maximum(1e-6, 1.0 - hat)
+    loo = exact / np.maximum(1e-6, 1.0 - hat)
     n = len(runs)
     s2 = (PRIOR_PSEUDO_OBSERVATIONS * obs_sd**2 + float(loo @ loo)) / (PRIOR_PSEUDO_OBSERVATIONS + n)
     return ClusterFit(
-        values={nm: round(float(math.exp(t)), 6) for nm, t in zip(names, theta, strict=True)},
+        values={nm: round(v, 6) for nm, v in values.items()},
         names=tuple(names),
         log_sd={nm: round(float(math.sqrt(cov[j, j])), 6) for j, nm in enumerate(names)},
         covariance=tuple(tuple(float(x) for x in row) for row in cov),
-        residuals=tuple(float(x) for x in r),
+        residuals=tuple(float(x) for x in exact),
         loo_residuals=tuple(float(x) for x in loo),
-        prior_residuals=tuple(float(x) for x in prior_r),
+        prior_residuals=tuple(float(x) for x in r0),
         residual_log_sd=float(math.sqrt(s2)),
         obs_log_sd=float(obs_sd),
         prior_log_sd=float(prior_sd),
-        iterations=iterations,
+        iterations=refined,
         keys=tuple(rr.key for rr in runs),
     )
 
 
 def sensitivity(run: ObservedRun, values: Mapping[str, float], names: Sequence[str], step: StepFn = predicted_step_s) -> np.ndarray:
-    """∂ log step / ∂ log multiplier of ``run``'s plan at ``values`` (forward differences)."""
-    base = math.log(step(run, values))
+    """∂ log step / ∂ log multiplier of ``run``'s plan at ``values`` (central differences)."""
     out = np.zeros(len(names))
     for j, n in enumerate(names):
-        v = dict(values)
-        v[n] = float(values.get(n, 1.0) * math.exp(DIFF_STEP))
-        out[j] = (math.log(step(run, v)) - base) / DIFF_STEP
+        logs = []
+        for sign in (1.0, -1.0):
+            v = dict(values)
+            v[n] = float(values.get(n, 1.0) * math.exp(sign * DIFF_STEP))
+            logs.append(math.log(step(run, v)))
+        out[j] = (logs[0] - logs[1]) / (2.0 * DIFF_STEP)
     return out
 
 

@@ -33,6 +33,7 @@ from cost_model.cluster_calibration import (
     interval,
     predicted_step_s,
     predictive_log_sd,
+    response_table,
     sensitivity,
 )
 from cost_model.errors import InvalidInput, PlannerError
@@ -131,6 +132,8 @@ class ObservationService:
         parsed = parse_log(log_text, fmt)
         check_matches(parsed, facts)
         summary = summarize(parsed, facts, warmup_steps)
+        # the fit's input, tabulated once: this run's response to each cluster constant
+        basis["response"] = response_table(self._run(basis, summary["step_time_s"]))
         predicted = _predicted(plan)
         if isinstance(predicted.get("step_time_s"), (int, float)):
             summary["step_error_fraction"] = (predicted["step_time_s"] - summary["step_time_s"]) / summary["step_time_s"]
@@ -148,17 +151,19 @@ class ObservationService:
         """Fit the cluster's constants to all its observations and store the next version
         (None when no observation of it can be re-costed)."""
         observations = self.store.for_cluster(key)
-        runs, used = [], []
+        runs, used, tables = [], [], []
         for o in observations:
             try:
-                runs.append(self._run(o.basis, o.step_time_s, key=o.id))
+                run = self._run(o.basis, o.step_time_s, key=o.id)
+                tables.append(o.basis.get("response") or response_table(run))
+                runs.append(run)
                 used.append(o)
             except (PlannerError, KeyError, TypeError, ValueError) as exc:  # a plan whose request no longer parses (a deleted model)
                 log.warning("observation %s not used in the calibration of %s: %s", o.id, key, exc)
         if not runs:
             return None
         prev = self.store.latest_calibration(key)
-        fit = fit_cluster(runs)
+        fit = fit_cluster(runs, tables=tables)
         doc = fit.to_dict()
         per_obs = []
         for o, r, rl, r0 in zip(used, fit.residuals, fit.loo_residuals, fit.prior_residuals, strict=True):
