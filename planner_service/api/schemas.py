@@ -284,8 +284,8 @@ class Plan(_Open):
     warnings: list[str]
     diff: dict[str, Any] | None = Field(default=None, description="Replans only: what changed against the parent plan")
     calibration: dict[str, Any] | None = Field(default=None, description="The calibration the plan was costed with: {cluster, version (0: public), source, constants}")
-    observed: dict[str, Any] | None = Field(default=None, description="GET only: the latest observed run beside the prediction and its interval "
-                                                                       "(POST /v1/plans/{id}/observations); null when none")
+    observed: dict[str, Any] | None = Field(default=None, description="The latest observed run beside the prediction and its interval "
+                                                                       "(POST /v1/plans/{id}/observations), filled by GET; null when none")
 
 
 class PlanListItem(_Open):

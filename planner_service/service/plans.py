@@ -171,6 +171,7 @@ def plan_to_api(p: StoredPlan) -> dict[str, Any]:
         "explanation": r.get("explanation"),
         "warnings": r.get("warnings", []),
         "calibration": r.get("calibration") or {"cluster": p.cluster_name, "version": 0, "source": "public"},
+        "observed": None,  # GET /v1/plans/{id} fills it from the plan's observed runs
     }
     if "diff" in r:
         out["diff"] = r["diff"]
