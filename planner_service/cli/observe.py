@@ -61,8 +61,10 @@ def _call(server: str, method: str, path: str, as_json: bool, body: dict[str, An
     return data if isinstance(data, dict) else {"items": data}
 
 
-def _pct(x: Any) -> str:
-    return f"{x * 100:+.1f}%" if isinstance(x, (int, float)) else "n/a"
+def _pct(x: Any, signed: bool = True) -> str:
+    if not isinstance(x, (int, float)):
+        return "n/a"
+    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
 
 
 def register(app: typer.Typer) -> None:
@@ -151,6 +153,6 @@ def register(app: typer.Typer) -> None:
             return
         cv = out.get("cross_validation") or {}
         console.print(f"cluster {out['cluster']!r}: calibration version {out['version']} from {out['n_observations']} observation(s); "
-                      f"CV median |step error| {_pct(cv.get('median_abs_step_error'))} (public {_pct(cv.get('median_abs_step_error_public'))})")
+                      f"CV median |step error| {_pct(cv.get('median_abs_step_error'), False)} (public {_pct(cv.get('median_abs_step_error_public'), False)})")
         for k, v in sorted(out["constants"].items()):
             console.print(f"  {k:<40} {v:8.4f}  ± {out['log_sd'].get(k, 0):.3f} (log)")

@@ -202,3 +202,26 @@ def test_migration_from_the_previous_head_keeps_plans(tmp_path):
         conn.commit()
     assert "observations" not in set(inspect(engine).get_table_names())
     engine.dispose()
+
+
+def test_suggestion_when_a_recalibration_makes_another_layout_faster(client):
+    """A plan made at the public calibration (ZeRO-3 over a 100 GB/s-per-node network); the
+    cluster's calibration then says the fabric reaches 35% of the catalog's bandwidth and GEMMs
+    80%: ZeRO-3's parameter gathers are exposed, ZeRO-2 is faster by more than the interval."""
+    from planner_service.storage.observations import ObservationStore
+
+    cluster = {"name": "slow-net", "node_groups": [{"name": "g", "count": 4, "gpus_per_node": 8, "device": "A100-SXM4-80GB",
+                                                    "inter_node_bandwidth_GBps": 100}]}
+    plan = _plan(client, model={"preset": "llama2-13b"}, training={"global_batch_size": 128, "sequence_length": 2048}, cluster=cluster, top_k=0)
+    assert plan["best"]["strategy"]["zero_stage"] == 3
+    names = ["fabric_efficiency.infiniband", "framework_efficiency.megatron-core", "gemm_efficiency.ampere"]
+    constants = {"fabric_efficiency.infiniband": 0.35, "framework_efficiency.megatron-core": 1.0, "gemm_efficiency.ampere": 0.8}
+    fit = {"names": names, "covariance": [[1e-4 if i == j else 0.0 for j in range(3)] for i in range(3)], "residual_log_sd": 0.03}
+    ObservationStore(client.app.state.repository.scoped("default")).add_calibration("slow-net", constants, fit)
+    s = client.get(f"/v1/plans/{plan['id']}/suggestion").json()
+    assert s["latest_calibration_version"] == 1 and s["plan_calibration_version"] == 0
+    assert s["suggest"] is True, s["reason"]
+    assert s["suggested"]["strategy"]["zero_stage"] == 2
+    assert s["suggested"]["improvement_fraction"] > s["suggested"]["interval_fraction"] > 0
+    assert s["current"]["step_time_s"] > plan["best"]["prediction"]["step_time_s"]  # the plan's layout re-costed slower
+    assert "faster" in s["reason"]

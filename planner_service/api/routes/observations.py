@@ -56,7 +56,7 @@ def create_observation(
         out["suggestion"] = {"suggest": suggestion["suggest"], "reason": suggestion["reason"]}
         if suggestion["suggest"]:
             request.app.state.observation_callbacks.submit(body.callback_url, {"event": "plan.suggestion", "plan_id": plan_id, "suggestion": suggestion})
-    return JSONResponse(out, status_code=201, headers={"Location": f"/v1/plans/{plan_id}/observations/{out['id']}"})
+    return JSONResponse(out, status_code=201, headers={"Location": f"/v1/plans/{plan_id}/observations"})
 
 
 @router.get("/plans/{plan_id}/observations", response_model=ObservationList, summary="The plan's observed runs", responses=_NOT_FOUND)
