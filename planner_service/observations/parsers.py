@@ -47,7 +47,7 @@ from cost_model.errors import InvalidInput
 from cost_model.units import bytes_to_gb, gib_to_bytes, mib_to_bytes, ms_to_s, us_to_s
 
 FORMATS = ("auto", "megatron", "torchtitan", "chrome_trace", "deepspeed", "paddle", "json", "csv")
-MAX_LOG_BYTES = 64 * 2**20  # a Chrome trace of a few steps; logs are far smaller
+MAX_LOG_BYTES = int(mib_to_bytes(64))  # a Chrome trace of a few steps; logs are far smaller
 
 
 class InvalidObservation(InvalidInput):

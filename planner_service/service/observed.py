@@ -310,7 +310,11 @@ class ObservationService:
                           "step_time_s_at_plan": _predicted(plan).get("step_time_s")}
         overrides = self.recalibrated_overrides(plan)
         prepared = self.plans.prepare({**plan.request, **overrides})
-        result = self.plans._run_planner(prepared.request, None, None)
+        try:
+            result = self.plans._run_planner(prepared.request, None, None)
+        except PlannerError as exc:  # e.g. nothing fits with the headroom a tight plan needs
+            out["reason"] = f"no plan at the latest calibration{' with more memory headroom' if overrides else ''}: {exc.message}"
+            return out
         best = result.best
         new_s = float(best.prediction.step_time_s)
         new_strategy = best.strategy.to_dict()
