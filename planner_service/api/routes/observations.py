@@ -28,9 +28,9 @@ _NOT_FOUND = {404: {"model": ErrorBody, "description": "No such plan (or cluster
 
 OBSERVATION_EXAMPLES = {
     "json": {"summary": "Step times as JSON", "value": {"log": '{"step_times_s": [3.1, 1.21, 1.19, 1.2, 1.22, 1.2]}', "format": "json"}},
-    "megatron": {"summary": "A Megatron-LM log (format detected)",
-                 "value": {"log": " iteration       10/     200 | consumed samples:          640 | elapsed time per iteration (ms): 1431.2 | "
-                                  "global batch size:    64 |\n..."}},
+    "csv": {"summary": "A CSV of step times with peak memory (format detected)",
+            "value": {"log": "step,step_time_ms,max_allocated_GB,max_reserved_GB\n1,3120,9.1,12.0\n2,1212,10.4,12.0\n3,1208,10.4,12.0\n"
+                             "4,1215,10.4,12.0\n5,1210,10.4,12.0\n", "warmup_steps": 1}},
 }
 
 
