@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench bench-report clean
+.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench bench-loop bench-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -48,10 +48,13 @@ bench-repro: $(STAMP)
 bench-physics: $(STAMP)
 	$(BIN)/python bench/physics_cases.py
 
+bench-loop: $(STAMP)
+	$(BIN)/python bench/closed_loop.py
+
 bench-report: $(STAMP)
 	$(BIN)/python bench/report.py
 
-bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench-report
+bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench-loop bench-report
 
 clean:
 	rm -rf $(VENV) *.egg-info planner.db
