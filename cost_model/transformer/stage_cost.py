@@ -14,6 +14,7 @@ import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import DeviceSpec
+from cost_model.frameworks import expert_tensor_parallel
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
@@ -111,7 +112,9 @@ def stage_params(
 ) -> tuple[FloatArray, FloatArray]:
     """(dense, expert) parameters held by one GPU of a stage.
 
-    Dense layer weights divide over TP; experts over EP and TP.  The first stage holds the
+    Dense layer weights divide over TP; experts over EP and the expert tensor-parallel size
+    (ETP = tp, or less under Megatron-Core's MoE parallel folding when ep spans tensor-parallel
+    ranks: :func:`cost_model.frameworks.expert_tensor_parallel`).  The first stage holds the
     (vocab-parallel) embedding, the last the final norm and the head — a tied head still needs
     its own copy when the embedding lives on another stage (Megatron keeps both and
     all-reduces their gradients).
@@ -120,7 +123,7 @@ def stage_params(
     expert_total = model.routed_expert_params_per_layer()  # of the average layer (dense-first layers have none)
     dense_layer = model.decoder_layer_params() - expert_total
     dense = num_layers * dense_layer / t
-    experts = num_layers * expert_total / (S.ep * t)
+    experts = num_layers * expert_total / (S.ep * expert_tensor_parallel(t, S.dp, S.cp, S.ep))
     if has_embedding:
         dense = dense + model.embedding_params() / t
     if has_head:
@@ -166,7 +169,8 @@ def stage_cost(
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp
-    shard_exp = np.maximum(S.dp * S.cp / S.ep, 1.0)
+    # Expert data-parallel size EDP = tp·cp·dp / (EP·ETP) (= dp·cp/ep without folding).
+    shard_exp = np.maximum(S.tp * S.dp * S.cp / (S.ep * expert_tensor_parallel(S.tp, S.dp, S.cp, S.ep)), 1.0)
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
     weights = dense * w_d + experts * w_e
@@ -189,7 +193,9 @@ def stage_cost(
     layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
-    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
+    # The allocator's fragmentation of what is freed and reallocated during a step (not the
+    # optimizer state, allocated once): layer_cost.FRAGMENTATION_FRACTION.
+    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * (state - opt)
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the

@@ -115,7 +115,7 @@ def plan_graph(
     t_start = time.perf_counter()
     cons = as_constraints(constraints)
     graph = model
-    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.memory_headroom_fraction, workers=workers,
+    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.headroom(graph=True), workers=workers,
                 t_start=t_start, deadline=t_start + SEARCH_SHARE * max(1.0, float(time_limit_s)),
                 large=graph.num_ops > EXACT_COARSEN_OPS)
     analysis = analyse(graph)
