@@ -91,6 +91,13 @@ def memory_fit(peak_GB: float, usable_GB: float) -> str:
     return "fits"
 
 
+def static_for_fragmentation(weights: Any, gradients: Any, optimizer_state: Any) -> Any:
+    """Model state (bytes) such that ``× (1 + FRAGMENTATION_FRACTION)`` is the reserved size:
+    weights and gradients fragment, optimizer state (allocated once) does not — for the
+    operator-graph cost and solvers, which scale static bytes by (1 + fragmentation)."""
+    return weights + gradients + optimizer_state / (1.0 + FRAGMENTATION_FRACTION)
+
+
 def reload() -> None:
     """Forget the cached interval (after ``bench/acceptance.py --write``)."""
     stored_interval.cache_clear()
