@@ -112,7 +112,7 @@ class PlanCreate(_Strict):
     )
     constraints: dict[str, Any] | None = Field(
         default=None,
-        description="Pinned strategy fields (tp, pp, ...), max_tp, max_pp, memory_headroom_fraction, allowed_device_types, max_devices.",
+        description="Pinned strategy fields (tp, pp, ...), max_tp, max_pp, memory_headroom_fraction (0..0.9; default: the predicted peak memory interval is the margin), allowed_device_types, max_devices, tight_memory (rank_after_safe | by_objective | reject).",
     )
     objective: str = Field(default="throughput", description="throughput | cost | time_to_train")
     top_k: int = Field(default=3, description="How many alternative plans to keep (0-50).")
@@ -195,7 +195,9 @@ class Prediction(_Open):
     model_tflops_per_gpu: float | None = Field(description="Model FLOP/s per GPU (no recompute), 1e12")
     hardware_tflops_per_gpu: float | None = Field(description="Hardware FLOP/s per GPU (with recompute), 1e12")
     mfu: float | None = Field(description="Model FLOPs utilisation, 0-1")
-    fits: bool = Field(description="Every stage fits its device's memory")
+    fits: bool = Field(description="Every stage's p10 peak memory is within its (usable) memory")
+    tight: bool = Field(default=False, description="Fits, but some stage's p90 peak exceeds usable memory: may run out of memory (docs/frameworks.md)")
+    peak_memory_quantity: str = Field(default="max_reserved", description="What peak_memory_GB predicts: max_reserved = torch.cuda.max_memory_reserved + CUDA context and NCCL buffers")
     peak_memory_GB: list[float | None] = Field(description="Peak memory per GPU, per stage, GB")
     breakdown_s: dict[str, float | None] = Field(
         description="Where a step's time goes: compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm_exposed, bubble, optimizer (s)"

@@ -1284,7 +1284,10 @@
         ["Samples/s", pred.samples_per_s.toFixed(1)],
         ["MFU", fmt.pct(pred.mfu)],
         ["Model TFLOP/s per GPU", pred.model_tflops_per_gpu.toFixed(1)],
-        ["Peak memory (max stage)", fmt.gb(peak)],
+        ["Peak memory (max stage)", fmt.gb(peak) + (pred.peak_memory_GB_p10 != null && pred.peak_memory_GB_p90 != null
+          ? ` (p10–p90 ${fmt.gb(pred.peak_memory_GB_p10)}–${fmt.gb(pred.peak_memory_GB_p90)})` : "")],
+        // Memory against the interval: tight = the p90 peak exceeds usable memory (kept, flagged).
+        ["Memory", pred.tight ? "tight: may run out of memory" : "fits"],
         ...derived(plan),
       ].map(([k, v]) => h("div", { class: "card" }, h("div", { class: "card-label" }, k), h("div", { class: "card-value" }, v)))
     );
@@ -1312,7 +1315,7 @@
         ["Created", fmt.date(plan.created_at)],
         ["Model", `${plan.model.name} (${fmt.params(plan.model.params)} parameters)`],
         ["Cluster", `${plan.cluster.name}: ${clusterSummary(plan.cluster)}; this plan uses ${best.ranks ? best.ranks.length : plan.summary.num_devices} GPUs`],
-        ["Training", `batch ${plan.training.global_batch_size} × ${plan.training.sequence_length} tokens, ${plan.training.dtype}, ${plan.training.optimizer}`],
+        ["Training", `batch ${plan.training.global_batch_size} × ${plan.training.sequence_length} tokens, ${plan.training.dtype}, ${plan.training.optimizer}` + (plan.training.framework ? `, ${plan.training.framework}` : "")],
         ["Objective", plan.objective],
         plan.parent_id ? ["Replan of", h("a", { href: "#/plans/" + encodeURIComponent(plan.parent_id) }, fmt.shortId(plan.parent_id))] : null,
         ["Request hash", h("code", { title: plan.request_hash }, plan.request_hash.slice(0, 16) + "…")],
@@ -1361,7 +1364,8 @@
                 h("td", { class: "num" }, fmt.time(a.prediction.step_time_s)),
                 h("td", { class: "num" }, fmt.int(a.prediction.tokens_per_s)),
                 h("td", { class: "num" }, fmt.pct(a.prediction.mfu)),
-                h("td", { class: "num" }, fmt.gb(Math.max(...a.prediction.peak_memory_GB))),
+                h("td", { class: "num", "data-tight": a.prediction.tight ? "true" : "false" },
+                  fmt.gb(Math.max(...a.prediction.peak_memory_GB)) + (a.prediction.tight ? " (tight)" : "")),
                 h("td", {}, versusBest(best, a))
               )
             ),
