@@ -129,15 +129,19 @@ def flash_attention_time_s(
     dtype: str,
     causal_fraction: ArrayOrFloat = 0.5,
 ) -> np.ndarray:
-    """Fused attention forward time (s): QKᵀ and PV as tiled GEMMs that never leave on-chip
-    memory (FlashAttention-2, Dao 2023).
+    """Forward time (s) of a fused (FlashAttention-2/3, cuDNN) attention core — the one
+    formula both the transformer and the operator-graph cost models use.
 
-    FLOPs 4·q·kv·d per head (two GEMMs) times ``causal_fraction`` (0.5 for a causal mask: the
+    FLOPs 4·q·kv·d per head (QKᵀ and PV) times ``causal_fraction`` (0.5 for a causal mask: the
     kernel skips fully-masked tiles; load-balanced context parallelism keeps it at 0.5 per
-    rank).  Rate: the GEMM model on the (q × kv × d) shape times
-    :data:`FLASH_FORWARD_FRACTION`.
+    rank).  The kernel keeps an output tile O[q_tile × d] on chip and loops over the key/value
+    blocks, so its fixed per-tile cost (load Q, write O, the final rescale) is amortised over
+    the kv length — it is costed as the GEMM O = P·V (m = q, n = d, k = kv) rather than as QKᵀ,
+    whose reduction is the short head dimension (Dao 2023, FlashAttention-2 §3.1: the outer loop
+    over q blocks, the inner over kv blocks).  Rate: that GEMM model times
+    :data:`FLASH_FORWARD_FRACTION` (the softmax and the online rescale between the two GEMMs).
     """
-    per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads, fresh_output=False)
+    per_gemm = gemm_time_s(q_len, head_dim, kv_len, device, dtype, batch=batch_heads, fresh_output=False)
     t: np.ndarray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
     return t
 

@@ -22,7 +22,7 @@ from cost_model.errors import InvalidStrategy
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, validate_strategy
 from cost_model.training import Training
-from cost_model.transformer.calibration import prediction_intervals
+from cost_model.transformer.calibration import parallel_mix, prediction_intervals
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
@@ -250,5 +250,6 @@ def estimate(
         bottleneck=bottleneck,
         profile_ids=profile_ids,
         warnings=tuple(warnings),
-        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results)),
+        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
+                               parallel_mix(strategy.pp, strategy.zero_stage)),
     )
