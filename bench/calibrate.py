@@ -37,11 +37,11 @@ def document(result) -> dict:
             "data_sha256": hashlib.sha256(data).hexdigest(),
             "rows_fitted": len(rows),
             "sources": sorted({result.tables.source[r] for r in rows}),
-            "objective": "sum over rows of log(predicted/measured)^2, each row's unknown knobs at their best at the priors",
+            "objective": "sum over rows of w*log(predicted/measured)^2 (w = 1/sqrt(rows of the row's source)) + log-space Gaussian prior per constant (sigma log 1.5, 2 pseudo-rows), within physical bounds; each row's unknown knobs at their best at the priors",
             "objective_value": round(result.objective, 6),
             "response_grid": list(RESPONSE_GRID),
             "search_grid_points": len(SEARCH_GRID),
-            "intervals": "q10/q90 of log(1 + leave-one-source-out error) per framework/device-family regime with >= 5 rows; '*' pooled",
+            "intervals": "q10/q90 of log(1 + leave-one-source-out error) per framework/device-family(/parallel-mix) regime with >= 5 rows from >= 2 sources; * pooled",
             "cv_constants": result.cv_constants,
         },
     }

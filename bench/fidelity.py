@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -64,6 +65,87 @@ def _row(r, cv: dict[str, float], prior: dict) -> dict:
     return out
 
 
+def physics_cases() -> list[dict]:
+    """One benchmark case per physics item of issue 13, each showing the effect the formula
+    has (the unit tests pin the formulas; these are the figures the README quotes)."""
+    from cost_model import Strategy, Training, estimate, simple_cluster
+    from cost_model.comm import Links, allreduce_time_s
+    from cost_model.transformer.spec import get_preset
+
+    out: list[dict] = []
+    gpt3 = get_preset("gpt3-175b")
+    t = Training(global_batch_size=1536, sequence_length=2048, framework="deepspeed", attention="unfused", dtype="fp16")
+    steps = {}
+    for dp, mbs in ((384, 4), (768, 2), (1536, 1)):
+        est = estimate(gpt3, t, simple_cluster("A100-SXM4-80GB", dp // 8), Strategy(dp=dp, micro_batch_size=mbs, zero_stage=3, recompute="full"))
+        steps[dp] = round(est.step_time_s, 2)
+    out.append({"physics": "ZeRO-3 per-micro-batch gathers: GPT-3 175B, DeepSpeed ZeRO-3, A100, global batch 1536, step (s) by dp",
+                "result": steps, "measured (Narayanan 2021 Table 2)": {384: 81.6, 768: 66.7, 1536: 66.7}})
+    llama8 = get_preset("llama3-8b")
+    c = simple_cluster("H100-SXM5-80GB", 1)
+    s = Strategy(dp=8, micro_batch_size=1, zero_stage=1)
+    bf16 = estimate(llama8, Training(global_batch_size=64, sequence_length=8192), c, s).step_time_s
+    fp8 = estimate(llama8, Training(global_batch_size=64, sequence_length=8192, dtype="fp8"), c, s).step_time_s
+    out.append({"physics": "FP8 (Transformer Engine: linear GEMMs in FP8, attention/head BF16, casts): Llama 3 8B on 8 H100, BF16/FP8 step ratio",
+                "result": round(bf16 / fp8, 3), "peak ratio": 2.0})
+    ib = Links.for_group(simple_cluster("A100-SXM4-80GB", 8).node_groups[0])
+    opa = Links.for_group(simple_cluster("A100-SXM4-80GB", 8, fabric="omnipath", inter_node_bandwidth_GBps=50.0).node_groups[0])
+    busbw = {}
+    for size in (1e6, 16e6, 256e6, 4e9):
+        tt = float(allreduce_time_s(64, size, ib, 8))
+        busbw[f"{size / 1e6:g} MB"] = round(2 * 63 / 64 * size / tt / 1e9, 1)
+    out.append({"physics": "Message-size-dependent bus bandwidth: ring all-reduce over 64 A100 (8 nodes, 8x200 Gb/s HDR IB), bus GB/s by size",
+                "result": busbw})
+    tt_ib = float(allreduce_time_s(64, 1e9, ib, 8))
+    tt_opa = float(allreduce_time_s(64, 1e9, opa, 8))
+    out.append({"physics": "Fabric: 1 GB all-reduce over 8 nodes, Omni-Path 4x100 Gb/s (Jean Zay) vs HDR InfiniBand 8x200 Gb/s, time ratio",
+                "result": round(tt_opa / tt_ib, 2)})
+    gpt13 = get_preset("gpt3-1.3b")
+    c2 = simple_cluster("A100-SXM4-80GB", 2)
+    s2 = Strategy(dp=4, tp=2, pp=2, micro_batch_size=1, zero_stage=1)
+    tr = Training(global_batch_size=256, sequence_length=2048, attention="unfused", grad_reduce_overlap=False)
+    core = estimate(gpt13, tr, c2, s2).step_time_s
+    mds = estimate(gpt13, Training(global_batch_size=256, sequence_length=2048, attention="unfused", grad_reduce_overlap=False, framework="megatron-deepspeed"), c2, s2).step_time_s
+    out.append({"physics": "DeepSpeed pipeline engine (per-micro-batch gradient accumulation pass, per-instruction overhead, no interleaving, era kernels) vs Megatron-Core: GPT 1.3B tp2 pp2 dp4, 64 micro-batches, step ratio",
+                "result": round(mds / core, 3)})
+    llama70 = get_preset("llama3-70b")
+    t70 = Training(global_batch_size=64, sequence_length=8192)
+    s70 = Strategy(tp=16, dp=4, micro_batch_size=1, sequence_parallel=True)
+    rack = estimate(llama70, t70, simple_cluster("GB200-NVL72-186GB", 1, gpus_per_node=64), s70)
+    hgx = estimate(llama70, t70, simple_cluster("B200-SXM-192GB", 8), s70)
+    out.append({"physics": "NVL72: Llama 3 70B tp16 inside one GB200 NVL72 rack vs across 8-GPU HGX B200 nodes, TP communication (s per step)",
+                "result": {"GB200 NVL72": round(rack.breakdown_s["tp_comm"], 2), "HGX B200": round(hgx.breakdown_s["tp_comm"], 2)}})
+    return out
+
+
+def peer_comparison(results) -> dict | None:
+    """The same rows (same layout as ours) through llm-analysis, when it is installed."""
+    import peer_llm_analysis as peer
+
+    from cost_model.validation.published import PublishedCase, all_rows
+
+    if not peer.available():
+        return None
+    cases = {c.row_id: c for c in all_rows() if isinstance(c, PublishedCase) and c.measured_status == "ok"}
+    ours, theirs = [], []
+    for r in results:
+        c = cases.get(r.row_id)
+        if c is None or r.strategy is None or r.error is None:
+            continue
+        p = peer.predict_step_s(c, r.strategy)
+        if p is None:
+            continue
+        theirs.append(abs(p / c.measured_step_s - 1))
+        ours.append(abs(r.error))
+    return {
+        "llm_analysis_version": peer.version(),
+        "flops_efficiency": peer.FLOPS_EFFICIENCY,
+        "rows": len(theirs),
+        "llm_analysis_median_abs_error": round(statistics.median(theirs), 4) if theirs else None,
+        "ours_in_sample_median_abs_error_same_rows": round(statistics.median(ours), 4) if ours else None,
+    }
+
+
 def measure(calibrate: bool = False) -> dict:
     """Everything the report needs; ``calibrate``: also store the constants fitted in this run
     (what ``bench/calibrate.py`` writes) before the in-sample pass."""
@@ -81,6 +163,11 @@ def measure(calibrate: bool = False) -> dict:
     prior = {r.row_id: r for r in cal.prior_results}
     t4 = layer_table4()
     coverage = interval_coverage(insample, cal.cv_errors)
+    print("llm-analysis on the same rows", file=sys.stderr, flush=True)
+    peer = peer_comparison(insample)
+    if peer is not None:
+        cv_same = [abs(cal.cv_errors[r.row_id]) for r in insample if r.row_id in cal.cv_errors]
+        peer["ours_cross_validated_median_abs_error_all_rows"] = round(statistics.median(cv_same), 4) if cv_same else None
     return {
         "summary": {
             "cross_validated": summarise(insample, errors=cal.cv_errors),
@@ -94,6 +181,8 @@ def measure(calibrate: bool = False) -> dict:
         "cv_constants": cal.cv_constants,
         "rows": [_row(r, cal.cv_errors, prior) for r in insample],
         "korthikanti_table4": t4,
+        "llm_analysis": peer,
+        "physics_cases": physics_cases(),
     }
 
 
@@ -126,6 +215,22 @@ def readme_section(d: dict) -> str:
         i = ins["by_source"].get(src, {})
         p = pri["by_source"].get(src, {})
         out.append(f"| {src} | {c['rows']} | {_pct(c['median_abs_error'])} | {c['median_error'] * 100:+.1f}% | {_pct(i.get('median_abs_error'))} | {_pct(p.get('median_abs_error'))} |")
+    peer = d.get("llm_analysis")
+    out.append("")
+    if peer:
+        out.append(
+            f"**Peer on identical inputs:** llm-analysis {peer['llm_analysis_version']} (the `bench` extra; flops_efficiency "
+            f"{peer['flops_efficiency']}, its documented Megatron-LM figure; same model shapes, catalog figures and layouts) on the "
+            f"{peer['rows']} rows it accepts: median |step error| {_pct(peer['llm_analysis_median_abs_error'])}, against ours "
+            f"{_pct(peer['ours_in_sample_median_abs_error_same_rows'])} in-sample on the same rows "
+            "(llm-analysis rejects FFN widths that are not a multiple of the hidden size, e.g. Llama 3 405B's 3.25·h)."
+        )
+    else:
+        out.append("llm-analysis is not installed (`pip install -e '.[bench]'`): no peer comparison in this run.")
+    out += ["", "One case per physics item (`physics_cases` in `bench/results/fidelity.json`):", "", "| physics | result |", "|---|---|"]
+    for case in d.get("physics_cases", []):
+        extra = "; ".join(f"{k}: {v}" for k, v in case.items() if k not in ("physics", "result"))
+        out.append(f"| {case['physics']} | {case['result']}{' (' + extra + ')' if extra else ''} |")
     out += ["", "Constants (`cost_model/data/calibration.json`, fitted by `bench/calibrate.py`):", ""]
     out += [f"`{k}` = {v}" + ("" if i == len(d["constants"]) - 1 else ",") for i, (k, v) in enumerate(sorted(d["constants"].items()))]
     out += ["", "Rows that fail to plan:", ""]
@@ -149,6 +254,8 @@ def readme_section(d: dict) -> str:
             continue
         meas = f"{r['measured_step_s']:.3f}" if r["measured_step_s"] else "OOM"
         err = f"{r['error'] * 100:+.1f}%" if r["error"] is not None else ("predicted to fit" if r["status"] == "OOM" else "")
+        if r["status"] == "ok" and r["predicted_fit"] is False:
+            err += " (predicted not to fit)"
         cve = f"{r['cv_error'] * 100:+.1f}%" if r["cv_error"] is not None else ""
         out.append(
             f"| {r['id']} | {r['framework']} | {r['gpus']} | {s['tp']}·{s['pp']}·{s['dp']}·{s['cp']} ({s['micro_batch_size']}, {s['vpp']}, {s['recompute']}, {s['zero_stage']}) "

@@ -111,6 +111,11 @@ class Cluster:
         }
 
 
+#: The largest NVLink domain a node group may describe: an NVL72 rack (GB200/GB300), whose
+#: NVLink Switch System connects all 72 GPUs at the per-GPU NVLink 5 rate.
+MAX_GPUS_PER_NODE = 72
+
+
 def _positive_int(value: Any, field_path: str, maximum: int = 1_000_000) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidCluster(f"must be a positive integer, got {value!r}", field=field_path)
@@ -153,7 +158,8 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
         if "device" not in g:
             raise InvalidCluster("is required (a catalog name or an inline spec)", field=f"{gp}.device")
         device = resolve_device(g["device"], f"{gp}.device")
-        gpn = _positive_int(g.get("gpus_per_node", device.gpus_per_node), f"{gp}.gpus_per_node", 64)
+        # A node is an NVLink domain: up to 72 GPUs (GB200/GB300 NVL72 racks).
+        gpn = _positive_int(g.get("gpus_per_node", device.gpus_per_node), f"{gp}.gpus_per_node", MAX_GPUS_PER_NODE)
         intra = g.get("intra_node_bandwidth_GBps")
         intra = device.intra_node_bandwidth_GBps if intra is None else _positive_float(intra, f"{gp}.intra_node_bandwidth_GBps")
         inter = g.get("inter_node_bandwidth_GBps")

@@ -120,6 +120,32 @@ FLASH_FORWARD_FRACTION = 0.8
 FLASH_BACKWARD_RATIO = 2.5
 
 
+def flash_attention_time_s(
+    batch_heads: ArrayOrFloat,
+    q_len: ArrayOrFloat,
+    kv_len: ArrayOrFloat,
+    head_dim: ArrayOrFloat,
+    device: DeviceSpec,
+    dtype: str,
+    causal_fraction: ArrayOrFloat = 0.5,
+) -> np.ndarray:
+    """Forward time (s) of a fused (FlashAttention-2/3, cuDNN) attention core — the one
+    formula both the transformer and the operator-graph cost models use.
+
+    FLOPs 4·q·kv·d per head (QKᵀ and PV) times ``causal_fraction`` (0.5 for a causal mask: the
+    kernel skips fully-masked tiles; load-balanced context parallelism keeps it at 0.5 per
+    rank).  The kernel keeps an output tile O[q_tile × d] on chip and loops over the key/value
+    blocks, so its fixed per-tile cost (load Q, write O, the final rescale) is amortised over
+    the kv length — it is costed as the GEMM O = P·V (m = q, n = d, k = kv) rather than as QKᵀ,
+    whose reduction is the short head dimension (Dao 2023, FlashAttention-2 §3.1: the outer loop
+    over q blocks, the inner over kv blocks).  Rate: that GEMM model times
+    :data:`FLASH_FORWARD_FRACTION` (the softmax and the online rescale between the two GEMMs).
+    """
+    per_gemm = gemm_time_s(q_len, head_dim, kv_len, device, dtype, batch=batch_heads, fresh_output=False)
+    t: np.ndarray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    return t
+
+
 def attention_flops(
     batch: ArrayOrFloat, heads: ArrayOrFloat, q_len: ArrayOrFloat, kv_len: ArrayOrFloat, head_dim: ArrayOrFloat
 ) -> np.ndarray:

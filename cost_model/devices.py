@@ -187,7 +187,7 @@ _FAMILY_PATTERNS = (
     (r"^V100", "volta"),
     (r"^A100|^A10\b|^A10-", "ampere"),
     (r"^H100|^H200|^H800|^H20-|^GH200", "hopper"),
-    (r"^B200|^GB200", "blackwell"),
+    (r"^B200|^GB200|^B300|^GB300", "blackwell"),
     (r"^L40|^L4-", "ada"),
     (r"^MI", "cdna"),
     (r"^Ascend", "ascend"),
@@ -243,7 +243,10 @@ def _from_catalog_row(row: Mapping[str, Any]) -> DeviceSpec:
         fp32_tflops=row.get("fp32_tflops"),
         intra_node_bandwidth_GBps=float(intra),
         inter_node_bandwidth_GBps=float(inter),
-        gpus_per_node=8,
+        # A node is an NVLink domain: 8 GPUs on an HGX/DGX baseboard, the whole rack (72) on
+        # GB200/GB300 NVL72, whose NVLink Switch System joins every GPU of the rack at the full
+        # NVLink 5 rate (the catalog's ``nvlink_domain_gpus``).
+        gpus_per_node=int(row.get("nvlink_domain_gpus") or 8),
         efficiency=FAMILY_EFFICIENCY[family],
         source=row.get("source", ""),
     )
@@ -279,6 +282,8 @@ _ALIASES = {
     "h200": "H200-SXM-141GB",
     "v100": "V100-SXM2-32GB",
     "b200": "B200-SXM-192GB",
+    "gb200": "GB200-NVL72-186GB",
+    "gb300": "GB300-NVL72-288GB",
 }
 
 

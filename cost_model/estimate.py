@@ -23,7 +23,7 @@ from cost_model.frameworks import sequence_parallel_noop
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, validate_strategy
 from cost_model.training import Training
-from cost_model.transformer.calibration import prediction_intervals
+from cost_model.transformer.calibration import parallel_mix, prediction_intervals
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
@@ -255,7 +255,8 @@ def estimate(
         active_params=float(model.active_params()),
         tight=tight,
         peak_memory_quantity=PEAK_MEMORY_QUANTITY,
-        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results)),
+        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
+                               parallel_mix(strategy.pp, strategy.zero_stage)),
     )
 
 

@@ -23,13 +23,21 @@ validation falls back to when the held-out source is the only one that informs i
   module from hooks, flattened and copied into the gathered buffer, each a separate NCCL call
   that cannot run at the full ring rate): prior 1, fitted.
 * ``fp8_gemm_efficiency`` — FP8 GEMM rate as a fraction of the FP8 dense peak relative to the
-  family's BF16 large-GEMM fraction of the BF16 peak (Transformer Engine FP8 GEMMs reach a
-  lower fraction of their doubled peak: scaling-factor loads and the FP8 epilogue; NVIDIA's TE
-  benchmarks show 1.3–1.6× BF16 speed-ups, i.e. 0.65–0.8 of the doubled rate): prior 0.75.
+  family's BF16 large-GEMM fraction of the BF16 peak.  Large cuBLASLt FP8 GEMMs on H100 reach
+  ≈ 1.3–1.45 PFLOP/s of 1.98 (0.66–0.73) where BF16 ones reach ≈ 0.70–0.75 of 0.99, so the
+  relative fraction is ≈ 0.9 (scale-factor loads and the FP8 epilogue); the end-to-end
+  1.3–1.6× speed-ups NVIDIA quotes for Transformer Engine are lower because attention, the LM
+  head, the casts/amax and elementwise work stay 16-bit — those are costed separately
+  (``layer_cost.fp8_cast_s``, BF16 attention and head), not folded into this constant.
+  Prior 0.9, bounds [0.6, 1].
 
 * ``family_gemm_efficiency[family]`` — a correction of the device family's large-GEMM fraction
   (:data:`cost_model.devices.FAMILY_EFFICIENCY`, whose Hopper and Blackwell figures were set
   before fused attention was costed by its kv-loop): prior 1; Volta and Ampere keep theirs.
+
+  Bounds (``calibration_fit.LOWER_BOUND``/``UPPER_BOUND``): the fabric fractions ≥ 0.5 (an
+  Omni-Path 100 Gb/s HFI reaches 9–11 GB/s of its 12.5 in OSU/NCCL benchmarks), framework
+  kernel efficiencies in [0.6, 1], family corrections in [0.75, 1.25].
 
 * ``pipeline_microbatch_overhead_s[framework]`` — fixed seconds per micro-batch per pipeline
   stage of DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``): it interprets
@@ -71,7 +79,7 @@ PRIORS: dict[str, float] = {
     "fabric_fraction.roce": 1.0,
     "fabric_fraction.omnipath": 0.7,
     "sharded_collective_efficiency": 1.0,
-    "fp8_gemm_efficiency": 0.75,
+    "fp8_gemm_efficiency": 0.9,
     "family_gemm_efficiency.hopper": 1.0,
     "family_gemm_efficiency.blackwell": 1.0,
     "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.1,
@@ -167,33 +175,53 @@ def calibrated_device(device: DeviceSpec, framework: str, dtype: str) -> DeviceS
     return replace(device, efficiency=replace(eff, gemm_max_fraction=eff.gemm_max_fraction * k))
 
 
-def regime(framework: str, device_family: str) -> str:
-    """The interval regime of a prediction: framework × device family."""
-    return f"{framework}/{device_family}"
+def parallel_mix(pp: int, zero_stage: int) -> str:
+    """The parallel mix of a layout, for the interval regimes: ``zero3`` (parameters gathered
+    per layer: communication-bound at scale), ``pp`` (a pipeline: bubble and p2p), else
+    ``tp-dp``."""
+    if zero_stage >= 3:
+        return "zero3"
+    return "pp" if pp > 1 else "tp-dp"
+
+
+def regime(framework: str, device_family: str, mix: str | None = None) -> str:
+    """The interval regime of a prediction: framework × device family (× parallel mix)."""
+    return f"{framework}/{device_family}" + (f"/{mix}" if mix else "")
 
 
 #: Used when a regime has too few cross-validated rows: the pooled CV quantiles.
 POOLED = "*"
 
 
-def step_interval_log(framework: str, device_family: str) -> tuple[float, float] | None:
+def regime_key(intervals: Mapping[str, tuple[float, float]], framework: str, device_family: str, mix: str | None = None) -> str | None:
+    """The most specific regime with an interval: framework/family/mix, then framework/family,
+    then the pooled one (None: uncalibrated)."""
+    for key in ((regime(framework, device_family, mix),) if mix else ()) + (regime(framework, device_family), POOLED):
+        if key in intervals:
+            return key
+    return None
+
+
+def step_interval_log(framework: str, device_family: str, mix: str | None = None) -> tuple[float, float] | None:
     """(q10, q90) of log(predicted/measured) step time for the regime, None when uncalibrated."""
     iv = current().intervals
-    return iv.get(regime(framework, device_family)) or iv.get(POOLED)
+    key = regime_key(iv, framework, device_family, mix)
+    return iv[key] if key is not None else None
 
 
-def prediction_intervals(framework: str, device_family: str, step_time_s: float, peak_memory_GB: float) -> dict[str, Any]:
+def prediction_intervals(framework: str, device_family: str, step_time_s: float, peak_memory_GB: float, mix: str | None = None) -> dict[str, Any]:
     """The interval fields of an estimate (:class:`cost_model.result.Estimate`).
 
     Step time: ``step·exp(q10)``, ``step·exp(q90)`` with (q10, q90) the leave-one-source-out
-    quantiles of log(predicted/measured) of the regime (a p10 of the prediction error is a
+    quantiles of log(predicted/measured) of the regime (framework × device family × parallel
+    mix, :func:`regime_key` falling back to coarser ones) (a p10 of the prediction error is a
     p90 of the true step relative to it, so the bounds are swapped: the true step lies in
     [step/exp(q90), step/exp(q10)] 80% of the time).  Memory: the same from the residuals of
     the measured peaks (:mod:`cost_model.transformer.memory`).
     """
     from cost_model.transformer.memory import interval_GB
 
-    q = step_interval_log(framework, device_family)
+    q = step_interval_log(framework, device_family, mix)
     mem_p10, mem_p90 = interval_GB(peak_memory_GB)
     out: dict[str, Any] = {"peak_memory_GB_p10": mem_p10, "peak_memory_GB_p90": mem_p90}
     if q is None:
@@ -202,7 +230,7 @@ def prediction_intervals(framework: str, device_family: str, step_time_s: float,
         **out,
         "step_time_s_p10": step_time_s / math.exp(q[1]),
         "step_time_s_p90": step_time_s / math.exp(q[0]),
-        "interval_regime": regime(framework, device_family) if regime(framework, device_family) in current().intervals else POOLED,
+        "interval_regime": regime_key(current().intervals, framework, device_family, mix),
     }
 
 

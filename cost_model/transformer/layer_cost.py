@@ -34,9 +34,9 @@ from cost_model.comm import (
 )
 from cost_model.compute import (
     FLASH_BACKWARD_RATIO,
-    FLASH_FORWARD_FRACTION,
     attention_flops,
     first_touch_s,
+    flash_attention_time_s,
     gemm_fwd_bwd_time_s,
     gemm_time_s,
     memory_bound_time_s,
@@ -218,18 +218,9 @@ def fused_attention_time_s(
     dtype: str,
     causal_fraction: ArrayOrFloat = 0.5,
 ) -> FloatArray:
-    """Forward time (s) of a fused (FlashAttention-2/3, cuDNN) attention core.
-
-    FLOPs 4·q·kv·d per head times ``causal_fraction``.  The kernel keeps an output tile
-    O[q_tile × d] on chip and loops over the key/value blocks, so its fixed per-tile cost (load
-    Q, write O, the final rescale) is amortised over the kv length — it is costed as the GEMM
-    O = P·V (m = q, n = d, k = kv) rather than as QKᵀ whose reduction is the short head
-    dimension (Dao 2023, FlashAttention-2 §3.1: the outer loop over q blocks, the inner over kv
-    blocks).  Rate: that GEMM model times ``FLASH_FORWARD_FRACTION`` (the softmax and the
-    online rescale between the two GEMMs).
-    """
-    per_gemm = gemm_time_s(q_len, head_dim, kv_len, device, dtype, batch=batch_heads, fresh_output=False)
-    out: FloatArray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
+    """Forward time (s) of a fused attention core: :func:`cost_model.compute.flash_attention_time_s`
+    (one formula for the transformer and the operator-graph models)."""
+    out: FloatArray = flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device, dtype, causal_fraction)
     return out
 
 
@@ -728,12 +719,13 @@ def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int
 
     FSDP (and Megatron-Core's FSDP, PaddlePaddle's sharding stage 3) flatten a wrapped unit's
     parameters into one buffer: one all-gather (and one reduce-scatter) per layer.  DeepSpeed's
-    stage 3 (``deepspeed``, ``megatron-deepspeed``) gathers every parameter tensor of the
-    module on its own (``partitioned_param_coordinator``: one ``all_gather`` per parameter,
-    before the coalesced gathers of DeepSpeed 0.9), so a GPT layer with biases issues 12.
+    stage 3 (``deepspeed``, ``megatron-deepspeed``) fetches a module's parameters through its
+    prefetch bucket (``stage3_prefetch_bucket_size``, 5·10⁷ elements by default): each weight
+    matrix (QKV, projection, the FFN's) exceeds the bucket and is gathered on its own, the small
+    tensors (biases, norms) share one coalesced gather — so a GPT layer issues 4 + 1.
     """
     if framework in ("deepspeed", "megatron-deepspeed"):
-        return param_tensors_per_layer(model)
+        return 2 + model.ffn_matrices + (1 if param_tensors_per_layer(model) > 2 + model.ffn_matrices else 0)
     return 1
 
 
@@ -746,6 +738,7 @@ def sharded_step_comm_s(
     collectives_per_layer: int = 1,
     ranks: ArrayOrFloat | None = None,
     stride: ArrayOrFloat | None = None,
+    bandwidth_messages: int = 0,
 ) -> FloatArray:
     """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers an
     all-gather of its parameters before forward, again before backward, and a reduce-scatter of
@@ -756,6 +749,12 @@ def sharded_step_comm_s(
     volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
     this term does not fall as dp grows.  ``ranks``/``stride``: another sharding group (an MoE's
     expert weights shard over their EDP replicas, ep·etp global ranks apart).
+
+    ``bandwidth_messages``: how many of the collectives carry the layer's bytes (0: all, evenly).
+    DeepSpeed gathers every tensor on its own, but the bytes are in the weight matrices (QKV,
+    projection, the FFN's) — biases and norms are a few kB each and cost only their latency —
+    so the message size that sets the bus bandwidth (``comm.size_factor``) is the layer's bytes
+    over its matrices, not over all its tensors.
     """
     from cost_model.transformer.calibration import current
 
@@ -763,10 +762,11 @@ def sharded_step_comm_s(
     n = S.dp * S.cp if ranks is None else np.asarray(ranks, dtype=float)
     per_node = ranks_per_node(n, S.tp if stride is None else stride, links.gpus_per_node)
     k = float(collectives_per_layer)
-    one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / k, links, per_node, flat=True)
+    kb = float(bandwidth_messages) if 0 < bandwidth_messages <= collectives_per_layer else k
+    one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / kb, links, per_node, flat=True)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
     bandwidth_part = np.maximum(one - alpha, 0.0) / current().get("sharded_collective_efficiency")
-    out: FloatArray = 3.0 * layers * k * (bandwidth_part + alpha) * (n > 1)
+    out: FloatArray = 3.0 * layers * (kb * bandwidth_part + k * alpha) * (n > 1)
     return out
 
 

@@ -51,6 +51,38 @@ def dense_layer_params(model: TransformerSpec) -> float:
 DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 
 
+#: Bytes per parameter per micro-batch that a DeepSpeed-engine framework's gradient
+#: accumulation streams through HBM outside the weight-gradient GEMM (:func:`grad_accumulation_s`):
+#: autograd's ``AccumulateGrad`` adds each micro-batch's new gradient into ``.grad`` in place
+#: (read 2 + 2, write 2 bytes in 16-bit training; 4 + 4 + 4 in fp32), which DeepSpeed's ZeRO-1/2
+#: optimizers reduce at the step (GPT-NeoX, MT-NLG).  DeepSpeed's BF16_Optimizer (BLOOM's
+#: production run) adds an fp32 copy per micro-batch (``update_hp_grads``: 12 bytes more); the
+#: request cannot tell the two apart, so the common 16-bit form is costed.  Megatron-Core: 0
+#: (``gradient_accumulation_fusion`` accumulates into the fp32 ``main_grad`` inside the wgrad
+#: GEMM); FSDP / ZeRO-3: 0 (gradients are reduce-scattered per micro-batch).
+GRAD_ACCUMULATION_BYTES_PER_PARAM = {"bf16": 6.0, "fp16": 6.0, "fp8": 6.0, "fp32": 12.0}
+
+
+def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors: ArrayOrFloat) -> FloatArray:
+    """Seconds per micro-batch of the gradient-accumulation pass a DeepSpeed-engine framework
+    runs after each backward (:data:`GRAD_ACCUMULATION_BYTES_PER_PARAM`): a memory-bound
+    stream over the GPU's parameters, one in-place add kernel per parameter tensor — zero for
+    Megatron-Core (fused into the wgrad GEMM) and for ZeRO-3/FSDP (reduce-scattered).
+
+    Source: PyTorch ``torch/csrc/autograd/functions/accumulate_grad.h`` (in-place
+    ``variable_grad += new_grad``), DeepSpeed ``runtime/engine.py`` (gradients accumulate in
+    ``.grad`` between ``is_gradient_accumulation_boundary`` steps); roofline time as
+    :func:`cost_model.compute.memory_bound_time_s`."""
+    from cost_model.compute import memory_bound_time_s
+
+    if training.framework not in ("megatron-deepspeed", "deepspeed"):
+        return np.zeros_like(np.asarray(S.tp, dtype=float))
+    per_param = GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0)
+    t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * per_param, device, kernels=np.asarray(tensors, dtype=float))
+    out: FloatArray = np.where(S.zero >= 3, 0.0, t)
+    return out
+
+
 @dataclass(frozen=True)
 class DeviceCosts:
     """Everything per device type that does not depend on the stage split."""
@@ -206,12 +238,15 @@ def stage_cost(
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
     per_unit = sharded_collectives_per_layer(model, training.framework)
+    matrices = 2 + model.ffn_matrices if per_unit > 1 else 1  # the tensors that carry the bytes
     if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
-        sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit) + sharded_step_comm_s(
+        sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
+                                      bandwidth_messages=matrices) + sharded_step_comm_s(
             experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep))
+            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices)
     else:
-        sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit)
+        sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
+                                      bandwidth_messages=matrices)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)
@@ -225,6 +260,9 @@ def stage_cost(
     if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
         optimizer = optimizer_step_s(dense, training, dc.device, S, tensors) + optimizer_step_s(
             experts, training, dc.device, S, 0.0, shard=np.where(S.zero >= 1, shard_exp, 1.0))
+    # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
+    # backward, on the compute stream.
+    backward_s = backward_s + grad_accumulation_s(dense + experts, training, dc.device, S, tensors)
     return StageCost(
         forward_s=forward_s,
         backward_s=backward_s,

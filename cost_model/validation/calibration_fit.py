@@ -1,7 +1,10 @@
 """Least-squares fit of the global constants (``cost_model.transformer.calibration``) to the
 published runs, in log space, and leave-one-source-out cross-validation.
 
-Objective: Σ_rows log(predicted/measured)² over every measured row (status ``ok``) that plans.
+Objective: Σ_rows w·log(predicted/measured)² over every measured row (status ``ok``) that
+plans, each row weighted 1/√(its source's rows) (:func:`source_weights`), plus a log-space
+Gaussian prior on each constant (:func:`prior_penalty`), within physical bounds
+(:data:`LOWER_BOUND`, :data:`UPPER_BOUND`).
 The prediction's response to each constant is tabulated per row — the row's best layout at the
 priors, costed at a grid of values of that constant with the others at their priors — and
 log-predictions are taken as additive over constants (each constant touches a different part
@@ -44,6 +47,25 @@ UPPER_BOUND = {
     "fp8_gemm_efficiency": 1.0,
     "misaligned_gemm_fraction": 1.0,
     "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
+    "family_gemm_efficiency.hopper": 1.25,
+    "family_gemm_efficiency.blackwell": 1.25,
+}
+#: Physical floors (the plausible prior bounds of ``cost_model.transformer.calibration``): a
+#: fabric's NCCL rate is at least half of InfiniBand's (Omni-Path 100 Gb/s HFIs reach
+#: 9–11 GB/s of their 12.5 in OSU/NCCL benchmarks); a framework's kernels keep at least 60% of
+#: Megatron-Core's large-GEMM rate (the same cuBLAS GEMMs, only fusion and dispatch differ); a
+#: family correction stays within ±25% of its datasheet-derived fraction; FP8 GEMMs keep at
+#: least 60% of their relative BF16 fraction (cuBLASLt FP8 benchmarks on H100: ~1.3–1.45 PF of
+#: 1.98 against ~0.7 of 0.99 in BF16).
+LOWER_BOUND = {
+    "fabric_fraction.omnipath": 0.5,
+    "fabric_fraction.roce": 0.5,
+    "framework_gemm_efficiency.megatron-deepspeed": 0.6,
+    "framework_gemm_efficiency.fsdp": 0.6,
+    "framework_gemm_efficiency.paddle": 0.6,
+    "family_gemm_efficiency.hopper": 0.75,
+    "family_gemm_efficiency.blackwell": 0.75,
+    "fp8_gemm_efficiency": 0.6,
 }
 
 
@@ -111,12 +133,40 @@ def _delta(curve: np.ndarray, multiple: float) -> float:
     return float(np.interp(math.log(multiple), np.log(RESPONSE_GRID), curve))
 
 
+#: The prior of every constant as a Gaussian in log space (maximum a posteriori instead of plain
+#: least squares): σ = log 1.5 — a constant is a priori within ×/÷ 1.5 of its documented value —
+#: weighted as :data:`PRIOR_PSEUDO_ROWS` rows, so that a constant only a few rows inform stays
+#: near its physics, and many rows can still move it.
+PRIOR_LOG_SIGMA = math.log(1.5)
+PRIOR_PSEUDO_ROWS = 2.0
+#: A typical row's |log error| (the scale that turns the prior into pseudo-rows' squared error).
+ROW_LOG_SIGMA = 0.1
+
+
+def prior_penalty(multiple: float) -> float:
+    """The prior's share of the objective for a constant at ``multiple`` × its prior:
+    ``PRIOR_PSEUDO_ROWS · ROW_LOG_SIGMA² · (log multiple / PRIOR_LOG_SIGMA)²``."""
+    return PRIOR_PSEUDO_ROWS * ROW_LOG_SIGMA**2 * (math.log(multiple) / PRIOR_LOG_SIGMA) ** 2
+
+
+def source_weights(tables: Tables, rows: Sequence[str]) -> dict[str, float]:
+    """Row weights 1/√(rows of its source): a source's pull on a shared constant grows with the
+    square root of its rows, so one large sweep (BLOOM's 90 rows, one cluster and code base)
+    does not outvote every other framework's few."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[tables.source[r]] = counts.get(tables.source[r], 0) + 1
+    return {r: 1.0 / math.sqrt(counts[tables.source[r]]) for r in rows}
+
+
 def fit(tables: Tables, exclude_source: str | None = None, passes: int = 4) -> dict[str, float]:
-    """Constants minimising Σ log-error² over the rows not of ``exclude_source``; constants no
-    remaining row depends on keep their priors."""
+    """Constants minimising Σ w·log-error² (:func:`source_weights`) over the rows not of
+    ``exclude_source`` plus the log-space prior penalty (:data:`PRIOR_LOG_SIGMA`), within the
+    physical bounds; constants no remaining row depends on keep their priors."""
     rows = [r for r in tables.base if tables.source[r] != exclude_source]
     names = sorted({n for r in rows for n in tables.response.get(r, {})})
     mult = dict.fromkeys(names, 1.0)
+    weight = source_weights(tables, rows)
 
     def residual(r: str) -> float:
         return tables.base[r] + sum(_delta(c, mult[n]) for n, c in tables.response.get(r, {}).items())
@@ -126,10 +176,10 @@ def fit(tables: Tables, exclude_source: str | None = None, passes: int = 4) -> d
             touched = [r for r in rows if name in tables.response.get(r, {})]
             best, best_cost = mult[name], math.inf
             for g in SEARCH_GRID:
-                if PRIORS[name] * g > UPPER_BOUND.get(name, math.inf):
+                if not LOWER_BOUND.get(name, 0.0) <= PRIORS[name] * g <= UPPER_BOUND.get(name, math.inf):
                     continue
                 mult[name] = g
-                cost = sum(residual(r) ** 2 for r in touched)
+                cost = sum(weight[r] * residual(r) ** 2 for r in touched) + prior_penalty(g)
                 if cost < best_cost - 1e-15:
                     best, best_cost = g, cost
             mult[name] = best
@@ -166,17 +216,34 @@ def cross_validate(tables: Tables, cases: Sequence[PublishedCase | Unplannable])
     return errors, fitted
 
 
+def _mix(r: RowResult) -> str | None:
+    from cost_model.transformer.calibration import parallel_mix
+
+    return parallel_mix(r.strategy.pp, r.strategy.zero_stage) if r.strategy is not None else None
+
+
 def regime_intervals(results: Sequence[RowResult], errors: dict[str, float], min_rows: int = 5) -> dict[str, tuple[float, float]]:
-    """(q10, q90) of log(1 + CV error) per regime (framework/device family) with at least
-    ``min_rows`` rows, plus the pooled ``*``."""
+    """(q10, q90) of log(1 + CV error) per regime with at least ``min_rows`` rows from two or
+    more sources: framework ×
+    device family × parallel mix (:func:`cost_model.transformer.calibration.parallel_mix`),
+    framework × device family, and the pooled ``*`` (an estimate takes the most specific)."""
     from cost_model.transformer.calibration import POOLED, regime
 
     logs: dict[str, list[float]] = {}
+    srcs: dict[str, set[str]] = {}
+    pooled: list[float] = []
     for r in results:
         if r.row_id in errors:
-            logs.setdefault(regime(r.framework, r.device_family), []).append(math.log1p(errors[r.row_id]))
-    pooled = [x for v in logs.values() for x in v]
-    out = {k: (round(quantile(v, 0.1), 4), round(quantile(v, 0.9), 4)) for k, v in sorted(logs.items()) if len(v) >= min_rows}
+            x = math.log1p(errors[r.row_id])
+            pooled.append(x)
+            mix = _mix(r)
+            for key in (regime(r.framework, r.device_family),) + ((regime(r.framework, r.device_family, mix),) if mix else ()):
+                logs.setdefault(key, []).append(x)
+                srcs.setdefault(key, set()).add(r.source)
+    # A regime's interval needs rows of at least two sources: one source's residuals share its
+    # bias (one cluster, one code base, one FLOP convention) and would give an interval too
+    # narrow for a run of another; such regimes fall back to the coarser ones.
+    out = {k: (round(quantile(v, 0.1), 4), round(quantile(v, 0.9), 4)) for k, v in sorted(logs.items()) if len(v) >= min_rows and len(srcs[k]) >= 2}
     if pooled:
         out[POOLED] = (round(quantile(pooled, 0.1), 4), round(quantile(pooled, 0.9), 4))
     return out
@@ -184,8 +251,8 @@ def regime_intervals(results: Sequence[RowResult], errors: dict[str, float], min
 
 def interval_coverage(results: Sequence[RowResult], errors: dict[str, float]) -> float | None:
     """Cross-validated coverage: each source's rows against the p10–p90 interval computed from
-    the *other* sources' CV residuals."""
-    from cost_model.transformer.calibration import POOLED, regime
+    the *other* sources' CV residuals (the regime an estimate would use)."""
+    from cost_model.transformer.calibration import regime_key
 
     inside = total = 0
     sources = sorted({r.source for r in results if r.row_id in errors})
@@ -195,9 +262,10 @@ def interval_coverage(results: Sequence[RowResult], errors: dict[str, float]) ->
         for r in results:
             if r.source != src or r.row_id not in errors:
                 continue
-            q = iv.get(regime(r.framework, r.device_family)) or iv.get(POOLED)
-            if q is None:
+            key = regime_key(iv, r.framework, r.device_family, _mix(r))
+            if key is None:
                 continue
+            q = iv[key]
             total += 1
             inside += q[0] <= math.log1p(errors[r.row_id]) <= q[1]
     return inside / total if total else None
@@ -232,7 +300,10 @@ def run(progress: Callable[[str], None] | None = None) -> CalibrationRun:
     tables = build_tables(ok_cases, {r.row_id: r for r in prior})
     constants = fit(tables)
     mult = {n: constants[n] / PRIORS[n] for n in PRIORS}
-    objective = sum((tables.base[r] + sum(_delta(c, mult[n]) for n, c in tables.response.get(r, {}).items())) ** 2 for r in tables.base)
+    w = source_weights(tables, list(tables.base))
+    names = {n for r in tables.base for n in tables.response.get(r, {})}
+    objective = sum(w[r] * (tables.base[r] + sum(_delta(c, mult[n]) for n, c in tables.response.get(r, {}).items())) ** 2 for r in tables.base)
+    objective += sum(prior_penalty(mult[n]) for n in names)
     say("leave-one-source-out cross-validation")
     cv_errors, cv_constants = cross_validate(tables, cases)
     intervals = regime_intervals(prior, cv_errors)

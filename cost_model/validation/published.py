@@ -26,7 +26,9 @@ What a source leaves unstated is filled by documented rules, the same for every 
   pipeline; its "ZeRO-2-like" sharding is zero_stage 2); NeMo ``megatron-core``;
 * micro-batch size, interleaving depth, recompute mode, sequence parallelism and the
   distributed optimizer, when unstated, are chosen as an expert tuning the run would: the
-  fastest setting that fits in memory under the cost model (the planner's pinned search);
+  fastest setting that fits in memory under the cost model (the planner's pinned search); a
+  source that says it used the interleaved schedule (Narayanan 2021 Table 1, Llama 3) without
+  its depth gets only interleaved depths (v ≥ 2);
   a TP/PP split that is not stated (Narayanan Table 2 PTD-P: only tp·pp) likewise;
 * sequence parallelism and selective recompute are off for runs published before they existed
   (Korthikanti et al. 2022; Megatron-DeepSpeed forks of 2021–22);
@@ -114,8 +116,10 @@ def device_for(hardware: dict[str, Any]) -> tuple[str, int] | None:
     catalog)."""
     gpu = hardware.get("gpu") or ""
     gpn = hardware.get("gpus_per_node")
-    if gpu.startswith(("GB200", "GB300")):
-        return None
+    if gpu.startswith("GB200"):
+        return "GB200-NVL72-186GB", gpn or 72  # NVL72: the rack is one NVLink domain
+    if gpu.startswith("GB300"):
+        return "GB300-NVL72-288GB", gpn or 72
     if "80GB" in gpu and gpu.startswith("A100"):
         return "A100-SXM4-80GB", gpn or 8
     if gpu.startswith("A100"):
@@ -318,6 +322,8 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         zeros = [0]
     else:
         zeros = [0, 1]
+    fw_text = (p.get("framework") or "").lower()
+    stated_interleaving = "interleaved" in fw_text and "non-interleaved" not in fw_text
     out: list[Strategy] = []
     for tp, pp in tpp:
         dp = p.get("dp") or n_gpus // (tp * pp * cp)
@@ -329,6 +335,8 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
             vpps = [v]
         elif group.startswith(("Narayanan2021", "MegatronLM_README_H100", "Llama3")):
             vpps = [x for x in (1, 2, 3, 4, 6, 8) if model.num_layers % (pp * x) == 0 or _stage_split(group, model.num_layers, pp, x)]
+            if stated_interleaving and len(vpps) > 1:
+                vpps = [x for x in vpps if x > 1]  # the source says it interleaved: depth unknown, not whether
         else:
             vpps = [1]
         per_dp = B // dp

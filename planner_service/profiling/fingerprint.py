@@ -156,7 +156,7 @@ def catalog_name_for_gpu(raw_name: str, memory_GB: float | None) -> str | None:
     pcie = "PCIE" in n or "PCI-E" in n
     mem = memory_GB or 0.0
     rules = [
-        ("GB200", "B200-SXM-192GB"), ("B200", "B200-SXM-192GB"),
+        ("GB300", "GB300-NVL72-288GB"), ("GB200", "GB200-NVL72-186GB"), ("B200", "B200-SXM-192GB"),
         ("GH200", "H200-SXM-141GB"), ("H200", "H200-SXM-141GB"),
         ("H100", "H100-PCIE-80GB" if pcie else "H100-SXM5-80GB"),
         ("A100", ("A100-PCIE-" if pcie else "A100-SXM4-") + ("40GB" if 0 < mem < 60 else "80GB")),

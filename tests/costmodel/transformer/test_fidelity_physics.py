@@ -77,7 +77,7 @@ def test_zero3_exposed_traffic_does_not_fall_with_dp():
 
 
 def test_deepspeed_gathers_per_tensor_fsdp_per_unit():
-    assert sharded_collectives_per_layer(GPT3, "deepspeed") == 12  # GPT layer with biases
+    assert sharded_collectives_per_layer(GPT3, "deepspeed") == 5  # 4 matrices + 1 coalesced bucket of biases and norms
     assert sharded_collectives_per_layer(GPT3, "fsdp") == 1
 
 
@@ -188,3 +188,69 @@ def test_deepspeed_caps_the_gathered_parameters_fsdp_holds_two_units():
         mem[fw] = est.stages[0].memory_GB["activations"]
     # two gathered 1.8B-parameter layers (7.2 GB) vs stage3_max_live_parameters = 1e9 (2 GB)
     assert mem["fsdp"] - mem["deepspeed"] == pytest.approx((2 * GPT3.decoder_layer_params() - 1e9) * 2 / 1e9, rel=1e-6)
+
+
+def test_deepspeed_engine_accumulates_gradients_in_a_pass_per_microbatch():
+    """AccumulateGrad: 6 bytes per parameter per micro-batch through HBM in 16-bit training;
+    Megatron-Core fuses the accumulation into the wgrad GEMM (0)."""
+    from cost_model.transformer.stage_cost import GRAD_ACCUMULATION_BYTES_PER_PARAM, grad_accumulation_s
+
+    dev = simple_cluster("A100-SXM4-80GB", 1).node_groups[0].device
+    S = StrategyArrays.from_strategies([Strategy(tp=4, pp=12, dp=8, zero_stage=1)])
+    params = 3.7e9  # BLOOM-176B over tp·pp = 48
+    t = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed")
+    ds = float(grad_accumulation_s(params, t, dev, S, 72)[0])
+    stream = params * GRAD_ACCUMULATION_BYTES_PER_PARAM["bf16"] / (dev.memory_bandwidth_GBps * 1e9 * dev.efficiency.memory_fraction)
+    assert ds == pytest.approx(stream + 72 * dev.efficiency.kernel_overhead_s, rel=1e-6)  # one add per tensor
+    assert float(grad_accumulation_s(params, replace(t, framework="megatron-core"), dev, S, 72)[0]) == 0.0
+    S3 = StrategyArrays.from_strategies([Strategy(dp=384, zero_stage=3)])
+    assert float(grad_accumulation_s(params, replace(t, framework="deepspeed"), dev, S3, 72)[0]) == 0.0
+
+
+def test_deepspeed_gather_bandwidth_is_set_by_the_weight_matrices_not_every_tensor():
+    """5 gathers per GPT layer, but the 4 matrices carry the bytes: equal 1/5 messages would
+    put each ring step below NCCL's half-bandwidth chunk at dp = 1536."""
+    links = _links()
+    layer = GPT3.decoder_layer_params()
+    t = Training(global_batch_size=1536, sequence_length=2048, framework="deepspeed")
+    S = StrategyArrays.from_strategies([Strategy(dp=1536, zero_stage=3)])
+    even = float(sharded_step_comm_s(layer, 96, t, S, links, 12)[0])
+    by_matrix = float(sharded_step_comm_s(layer, 96, t, S, links, 12, 4)[0])
+    assert by_matrix < 0.85 * even
+    assert by_matrix > float(sharded_step_comm_s(layer, 96, t, S, links, 4)[0])  # 8 more latency-only gathers
+    assert float(sharded_step_comm_s(layer, 96, t, S, links, 5, 4)[0]) < by_matrix
+
+
+def test_a_measured_run_predicted_not_to_fit_is_a_failure_but_still_costed():
+    from cost_model.cluster import cluster_from_dict
+    from cost_model.validation.fidelity import evaluate_case, summarise
+    from cost_model.validation.published import PublishedCase
+
+    model = get_preset("gpt3-1.3b")
+    small = {"name": "tiny", "memory_GB": 4, "memory_bandwidth_GBps": 2000, "bf16_tflops": 300, "family": "ampere"}
+    cluster = cluster_from_dict({"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": small}]})
+    t = Training(global_batch_size=64, sequence_length=2048)
+    case = PublishedCase("r", "G", "S", model, t, cluster, (Strategy(dp=8, micro_batch_size=1), Strategy(dp=8, micro_batch_size=2)), 10.0, "ok", "iteration_time_s", ())
+    r = evaluate_case(case)
+    assert r.fits is False and r.predicted_step_s is not None and r.strategy.micro_batch_size == 1  # least memory
+    assert "fit" in (r.failure or "")
+    assert summarise([r])["failed_to_plan"][0]["id"] == "r"
+
+
+def test_stated_interleaving_keeps_only_interleaved_depths():
+    from cost_model.validation.published import all_rows
+
+    llama = [c for c in all_rows() if c.row_id.startswith("llama3-405b")]
+    assert llama and all(s.vpp > 1 for c in llama for s in c.candidates)
+
+
+def test_interval_regime_falls_back_from_parallel_mix_to_framework_and_family_to_pooled():
+    from cost_model.transformer.calibration import parallel_mix
+
+    iv = {"*": (-0.3, 0.3), "megatron-core/ampere": (-0.1, 0.1), "megatron-core/ampere/pp": (-0.05, 0.02)}
+    with using(Constants(dict(PRIORS), iv)):
+        pp = prediction_intervals("megatron-core", "ampere", 10.0, 50.0, parallel_mix(4, 1))
+        dp = prediction_intervals("megatron-core", "ampere", 10.0, 50.0, parallel_mix(1, 1))
+        other = prediction_intervals("fsdp", "hopper", 10.0, 50.0, parallel_mix(1, 3))
+    assert (pp["interval_regime"], dp["interval_regime"], other["interval_regime"]) == ("megatron-core/ampere/pp", "megatron-core/ampere", "*")
+    assert pp["step_time_s_p90"] == pytest.approx(10.0 / np.exp(-0.05))

@@ -1,0 +1,39 @@
+"""GB200/GB300 NVL72 in the device catalog: the rack is one 72-GPU NVLink domain."""
+
+import pytest
+
+from cost_model import Strategy, Training, estimate, simple_cluster
+from cost_model.cluster import cluster_from_dict
+from cost_model.devices import get_device
+from cost_model.errors import InvalidCluster
+from cost_model.transformer.spec import get_preset
+
+
+@pytest.mark.parametrize(("name", "memory_GB"), [("GB200-NVL72-186GB", 186), ("GB300-NVL72-288GB", 288)])
+def test_nvl72_devices_are_blackwell_with_a_72_gpu_nvlink_domain(name, memory_GB):
+    dev = get_device(name)
+    assert dev.family == "blackwell"
+    assert dev.gpus_per_node == 72
+    assert dev.memory_GB == memory_GB
+    assert dev.intra_node_bandwidth_GBps == 900  # NVLink 5: 1.8 TB/s bidirectional
+    assert dev.fp8_tflops == 2 * dev.bf16_tflops
+    assert get_device(name.split("-")[0].lower()) is dev  # alias "gb200" / "gb300"
+
+
+def test_a_node_group_defaults_to_the_rack_and_may_not_exceed_it():
+    c = cluster_from_dict({"name": "r", "node_groups": [{"name": "g", "count": 2, "device": "GB200-NVL72-186GB"}]})
+    assert c.node_groups[0].gpus_per_node == 72
+    assert c.node_groups[0].nic_per_gpu_GBps == pytest.approx(50.0)  # one 400 Gb/s ConnectX-7 per GPU
+    with pytest.raises(InvalidCluster) as err:
+        cluster_from_dict({"name": "r", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 73, "device": "GB200-NVL72-186GB"}]})
+    assert err.value.field.endswith("gpus_per_node")
+
+
+def test_tensor_parallel_16_inside_the_rack_runs_over_nvlink():
+    """tp=16 on 8-GPU HGX B200 nodes crosses the NICs; on an NVL72 rack it stays on NVLink."""
+    model = get_preset("llama3-70b")
+    t = Training(global_batch_size=64, sequence_length=8192)
+    s = Strategy(tp=16, dp=4, micro_batch_size=1, sequence_parallel=True)
+    rack = estimate(model, t, simple_cluster("GB200-NVL72-186GB", 1, gpus_per_node=64), s)
+    hgx = estimate(model, t, simple_cluster("B200-SXM-192GB", 8), s)
+    assert rack.breakdown_s["tp_comm"] < 0.5 * hgx.breakdown_s["tp_comm"]
