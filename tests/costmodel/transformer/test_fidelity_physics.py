@@ -215,10 +215,10 @@ def test_deepspeed_gather_bandwidth_is_set_by_the_weight_matrices_not_every_tens
     t = Training(global_batch_size=1536, sequence_length=2048, framework="deepspeed")
     S = StrategyArrays.from_strategies([Strategy(dp=1536, zero_stage=3)])
     even = float(sharded_step_comm_s(layer, 96, t, S, links, 12)[0])
-    by_matrix = float(sharded_step_comm_s(layer, 96, t, S, links, 12, 4)[0])
+    by_matrix = float(sharded_step_comm_s(layer, 96, t, S, links, 12, bandwidth_messages=4)[0])
     assert by_matrix < 0.85 * even
     assert by_matrix > float(sharded_step_comm_s(layer, 96, t, S, links, 4)[0])  # 8 more latency-only gathers
-    assert float(sharded_step_comm_s(layer, 96, t, S, links, 5, 4)[0]) < by_matrix
+    assert float(sharded_step_comm_s(layer, 96, t, S, links, 5, bandwidth_messages=4)[0]) < by_matrix
 
 
 def test_a_measured_run_predicted_not_to_fit_is_a_failure_but_still_costed():
