@@ -20,6 +20,7 @@ from planner_service.exporters.common import (
     Artifact,
     LaunchParams,
     launch_params,
+    launch_params_from,
     rankmap_dict,
     rankmap_json,
 )
@@ -83,4 +84,4 @@ def render(plan: Mapping[str, Any], target: str, params: LaunchParams | None = N
     return TARGETS[target](view, params)
 
 
-__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "launch_params", "plan_view", "render"]
+__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "launch_params", "launch_params_from", "plan_view", "render"]
