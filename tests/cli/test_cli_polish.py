@@ -107,3 +107,25 @@ def test_plan_and_estimate_json_are_the_http_objects(cli, make_client, tmp_path)
     line = json.loads(CliRunner().invoke(cli, ["estimate", "--batch", str(tmp_path / "est.jsonl"), "--json"]).stdout.splitlines()[0])
     http = client.post("/v1/estimate", json=est).json()
     assert set(one) == set(http) == set(line)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["plan", "/nonexistent/req.json"], 2),  # unreadable file: bad input
+        (["estimate", "{bad}"], 2),  # a request with a bad field (written by the test)
+        (["plan", "{bad}", "--json"], 2),
+        (["launch", "{plan}", "--target", "no-such-target"], 2),
+        (["launch", "abc", "--target", "torchrun", "--server", "http://127.0.0.1:9"], 1),  # server unreachable: a run-time failure
+        (["cluster", "import", "--format", "nvidia-smi", "/nonexistent/node.csv"], 2),
+    ],
+)
+def test_exit_codes_as_documented(cli, tmp_path, args, code):
+    """README: 0 success, 2 bad input (the message names the field), 1 other failures."""
+    import json
+
+    (tmp_path / "bad.json").write_text(json.dumps({"model": {"preset": "no-such-model"}, "training": {}, "cluster": {}}))
+    (tmp_path / "plan.json").write_text(json.dumps({"best": None}))
+    args = [a.replace("{bad}", str(tmp_path / "bad.json")).replace("{plan}", str(tmp_path / "plan.json")) for a in args]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == code, res.output
