@@ -128,7 +128,10 @@ def time_replan(repeats: int) -> dict:
 
     body = {k: v for k, v in CASES["llama3-70b on 128x8 H100"].items() if k != "target_s"}
     with tempfile.TemporaryDirectory() as d:
-        app = create_app(ServiceSettings(database_url=f"sqlite:///{d}/bench.db", auto_migrate=True), start_worker=False)
+        # In-process and loopback only: no keys, the TestClient's Host allowed, no rate limit.
+        settings = ServiceSettings(database_url=f"sqlite:///{d}/bench.db", auto_migrate=True, auth="disabled",
+                                   allowed_hosts="testserver", rate_limit="")
+        app = create_app(settings, start_worker=False)
         with TestClient(app) as client:
             parent = client.post("/v1/plans", json=body).json()
             hosts = sorted({r["host"] for r in parent["best"]["ranks"]})

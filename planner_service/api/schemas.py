@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner_service.exporters import TARGETS
+
 EXAMPLE_CLUSTER: dict[str, Any] = {
     "name": "dgx-a100",
     "node_groups": [
@@ -338,6 +340,24 @@ class Job(_Open):
     started_at: str | None
     finished_at: str | None
     links: dict[str, str] = Field(description="self, and plan once there is one")
+
+
+class LaunchQuery(BaseModel):
+    """The query of ``GET /v1/plans/{id}/launch``: the target, the output format and the launch
+    parameters (``exporters.LaunchParams``), as one request object."""
+
+    target: str = Field(description="One of: " + ", ".join(TARGETS))
+    image: str | None = Field(default=None, description="Container image (Kubernetes targets)")
+    command: str | None = Field(default=None, description="Training entry point and arguments (default per target)")
+    job_name: str | None = Field(default=None, description="Job name (DNS-1123 label)")
+    namespace: str = Field(default="default", description="Kubernetes namespace")
+    queue: str | None = Field(default=None, description="Slurm partition / Volcano or Kueue queue")
+    env: list[str] | None = Field(default=None, description="Extra environment, KEY=VALUE (repeatable)")
+    smoke_test: bool = Field(default=False, description="Run an NCCL all-reduce smoke test before training")
+    nccl_debug: str = Field(default="WARN", description="NCCL_DEBUG level")
+    master_port: int = Field(default=29500, ge=1, le=65534)
+    format: str = Field(default="json", description="json (all files) or raw (one file as text)")
+    file: str | None = Field(default=None, description="With format=raw: which file (default: the primary)")
 
 
 class LaunchArtifacts(_Open):

@@ -11,7 +11,7 @@ import typer
 
 from cost_model.errors import InvalidInput, PlannerError
 from planner_service.cli.common import err_console, fail, read_json_file
-from planner_service.exporters import TARGETS, launch_params, render
+from planner_service.exporters import TARGETS, launch_params_from, render
 from planner_service.exporters.preflight import preflight_warnings
 from planner_service.storage.errors import NotFound
 
@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print {target, primary, files, notes, warnings} as JSON"),
     ) -> None:
         """Render the launch artifacts of a plan: every rank on the plan's host and GPU."""
+        options = dict(locals())  # the whole request: launch_params_from takes its launch fields
         try:
             path = Path(plan)
             if path.is_file():
@@ -78,18 +79,7 @@ def register(app: typer.Typer) -> None:
                 plan_dict = _fetch_plan(plan, url)
             if not isinstance(plan_dict, dict):
                 raise InvalidInput("must be a plan JSON object", field="plan")
-            params = launch_params(
-                image=image,
-                command=command,
-                job_name=job_name,
-                namespace=namespace,
-                queue=queue,
-                env=env,
-                smoke_test=smoke_test,
-                master_port=master_port,
-                nccl_debug=nccl_debug,
-            )
-            artifact = render(plan_dict, target, params)
+            artifact = render(plan_dict, target, launch_params_from(options))
             warnings = preflight_warnings(plan_dict)
         except PlannerError as exc:
             fail(exc, as_json)

@@ -30,14 +30,18 @@ from planner_service.cli.common import (
     run_batch,
 )
 from planner_service.cli.progress import batch_progress
-from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner import PlanResult, SolverSettings, plan
 from planner_service.planner.request import parse_plan_request
 
 
 def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict | None = None) -> tuple[PlanResult, dict]:
-    """The result and its plan JSON, with the preflight warnings the plan service adds too."""
+    """The result and its plan JSON — the object ``POST /v1/plans`` returns (``id``,
+    ``revision`` and ``created_at`` null: nothing is stored), preflight warnings included."""
+    from planner_service.service.identity import canonical_request, request_hash
+    from planner_service.service.plans import PreparedRequest, plan_row, unstored_plan_to_api
+
     req = parse_plan_request(body)
+    canonical = canonical_request(body, req)
     if profile is not None:
         from dataclasses import replace
 
@@ -45,12 +49,8 @@ def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict
 
         req = replace(req, cluster=apply_profile_to_cluster(req.cluster, profile))
     result = plan(req, settings, progress=progress)
-    d = result.to_dict()
-    d["warnings"] = [*d["warnings"], *candidate_warnings(req.cluster, d["best"])]
-    # What the plan was searched for (as a stored plan carries it): ``planner launch`` checks
-    # the target's framework against ``training.framework``.
-    d["training"] = req.training.to_dict()
-    return result, d
+    prepared = PreparedRequest(request=req, canonical=canonical, request_hash=request_hash(canonical))
+    return result, unstored_plan_to_api(plan_row(prepared, req, result, settings.time_limit_s))
 
 
 def with_onnx(body: dict, onnx_path: Path) -> dict:
@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
         request: Annotated[Path | None, typer.Argument(metavar="FILE", show_default=False, help="Plan request JSON: {model, training, cluster, constraints?, objective?, top_k?}.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON (the object POST /v1/plans returns; id and created_at null).")] = False,
         batch: BatchFileOption = None,
         onnx: Annotated[Path | None, typer.Option("--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster.")] = None,
         time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Search budget in deterministic seconds (solver work, not the clock: the same plan on any host).")] = 2.0,

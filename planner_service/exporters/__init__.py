@@ -20,6 +20,7 @@ from planner_service.exporters.common import (
     Artifact,
     LaunchParams,
     launch_params,
+    launch_params_from,
     rankmap_dict,
     rankmap_json,
 )
@@ -120,4 +121,5 @@ def render(plan: Mapping[str, Any], target: str, params: LaunchParams | None = N
     return TARGETS[target](view, params)
 
 
-__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "TARGET_FRAMEWORKS", "check_target_framework", "launch_params", "plan_view", "render"]
+__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "TARGET_FRAMEWORKS", "check_target_framework", "launch_params",
+           "launch_params_from", "plan_view", "render"]

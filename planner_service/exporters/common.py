@@ -7,7 +7,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from cost_model.errors import InvalidInput
@@ -99,6 +99,14 @@ class LaunchParams:
         if not self.image:
             raise InvalidInput(f"is required for target {target}", field="image")
         return self.image
+
+
+def launch_params_from(options: Mapping[str, Any]) -> LaunchParams:
+    """The launch parameters among ``options`` (a request's query, a command's options): the
+    entries named like a :class:`LaunchParams` field, everything else ignored — so the route
+    and ``planner launch`` hand over their whole request instead of repeating each field."""
+    names = {f.name for f in fields(LaunchParams)}
+    return launch_params(**{name: value for name, value in options.items() if name in names})
 
 
 def launch_params(*, env: list[str] | None = None, **options: Any) -> LaunchParams:

@@ -143,14 +143,28 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
 def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, Any]:
     """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
     hash (``superseded_by`` names it when it is another, newer one)."""
+    out = _plan_json(p, plan_id=p.id, revision=p.revision, created_at=p.to_dict()["created_at"])
+    out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
+    return out
+
+
+def unstored_plan_to_api(p: NewPlan) -> dict[str, Any]:
+    """The same plan JSON for a plan that was not stored (``planner plan --json``): ``id``,
+    ``revision`` and ``created_at`` are null, everything else as ``POST /v1/plans`` returns it."""
+    out = _plan_json(p, plan_id=None, revision=None, created_at=None)
+    out["superseded_by"] = None
+    return out
+
+
+def _plan_json(p: StoredPlan | NewPlan, *, plan_id: str | None, revision: int | None, created_at: str | None) -> dict[str, Any]:
     r = p.result
     q = p.request
     out = {
-        "id": p.id,
+        "id": plan_id,
         "status": p.status,
         "request_hash": p.request_hash,
-        "revision": p.revision,
-        "created_at": p.to_dict()["created_at"],
+        "revision": revision,
+        "created_at": created_at,
         "parent_id": p.parent_id,
         "model": {"name": p.model_name, "params": p.model_params, **(r.get("model_summary") or {}), "spec": q.get("model")},
         "cluster": q.get("cluster"),
@@ -175,7 +189,6 @@ def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, An
         "observed": None,  # GET /v1/plans/{id} fills it from the plan's observed runs
     }
     out["supersedes"] = r.get("supersedes")
-    out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
     if "diff" in r:
         out["diff"] = r["diff"]
     return out
@@ -204,6 +217,41 @@ def _default_search_size(req: PlanRequest) -> int | None:
     except Exception:  # noqa: BLE001 - a failing estimate must not fail the request
         log.warning("search_size failed; planning synchronously", exc_info=True)
         return None
+
+
+def plan_row(
+    prepared: PreparedRequest, req: PlanRequest, result: PlanResult, budget_s: float, parent: StoredPlan | None = None
+) -> NewPlan:
+    """The row to store for ``result``, the planner's answer to ``req`` (``prepared``'s request,
+    with a replan's larger top_k): the stored plan JSON, with the preflight warnings over the
+    candidate kept as best, the model summary and the budget the search ran under."""
+    canonical = prepared.canonical
+    stored_result, chosen = PlanService._stored_result(result, canonical, req, parent)
+    # Preflight (mixed versions or devices inside a group) over the ranks of the candidate kept as best.
+    stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, stored_result["best"])]
+    PlanService._record_calibration(stored_result, prepared, chosen)
+    pred = chosen.prediction
+    model: ModelSpec = req.model
+    stored_result["model_summary"] = _model_summary(model)
+    # The budget it ran under: a larger one may replace a plan not proved optimal.
+    stored_result["search"] = {**(stored_result.get("search") or {}), "budget_s": budget_s}
+    return NewPlan(
+        request_hash=prepared.request_hash,
+        status=plan_status(result.search.get("solver_status")),
+        objective=req.objective,
+        model_name=model.name or "model",
+        model_params=int(model.total_params()),
+        cluster_name=req.cluster.name,
+        device_types=chosen.device_types,
+        num_devices=pred.num_devices,
+        step_time_s=float(pred.step_time_s),
+        tokens_per_s=float(pred.tokens_per_s),
+        mfu=float(pred.mfu),
+        strategy=stored_result["best"]["strategy"],
+        request=canonical,
+        result=stored_result,
+        parent_id=parent.id if parent is not None else None,
+    )
 
 
 class PlanService:
@@ -318,38 +366,13 @@ class PlanService:
         """Plan ``prepared`` and build the row to store.  With ``parent`` (a replan) the planner
         is asked for more alternatives and the most stable near-best candidate is kept, with a
         diff against the parent.  The preflight check runs over the candidate kept as best."""
-        req, canonical = prepared.request, prepared.canonical
+        req = prepared.request
         if parent is not None:
             req = replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
         result = self._run_planner(req, progress, should_cancel)
         if should_cancel is not None and should_cancel():
             raise JobCancelled()
-        stored_result, chosen = self._stored_result(result, canonical, req, parent)
-        # Preflight (mixed versions or devices inside a group) over the ranks of the candidate kept as best.
-        stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, stored_result["best"])]
-        self._record_calibration(stored_result, prepared, chosen)
-        pred = chosen.prediction
-        model: ModelSpec = req.model
-        stored_result["model_summary"] = _model_summary(model)
-        # The budget it ran under: a larger one may replace a plan not proved optimal.
-        stored_result["search"] = {**(stored_result.get("search") or {}), "budget_s": self.solver_settings().time_limit_s}
-        return NewPlan(
-            request_hash=prepared.request_hash,
-            status=plan_status(result.search.get("solver_status")),
-            objective=req.objective,
-            model_name=model.name or "model",
-            model_params=int(model.total_params()),
-            cluster_name=req.cluster.name,
-            device_types=chosen.device_types,
-            num_devices=pred.num_devices,
-            step_time_s=float(pred.step_time_s),
-            tokens_per_s=float(pred.tokens_per_s),
-            mfu=float(pred.mfu),
-            strategy=stored_result["best"]["strategy"],
-            request=canonical,
-            result=stored_result,
-            parent_id=parent.id if parent is not None else None,
-        )
+        return plan_row(prepared, req, result, self.solver_settings().time_limit_s, parent)
 
     @staticmethod
     def _record_calibration(stored: dict[str, Any], prepared: PreparedRequest, chosen: Evaluated) -> None:
@@ -496,7 +519,9 @@ __all__ = [
     "choose_stable",
     "plan_diff",
     "plan_status",
+    "plan_row",
     "plan_to_api",
+    "unstored_plan_to_api",
     "ranks_moved",
     "request_hash",
     "to_json_safe",

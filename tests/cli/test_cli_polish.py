@@ -70,3 +70,62 @@ def test_launch_by_id_without_a_server_says_how(cli, monkeypatch):
     res = CliRunner().invoke(cli, ["launch", "0b6c3f0e-1111-2222-3333-444455556666", "--target", "torchrun"])
     assert res.exit_code == 2
     assert "PLANNER_SERVER_URL" in res.output and "--server" in res.output
+
+
+def _shape(value):
+    """Keys all the way down (lists by their first item): the object's shape, not its values."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    return type(value).__name__ if value is not None else None
+
+
+def test_plan_and_estimate_json_are_the_http_objects(cli, make_client, tmp_path):
+    import json
+
+    from helpers.requests import small_request
+
+    body = small_request()
+    (tmp_path / "req.json").write_text(json.dumps(body))
+    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "req.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    client = make_client(start_worker=False)
+    posted = client.post("/v1/plans", json=body).json()
+    assert set(printed) == set(posted)
+    assert printed["id"] is None and printed["request_hash"] == posted["request_hash"]
+    for key in ("best", "summary", "model", "search"):
+        assert set(printed[key]) == set(posted[key]), key
+    assert printed["best"]["strategy"] == posted["best"]["strategy"]
+
+    est = {"model": body["model"], "training": body["training"], "cluster": body["cluster"],
+           "strategy": {"dp": 1, "tp": 1, "pp": 1, "micro_batch_size": 1}}
+    (tmp_path / "est.json").write_text(json.dumps(est))
+    (tmp_path / "est.jsonl").write_text(json.dumps(est) + "\n")
+    one = json.loads(CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"]).stdout)
+    line = json.loads(CliRunner().invoke(cli, ["estimate", "--batch", str(tmp_path / "est.jsonl"), "--json"]).stdout.splitlines()[0])
+    http = client.post("/v1/estimate", json=est).json()
+    assert set(one) == set(http) == set(line)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["plan", "/nonexistent/req.json"], 2),  # unreadable file: bad input
+        (["estimate", "{bad}"], 2),  # a request with a bad field (written by the test)
+        (["plan", "{bad}", "--json"], 2),
+        (["launch", "{plan}", "--target", "no-such-target"], 2),
+        (["launch", "abc", "--target", "torchrun", "--server", "http://127.0.0.1:9"], 1),  # server unreachable: a run-time failure
+        (["cluster", "import", "--format", "nvidia-smi", "/nonexistent/node.csv"], 2),
+    ],
+)
+def test_exit_codes_as_documented(cli, tmp_path, args, code):
+    """README: 0 success, 2 bad input (the message names the field), 1 other failures."""
+    import json
+
+    (tmp_path / "bad.json").write_text(json.dumps({"model": {"preset": "no-such-model"}, "training": {}, "cluster": {}}))
+    (tmp_path / "plan.json").write_text(json.dumps({"best": None}))
+    args = [a.replace("{bad}", str(tmp_path / "bad.json")).replace("{plan}", str(tmp_path / "plan.json")) for a in args]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == code, res.output

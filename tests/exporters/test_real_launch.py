@@ -1,7 +1,9 @@
-"""The torchrun and paddle.distributed.launch commands of a real plan, launched for real on
-this host (2 processes, CPU): each process reports its RANK, LOCAL_RANK, host and the GPU it
-would use, and that must be the plan's rank map.  Skips where the launcher is not installed
-(.ci/run installs torch and paddlepaddle best effort)."""
+"""The torchrun and paddle.distributed.launch commands and the Slurm batch script of a real
+plan, launched for real on this host (2 processes, CPU; Slurm: a single-node slurmctld + slurmd
++ munge, ``helpers/slurm_cluster.py``): each process reports its RANK, LOCAL_RANK, host and the
+GPU it would use, and that must be the plan's rank map.  Skips, with the reason, where the
+launcher or Slurm is not installed (.ci/run installs torch, paddlepaddle and slurm-wlm best
+effort)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ visible = env.get("CUDA_VISIBLE_DEVICES")
 devices = (visible or env.get("PLAN_DEVICES", "")).split(",")
 rec = {"rank": rank, "local_rank": local, "world": world, "host": env.get("PLAN_NODE_NAME") or socket.gethostname(),
        "gpu": int(devices[local])}
+if "SLURM_JOB_ID" in env:
+    rec["slurm_job_id"] = env["SLURM_JOB_ID"]
 with open(os.path.join(env["REPORT_DIR"], f"report-rank{rank}.json"), "w") as fh:
     json.dump(rec, fh)
 '''
@@ -88,4 +92,35 @@ def test_paddle_launch_command_runs_and_ranks_land_as_planned(one_host_plan, tmp
                       "PLAN_DEVICES=" + re.search(r"--devices=(\S+)", text).group(1) + " python -m paddle.distributed.launch"))
 
     got = _launch(one_host_plan, "paddle-launch", tmp_path, on_cpu)
+    assert got == _expected(one_host_plan)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    from helpers import slurm_cluster
+
+    try:
+        cluster = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    except slurm_cluster.Unavailable as exc:
+        pytest.skip(f"no single-node Slurm: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.slow
+def test_sbatch_accepts_and_runs_the_batch_script_with_ranks_as_planned(one_host_plan, slurm, tmp_path):
+    """Real Slurm (slurmctld + slurmd + munge on this host): ``sbatch --wait`` takes the generated
+    job.sbatch, its srun step runs torchrun, and every rank reports the plan's place."""
+    pytest.importorskip("torch.distributed.run", reason="torch is not installed (pip install torch)")
+    art = render(one_host_plan, "slurm", launch_params(command="report.py"))
+    for name, text in art.files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "report.py").write_text(REPORT)
+    env = {**slurm.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "REPORT_DIR": str(tmp_path)}
+    env.pop("PYTHONPATH", None)
+    res = subprocess.run(["sbatch", "--wait", "--parsable", art.primary], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    outputs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.out"))
+    assert res.returncode == 0, res.stdout + res.stderr + outputs + slurm.log()
+    got = sorted((json.loads(p.read_text()) for p in tmp_path.glob("report-rank*.json")), key=lambda r: r["rank"])
+    assert got and all(r.pop("slurm_job_id") == res.stdout.strip().split(";")[0] for r in got)
     assert got == _expected(one_host_plan)

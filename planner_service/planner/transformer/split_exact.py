@@ -261,27 +261,40 @@ def compose_stages(lins: Sequence[StageLinear], pools: Sequence[int]) -> StageLi
     return StageLinear(**cols)
 
 
+def assignment_lower_bound_s(lin: StageLinear, num_layers: int, m: float, vpp: int) -> float:
+    """A lower bound of F over every split of one fixed assignment (s).  Each stage holds
+    n_i ≥ 1 layers with t_i = a_i + b_i·n_i ≤ T, so L = Σ n_i ≤ Σ (T − a_i)/b_i, i.e.
+    T ≥ (L + Σ a_i/b_i) / Σ 1/b_i, and T ≥ a_i + b_i; Σ t_i ≥ Σ a_i + L·min b_i;
+    O ≥ max_i o_i(1); E ≥ 0.  −∞ when a per-layer time is not positive (no bound)."""
+    a, b = lin.time_a, lin.time_b
+    if not (b > 0).all():
+        return -np.inf
+    v = max(int(vpp), 1)
+    T = max(float((num_layers + (a / b).sum()) / (1.0 / b).sum()), float((a + b).max()))
+    sum_t = float(a.sum() + num_layers * b.min())
+    return (m - 1.0 / v) * T + sum_t / v + float((lin.opt_a + np.maximum(lin.opt_b, 0.0)).max())
+
+
 def stage_assignments(stage_caps: Sequence[int], pp: int) -> Iterator[tuple[int, ...]]:
     """Every assignment of ``pp`` stages to pools in which each used pool hosts one contiguous
     block of at most ``stage_caps[p]`` stages (pools in any order): the CP-SAT model's
     feasible x.  A fixed order: by the number of pools used, their order, then block sizes."""
     P = len(stage_caps)
+
+    def blocks(order: tuple[int, ...], left: int) -> Iterator[tuple[int, ...]]:
+        p, rest = order[0], order[1:]
+        if not rest:
+            if 1 <= left <= stage_caps[p]:
+                yield (left,)
+            return
+        for size in range(1, min(stage_caps[p], left - len(rest)) + 1):
+            for tail in blocks(rest, left - size):
+                yield (size, *tail)
+
     for r in range(1, P + 1):
         for order in itertools.permutations(range(P), r):
-            for cuts in itertools.combinations(range(1, pp), r - 1):
-                sizes = np.diff((0, *cuts, pp))
-                if all(sizes[k] <= stage_caps[p] for k, p in enumerate(order)):
-                    yield tuple(p for k, p in enumerate(order) for _ in range(int(sizes[k])))
-
-
-def count_assignments(stage_caps: Sequence[int], pp: int, limit: int) -> int:
-    """How many :func:`stage_assignments` there are, counting stops past ``limit``."""
-    n = 0
-    for _ in stage_assignments(stage_caps, pp):
-        n += 1
-        if n > limit:
-            break
-    return n
+            for sizes in blocks(order, pp):
+                yield tuple(p for p, size in zip(order, sizes, strict=True) for _ in range(size))
 
 
 def multi_pool_split(
@@ -301,15 +314,22 @@ def multi_pool_split(
     the CP-SAT model in ``split_cpsat`` without its integer scaling.  None when nothing fits.
     Raises :class:`SplitBudgetExceeded` past ``max_assignments`` assignments or a split's
     pair budget."""
-    if count_assignments(stage_caps, pp, max_assignments) > max_assignments:
+    every = list(itertools.islice(stage_assignments(stage_caps, pp), max_assignments + 1))
+    if len(every) > max_assignments:
         raise SplitBudgetExceeded(f"more than {max_assignments} stage assignments")
     caps = np.asarray(capacities_bytes, dtype=float)
+    composed = [(pools, compose_stages(lins, pools)) for pools in every]
+    bounds = np.array([assignment_lower_bound_s(lin, num_layers, m, vpp) for _, lin in composed])
     best: MultiPoolSplit | None = None
     pairs = assignments = 0
-    for pools in stage_assignments(stage_caps, pp):
+    # Most promising first (ties in the fixed order), so the incumbent prunes the rest early.
+    for k in np.argsort(bounds, kind="stable"):
+        if best is not None and bounds[k] >= best.objective_s:
+            break
+        pools, lin = composed[int(k)]
         assignments += 1
         cutoff = best.objective_s if best is not None else np.inf
-        res = single_pool_split(compose_stages(lins, pools), caps[list(pools)], num_layers, pp, m, vpp, cutoff_s=cutoff)
+        res = single_pool_split(lin, caps[list(pools)], num_layers, pp, m, vpp, cutoff_s=cutoff)
         if res is None:
             continue
         pairs += res.pairs
