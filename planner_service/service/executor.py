@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import contextvars
 import logging
 import math
 import multiprocessing
@@ -73,6 +74,7 @@ class SearchExecutor:
         self._lock = threading.Lock()
         self._inflight = 0
         self._per_tenant: dict[str, int] = {}
+        self._leaders: dict[str, threading.Event] = {}
         self._pool: cf.Executor | None = None
 
     # ------------------------------------------------------------------ admission
@@ -104,6 +106,29 @@ class SearchExecutor:
                     self._per_tenant[tenant] = left
                 else:
                     del self._per_tenant[tenant]
+
+    @contextlib.contextmanager
+    def coalesce(self, key: str, wait_s: float) -> Iterator[bool]:
+        """Single flight: the first caller with ``key`` (a tenant's request hash) gets True and
+        runs the search; a caller arriving while it runs waits for it (at most ``wait_s``), gets
+        False, and looks for the stored plan instead of searching again — identical concurrent
+        requests take one search slot, not one each."""
+        with self._lock:
+            event = self._leaders.get(key)
+            leader = event is None
+            if leader:
+                event = self._leaders[key] = threading.Event()
+        assert event is not None
+        if not leader:
+            event.wait(wait_s)
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with self._lock:
+                del self._leaders[key]
+            event.set()
 
     def inflight(self) -> int:
         with self._lock:
@@ -138,7 +163,8 @@ class SearchExecutor:
         else:
             if fn is None:
                 from planner_service.planner import plan as fn
-            future = pool.submit(fn, request, settings, progress=progress, should_cancel=should_cancel)
+            # the request's context (its request id) goes with the search
+            future = pool.submit(contextvars.copy_context().run, fn, request, settings, progress=progress, should_cancel=should_cancel)
         try:
             result = self._wait(future, should_cancel)
         except BrokenProcessPool:

@@ -397,8 +397,19 @@ class PlanService:
                 if active is not None:
                     return Outcome("job", job=active)
             return Outcome("job", job=self._enqueue("plan", prepared, options.force, None, options.callback_url))
+        if self.executor is None or options.force:
+            return self._plan_and_store(prepared, options.force)
+        # identical concurrent requests of a tenant: one searches, the others get its plan
+        with self.executor.coalesce(f"{self.repo.owner}:{h}", wait_s=10 * self.settings.solver_time_limit_s + 30) as leader:
+            if not leader:
+                existing = self.repo.find_plan_by_hash(h)
+                if existing is not None:
+                    return Outcome("existing", plan=existing)
+            return self._plan_and_store(prepared, options.force)
+
+    def _plan_and_store(self, prepared: PreparedRequest, force: bool) -> Outcome:
         new = self._compute_now(prepared)
-        stored, created = self.repo.insert_plan(new, force=options.force)
+        stored, created = self.repo.insert_plan(new, force=force)
         return Outcome("created" if created else "existing", plan=stored)
 
     def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None) -> Outcome:
