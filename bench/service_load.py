@@ -241,7 +241,9 @@ def bench_database(kind: str, args: argparse.Namespace) -> dict:
         url = PG_URL_TEMPLATE.format(db=pg_db)
         subprocess.run([sys.executable, "-m", "planner_service.cli.main", "db", "upgrade", "--database-url", url], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
-    server = Server(url, args.solver_time_limit_s, args.server_workers)
+    # throughput, not quotas, is measured here: 16 clients may all search at once
+    server = Server(url, args.solver_time_limit_s, args.server_workers, PLANNER_TENANT_MAX_CONCURRENT_SEARCHES="64",
+                    PLANNER_SEARCH_MAX_INFLIGHT="64")
     try:
         t0 = time.monotonic()
         seeded = asyncio.run(seed(server.base, args.seed_plans, tag))

@@ -46,7 +46,8 @@ def _parse_dims(dims: str | None) -> dict[str, int] | None:
     responses={
         201: {"description": "Stored: id, name, format and a summary (operators, parameters)"},
         413: {"model": ErrorBody, "description": "Upload larger than the body limit"},
-        503: {"model": ErrorBody, "description": "Too many uploads at once (PLANNER_MAX_CONCURRENT_UPLOADS); retry after Retry-After seconds"},
+        503: {"model": ErrorBody, "description": "Too many uploads at once (PLANNER_MAX_CONCURRENT_UPLOADS); retry after Retry-After seconds",
+              "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
         422: {"model": ErrorBody, "description": "Not an ONNX model, unsupported operators (listed), bad shapes, too many nodes"},
     },
 )
