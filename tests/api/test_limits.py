@@ -235,3 +235,19 @@ def test_the_process_pool_plans_like_the_planner_and_admits_per_tenant():
             executor.run(lambda *a, **k: None, req, settings)
     finally:
         executor.shutdown()
+
+
+def test_database_errors_never_carry_the_statement_parameters(db_url):
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from planner_service.storage.db import make_engine
+
+    engine = make_engine(db_url)
+    try:
+        assert engine.hide_parameters
+        with pytest.raises(DBAPIError) as err, engine.connect() as conn:
+            conn.execute(text("SELECT * FROM no_such_table WHERE name = :name"), {"name": "secret-value"})
+        assert "secret-value" not in str(err.value) and "parameters hidden" in str(err.value)
+    finally:
+        engine.dispose()

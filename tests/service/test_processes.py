@@ -8,6 +8,7 @@ workers' jobs belong to two tenants."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -51,13 +52,14 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, db_url: str, log: Path, tenant: str = "team-a", **env: str) -> None:
+    def __init__(self, db_url: str, log: Path, tenant: str = "team-a", log_args: tuple[str, ...] = ("--no-access-log", "--log-level", "warning"),
+                 **env: str) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._fh = open(log, "ab")  # noqa: SIM115 - the server's log for its lifetime, closed in stop()
         self.proc = subprocess.Popen(
-            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log", "--log-level", "warning"],
+            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), *log_args],
             env=_env(db_url, **env),
             stdout=self._fh,
             stderr=subprocess.STDOUT,
@@ -200,6 +202,25 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_plan_and_no_partial_rows(db
             again = c.post("/v1/plans", json=body)
             assert again.status_code == 200 and again.json()["id"] == plan_id
     assert len(_plan_rows(db_url)) == len(rows)
+
+
+def test_log_lines_are_json_with_the_request_id_and_no_request_values(db_url, tmp_path):
+    log = tmp_path / "server.log"
+    server = Server(db_url, log, log_args=("--log-level", "info"))
+    try:
+        with httpx.Client(base_url=server.base, timeout=60, headers=server.headers) as c:
+            r = c.get("/v1/plans?model=secret-model-name", headers={"X-Request-ID": "trace-77"})
+            assert r.status_code == 200 and r.headers["X-Request-ID"] == "trace-77"
+            bad = c.post("/v1/plans", json=small_request(cluster={"name": "x\u0000secret", "node_groups": []}))
+            assert bad.status_code == 422 and len(bad.headers["X-Request-ID"]) == 32
+    finally:
+        server.stop()
+    lines = [json.loads(ln) for ln in log.read_text().splitlines() if ln.startswith("{")]
+    assert lines and all({"ts", "level", "logger", "message", "request_id"} <= set(x) for x in lines)
+    access = [x for x in lines if x["request_id"] == "trace-77"]
+    assert access and "GET /v1/plans?model=secret-model-name" in access[0]["message"]
+    assert not [x for x in lines if x["level"] in ("error", "critical")]
+    assert "secret\\u0000" not in log.read_text() and "x\x00secret" not in log.read_text()
 
 
 def _start_worker(db_url: str, log: Path, name: str) -> tuple[subprocess.Popen, Path]:
