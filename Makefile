@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench bench-report clean
+.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench bench-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,10 +42,16 @@ bench-cpu: $(STAMP)
 bench-graph: $(STAMP)
 	$(BIN)/python bench/graph_bench.py
 
+bench-repro: $(STAMP)
+	$(BIN)/python bench/reproducibility.py
+
+bench-physics: $(STAMP)
+	$(BIN)/python bench/physics_cases.py
+
 bench-report: $(STAMP)
 	$(BIN)/python bench/report.py
 
-bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-report
+bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench-report
 
 clean:
 	rm -rf $(VENV) *.egg-info planner.db

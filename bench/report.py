@@ -193,7 +193,26 @@ def graph() -> str | None:
     return "\n".join(out)
 
 
-SECTIONS = {"fidelity": fidelity, "plan": plan, "service_check": service_check, "service": service, "cpu": cpu, "graph": graph}
+def reproducibility() -> str | None:
+    d = _load("reproducibility.json")
+    if not d:
+        return None
+    out = [
+        "| README example | runs | distinct plans | solver | search work (deterministic s) | search wall time (min–max) |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for c in d["cases"]:
+        work = ", ".join(f"{w:.2f}" for w in c["search_work_s"]) or "—"
+        out.append(f"| `{c['command']}` | {c['runs']} | {c['distinct_plans']} | {', '.join(c['solver_status'])} | {work} | "
+                   f"{c['search_wall_time_s_min']:.2f}–{c['search_wall_time_s_max']:.2f} s |")
+    out.append("")
+    out.append(f"Each run a fresh process; every other run shares the {d['host_cpus']}-core host with a busy process, so the "
+               "clock differs while the work does not. A plan is compared byte for byte as `--json` prints it, less "
+               "`search.wall_time_s`. Run: `make bench-repro`.")
+    return "\n".join(out)
+
+
+SECTIONS = {"fidelity": fidelity, "plan": plan, "service_check": service_check, "service": service, "cpu": cpu, "graph": graph, "reproducibility": reproducibility}
 
 
 def main() -> int:

@@ -250,5 +250,7 @@ def estimate(
         bottleneck=bottleneck,
         profile_ids=profile_ids,
         warnings=tuple(warnings),
+        model_params=float(model.total_params()),
+        active_params=float(model.active_params()),
         **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results)),
     )

@@ -91,6 +91,8 @@ class Estimate:
     peak_memory_GB_p10: float | None = None
     peak_memory_GB_p90: float | None = None
     interval_regime: str | None = None
+    model_params: float | None = None
+    active_params: float | None = None  # parameters one token uses (MoE: top-k experts); = model_params when dense
 
     @property
     def memory_breakdown_GB(self) -> tuple[dict[str, float], ...]:
@@ -127,4 +129,5 @@ class Estimate:
             "bottleneck": self.bottleneck,
             "profile_ids": list(self.profile_ids),
             "warnings": list(self.warnings),
+            **({"model_params": self.model_params, "active_params": self.active_params} if self.model_params is not None else {}),
         }

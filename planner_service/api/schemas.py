@@ -201,6 +201,8 @@ class Prediction(_Open):
     stages: list[StageEstimate]
     num_devices: int
     warnings: list[str]
+    model_params: float | None = Field(default=None, description="Parameters of the model")
+    active_params: float | None = Field(default=None, description="Parameters one token uses (MoE: the top-k routed experts); equals model_params for dense models")
 
 
 class RankEntry(_Open):
@@ -281,6 +283,8 @@ class Plan(_Open):
     explanation: dict[str, Any] | None
     warnings: list[str]
     diff: dict[str, Any] | None = Field(default=None, description="Replans only: what changed against the parent plan")
+    supersedes: str | None = Field(default=None, description="The earlier plan of the same request this one replaces (force, or a larger budget than a plan not proved optimal had)")
+    superseded_by: str | None = Field(default=None, description="GET only: a newer plan of the same request (forced, or planned under a larger budget) when there is one")
 
 
 class PlanListItem(_Open):

@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
         batch: BatchFileOption = None,
         onnx: Annotated[Path | None, typer.Option("--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster.")] = None,
-        time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Solver time budget in seconds.")] = 2.0,
+        time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Search budget in deterministic seconds (solver work, not the clock: the same plan on any host).")] = 2.0,
         profile: ProfileFileOption = None,
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""

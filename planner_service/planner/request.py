@@ -197,8 +197,6 @@ class SolverSettings:
     time_limit_s: float = 2.0
     num_workers: int = 2
     max_refinements: int = 200
-    #: Operator graphs run a CP-SAT model over every (coarsened) op: their own, larger budget.
-    graph_time_limit_s: float = 30.0
 
 
 class SearchCancelled(PlannerError):

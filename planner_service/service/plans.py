@@ -132,8 +132,9 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
     return out
 
 
-def plan_to_api(p: StoredPlan) -> dict[str, Any]:
-    """The plan JSON of contract v1."""
+def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, Any]:
+    """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
+    hash (``superseded_by`` names it when it is another, newer one)."""
     r = p.result
     q = p.request
     out = {
@@ -163,6 +164,8 @@ def plan_to_api(p: StoredPlan) -> dict[str, Any]:
         "explanation": r.get("explanation"),
         "warnings": r.get("warnings", []),
     }
+    out["supersedes"] = r.get("supersedes")
+    out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
     if "diff" in r:
         out["diff"] = r["diff"]
     return out
@@ -316,6 +319,8 @@ class PlanService:
         pred = chosen.prediction
         model: ModelSpec = req.model
         stored_result["model_summary"] = _model_summary(model)
+        # The budget it ran under: a larger one may replace a plan not proved optimal.
+        stored_result["search"] = {**(stored_result.get("search") or {}), "budget_s": self.solver_settings().time_limit_s}
         return NewPlan(
             request_hash=prepared.request_hash,
             status=plan_status(result.search.get("solver_status")),
@@ -387,30 +392,46 @@ class PlanService:
         """POST /v1/plans: the stored plan of an identical request, a job, or a new plan."""
         options = options or RunOptions()
         h = prepared.request_hash
-        if not options.force:
-            existing = self.repo.find_plan_by_hash(h)
-            if existing is not None:
-                return Outcome("existing", plan=existing)
+        existing = self.repo.find_plan_by_hash(h)
+        # ``force``, or a stored plan not proved optimal under a smaller budget than this
+        # service's: plan again and store a new revision that links to the one it supersedes.
+        force = options.force or (existing is not None and self._can_improve(existing))
+        if not force and existing is not None:
+            return Outcome("existing", plan=existing)
         if self._wants_job(options, prepared.request):
-            if not options.force:
+            if not force:
                 active = self.repo.find_active_job(h)
                 if active is not None:
                     return Outcome("job", job=active)
-            return Outcome("job", job=self._enqueue("plan", prepared, options.force, None, options.callback_url))
-        if self.executor is None or options.force:
-            return self._plan_and_store(prepared, options.force)
+            return Outcome("job", job=self._enqueue("plan", prepared, force, None, options.callback_url))
+        if self.executor is None or force:
+            return self._plan_and_store(prepared, force, existing)
         # identical concurrent requests of a tenant: one searches, the others get its plan
         with self.executor.coalesce(f"{self.repo.owner}:{h}", wait_s=10 * self.settings.solver_time_limit_s + 30) as leader:
             if not leader:
-                existing = self.repo.find_plan_by_hash(h)
-                if existing is not None:
-                    return Outcome("existing", plan=existing)
-            return self._plan_and_store(prepared, options.force)
+                stored = self.repo.find_plan_by_hash(h)
+                if stored is not None:
+                    return Outcome("existing", plan=stored)
+            return self._plan_and_store(prepared, force, existing)
 
-    def _plan_and_store(self, prepared: PreparedRequest, force: bool) -> Outcome:
+    def _plan_and_store(self, prepared: PreparedRequest, force: bool, existing: StoredPlan | None) -> Outcome:
         new = self._compute_now(prepared)
+        if force and existing is not None:
+            new = replace(new, result={**new.result, "supersedes": existing.id})
         stored, created = self.repo.insert_plan(new, force=force)
         return Outcome("created" if created else "existing", plan=stored)
+
+    def _can_improve(self, stored: StoredPlan) -> bool:
+        """A stored plan a new search could beat: not proved optimal, planned under a smaller
+        budget than the one this service runs with now."""
+        if stored.status == "optimal":
+            return False
+        budget = (stored.result.get("search") or {}).get("budget_s")
+        return isinstance(budget, int | float) and budget < self.solver_settings().time_limit_s
+
+    def newest_for(self, p: StoredPlan) -> StoredPlan | None:
+        """The latest plan stored for ``p``'s request hash (``plan_to_api``'s ``newest``)."""
+        return self.repo.find_plan_by_hash(p.request_hash)
 
     def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None) -> Outcome:
         """POST /v1/plans/{id}/replan: the parent's request on a changed cluster."""
@@ -432,7 +453,9 @@ class PlanService:
     def compute_for_job(self, job: StoredJob, progress: ProgressFn | None, should_cancel: CancelFn | None) -> NewPlan:
         parent = self.repo.get_plan(job.parent_id) if job.parent_id else None
         prepared = self.prepare_canonical(job.request, job.request_hash)
-        return self.compute(prepared, parent=parent, progress=progress, should_cancel=should_cancel)
+        new = self.compute(prepared, parent=parent, progress=progress, should_cancel=should_cancel)
+        existing = self.repo.find_plan_by_hash(job.request_hash) if job.force and parent is None else None
+        return replace(new, result={**new.result, "supersedes": existing.id}) if existing is not None else new
 
     # ---------------------------------------------------------------- estimate
     def estimate(self, body: Mapping[str, Any]) -> dict[str, Any]:

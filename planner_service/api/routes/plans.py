@@ -132,9 +132,10 @@ def list_plans(
 
 
 @router.get("/{plan_id}", response_model=Plan, summary="One stored plan", responses={404: {"model": ErrorBody, "description": "No such plan"}})
-def get_plan(plan_id: str, repo: RepoDep) -> JSONResponse:
+def get_plan(plan_id: str, repo: RepoDep, service: ServiceDep) -> JSONResponse:
     # Stored JSON is plain already: JSONResponse skips FastAPI's recursive jsonable_encoder.
-    return JSONResponse(plan_to_api(repo.get_plan(plan_id)))
+    plan = repo.get_plan(plan_id)
+    return JSONResponse(plan_to_api(plan, newest=service.newest_for(plan)))
 
 
 @router.delete(

@@ -41,7 +41,7 @@ from planner_service.planner.transformer.space import (
     enumerate_space,
     strategy_at,
 )
-from planner_service.planner.transformer.split_cpsat import solve_split
+from planner_service.planner.transformer.split_cpsat import WALL_GUARD_FACTOR, solve_split
 from planner_service.planner.transformer.tables import (
     PoolCosts,
     evaluate_even,
@@ -58,6 +58,13 @@ class _Candidate:
     strategy: Strategy
     stage_groups: tuple[str, ...]
     evaluated: Evaluated | None
+    #: The queued refinement (subset id, candidate index) that would optimise this
+    #: candidate's split; None when its split is already the optimal (or a pinned) one.
+    source: tuple[int, int] | None = None
+
+
+#: Deterministic work charged for a refinement that finds no split.
+INFEASIBLE_WORK_S = 1e-3
 
 
 # ---- pools -------------------------------------------------------------------------------------
@@ -155,6 +162,9 @@ class _Search:
         self.candidates: dict[tuple[Any, ...], _Candidate] = {}
         self.closest_shortfall: list[tuple[float, str]] = []
         self.pending: list[_Pending] = []
+        self.queued: dict[tuple[int, int], _Pending] = {}  # pending by (subset id, candidate index)
+        self.refined: set[tuple[int, int]] = set()
+        self.work_s = 0.0  # deterministic work spent by the refinements (s)
         self.best_objective = float(np.inf)  # the incumbent: the best exact objective so far
 
     def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
@@ -168,7 +178,9 @@ class _Search:
         return Evaluated(strategy=strategy, stage_groups=stage_groups, prediction=est,
                          objective=_objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
 
-    def record(self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
+    def record(
+        self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None, source: tuple[int, int] | None = None
+    ) -> None:
         """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
         cost model's step time for this exact split, by the same functions ``estimate`` uses),
         and the candidate is estimated only if it ends up among the answers.  Otherwise it is
@@ -182,7 +194,7 @@ class _Search:
             if ev is None:
                 return
             objective = ev.objective
-        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev)
+        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev, source)
         self.best_objective = min(self.best_objective, objective)
 
     def cost_subset(self, si: int, subset: tuple[int, ...]) -> None:
@@ -251,21 +263,27 @@ class _Search:
                 lps = None
             # A pinned split is not the one the tables costed: estimate it.
             known = None if self.pinned_lps else float(even_objective[j])
-            self.record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known)
+            uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.pinned_lps and bool(feasible[j])
+            self.record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known, (si, j) if uneven else None)
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
             if self.pinned_lps:
                 continue
-            self.pending.append((float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j])))
+            entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
+            self.pending.append(entry)
+            self.queued[(si, int(j))] = entry
 
     def branch_and_bound(self, progress: Callable[[float], None] | None, should_cancel: Callable[[], bool] | None) -> bool:
-        """Refine the queued candidates whose bound beats the incumbent; the solver's time
-        budget starts here (enumeration and costing are bounded by the space size).  True when
-        every candidate was refined or pruned (none left for lack of time)."""
+        """Refine the queued candidates whose bound beats the incumbent; the solver's budget
+        starts here (enumeration and costing are bounded by the space size).  The budget is of
+        deterministic work (``SplitResult.work_s``), not of the clock, so the same request
+        stops at the same point on any host.  True when every candidate was refined or pruned
+        (none left for lack of budget)."""
         settings = self.settings
-        deadline = time.perf_counter() + settings.time_limit_s
+        wall_guard = time.perf_counter() + settings.time_limit_s * WALL_GUARD_FACTOR
         pending = self.pending
         pending.sort(key=lambda x: x[0])
-        for k, (lb, _si, subset, pcs, j, factor_j) in enumerate(pending):
+        for k, entry in enumerate(pending):
+            lb = entry[0]
             if should_cancel and should_cancel():
                 raise SearchCancelled("the job was cancelled")
             if lb >= self.best_objective * (1 - 1e-9):
@@ -273,20 +291,55 @@ class _Search:
                 # candidate from here on is pruned.
                 self.pruned += len(pending) - k
                 break
-            if time.perf_counter() > deadline or self.refinements >= settings.max_refinements:
+            if self.work_s >= settings.time_limit_s or self.refinements >= settings.max_refinements or time.perf_counter() > wall_guard:
                 return False
-            self.refinements += 1
-            res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.headroom, settings, deadline)
-            if res is None:
-                continue
-            strategy, stage_groups, status, split_s = res
-            self.solver_statuses.append(status)
-            # One pool: the split's objective is the cost model's step time (split_exact); several
-            # pools: the CP-SAT objective is scaled to integers, so estimate.
-            self.record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
+            self.refine(entry)
             if progress and pending:
                 progress(0.3 + 0.6 * self.refinements / max(len(pending), 1))
         return True
+
+    def refine(self, entry: _Pending) -> None:
+        """The optimal split of one queued candidate, recorded (and its work counted)."""
+        _lb, si, subset, pcs, j, factor_j = entry
+        self.refinements += 1
+        self.refined.add((si, j))
+        budget_left_s = max(0.0, self.settings.time_limit_s - self.work_s)
+        res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.headroom, self.settings, budget_left_s)
+        self.work_s += res[4] if res is not None else INFEASIBLE_WORK_S
+        if res is None:
+            return
+        strategy, stage_groups, status, split_s, _work, exact = res
+        self.solver_statuses.append(status)
+        # An exact split's objective is the cost model's step time (split_exact, the same
+        # functions estimate uses): the candidate is estimated only if it is among the answers.
+        # CP-SAT's integer-scaled objective, or a multi-pool cost objective: estimate now.
+        if factor_j is not None:
+            known: float | None = split_s * factor_j
+        else:
+            known = split_s if exact and self.request.objective != "cost" else None
+        self.record(strategy, stage_groups, known)
+
+    def refine_answers(self, k: int) -> None:
+        """A candidate is only reported after its own split was optimised: the best and top-k
+        candidates still carrying the even split the tables costed (their uneven split left
+        for lack of budget, or pruned against a bound) are refined now, until the answers are
+        all refined.  At most a few rounds of k + 1 refinements, outside the budget."""
+        for _ in range(3):
+            todo = []
+            seen: set[tuple[Any, ...]] = set()
+            for c in sorted(self.candidates.values(), key=lambda c: c.objective):
+                sh = _shape(c.strategy, c.stage_groups)
+                if sh in seen:
+                    continue
+                seen.add(sh)
+                if c.source is not None and c.source not in self.refined and c.source in self.queued:
+                    todo.append(self.queued[c.source])
+                if len(seen) > k:
+                    break
+            if not todo:
+                return
+            for entry in todo:
+                self.refine(entry)
 
 
 def _dtype_pools(cluster: Cluster, training: Training) -> tuple[list[NodeGroup], list[str]]:
@@ -324,6 +377,7 @@ def search_transformer(
     if progress:
         progress(0.3)
     complete = state.branch_and_bound(progress, should_cancel)
+    state.refine_answers(request.top_k)
 
     if not state.candidates:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall)
@@ -344,6 +398,7 @@ def search_transformer(
         "pruned": state.pruned,
         "refined": state.refinements,
         "solver_status": status,
+        "work_s": round(state.work_s, 4),
         "wall_time_s": round(time.perf_counter() - t0, 4),
     }
     if progress:
@@ -409,9 +464,10 @@ def _refine(
     j: int,
     headroom: float,
     settings: SolverSettings,
-    deadline: float,
-) -> tuple[Strategy, tuple[str, ...], str, float] | None:
-    """Optimal split (and pool assignment) for candidate j with CP-SAT."""
+    budget_left_s: float,
+) -> tuple[Strategy, tuple[str, ...], str, float, float, bool] | None:
+    """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``):
+    (strategy, stage groups, status, step time s, work s, whether the step time is exact)."""
     S = pcs[0].S
     pp = int(S.pp[j])
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
@@ -426,7 +482,7 @@ def _refine(
     hint_pools = _greedy_pools(groups, stage_caps, pp, per_layer_s)
     hint_layers = _proportional_layers(model.num_layers, [per_layer_s[p] for p in hint_pools])
     ref = sum(per_layer_s) / len(lins) * model.num_layers / pp * m + 1e-6
-    remaining = max(0.05, min(settings.time_limit_s / 4, deadline - time.perf_counter()))
+    remaining = max(0.05, min(settings.time_limit_s / 4, budget_left_s))
     res = solve_split(
         lins,
         caps_bytes,
@@ -444,7 +500,7 @@ def _refine(
     if res is None:
         return None
     strategy = strategy_at(S, j, res.layers)
-    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s
+    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s, res.exact
 
 
 def _greedy_pools(groups: list[NodeGroup], stage_caps: list[int], pp: int, per_layer_s: list[float]) -> list[int]:
@@ -486,8 +542,10 @@ def _pick_answers(
     """The best candidate and top-k alternatives that differ from it (and each other) in a
     structural knob, by objective; candidates not yet estimated are estimated here (a
     candidate ``estimate`` rejects is skipped).  Returns (best first, whether the lowest
-    objective found survived its estimate)."""
-    ranked = sorted(candidates, key=lambda c: c.objective)
+    objective found survived its estimate).  Ties in the objective go to the lower peak
+    memory (more headroom), then to the strategy's knobs in a fixed order, never to the order
+    the candidates were found in."""
+    ranked = sorted(candidates, key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
     seen: set[tuple[Any, ...]] = set()
     out: list[Evaluated] = []
     held = True
@@ -503,7 +561,7 @@ def _pick_answers(
         out.append(ev)
         if len(out) > k:
             break
-    out.sort(key=lambda e: e.objective)
+    out.sort(key=lambda e: (e.objective, max(e.prediction.peak_memory_GB, default=0.0), repr(e.strategy.key()), e.stage_groups))
     return out, held
 
 
