@@ -38,7 +38,7 @@ from planner_service.storage.errors import Busy
 log = logging.getLogger("planner.executor")
 
 #: CPU priority (``nice`` increment) of search processes: request handling comes first.
-SEARCH_NICE = 10
+SEARCH_NICE = 19
 _POLL_S = 0.1
 
 
