@@ -92,6 +92,11 @@ def service() -> str | None:
                 "| probe | idle p99 ms | flood p99 ms | ratio (goal ≤ 5×) |", "|---|---:|---:|---:|"]
         for k, label in (("healthz", "`GET /healthz`"), ("get_plan", "`GET /v1/plans/{id}`")):
             out.append(f"| {label} | {fl['idle'][k]['p99_ms']:.1f} | {fl['flood'][k]['p99_ms']:.1f} | {fl['p99_ratio'][k]:.1f}× |")
+        earlier = fl.get("earlier_runs") or []
+        if earlier:
+            out += ["", "Earlier runs on the same shared machine, searches at a higher priority: " + "; ".join(
+                f"nice {r['search_nice']}: {r['p99_ratio']['healthz']:.1f}× / {r['p99_ratio']['get_plan']:.1f}×" for r in earlier)
+                + " (the ratio moves with the other jobs' load; the searches now run at nice 19)."]
     up = d.get("upload_memory")
     if up:
         out += ["", f"Upload memory: {up['uploads']} concurrent uploads of a {up['file_bytes'] / 1e6:.0f} MB ONNX file (weights in the file): "
