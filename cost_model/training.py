@@ -123,27 +123,18 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not 1.0 <= val <= 64.0:
             raise InvalidTraining(f"must be a number from 1 to 64 (times the mean expert load), got {val!r}", field=f"{field_path}.moe_capacity_factor")
         out["moe_capacity_factor"] = float(val)
+    from cost_model.frameworks import dtype_rule_violation
+
+    why = dtype_rule_violation(out.get("framework", "megatron-core"), out.get("dtype", "bf16"))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.dtype")
     return Training(**out)
 
 
 def framework_rule_violation(framework: str, *, pp: int, vpp: int, cp: int, zero_stage: int, tp: int) -> tuple[str, str] | None:
-    """(field, reason) when ``framework`` cannot run the layout, else None.
+    """(``strategy.<field>``, reason) when ``framework`` cannot run the layout, else None — the
+    rule tables of :mod:`cost_model.frameworks` (kept for callers of the older signature)."""
+    from cost_model.frameworks import layout_rule_violation
 
-    * DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``) runs plain 1F1B: no
-      interleaved stages (DeepSpeed ``PipelineModule`` has no virtual stages) and no context
-      parallelism (Megatron-DeepSpeed predates Megatron-Core's CP); ``deepspeed`` alone has no
-      tensor parallelism either.
-    * ``fsdp`` shards parameters (ZeRO-3 semantics) or gradients/optimizer (ZeRO-2); stage 1
-      alone does not exist in FSDP (``ShardingStrategy``: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD,
-      HYBRID_SHARD), but NO_SHARD (0) does.
-    """
-    if framework in ("megatron-deepspeed", "deepspeed"):
-        if vpp > 1:
-            return "strategy.vpp", f"{framework}: DeepSpeed's pipeline engine has no interleaved schedule (vpp must be 1)"
-        if cp > 1:
-            return "strategy.cp", f"{framework}: no context parallelism (cp must be 1)"
-    if framework == "deepspeed" and tp > 1:
-        return "strategy.tp", "deepspeed: no tensor parallelism without Megatron (use megatron-deepspeed)"
-    if framework == "fsdp" and zero_stage == 1:
-        return "strategy.zero_stage", "fsdp: no stage-1 sharding (FSDP shards gradients with optimizer state: zero_stage 2, or 3 for FULL_SHARD)"
-    return None
+    rule = layout_rule_violation(framework, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=1, dp=1, zero_stage=zero_stage, sequence_parallel=False)
+    return None if rule is None else (f"strategy.{rule[0]}", rule[1])

@@ -13,6 +13,7 @@ from cost_model.errors import InvalidGraph, InvalidStrategy
 from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables, local_cost, op_times, p2p_boundary_vector, position_crossing_bytes
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES
+from cost_model.transformer.memory import static_for_fragmentation
 
 
 def greedy_choices(tables: CostTables, memory_weight: float = 0.0, rounds: int = 3, forbid_cpu: bool = False) -> np.ndarray:
@@ -188,7 +189,7 @@ def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence
     order = tables.analysis.order
     ot = op_times(tables, choice)[order]
     rows = tables.row_start[:-1] + choice
-    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows][order]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows][order]
     act = tables.activation_bytes[rows][order]
     cum_t = np.concatenate([[0.0], np.cumsum(ot)])
     cum_s = np.concatenate([[0.0], np.cumsum(static)])

@@ -27,6 +27,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from cost_model.devices import BYTES_PER_ELEMENT
 from cost_model.errors import InvalidGraph
 from cost_model.graph.ir import DTYPE_BYTES, NO_GRAD_TYPES, GraphSpec, OpSpec, ParamSpec
@@ -345,7 +347,7 @@ def op_cost(op: OpSpec, graph: GraphSpec, shapes: Mapping[str, tuple[int, ...]],
     ))
 
 
-def graph_op_costs(graph: GraphSpec, batch: int, seq: int, dtype: str, op_class: Sequence[int] | None = None,
+def graph_op_costs(graph: GraphSpec, batch: int, seq: int, dtype: str, op_class: Sequence[int] | np.ndarray | None = None,
                    shapes: Mapping[str, tuple[int, ...]] | None = None) -> list[OpCost]:
     """Per-operator forward/backward FLOPs and bytes, parameters and saved activations for a
     micro-batch of ``batch`` samples at sequence length ``seq`` (units as :class:`OpCost`).

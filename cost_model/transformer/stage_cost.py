@@ -197,7 +197,9 @@ def stage_cost(
     layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
-    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
+    # The allocator's fragmentation of what is freed and reallocated during a step (not the
+    # optimizer state, allocated once): layer_cost.FRAGMENTATION_FRACTION.
+    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * (state - opt)
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "planner_service.cli.serve",
     "planner_service.cli.profile",
     "planner_service.cli.keys",
+    "planner_service.cli.observe",
 )
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cost_model.cluster_calibration import Z80
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
 from cost_model.graph.ir import GraphSpec
 from cost_model.spec import ModelSpec
@@ -38,6 +40,11 @@ from planner_service.service.identity import (
     request_hash,
     to_json_safe,
 )
+from planner_service.service.observed import (
+    ObservationService,
+    calibrated_interval,
+    calibrated_request,
+)
 from planner_service.service.replan import (
     REPLAN_MIN_TOP_K,
     apply_cluster_changes,
@@ -48,6 +55,7 @@ from planner_service.service.replan import (
 )
 from planner_service.settings import ServiceSettings
 from planner_service.storage.errors import Busy, NotFound
+from planner_service.storage.observations import StoredCalibration
 from planner_service.storage.repository import (
     NewPlan,
     Repository,
@@ -77,6 +85,8 @@ class PreparedRequest:
     request: PlanRequest
     canonical: dict[str, Any]
     request_hash: str
+    #: The cluster calibration the request is costed with (``service.observed``; None: public).
+    calibration: StoredCalibration | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +173,8 @@ def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, An
         "search": r.get("search"),
         "explanation": r.get("explanation"),
         "warnings": r.get("warnings", []),
+        "calibration": r.get("calibration") or {"cluster": p.cluster_name, "version": 0, "source": "public"},
+        "observed": None,  # GET /v1/plans/{id} fills it from the plan's observed runs
     }
     out["supersedes"] = r.get("supersedes")
     out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
@@ -271,12 +283,25 @@ class PlanService:
         ``profile_id`` before anything is stored or queued)."""
         req = self.parse(body)
         canonical = canonical_request(body, req)
-        return PreparedRequest(request=self.with_profile(req), canonical=canonical, request_hash=request_hash(canonical))
+        # The cluster's latest calibration from observed runs (if any) is part of what is planned.
+        calibration = self.observed().calibration_for(req.cluster.name)
+        if calibration is not None:
+            canonical["calibration_version"] = calibration.version
+        req = calibrated_request(self.with_profile(req), calibration)
+        return PreparedRequest(request=req, canonical=canonical, request_hash=request_hash(canonical), calibration=calibration)
 
     def prepare_canonical(self, canonical: dict[str, Any], hash_: str | None = None) -> PreparedRequest:
-        """A stored canonical request (a job's) made ready to plan: parsed, profile applied."""
+        """A stored canonical request (a job's) made ready to plan: parsed, profile and the
+        calibration version it names applied."""
         req = self.with_profile(self.parse(canonical))
-        return PreparedRequest(request=req, canonical=canonical, request_hash=hash_ or request_hash(canonical))
+        version = canonical.get("calibration_version")
+        calibration = self.observed().calibration_for(req.cluster.name, int(version)) if isinstance(version, int) else None
+        return PreparedRequest(request=calibrated_request(req, calibration), canonical=canonical,
+                               request_hash=hash_ or request_hash(canonical), calibration=calibration)
+
+    def observed(self) -> ObservationService:
+        """Observations and cluster calibrations of this service's tenant."""
+        return ObservationService(self)
 
     # ---------------------------------------------------------------- planning
     def solver_settings(self) -> Any:
@@ -316,6 +341,7 @@ class PlanService:
         stored_result, chosen = self._stored_result(result, canonical, req, parent)
         # Preflight (mixed versions or devices inside a group) over the ranks of the candidate kept as best.
         stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, stored_result["best"])]
+        self._record_calibration(stored_result, prepared, chosen)
         pred = chosen.prediction
         model: ModelSpec = req.model
         stored_result["model_summary"] = _model_summary(model)
@@ -338,6 +364,28 @@ class PlanService:
             result=stored_result,
             parent_id=parent.id if parent is not None else None,
         )
+
+    @staticmethod
+    def _record_calibration(stored: dict[str, Any], prepared: PreparedRequest, chosen: Evaluated) -> None:
+        """Record the calibration version the plan was costed with; under a cluster calibration
+        the step-time intervals are the cluster fit's (``cost_model.cluster_calibration``)."""
+        cal = prepared.calibration
+        if cal is None:
+            stored["calibration"] = {"cluster": prepared.request.cluster.name, "version": 0, "source": "public"}
+            return
+        stored["calibration"] = {"cluster": cal.cluster_key, "version": cal.version, "source": "cluster", "constants": dict(cal.constants)}
+        best = stored["best"]
+        step = float(best["prediction"]["step_time_s"])
+        try:
+            _lo, _hi, sd = calibrated_interval(prepared.request, cal, chosen.strategy, tuple(chosen.stage_groups) or None, step)
+        except PlannerError:
+            return
+        regime = f"cluster:{cal.cluster_key}@v{cal.version}"
+        for cand in [best, *stored.get("alternatives", [])]:
+            p = cand.get("prediction") or {}
+            if isinstance(p.get("step_time_s"), (int, float)):
+                p["step_time_s_p10"], p["step_time_s_p90"] = (float(p["step_time_s"]) * f for f in (math.exp(-Z80 * sd), math.exp(Z80 * sd)))
+                p["interval_regime"] = regime
 
     @staticmethod
     def _stored_result(
@@ -433,8 +481,10 @@ class PlanService:
         """The latest plan stored for ``p``'s request hash (``plan_to_api``'s ``newest``)."""
         return self.repo.find_plan_by_hash(p.request_hash)
 
-    def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None) -> Outcome:
-        """POST /v1/plans/{id}/replan: the parent's request on a changed cluster."""
+    def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None,
+               overrides: Mapping[str, Any] | None = None) -> Outcome:
+        """POST /v1/plans/{id}/replan: the parent's request on a changed cluster (and, with
+        ``overrides``, changed request keys: a recalibrated replan's memory headroom)."""
         options = options or RunOptions()
         parent = self.repo.get_plan(plan_id)
         if changes.cluster is not None:
@@ -443,7 +493,7 @@ class PlanService:
             base = parent.request["cluster"]
         cluster = apply_cluster_changes(base, list(changes.unavailable_nodes), [dict(n) for n in changes.added_nodes])
         cluster = sticky_host_order(cluster, (parent.result.get("best") or {}).get("ranks"))
-        prepared = self.prepare({**parent.request, "cluster": cluster})
+        prepared = self.prepare({**parent.request, "cluster": cluster, **(overrides or {})})
         if self._wants_job(options, prepared.request):
             return Outcome("job", job=self._enqueue("replan", prepared, True, parent.id, options.callback_url))
         new = self._compute_now(prepared, parent=parent)

@@ -7,6 +7,7 @@ import itertools
 
 from cost_model import Strategy, estimate
 from cost_model.errors import PlannerError
+from cost_model.estimate import memory_verdict
 
 
 def compositions(total: int, parts: int):
@@ -15,15 +16,18 @@ def compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
-def brute_force(model, training, cluster, headroom=0.1):
+def brute_force(model, training, cluster, headroom=0.0):
     """Minimum step time over every valid strategy, split and contiguous placement of stages on
-    node groups (each stage on one group; one group's stages consecutive)."""
+    node groups (each stage on one group; one group's stages consecutive) — among those whose
+    memory is safe (p90 within usable memory) when any is, else among the tight ones (p10
+    within), as the planner ranks them."""
     groups = list(cluster.node_groups)
     gpus = {g.name: g.gpus_per_node * len(cluster.available_nodes(g.name)) for g in groups}
     L = model.num_layers
     B = training.global_batch_size
     s = training.sequence_length
     best = (float("inf"), None, None)
+    best_key = (True, float("inf"))
     for tp in (1, 2, 4, 8):
         if any(g.gpus_per_node % tp for g in groups) or model.num_heads % tp:
             continue
@@ -59,8 +63,9 @@ def brute_force(model, training, cluster, headroom=0.1):
                                                     est = estimate(model, training, cluster, st, stage_groups=placement)
                                                 except PlannerError:
                                                     continue
-                                                fits = all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages)
-                                                if fits and est.step_time_s < best[0]:
+                                                fits, tight, _ = memory_verdict(est.stages, headroom)
+                                                if fits and (tight, est.step_time_s) < best_key:
+                                                    best_key = (tight, est.step_time_s)
                                                     best = (est.step_time_s, st, placement)
     return best
 

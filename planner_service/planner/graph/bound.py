@@ -1,20 +1,25 @@
 """Lower bounds on the step time of one mesh, valid for every per-op sharding and every
-contiguous stage split (memory relaxed), so that a layout can be dropped with proof and the
-search can say how far its answer is from the optimum.
+contiguous stage split, so that a layout can be dropped with proof and the search can say how
+far its answer is from the optimum.
 
-From the step time of :func:`cost_model.graph.evaluate.evaluate` (``n`` pipeline stages,
-``n = pp``, one more when a CPU parameter-server stage may exist)::
+From the step time of :func:`cost_model.graph.evaluate.evaluate` (``pp`` GPU stages, plus a CPU
+parameter-server stage when tables live there; ``n`` counts both)::
 
     step = (m − 1)·max_k T_k + Σ_k T_k + max_k D_k + max_k O_k + c
-    max_k T_k ≥ Σ_k T_k / n,     max_k O_k ≥ Σ_k O_k / n,
+    max_k T_k ≥ Σ_gpu T_k / pp,     max_k O_k ≥ Σ_k O_k / n,
     max_k D_k ≥ max(0, Σ_k D_k / pp),  D_k ≥ sync_k − (w + pp − 1)·bwd_k
 
-so with ``α = (m − 1)/n + 1`` and per-op terms ``a = α·time + opt/n`` and ``b = (sync − (w + pp −
-1)·bwd)/pp``, ``step − c ≥ Σ a`` and ``step − c ≥ Σ (a + b)``; each sum is separable over the
-operators, so its minimum over all assignments is the sum of per-op minima.  An op's time
-includes its incoming resharding, bounded below by the cheapest producer choice for each of its
-own choices (every edge is charged to its consumer once, so the sum stays a lower bound);
-p2p sends (≥ 0) are dropped.  Rows whose own state and activations exceed a GPU are not choices.
+(or ``max_k T_k ≥ Σ_all T_k / n`` with the CPU stage), so with ``α = (m − 1)/pp + 1`` and
+per-op terms ``a = α·gpu time + cpu time + opt/n`` (or ``((m − 1)/n + 1)·time + opt/n``) and
+``b = (sync − (w + pp − 1)·bwd)/pp``, ``step − c ≥ Σ a`` and ``step − c ≥ Σ (a + b)``; each sum
+is separable over the operators, so its minimum over all assignments is the sum of per-op
+minima.  An op's time includes its incoming resharding, bounded below by the cheapest producer
+choice for each of its own choices (every edge is charged to its consumer once); the stages'
+p2p sends add at least the cheapest crossing of each boundary (:func:`p2p_lower_bound_s`).
+Memory enters as a Lagrangian term: for any λ ≥ 0, ``min Σ (a + λ·mem) − λ·pp·capacity`` is a
+bound (``mem`` with the least in-flight count; rows that alone exceed a GPU are no choice).
+Pipelines also get :func:`_pipeline_bound`: the least bottleneck of a contiguous split under
+each stage's own 1F1B memory.  The largest of these bounds is returned.
 """
 
 from __future__ import annotations
@@ -57,13 +62,16 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     mesh = tables.mesh
     m, pp = mesh.num_microbatches, mesh.pp
     n = pp + (1 if mesh.cpu is not None and len(tables.cpu_rows) else 0)
-    alpha = (m - 1) / n + 1.0
+    alpha = (m - 1) / pp + 1.0
     if edge_min is None:
         edge_min = incoming_edge_min_s(tables)
     time = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s + edge_min + tables.cpu_s + tables.cpu_comm_s
     opt = tables.opt_s + tables.cpu_opt_s
     window = dp_overlap_fraction(tables.training, mesh.device)
-    a = alpha * time + opt / n
+    # the CPU parameter-server stage is one more pipeline stage, but the bottleneck is at least
+    # the GPU stages' average: (m − 1)·max ≥ (m − 1)·Σ gpu / pp, and the CPU time counts once
+    cpu_time = tables.cpu_s + tables.cpu_comm_s
+    a = alpha * (time - cpu_time) + cpu_time + opt / n
     b = (tables.sync_s - (window + pp - 1) * tables.bwd_s) / pp
     starts = tables.row_start[:-1]
     fl_min = min(inflight(mesh, k) for k in range(pp))
@@ -78,6 +86,11 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     constant = _OPTIMIZER_STEP_KERNELS * mesh.device.efficiency.kernel_overhead_s
     p2p = p2p_lower_bound_s(tables) if pp > 1 else 0.0
     bound = max(_lagrangian_bound(a, mem, starts, pp * cap), _lagrangian_bound(a + b, mem, starts, pp * cap)) + alpha * p2p
+    if n > pp:  # or the bottleneck is at least the average over all n stages, the CPU one included
+        alpha_n = (m - 1) / n + 1.0
+        a_n = alpha_n * time + opt / n
+        bound = max(bound, max(_lagrangian_bound(a_n, mem, starts, pp * cap),
+                               _lagrangian_bound(a_n + b, mem, starts, pp * cap)) + alpha_n * p2p)
     if pp > 1:
         gpu_time = time - tables.cpu_s - tables.cpu_comm_s  # the CPU stage's share is not on a GPU stage
         bound = max(bound, _pipeline_bound(tables, gpu_time, time, opt, state, cap, n, p2p))

@@ -156,7 +156,7 @@ def plan_graph(
     t_start = time.perf_counter()
     cons = as_constraints(constraints)
     graph = model
-    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.memory_headroom_fraction,
+    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.headroom(graph=True),
                 t_start=t_start, deadline=t_start + SEARCH_SHARE * float(time_limit_s),
                 large=graph.num_ops > EXACT_COARSEN_OPS, time_limit_s=float(time_limit_s))
     analysis = analyse(graph)
