@@ -10,11 +10,25 @@ clients (asyncio + httpx, one connection each) for a bounded time per scenario:
 * ``post_new``       POST of a never-seen request (runs the planner: 201)
 * ``mixed``          50% get, 30% list, 15% repeated POST, 5% new POST
 
-and reports requests/s, p50/p99/max latency and errors.  Writes bench/results/service.json and
+and reports requests/s, p50/p99/max latency and errors.  Two more measurements, on SQLite, each
+against a fresh server as deployed (searches in the process pool, quotas on):
+
+* ``flood``: p99 of ``GET /healthz`` and ``GET /v1/plans/{id}`` (two probe clients, one request
+  every 20 ms each, each in its own process) idle, then while 32 clients push 200 distinct
+  expensive POSTs (llama3-70b on 16 mixed nodes, about 2.5 s of search each; a 429/503 is retried
+  after its Retry-After);
+  reported as the ratio flood / idle (goal: at most 5x).
+* ``upload_memory``: the server's resident memory (``/proc/<pid>/status`` VmRSS, sampled every
+  20 ms) before and during four concurrent uploads of one 250 MB ONNX file (a MatMul whose
+  weight is stored in the file, generated with ``onnx.helper`` into a temporary directory);
+  reported as the peak added (goal: under 600 MB).
+
+Writes bench/results/service.json (keeping its ``check`` part, bench/service_check.py's) and
 prints a table.  Client and server share the machine, so figures are a lower bound of what the
 server does alone.
 
     python bench/service_load.py [--duration-s 10] [--clients 16] [--databases sqlite,postgresql]
+                                 [--only load,flood,upload_memory]
 """
 
 from __future__ import annotations
@@ -63,11 +77,12 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, db_url: str, solver_time_limit_s: float, workers: int = 1) -> None:
+    def __init__(self, db_url: str, solver_time_limit_s: float, workers: int = 1, **extra_env: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         # loopback, measured without keys or a rate limit (a limit would cap the figures)
-        env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s), PLANNER_AUTH="disabled", PLANNER_RATE_LIMIT="")
+        env = dict(os.environ, DATABASE_URL=db_url, PLANNER_SOLVER_TIME_LIMIT_S=str(solver_time_limit_s), PLANNER_AUTH="disabled", PLANNER_RATE_LIMIT="",
+                   **extra_env)
         self.log = tempfile.NamedTemporaryFile(prefix="planner-bench-", suffix=".log", delete=False)  # noqa: SIM115 - the server's log, kept open while it runs
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "planner_service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),
@@ -226,7 +241,9 @@ def bench_database(kind: str, args: argparse.Namespace) -> dict:
         url = PG_URL_TEMPLATE.format(db=pg_db)
         subprocess.run([sys.executable, "-m", "planner_service.cli.main", "db", "upgrade", "--database-url", url], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
-    server = Server(url, args.solver_time_limit_s, args.server_workers)
+    # throughput, not quotas, is measured here: 16 clients may all search at once
+    server = Server(url, args.solver_time_limit_s, args.server_workers, PLANNER_TENANT_MAX_CONCURRENT_SEARCHES="64",
+                    PLANNER_SEARCH_MAX_INFLIGHT="64")
     try:
         t0 = time.monotonic()
         seeded = asyncio.run(seed(server.base, args.seed_plans, tag))
@@ -242,6 +259,198 @@ def bench_database(kind: str, args: argparse.Namespace) -> dict:
         if pg_db:
             pg_drop(pg_db)
         tmpdir.cleanup()
+
+
+# ---------------------------------------------------------------------------------------------
+# flood: cheap requests while expensive searches run
+# ---------------------------------------------------------------------------------------------
+FLOOD_POSTS = 200
+FLOOD_CLIENTS = 32
+PROBE_PAUSE_S = 0.02
+
+
+def flood_body(i: int, run_tag: str) -> dict:
+    body = json.loads((ROOT / "examples" / "plan_llama3_70b_mixed.json").read_text())
+    body["model"]["name"] = f"flood-{run_tag}-{i}"
+    return body
+
+
+def _probe_main(base: str, path: str, stop, conn) -> None:
+    """A probe client in its own process (so the flood's client work never delays it)."""
+    out: list[float] = []
+    with httpx.Client(base_url=base, timeout=60) as c:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            r = c.get(path)
+            out.append(time.perf_counter() - t0)
+            if r.status_code != 200:
+                out.append(float("nan"))
+            time.sleep(PROBE_PAUSE_S)
+    conn.send(out)
+
+
+def _p(lat: list[float], q: float) -> float | None:
+    lat = sorted(lat)
+    return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else None
+
+
+def _probes(base: str, plan_id: str, work) -> tuple[dict, object]:
+    """Run ``work`` (a coroutine function) while two probe processes measure."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    procs, pipes = [], []
+    for path in ("/healthz", f"/v1/plans/{plan_id}"):
+        mine, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_probe_main, args=(base, path, stop, theirs))
+        proc.start()
+        procs.append(proc)
+        pipes.append(mine)
+    time.sleep(2.0)  # let them start before the work does
+    try:
+        result = asyncio.run(work())
+    finally:
+        stop.set()
+    health, get = (pipe.recv() for pipe in pipes)
+    for proc in procs:
+        proc.join()
+    if any(x != x for x in health + get):
+        raise SystemExit("a probe got a status other than 200")
+    return {"healthz": {"requests": len(health), "p50_ms": _p(health, 0.5), "p99_ms": _p(health, 0.99)},
+            "get_plan": {"requests": len(get), "p50_ms": _p(get, 0.5), "p99_ms": _p(get, 0.99)}}, result
+
+
+async def _flood(base: str, run_tag: str, max_s: float, posts: int = FLOOD_POSTS) -> dict:
+    todo = list(range(posts))
+    counts: dict[str, int] = {}
+    deadline = time.monotonic() + max_s
+
+    async def client() -> None:
+        async with httpx.AsyncClient(base_url=base, timeout=300) as c:
+            while todo and time.monotonic() < deadline:
+                i = todo.pop()
+                while time.monotonic() < deadline:
+                    r = await c.post("/v1/plans", json=flood_body(i, run_tag))
+                    counts[str(r.status_code)] = counts.get(str(r.status_code), 0) + 1
+                    if r.status_code not in (429, 503):
+                        break
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "1")))  # as a client should
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(FLOOD_CLIENTS)))
+    return {"posts": posts, "clients": FLOOD_CLIENTS, "planned": counts.get("201", 0) + counts.get("200", 0),
+            "status_counts": dict(sorted(counts.items())), "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def bench_flood(args: argparse.Namespace) -> dict:
+    tag = f"{os.getpid()}"
+    with tempfile.TemporaryDirectory(prefix="planner-flood-") as tmp:
+        server = Server(f"sqlite:///{tmp}/flood.db", args.solver_time_limit_s, 1)
+        try:
+            seeded = asyncio.run(seed(server.base, 4, tag))
+
+            async def idle() -> None:
+                await asyncio.sleep(args.idle_s)
+
+            idle_stats, _ = _probes(server.base, seeded[0]["id"], idle)
+            flood_stats, flood = _probes(server.base, seeded[0]["id"], lambda: _flood(server.base, tag, args.flood_max_s, args.flood_posts))
+        finally:
+            server.stop()
+    ratio = {k: round(flood_stats[k]["p99_ms"] / idle_stats[k]["p99_ms"], 2) for k in ("healthz", "get_plan")}
+    print(f"  flood: healthz p99 {idle_stats['healthz']['p99_ms']} -> {flood_stats['healthz']['p99_ms']} ms ({ratio['healthz']}x), "
+          f"get p99 {idle_stats['get_plan']['p99_ms']} -> {flood_stats['get_plan']['p99_ms']} ms ({ratio['get_plan']}x); {flood}", file=sys.stderr)
+    return {"database": "sqlite", "idle": idle_stats, "flood": flood_stats, "p99_ratio": ratio, "posts": flood,
+            "search_workers": 2, "request": "examples/plan_llama3_70b_mixed.json with distinct model names"}
+
+
+# ---------------------------------------------------------------------------------------------
+# upload memory
+# ---------------------------------------------------------------------------------------------
+UPLOAD_MB = 250
+UPLOADS = 4
+
+
+def make_big_onnx(path: Path, megabytes: int = UPLOAD_MB) -> int:
+    """A two-MatMul model whose first weight (``megabytes`` MB of fp32) is stored in the file."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    cols = 1024
+    rows = megabytes * 1_000_000 // (4 * cols)
+    weight = helper.make_tensor("w0", TensorProto.FLOAT, [rows, cols], np.zeros(rows * cols, dtype=np.float32).tobytes(), raw=True)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [cols, 10], np.zeros(cols * 10, dtype=np.float32).tobytes(), raw=True)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w0"], ["h"], name="fc0"), helper.make_node("Relu", ["h"], ["a"], name="act"),
+         helper.make_node("MatMul", ["a", "w1"], ["y"], name="fc1")],
+        "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])], initializer=[weight, w1])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = model.SerializeToString()
+    del model, weight
+    path.write_bytes(data)
+    onnx.checker.check_model(str(path))
+    return len(data)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def bench_upload_memory(args: argparse.Namespace) -> dict:
+    import threading
+
+    with tempfile.TemporaryDirectory(prefix="planner-upload-") as tmp:
+        path = Path(tmp) / "big.onnx"
+        size = make_big_onnx(path)
+        server = Server(f"sqlite:///{tmp}/upload.db", args.solver_time_limit_s, 1)
+        try:
+            pid = server.proc.pid
+            with httpx.Client(base_url=server.base, timeout=60) as c:  # warm: one small upload first
+                small = ROOT / "examples" / "model.onnx"
+                assert c.post("/v1/models/onnx", files={"file": ("model.onnx", small.read_bytes())}).status_code == 201
+            time.sleep(0.5)
+            before = rss_bytes(pid)
+            peak = {"rss": before}
+            done = threading.Event()
+
+            def sample() -> None:
+                while not done.is_set():
+                    peak["rss"] = max(peak["rss"], rss_bytes(pid))
+                    time.sleep(0.02)
+
+            results: list[tuple[int, float]] = []
+
+            def upload(k: int) -> None:
+                t0 = time.monotonic()
+                with open(path, "rb") as fh, httpx.Client(base_url=server.base, timeout=args.upload_timeout_s) as c:
+                    r = c.post("/v1/models/onnx", files={"file": (f"big{k}.onnx", fh, "application/octet-stream")})
+                results.append((r.status_code, time.monotonic() - t0))
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            threads = [threading.Thread(target=upload, args=(k,)) for k in range(UPLOADS)]
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall_s = time.monotonic() - t0
+            done.set()
+            sampler.join()
+            after = rss_bytes(pid)
+        finally:
+            server.stop()
+    added_mb = (peak["rss"] - before) / 1e6
+    print(f"  upload: {UPLOADS} x {size / 1e6:.0f} MB: RSS {before / 1e6:.0f} -> peak {peak['rss'] / 1e6:.0f} MB (+{added_mb:.0f} MB), "
+          f"statuses {[s for s, _ in results]}, {wall_s:.1f} s", file=sys.stderr)
+    return {"uploads": UPLOADS, "file_bytes": size, "statuses": sorted(s for s, _ in results), "rss_before_MB": round(before / 1e6, 1),
+            "rss_peak_MB": round(peak["rss"] / 1e6, 1), "rss_after_MB": round(after / 1e6, 1), "rss_added_peak_MB": round(added_mb, 1),
+            "wall_s": round(wall_s, 1)}
 
 
 def print_table(doc: dict) -> None:
@@ -264,14 +473,24 @@ def main() -> int:
     ap.add_argument("--server-workers", type=int, default=1, help="planner serve --workers")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "service.json"))
+    ap.add_argument("--only", default="load,flood,upload_memory", help="which measurements: load, flood, upload_memory")
+    ap.add_argument("--idle-s", type=float, default=8.0, help="flood: idle probing time")
+    ap.add_argument("--flood-posts", type=int, default=FLOOD_POSTS, help="flood: distinct expensive POSTs")
+    ap.add_argument("--flood-max-s", type=float, default=240.0, help="flood: stop pushing POSTs after this long")
+    ap.add_argument("--upload-timeout-s", type=float, default=300.0)
     args = ap.parse_args()
+    only = {x for x in args.only.split(",") if x}
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     bad = [s for s in args.scenarios if s not in SCENARIOS]
     if bad:
         ap.error(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
     kinds = [k for k in args.databases.split(",") if k]
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if out.exists() else {}
     load_before = os.getloadavg()
-    results = [bench_database(kind, args) for kind in kinds]
+    results = [bench_database(kind, args) for kind in kinds] if "load" in only else previous.get("results", [])
+    flood = bench_flood(args) if "flood" in only else previous.get("flood")
+    upload = bench_upload_memory(args) if "upload_memory" in only else previous.get("upload_memory")
     load_after = os.getloadavg()
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -296,13 +515,19 @@ def main() -> int:
             "request": "gpt3-125m / gpt3-350m on 1-2 nodes x 8 A100-SXM4-80GB, global batch 64, seq 2048",
         },
         "results": results,
+        "flood": flood,
+        "upload_memory": upload,
     }
-    out = Path(args.out)
+    if "check" in previous:
+        doc["check"] = previous["check"]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print_table(doc)
     print(f"\nwritten {out}")
-    return 0 if all(s["errors"] == 0 for db in results for s in db["scenarios"].values()) else 1
+    ok = all(s["errors"] == 0 for db in results for s in db["scenarios"].values())
+    if upload:
+        ok = ok and upload["statuses"] == [201] * UPLOADS
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Bandwidth conventions (DESIGN.md): ``intra_node_bandwidth_GBps`` is per GPU, one
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -14,6 +15,10 @@ from typing import Any
 from cost_model.comm import FABRICS
 from cost_model.devices import DeviceSpec, resolve_device
 from cost_model.errors import InvalidCluster
+
+#: A hostname every launch target can write unquoted (hostfiles, shell scripts, manifests): the
+#: rule the exporters apply, checked when the cluster is given instead of at launch.
+_HOSTNAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,9 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
             hostnames = [f"{gname}-{k}" for k in range(count)]
         if not isinstance(hostnames, list) or not all(isinstance(h, str) and h for h in hostnames):
             raise InvalidCluster("must be a list of non-empty strings", field=f"{gp}.hostnames")
+        for k, h in enumerate(hostnames if g.get("hostnames") is not None else ()):
+            if not _HOSTNAME.fullmatch(h):
+                raise InvalidCluster(f"must be a hostname (1-253 letters, digits, '.', '_', '-'), got {h[:80]!r}", field=f"{gp}.hostnames[{k}]")
         if len(hostnames) != count:
             raise InvalidCluster(
                 f"has {len(hostnames)} names but count is {count}", field=f"{gp}.hostnames"

@@ -47,6 +47,25 @@ class ServiceSettings(BaseSettings):
     solver_num_workers: int = Field(default=2, ge=1, le=64)
     #: A POST /v1/plans whose search has more candidate strategies than this runs as a job (202).
     sync_max_candidates: int = Field(default=100_000, ge=1)
+    #: An operator graph with more operators than this is planned as a job (202), whatever its
+    #: candidate count: building and solving its CP-SAT model takes seconds.
+    sync_max_graph_ops: int = Field(default=1000, ge=1)
+    #: Searches run in this many worker processes (or threads), apart from request handling.
+    search_workers: int = Field(default=2, ge=1, le=64)
+    #: ``process``: searches in a pool of processes (request threads and the GIL stay free);
+    #: ``thread``: a thread pool in the server process.  An injected planner (tests) always uses threads.
+    search_executor: Literal["process", "thread"] = "process"
+    #: Synchronous searches admitted at once per server process; more get 503 with Retry-After.
+    search_max_inflight: int = Field(default=8, ge=1, le=1000)
+    #: Synchronous searches one tenant may run at once per server process; more get 429 with Retry-After.
+    tenant_max_concurrent_searches: int = Field(default=4, ge=1, le=1000)
+    #: Queued plus running jobs one tenant may have; a further job gets 429 with Retry-After.
+    tenant_max_active_jobs: int = Field(default=50, ge=1)
+    #: ONNX uploads received at once per server process; more get 503 with Retry-After before
+    #: their body is read.
+    max_concurrent_uploads: int = Field(default=4, ge=1, le=256)
+    #: ``json``: one JSON object per log line (with the request id); ``text``: plain lines.
+    log_format: Literal["json", "text"] = "json"
     #: Largest accepted request body; larger bodies get 413.
     max_body_bytes: int = Field(default=2_000_000, ge=1024)
     #: Largest accepted file upload (POST /v1/models/onnx); larger uploads get 413.

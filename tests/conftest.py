@@ -20,10 +20,15 @@ from helpers.requests import PG_URL, TABLES
 
 # Every app a test builds (and every server it starts) runs with auth off, the TestClient's Host
 # allowed and no rate limit, unless the test says otherwise: tests/api/test_tenants.py,
-# tests/api/test_schemathesis.py and tests/service/test_service_auth.py run with keys.
+# tests/api/test_schemathesis.py, tests/service/test_service_auth.py and
+# tests/service/test_processes.py run with keys.
 os.environ.setdefault("PLANNER_AUTH", "disabled")
 os.environ.setdefault("PLANNER_ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,::1")
 os.environ.setdefault("PLANNER_RATE_LIMIT", "")
+# Searches of in-process test apps run in the executor's thread pool (a process pool would start
+# a fresh interpreter per app); the real servers of tests/service/test_processes.py and
+# tests/api/test_limits.py use the default process pool.
+os.environ.setdefault("PLANNER_SEARCH_EXECUTOR", "thread")
 from planner_service.settings import ServiceSettings
 from planner_service.storage.db import make_engine, upgrade
 from planner_service.storage.repository import Repository

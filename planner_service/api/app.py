@@ -17,9 +17,11 @@ from planner_service.api.middleware import (
     EdgeMiddleware,
     Metrics,
     MetricsMiddleware,
+    RequestIdMiddleware,
 )
 from planner_service.api.routes import all_routers
 from planner_service.api.schemas import AUTH_RESPONSES
+from planner_service.service.executor import SearchExecutor
 from planner_service.service.plans import PlanService
 from planner_service.service.worker import CallbackSender, JobWorker, WorkerThread, post_callback
 from planner_service.settings import ServiceSettings
@@ -93,7 +95,15 @@ def create_app(
         if "thread" in holder:
             holder["thread"].wake()
 
-    service = PlanService(repo, settings, plan_fn=plan_fn, search_size_fn=search_size_fn, on_job_created=wake_worker)
+    # Searches run in a bounded pool apart from the request threads (service.executor).
+    executor = SearchExecutor(
+        workers=settings.search_workers,
+        max_inflight=settings.search_max_inflight,
+        tenant_max=settings.tenant_max_concurrent_searches,
+        retry_after_s=settings.solver_time_limit_s,
+        kind="thread" if plan_fn is not None else settings.search_executor,
+    )
+    service = PlanService(repo, settings, plan_fn=plan_fn, search_size_fn=search_size_fn, on_job_created=wake_worker, executor=executor)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -107,6 +117,7 @@ def create_app(
             thread = holder.pop("thread", None)
             if thread is not None:
                 thread.stop()
+            executor.shutdown()
             app.state.observation_callbacks.stop()
             engine.dispose()
 
@@ -124,22 +135,26 @@ def create_app(
     # plan.suggestion notifications of POST /v1/plans/{id}/observations (the jobs' callback rules)
     app.state.observation_callbacks = CallbackSender(lambda url, payload: post_callback(url, payload, settings))
     app.state.rate_limiter = RateLimiter(settings.rate_limit)
+    app.state.executor = executor
     install_error_handlers(app)
     for router in all_routers():
         if router.prefix.startswith("/v1"):
             app.include_router(router, dependencies=[Depends(authenticate)], responses=AUTH_RESPONSES)
         else:
             app.include_router(router)
-    # Added innermost first: metrics see every response; the Host, path and query checks run
-    # first, then the body limit and the JSON check, all before routing.
+    # Added innermost first: the request id wraps everything (every response and log line has
+    # it); metrics see every response; the Host, path and query checks run first, then the body
+    # limit and the JSON check, all before routing.  Uploads stream through (counted, capped).
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         upload_paths={"/v1/models/onnx": settings.max_upload_bytes},
         raw_paths=frozenset({"/v1/clusters/import"}),
+        max_concurrent_uploads=settings.max_concurrent_uploads,
     )
     app.add_middleware(EdgeMiddleware, allowed_hosts=settings.allowed_host_list)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestIdMiddleware)
     return app
 
 

@@ -15,6 +15,8 @@ JSON parser limits (not UTF-8, depth, huge numbers, NUL)  422  field ``body`` or
 no / unknown API key                                     401  (see api.auth)
 a role that may not                                      403
 over the tenant's rate limit                             429  with Retry-After
+over the tenant's concurrency quota (storage.errors.Busy) 429  with Retry-After
+server's search or upload capacity full (Busy)           503  with Retry-After
 Host header not allowed                                  400  (see api.middleware)
 body larger than the limit                               413  (see api.middleware)
 unknown route / method                                   404 / 405
@@ -38,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.errors import NoFeasiblePlan, PlannerError
 from planner_service.storage.db import SchemaNotReady
-from planner_service.storage.errors import Conflict, NotFound
+from planner_service.storage.errors import Busy, Conflict, NotFound
 
 log = logging.getLogger("planner.api")
 
@@ -115,6 +117,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PlannerError)
     async def _planner_error(_request: Request, exc: PlannerError) -> JSONResponse:
         return error_response(status_for(exc), exc.code, exc.message, exc.field)
+
+    @app.exception_handler(Busy)
+    async def _busy(_request: Request, exc: Busy) -> JSONResponse:
+        retry = str(max(1, int(round(exc.retry_after_s))))
+        return error_response(exc.status, exc.code, exc.message, exc.field, headers={"Retry-After": retry})
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,5 +1,6 @@
-"""ASGI middleware: Host header check, edge checks of paths, queries and JSON bodies (422),
-request body size limit (413) and Prometheus request metrics."""
+"""ASGI middleware: request id (``X-Request-ID``), Host header check, edge checks of paths,
+queries and JSON bodies (422), request body size limit (413), the concurrent upload cap (503)
+and Prometheus request metrics."""
 
 from __future__ import annotations
 
@@ -10,38 +11,82 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from planner_service.api.errors import error_body
+from planner_service.api.logs import REQUEST_ID, request_id_from
 from planner_service.api.validation import BadBody, bad_path, bad_query_field, check_json_body
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-async def _send_json(send: Any, status: int, body: dict[str, Any]) -> None:
+async def _send_json(send: Any, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     raw = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), (b"connection", b"close")],
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), (b"connection", b"close"),
+                        *headers],
         }
     )
     await send({"type": "http.response.body", "body": raw})
 
 
+class RequestIdMiddleware:
+    """The request id: the client's ``X-Request-ID`` when it is a plain token, else a new one;
+    set in :data:`planner_service.api.logs.REQUEST_ID` for every log line of the request and
+    returned in the response's ``X-Request-ID``."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = None
+        for name, value in scope.get("headers", []):
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+                break
+        rid = request_id_from(given)
+        token = REQUEST_ID.set(rid)
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            REQUEST_ID.reset(token)
+
+
 class BodyLimitMiddleware:
     """Rejects bodies over ``max_bytes`` with 413 before any route sees them.
 
-    A declared ``Content-Length`` over the limit is refused without reading; otherwise the body
-    is read (chunked uploads included) up to the limit and replayed to the app, so a body that
-    grows past the limit is refused too.
+    A declared ``Content-Length`` over the limit is refused without reading.  A JSON body is
+    read (chunked ones included) up to the limit and replayed to the app, so a body that grows
+    past the limit is refused too.  An upload (``upload_paths``) is never held in memory: it
+    streams through to the route's multipart parser (which spools it to a temporary file) while
+    its bytes are counted, and the moment they pass the limit the client gets 413 and the app a
+    disconnect.  At most ``max_concurrent_uploads`` uploads are received at once; one more is
+    503 with ``Retry-After`` before a byte of it is read.
     """
 
-    def __init__(self, app: Any, max_bytes: int, upload_paths: dict[str, int] | None = None, raw_paths: frozenset[str] = frozenset()) -> None:
+    #: Retry-After of a refused upload: about the time a large upload takes on a local network.
+    UPLOAD_RETRY_AFTER_S = 5
+
+    def __init__(self, app: Any, max_bytes: int, upload_paths: dict[str, int] | None = None, raw_paths: frozenset[str] = frozenset(),
+                 max_concurrent_uploads: int = 4) -> None:
         self.app = app
         self.default_max_bytes = max_bytes
         #: Path → its own limit (file uploads such as ONNX models are larger than JSON bodies).
         self.upload_paths = dict(upload_paths or {})
         #: Paths whose body is not JSON (uploads, imported text files): not checked as JSON here.
         self.raw_paths = frozenset(raw_paths) | frozenset(self.upload_paths)
+        self.max_concurrent_uploads = max_concurrent_uploads
+        #: Uploads being received now (one event loop per app: no lock needed).
+        self.uploads_in_progress = 0
 
     def _json_problem(self, scope: dict[str, Any], body: bytes) -> BadBody | None:
         """Every non-empty, non-multipart body of a JSON route is checked once, before routing:
@@ -74,6 +119,9 @@ class BodyLimitMiddleware:
                 if declared > limit:
                     await _send_json(send, 413, self._too_large(limit))
                     return
+        if scope.get("path", "") in self.upload_paths:
+            await self._stream_upload(scope, receive, send, limit)
+            return
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -104,6 +152,39 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, replay, send)
+
+    async def _stream_upload(self, scope: dict[str, Any], receive: Any, send: Any, limit: int) -> None:
+        if self.uploads_in_progress >= self.max_concurrent_uploads:
+            retry = str(self.UPLOAD_RETRY_AFTER_S)
+            await _send_json(send, 503, error_body("upload_capacity", f"{self.uploads_in_progress} uploads are being received, the limit "
+                                                   f"(PLANNER_MAX_CONCURRENT_UPLOADS); retry after {retry} s", "file"),
+                             headers=((b"retry-after", retry.encode()),))
+            return
+        self.uploads_in_progress += 1
+        size = 0
+        refused = False
+
+        async def counted() -> dict[str, Any]:
+            nonlocal size, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > limit:
+                    refused = True
+                    await _send_json(send, 413, self._too_large(limit))
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not refused:  # after the 413 the app's own answer (to the disconnect) is dropped
+                await send(message)
+
+        try:
+            await self.app(scope, counted, guarded_send)
+        finally:
+            self.uploads_in_progress -= 1
 
 
 class EdgeMiddleware:
@@ -201,4 +282,4 @@ class MetricsMiddleware:
             self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
 
 
-__all__ = ["BodyLimitMiddleware", "EdgeMiddleware", "Metrics", "MetricsMiddleware"]
+__all__ = ["BodyLimitMiddleware", "EdgeMiddleware", "Metrics", "MetricsMiddleware", "RequestIdMiddleware"]

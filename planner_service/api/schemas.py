@@ -484,7 +484,12 @@ AUTH_RESPONSES: Responses = {
     401: {"model": ErrorBody, "description": "No API key, or an unknown or revoked one (Authorization: Bearer <key>)"},
     403: {"model": ErrorBody, "description": "The key's role may not do this (reader: reads only)"},
     404: {"model": ErrorBody, "description": "No such resource in the key's tenant"},
-    429: {"model": ErrorBody, "description": "The tenant's rate limit is exceeded; see Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
+    429: {"model": ErrorBody, "description": "The tenant's rate limit or concurrency quota is exceeded; see Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
+}
+#: A route that runs a search or takes an upload: the server's capacity may be full.
+BUSY_RESPONSES: Responses = {
+    503: {"model": ErrorBody, "description": "The server's searches (or uploads) are at capacity, or the database is unreachable; see Retry-After",
+          "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
 }
 
 TEXT_BODY = {"text/plain": {"schema": {"type": "string"}}}
@@ -551,6 +556,7 @@ class PlanSuggestion(_Open):
 
 __all__ = [
     "AUTH_RESPONSES",
+    "BUSY_RESPONSES",
     "Candidate",
     "ClusterCalibration",
     "ClusterImport",

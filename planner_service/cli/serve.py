@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import logging.config
 import signal
 import sys
 import threading
@@ -10,6 +10,15 @@ import threading
 import typer
 
 from planner_service.settings import ServiceSettings
+
+
+def _configure_logging(level: str, fmt: str) -> dict:
+    """JSON (or text) log lines with the request id, for this process and uvicorn's loggers."""
+    from planner_service.api.logs import log_config
+
+    config = log_config(level, fmt)
+    logging.config.dictConfig(config)
+    return config
 
 
 def _settings(database_url: str | None) -> ServiceSettings:
@@ -77,7 +86,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         engine = _engine(settings)  # validates the URL with a clear message
         typer.echo(f"planner: database {_shown_url(settings.database_url)} (set DATABASE_URL or --database-url to change)", err=True)
-        logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        log_config = _configure_logging(log_level, settings.log_format)
         try:
             if settings.migrate_on_start:
                 upgrade(engine)  # once, here, not in every server process
@@ -93,7 +102,7 @@ def register(app: typer.Typer) -> None:
             engine.dispose()
         if workers == 1:
             application = create_app(settings.model_copy(update={"auto_migrate": False}))
-            uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log)
+            uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log, log_config=log_config)
             return
         # Several processes: uvicorn imports the factory in each; settings travel by environment.
         os.environ["DATABASE_URL"] = settings.database_url
@@ -106,6 +115,7 @@ def register(app: typer.Typer) -> None:
             workers=workers,
             log_level=log_level,
             access_log=access_log,
+            log_config=log_config,
         )
 
     @db.command("upgrade")
@@ -148,8 +158,8 @@ def register(app: typer.Typer) -> None:
         from planner_service.storage.db import SchemaNotReady, check_schema
         from planner_service.storage.repository import Repository
 
-        logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         settings = _settings(database_url)
+        _configure_logging(log_level, settings.log_format)
         engine = _engine(settings)
         try:
             check_schema(engine)

@@ -23,6 +23,7 @@ from typing import Any
 
 from cost_model.cluster_calibration import Z80
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
+from cost_model.graph.ir import GraphSpec
 from cost_model.spec import ModelSpec
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.preflight import candidate_warnings
@@ -33,6 +34,7 @@ from planner_service.planner.request import (
     parse_plan_request,
 )
 from planner_service.planner.result import Evaluated, PlanResult
+from planner_service.service.executor import SearchExecutor
 from planner_service.service.identity import (
     canonical_request,
     request_hash,
@@ -52,7 +54,7 @@ from planner_service.service.replan import (
     sticky_host_order,
 )
 from planner_service.settings import ServiceSettings
-from planner_service.storage.errors import NotFound
+from planner_service.storage.errors import Busy, NotFound
 from planner_service.storage.observations import StoredCalibration
 from planner_service.storage.repository import (
     NewPlan,
@@ -262,12 +264,15 @@ class PlanService:
         plan_fn: PlanFn | None = None,
         search_size_fn: Callable[[PlanRequest], int | None] | None = None,
         on_job_created: Callable[[], None] | None = None,
+        executor: SearchExecutor | None = None,
     ) -> None:
         self.repo = repo
         self.settings = settings
         self._plan_fn = plan_fn
         self._search_size_fn = search_size_fn or _default_search_size
         self._on_job_created = on_job_created
+        #: Where searches run (the API's bounded pool); None: inline (``planner worker``).
+        self.executor = executor
 
     def for_repository(self, repo: Repository) -> PlanService:
         """This service over ``repo`` (a tenant's view of the same database)."""
@@ -353,8 +358,17 @@ class PlanService:
         return SolverSettings(time_limit_s=self.settings.solver_time_limit_s, num_workers=self.settings.solver_num_workers)
 
     def _run_planner(self, req: PlanRequest, progress: ProgressFn | None, should_cancel: CancelFn | None) -> PlanResult:
+        if self.executor is not None:
+            return self.executor.run(self._plan_fn, req, self.solver_settings(), progress, should_cancel)
         fn = self._plan_fn or _default_plan_fn()
         return fn(req, self.solver_settings(), progress=progress, should_cancel=should_cancel)
+
+    def _compute_now(self, prepared: PreparedRequest, parent: StoredPlan | None = None) -> NewPlan:
+        """A synchronous search, admitted against the tenant's and the server's search quota."""
+        if self.executor is None:
+            return self.compute(prepared, parent=parent)
+        with self.executor.admit(self.repo.owner):
+            return self.compute(prepared, parent=parent)
 
     def compute(
         self,
@@ -428,10 +442,18 @@ class PlanService:
     def _wants_job(self, options: RunOptions, req: PlanRequest) -> bool:
         if options.run_async:
             return True
+        if isinstance(req.model, GraphSpec) and req.model.num_ops > self.settings.sync_max_graph_ops:
+            return True
         size = self._search_size_fn(req)
         return size is not None and size > self.settings.sync_max_candidates
 
     def _enqueue(self, kind: str, prepared: PreparedRequest, force: bool, parent_id: str | None, callback_url: str | None) -> StoredJob:
+        limit = self.settings.tenant_max_active_jobs
+        active = self.repo.count_active_jobs()
+        if active >= limit:
+            retry = float(max(1, round(self.settings.solver_time_limit_s)))
+            raise Busy(f"tenant {self.repo.owner!r} has {active} queued or running jobs, its limit (PLANNER_TENANT_MAX_ACTIVE_JOBS); "
+                       "retry when one finished", status=429, retry_after_s=retry, code="tenant_concurrency")
         job = self.repo.create_job(kind, prepared.canonical, prepared.request_hash, force=force, parent_id=parent_id, callback_url=callback_url)
         if self._on_job_created is not None:
             self._on_job_created()
@@ -453,7 +475,18 @@ class PlanService:
                 if active is not None:
                     return Outcome("job", job=active)
             return Outcome("job", job=self._enqueue("plan", prepared, force, None, options.callback_url))
-        new = self.compute(prepared)
+        if self.executor is None or force:
+            return self._plan_and_store(prepared, force, existing)
+        # identical concurrent requests of a tenant: one searches, the others get its plan
+        with self.executor.coalesce(f"{self.repo.owner}:{h}", wait_s=10 * self.settings.solver_time_limit_s + 30) as leader:
+            if not leader:
+                stored = self.repo.find_plan_by_hash(h)
+                if stored is not None:
+                    return Outcome("existing", plan=stored)
+            return self._plan_and_store(prepared, force, existing)
+
+    def _plan_and_store(self, prepared: PreparedRequest, force: bool, existing: StoredPlan | None) -> Outcome:
+        new = self._compute_now(prepared)
         if force and existing is not None:
             new = replace(new, result={**new.result, "supersedes": existing.id})
         stored, created = self.repo.insert_plan(new, force=force)
@@ -486,7 +519,7 @@ class PlanService:
         prepared = self.prepare({**parent.request, "cluster": cluster, **(overrides or {})})
         if self._wants_job(options, prepared.request):
             return Outcome("job", job=self._enqueue("replan", prepared, True, parent.id, options.callback_url))
-        new = self.compute(prepared, parent=parent)
+        new = self._compute_now(prepared, parent=parent)
         stored, _ = self.repo.insert_plan(new, force=True)
         return Outcome("created", plan=stored)
 

@@ -596,6 +596,14 @@ class Repository:
             ).first()
         return _job(row) if row is not None else None
 
+    def count_active_jobs(self) -> int:
+        """Queued and running jobs of this view's tenant (its job quota)."""
+        with self.engine.connect() as conn:
+            n = conn.execute(
+                select(func.count()).select_from(JobRow.__table__).where(JobRow.tenant == self.owner, JobRow.status.in_(("queued", "running")))
+            ).scalar_one()
+        return int(n)
+
     def claim_job(self, worker_id: str, lease_s: float, max_attempts: int = 3) -> StoredJob | None:
         """Claim the oldest queued job, or a running one whose lease expired (its worker died).
 

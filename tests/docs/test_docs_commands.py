@@ -428,6 +428,8 @@ def api_operations(schema: dict) -> list[tuple[str, str]]:
 
 
 def exercised_routes(log: str) -> set[tuple[str, str]]:
+    # the server logs JSON lines (PLANNER_LOG_FORMAT=json): the access line is the message
+    log = "\n".join(json.loads(ln).get("message", "") if ln.startswith("{") else ln for ln in log.splitlines())
     return {(m.group(1), m.group(2).split("?")[0]) for m in re.finditer(r'"(GET|POST|PUT|DELETE|PATCH) (\S+) HTTP/[\d.]+" \d{3}', log)}
 
 

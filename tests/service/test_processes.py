@@ -1,9 +1,14 @@
 """Real processes: ``planner serve`` under concurrent identical POSTs, SIGKILL in the middle of a
-stream of POSTs, two ``planner worker`` processes sharing one queue, start-up schema checks."""
+stream of POSTs, two ``planner worker`` processes sharing one queue, start-up schema checks.
+
+Everything runs as deployed on a shared network: the servers with auth on (``PLANNER_AUTH=
+enabled``, clients send a tenant's key) and their searches in the default process pool; the
+workers' jobs belong to two tenants."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -23,6 +28,7 @@ from planner_service.service.identity import canonical_request, request_hash
 from planner_service.service.plans import PlanService
 from planner_service.settings import ServiceSettings
 from planner_service.storage.db import check_schema, head_revision, make_engine
+from planner_service.storage.errors import NotFound
 from planner_service.storage.models import PlanRow
 from planner_service.storage.repository import Repository
 
@@ -33,7 +39,8 @@ CLI = [sys.executable, "-m", "planner_service.cli.main"]
 
 def _env(db_url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"DATABASE_URL": db_url, "PLANNER_SOLVER_TIME_LIMIT_S": "1.0", "PLANNER_WORKER_POLL_INTERVAL_S": "0.05", "PYTHONUNBUFFERED": "1"})
+    env.update({"DATABASE_URL": db_url, "PLANNER_SOLVER_TIME_LIMIT_S": "1.0", "PLANNER_WORKER_POLL_INTERVAL_S": "0.05", "PYTHONUNBUFFERED": "1",
+                "PLANNER_AUTH": "enabled", "PLANNER_SEARCH_EXECUTOR": "process"})
     env.update(extra)
     return env
 
@@ -45,13 +52,14 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, db_url: str, log: Path, **env: str) -> None:
+    def __init__(self, db_url: str, log: Path, tenant: str = "team-a", log_args: tuple[str, ...] = ("--no-access-log", "--log-level", "warning"),
+                 **env: str) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._fh = open(log, "ab")  # noqa: SIM115 - the server's log for its lifetime, closed in stop()
         self.proc = subprocess.Popen(
-            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log", "--log-level", "warning"],
+            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), *log_args],
             env=_env(db_url, **env),
             stdout=self._fh,
             stderr=subprocess.STDOUT,
@@ -62,11 +70,17 @@ class Server:
                 raise AssertionError(f"server exited {self.proc.returncode}: {log.read_text()[-3000:]}")
             try:
                 if httpx.get(self.base + "/healthz", timeout=1).status_code == 200:
-                    return
+                    break
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
+        engine = make_engine(db_url)  # the server created and migrated the database; a key of one tenant
+        try:
+            key, _ = Repository(engine).create_api_key(tenant, "member")
+        finally:
+            engine.dispose()
+        self.headers = {"Authorization": f"Bearer {key}"}
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -108,7 +122,7 @@ def test_16_clients_posting_the_same_request_50_times_store_one_plan(db_url, ser
 
     async def client(start: asyncio.Event) -> list[tuple[int, str]]:
         out = []
-        async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=httpx.Limits(max_connections=1)) as c:
+        async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=httpx.Limits(max_connections=1), headers=server.headers) as c:
             await start.wait()
             for _ in range(50):
                 r = await c.post("/v1/plans", json=body)
@@ -122,12 +136,14 @@ def test_16_clients_posting_the_same_request_50_times_store_one_plan(db_url, ser
         start.set()  # all 16 connections fire their first POST together
         return [r for rs in await asyncio.gather(*tasks) for r in rs]
 
+    assert httpx.post(server.base + "/v1/plans", json=body, timeout=60).status_code == 401
     results = asyncio.run(run())
     assert len(results) == 800
     assert {status for status, _ in results} <= {200, 201}, [r for r in results if r[0] not in (200, 201)][:3]
     assert len({plan_id for _, plan_id in results}) == 1
     assert sum(1 for status, _ in results if status == 201) == 1
-    assert len(_plan_rows(db_url)) == 1
+    rows = _plan_rows(db_url)
+    assert len(rows) == 1 and rows[0].tenant == "team-a"
 
 
 def test_sigkill_mid_stream_keeps_every_acknowledged_plan_and_no_partial_rows(db_url, servers, tmp_path):
@@ -140,7 +156,7 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_plan_and_no_partial_rows(db
     target = 5
 
     def stream(k: int) -> None:
-        with httpx.Client(base_url=server.base, timeout=60) as c:
+        with httpx.Client(base_url=server.base, timeout=60, headers=server.headers) as c:
             i = 0
             while not killed.is_set():
                 body = small_request(model={"preset": "gpt3-125m", "name": f"kill-{k}-{i}"})
@@ -179,13 +195,32 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_plan_and_no_partial_rows(db
         engine.dispose()
 
     restarted = servers(db_url)
-    with httpx.Client(base_url=restarted.base, timeout=60) as c:
+    with httpx.Client(base_url=restarted.base, timeout=60, headers=restarted.headers) as c:
         for plan_id, (body, plan) in acked.items():
             got = c.get(f"/v1/plans/{plan_id}")
             assert got.status_code == 200 and got.json() == plan
             again = c.post("/v1/plans", json=body)
             assert again.status_code == 200 and again.json()["id"] == plan_id
     assert len(_plan_rows(db_url)) == len(rows)
+
+
+def test_log_lines_are_json_with_the_request_id_and_no_request_values(db_url, tmp_path):
+    log = tmp_path / "server.log"
+    server = Server(db_url, log, log_args=("--log-level", "info"))
+    try:
+        with httpx.Client(base_url=server.base, timeout=60, headers=server.headers) as c:
+            r = c.get("/v1/plans?model=secret-model-name", headers={"X-Request-ID": "trace-77"})
+            assert r.status_code == 200 and r.headers["X-Request-ID"] == "trace-77"
+            bad = c.post("/v1/plans", json=small_request(cluster={"name": "x\u0000secret", "node_groups": []}))
+            assert bad.status_code == 422 and len(bad.headers["X-Request-ID"]) == 32
+    finally:
+        server.stop()
+    lines = [json.loads(ln) for ln in log.read_text().splitlines() if ln.startswith("{")]
+    assert lines and all({"ts", "level", "logger", "message", "request_id"} <= set(x) for x in lines)
+    access = [x for x in lines if x["request_id"] == "trace-77"]
+    assert access and "GET /v1/plans?model=secret-model-name" in access[0]["message"]
+    assert not [x for x in lines if x["level"] in ("error", "critical")]
+    assert "secret\\u0000" not in log.read_text() and "x\x00secret" not in log.read_text()
 
 
 def _start_worker(db_url: str, log: Path, name: str) -> tuple[subprocess.Popen, Path]:
@@ -217,7 +252,7 @@ def test_two_worker_processes_never_run_the_same_job_twice(db_url, tmp_path):
         for i in range(JOBS):
             body = small_request(model={"preset": "gpt3-125m", "name": f"job-{i}"})
             canonical = canonical_request(body, service.parse(body))
-            job_ids.append(repo.create_job("plan", canonical, request_hash(canonical)).id)
+            job_ids.append(repo.scoped(f"team-{i % 2}").create_job("plan", canonical, request_hash(canonical)).id)
         deadline = time.monotonic() + 90
         while True:
             jobs = [repo.get_job(j) for j in job_ids]
@@ -240,6 +275,10 @@ def test_two_worker_processes_never_run_the_same_job_twice(db_url, tmp_path):
     assert len({j.plan_id for j in jobs}) == JOBS
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(PlanRow)).scalar() == JOBS
+    for i, job in enumerate(jobs):  # each plan is stored in its job's tenant, visible to it only
+        assert repo.scoped(f"team-{i % 2}").get_plan(job.plan_id).id == job.plan_id
+        with pytest.raises(NotFound):
+            repo.scoped(f"team-{(i + 1) % 2}").get_plan(job.plan_id)
     assert all(proc.returncode == 0 for proc, _ in workers)
     engine.dispose()
 

@@ -14,7 +14,8 @@ from cost_model.graph.parse import graph_from_dict
 from planner_service.api.deps import RepoDep
 from planner_service.api.schemas import INVALID_INPUT, ErrorBody, ModelCreated, ModelDetail, ModelList
 from planner_service.api.validation import text_problem
-from planner_service.importers.onnx import MAX_ONNX_BYTES, load_onnx_bytes
+from planner_service.importers.onnx import MAX_ONNX_BYTES
+from planner_service.importers.onnx_stream import load_onnx_stream
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=INVALID_INPUT)
 
@@ -45,6 +46,8 @@ def _parse_dims(dims: str | None) -> dict[str, int] | None:
     responses={
         201: {"description": "Stored: id, name, format and a summary (operators, parameters)"},
         413: {"model": ErrorBody, "description": "Upload larger than the body limit"},
+        503: {"model": ErrorBody, "description": "Too many uploads at once (PLANNER_MAX_CONCURRENT_UPLOADS); retry after Retry-After seconds",
+              "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}}},
         422: {"model": ErrorBody, "description": "Not an ONNX model, unsupported operators (listed), bad shapes, too many nodes"},
     },
 )
@@ -58,11 +61,12 @@ def upload_onnx(
         raise InvalidInput(f"must be 1-200 characters of text ({text_problem(name, 200) or 'empty'})", field="name")
     if file.filename and text_problem(file.filename, 1000):
         raise InvalidInput(f"the file name {text_problem(file.filename, 1000)}", field="file")
-    data = file.file.read(MAX_ONNX_BYTES + 1)
-    if len(data) > MAX_ONNX_BYTES:
+    # The upload is on disk (a spooled temporary file, streamed there by the multipart parser
+    # under the body limit): it is read with its weights skipped, never whole into memory.
+    if file.size is not None and file.size > MAX_ONNX_BYTES:
         raise InvalidGraph("ONNX uploads over 2 GB must keep their weights as external data", field="file")
     model_name = name or (file.filename or "onnx-model").rsplit("/", 1)[-1].removesuffix(".onnx") or "onnx-model"
-    graph = load_onnx_bytes(data, name=model_name, dims=_parse_dims(dims))
+    graph = load_onnx_stream(file.file, name=model_name, dims=_parse_dims(dims))
     summary = _summary(graph)
     model_id = repo.save_model(model_name, "onnx", graph)
     body = {"id": model_id, "name": model_name, "format": "onnx", "summary": summary,

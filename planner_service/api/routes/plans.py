@@ -15,6 +15,7 @@ from planner_service.api.deps import MetricsDep, RepoDep, ServiceDep
 from planner_service.api.middleware import Metrics
 from planner_service.api.routes.jobs import job_body
 from planner_service.api.schemas import (
+    BUSY_RESPONSES,
     INVALID_INPUT,
     PLAN_EXAMPLES,
     REPLAN_EXAMPLES,
@@ -62,6 +63,7 @@ def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONRespo
         409: {"model": ErrorBody, "description": "Conflict"},
         413: {"model": ErrorBody, "description": "Body too large"},
         422: {"model": ErrorBody, "description": "Invalid input or no feasible plan; error.field names the field"},
+        **BUSY_RESPONSES,
     },
 )
 def create_plan(
@@ -157,6 +159,7 @@ def delete_plan(plan_id: str, repo: RepoDep) -> Response:
         202: {"model": Job, "description": "Queued as a job"},
         404: {"model": ErrorBody, "description": "No such plan"},
         422: {"model": ErrorBody, "description": "Invalid change; error.field names it"},
+        **BUSY_RESPONSES,
     },
 )
 def replan(
