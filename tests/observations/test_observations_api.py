@@ -205,13 +205,13 @@ def test_migration_from_the_previous_head_keeps_plans(tmp_path):
 
 
 def test_suggestion_when_a_recalibration_makes_another_layout_faster(client):
-    """A plan made at the public calibration (ZeRO-3 over a 100 GB/s-per-node network); the
+    """A plan made at the public calibration (ZeRO-3 over a 400 GB/s-per-node network: at 100 GB/s the public calibration already prefers ZeRO-2); the
     cluster's calibration then says the fabric reaches 35% of the catalog's bandwidth and GEMMs
     80%: ZeRO-3's parameter gathers are exposed, ZeRO-2 is faster by more than the interval."""
     from planner_service.storage.observations import ObservationStore
 
     cluster = {"name": "slow-net", "node_groups": [{"name": "g", "count": 4, "gpus_per_node": 8, "device": "A100-SXM4-80GB",
-                                                    "inter_node_bandwidth_GBps": 100}]}
+                                                    "inter_node_bandwidth_GBps": 400}]}
     plan = _plan(client, model={"preset": "llama2-13b"}, training={"global_batch_size": 128, "sequence_length": 2048}, cluster=cluster, top_k=0)
     assert plan["best"]["strategy"]["zero_stage"] == 3
     names = ["fabric_efficiency.infiniband", "framework_efficiency.megatron-core", "gemm_efficiency.ampere"]
