@@ -44,6 +44,16 @@ from cost_model.compute import (
 )
 from cost_model.devices import DeviceSpec
 from cost_model.strategy import Strategy
+from cost_model.topology import (
+    alltoall_extra_s,
+    data_axes,
+    dimension_axes,
+    expert_axes,
+    hierarchical_collective_extra_s,
+    members_in,
+    nesting_code,
+    p2p_extra_s,
+)
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 
@@ -91,6 +101,7 @@ class StrategyArrays:
     sp: np.ndarray  # bool
     recompute: np.ndarray  # 0 none, 1 selective, 2 full
     zero: np.ndarray
+    nest: np.ndarray | None = None  # nesting order code (cost_model.topology.NESTINGS); None: Megatron's
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -108,13 +119,14 @@ class StrategyArrays:
             sp=col(lambda s: s.sequence_parallel, bool),
             recompute=col(lambda s: RECOMPUTE_CODE[s.recompute]),
             zero=col(lambda s: s.zero_stage),
+            nest=col(lambda s: nesting_code(s.nesting)) if any(s.nesting is not None for s in strategies) else None,
         )
 
     def __len__(self) -> int:
         return len(self.dp)
 
     def take(self, index: npt.ArrayLike) -> StrategyArrays:
-        return StrategyArrays(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
+        return StrategyArrays(**{k: None if getattr(self, k) is None else getattr(self, k)[index] for k in self.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -519,7 +531,7 @@ def _layer_parallel_comm(
         S.sp,
         2 * reduce_scatter_time_s(t, msg, links, tp_per_node),
         allreduce_time_s(t, msg, links, tp_per_node),
-    )
+    ) + hierarchical_collective_extra_s(links, [(t, 1.0 + 0.0 * t)], msg, 2.0)
     n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
     tp_comm = n_collectives * one_ar
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
@@ -533,15 +545,19 @@ def _layer_parallel_comm(
     # Each rank passes its K,V chunk around the ring: (c−1) steps of 2·b·sc·kv·eb bytes forward,
     # twice that backward (K,V and their gradients); overlapped with the attention blocks it feeds.
     kv_chunk = 2 * b * sc * kv * eb
-    cp_fwd = (c - 1) * p2p_time_s(kv_chunk, links, c > gpn // np.maximum(t, 1))
+    cp_axes = dimension_axes(S, "cp")
+    cp_cross = c > gpn // np.maximum(t, 1) if S.nest is None else members_in(gpn, cp_axes) < c
+    cp_fwd = (c - 1) * (p2p_time_s(kv_chunk, links, cp_cross) + p2p_extra_s(links, cp_axes, kv_chunk))
     cp_fwd = np.where(c > 1, cp_fwd, 0.0)
     cp_exposed = np.maximum(0.0, cp_fwd - overlap * attn_fwd) + np.maximum(0.0, 2 * cp_fwd - overlap * attn_bwd)
 
     # ---- expert-parallel all-to-all ---------------------------------------------------------
     # Dispatch and combine forward, the same backward: each sends T·k·h elements.
     if model.is_moe:
-        ep_per_node = ranks_per_node(S.ep, t, gpn)
-        a2a = alltoall_time_s(S.ep, T * model.experts_per_token * h * eb, links, ep_per_node)
+        ep_axes = expert_axes(S)[0]
+        ep_per_node = ranks_per_node(S.ep, t, gpn) if S.nest is None else members_in(gpn, ep_axes)
+        a2a_bytes = T * model.experts_per_token * h * eb
+        a2a = alltoall_time_s(S.ep, a2a_bytes, links, ep_per_node) + alltoall_extra_s(links, ep_axes, a2a_bytes)
         ep_comm = 4 * a2a + np.where(S.recompute == 2, 2 * a2a, 0.0)
     else:
         ep_comm = 0.0 * t
@@ -700,9 +716,11 @@ def sharded_step_comm_s(
 
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp
-    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    axes = data_axes(S)
+    per_node = ranks_per_node(n, S.tp, links.gpus_per_node) if S.nest is None else members_in(links.gpus_per_node, axes)
     k = float(collectives_per_layer)
-    one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / k, links, per_node, flat=True)
+    chunk = layer_params_per_gpu * gb / k
+    one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
     bandwidth_part = np.maximum(one - alpha, 0.0) / current().get("sharded_collective_efficiency")
     out: FloatArray = 3.0 * layers * k * (bandwidth_part + alpha) * (n > 1)
@@ -730,11 +748,18 @@ def dp_gradient_comm_s(
     """
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp
-    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    axes = data_axes(S)
+    edp_axes = expert_axes(S)[1]
+    gpn = links.gpus_per_node
+    per_node = ranks_per_node(n, S.tp, gpn) if S.nest is None else members_in(gpn, axes)
     n_e = np.maximum(n / S.ep, 1.0)
-    per_node_e = ranks_per_node(n_e, S.tp * S.ep, links.gpus_per_node)
+    per_node_e = ranks_per_node(n_e, S.tp * S.ep, gpn) if S.nest is None else members_in(gpn, edp_axes)
     rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
         n_e, expert_params_per_gpu * gb, links, per_node_e
+    )
+    # Levels above the node (zero without a topology): cost_model.topology.
+    rs = rs + hierarchical_collective_extra_s(links, axes, params_per_gpu * gb, 1.0) + hierarchical_collective_extra_s(
+        links, edp_axes, expert_params_per_gpu * gb, 1.0
     )
     per_step = np.where(S.zero >= 3, 0.0, np.where(S.zero == 2, rs, 2.0 * rs))
     per_microbatch = np.where(S.zero >= 3, 3.0 * rs, np.where(S.zero == 2, rs, 0.0))
@@ -853,5 +878,5 @@ def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: Strate
     eb = _act_bytes(training)
     size = S.mbs * training.sequence_length / S.cp * model.hidden_size * eb / S.tp
     gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)
-    return p2p_time_s(size, links, cross_node) + gather
+    return p2p_time_s(size, links, cross_node) + gather + p2p_extra_s(links, dimension_axes(S, "pp"), size)
 

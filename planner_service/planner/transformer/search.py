@@ -35,6 +35,8 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
+from planner_service.planner.nesting import expand_nestings, nesting_comparison, with_nesting
+from planner_service.planner.placement import placement_warnings
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
 from planner_service.planner.result import Evaluated, PlanResult
 from planner_service.planner.transformer.space import (
@@ -46,6 +48,7 @@ from planner_service.planner.transformer.tables import (
     PoolCosts,
     evaluate_even,
     pool_costs,
+    pp_cross_node,
     stage_linear,
 )
 
@@ -86,7 +89,7 @@ def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Clus
             nodes.extend(replace(n, group=name) for n in cluster.available_nodes(g.name))
     if not groups:
         raise NoFeasiblePlan("no available nodes of an allowed device type", field="constraints.allowed_device_types")
-    return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes))
+    return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes), topology=cluster.topology)
 
 
 def transformer_search_size(request: PlanRequest) -> int:
@@ -207,6 +210,8 @@ class _Search:
             # needs an even split, and pinned uneven splits are single-pool only.
             keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
         S = S.take(np.nonzero(keep)[0])
+        if len(groups) == 1:
+            S = expand_nestings(S, groups[0])  # one pool on a topology: every nesting order too
         self.enumerated += len(S)
         if len(S) == 0:
             return
@@ -236,7 +241,8 @@ class _Search:
         fits = np.isfinite(ev_even.step_time_s)
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
-        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
+        nest = S.nest if S.nest is not None else np.zeros(len(S))
+        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero, nest], axis=1)
         seen_shapes: set[tuple[Any, ...]] = set()
         for j in map(int, order):
             if not fits[j] or len(seen_shapes) > self.request.top_k:
@@ -251,7 +257,7 @@ class _Search:
                 lps = None
             # A pinned split is not the one the tables costed: estimate it.
             known = None if self.pinned_lps else float(even_objective[j])
-            self.record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known)
+            self.record(with_nesting(S, int(j), strategy_at(S, int(j), lps if pp > 1 and lps else None)), (g.name,) * pp, known)
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
             if self.pinned_lps:
                 continue
@@ -338,7 +344,8 @@ def search_transformer(
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
     # Preflight (mixed versions or devices inside a group) is the plan service's, over the ranks it stores.
-    warnings = dtype_warnings + list(best.prediction.warnings)
+    warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
+    nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
     search = {
         "candidates": state.enumerated,
         "pruned": state.pruned,
@@ -357,7 +364,13 @@ def search_transformer(
         model=state.model,
         objective=request.objective,
         extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
+        nesting=nesting,
     )
+
+
+def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:
+    ev = state.evaluate(strategy, stage_groups)
+    return ev.prediction if ev is not None else None
 
 
 def _objective_factor(objective: str, training: Training, S: StrategyArrays, groups: list[NodeGroup]) -> np.ndarray:
@@ -417,7 +430,7 @@ def _refine(
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
     lins = []
     for g, pc in zip(groups, pcs, strict=True):
-        cross_default = block >= g.gpus_per_node
+        cross_default = bool(pp_cross_node(S.take(np.array([j])), g.gpus_per_node)[0])
         lins.append(stage_linear(model, training, pc, j, pp, cross_default))
     caps_bytes = [g.device.memory_bytes * (1 - headroom) for g in groups]
     stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
@@ -443,7 +456,7 @@ def _refine(
     )
     if res is None:
         return None
-    strategy = strategy_at(S, j, res.layers)
+    strategy = with_nesting(S, j, strategy_at(S, j, res.layers))
     return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s
 
 
@@ -477,7 +490,7 @@ def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]
 def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]:
     """The structural knobs that make two candidates different plans (not the split)."""
     s = strategy
-    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))))
+    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting)
 
 
 def _pick_answers(

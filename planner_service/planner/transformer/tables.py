@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from cost_model.cluster import NodeGroup
-from cost_model.comm import Links
 from cost_model.compute import ArrayOrFloat
 from cost_model.strategy import even_split
+from cost_model.topology import links_for_group, strides
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -51,7 +51,7 @@ class PoolCosts:
 
 
 def pool_costs(model: TransformerSpec, training: Training, group: NodeGroup, S: StrategyArrays) -> PoolCosts:
-    return PoolCosts(group, S, device_costs(model, training, group.device, Links.for_group(group), S))
+    return PoolCosts(group, S, device_costs(model, training, group.device, links_for_group(group), S))
 
 
 if TYPE_CHECKING:
@@ -75,6 +75,19 @@ def _take(obj: _D, idx: np.ndarray, n: int) -> _D:
 def subset(pc: PoolCosts, idx: np.ndarray) -> PoolCosts:
     n = len(pc.S)
     return PoolCosts(pc.group, pc.S.take(idx), _take(pc.dc, idx, n))
+
+
+def pp_cross_node(S: StrategyArrays, gpus_per_node: int) -> np.ndarray:
+    """Whether neighbouring stages are on different nodes, per candidate: a stage block of
+    whole nodes in Megatron's order (``cost_model.estimate._cross_node``); with another nesting,
+    a stride of a node or a pipeline wider than a node (``cost_model.topology.pp_crosses_node``)."""
+    block = S.dp * S.cp * S.tp
+    if S.nest is None:
+        out: np.ndarray = block >= gpus_per_node
+        return out
+    st = strides(S)["pp"]
+    megatron = S.nest == 0
+    return np.where(megatron, block >= gpus_per_node, (st >= gpus_per_node) | (st * S.pp > gpus_per_node))
 
 
 def _m(S: StrategyArrays, training: Training) -> np.ndarray:
@@ -162,8 +175,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
     lb = np.full(N, np.inf)
     feasible = np.zeros(N, dtype=bool)
     shortfall = np.zeros(N)
-    block = S.dp * S.cp * S.tp
-    cross_all = block >= pc.group.gpus_per_node
+    cross_all = pp_cross_node(S, pc.group.gpus_per_node)
     for pp in np.unique(S.pp):
         idx = np.nonzero(S.pp == pp)[0]
         pcg = subset(pc, idx)
