@@ -237,7 +237,7 @@ class _Search:
         factor = _objective_factor(self.request.objective, self.training, S, [g])
         lb = lb * factor
         even_objective = ev_even.step_time_s * factor
-        order = np.argsort(even_objective)
+        order = np.argsort(even_objective, kind="stable")
         fits = np.isfinite(ev_even.step_time_s)
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
