@@ -63,7 +63,7 @@ def _units_nodes(strategy: Strategy, gpus_per_node: int, domain_nodes: int) -> i
 
 def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tuple[list[str], int]:
     """The pool's available hosts in topology order, packed (module docstring), and how many
-    of them lie past the packed part (spares)."""
+    of them lie past the aligned part (nodes of partly filled domains, used last)."""
     position = {n.hostname: k for k, n in enumerate(cluster.nodes)}
     avail = cluster.available_nodes(group.name)
     topo = cluster.topology
@@ -76,26 +76,37 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
         k = position[n.hostname]
         return tuple(k // lv.group_size_nodes for lv in reversed(topo.levels))
 
-    nodes = sorted(avail, key=lambda n: (path(n), position[n.hostname]))
-    packed: list[Any] = nodes
-    spares: list[Any] = []
+    # domains in order of first appearance, outer level first (names need not sort)
+    first: dict[tuple[Any, ...], int] = {}
+    for n in cluster.nodes:
+        p = path(n)
+        for d in range(1, len(p) + 1):
+            first.setdefault(p[:d], len(first))
+    nodes = sorted(avail, key=lambda n: (*(first[path(n)[:d]] for d in range(1, len(topo.levels) + 1)), position[n.hostname]))
+    job_nodes = -(-strategy.num_devices // group.gpus_per_node)
+    aligned: list[Any] = nodes
+    tail: list[Any] = []
     for j, lv in enumerate(topo.levels):
         unit = _units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes)
-        if unit <= 1:
-            continue
+        spans = job_nodes > lv.group_size_nodes  # blocks larger than a domain need full domains
         depth = len(topo.levels) - j  # path prefix naming the level-j domain
         kept: list[Any] = []
+        partial: list[Any] = []
         run: list[Any] = []
-        for n in packed + [None]:
+        for n in [*aligned, None]:
             if run and (n is None or path(n)[:depth] != path(run[0])[:depth]):
-                cut = len(run) - len(run) % unit
-                kept.extend(run[:cut])
-                spares.extend(run[cut:])
+                if spans and len(run) < lv.group_size_nodes:
+                    partial.extend(run)
+                else:
+                    cut = len(run) - len(run) % unit
+                    kept.extend(run[:cut])
+                    partial.extend(run[cut:])
                 run = []
             if n is not None:
                 run.append(n)
-        packed = kept
-    return [n.hostname for n in packed + spares], len(spares)
+        aligned = kept
+        tail = partial + tail
+    return [n.hostname for n in aligned + tail], len(tail)
 
 
 def _nested_table(cluster: Cluster, strategy: Strategy, name: str) -> tuple[list[str], np.ndarray, dict[str, np.ndarray], int]:

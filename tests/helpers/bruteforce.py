@@ -7,6 +7,7 @@ import itertools
 
 from cost_model import Strategy, estimate
 from cost_model.errors import PlannerError
+from cost_model.topology import MEGATRON_NESTING, NESTINGS
 
 
 def compositions(total: int, parts: int):
@@ -15,9 +16,12 @@ def compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
-def brute_force(model, training, cluster, headroom=0.1):
+def brute_force(model, training, cluster, headroom=0.1, pins=None):
     """Minimum step time over every valid strategy, split and contiguous placement of stages on
-    node groups (each stage on one group; one group's stages consecutive)."""
+    node groups (each stage on one group; one group's stages consecutive) and, on a cluster with
+    a topology, every nesting order of a one-group placement.  ``pins``: knobs held fixed
+    (Strategy field names), as the planner's constraints pin them."""
+    pins = pins or {}
     groups = list(cluster.node_groups)
     gpus = {g.name: g.gpus_per_node * len(cluster.available_nodes(g.name)) for g in groups}
     L = model.num_layers
@@ -52,16 +56,20 @@ def brute_force(model, training, cluster, headroom=0.1):
                                         splits = [None] if vpp > 1 else list(compositions(L, pp))
                                         for placement in _placements(groups, gpus, block, pp):
                                             for split in splits:
-                                                st = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch_size=mbs,
-                                                              sequence_parallel=sp, recompute=rc, zero_stage=zero,
-                                                              layers_per_stage=split)
-                                                try:
-                                                    est = estimate(model, training, cluster, st, stage_groups=placement)
-                                                except PlannerError:
+                                                knobs = dict(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch_size=mbs,
+                                                             sequence_parallel=sp, recompute=rc, zero_stage=zero)
+                                                if any(knobs[k] != v for k, v in pins.items()):
                                                     continue
-                                                fits = all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages)
-                                                if fits and est.step_time_s < best[0]:
-                                                    best = (est.step_time_s, st, placement)
+                                                nests = NESTINGS if cluster.topology is not None and len(set(placement)) == 1 else (MEGATRON_NESTING,)
+                                                for nest in nests:
+                                                    st = Strategy(**knobs, layers_per_stage=split, nesting=None if nest == MEGATRON_NESTING else nest)
+                                                    try:
+                                                        est = estimate(model, training, cluster, st, stage_groups=placement)
+                                                    except PlannerError:
+                                                        continue
+                                                    fits = all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages)
+                                                    if fits and est.step_time_s < best[0]:
+                                                        best = (est.step_time_s, st, placement)
     return best
 
 
