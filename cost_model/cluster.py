@@ -229,7 +229,7 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
             available = n.get("available", True)
             if not isinstance(available, bool):
                 raise InvalidCluster("must be true or false", field=f"{npath}.available")
-            versions = {}
+            versions: dict[str, Any] = {}
             for key in ("driver_version", "cuda_version", "nccl_version"):
                 if n.get(key) is not None:
                     versions[key] = str(n[key])

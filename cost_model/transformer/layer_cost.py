@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -126,7 +127,8 @@ class StrategyArrays:
         return len(self.dp)
 
     def take(self, index: npt.ArrayLike) -> StrategyArrays:
-        return StrategyArrays(**{k: None if getattr(self, k) is None else getattr(self, k)[index] for k in self.__dataclass_fields__})
+        cols: dict[str, Any] = {k: None if getattr(self, k) is None else getattr(self, k)[index] for k in self.__dataclass_fields__}
+        return StrategyArrays(**cols)
 
 
 @dataclass(frozen=True)

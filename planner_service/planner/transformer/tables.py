@@ -87,7 +87,8 @@ def pp_cross_node(S: StrategyArrays, gpus_per_node: int) -> np.ndarray:
         return out
     st = strides(S)["pp"]
     megatron = S.nest == 0
-    return np.where(megatron, block >= gpus_per_node, (st >= gpus_per_node) | (st * S.pp > gpus_per_node))
+    nested: np.ndarray = np.where(megatron, block >= gpus_per_node, (st >= gpus_per_node) | (st * S.pp > gpus_per_node))
+    return nested
 
 
 def _m(S: StrategyArrays, training: Training) -> np.ndarray:
