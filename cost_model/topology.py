@@ -191,32 +191,28 @@ def nesting_code(nesting: Sequence[str] | None, field_path: str = "strategy.nest
     return NESTINGS.index(t)
 
 
-def _stride_table() -> np.ndarray:
-    """[order, dim, dim]: 1 where dim b is nested inside dim a in that order."""
-    out = np.zeros((len(NESTINGS), len(DIMS), len(DIMS)))
-    for k, order in enumerate(NESTINGS):
-        for a in DIMS:
-            for b in order[: order.index(a)]:
-                out[k, DIMS.index(a), DIMS.index(b)] = 1.0
-    return out
-
-
-_INNER = _stride_table()
+#: [order, dim]: the position of each dimension in each nesting order.
+_POSITION = np.array([[order.index(d) for d in DIMS] for order in NESTINGS])
 
 
 def strides(S: StrategyArrays) -> dict[str, FloatArray]:
     """GPU stride of each dimension's members (the product of the sizes nested inside it)."""
     if S.nest is None:  # Megatron's order
         return {"tp": np.ones(len(S)), "cp": S.tp, "dp": S.tp * S.cp, "pp": S.tp * S.cp * S.dp}
-    sizes = np.stack([S.tp, S.cp, S.dp, S.pp])  # [dim, N]
-    nest = np.zeros(len(S), dtype=np.int64) if S.nest is None else S.nest.astype(np.int64)
-    inner = _INNER[nest]  # [N, dim, dim]
+    cached: dict[str, FloatArray] | None = S.__dict__.get("_strides")
+    if cached is not None:
+        return cached
+    sizes = [S.tp, S.cp, S.dp, S.pp]
+    nest = S.nest.astype(np.int64)
+    pos = [_POSITION[:, b][nest] for b in range(len(DIMS))]  # where each dim sits in the order
     out: dict[str, FloatArray] = {}
     for a, name in enumerate(DIMS):
         prod = np.ones(len(S))
         for b in range(len(DIMS)):
-            prod = prod * np.where(inner[:, a, b] > 0, sizes[b], 1.0)
+            if b != a:
+                prod = prod * np.where(pos[b] < pos[a], sizes[b], 1.0)
         out[name] = prod
+    object.__setattr__(S, "_strides", out)  # S is frozen and never changes: memoise on it
     return out
 
 

@@ -35,7 +35,7 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
-from planner_service.planner.nesting import expand_nestings, nesting_comparison, with_nesting
+from planner_service.planner.nesting import feasible_then_expand, nesting_comparison, with_nesting
 from planner_service.planner.placement import placement_warnings
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
 from planner_service.planner.result import Evaluated, PlanResult
@@ -220,8 +220,10 @@ class _Search:
             # needs an even split, and pinned uneven splits are single-pool only.
             keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
         S = S.take(np.nonzero(keep)[0])
-        if len(groups) == 1:
-            S = expand_nestings(S, groups[0])  # one pool on a topology: every nesting order too
+        if len(groups) == 1:  # one pool on a topology: every nesting order of the layouts that fit
+            S, dropped = feasible_then_expand(self.model, self.training, groups[0], S, self.headroom)
+            self.enumerated += dropped
+            self.pruned += dropped
         self.enumerated += len(S)
         if len(S) == 0:
             return
