@@ -91,6 +91,8 @@ def render_plan(result: PlanResult, d: dict) -> None:
     console.print(f"[bold]Why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
     for line in ex["alternatives"]:
         console.print(f"  vs {line}")
+    if ex.get("placement"):
+        console.print(f"[bold]Placement:[/bold] {ex['placement']}")
     for w in d["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
 

@@ -149,13 +149,20 @@ def stage_blocks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, 
 
 
 def placement_warnings(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[str]:
-    """A warning when packing the topology's domains left too few nodes (spares used)."""
+    """Warnings: packing the topology's domains left too few nodes (partly filled domains used);
+    ranks numbered in a nesting order other than Megatron's default."""
+    out = []
+    if strategy.nesting is not None:
+        order = "-".join(strategy.nesting)
+        out.append(f"ranks are numbered in the nesting order {order} (inner to outer): launch with that order "
+                   f"(Megatron-Core initialize_model_parallel(order=\"{order}\"), torchtitan mesh dims outer to inner); "
+                   "framework defaults are tp-cp-dp-pp")
     if not _nested(cluster, strategy, stage_groups) or cluster.topology is None:
-        return []
+        return out
     _, _, _, spares = _nested_table(cluster, strategy, stage_groups[0])
     if spares:
-        return [f"{spares} node(s) of partly filled topology domains are used: some groups cross a boundary the estimate prices as inside"]
-    return []
+        out.append(f"{spares} node(s) of partly filled topology domains are used: some groups cross a boundary the estimate prices as inside")
+    return out
 
 
 def _place_nested(cluster: Cluster, strategy: Strategy, name: str) -> list[dict[str, Any]]:

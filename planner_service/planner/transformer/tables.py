@@ -184,13 +184,13 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         p = int(pp)
         cross = cross_all[idx]
         split = even_split(L, p)
-        # The near-even split, 0 and 1 layers per stage (memory is affine in the layer count),
-        # and L/p layers everywhere (the optimizer bound below) in one pass.
-        layer_rows = np.array([split, [0] * p, [1] * p, [L / p] * p], dtype=float)
+        # The near-even split and 0 layers per stage in one pass: stage memory is affine in the
+        # layer count, so its slope is (memory of the split − memory at 0 layers) / layers.
+        layer_rows = np.array([split, [0] * p], dtype=float)
         variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
         stages = variants.stage_cost(0)
         a = variants.stacked(1, attrgetter("peak_memory_bytes"))
-        b = variants.stacked(2, attrgetter("peak_memory_bytes")) - a
+        b = (stages.peak_memory_bytes - a) / np.array(split, dtype=float)[:, None]
         k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
         cap_layers = np.clip(k, 0, L).sum(axis=0)
         min_one_ok = (k >= 1).all(axis=0)
@@ -206,10 +206,8 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         # optimizer ≥ its value for the mean parameter share of a middle stage.
         m = _m(Sg, training)
         v = Sg.vpp
-        if p > 2:
-            mid_optimizer_s = variants.stacked(3, attrgetter("optimizer_s"))[1]
-        else:  # no middle stage: a stage without embedding or head
-            mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 0, False, False, cross).optimizer_s
+        # (the first middle stage; with no middle stage, a stage without embedding or head)
+        mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross).optimizer_s
         lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
     return EvenEval(step, lb, feasible, shortfall)
 
