@@ -126,6 +126,16 @@ def topology_from_dict(data: Any, field_path: str = "cluster.topology") -> Topol
     return Topology(levels=tuple(levels), rail_optimized=rail)
 
 
+def node_domains(topology: Topology, nodes: Sequence[Any]) -> list[tuple[str, ...]]:
+    """Each node's domains, inner first: its own ``domains``, else by its position in ``nodes``
+    (the cluster's node list, unavailable nodes counted, so a lost node leaves a hole in its leaf
+    and pod): ``"<level>-<position // group_size_nodes>"``."""
+    return [
+        tuple(n.domains) if n.domains else tuple(f"{lv.name}-{k // lv.group_size_nodes}" for lv in topology.levels)
+        for k, n in enumerate(nodes)
+    ]
+
+
 # ---- links over the hierarchy --------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ second).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,11 @@ def _units_nodes(strategy: Strategy, gpus_per_node: int, domain_nodes: int) -> i
     return best
 
 
+def _natural(name: str) -> tuple[Any, ...]:
+    """Sort key: digit runs compare as numbers."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
 def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tuple[list[str], int]:
     """The pool's available hosts in topology order, packed (module docstring), and how many
     of them lie past the aligned part (nodes of partly filled domains, used last)."""
@@ -76,13 +82,9 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
         k = position[n.hostname]
         return tuple(k // lv.group_size_nodes for lv in reversed(topo.levels))
 
-    # domains in order of first appearance, outer level first (names need not sort)
-    first: dict[tuple[Any, ...], int] = {}
-    for n in cluster.nodes:
-        p = path(n)
-        for d in range(1, len(p) + 1):
-            first.setdefault(p[:d], len(first))
-    nodes = sorted(avail, key=lambda n: (*(first[path(n)[:d]] for d in range(1, len(topo.levels) + 1)), position[n.hostname]))
+    # domains in natural order of their names, outer level first ("pod-2" before "pod-10"), so
+    # a replan's reordered host names do not reorder the domains; nodes in cluster order inside
+    nodes = sorted(avail, key=lambda n: (tuple(_natural(str(d)) for d in path(n)), position[n.hostname]))
     job_nodes = -(-strategy.num_devices // group.gpus_per_node)
     aligned: list[Any] = nodes
     tail: list[Any] = []

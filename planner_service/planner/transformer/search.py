@@ -31,6 +31,7 @@ from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.estimate import estimate
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy, even_split
+from cost_model.topology import node_domains
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -80,26 +81,17 @@ def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Clus
         buckets.setdefault(key, []).append(g)
     groups: list[NodeGroup] = []
     nodes: list[Node] = []
-    position = {n.hostname: k for k, n in enumerate(cluster.nodes)} if cluster.topology is not None else {}
+    domains = dict(zip((n.hostname for n in cluster.nodes), node_domains(cluster.topology, cluster.nodes), strict=True)) if cluster.topology else {}
     for members in buckets.values():
         hosts = [n.hostname for g in members for n in cluster.available_nodes(g.name)]
         name = "+".join(g.name for g in members)
         base = members[0]
         groups.append(replace(base, name=name, count=len(hosts), hostnames=tuple(hosts)))
         for g in members:
-            nodes.extend(replace(n, group=name, domains=_domains(cluster, n, position)) for n in cluster.available_nodes(g.name))
+            nodes.extend(replace(n, group=name, domains=domains.get(n.hostname, n.domains)) for n in cluster.available_nodes(g.name))
     if not groups:
         raise NoFeasiblePlan("no available nodes of an allowed device type", field="constraints.allowed_device_types")
     return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes), topology=cluster.topology)
-
-
-def _domains(cluster: Cluster, node: Node, position: dict[str, int]) -> tuple[str, ...]:
-    """A node's topology domains, inner first: its own, else by its position in the cluster's
-    node list (unavailable nodes counted, so a lost node leaves a hole in its leaf and pod)."""
-    if cluster.topology is None or node.domains:
-        return node.domains
-    k = position[node.hostname]
-    return tuple(f"{lv.name}-{k // lv.group_size_nodes}" for lv in cluster.topology.levels)
 
 
 def transformer_search_size(request: PlanRequest) -> int:
