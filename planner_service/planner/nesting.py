@@ -22,7 +22,7 @@ import numpy as np
 
 from cost_model.cluster import Cluster, NodeGroup
 from cost_model.strategy import Strategy
-from cost_model.topology import DIMS, NESTINGS, crossings
+from cost_model.topology import DIMS, NESTINGS, crossings, data_axes, expert_axes, members_in, strides
 from cost_model.transformer.layer_cost import StrategyArrays
 
 
@@ -36,15 +36,41 @@ def _signature(S: StrategyArrays, code: int) -> np.ndarray:
     return sig
 
 
+def _placement_signature(S: StrategyArrays, code: int, group: NodeGroup) -> np.ndarray:
+    """Everything the cost model reads of a placement, per candidate ([N, F]): how many members
+    of each group (context, data, expert, expert-data, pipeline; tensor parallelism is innermost
+    in every order) share a node and a domain of each level, and whether neighbouring stages
+    are on different nodes.  Two orders with equal signatures cost exactly the same."""
+    from planner_service.planner.transformer.tables import pp_cross_node
+
+    Sk = replace(S, nest=np.full(len(S), float(code)))
+    st = strides(Sk)
+    ep_axes, edp_axes = expert_axes(Sk)
+    groups = [[(Sk.cp, st["cp"])], data_axes(Sk), ep_axes, edp_axes, [(Sk.pp, st["pp"])]]
+    assert group.topology is not None
+    domains = [group.gpus_per_node, *(lv.group_size_nodes * group.gpus_per_node for lv in group.topology.levels)]
+    cols = [members_in(d, axes) for d in domains for axes in groups]
+    cols.append(pp_cross_node(Sk, group.gpus_per_node).astype(float))
+    return np.stack(cols, axis=1)
+
+
 def expand_nestings(S: StrategyArrays, group: NodeGroup) -> StrategyArrays:
-    """Every candidate once per distinct nesting order when the pool has a topology (rows of one
-    candidate stay together, in ``NESTINGS`` order); unchanged otherwise."""
+    """Every candidate once per nesting order that places it differently when the pool has a
+    topology (rows of one candidate stay together, in ``NESTINGS`` order); unchanged otherwise.
+    Orders that differ only where a size-1 dimension sits, or whose groups share nodes and
+    domains alike (:func:`_placement_signature`), cost the same and are costed once."""
     if group.topology is None or len(S) == 0:
         return S
     sigs = np.stack([_signature(S, k) for k in range(len(NESTINGS))], axis=1)  # [N, K]
     keep = np.ones(sigs.shape, dtype=bool)
     for k in range(1, len(NESTINGS)):
         keep[:, k] = ~(sigs[:, :k] == sigs[:, k : k + 1]).any(axis=1)
+    places = [_placement_signature(S, k, group) for k in range(len(NESTINGS))]
+    for k in range(1, len(NESTINGS)):
+        same = np.zeros(len(S), dtype=bool)
+        for j in range(k):
+            same |= (places[j] == places[k]).all(axis=1)
+        keep[:, k] &= ~same
     rows, codes = np.nonzero(keep)
     out = S.take(rows)
     return replace(out, nest=codes.astype(float))
