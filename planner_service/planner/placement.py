@@ -24,6 +24,7 @@ second).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -111,8 +112,11 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
     return [n.hostname for n in aligned + tail], len(tail)
 
 
+@functools.lru_cache(maxsize=8)
 def _nested_table(cluster: Cluster, strategy: Strategy, name: str) -> tuple[list[str], np.ndarray, dict[str, np.ndarray], int]:
-    """(hosts in order, host index of each rank, coordinates of each rank, spares used)."""
+    """(hosts in order, host index of each rank, coordinates of each rank, spares used).
+    Memoised: a plan's ranks, stages and warnings all read the same table (clusters and
+    strategies are frozen; callers do not mutate the result)."""
     group = cluster.group(name)
     hosts, n_spares = ordered_nodes(cluster, group, strategy)
     n = strategy.num_devices
