@@ -24,7 +24,6 @@ second).
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
@@ -112,11 +111,23 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
     return [n.hostname for n in aligned + tail], len(tail)
 
 
-@functools.lru_cache(maxsize=8)
-def _nested_table(cluster: Cluster, strategy: Strategy, name: str) -> tuple[list[str], np.ndarray, dict[str, np.ndarray], int]:
-    """(hosts in order, host index of each rank, coordinates of each rank, spares used).
-    Memoised: a plan's ranks, stages and warnings all read the same table (clusters and
-    strategies are frozen; callers do not mutate the result)."""
+_Table = tuple[list[str], np.ndarray, dict[str, np.ndarray], int]
+
+
+def _nested_table(cluster: Cluster, strategy: Strategy, name: str) -> _Table:
+    """:func:`_build_nested_table`, memoised on the (frozen) cluster: a plan's ranks, stages and
+    warnings read the same table; callers do not mutate it."""
+    tables: dict[tuple[Strategy, str], _Table] = cluster.__dict__.setdefault("_nested_tables", {})
+    key = (strategy, name)
+    if key not in tables:
+        if len(tables) >= 8:
+            tables.pop(next(iter(tables)))
+        tables[key] = _build_nested_table(cluster, strategy, name)
+    return tables[key]
+
+
+def _build_nested_table(cluster: Cluster, strategy: Strategy, name: str) -> _Table:
+    """(hosts in order, host index of each rank, coordinates of each rank, spares used)."""
     group = cluster.group(name)
     hosts, n_spares = ordered_nodes(cluster, group, strategy)
     n = strategy.num_devices
