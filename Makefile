@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench bench-report clean
+.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench bench-loop bench-acceptance bench-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ test: $(STAMP)
 bench-fidelity: $(STAMP)
 	$(BIN)/python bench/fidelity.py
 
+bench-acceptance: $(STAMP)
+	$(BIN)/python bench/acceptance.py
+
 bench-plan: $(STAMP)
 	$(BIN)/python bench/plan_speed.py
 
@@ -42,10 +45,19 @@ bench-cpu: $(STAMP)
 bench-graph: $(STAMP)
 	$(BIN)/python bench/graph_bench.py
 
+bench-repro: $(STAMP)
+	$(BIN)/python bench/reproducibility.py
+
+bench-physics: $(STAMP)
+	$(BIN)/python bench/physics_cases.py
+
+bench-loop: $(STAMP)
+	$(BIN)/python bench/closed_loop.py
+
 bench-report: $(STAMP)
 	$(BIN)/python bench/report.py
 
-bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-report
+bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench-loop bench-acceptance bench-report
 
 clean:
 	rm -rf $(VENV) *.egg-info planner.db

@@ -158,19 +158,50 @@ def graph() -> str | None:
     d = _load("graph.json")
     if not d:
         return None
-    out = ["| model | operators | parameters | plan wall time | predicted step | layout | solver |", "|---|---:|---:|---:|---:|---|---|"]
+    reps = d.get("repeats", 1)
+    out = [f"| model | operators | parameters | plan wall time (median of {reps}) | CPU time | predicted step | layout | proved |",
+           "|---|---:|---:|---:|---:|---:|---|---|"]
     for r in d["rows"]:
         s = r.get("strategy", {})
         emb = r.get("embeddings") or {}
         where = f", tables {', '.join(sorted(set(str(v) for v in emb.values())))}" if emb else ""
+        gap = r.get("gap")
+        proof = {"proved_optimal": "optimal", "within_gap": f"within {gap:.3%} of optimal" if gap is not None else "within 1%"}.get(
+            r.get("optimality", ""), f"gap ≤ {gap:.1%} to the bound" if gap is not None else "no bound (time limit)")
+        cpu = f"{r['plan_cpu_s']:.1f} s" if "plan_cpu_s" in r else "-"
         out.append(
-            f"| {r['case']} | {r['operators']:,} | {r['params'] / 1e9:.2f} B | {r['plan_wall_s']:.1f} s | {r['step_time_s'] * 1e3:.1f} ms "
-            f"| dp {s.get('dp')} tp {s.get('tp')} pp {s.get('pp')}{where} | {r['search']['solver_status']} |"
+            f"| {r['case']} | {r['operators']:,} | {r['params'] / 1e9:.2f} B | {r['plan_wall_s']:.1f} s | {cpu} | {r['step_time_s'] * 1e3:.1f} ms "
+            f"| dp {s.get('dp')} tp {s.get('tp')} pp {s.get('pp')}{where} | {proof} |"
         )
+    loads = [r["load_average"] for r in d["rows"] if "load_average" in r]
+    if loads:
+        out.append("")
+        out.append(f"Load average on the shared {d['machine']['cpus']}-core machine during the runs: "
+                   f"{min(loads):.1f}–{max(loads):.1f}; each case's {reps} runs gave the same plan"
+                   f"{'' if all(r.get('runs_identical', True) for r in d['rows']) else ' (except: see graph.json)'}.")
     return "\n".join(out)
 
 
-SECTIONS = {"fidelity": fidelity, "plan": plan, "service": service, "cpu": cpu, "graph": graph}
+def reproducibility() -> str | None:
+    d = _load("reproducibility.json")
+    if not d:
+        return None
+    out = [
+        "| README example | runs | distinct plans | solver | search work (deterministic s) | search wall time (min–max) |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for c in d["cases"]:
+        work = ", ".join(f"{w:.2f}" for w in c["search_work_s"]) or "—"
+        out.append(f"| `{c['command']}` | {c['runs']} | {c['distinct_plans']} | {', '.join(c['solver_status'])} | {work} | "
+                   f"{c['search_wall_time_s_min']:.2f}–{c['search_wall_time_s_max']:.2f} s |")
+    out.append("")
+    out.append(f"Each run a fresh process; every other run shares the {d['host_cpus']}-core host with a busy process, so the "
+               "clock differs while the work does not. A plan is compared byte for byte as `--json` prints it, less "
+               "`search.wall_time_s`. Run: `make bench-repro`.")
+    return "\n".join(out)
+
+
+SECTIONS = {"fidelity": fidelity, "plan": plan, "service": service, "cpu": cpu, "graph": graph, "reproducibility": reproducibility}
 
 
 def main() -> int:

@@ -120,28 +120,6 @@ FLASH_FORWARD_FRACTION = 0.8
 FLASH_BACKWARD_RATIO = 2.5
 
 
-def flash_attention_time_s(
-    batch_heads: ArrayOrFloat,
-    q_len: ArrayOrFloat,
-    kv_len: ArrayOrFloat,
-    head_dim: ArrayOrFloat,
-    device: DeviceSpec,
-    dtype: str,
-    causal_fraction: ArrayOrFloat = 0.5,
-) -> np.ndarray:
-    """Fused attention forward time (s): QKᵀ and PV as tiled GEMMs that never leave on-chip
-    memory (FlashAttention-2, Dao 2023).
-
-    FLOPs 4·q·kv·d per head (two GEMMs) times ``causal_fraction`` (0.5 for a causal mask: the
-    kernel skips fully-masked tiles; load-balanced context parallelism keeps it at 0.5 per
-    rank).  Rate: the GEMM model on the (q × kv × d) shape times
-    :data:`FLASH_FORWARD_FRACTION`.
-    """
-    per_gemm = gemm_time_s(q_len, kv_len, head_dim, device, dtype, batch=batch_heads, fresh_output=False)
-    t: np.ndarray = 2.0 * per_gemm * np.asarray(causal_fraction, dtype=float) / FLASH_FORWARD_FRACTION
-    return t
-
-
 def attention_flops(
     batch: ArrayOrFloat, heads: ArrayOrFloat, q_len: ArrayOrFloat, kv_len: ArrayOrFloat, head_dim: ArrayOrFloat
 ) -> np.ndarray:

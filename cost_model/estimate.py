@@ -19,12 +19,14 @@ import numpy as np
 from cost_model.cluster import Cluster, NodeGroup
 from cost_model.comm import Links
 from cost_model.errors import InvalidStrategy
+from cost_model.frameworks import sequence_parallel_noop
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import prediction_intervals
 from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
     StageCost,
@@ -182,6 +184,9 @@ def estimate(
             field="strategy.dp",
         )
     warnings = list(getattr(model, "warnings", ()))  # what the model's config.json held that is not costed
+    sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel)
+    if sp_noop:
+        warnings.append(sp_noop)
     if strategy.num_devices < total:
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
@@ -229,13 +234,9 @@ def estimate(
     peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
     mean_peak = float(np.mean(peaks))
     model_tflops = flops_to_tflops(model_flops / step_s / n_dev)
-    fits = all(s.peak_memory_GB <= s.memory_capacity_GB for s in stage_results)
-    if not fits:
-        worst = max(stage_results, key=lambda s: s.peak_memory_GB - s.memory_capacity_GB)
-        warnings.append(
-            f"does not fit: stage {worst.index} needs {worst.peak_memory_GB:.1f} GB per GPU, "
-            f"{worst.device} has {worst.memory_capacity_GB:.0f} GB"
-        )
+    fits, tight, memory_warning = memory_verdict(stage_results, 0.0)
+    if memory_warning:
+        warnings.append(memory_warning)
     breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
     bottleneck = max(breakdown, key=lambda k: breakdown[k])
     profile_ids = tuple(sorted({slot.group.device.profile_id for slot in slots if slot.group.device.profile_id}))
@@ -255,5 +256,29 @@ def estimate(
         bottleneck=bottleneck,
         profile_ids=profile_ids,
         warnings=tuple(warnings),
+        model_params=float(model.total_params()),
+        active_params=float(model.active_params()),
+        tight=tight,
+        peak_memory_quantity=PEAK_MEMORY_QUANTITY,
         **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results)),
     )
+
+
+def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float) -> tuple[bool, bool, str | None]:
+    """(fits, tight, warning) of the stages against their memory × (1 − headroom): fits when
+    every stage's p10 peak is within it, tight when it fits but some stage's p90 is not
+    (:mod:`cost_model.transformer.memory`)."""
+    verdicts = [memory_fit(s.peak_memory_GB, s.memory_capacity_GB * (1.0 - headroom_fraction)) for s in stages]
+    fits = "does_not_fit" not in verdicts
+    tight = fits and "tight" in verdicts
+    if fits and not tight:
+        return True, False, None
+    worst = max(stages, key=lambda s: s.peak_memory_GB / s.memory_capacity_GB)
+    usable = worst.memory_capacity_GB * (1.0 - headroom_fraction)
+    p10, p90 = interval_GB(worst.peak_memory_GB)
+    room = f"{worst.device} has {worst.memory_capacity_GB:.0f} GB" + (f" ({usable:.1f} GB usable with {headroom_fraction:.0%} headroom)" if headroom_fraction else "")
+    if not fits:
+        return False, False, (f"does not fit: stage {worst.index} needs {worst.peak_memory_GB:.1f} GB per GPU "
+                              f"(p10 {p10:.1f} GB), {room}")
+    return True, True, (f"memory tight: stage {worst.index} peaks at {worst.peak_memory_GB:.1f} GB per GPU "
+                        f"(p10–p90 {p10:.1f}–{p90:.1f} GB), {room}: may run out of memory")

@@ -91,6 +91,11 @@ class Estimate:
     peak_memory_GB_p10: float | None = None
     peak_memory_GB_p90: float | None = None
     interval_regime: str | None = None
+    model_params: float | None = None
+    active_params: float | None = None  # parameters one token uses (MoE: top-k experts); = model_params when dense
+    #: Some stage's p90 peak exceeds the usable memory while every p10 fits (kept, flagged).
+    tight: bool = False
+    peak_memory_quantity: str = "max_reserved"
 
     @property
     def memory_breakdown_GB(self) -> tuple[dict[str, float], ...]:
@@ -103,8 +108,9 @@ class Estimate:
         model is uncalibrated, e.g. operator graphs); ``peak_memory_GB_p10``/``_p90`` — the
         same for the largest stage's peak memory (``peak_memory_GB`` is what PyTorch's caching
         allocator reserves, ``torch.cuda.max_memory_reserved``, plus CUDA context and NCCL
-        buffers; the band is the allocator's fragmentation reserve, not fitted: the calibration
-        set has no measured peaks)."""
+        buffers: ``peak_memory_quantity`` ``max_reserved``; the band comes from the residuals of
+        the measured peaks, :mod:`cost_model.transformer.memory`).  ``fits``: every stage's p10
+        is within its memory; ``tight``: it fits but some stage's p90 is not."""
         return {
             "step_time_s": self.step_time_s,
             "step_time_s_p10": self.step_time_s_p10,
@@ -118,6 +124,8 @@ class Estimate:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
             "mfu": self.mfu,
             "fits": self.fits,
+            "tight": self.tight,
+            "peak_memory_quantity": self.peak_memory_quantity,
             "peak_memory_GB": list(self.peak_memory_GB),
             "breakdown_s": dict(self.breakdown_s),
             "memory_breakdown_GB": [dict(m) for m in self.memory_breakdown_GB],
@@ -127,4 +135,5 @@ class Estimate:
             "bottleneck": self.bottleneck,
             "profile_ids": list(self.profile_ids),
             "warnings": list(self.warnings),
+            **({"model_params": self.model_params, "active_params": self.active_params} if self.model_params is not None else {}),
         }

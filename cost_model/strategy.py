@@ -2,8 +2,9 @@
 
 Rank order (Megatron-LM's): tensor-parallel rank varies fastest, then context-parallel, then
 data-parallel, then pipeline stage — so global rank ``r = ((pp_i·dp + dp_i)·cp + cp_i)·tp + tp_i``.
-Expert parallelism reuses the data×context ranks of each stage (``ep`` divides ``dp·cp``), as in
-Megatron-Core's MoE layers.
+Expert parallelism reuses the data×context ranks of each stage (``ep`` divides ``dp·cp``), or,
+under Megatron-Core's MoE parallel folding, the tensor×context×data ranks (``ep`` divides
+``tp·cp·dp``; :mod:`cost_model.frameworks`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
-from cost_model.training import Training, framework_rule_violation
+from cost_model.frameworks import layout_rule_violation
+from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -179,8 +181,6 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             "(KV heads can only be split or replicated evenly)",
             field=f"{f}.tp",
         )
-    if s.sequence_parallel and s.tp == 1:
-        raise InvalidStrategy("sequence_parallel needs tp > 1", field=f"{f}.sequence_parallel")
     if training.sequence_length % s.cp:
         raise InvalidStrategy(f"cp={s.cp} does not divide sequence_length {training.sequence_length}", field=f"{f}.cp")
     if s.cp > 1 and (training.sequence_length // s.cp) % 2 and training.attention == "flash":
@@ -190,11 +190,6 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")
         if model.num_experts % s.ep:
             raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
-        if (s.dp * s.cp) % s.ep:
-            raise InvalidStrategy(
-                f"ep={s.ep} must divide dp·cp = {s.dp * s.cp} (experts are spread over the data-parallel ranks)",
-                field=f"{f}.ep",
-            )
     if s.vpp > 1 and s.pp == 1:
         raise InvalidStrategy("vpp > 1 (interleaved pipeline) needs pp > 1", field=f"{f}.vpp")
     if s.pp > model.num_layers:
@@ -230,15 +225,11 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={s.pp}",
             field=f"{f}.vpp",
         )
-    rule = framework_rule_violation(training.framework, pp=s.pp, vpp=s.vpp, cp=s.cp, zero_stage=s.zero_stage, tp=s.tp)
+    # What the framework can run (cost_model.frameworks: one rule table per framework).
+    rule = layout_rule_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, dp=s.dp,
+                                 zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel)
     if rule is not None:
-        raise InvalidStrategy(rule[1], field=f"{f}.{rule[0].split('.', 1)[1]}")
-    if s.zero_stage >= 2 and s.pp > 1 and training.framework != "fsdp":
-        raise InvalidStrategy(
-            f"zero_stage={s.zero_stage} with pp={s.pp}: gradient/parameter sharding conflicts with pipeline "
-            "gradient accumulation (DeepSpeed and Megatron support only stage ≤ 1 with pipelines; FSDP with a pipeline does: framework fsdp)",
-            field=f"{f}.zero_stage",
-        )
+        raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     if num_devices is not None and s.num_devices != num_devices:
         raise InvalidStrategy(
             f"dp·tp·pp·cp = {s.dp}·{s.tp}·{s.pp}·{s.cp} = {s.num_devices} but the cluster has {num_devices} devices",

@@ -17,6 +17,10 @@ ATTENTION_IMPLS = ("flash", "unfused")
 #: GPT-NeoX), DeepSpeed alone (ZeRO without model parallelism), PyTorch FSDP (FSDP1/FSDP2,
 #: torchtitan, metaseq) and PaddlePaddle's fleet.
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddle")
+#: MoE token dispatchers (``training.moe_token_dispatcher``; cost_model.transformer.moe).
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
+#: Context-parallel exchanges (``training.cp_comm_type``; cost_model.transformer.context_parallel).
+CP_COMM_TYPES = ("p2p", "allgather", "a2a")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,14 @@ class Training:
     Adam); ``false`` is plain eager PyTorch (e.g. a Hugging Face model with ``attn_implementation=
     "eager"`` and ``torch.optim.Adam``): every elementwise step is its own operator — a pass over
     memory, a fresh tensor and one framework dispatch each.
+
+    Mixture of experts: ``moe_token_dispatcher`` (``alltoall``: NCCL all-to-all, Megatron-Core's
+    default; ``allgather``; ``deepep``: DeepEP's node-deduplicated dispatch/combine),
+    ``moe_comm_overlap`` (Megatron-Core ``--overlap-moe-expert-parallel-comm``: a micro-batch's
+    dispatch/combine runs under another's compute), ``moe_capacity_factor`` (token dropping
+    with buffers padded to that many times the mean load; None: dropless).  Context
+    parallelism: ``cp_comm_type`` (Megatron-Core ``--cp-comm-type``: ``p2p`` ring, ``allgather``,
+    ``a2a`` Ulysses-style).
     """
 
     global_batch_size: int
@@ -45,6 +57,10 @@ class Training:
     total_tokens: float | None = None
     fused_kernels: bool = True
     framework: str = "megatron-core"
+    moe_token_dispatcher: str = "alltoall"
+    moe_comm_overlap: bool = False
+    moe_capacity_factor: float | None = None
+    cp_comm_type: str = "p2p"
 
     @property
     def tokens_per_step(self) -> int:
@@ -62,7 +78,15 @@ class Training:
             "fused_kernels": self.fused_kernels,
             "framework": self.framework,
             **({"total_tokens": self.total_tokens} if self.total_tokens is not None else {}),
+            **{k: v for k, v in self._moe_cp_fields().items() if v != _MOE_CP_DEFAULTS[k]},
         }
+
+    def _moe_cp_fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _MOE_CP_DEFAULTS}
+
+
+#: Defaults of the MoE / context-parallel knobs (``to_dict`` writes only those that differ).
+_MOE_CP_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": "p2p"}
 
 
 def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
@@ -78,12 +102,13 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if val > maximum:
             raise InvalidTraining(f"must be at most {maximum}, got {val}", field=f"{field_path}.{key}")
         out[key] = val
-    for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS)):
+    for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS),
+                         ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES)):
         if key in data:
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
-    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels"):
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -93,27 +118,23 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0:
             raise InvalidTraining(f"must be a positive number, got {val!r}", field=f"{field_path}.total_tokens")
         out["total_tokens"] = float(val)
+    if data.get("moe_capacity_factor") is not None:
+        val = data["moe_capacity_factor"]
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 1.0 <= val <= 64.0:
+            raise InvalidTraining(f"must be a number from 1 to 64 (times the mean expert load), got {val!r}", field=f"{field_path}.moe_capacity_factor")
+        out["moe_capacity_factor"] = float(val)
+    from cost_model.frameworks import dtype_rule_violation
+
+    why = dtype_rule_violation(out.get("framework", "megatron-core"), out.get("dtype", "bf16"))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.dtype")
     return Training(**out)
 
 
 def framework_rule_violation(framework: str, *, pp: int, vpp: int, cp: int, zero_stage: int, tp: int) -> tuple[str, str] | None:
-    """(field, reason) when ``framework`` cannot run the layout, else None.
+    """(``strategy.<field>``, reason) when ``framework`` cannot run the layout, else None — the
+    rule tables of :mod:`cost_model.frameworks` (kept for callers of the older signature)."""
+    from cost_model.frameworks import layout_rule_violation
 
-    * DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``) runs plain 1F1B: no
-      interleaved stages (DeepSpeed ``PipelineModule`` has no virtual stages) and no context
-      parallelism (Megatron-DeepSpeed predates Megatron-Core's CP); ``deepspeed`` alone has no
-      tensor parallelism either.
-    * ``fsdp`` shards parameters (ZeRO-3 semantics) or gradients/optimizer (ZeRO-2); stage 1
-      alone does not exist in FSDP (``ShardingStrategy``: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD,
-      HYBRID_SHARD), but NO_SHARD (0) does.
-    """
-    if framework in ("megatron-deepspeed", "deepspeed"):
-        if vpp > 1:
-            return "strategy.vpp", f"{framework}: DeepSpeed's pipeline engine has no interleaved schedule (vpp must be 1)"
-        if cp > 1:
-            return "strategy.cp", f"{framework}: no context parallelism (cp must be 1)"
-    if framework == "deepspeed" and tp > 1:
-        return "strategy.tp", "deepspeed: no tensor parallelism without Megatron (use megatron-deepspeed)"
-    if framework == "fsdp" and zero_stage == 1:
-        return "strategy.zero_stage", "fsdp: no stage-1 sharding (FSDP shards gradients with optimizer state: zero_stage 2, or 3 for FULL_SHARD)"
-    return None
+    rule = layout_rule_violation(framework, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=1, dp=1, zero_stage=zero_stage, sequence_parallel=False)
+    return None if rule is None else (f"strategy.{rule[0]}", rule[1])

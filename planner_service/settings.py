@@ -9,10 +9,20 @@ down.
 from __future__ import annotations
 
 import ipaddress
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_database_url() -> str:
+    """The per-user default: ``$XDG_DATA_HOME/planner/planner.db`` (``~/.local/share/planner/
+    planner.db`` when unset), the XDG base directory specification's data directory, so every
+    command finds the same database whatever the working directory."""
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return "sqlite:///" + str(Path(data_home).expanduser().resolve() / "planner" / "planner.db")
 
 
 class ServiceSettings(BaseSettings):
@@ -25,11 +35,13 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PLANNER_", populate_by_name=True, extra="ignore")
 
     database_url: str = Field(
-        default="sqlite:///./planner.db",
+        default_factory=default_database_url,
         validation_alias=AliasChoices("DATABASE_URL", "PLANNER_DATABASE_URL", "database_url"),
-        description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://user@host:5432/db",
+        description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://user@host:5432/db "
+        "(default: planner/planner.db in the XDG data directory, ~/.local/share unless XDG_DATA_HOME is set)",
     )
-    #: CP-SAT wall-clock budget per plan (passed to the planner as SolverSettings.time_limit_s).
+    #: Search budget per plan in deterministic seconds, i.e. solver work rather than the clock (passed
+    #: to the planner as SolverSettings.time_limit_s); a larger one may replace a stored plan not proved optimal.
     solver_time_limit_s: float = Field(default=2.0, gt=0, le=3600)
     #: CP-SAT worker threads per plan.
     solver_num_workers: int = Field(default=2, ge=1, le=64)

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("planner", frozenset({"planner_service.planner"})),
     (
         "adapters",
-        frozenset({"planner_service.importers", "planner_service.exporters", "planner_service.storage", "planner_service.profiling"}),
+        frozenset({"planner_service.importers", "planner_service.exporters", "planner_service.storage", "planner_service.profiling",
+                   "planner_service.observations"}),
     ),
     ("settings", frozenset({"planner_service.settings", "planner_service"})),
     ("cost_model", frozenset({"cost_model"})),

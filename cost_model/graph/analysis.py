@@ -11,7 +11,7 @@ it) — the fusion XLA and TorchInductor perform on such chains.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class GraphAnalysis:
     chain_id: np.ndarray  # [positions] -> chain number
     fused_bytes_fraction: np.ndarray  # [ops] fraction of the op's bytes left after fusion
     first_kernel: np.ndarray  # [ops] 1 if the op launches its own kernel
+    #: [ops] structural class: operators of one class (same type, parameters, attributes,
+    #: symbolic shapes and dtypes — the repeated layers of a model) cost the same on any mesh
+    op_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _chain_order(graph: GraphSpec) -> list[int]:
@@ -131,7 +134,23 @@ def analyse(graph: GraphSpec) -> GraphAnalysis:
             frac[i] = max(0.0, 1.0 - removed / total)
         p = q
     return GraphAnalysis(order=np.array(order, dtype=np.int64), position=pos, chain_start=chain_start, chain_id=chain_id,
-                         fused_bytes_fraction=frac, first_kernel=first)
+                         fused_bytes_fraction=frac, first_kernel=first, op_class=op_classes(graph))
+
+
+def op_classes(graph: GraphSpec) -> np.ndarray:
+    """Structural class of every operator (numbered in order of first appearance): equal when
+    type, category, parameters, attributes, explicit costs, the symbolic shapes and dtypes of
+    inputs and outputs, and whether the last input is a graph input all agree."""
+    inputs = set(graph.inputs)
+    seen: dict[tuple[object, ...], int] = {}
+    out = np.empty(graph.num_ops, dtype=np.int64)
+    for i, op in enumerate(graph.ops):
+        key = (op.type, op.category, op.params, repr(op.attrs), op.flops, op.bytes, op.backward_flops, op.backward_bytes,
+               op.saved_bytes, tuple((graph.tensors[t].shape, graph.tensors[t].dtype) for t in op.inputs),
+               tuple((graph.tensors[t].shape, graph.tensors[t].dtype) for t in op.outputs),
+               bool(op.inputs) and op.inputs[-1] in inputs)
+        out[i] = seen.setdefault(key, len(seen))
+    return out
 
 
 def _tensor_elems(graph: GraphSpec, t: str) -> float:

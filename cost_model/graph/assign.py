@@ -13,6 +13,7 @@ from cost_model.errors import InvalidGraph, InvalidStrategy
 from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables, local_cost, op_times, p2p_boundary_vector, position_crossing_bytes
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES
+from cost_model.transformer.memory import static_for_fragmentation
 
 
 def greedy_choices(tables: CostTables, memory_weight: float = 0.0, rounds: int = 3, forbid_cpu: bool = False) -> np.ndarray:
@@ -116,6 +117,64 @@ def stage_from_names(tables: CostTables, stages: Sequence[Sequence[str]]) -> np.
 
 
 
+def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: float = 0.0,
+                     bisections: int = 40) -> np.ndarray | None:
+    """Contiguous split at chain starts with the smallest bottleneck stage time (op times, p2p
+    left out) under per-stage memory, over *every* chain start: for a bottleneck T the split
+    that makes each stage as long as T and its memory allow (leaving a chain for each later
+    stage) is feasible whenever any split is, so T is found by bisection — O(pp · log) per
+    step, for graphs where :func:`split_stages` over all cut positions is too slow.  Returns
+    stage_of_op, or None when no split fits."""
+    mesh = tables.mesh
+    pp = mesh.pp
+    n = tables.graph.num_ops
+    if pp == 1:
+        return np.zeros(n, dtype=np.int64)
+    an = tables.analysis
+    chain_of_op = an.chain_id[an.position]
+    n_chains = int(an.chain_id.max()) + 1
+    if n_chains < pp:
+        return None
+    rows = tables.row_start[:-1] + choice
+    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows]
+    act = tables.activation_bytes[rows]
+
+    def cum(per_op: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.concatenate([[0.0], np.cumsum(np.bincount(chain_of_op, weights=per_op, minlength=n_chains))])
+        return out
+
+    cum_t = cum(op_times(tables, choice))
+    cap = (mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES) / (1 + FRAGMENTATION_FRACTION)
+    cum_m = [cum(static + inflight(mesh, k) * act) for k in range(pp)]
+
+    def ends(T: float) -> list[int] | None:
+        pos, out = 0, []
+        for k in range(pp):
+            last = n_chains - (pp - 1 - k)  # leave one chain for each later stage
+            e_t = int(np.searchsorted(cum_t, cum_t[pos] + T, side="right")) - 1
+            e_m = int(np.searchsorted(cum_m[k], cum_m[k][pos] + cap, side="right")) - 1
+            end = min(e_t, e_m, last) if k < pp - 1 else n_chains
+            if end <= pos or (k == pp - 1 and (cum_t[end] - cum_t[pos] > T or cum_m[k][end] - cum_m[k][pos] > cap)):
+                return None
+            out.append(end)
+            pos = end
+        return out
+
+    lo, hi = float(cum_t[-1]) / pp, float(cum_t[-1])
+    best = ends(hi)
+    if best is None:
+        return None
+    for _ in range(bisections):
+        mid = 0.5 * (lo + hi)
+        got = ends(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, best = mid, got
+    stage_of_chain = np.searchsorted(np.array(best), np.arange(n_chains), side="right")
+    return np.asarray(stage_of_chain[chain_of_op], dtype=np.int64)
+
+
 def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence[int] | None = None,
                  headroom_fraction: float = 0.0) -> np.ndarray | None:
     """Contiguous split of the analysis order into ``pp`` stages minimising the bottleneck stage
@@ -130,7 +189,7 @@ def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence
     order = tables.analysis.order
     ot = op_times(tables, choice)[order]
     rows = tables.row_start[:-1] + choice
-    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows][order]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows][order]
     act = tables.activation_bytes[rows][order]
     cum_t = np.concatenate([[0.0], np.cumsum(ot)])
     cum_s = np.concatenate([[0.0], np.cumsum(static)])

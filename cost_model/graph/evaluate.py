@@ -146,7 +146,9 @@ def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> l
     for k in range(tables.mesh.pp):
         fl = inflight(tables.mesh, k)
         state = sums.weights_bytes[k] + sums.gradients_bytes[k] + sums.optimizer_state_bytes[k] + fl * sums.activation_bytes[k]
-        ws = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
+        # The allocator's fragmentation of what is freed during a step, not of the optimizer
+        # state (allocated once), as for transformer stages.
+        ws = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * (state - sums.optimizer_state_bytes[k])
         f, b, cf, cb = sums.fwd_s[k], sums.bwd_s[k], sums.comm_fwd_s[k], sums.comm_bwd_s[k]
         stages.append(StageResult(
             index=k, ops=tuple(int(i) for i in np.nonzero(stage == k)[0]),

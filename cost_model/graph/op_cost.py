@@ -24,8 +24,10 @@ paper's ``34·s·b·h`` bytes plus attention's own state.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from cost_model.devices import BYTES_PER_ELEMENT
 from cost_model.errors import InvalidGraph
@@ -345,8 +347,26 @@ def op_cost(op: OpSpec, graph: GraphSpec, shapes: Mapping[str, tuple[int, ...]],
     ))
 
 
-def graph_op_costs(graph: GraphSpec, batch: int, seq: int, dtype: str) -> list[OpCost]:
+def graph_op_costs(graph: GraphSpec, batch: int, seq: int, dtype: str, op_class: Sequence[int] | np.ndarray | None = None,
+                   shapes: Mapping[str, tuple[int, ...]] | None = None) -> list[OpCost]:
     """Per-operator forward/backward FLOPs and bytes, parameters and saved activations for a
-    micro-batch of ``batch`` samples at sequence length ``seq`` (units as :class:`OpCost`)."""
-    shapes = graph.bind(batch, seq)
-    return [op_cost(op, graph, shapes, dtype, batch) for op in graph.ops]
+    micro-batch of ``batch`` samples at sequence length ``seq`` (units as :class:`OpCost`).
+    Operators of one structural class (``op_class``, :func:`cost_model.graph.analysis.op_classes`;
+    by default their bound shapes) are costed once; ``shapes`` is ``graph.bind(batch, seq)``
+    when the caller has it."""
+    shapes = shapes if shapes is not None else graph.bind(batch, seq)
+    memo: dict[object, OpCost] = {}
+    out: list[OpCost] = []
+    for i, op in enumerate(graph.ops):
+        key: object
+        if op_class is not None:
+            key = int(op_class[i])
+        else:
+            key = (op.type, op.category, op.params, repr(op.attrs), op.flops, op.bytes, op.backward_flops, op.backward_bytes,
+                   op.saved_bytes, tuple((shapes[t], graph.tensors[t].dtype) for t in op.inputs),
+                   tuple((shapes[t], graph.tensors[t].dtype) for t in op.outputs))
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = op_cost(op, graph, shapes, dtype, batch)
+        out.append(found)
+    return out

@@ -5,8 +5,8 @@ coefficients from the same arrays.
 
 Cost per operator choice (per micro-batch, per GPU): GEMMs by :func:`compute.gemm_time_s` on the
 sharded shape (backward as two GEMMs, dX and dW, with their own shapes), fused attention by
-:func:`compute.flash_attention_time_s`, memory-bound operators by bytes over HBM bandwidth
-where chains of elementwise operators fuse into one kernel (intermediates stay on chip; with
+the transformer path's :func:`cost_model.transformer.layer_cost.fused_attention_time_s`,
+memory-bound operators by bytes over HBM bandwidth where chains of elementwise operators fuse into one kernel (intermediates stay on chip; with
 ``training.fused_kernels`` false — eager PyTorch — every operator is its own kernel and pass,
 and unfused attention runs each of its elementwise ops separately).  The graph path places
 compute on accelerators only (CPU node groups serve embedding tables), so the CPU per-element
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_model.comm import Links, allgather_time_s, allreduce_time_s, p2p_time_s, ranks_per_node
-from cost_model.compute import FLASH_BACKWARD_RATIO, flash_attention_time_s, gemm_time_s, memory_bound_time_s
-from cost_model.graph.analysis import GraphAnalysis, analyse
+from cost_model.compute import FLASH_BACKWARD_RATIO, gemm_time_s, memory_bound_time_s
+from cost_model.graph.analysis import GraphAnalysis, analyse, op_classes
 from cost_model.graph.ir import DTYPE_BYTES, INDEX_DTYPES, GraphSpec
 from cost_model.graph.layouts import NONE, Choice, grad_target, op_choices, reshard_kinds, reshard_time_s
 from cost_model.graph.mesh import GraphMesh
@@ -40,6 +40,7 @@ from cost_model.graph.op_cost import OpCost, graph_op_costs, saved_input_slots
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     eager_attention_elementwise_s,
+    fused_attention_time_s,
     model_state_bytes_per_param,
     optimizer_bytes_per_param,
     optimizer_kernels,
@@ -111,6 +112,7 @@ class CostTables:
     param_tensors: np.ndarray = field(default_factory=_zeros)  # per row: tensors a for-loop optimizer visits
     sync_dpt: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     cpu_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    has_edges: bool = True
 
     def n_choices(self, op: int) -> int:
         return int(self.row_start[op + 1] - self.row_start[op])
@@ -158,17 +160,47 @@ class _Rows:
     choices: list[Choice]
 
 
-def _enumerate_rows(graph: GraphSpec, costs: Sequence[OpCost], shapes: dict[str, tuple[int, ...]], mesh: GraphMesh) -> _Rows:
+def _enumerate_rows(graph: GraphSpec, costs: Sequence[OpCost], shapes: dict[str, tuple[int, ...]], mesh: GraphMesh,
+                    op_class: np.ndarray) -> _Rows:
+    """Every op's choices; the operators of one structural class (the repeated layers of a
+    model, :func:`cost_model.graph.analysis.op_classes`) share one enumeration."""
     graph_inputs = set(graph.inputs)
     row_start = [0]
     row_op: list[int] = []
     choices: list[Choice] = []
+    memo: dict[int, list[Choice]] = {}
     for i, op in enumerate(graph.ops):
-        for c in op_choices(op, costs[i], shapes, mesh, graph_inputs):
+        key = int(op_class[i])
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = op_choices(op, costs[i], shapes, mesh, graph_inputs)
+        for c in found:
             row_op.append(i)
             choices.append(c)
         row_start.append(len(row_op))
     return _Rows(row_start=row_start, row_op=row_op, choices=choices)
+
+
+def _distinct_rows(rows: _Rows, analysis: GraphAnalysis) -> tuple[_Rows, np.ndarray]:
+    """The rows that differ in what they compute (same structural class and fusion: the
+    repeated layers of a model share theirs), one representative operator's rows each, and the
+    index of every row's representative row."""
+    n_ops = len(analysis.op_class)
+    keys = np.column_stack([analysis.op_class.astype(float), analysis.fused_bytes_fraction.astype(float),
+                            analysis.first_kernel.astype(float)])
+    _, first, uid = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    uid = uid.ravel()
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))  # number classes by first appearance
+    uid = rank[uid]
+    rep_ops = np.sort(first)
+    row_start = np.asarray(rows.row_start, dtype=np.int64)
+    n_choice = np.diff(row_start)
+    rep_off = np.concatenate([[0], np.cumsum(n_choice[rep_ops])])
+    row_op = np.asarray(rows.row_op, dtype=np.int64) if n_ops else np.zeros(0, dtype=np.int64)
+    inverse = rep_off[uid[row_op]] + (np.arange(len(row_op)) - row_start[row_op])
+    rep_row = [int(row_start[o]) + k for o in rep_ops for k in range(int(n_choice[o]))]
+    return _Rows(row_start=[], row_op=[int(rows.row_op[r]) for r in rep_row], choices=[rows.choices[r] for r in rep_row]), inverse
 
 
 class _RowWork:
@@ -242,7 +274,7 @@ def _attention_times(w: _RowWork, training: Training, mesh: GraphMesh) -> tuple[
     device, dt = mesh.device, training.dtype
     bh, sq, skv, d, fr = (np.array(col, dtype=float) for col in zip(*w.attn, strict=True))
     if training.attention != "unfused":
-        f = flash_attention_time_s(bh, sq, skv, d, device, dt, causal_fraction=fr)
+        f = fused_attention_time_s(bh, sq, skv, d, device, dt, causal_fraction=fr)
         return f, FLASH_BACKWARD_RATIO * f
     qk_s = gemm_time_s(sq, skv, d, device, dt, batch=bh)
     pv_s = gemm_time_s(sq, d, skv, device, dt, batch=bh)
@@ -290,45 +322,54 @@ def _internal_comm_times(w: _RowWork, mesh: GraphMesh) -> tuple[np.ndarray, np.n
     return comm_fwd, comm_bwd
 
 
+def saved_tensors(graph: GraphSpec) -> list[tuple[str, int, int, bool]]:
+    """Tensors autograd saves, each once: ``(name, op, slot, produced)`` — its producer and
+    output slot, or (a graph input) its first saver and input slot."""
+    saved_by: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(graph.ops):
+        for j in saved_input_slots(op):
+            if j < len(op.inputs):
+                saved_by.setdefault(op.inputs[j], (i, j))
+    out = []
+    for name, (v, j) in saved_by.items():
+        if name in graph.producer:
+            u = graph.producer[name]
+            out.append((name, u, graph.ops[u].outputs.index(name), True))
+        else:
+            out.append((name, v, j, False))
+    return out
+
+
 def _saved_activation_bytes(graph: GraphSpec, rows: _Rows, extra_act: np.ndarray, tensor_bytes: dict[str, float],
-                            t: int) -> np.ndarray:
+                            t: int, saved: Sequence[tuple[str, int, int, bool]] | None = None) -> np.ndarray:
     """Saved activations per row per micro-batch: each saved tensor once, at its producer's
     layout (1/t of it when split), graph inputs at their first saver's; plus the operator's own
     buffers."""
     act = extra_act.copy()
     row_start = rows.row_start
-    saved_by: dict[str, list[tuple[int, int]]] = {}
-    for i, op in enumerate(graph.ops):
-        for j in saved_input_slots(op):
-            if j < len(op.inputs):
-                saved_by.setdefault(op.inputs[j], []).append((i, j))
-    for name, users in saved_by.items():
+    for name, op, slot, produced in (saved if saved is not None else saved_tensors(graph)):
         size = tensor_bytes[name]
-        if name in graph.producer:
-            u = graph.producer[name]
-            slot = graph.ops[u].outputs.index(name)
-            for r in range(row_start[u], row_start[u + 1]):
-                lay = rows.choices[r].out_l[slot]
-                act[r] += size / t if lay >= 2 else size
-        else:
-            v, j = users[0]
-            for r in range(row_start[v], row_start[v + 1]):
-                lay = rows.choices[r].in_l[j]
-                act[r] += size / t if lay >= 2 else size
+        for r in range(row_start[op], row_start[op + 1]):
+            lay = rows.choices[r].out_l[slot] if produced else rows.choices[r].in_l[slot]
+            act[r] += size / t if lay >= 2 else size
     return act
 
 
-def _edge_tables(graph: GraphSpec, rows: _Rows, tensor_bytes: dict[str, float], mesh: GraphMesh
+def _edge_tables(graph: GraphSpec, row_start: Sequence[int], in_l: Sequence[Layouts], in_g: Sequence[Layouts],
+                 out_l: Sequence[Layouts], tensor_bytes: dict[str, float], mesh: GraphMesh
                  ) -> tuple[list[tuple[int, int, str, int]], list[np.ndarray], list[np.ndarray]]:
     """Edges ``(u, v, tensor, slot)`` and their ``[choices of u, choices of v]`` resharding
     seconds, forward (producer layout → consumer layout) and backward (consumer's gradient
     layout → the producer's, for tensors that carry a gradient)."""
-    row_start, choices = rows.row_start, rows.choices
     edges: list[tuple[int, int, str, int]] = []
-    e_src: list[tuple[int, int, int, int]] = []
-    e_size: list[float] = []
-    shapes_list: list[tuple[int, int]] = []
+    edge_key: list[tuple[int, int, float]] = []
+    unique: dict[tuple[int, int, float], int] = {}
     requires_grad = {name: _requires_grad(graph, name) for name in graph.tensors}
+    # layouts of a producer's output / a consumer's input over its choices, interned
+    out_ids: dict[tuple[int, ...], int] = {}
+    in_ids: dict[tuple[tuple[int, int], ...], int] = {}
+    out_layouts: dict[tuple[int, int], int] = {}
+    in_layouts: dict[tuple[int, int, bool], int] = {}
     for v, op in enumerate(graph.ops):
         for j, name in enumerate(op.inputs):
             u = graph.producer.get(name)
@@ -336,18 +377,31 @@ def _edge_tables(graph: GraphSpec, rows: _Rows, tensor_bytes: dict[str, float], 
                 continue
             slot = graph.ops[u].outputs.index(name)
             edges.append((u, v, name, j))
-            nu, nv = row_start[u + 1] - row_start[u], row_start[v + 1] - row_start[v]
-            shapes_list.append((nu, nv))
-            size = tensor_bytes[name]
-            for a in range(nu):
-                ol = choices[row_start[u] + a].out_l[slot]
-                for b in range(nv):
-                    cv = choices[row_start[v] + b]
-                    e_src.append((ol, cv.in_l[j], grad_target(ol), cv.in_g[j] if requires_grad[name] else -1))
-                    e_size.append(size)
-    edge_fwd: list[np.ndarray] = []
-    edge_bwd: list[np.ndarray] = []
-    if edges:
+            rg = requires_grad[name]
+            if (u, slot) not in out_layouts:
+                lay = tuple(out_l[r][slot] for r in range(row_start[u], row_start[u + 1]))
+                out_layouts[(u, slot)] = out_ids.setdefault(lay, len(out_ids))
+            if (v, j, rg) not in in_layouts:
+                lay_in = tuple((in_l[r][j], in_g[r][j] if rg else -1) for r in range(row_start[v], row_start[v + 1]))
+                in_layouts[(v, j, rg)] = in_ids.setdefault(lay_in, len(in_ids))
+            key = (out_layouts[(u, slot)], in_layouts[(v, j, rg)], tensor_bytes[name])
+            edge_key.append(key)
+            unique.setdefault(key, len(unique))
+    # one resharding matrix per distinct (producer layouts, consumer layouts, size): repeated
+    # layers share theirs
+    outs_of = list(out_ids)
+    ins_of = list(in_ids)
+    e_src: list[tuple[int, int, int, int]] = []
+    e_size: list[float] = []
+    for (oi, ii, size) in unique:
+        outs, ins = outs_of[oi], ins_of[ii]
+        for ol in outs:
+            for il, ig in ins:
+                e_src.append((ol, il, grad_target(ol), ig))
+                e_size.append(size)
+    mats_f: list[np.ndarray] = []
+    mats_b: list[np.ndarray] = []
+    if unique:
         src = np.array(e_src, dtype=np.int64)
         size_a = np.array(e_size, dtype=float)
         kf = reshard_kinds(src[:, 0], src[:, 1])
@@ -355,50 +409,72 @@ def _edge_tables(graph: GraphSpec, rows: _Rows, tensor_bytes: dict[str, float], 
         tf = reshard_time_s(kf, size_a, mesh)
         tb = reshard_time_s(kb, size_a, mesh)
         pos = 0
-        for nu, nv in shapes_list:
+        for (oi, ii, _size) in unique:
+            nu, nv = len(outs_of[oi]), len(ins_of[ii])
             cnt = nu * nv
-            edge_fwd.append(tf[pos:pos + cnt].reshape(nu, nv))
-            edge_bwd.append(tb[pos:pos + cnt].reshape(nu, nv))
+            mats_f.append(tf[pos:pos + cnt].reshape(nu, nv))
+            mats_b.append(tb[pos:pos + cnt].reshape(nu, nv))
             pos += cnt
+    edge_fwd = [mats_f[unique[k]] for k in edge_key]
+    edge_bwd = [mats_b[unique[k]] for k in edge_key]
     return edges, edge_fwd, edge_bwd
 
 
+def with_edges(tables: CostTables) -> CostTables:
+    """``tables`` with its edges costed (a no-op when they are)."""
+    if tables.has_edges:
+        return tables
+    edges, edge_fwd, edge_bwd = _edge_tables(tables.graph, [int(x) for x in tables.row_start], tables.in_l, tables.in_g,
+                                             tables.out_l, tables.tensor_bytes, tables.mesh)
+    return replace(tables, edges=edges, edge_fwd_s=edge_fwd, edge_bwd_s=edge_bwd, has_edges=True)
+
+
 def build_tables(graph: GraphSpec, training: Training, mesh: GraphMesh, analysis: GraphAnalysis | None = None,
-                 op_costs: list[OpCost] | None = None) -> CostTables:
+                 op_costs: list[OpCost] | None = None, edges: bool = True,
+                 shapes: dict[str, tuple[int, ...]] | None = None,
+                 saved: Sequence[tuple[str, int, int, bool]] | None = None) -> CostTables:
     """Cost every operator × sharding choice and every edge for ``mesh`` (vectorised): seconds
-    per micro-batch per GPU and bytes per GPU, as :class:`CostTables` lists (module docstring)."""
+    per micro-batch per GPU and bytes per GPU, as :class:`CostTables` lists (module docstring).
+    ``edges=False`` leaves the edges out (``has_edges`` False; :func:`with_edges` adds them):
+    enough for bounds that need the rows only.  ``shapes`` (the graph bound to the micro-batch)
+    and ``saved`` (:func:`saved_tensors`) may be passed in when several meshes share them."""
     analysis = analysis or analyse(graph)
     dt = training.dtype
-    costs = op_costs if op_costs is not None else graph_op_costs(graph, mesh.micro_batch, training.sequence_length, dt)
-    shapes = graph.bind(mesh.micro_batch, training.sequence_length)
-    rows = _enumerate_rows(graph, costs, shapes, mesh)
+    costs = op_costs if op_costs is not None else graph_op_costs(graph, mesh.micro_batch, training.sequence_length, dt,
+                                                                 analysis.op_class)
+    shapes = shapes if shapes is not None else graph.bind(mesh.micro_batch, training.sequence_length)
+    op_class = analysis.op_class if len(analysis.op_class) == graph.num_ops else op_classes(graph)
+    rows = _enumerate_rows(graph, costs, shapes, mesh, op_class)
     n_rows = len(rows.row_op)
-    work = _row_work(graph, training, analysis, costs, rows)
-    fwd_s, bwd_s = _compute_times(work, training, mesh)
-    comm_fwd, comm_bwd = _internal_comm_times(work, mesh)
+    distinct, inverse = _distinct_rows(rows, replace(analysis, op_class=op_class))
+    work = _row_work(graph, training, analysis, costs, distinct)
+    fwd_s, bwd_s = (x[inverse] for x in _compute_times(work, training, mesh))
+    comm_fwd, comm_bwd = (x[inverse] for x in _internal_comm_times(work, mesh))
+    is_cpu = np.zeros(len(distinct.row_op), dtype=bool)
+    is_cpu[np.array(work.cpu_rows, dtype=np.int64)] = True
     tensor_bytes = {name: float(math.prod(shp)) * _tensor_elt_bytes(graph, name, dt) for name, shp in shapes.items()}
-    act = _saved_activation_bytes(graph, rows, work.extra_act, tensor_bytes, mesh.t)
-    edges, edge_fwd, edge_bwd = _edge_tables(graph, rows, tensor_bytes, mesh)
+    act = _saved_activation_bytes(graph, rows, work.extra_act[inverse], tensor_bytes, mesh.t, saved)
     zeros = np.zeros(n_rows)
     model_flops = 0.0
     for oc, op in zip(costs, graph.ops, strict=True):
         if op.category in ("matmul", "conv", "attention"):
             model_flops += oc.fwd_flops + oc.bwd_flops
-    params_dev = work.params_dev
-    return for_mesh(CostTables(
+    params_dev = work.params_dev[inverse]
+    tables = for_mesh(CostTables(
         graph=graph, mesh=mesh, training=training, analysis=analysis, op_costs=costs,
         row_start=np.array(rows.row_start, dtype=np.int64), row_op=np.array(rows.row_op, dtype=np.int64),
         names=[c.name for c in rows.choices], in_l=[c.in_l for c in rows.choices], in_g=[c.in_g for c in rows.choices],
         out_l=[c.out_l for c in rows.choices],
         fwd_s=fwd_s, bwd_s=bwd_s, comm_fwd_s=comm_fwd, comm_bwd_s=comm_bwd, sync_s=zeros, opt_s=zeros,
         weights_bytes=zeros, gradients_bytes=zeros, optimizer_state_bytes=zeros, activation_bytes=act,
-        cpu_s=zeros, cpu_comm_s=zeros, cpu_memory_bytes=zeros, cpu_opt_s=zeros, flops=work.flops,
+        cpu_s=zeros, cpu_comm_s=zeros, cpu_memory_bytes=zeros, cpu_opt_s=zeros, flops=work.flops[inverse],
         params_dev=params_dev,
         param_tensors=np.array([len(graph.ops[i].params) for i in rows.row_op], dtype=float) * (params_dev > 0),
-        sync_dpt=work.sync_dpt, cpu_rows=np.array(work.cpu_rows, dtype=np.int64),
-        edges=edges, edge_fwd_s=edge_fwd, edge_bwd_s=edge_bwd, tensor_bytes=tensor_bytes,
+        sync_dpt=work.sync_dpt[inverse], cpu_rows=np.flatnonzero(is_cpu[inverse]).astype(np.int64),
+        edges=[], edge_fwd_s=[], edge_bwd_s=[], tensor_bytes=tensor_bytes, has_edges=False,
         capacity_bytes=mesh.device.memory_bytes, model_flops_per_microbatch=model_flops,
     ), mesh)
+    return with_edges(tables) if edges else tables
 
 
 def _cpu_terms(tables: CostTables, mesh: GraphMesh) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

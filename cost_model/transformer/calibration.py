@@ -188,18 +188,14 @@ def prediction_intervals(framework: str, device_family: str, step_time_s: float,
     Step time: ``step·exp(q10)``, ``step·exp(q90)`` with (q10, q90) the leave-one-source-out
     quantiles of log(predicted/measured) of the regime (a p10 of the prediction error is a
     p90 of the true step relative to it, so the bounds are swapped: the true step lies in
-    [step/exp(q90), step/exp(q10)] 80% of the time).  Memory: ± the allocator's fragmentation
-    reserve (``FRAGMENTATION_FRACTION`` of the state), which is what separates allocated from
-    reserved bytes.
+    [step/exp(q90), step/exp(q10)] 80% of the time).  Memory: the same from the residuals of
+    the measured peaks (:mod:`cost_model.transformer.memory`).
     """
-    from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION
+    from cost_model.transformer.memory import interval_GB
 
     q = step_interval_log(framework, device_family)
-    mem_band = FRAGMENTATION_FRACTION / (1.0 + FRAGMENTATION_FRACTION)
-    out: dict[str, Any] = {
-        "peak_memory_GB_p10": peak_memory_GB * (1.0 - mem_band),
-        "peak_memory_GB_p90": peak_memory_GB * (1.0 + mem_band),
-    }
+    mem_p10, mem_p90 = interval_GB(peak_memory_GB)
+    out: dict[str, Any] = {"peak_memory_GB_p10": mem_p10, "peak_memory_GB_p90": mem_p90}
     if q is None:
         return out
     return {

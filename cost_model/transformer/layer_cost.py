@@ -29,7 +29,6 @@ from cost_model.comm import (
     FloatArray,
     Links,
     allreduce_time_s,
-    alltoall_time_s,
     p2p_time_s,
     ranks_per_node,
     reduce_scatter_time_s,
@@ -46,6 +45,7 @@ from cost_model.compute import (
 from cost_model.devices import DeviceSpec
 from cost_model.strategy import Strategy
 from cost_model.topology import (
+    Axes,
     alltoall_extra_s,
     data_axes,
     dimension_axes,
@@ -56,15 +56,32 @@ from cost_model.topology import (
     p2p_extra_s,
 )
 from cost_model.training import Training
+from cost_model.transformer.context_parallel import cp_layer_comm_s
+from cost_model.transformer.mla import mla_latent_activation_bytes, mla_projection_fwd_bwd_s, mla_projection_shapes
+from cost_model.transformer.moe import (
+    MoeFfnCost,
+    expected_nodes_hit,
+    expert_data_parallel,
+    expert_tensor_parallel,
+    local_tokens,
+    moe_activation_bytes,
+    moe_ffn_costs,
+)
 from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 
 #: Fixed per-GPU reserve for the CUDA context, cuBLAS/NCCL workspaces (bytes), plus a fraction
-#: of the rest lost to allocator fragmentation.  PyTorch's caching allocator typically shows
-#: 1–2 GB of context + workspaces and 5–10% fragmentation on large-model runs.
+#: lost to the caching allocator's fragmentation (reserved − allocated over allocated) of the
+#: memory that is allocated and freed during a step: weights (gathered/cast copies), gradients
+#: (16-bit ``.grad`` tensors, buckets) and activations.  Optimizer state is allocated once at
+#: the first step into segments that never return to the cache (DeepSpeed allocates it up
+#: front for that reason: ``initialize_optimizer_states``), so it does not fragment.
+#: PyTorch reports reserved/allocated of 1.1–1.3 on large-model runs; the value makes the
+#: measured device peaks of the public file unbiased (``bench/acceptance.py`` reports the
+#: residual error).
 WORKSPACE_BYTES = 1.5e9
-FRAGMENTATION_FRACTION = 0.07
+FRAGMENTATION_FRACTION = 0.2
 
 #: With ``Training.tp_comm_overlap`` the TP collectives are pipelined with the GEMMs they feed
 #: (Megatron-Core userbuffers): the part that a GEMM of the layer can hide is hidden, at most
@@ -189,8 +206,9 @@ def _kv_local(model: TransformerSpec, tp: ArrayOrFloat) -> FloatArray:
 
 
 def _qkv_width(model: TransformerSpec, tp: ArrayOrFloat, kv: ArrayOrFloat) -> ArrayOrFloat:
-    """Output width per TP rank of the QKV projection GEMM (K = h).  MLA's down- and
-    up-projections are costed as one GEMM of the same weights: width = their weights / h."""
+    """Output width per TP rank of the QKV projection GEMM (K = h): its model FLOPs are
+    2·T·h·width.  MLA: its weights / h (the same FLOPs; the time of its down- and
+    up-projections is costed GEMM by GEMM, :mod:`cost_model.transformer.mla`)."""
     if model.is_mla:
         return model.qkv_weights() / model.hidden_size / tp
     return model.q_size / tp + 2 * kv
@@ -275,9 +293,12 @@ def _uniform_layer_costs(
     attn_dt = "bf16" if dt == "fp8" else dt
     attn_device = bf16_device if (bf16_device is not None and dt == "fp8") else device
     g = _LayerGeometry.of(model, training, S)
-    gemm_fwd, gemm_bwd, gemm_flops, qkv_n = _layer_gemms(model, dt, device, S, g)
+    moe = _moe_ffn(model, training, device, links, S, g) if model.is_moe else None
+    gemm_fwd, gemm_bwd, gemm_flops, qkv_n = _layer_gemms(model, dt, device, S, g, moe)
     attn_fwd, attn_bwd, flops_attn = _attention_core(model, training, device, attn_device, attn_dt, S, g)
     elem_fwd, elem_bwd = _layer_elementwise(model, training, device, S, g)
+    if moe is not None:
+        elem_fwd, elem_bwd = elem_fwd + moe.elementwise_fwd_s, elem_bwd + moe.elementwise_bwd_s
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
@@ -301,7 +322,9 @@ def _uniform_layer_costs(
     layer_fwd_flops = gemm_flops + flops_attn
     recompute_flops = np.where(S.recompute == 2, layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
 
-    tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd)
+    tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(
+        model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute
+    )
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
     act, full_act = activation_bytes(model, training, S)
@@ -360,42 +383,39 @@ class _LayerGeometry:
         )
 
 
+def _mla_shapes(model: TransformerSpec, T: ArrayOrFloat, S: StrategyArrays) -> list[tuple[FloatArray, FloatArray, float]]:
+    return mla_projection_shapes(
+        hidden=float(model.hidden_size), heads=float(model.num_heads), q_lora_rank=float(model.q_lora_rank),
+        kv_lora_rank=float(model.kv_lora_rank), nope_dim=float(model.head_dim), rope_dim=float(model.qk_rope_head_dim),
+        v_dim=float(model.v_head_dim), tokens=T, tp=S.tp, sequence_parallel=S.sp,
+    )
+
+
 def _layer_gemms(
-    model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry
+    model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ArrayOrFloat]:
     """Forward and backward time (s) of one layer's GEMMs, their forward FLOPs, and the local QKV
     width.  Megatron TP (Narayanan et al. 2021 §2.3): QKV column-parallel [T,h]×[h,(q+2kv)/t],
     projection row-parallel [T,o/t]×[o/t,h]; FFN FC1 column-parallel (gate and up fused when
-    gated), FC2 row-parallel; MoE experts as a batched GEMM over the local experts at their
-    tokens per expert, plus the router and any shared experts."""
+    gated), FC2 row-parallel; an MoE layer's FFN (router, grouped experts, shared experts) is
+    ``moe`` (:func:`cost_model.transformer.moe.moe_ffn_costs`)."""
     h, o, T, t = g.h, g.o, g.T, S.tp
     f = float(model.ffn_hidden_size)
     qkv_n = _qkv_width(model, t, g.kv)
-    t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
+    if model.is_mla:  # down- and up-projections on their own shapes (cost_model.transformer.mla)
+        t_qkv, b_qkv = mla_projection_fwd_bwd_s(_mla_shapes(model, T, S), device, dt)
+    else:
+        t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
     t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, o / t, device, dt)
     flops_qkv = 2 * T * h * qkv_n
     flops_proj = 2 * T * h * o / t
     fm = model.ffn_matrices
-    t_router: ArrayOrFloat
-    b_router: ArrayOrFloat
-    if model.is_moe:
-        e_local = model.num_experts / S.ep
-        tokens_per_expert = T * model.experts_per_token * S.ep / model.num_experts
-        t_fc1, b_fc1 = gemm_fwd_bwd_time_s(tokens_per_expert, (fm - 1) * f / t, h, device, dt, batch=e_local)
-        t_fc2, b_fc2 = gemm_fwd_bwd_time_s(tokens_per_expert, h, f / t, device, dt, batch=e_local)
-        t_router, b_router = gemm_fwd_bwd_time_s(T, model.num_experts, h, device, dt)
-        flops_ffn = 2 * T * model.experts_per_token * fm * h * f / t + 2 * T * h * model.num_experts
-        if model.shared_expert_ffn_hidden_size:
-            fs = float(model.shared_expert_ffn_hidden_size)
-            s1f, s1b = gemm_fwd_bwd_time_s(T, (fm - 1) * fs / t, h, device, dt)
-            s2f, s2b = gemm_fwd_bwd_time_s(T, h, fs / t, device, dt)
-            t_router, b_router = t_router + s1f + s2f, b_router + s1b + s2b
-            flops_ffn = flops_ffn + 2 * T * fm * h * fs / t
-    else:
-        t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt)
-        t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt)
-        t_router = b_router = 0.0
-        flops_ffn = 2 * T * fm * h * f / t
+    if moe is not None:
+        return t_qkv + t_proj + moe.gemm_fwd_s, b_qkv + b_proj + moe.gemm_bwd_s, flops_qkv + flops_proj + moe.flops, qkv_n
+    t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt)
+    t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt)
+    t_router = b_router = 0.0
+    flops_ffn = 2 * T * fm * h * f / t
     gemm_bwd = b_qkv + b_proj + b_fc1 + b_fc2 + b_router
     gemm_fwd = t_qkv + t_proj + t_fc1 + t_fc2 + t_router
 
@@ -519,14 +539,18 @@ def _layer_parallel_comm(
     gemm_fwd: np.ndarray,
     attn_fwd: np.ndarray,
     attn_bwd: np.ndarray,
+    moe: MoeFfnCost | None = None,
+    layer_compute: ArrayOrFloat = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel ring
-    exchange and expert-parallel all-to-all (alpha-beta ring costs of :mod:`cost_model.comm`)."""
+    """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel exchange
+    (:func:`cost_model.transformer.context_parallel.cp_layer_comm_s`) and expert-parallel
+    dispatch/combine (``moe``; alpha-beta costs of :mod:`cost_model.comm`)."""
     h, T, kv, eb, sc = g.h, g.T, g.kv, g.eb, g.sc
     t, c, b = S.tp, S.cp, S.mbs
     gpn = links.gpus_per_node
     # Per layer: 2 all-reduces forward and 2 backward of T·h elements (SP: reduce-scatter +
-    # all-gather of the same volume), 2 more when the forward is recomputed.
+    # all-gather of the same volume), 2 more when the forward is recomputed.  Half of them are
+    # the FFN's: an MoE layer's FFN has its own (``moe.ffn_tp_one_s`` per pass).
     tp_per_node = np.minimum(t, gpn)
     msg = T * h * eb
     one_ar = np.where(
@@ -535,7 +559,7 @@ def _layer_parallel_comm(
         allreduce_time_s(t, msg, links, tp_per_node),
     ) + hierarchical_collective_extra_s(links, [(t, 1.0 + 0.0 * t)], msg, 2.0)
     n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
-    tp_comm = n_collectives * one_ar
+    tp_comm = n_collectives * one_ar if moe is None else n_collectives / 2 * (one_ar + moe.ffn_tp_one_s)
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
     overlap = device.efficiency.comm_overlap_fraction
     if training.tp_comm_overlap:
@@ -543,28 +567,105 @@ def _layer_parallel_comm(
         hidden = np.minimum(hideable, (gemm_fwd * 3) * TP_OVERLAP_MAX_HIDDEN)
         tp_comm = tp_comm - overlap * hidden
 
-    # ---- context-parallel ring exchange ---------------------------------------------------------
-    # Each rank passes its K,V chunk around the ring: (c−1) steps of 2·b·sc·kv·eb bytes forward,
-    # twice that backward (K,V and their gradients); overlapped with the attention blocks it feeds.
-    kv_chunk = 2 * b * sc * kv * eb
+    # ---- context-parallel exchange ------------------------------------------------------------
+    # The ring passes 2·b·sc·kv·eb bytes of K,V per step; a full recompute runs the forward's again.
+    # With a topology the levels above the node add their surcharge (cost_model.topology; zero
+    # without one); the nesting order decides how many CP ranks share a node.
     cp_axes = dimension_axes(S, "cp")
-    cp_cross = c > gpn // np.maximum(t, 1) if S.nest is None else members_in(gpn, cp_axes) < c
-    cp_fwd = (c - 1) * (p2p_time_s(kv_chunk, links, cp_cross) + p2p_extra_s(links, cp_axes, kv_chunk))
-    cp_fwd = np.where(c > 1, cp_fwd, 0.0)
-    cp_exposed = np.maximum(0.0, cp_fwd - overlap * attn_fwd) + np.maximum(0.0, 2 * cp_fwd - overlap * attn_bwd)
+    kv_block = 2 * b * sc * kv * eb
+    qkv_bytes, out_bytes = T * (g.q / t + 2 * kv) * eb, T * g.o / t * eb
+    cp_fwd, cp_bwd = cp_layer_comm_s(
+        training.cp_comm_type, cp=c, tp=t, local_seq=sc, window=g.s, kv_block_bytes=kv_block,
+        qkv_bytes=qkv_bytes, out_bytes=out_bytes, links=links,
+        attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd, overlap=overlap,
+        per_node=None if S.nest is None else members_in(gpn, cp_axes),
+        ring_send_extra_s=(p2p_extra_s(links, cp_axes, kv_block), p2p_extra_s(links, cp_axes, 2 * kv_block)),
+    )
+    extra_f, extra_b = _cp_topology_extra_s(training.cp_comm_type, links, cp_axes, c, kv_block, qkv_bytes, out_bytes)
+    cp_fwd, cp_bwd = cp_fwd + extra_f, cp_bwd + extra_b
+    cp_exposed = cp_fwd + cp_bwd + np.where(S.recompute == 2, cp_fwd, 0.0)
 
-    # ---- expert-parallel all-to-all ---------------------------------------------------------
-    # Dispatch and combine forward, the same backward: each sends T·k·h elements.
-    if model.is_moe:
-        ep_axes = expert_axes(S)[0]
-        ep_per_node = ranks_per_node(S.ep, t, gpn) if S.nest is None else members_in(gpn, ep_axes)
-        a2a_bytes = T * model.experts_per_token * h * eb
-        a2a = alltoall_time_s(S.ep, a2a_bytes, links, ep_per_node) + alltoall_extra_s(links, ep_axes, a2a_bytes)
-        ep_comm = 4 * a2a + np.where(S.recompute == 2, 2 * a2a, 0.0)
+    # ---- expert-parallel dispatch and combine ---------------------------------------------------
+    # Forward and backward each run a dispatch and a combine, a full recompute two more; with
+    # ``moe_comm_overlap`` they run under the layer compute of another micro-batch.  A topology
+    # adds the surcharge of the levels above the node to each of them.
+    if moe is not None:
+        extra = _ep_topology_extra_s(model, training, links, S, g, moe)
+        ep_comm = moe.ep_comm_s + 4.0 * extra + np.where(S.recompute == 2, moe.ep_recompute_s + 2.0 * extra, 0.0)
+        if training.moe_comm_overlap:
+            ep_comm = np.maximum(0.0, ep_comm - overlap * np.asarray(layer_compute, dtype=float))
     else:
         ep_comm = 0.0 * t
 
     return tp_comm, cp_exposed, ep_comm
+
+
+def _expert_axes(S: StrategyArrays) -> tuple[Axes, Axes]:
+    """(EP group, expert-data-parallel group) as axes: in Megatron's order EP ranks are etp
+    global ranks apart and the EDP replicas ep·etp apart (parallel folding,
+    :func:`cost_model.transformer.moe.expert_tensor_parallel`); with a nesting order
+    :func:`cost_model.topology.expert_axes`."""
+    if S.nest is not None:
+        return expert_axes(S)
+    etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)
+    return [(S.ep, etp)], [(expert_data_parallel(S.tp, S.cp, S.dp, S.ep), etp * S.ep)]
+
+
+def _cp_topology_extra_s(
+    comm_type: str, links: Links, axes: Axes, c: np.ndarray,
+    kv_block_bytes: ArrayOrFloat, qkv_bytes: ArrayOrFloat, out_bytes: ArrayOrFloat,
+) -> tuple[FloatArray, FloatArray]:
+    """Seconds (forward, backward) the exposed context-parallel collectives of one layer pay
+    beyond :func:`cost_model.transformer.context_parallel.cp_layer_comm_s` because the group
+    crosses levels above the node (cost_model.topology; zero without a topology):
+    ``allgather`` — the all-gather / reduce-scatter of the c K,V blocks
+    (:func:`cost_model.topology.hierarchical_collective_extra_s`, volume factor 1); ``a2a`` —
+    its two all-to-alls (:func:`cost_model.topology.alltoall_extra_s`).  Both are exposed, as
+    the flat exchange is.  ``p2p``: 0 here — the ring's surcharge is on each send, inside
+    ``cp_layer_comm_s`` (``ring_send_extra_s``), hidden behind attention as the send is."""
+    zero = np.zeros_like(np.asarray(c, dtype=float))
+    if comm_type == "allgather":
+        one = hierarchical_collective_extra_s(links, axes, c * np.asarray(kv_block_bytes, dtype=float), 1.0)
+    elif comm_type == "a2a":
+        one = alltoall_extra_s(links, axes, qkv_bytes) + alltoall_extra_s(links, axes, out_bytes)
+    else:
+        return zero, zero
+    out = np.where(c > 1, one, 0.0)
+    return out, out
+
+
+def _ep_topology_extra_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost) -> FloatArray:
+    """Seconds one dispatch (or combine) pays beyond
+    :func:`cost_model.transformer.moe.dispatch_time_s` because the EP group crosses levels above
+    the node (cost_model.topology; zero without a topology): ``alltoall`` — the T_loc·k·h·eb
+    slots (× load factor) this rank sends, :func:`cost_model.topology.alltoall_extra_s`;
+    ``allgather`` — the ep·T_loc·h·eb gathered tokens,
+    :func:`cost_model.topology.hierarchical_collective_extra_s` (volume factor 1); ``deepep`` —
+    the node-deduplicated network bytes, T_loc·h·eb (× load factor) per node hit
+    (:func:`cost_model.transformer.moe.expected_nodes_hit`), through ``alltoall_extra_s``."""
+    axes = _expert_axes(S)[0]
+    t_loc = local_tokens(g.T, S.tp, S.sp)
+    k, eb, h = float(model.experts_per_token), g.eb, g.h
+    dispatcher = training.moe_token_dispatcher
+    if dispatcher == "allgather":
+        return hierarchical_collective_extra_s(links, axes, S.ep * t_loc * h * eb, 1.0)
+    token_bytes = t_loc * h * eb * moe.load_factor
+    if dispatcher == "deepep":
+        n = np.maximum(S.ep, 1.0)
+        nodes = np.ceil(n / np.minimum(np.maximum(members_in(links.gpus_per_node, axes), 1.0), n))
+        return alltoall_extra_s(links, axes, token_bytes * expected_nodes_hit(k, float(model.num_experts), nodes))
+    return alltoall_extra_s(links, axes, token_bytes * k)
+
+
+def _moe_ffn(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, g: _LayerGeometry) -> MoeFfnCost:
+    """The MoE FFN of one layer (:func:`cost_model.transformer.moe.moe_ffn_costs`)."""
+    return moe_ffn_costs(
+        hidden=g.h, ffn_hidden=float(model.ffn_hidden_size), gated=model.gated_ffn, num_experts=float(model.num_experts),
+        top_k=float(model.experts_per_token), shared_ffn_hidden=float(model.shared_expert_ffn_hidden_size), tokens=g.T,
+        tp=S.tp, cp=S.cp, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, device=device, links=links, dtype=training.dtype,
+        act_bytes=g.eb, dispatcher=training.moe_token_dispatcher, capacity_factor=training.moe_capacity_factor,
+        ep_per_node=None if S.nest is None else members_in(links.gpus_per_node, _expert_axes(S)[0]),
+    )
 
 
 def _eager_head_layout_s(q_elems: ArrayOrFloat, kv_elems: ArrayOrFloat, eb: int, device: DeviceSpec) -> tuple[ArrayOrFloat, ArrayOrFloat]:
@@ -619,8 +720,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     divide by t; under SP the rest does too.  Generalised here: K and V use the KV width, the
     FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
     with selective recompute, dropout masks vanish without dropout (models without biases), and
-    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8.  Full
-    recompute keeps only the layer input (2·sbh, /t under SP).
+    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8; an MoE FFN adds
+    :func:`cost_model.transformer.moe.moe_activation_bytes`.  Full recompute keeps only the
+    layer input (2·sbh, /t under SP).
     """
     eb = _act_bytes(training)
     h = float(model.hidden_size)
@@ -643,6 +745,11 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     replicated = sbh * (gi + gi + 2 * mask + 2 * eb) / rep
     # Inside TP regions: Q, K, V, projection input.
     attn_inner = sc * b * (q / t * eb + 2 * kv * eb + o / t * gi)
+    if model.is_mla:  # compressed query/KV latents and the shared rotary key
+        attn_inner = attn_inner + mla_latent_activation_bytes(
+            q_lora_rank=float(model.q_lora_rank), kv_lora_rank=float(model.kv_lora_rank), rope_dim=float(model.qk_rope_head_dim),
+            tokens=sc * b, tp=t, sequence_parallel=S.sp, act_bytes=eb,
+        )
     k_experts = model.experts_per_token if model.is_moe else 1.0
     # FFN hidden: the activation's input(s) (2 when gated) and the FC2 input.
     ffn_inner = sc * b * f / t * k_experts * (eb * (2 if model.gated_ffn else 1) + gi)
@@ -650,6 +757,13 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     # scores' dtype)
     scores = a * sc * s * b / t * ((2 * eb + mask) if training.fused_kernels else (eb + mask * 2 * eb))
     store_scores = (training.attention == "unfused") & (S.recompute == 0)
+    if model.is_moe:  # router probabilities, permuted tokens, expert outputs, shared experts
+        ffn_inner = ffn_inner + moe_activation_bytes(
+            hidden=h, num_experts=float(model.num_experts), top_k=float(model.experts_per_token),
+            shared_ffn_hidden=float(model.shared_expert_ffn_hidden_size), gated=model.gated_ffn, tokens=sc * b,
+            tp=t, cp=c, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, act_bytes=eb, saved_input_bytes=gi,
+            capacity_factor=training.moe_capacity_factor,
+        )
     full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
     stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
     stored = np.where(S.recompute == 2, sbh * eb / rep, stored)
@@ -680,6 +794,18 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     if mixed and training.framework in ("megatron-deepspeed", "deepspeed"):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
     opt = np.where(z >= 1, o / shard, o)
+    if training.dtype == "bf16" and training.framework in ("megatron-deepspeed", "deepspeed"):
+        # DeepSpeed's BF16_Optimizer (``runtime/bf16_optimizer.py``), used for bf16 at stage ≤ 1:
+        # the bf16 gradients (2) are accumulated into a full-size fp32 gradient buffer (4,
+        # ``zeros_like(bf16_groups_flat, dtype=float32)``: "fp32 grad accumulation", not
+        # partitioned); the fp32 master weights and moments are partitioned as in ZeRO-1.
+        grads = np.where(z <= 1, 2.0 + 4.0, grads)
+    if mixed and training.framework == "fsdp":
+        # FSDP FULL_SHARD with MixedPrecision: the sharded flat parameter is the fp32 master
+        # (4/shard; the 16-bit copy exists only unsharded, for the layers being computed), so
+        # the optimizer adds its moments alone (PyTorch FSDP docs, ``MixedPrecision``).
+        weights = np.where(z >= 3, 4.0 / shard, weights)
+        opt = np.where(z >= 3, (o - 4.0) / shard, opt)
     return weights, grads, opt
 
 
@@ -704,6 +830,8 @@ def sharded_step_comm_s(
     S: StrategyArrays,
     links: Links,
     collectives_per_layer: int = 1,
+    ranks: ArrayOrFloat | None = None,
+    stride: ArrayOrFloat | None = None,
 ) -> FloatArray:
     """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers an
     all-gather of its parameters before forward, again before backward, and a reduce-scatter of
@@ -712,14 +840,19 @@ def sharded_step_comm_s(
     flat rings over the dp·cp ranks (``reduce_scatter_time_s(..., flat=True)``: n−1 latency
     steps each), at ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
     volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
-    this term does not fall as dp grows.
+    this term does not fall as dp grows.  ``ranks``/``stride``: another sharding group (an MoE's
+    expert weights shard over their EDP replicas, ep·etp global ranks apart).
     """
     from cost_model.transformer.calibration import current
 
     gb = 4.0 if training.dtype == "fp32" else 2.0
-    n = S.dp * S.cp
-    axes = data_axes(S)
-    per_node = ranks_per_node(n, S.tp, links.gpus_per_node) if S.nest is None else members_in(links.gpus_per_node, axes)
+    n = S.dp * S.cp if ranks is None else np.asarray(ranks, dtype=float)
+    gpn = links.gpus_per_node
+    if ranks is None:
+        axes = data_axes(S)
+    else:
+        axes = [(n, S.tp if stride is None else np.asarray(stride, dtype=float))] if S.nest is None else _expert_axes(S)[1]
+    per_node = ranks_per_node(n, S.tp if stride is None else stride, gpn) if S.nest is None else members_in(gpn, axes)
     k = float(collectives_per_layer)
     chunk = layer_params_per_gpu * gb / k
     one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
@@ -736,7 +869,7 @@ def dp_gradient_comm_s(
 
     One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
     2R (ring; DP groups span dp·cp ranks with TP ranks in between; expert weights sync over
-    dp·cp/ep ranks).  By ZeRO stage (Rajbhandari et al. 2020):
+    their EDP = dp·cp·tp/(ep·etp) ranks).  By ZeRO stage (Rajbhandari et al. 2020):
 
     * 0 — gradients accumulate locally over the micro-batches and are all-reduced once: 2R per step;
     * 1 — Megatron's distributed optimizer: reduce-scatter of gradients + all-gather of the
@@ -751,11 +884,12 @@ def dp_gradient_comm_s(
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp
     axes = data_axes(S)
-    edp_axes = expert_axes(S)[1]
+    edp_axes = _expert_axes(S)[1]
     gpn = links.gpus_per_node
     per_node = ranks_per_node(n, S.tp, gpn) if S.nest is None else members_in(gpn, axes)
-    n_e = np.maximum(n / S.ep, 1.0)
-    per_node_e = ranks_per_node(n_e, S.tp * S.ep, gpn) if S.nest is None else members_in(gpn, edp_axes)
+    # Expert weights sync over their EDP replicas, ep·etp global ranks apart (parallel folding).
+    n_e = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
+    per_node_e = ranks_per_node(n_e, expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep) * S.ep, gpn) if S.nest is None else members_in(gpn, edp_axes)
     rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
         n_e, expert_params_per_gpu * gb, links, per_node_e
     )
@@ -802,12 +936,19 @@ def optimizer_kernels(training: Training, tensors_per_gpu: ArrayOrFloat = 0.0) -
 
 
 def optimizer_step_s(
-    params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors_per_gpu: ArrayOrFloat = 0.0
+    params_per_gpu: ArrayOrFloat,
+    training: Training,
+    device: DeviceSpec,
+    S: StrategyArrays,
+    tensors_per_gpu: ArrayOrFloat = 0.0,
+    shard: ArrayOrFloat | None = None,
 ) -> FloatArray:
     """Optimizer update: a memory-bound pass over this GPU's shard of the model state
     (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
-    parameter tensors a for-loop optimizer iterates over)."""
-    shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
+    parameter tensors a for-loop optimizer iterates over; ``shard``: the ranks the state is
+    sharded over, dp·cp under ZeRO ≥ 1 by default — EDP for expert weights)."""
+    if shard is None:
+        shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
     per_param = optimizer_bytes_per_param(training)
     return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
 

@@ -37,7 +37,14 @@ from cost_model.transformer.layer_cost import (
     sharded_collectives_per_layer,
     sharded_step_comm_s,
 )
+from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
+
+
+def dense_layer_params(model: TransformerSpec) -> float:
+    """Parameters of the average decoder layer outside the routed experts (attention, norms,
+    router, shared experts, dense FFNs of dense layers)."""
+    return float(model.decoder_layer_params()) - float(model.routed_expert_params_per_layer())
 
 #: DeepSpeed ZeRO-3's ``stage3_max_live_parameters`` default: the most gathered parameters it
 #: keeps resident at once (DeepSpeed configuration docs).
@@ -111,16 +118,17 @@ def stage_params(
 ) -> tuple[FloatArray, FloatArray]:
     """(dense, expert) parameters held by one GPU of a stage.
 
-    Dense layer weights divide over TP; experts over EP and TP.  The first stage holds the
+    Dense layer weights divide over TP; experts over EP and ETP (the experts' tensor-parallel
+    size, :func:`cost_model.transformer.moe.expert_tensor_parallel`).  The first stage holds the
     (vocab-parallel) embedding, the last the final norm and the head — a tied head still needs
     its own copy when the embedding lives on another stage (Megatron keeps both and
     all-reduces their gradients).
     """
     t = S.tp
     expert_total = model.routed_expert_params_per_layer()  # of the average layer (dense-first layers have none)
-    dense_layer = model.decoder_layer_params() - expert_total
+    dense_layer = dense_layer_params(model)
     dense = num_layers * dense_layer / t
-    experts = num_layers * expert_total / (S.ep * t)
+    experts = num_layers * expert_total / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep))
     if has_embedding:
         dense = dense + model.embedding_params() / t
     if has_head:
@@ -166,7 +174,7 @@ def stage_cost(
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp
-    shard_exp = np.maximum(S.dp * S.cp / S.ep, 1.0)
+    shard_exp = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
     weights = dense * w_d + experts * w_e
@@ -183,19 +191,27 @@ def stage_cost(
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
     # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
     # parameters at stage3_max_live_parameters (default 1e9).
-    live = 2.0 * (model.decoder_layer_params() / S.tp)
+    live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)))
     if training.framework in ("deepspeed", "megatron-deepspeed"):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
     layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
-    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * state
+    # The allocator's fragmentation of what is freed and reallocated during a step (not the
+    # optimizer state, allocated once): layer_cost.FRAGMENTATION_FRACTION.
+    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * (state - opt)
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
-    sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, sharded_collectives_per_layer(model, training.framework))
+    per_unit = sharded_collectives_per_layer(model, training.framework)
+    if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
+        sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit) + sharded_step_comm_s(
+            experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
+            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep))
+    else:
+        sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
     overlap = dp_overlap_fraction(training, dc.device)
@@ -206,6 +222,9 @@ def stage_cost(
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
         (2 if model.bias else 1) + (0 if model.tie_embeddings else 1) if has_head else 0)
     optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
+    if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
+        optimizer = optimizer_step_s(dense, training, dc.device, S, tensors) + optimizer_step_s(
+            experts, training, dc.device, S, 0.0, shard=np.where(S.zero >= 1, shard_exp, 1.0))
     return StageCost(
         forward_s=forward_s,
         backward_s=backward_s,

@@ -22,7 +22,7 @@ from planner_service.api.middleware import (
 from planner_service.api.routes import all_routers
 from planner_service.api.schemas import AUTH_RESPONSES
 from planner_service.service.plans import PlanService
-from planner_service.service.worker import JobWorker, WorkerThread
+from planner_service.service.worker import CallbackSender, JobWorker, WorkerThread, post_callback
 from planner_service.settings import ServiceSettings
 from planner_service.storage.db import check_schema, make_engine, upgrade
 from planner_service.storage.repository import Repository
@@ -111,6 +111,7 @@ def create_app(
             thread = holder.pop("thread", None)
             if thread is not None:
                 thread.stop()
+            app.state.observation_callbacks.stop()
             engine.dispose()
 
     app = FastAPI(
@@ -124,6 +125,8 @@ def create_app(
     app.state.service = service
     app.state.metrics = metrics
     app.state.worker_holder = holder
+    # plan.suggestion notifications of POST /v1/plans/{id}/observations (the jobs' callback rules)
+    app.state.observation_callbacks = CallbackSender(lambda url, payload: post_callback(url, payload, settings))
     app.state.rate_limiter = RateLimiter(settings.rate_limit)
     install_error_handlers(app)
     for router in all_routers():

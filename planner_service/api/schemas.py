@@ -112,7 +112,7 @@ class PlanCreate(_Strict):
     )
     constraints: dict[str, Any] | None = Field(
         default=None,
-        description="Pinned strategy fields (tp, pp, ...), max_tp, max_pp, memory_headroom_fraction, allowed_device_types, max_devices.",
+        description="Pinned strategy fields (tp, pp, ...), max_tp, max_pp, memory_headroom_fraction (0..0.9; default: the predicted peak memory interval is the margin), allowed_device_types, max_devices, tight_memory (rank_after_safe | by_objective | reject).",
     )
     objective: str = Field(default="throughput", description="throughput | cost | time_to_train")
     top_k: int = Field(default=3, description="How many alternative plans to keep (0-50).")
@@ -135,6 +135,8 @@ class ReplanRequest(_Strict):
     cluster: dict[str, Any] | str | None = Field(default=None, description="A replacement cluster (object or saved name); the edits above apply to it.")
     async_: bool = Field(default=False, alias="async", description="Run as a job (202).")
     callback_url: str | None = None
+    recalibrated: bool = Field(default=False, description="Re-plan at the cluster's latest calibration from observed runs (no cluster change needed); "
+                                                          "a plan whose observed memory was tight gets more memory headroom.")
 
 
 class EstimateCreate(_Strict):
@@ -193,7 +195,9 @@ class Prediction(_Open):
     model_tflops_per_gpu: float | None = Field(description="Model FLOP/s per GPU (no recompute), 1e12")
     hardware_tflops_per_gpu: float | None = Field(description="Hardware FLOP/s per GPU (with recompute), 1e12")
     mfu: float | None = Field(description="Model FLOPs utilisation, 0-1")
-    fits: bool = Field(description="Every stage fits its device's memory")
+    fits: bool = Field(description="Every stage's p10 peak memory is within its (usable) memory")
+    tight: bool = Field(default=False, description="Fits, but some stage's p90 peak exceeds usable memory: may run out of memory (docs/frameworks.md)")
+    peak_memory_quantity: str = Field(default="max_reserved", description="What peak_memory_GB predicts: max_reserved = torch.cuda.max_memory_reserved + CUDA context and NCCL buffers")
     peak_memory_GB: list[float | None] = Field(description="Peak memory per GPU, per stage, GB")
     breakdown_s: dict[str, float | None] = Field(
         description="Where a step's time goes: compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm_exposed, bubble, optimizer (s)"
@@ -201,6 +205,8 @@ class Prediction(_Open):
     stages: list[StageEstimate]
     num_devices: int
     warnings: list[str]
+    model_params: float | None = Field(default=None, description="Parameters of the model")
+    active_params: float | None = Field(default=None, description="Parameters one token uses (MoE: the top-k routed experts); equals model_params for dense models")
 
 
 class RankEntry(_Open):
@@ -281,6 +287,11 @@ class Plan(_Open):
     explanation: dict[str, Any] | None
     warnings: list[str]
     diff: dict[str, Any] | None = Field(default=None, description="Replans only: what changed against the parent plan")
+    supersedes: str | None = Field(default=None, description="The earlier plan of the same request this one replaces (force, or a larger budget than a plan not proved optimal had)")
+    superseded_by: str | None = Field(default=None, description="GET only: a newer plan of the same request (forced, or planned under a larger budget) when there is one")
+    calibration: dict[str, Any] | None = Field(default=None, description="The calibration the plan was costed with: {cluster, version (0: public), source, constants}")
+    observed: dict[str, Any] | None = Field(default=None, description="The latest observed run beside the prediction and its interval "
+                                                                       "(POST /v1/plans/{id}/observations), filled by GET; null when none")
 
 
 class PlanListItem(_Open):
@@ -459,9 +470,69 @@ AUTH_RESPONSES: Responses = {
 TEXT_BODY = {"text/plain": {"schema": {"type": "string"}}}
 
 
+# --------------------------------------------------------------------------------------------
+# Observed runs and cluster calibrations
+# --------------------------------------------------------------------------------------------
+class ObservationCreate(_Strict):
+    """POST /v1/plans/{id}/observations: what a launched run of the plan printed."""
+
+    log: str = Field(description="The log text (Megatron-LM, torchtitan, DeepSpeed, PaddleNLP), a PyTorch profiler Chrome trace, or JSON/CSV of step times")
+    format: str = Field(default="auto", description="auto | megatron | torchtitan | chrome_trace | deepspeed | paddle | json | csv")
+    warmup_steps: int | None = Field(default=None, ge=0, description="Log entries to drop as warm-up (default: 10% of them, at least 1 of 4 or more)")
+    callback_url: str | None = Field(default=None, description="Notified ({event: plan.suggestion}) when the recalibration makes another plan better")
+
+
+class Observation(_Open):
+    """One stored observation: the observed summary beside the plan's prediction."""
+
+    id: str
+    plan_id: str
+    cluster: str = Field(description="The cluster key (the plan's cluster name) whose calibration it feeds")
+    format: str
+    created_at: str
+    observed: dict[str, Any] = Field(description="step_time_s (median after warm-up and outliers), _p10/_p90, steps_used, warmup_dropped, "
+                                                 "outliers_dropped, peak_memory_allocated_GB, peak_memory_reserved_GB, tokens_per_s, phases_s, versions")
+    predicted: dict[str, Any] = Field(description="The plan's step_time_s with its p10/p90 and peak_memory_GB when observed")
+    calibration_version: int = Field(description="The calibration the plan's prediction was made with")
+    calibration: dict[str, Any] | None = Field(default=None, description="POST only: the recalibration this observation produced")
+
+
+class ObservationList(_Open):
+    items: list[Observation]
+
+
+class ClusterCalibration(_Open):
+    """GET /v1/clusters/{name}/calibration."""
+
+    cluster: str
+    version: int
+    constants: dict[str, float] = Field(description="Fitted multipliers of the device-family efficiencies (cost_model/cluster_calibration.py)")
+    log_sd: dict[str, float] = Field(description="Posterior log-sd of each multiplier")
+    residual_log_sd: float | None
+    n_observations: int | None
+    cross_validation: dict[str, Any]
+    residuals: list[dict[str, Any]] = Field(description="Per observation: observed, predicted now, predicted by the public calibration, log residuals")
+    history: list[dict[str, Any]] = Field(description="Every version: constants, observations, CV error")
+
+
+class PlanSuggestion(_Open):
+    """GET /v1/plans/{id}/suggestion."""
+
+    plan_id: str
+    cluster: str
+    suggest: bool
+    reason: str | None
+    plan_calibration_version: int
+    latest_calibration_version: int
+    current: dict[str, Any] | None = Field(description="The plan's layout re-costed at the latest calibration, with its interval")
+    suggested: dict[str, Any] | None = Field(description="The planner's best layout at the latest calibration: strategy, step_time_s, improvement_fraction")
+    memory: dict[str, Any] | None = Field(description="Observed peak memory vs the device and the prediction")
+
+
 __all__ = [
     "AUTH_RESPONSES",
     "Candidate",
+    "ClusterCalibration",
     "ClusterImport",
     "ClusterList",
     "DeviceList",
@@ -476,10 +547,14 @@ __all__ = [
     "ModelDetail",
     "ModelList",
     "NodeRef",
+    "Observation",
+    "ObservationCreate",
+    "ObservationList",
     "PLAN_EXAMPLES",
     "Plan",
     "PlanCreate",
     "PlanPage",
+    "PlanSuggestion",
     "Prediction",
     "PresetList",
     "ProfileCreated",

@@ -17,6 +17,7 @@ from rich.table import Table
 from cost_model import estimate
 from cost_model.errors import PlannerError
 from cost_model.result import Estimate
+from cost_model.units import BILLION
 from planner_service.cli.common import (
     EXIT_BAD_INPUT,
     BatchFileOption,
@@ -71,9 +72,11 @@ def render_estimate(est: Estimate, title: str) -> None:
     t.add_row("Throughput", f"{est.tokens_per_s:,.0f} tokens/s  ({est.samples_per_s:.3g} samples/s)")
     t.add_row("Model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f}  (MFU {est.mfu * 100:.1f}%)")
     t.add_row("Hardware TFLOP/s per GPU", f"{est.hardware_tflops_per_gpu:.1f}")
-    t.add_row("Fits in memory", "yes" if est.fits else "[red]no[/red]")
+    t.add_row("Fits in memory", ("[yellow]tight[/yellow] (p90 above the device's memory)" if est.tight else "yes") if est.fits else "[red]no[/red]")
     t.add_row("Peak memory per stage (GB)", ", ".join(f"{m:.1f}" for m in est.peak_memory_GB[:8]) + (" …" if len(est.peak_memory_GB) > 8 else ""))
     t.add_row("Bottleneck", est.bottleneck)
+    if est.model_params and est.active_params and est.active_params != est.model_params:
+        t.add_row("Parameters", f"{est.model_params / BILLION:.1f}B, {est.active_params / BILLION:.1f}B active per token")
     console.print(t)
     b = Table(title="Where the step time goes")
     b.add_column("Term")

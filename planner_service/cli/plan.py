@@ -47,6 +47,9 @@ def plan_body(body: dict, settings: SolverSettings, progress=None, profile: dict
     result = plan(req, settings, progress=progress)
     d = result.to_dict()
     d["warnings"] = [*d["warnings"], *candidate_warnings(req.cluster, d["best"])]
+    # What the plan was searched for (as a stored plan carries it): ``planner launch`` checks
+    # the target's framework against ``training.framework``.
+    d["training"] = req.training.to_dict()
     return result, d
 
 
@@ -70,7 +73,8 @@ def render_plan(result: PlanResult, d: dict) -> None:
     t.add_row("Step time", f"{p['step_time_s']:.4g} s")
     t.add_row("Throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
     t.add_row("MFU", f"{p['mfu'] * 100:.1f}%")
-    t.add_row("Peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}")
+    t.add_row("Peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}" + _interval(p))
+    t.add_row("Memory", memory_word(p))
     t.add_row("Search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
     console.print(t)
     st = Table(title="Pipeline stages")
@@ -89,12 +93,24 @@ def render_plan(result: PlanResult, d: dict) -> None:
     console.print(st)
     ex = d["explanation"]
     console.print(f"[bold]Why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
-    for line in ex["alternatives"]:
-        console.print(f"  vs {line}")
+    for line, alt in zip(ex["alternatives"], d["alternatives"], strict=False):
+        console.print(f"  vs {line}" + (" [yellow](memory tight)[/yellow]" if alt["prediction"].get("tight") else ""))
     if ex.get("placement"):
         console.print(f"[bold]Placement:[/bold] {ex['placement']}")
     for w in d["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _interval(p: dict) -> str:
+    lo, hi = p.get("peak_memory_GB_p10"), p.get("peak_memory_GB_p90")
+    return f" (p10–p90 {lo:.1f}–{hi:.1f}, {p.get('peak_memory_quantity', 'max_reserved')})" if lo is not None and hi is not None else ""
+
+
+def memory_word(p: dict) -> str:
+    """``fits`` / ``tight`` (p90 over usable memory: may run out) / ``does not fit``."""
+    if not p.get("fits", True):
+        return "[red]does not fit[/red]"
+    return "[yellow]tight[/yellow] (p90 above usable memory: may run out of memory)" if p.get("tight") else "fits"
 
 
 def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | None = None) -> tuple[PlanResult, dict]:
@@ -129,7 +145,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
         batch: BatchFileOption = None,
         onnx: Annotated[Path | None, typer.Option("--onnx", metavar="FILE", help="Plan this ONNX model with the request's training and cluster.")] = None,
-        time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Solver time budget in seconds.")] = 2.0,
+        time_limit_s: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Search budget in deterministic seconds (solver work, not the clock: the same plan on any host).")] = 2.0,
         profile: ProfileFileOption = None,
     ) -> None:
         """Find the best hybrid-parallel strategy and rank placement."""

@@ -60,7 +60,7 @@ def summary_table(profile: dict[str, Any]) -> Table:
     fit = profile["fit"]
     eff = fit["efficiency"]
     rates = fit["rates"]
-    t = Table(title=f"profile of {profile['device']['name']} ({len(profile['measurements'])} measurements)", show_header=False)
+    t = Table(title=f"Profile of {profile['device']['name']} ({len(profile['measurements'])} measurements)", show_header=False)
     for dtype, tf in (rates.get("gemm_tflops") or {}).items():
         if tf:
             t.add_row(f"GEMM rate {dtype}", f"{flops_to_gflops(tflops_to_flops(tf)):.4g} GFLOP/s (large shapes); half-dims m,n {eff['gemm_half_dim']:.3g}, k {eff['gemm_half_k']:.3g}")

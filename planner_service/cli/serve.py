@@ -32,7 +32,19 @@ def _engine(settings: ServiceSettings):
         raise typer.Exit(2) from None
 
 
-DB_URL_OPTION = typer.Option(None, "--database-url", help="Overrides DATABASE_URL (default sqlite:///./planner.db).")
+DB_URL_OPTION = typer.Option(
+    None, "--database-url", help="Overrides DATABASE_URL (default: $XDG_DATA_HOME/planner/planner.db, ~/.local/share/planner/planner.db)."
+)
+
+
+def _shown_url(url: str) -> str:
+    """The database URL without its password, for the start-up line."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is reported by _engine
+        return url
 
 
 def register(app: typer.Typer) -> None:
@@ -64,6 +76,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         engine = _engine(settings)  # validates the URL with a clear message
+        typer.echo(f"planner: database {_shown_url(settings.database_url)} (set DATABASE_URL or --database-url to change)", err=True)
         logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             if settings.migrate_on_start:

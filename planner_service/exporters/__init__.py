@@ -73,14 +73,51 @@ TARGETS: Mapping[str, Callable[[PlanView, LaunchParams], Artifact]] = {
 }
 
 
+#: The frameworks (``training.framework``) whose plans a target launches; targets not listed
+#: launch any.  A plan is searched and costed for one framework (its layout rules and
+#: constants, :mod:`cost_model.frameworks`): launching it with another framework's engine would
+#: run something the prediction is not about, so it is refused (docs/frameworks.md).
+_TORCH = ("megatron-core", "megatron-deepspeed", "deepspeed", "fsdp")
+TARGET_FRAMEWORKS: Mapping[str, tuple[str, ...]] = {
+    "deepspeed": ("deepspeed", "megatron-deepspeed"),
+    "deepspeed-config": ("deepspeed", "megatron-deepspeed"),
+    "megatron": ("megatron-core", "megatron-deepspeed"),
+    "torchtitan": ("fsdp",),
+    "paddle-launch": ("paddle",),
+    "paddle-fleet": ("paddle",),
+    "kubernetes-paddlejob": ("paddle",),
+    "torchrun": _TORCH,
+    "kubernetes-pytorchjob": _TORCH,
+    "kubeflow-trainjob": _TORCH,
+}
+
+
+def check_target_framework(plan: Mapping[str, Any], target: str) -> None:
+    """Refuse (422 on ``target``) a target whose framework is not the one the plan was searched
+    for.  Plans without ``training.framework`` (hand-written) are not checked."""
+    training = plan.get("training")
+    framework = training.get("framework") if isinstance(training, Mapping) else None
+    allowed = TARGET_FRAMEWORKS.get(target)
+    if framework is None or allowed is None or framework in allowed:
+        return
+    raise InvalidInput(
+        f"target {target} launches {' or '.join(allowed)}, but this plan was searched for {framework} "
+        f"(its layout and prediction are {framework}'s); re-plan with training.framework "
+        f"{' or '.join(repr(f) for f in allowed)} for this target, or launch with a {framework} target",
+        field="target",
+    )
+
+
 def render(plan: Mapping[str, Any], target: str, params: LaunchParams | None = None) -> Artifact:
     """Render ``target`` for ``plan`` (the plan JSON).  Raises :class:`InvalidPlan` (a
-    :class:`cost_model.errors.InvalidInput`, HTTP 422) naming the field on bad input."""
+    :class:`cost_model.errors.InvalidInput`, HTTP 422) naming the field on bad input, e.g. a
+    target of another framework than the plan's (:data:`TARGET_FRAMEWORKS`)."""
     if target not in TARGETS:
         raise InvalidInput(f"unknown target {target!r}; one of {', '.join(TARGETS)}", field="target")
+    check_target_framework(plan, target)
     view = plan_view(plan)
     params = (params or LaunchParams()).validated(view)
     return TARGETS[target](view, params)
 
 
-__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "launch_params", "plan_view", "render"]
+__all__ = ["Artifact", "InvalidPlan", "LaunchParams", "TARGETS", "TARGET_FRAMEWORKS", "check_target_framework", "launch_params", "plan_view", "render"]

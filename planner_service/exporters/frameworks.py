@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, q
 from planner_service.exporters.launchers import (
@@ -45,6 +46,31 @@ def megatron_layout(chunks: tuple[int, ...]) -> str:
     return "|".join(parts)
 
 
+def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
+    """The MoE and context-parallel flags the plan was costed with (``training``'s
+    ``moe_token_dispatcher``, ``moe_comm_overlap``, ``moe_capacity_factor``, ``cp_comm_type``),
+    and ``--expert-tensor-parallel-size`` when EP is folded across the TP ranks (ep ∤ dp·cp:
+    ETP = gcd(tp, tp·cp·dp/ep), cost_model.transformer.moe.expert_tensor_parallel).  The dispatcher is always written:
+    Megatron-LM's default is ``allgather``, the cost model's ``alltoall``."""
+    out: list[tuple[str, str | None]] = []
+    tr = view.training
+    if view.ep > 1:
+        dispatcher = tr.get("moe_token_dispatcher", "alltoall")
+        out.append(("--moe-token-dispatcher-type", "flex" if dispatcher == "deepep" else str(dispatcher)))
+        if dispatcher == "deepep":
+            out.append(("--moe-enable-deepep", None))
+        if tr.get("moe_comm_overlap"):
+            out.append(("--overlap-moe-expert-parallel-comm", None))
+        if tr.get("moe_capacity_factor") is not None:
+            out += [("--moe-expert-capacity-factor", str(tr["moe_capacity_factor"])), ("--moe-pad-expert-input-to-capacity", None)]
+        etp = int(expert_tensor_parallel(view.tp, view.cp, view.dp, view.ep))
+        if etp != view.tp:
+            out.append(("--expert-tensor-parallel-size", str(etp)))
+    if view.cp > 1 and tr.get("cp_comm_type", "p2p") != "p2p":  # p2p is Megatron's default
+        out.append(("--cp-comm-type", str(tr["cp_comm_type"])))
+    return out
+
+
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value) pairs in Megatron-LM's own option names, and notes."""
     chunks = view.require_layers("megatron")
@@ -60,6 +86,7 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
             notes.append("Megatron requires --sequence-parallel when TP is combined with EP; added")
     if view.tp > 1 and (view.s("sequence_parallel", False) or view.ep > 1):
         args.append(("--sequence-parallel", None))
+    args += moe_cp_args(view)
     args += [
         ("--micro-batch-size", str(view.micro_batch_size)),
         ("--global-batch-size", str(view.global_batch_size)),

@@ -73,14 +73,28 @@ class IntScale:
         return int(math.floor(amount_bytes / self.cpu_memory_unit_bytes))
 
 
+#: The seed every solve uses unless told otherwise (CP-SAT's default is 1; fixed here on purpose).
+RANDOM_SEED = 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class SolverParams:
     """How CP-SAT runs: wall-clock limit, search workers and, with ``deterministic``, the
-    interleaved search (the same answer for the same model whatever the load of the host)."""
+    interleaved search (the same answer for the same model whatever the load of the host).
+
+    ``deterministic_time_s`` bounds the solve by CP-SAT's deterministic time (a count of work,
+    roughly seconds on a current core) instead of the clock: a solve stopped by it gives the
+    same answer on any host and load.  ``time_limit_s`` then only guards against a host far
+    slower than that; a solve it stops is not reproducible.  ``relative_gap_limit`` stops once
+    the incumbent is proved within that fraction of the bound; ``random_seed`` fixes CP-SAT's
+    randomisation."""
 
     time_limit_s: float
     num_workers: int = 1
     deterministic: bool = False
+    deterministic_time_s: float | None = None
+    relative_gap_limit: float | None = None
+    random_seed: int = RANDOM_SEED
     #: Skip presolve's inclusion detection (costly on models with many similar constraints).
     skip_inclusion_presolve: bool = False
 
@@ -104,18 +118,39 @@ class Solution:
     def objective_value(self) -> float:
         return float(self.solver.objective_value)
 
+    @property
+    def best_bound(self) -> float:
+        """The proved lower bound on the (minimised) objective."""
+        return float(self.solver.best_objective_bound)
+
+    @property
+    def deterministic_time_s(self) -> float:
+        """CP-SAT's deterministic time spent (work, not wall-clock)."""
+        return float(self.solver.deterministic_time)
+
     def value(self, expr: Any) -> int:
         return int(self.solver.value(expr))
 
 
-def solve(model: cp_model.CpModel, params: SolverParams) -> Solution:
-    """Solve ``model`` under ``params``."""
+def configured_solver(params: SolverParams) -> cp_model.CpSolver:
+    """A CP-SAT solver set up as ``params`` say."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(MIN_TIME_LIMIT_S, float(params.time_limit_s))
     solver.parameters.num_workers = max(1, int(params.num_workers))
+    solver.parameters.random_seed = int(params.random_seed)
     if params.deterministic:
         solver.parameters.interleave_search = True
+    if params.deterministic_time_s is not None:
+        solver.parameters.max_deterministic_time = max(MIN_TIME_LIMIT_S, float(params.deterministic_time_s))
+    if params.relative_gap_limit is not None:
+        solver.parameters.relative_gap_limit = float(params.relative_gap_limit)
     if params.skip_inclusion_presolve:
         solver.parameters.presolve_inclusion_work_limit = 0
+    return solver
+
+
+def solve(model: cp_model.CpModel, params: SolverParams) -> Solution:
+    """Solve ``model`` under ``params``."""
+    solver = configured_solver(params)
     status = solver.solve(model)
     return Solution(status=solver.status_name(status), solver=solver)

@@ -147,18 +147,20 @@ def explain_nesting(comparison: list[dict[str, Any]]) -> str | None:
     return text
 
 
-def feasible_then_expand(model: Any, training: Any, group: NodeGroup, S: StrategyArrays, headroom: float) -> tuple[StrategyArrays, int]:
+def feasible_then_expand(model: Any, training: Any, group: NodeGroup, S: StrategyArrays, capacity_fraction: float) -> tuple[StrategyArrays, int]:
     """Nesting orders for the candidates some stage split of which fits memory, and how many
     candidates were dropped for not fitting.  Memory does not depend on where a group sits in
     the network, so the memory test runs once per layout (Megatron's order) and only the layouts
     that pass are costed under every order — the same answer as costing every order of every
     layout, at a fraction of the work.  Without a topology (or when nothing fits, so that the
-    search reports the closest shortfall) the candidates are returned as they are."""
+    search reports the closest shortfall) the candidates are returned as they are.
+    ``capacity_fraction``: the share of device memory a stage may predict (the search's
+    ``fit_fraction``: usable memory times the memory interval's fit factor)."""
     from planner_service.planner.transformer.tables import evaluate_even, pool_costs
 
     if group.topology is None or len(S) == 0:
         return S, 0
-    ev = evaluate_even(model, training, pool_costs(model, training, group, S), group.device.memory_bytes * (1 - headroom))
+    ev = evaluate_even(model, training, pool_costs(model, training, group, S), group.device.memory_bytes * capacity_fraction)
     fits = np.nonzero(ev.feasible)[0]
     if len(fits) == 0:
         return S, 0

@@ -19,6 +19,9 @@ from cost_model.training import Training, training_from_dict
 from cost_model.transformer.spec import model_from_dict
 
 OBJECTIVES = ("throughput", "cost", "time_to_train")
+TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject")
+#: Headroom of operator-graph plans when the request gives none.
+GRAPH_DEFAULT_HEADROOM = 0.1
 PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "zero_stage", "layers_per_stage")
 
 ModelResolver = Callable[[str], Mapping[str, Any]]
@@ -30,9 +33,22 @@ class Constraints:
     pinned: Mapping[str, Any] = field(default_factory=dict)
     max_tp: int | None = None
     max_pp: int | None = None
-    memory_headroom_fraction: float = 0.1
+    #: Fraction of each device's memory kept free.  None: none for transformer models (the
+    #: predicted peak's p10–p90 interval is the margin, :mod:`cost_model.transformer.memory`),
+    #: ``GRAPH_DEFAULT_HEADROOM`` for operator graphs (their peaks carry no interval).
+    memory_headroom_fraction: float | None = None
     allowed_device_types: tuple[str, ...] | None = None
     max_devices: int | None = None
+    #: Candidates whose p90 peak exceeds usable memory: ``rank_after_safe`` (kept, flagged,
+    #: after every safe one), ``by_objective`` (kept, flagged, ranked by the objective alone) or
+    #: ``reject`` (only safe plans).
+    tight_memory: str = "rank_after_safe"
+
+    def headroom(self, graph: bool = False) -> float:
+        """The headroom in force for a transformer (``graph=False``) or operator-graph model."""
+        if self.memory_headroom_fraction is not None:
+            return self.memory_headroom_fraction
+        return GRAPH_DEFAULT_HEADROOM if graph else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +58,7 @@ class Constraints:
             "memory_headroom_fraction": self.memory_headroom_fraction,
             "allowed_device_types": list(self.allowed_device_types) if self.allowed_device_types else None,
             "max_devices": self.max_devices,
+            **({"tight_memory": self.tight_memory} if self.tight_memory != "rank_after_safe" else {}),
         }
 
 
@@ -93,7 +110,7 @@ def parse_constraints(value: Any) -> Constraints:
         return Constraints()
     if not isinstance(value, Mapping):
         raise InvalidInput("must be an object", field="constraints")
-    known = set(PINNABLE) | {"max_tp", "max_pp", "memory_headroom_fraction", "allowed_device_types", "max_devices"}
+    known = set(PINNABLE) | {"max_tp", "max_pp", "memory_headroom_fraction", "allowed_device_types", "max_devices", "tight_memory"}
     unknown = sorted(set(value) - known)
     if unknown:
         raise InvalidInput(f"unknown constraint {unknown[0]!r}; allowed: {', '.join(sorted(known))}", field=f"constraints.{unknown[0]}")
@@ -112,9 +129,14 @@ def parse_constraints(value: Any) -> Constraints:
             out[key] = v
     h = value.get("memory_headroom_fraction")
     if h is not None:
-        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 0.9:
-            raise InvalidInput(f"must be a number in [0, 0.9), got {h!r}", field="constraints.memory_headroom_fraction")
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h <= 0.9:
+            raise InvalidInput(f"must be a number in [0, 0.9], got {h!r}", field="constraints.memory_headroom_fraction")
         out["memory_headroom_fraction"] = float(h)
+    tm = value.get("tight_memory")
+    if tm is not None:
+        if tm not in TIGHT_MEMORY:
+            raise InvalidInput(f"must be one of {', '.join(TIGHT_MEMORY)}, got {tm!r}", field="constraints.tight_memory")
+        out["tight_memory"] = tm
     a = value.get("allowed_device_types")
     if a is not None:
         if not isinstance(a, list) or not a or not all(isinstance(x, str) for x in a):
@@ -197,8 +219,6 @@ class SolverSettings:
     time_limit_s: float = 2.0
     num_workers: int = 2
     max_refinements: int = 200
-    #: Operator graphs run a CP-SAT model over every (coarsened) op: their own, larger budget.
-    graph_time_limit_s: float = 30.0
 
 
 class SearchCancelled(PlannerError):

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cost_model.cluster_calibration import Z80
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
 from cost_model.spec import ModelSpec
 from cost_model.transformer.spec import TransformerSpec
@@ -36,6 +38,11 @@ from planner_service.service.identity import (
     request_hash,
     to_json_safe,
 )
+from planner_service.service.observed import (
+    ObservationService,
+    calibrated_interval,
+    calibrated_request,
+)
 from planner_service.service.replan import (
     REPLAN_MIN_TOP_K,
     apply_cluster_changes,
@@ -47,6 +54,7 @@ from planner_service.service.replan import (
 )
 from planner_service.settings import ServiceSettings
 from planner_service.storage.errors import NotFound
+from planner_service.storage.observations import StoredCalibration
 from planner_service.storage.repository import (
     NewPlan,
     Repository,
@@ -76,6 +84,8 @@ class PreparedRequest:
     request: PlanRequest
     canonical: dict[str, Any]
     request_hash: str
+    #: The cluster calibration the request is costed with (``service.observed``; None: public).
+    calibration: StoredCalibration | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,8 +145,9 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
 LARGE_PLAN_RANKS = 8192
 
 
-def plan_to_api(p: StoredPlan) -> dict[str, Any]:
-    """The plan JSON of contract v1."""
+def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, Any]:
+    """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
+    hash (``superseded_by`` names it when it is another, newer one)."""
     r = p.result
     q = p.request
     out = {
@@ -165,7 +176,11 @@ def plan_to_api(p: StoredPlan) -> dict[str, Any]:
         "search": r.get("search"),
         "explanation": r.get("explanation"),
         "warnings": r.get("warnings", []),
+        "calibration": r.get("calibration") or {"cluster": p.cluster_name, "version": 0, "source": "public"},
+        "observed": None,  # GET /v1/plans/{id} fills it from the plan's observed runs
     }
+    out["supersedes"] = r.get("supersedes")
+    out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
     if "diff" in r:
         out["diff"] = r["diff"]
     return out
@@ -268,12 +283,25 @@ class PlanService:
         ``profile_id`` before anything is stored or queued)."""
         req = self.parse(body)
         canonical = canonical_request(body, req)
-        return PreparedRequest(request=self.with_profile(req), canonical=canonical, request_hash=request_hash(canonical))
+        # The cluster's latest calibration from observed runs (if any) is part of what is planned.
+        calibration = self.observed().calibration_for(req.cluster.name)
+        if calibration is not None:
+            canonical["calibration_version"] = calibration.version
+        req = calibrated_request(self.with_profile(req), calibration)
+        return PreparedRequest(request=req, canonical=canonical, request_hash=request_hash(canonical), calibration=calibration)
 
     def prepare_canonical(self, canonical: dict[str, Any], hash_: str | None = None) -> PreparedRequest:
-        """A stored canonical request (a job's) made ready to plan: parsed, profile applied."""
+        """A stored canonical request (a job's) made ready to plan: parsed, profile and the
+        calibration version it names applied."""
         req = self.with_profile(self.parse(canonical))
-        return PreparedRequest(request=req, canonical=canonical, request_hash=hash_ or request_hash(canonical))
+        version = canonical.get("calibration_version")
+        calibration = self.observed().calibration_for(req.cluster.name, int(version)) if isinstance(version, int) else None
+        return PreparedRequest(request=calibrated_request(req, calibration), canonical=canonical,
+                               request_hash=hash_ or request_hash(canonical), calibration=calibration)
+
+    def observed(self) -> ObservationService:
+        """Observations and cluster calibrations of this service's tenant."""
+        return ObservationService(self)
 
     # ---------------------------------------------------------------- planning
     def solver_settings(self) -> Any:
@@ -304,9 +332,12 @@ class PlanService:
         stored_result, chosen = self._stored_result(result, canonical, req, parent)
         # Preflight (mixed versions or devices inside a group) over the ranks of the candidate kept as best.
         stored_result["warnings"] = [*stored_result["warnings"], *candidate_warnings(req.cluster, stored_result["best"])]
+        self._record_calibration(stored_result, prepared, chosen)
         pred = chosen.prediction
         model: ModelSpec = req.model
         stored_result["model_summary"] = _model_summary(model)
+        # The budget it ran under: a larger one may replace a plan not proved optimal.
+        stored_result["search"] = {**(stored_result.get("search") or {}), "budget_s": self.solver_settings().time_limit_s}
         return NewPlan(
             request_hash=prepared.request_hash,
             status=plan_status(result.search.get("solver_status")),
@@ -324,6 +355,28 @@ class PlanService:
             result=stored_result,
             parent_id=parent.id if parent is not None else None,
         )
+
+    @staticmethod
+    def _record_calibration(stored: dict[str, Any], prepared: PreparedRequest, chosen: Evaluated) -> None:
+        """Record the calibration version the plan was costed with; under a cluster calibration
+        the step-time intervals are the cluster fit's (``cost_model.cluster_calibration``)."""
+        cal = prepared.calibration
+        if cal is None:
+            stored["calibration"] = {"cluster": prepared.request.cluster.name, "version": 0, "source": "public"}
+            return
+        stored["calibration"] = {"cluster": cal.cluster_key, "version": cal.version, "source": "cluster", "constants": dict(cal.constants)}
+        best = stored["best"]
+        step = float(best["prediction"]["step_time_s"])
+        try:
+            _lo, _hi, sd = calibrated_interval(prepared.request, cal, chosen.strategy, tuple(chosen.stage_groups) or None, step)
+        except PlannerError:
+            return
+        regime = f"cluster:{cal.cluster_key}@v{cal.version}"
+        for cand in [best, *stored.get("alternatives", [])]:
+            p = cand.get("prediction") or {}
+            if isinstance(p.get("step_time_s"), (int, float)):
+                p["step_time_s_p10"], p["step_time_s_p90"] = (float(p["step_time_s"]) * f for f in (math.exp(-Z80 * sd), math.exp(Z80 * sd)))
+                p["interval_regime"] = regime
 
     @staticmethod
     def _stored_result(
@@ -375,22 +428,40 @@ class PlanService:
         """POST /v1/plans: the stored plan of an identical request, a job, or a new plan."""
         options = options or RunOptions()
         h = prepared.request_hash
-        if not options.force:
-            existing = self.repo.find_plan_by_hash(h)
-            if existing is not None:
-                return Outcome("existing", plan=existing)
+        existing = self.repo.find_plan_by_hash(h)
+        # ``force``, or a stored plan not proved optimal under a smaller budget than this
+        # service's: plan again and store a new revision that links to the one it supersedes.
+        force = options.force or (existing is not None and self._can_improve(existing))
+        if not force and existing is not None:
+            return Outcome("existing", plan=existing)
         if self._wants_job(options, prepared.request):
-            if not options.force:
+            if not force:
                 active = self.repo.find_active_job(h)
                 if active is not None:
                     return Outcome("job", job=active)
-            return Outcome("job", job=self._enqueue("plan", prepared, options.force, None, options.callback_url))
+            return Outcome("job", job=self._enqueue("plan", prepared, force, None, options.callback_url))
         new = self.compute(prepared)
-        stored, created = self.repo.insert_plan(new, force=options.force)
+        if force and existing is not None:
+            new = replace(new, result={**new.result, "supersedes": existing.id})
+        stored, created = self.repo.insert_plan(new, force=force)
         return Outcome("created" if created else "existing", plan=stored)
 
-    def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None) -> Outcome:
-        """POST /v1/plans/{id}/replan: the parent's request on a changed cluster."""
+    def _can_improve(self, stored: StoredPlan) -> bool:
+        """A stored plan a new search could beat: not proved optimal, planned under a smaller
+        budget than the one this service runs with now."""
+        if stored.status == "optimal":
+            return False
+        budget = (stored.result.get("search") or {}).get("budget_s")
+        return isinstance(budget, int | float) and budget < self.solver_settings().time_limit_s
+
+    def newest_for(self, p: StoredPlan) -> StoredPlan | None:
+        """The latest plan stored for ``p``'s request hash (``plan_to_api``'s ``newest``)."""
+        return self.repo.find_plan_by_hash(p.request_hash)
+
+    def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None,
+               overrides: Mapping[str, Any] | None = None) -> Outcome:
+        """POST /v1/plans/{id}/replan: the parent's request on a changed cluster (and, with
+        ``overrides``, changed request keys: a recalibrated replan's memory headroom)."""
         options = options or RunOptions()
         parent = self.repo.get_plan(plan_id)
         if changes.cluster is not None:
@@ -399,7 +470,7 @@ class PlanService:
             base = parent.request["cluster"]
         cluster = apply_cluster_changes(base, list(changes.unavailable_nodes), [dict(n) for n in changes.added_nodes])
         cluster = sticky_host_order(pin_topology_domains(cluster), (parent.result.get("best") or {}).get("ranks"))
-        prepared = self.prepare({**parent.request, "cluster": cluster})
+        prepared = self.prepare({**parent.request, "cluster": cluster, **(overrides or {})})
         if self._wants_job(options, prepared.request):
             return Outcome("job", job=self._enqueue("replan", prepared, True, parent.id, options.callback_url))
         new = self.compute(prepared, parent=parent)
@@ -409,7 +480,9 @@ class PlanService:
     def compute_for_job(self, job: StoredJob, progress: ProgressFn | None, should_cancel: CancelFn | None) -> NewPlan:
         parent = self.repo.get_plan(job.parent_id) if job.parent_id else None
         prepared = self.prepare_canonical(job.request, job.request_hash)
-        return self.compute(prepared, parent=parent, progress=progress, should_cancel=should_cancel)
+        new = self.compute(prepared, parent=parent, progress=progress, should_cancel=should_cancel)
+        existing = self.repo.find_plan_by_hash(job.request_hash) if job.force and parent is None else None
+        return replace(new, result={**new.result, "supersedes": existing.id}) if existing is not None else new
 
     # ---------------------------------------------------------------- estimate
     def estimate(self, body: Mapping[str, Any]) -> dict[str, Any]:

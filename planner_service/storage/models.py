@@ -207,4 +207,44 @@ class ApiKeyRow(Base):
     __table_args__ = (CheckConstraint("role IN ('admin','member','reader')", name="role"),)
 
 
-__all__ = ["ApiKeyRow", "DEFAULT_TENANT", "ROLES", "Base", "ClusterRow", "JOB_STATUSES", "JobRow", "ModelRow", "PlanRow", "ProfileRow", "UTCDateTime", "utcnow"]
+class ObservationRow(Base):
+    """What a launched run of a plan measured (``POST /v1/plans/{id}/observations``).  Keyed by
+    the plan and by its cluster (``cluster_key``: the cluster's name), whose calibration it feeds.
+    ``basis`` is what the fit re-costs (the plan's canonical request, strategy and stages), so
+    the evidence outlives the plan; ``predicted`` is the plan's prediction when it was observed."""
+
+    __tablename__ = "observations"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = _tenant_column()
+    plan_id: Mapped[str] = mapped_column(String(36), nullable=False, index=True)
+    cluster_key: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    format: Mapped[str] = mapped_column(String(32), nullable=False)
+    step_time_s: Mapped[float] = mapped_column(Float, nullable=False)
+    summary: Mapped[dict] = mapped_column(JSON, nullable=False)
+    predicted: Mapped[dict] = mapped_column(JSON, nullable=False)
+    basis: Mapped[dict] = mapped_column(JSON, nullable=False)
+    calibration_version: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+    __table_args__ = (Index("ix_observations_tenant_cluster_key_created_at", "tenant", "cluster_key", "created_at"),)
+
+
+class CalibrationRow(Base):
+    """One fitted calibration of a cluster: version 1, 2, … per (tenant, cluster_key); a plan
+    records the version it was costed with."""
+
+    __tablename__ = "calibrations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = _tenant_column()
+    cluster_key: Mapped[str] = mapped_column(String(200), nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+    constants: Mapped[dict] = mapped_column(JSON, nullable=False)
+    fit: Mapped[dict] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("tenant", "cluster_key", "version"),)
+
+
+__all__ = ["ApiKeyRow", "CalibrationRow", "ObservationRow", "DEFAULT_TENANT", "ROLES", "Base", "ClusterRow", "JOB_STATUSES", "JobRow", "ModelRow", "PlanRow", "ProfileRow", "UTCDateTime", "utcnow"]

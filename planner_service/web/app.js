@@ -1284,7 +1284,10 @@
         ["Samples/s", pred.samples_per_s.toFixed(1)],
         ["MFU", fmt.pct(pred.mfu)],
         ["Model TFLOP/s per GPU", pred.model_tflops_per_gpu.toFixed(1)],
-        ["Peak memory (max stage)", fmt.gb(peak)],
+        ["Peak memory (max stage)", fmt.gb(peak) + (pred.peak_memory_GB_p10 != null && pred.peak_memory_GB_p90 != null
+          ? ` (p10–p90 ${fmt.gb(pred.peak_memory_GB_p10)}–${fmt.gb(pred.peak_memory_GB_p90)})` : "")],
+        // Memory against the interval: tight = the p90 peak exceeds usable memory (kept, flagged).
+        ["Memory", pred.tight ? "tight: may run out of memory" : "fits"],
         ...derived(plan),
       ].map(([k, v]) => h("div", { class: "card" }, h("div", { class: "card-label" }, k), h("div", { class: "card-value" }, v)))
     );
@@ -1312,7 +1315,7 @@
         ["Created", fmt.date(plan.created_at)],
         ["Model", `${plan.model.name} (${fmt.params(plan.model.params)} parameters)`],
         ["Cluster", `${plan.cluster.name}: ${clusterSummary(plan.cluster)}; this plan uses ${best.ranks ? best.ranks.length : plan.summary.num_devices} GPUs`],
-        ["Training", `batch ${plan.training.global_batch_size} × ${plan.training.sequence_length} tokens, ${plan.training.dtype}, ${plan.training.optimizer}`],
+        ["Training", `batch ${plan.training.global_batch_size} × ${plan.training.sequence_length} tokens, ${plan.training.dtype}, ${plan.training.optimizer}` + (plan.training.framework ? `, ${plan.training.framework}` : "")],
         ["Objective", plan.objective],
         plan.parent_id ? ["Replan of", h("a", { href: "#/plans/" + encodeURIComponent(plan.parent_id) }, fmt.shortId(plan.parent_id))] : null,
         ["Request hash", h("code", { title: plan.request_hash }, plan.request_hash.slice(0, 16) + "…")],
@@ -1361,7 +1364,8 @@
                 h("td", { class: "num" }, fmt.time(a.prediction.step_time_s)),
                 h("td", { class: "num" }, fmt.int(a.prediction.tokens_per_s)),
                 h("td", { class: "num" }, fmt.pct(a.prediction.mfu)),
-                h("td", { class: "num" }, fmt.gb(Math.max(...a.prediction.peak_memory_GB))),
+                h("td", { class: "num", "data-tight": a.prediction.tight ? "true" : "false" },
+                  fmt.gb(Math.max(...a.prediction.peak_memory_GB)) + (a.prediction.tight ? " (tight)" : "")),
                 h("td", {}, versusBest(best, a))
               )
             ),
@@ -1379,6 +1383,7 @@
         : null,
       cards,
       plan.diff ? diffSection(plan.diff) : null,
+      observedSection(plan),
       strategy,
       placementSection(plan),
       scheduleSection(plan),
@@ -1404,6 +1409,93 @@
       ranksSection(best.ranks || [])
     );
     $("#plan-body").dataset.planId = plan.id;
+  }
+
+  // ───────────── observed runs: predicted vs observed, residuals over time ─────────────
+
+  /** Predicted step (tick) with its p10–p90 interval (bar) and each observed step (dot). */
+  function observedPlot(obs) {
+    const rows = obs.history || [];
+    const lo = obs.predicted_step_time_s_p10, hi = obs.predicted_step_time_s_p90;
+    const values = rows.flatMap((r) => [r.step_time_s, r.predicted_step_time_s]).concat([lo, hi]).filter((v) => typeof v === "number");
+    if (!values.length) return null;
+    const vmin = Math.min(...values) * 0.9, vmax = Math.max(...values) * 1.1;
+    const W = 560, rowH = 22, left = 90, top = 18, H = top + rows.length * rowH + 24;
+    const x = (v) => left + ((v - vmin) / (vmax - vmin || 1)) * (W - left - 20);
+    const items = [];
+    rows.forEach((r, i) => {
+      const y = top + i * rowH + rowH / 2;
+      items.push(svg("text", { x: 4, y: y + 4, class: "axis-label", text: `#${i + 1} v${r.calibration_version}` }));
+      if (typeof lo === "number" && typeof hi === "number")
+        items.push(svg("rect", { x: x(lo), y: y - 4, width: Math.max(1, x(hi) - x(lo)), height: 8, fill: "#2f6fde", opacity: 0.25 },
+          svg("title", { text: `plan's 80% interval ${fmt.time(lo)} – ${fmt.time(hi)}` })));
+      if (typeof r.predicted_step_time_s === "number")
+        items.push(svg("line", { x1: x(r.predicted_step_time_s), x2: x(r.predicted_step_time_s), y1: y - 7, y2: y + 7, stroke: "#2f6fde", "stroke-width": 2 },
+          svg("title", { text: `predicted ${fmt.time(r.predicted_step_time_s)}` })));
+      items.push(svg("circle", { cx: x(r.step_time_s), cy: y, r: 4, fill: "#e8890c", "data-observed": r.step_time_s },
+        svg("title", { text: `observed ${fmt.time(r.step_time_s)} (${fmt.date(r.created_at)})` })));
+    });
+    items.push(svg("text", { x: left, y: H - 6, class: "axis-label", text: fmt.time(vmin) }));
+    items.push(svg("text", { x: W - 70, y: H - 6, class: "axis-label", text: fmt.time(vmax) }));
+    return svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "Predicted (blue tick, interval bar) and observed (orange dot) step time of each observation", id: "observed-plot" }, items);
+  }
+
+  /** The cluster's residuals (log predicted/observed at the latest fit and with the public
+   *  calibration) in time order, with the calibration versions marked. */
+  function residualPlot(cal) {
+    const res = cal.residuals || [];
+    if (!res.length) return h("p", {}, "No residuals yet.");
+    const W = 560, H = 200, left = 44, right = 10, top = 10, bottom = 28;
+    const ys = res.flatMap((r) => [r.log_residual, r.public_log_residual]).filter((v) => typeof v === "number");
+    const ymax = Math.max(0.05, ...ys.map(Math.abs)) * 1.15;
+    const x = (i) => left + (res.length === 1 ? 0.5 : i / (res.length - 1)) * (W - left - right);
+    const y = (v) => top + ((ymax - v) / (2 * ymax)) * (H - top - bottom);
+    const items = [
+      svg("line", { x1: left, x2: W - right, y1: y(0), y2: y(0), stroke: "#888" }),
+      svg("text", { x: 2, y: y(ymax) + 10, class: "axis-label", text: "+" + fmt.pct(Math.expm1(ymax), 0) }),
+      svg("text", { x: 2, y: y(-ymax), class: "axis-label", text: fmt.pct(Math.expm1(-ymax), 0) }),
+    ];
+    let last = null;
+    res.forEach((r, i) => {
+      const v = r.calibration_version_at_observation;
+      if (v !== last) {
+        items.push(svg("line", { x1: x(i) - 4, x2: x(i) - 4, y1: top, y2: H - bottom, stroke: "#8e44ad", "stroke-dasharray": "3 3" }));
+        items.push(svg("text", { x: x(i) - 2, y: H - 10, class: "axis-label", text: `v${v}` }));
+        last = v;
+      }
+      if (typeof r.public_log_residual === "number")
+        items.push(svg("circle", { cx: x(i), cy: y(r.public_log_residual), r: 3, fill: "none", stroke: "#c0392b" },
+          svg("title", { text: `public calibration: ${fmt.pct(Math.expm1(r.public_log_residual))}` })));
+      items.push(svg("circle", { cx: x(i), cy: y(r.log_residual), r: 4, fill: "#27ae60", "data-residual": r.log_residual },
+        svg("title", { text: `v${cal.version}: ${fmt.pct(Math.expm1(r.log_residual))} (observed ${fmt.time(r.observed_step_s)}, ${fmt.date(r.created_at)})` })));
+    });
+    return svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", id: "residual-plot",
+      "aria-label": "Step-time error of every observation of the cluster in time order: green at the latest calibration, red circles with the public one; dashed lines mark the calibration version each observation was predicted with" }, items);
+  }
+
+  function observedSection(plan) {
+    const obs = plan.observed;
+    const cal = plan.calibration || {};
+    if (!obs) return null;
+    const residuals = h("div", { id: "residuals" }, h("p", {}, "Loading the cluster's calibration…"));
+    api("GET", `/v1/clusters/${encodeURIComponent(cal.cluster || plan.cluster?.name || "")}/calibration`)
+      .then((r) => setChildren(residuals,
+        kv([["Calibration", `version ${r.data.version} from ${r.data.n_observations} observation(s)`],
+            ["CV median |error|", fmt.pct(r.data.cross_validation?.median_abs_step_error)],
+            ["…with the public calibration", fmt.pct(r.data.cross_validation?.median_abs_step_error_public)]]),
+        residualPlot(r.data)))
+      .catch((err) => setChildren(residuals, h("p", {}, `No calibration: ${err.message}`)));
+    return section("Predicted vs observed", "observed",
+      kv([
+        ["Observed step", `${fmt.time(obs.step_time_s)} (${obs.observations} run${obs.observations === 1 ? "" : "s"}, ${obs.format})`],
+        ["Predicted step", `${fmt.time(obs.predicted_step_time_s)} (80%: ${fmt.time(obs.predicted_step_time_s_p10)} – ${fmt.time(obs.predicted_step_time_s_p90)})`],
+        ["Error", `${fmt.pct(obs.step_error_fraction)}${obs.within_interval === false ? " — outside the interval" : ""}`],
+        ["Peak memory", `observed ${fmt.gb(obs.peak_memory_reserved_GB ?? obs.peak_memory_allocated_GB)}, predicted ${fmt.gb(obs.predicted_peak_memory_GB)}`],
+        ["Costed with", `calibration version ${cal.version ?? 0} (${cal.source || "public"})`],
+      ]),
+      observedPlot(obs),
+      h("h3", {}, "Residuals of the cluster over time"),
+      residuals);
   }
 
   async function showPlan(id) {

@@ -135,6 +135,12 @@ def test_bodies_match_their_documented_schemas(client, onnx_bytes):
     profile = check(client.post("/v1/profiles", json=synthetic_profile(collectives=False)), "post", "/v1/profiles", 201)
     check(client.get(f"/v1/profiles/{profile['id']}"), "get", "/v1/profiles/{profile_id}", 200)
     check(client.get("/v1/profiles"), "get", "/v1/profiles", 200)
+    steps = '{"step_times_s": [3.0, 1.0, 1.01, 0.99, 1.0, 1.02]}'
+    check(client.post(f"/v1/plans/{plan['id']}/observations", json={"log": steps}), "post", "/v1/plans/{plan_id}/observations", 201)
+    check(client.get(f"/v1/plans/{plan['id']}/observations"), "get", "/v1/plans/{plan_id}/observations", 200)
+    check(client.get(f"/v1/plans/{plan['id']}"), "get", "/v1/plans/{plan_id}", 200)  # now with "observed"
+    check(client.get(f"/v1/plans/{plan['id']}/suggestion"), "get", "/v1/plans/{plan_id}/suggestion", 200)
+    check(client.get("/v1/clusters/one-node/calibration"), "get", "/v1/clusters/{name}/calibration", 200)
     # cancel last: the job may have finished already (409), which has the error body
     cancel = client.delete(f"/v1/jobs/{job['id']}")
     if cancel.status_code == 200:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers.plans import homogeneous_plan, mixed_plan
-from planner_service.exporters import TARGETS
+from planner_service.exporters import TARGET_FRAMEWORKS, TARGETS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "importers" / "samples"
 TWO_NODE = {
@@ -42,12 +42,25 @@ def plan(client):
     return resp.json()
 
 
-@pytest.mark.parametrize("target", list(TARGETS))
+#: The plan is searched for megatron-core (the default framework): the targets that launch it.
+MEGATRON_TARGETS = [t for t in TARGETS if "megatron-core" in TARGET_FRAMEWORKS.get(t, ("megatron-core",))]
+
+
+@pytest.mark.parametrize("target", MEGATRON_TARGETS)
 def test_launch_route_renders_every_target_for_a_real_plan(client, plan, target):
     resp = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": target, "image": "img:1", "env": ["A=1", "B=x=y"]})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["target"] == target and body["primary"] in body["files"] and isinstance(body["warnings"], list)
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t not in MEGATRON_TARGETS])
+def test_launch_route_refuses_a_target_of_another_framework(client, plan, target):
+    assert plan["training"]["framework"] == "megatron-core"
+    resp = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": target, "image": "img:1"})
+    assert resp.status_code == 422, resp.text
+    err = resp.json()["error"]
+    assert err["field"] == "target" and "megatron-core" in err["message"] and "re-plan with training.framework" in err["message"]
 
 
 def test_launch_route_rankmap_equals_plan(client, plan):

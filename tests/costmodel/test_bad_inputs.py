@@ -43,7 +43,6 @@ CASES = [
     (with_("strategy.micro_batch_size", 3), "strategy.micro_batch_size", "not divisible"),
     (with_("strategy.cp", 3), "strategy.cp", "does not divide sequence_length"),
     (with_("strategy.ep", 2), "strategy.ep", "mixture-of-experts"),
-    (with_("strategy.sequence_parallel", True) | {"strategy": {"dp": 16, "tp": 1, "sequence_parallel": True}}, "strategy.sequence_parallel", "needs tp > 1"),
     (with_("strategy.recompute", "some"), "strategy.recompute", "one of"),
     (with_("strategy.zero_stage", 4), "strategy.zero_stage", "0, 1, 2 or 3"),
     ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "layers_per_stage": [10, 10]}}, "strategy.layers_per_stage", "sums to 20"),

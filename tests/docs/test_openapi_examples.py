@@ -22,7 +22,8 @@ def test_every_openapi_request_example_succeeds(tmp_path):
     with TestClient(create_app(settings, start_worker=False)) as client:
         schema = client.get("/openapi.json").json()
         body_paths = sorted((m, p) for p, ops in schema["paths"].items() for m, op in ops.items() if "examples" in str(op.get("requestBody", {})))
-        assert body_paths == [("post", "/v1/estimate"), ("post", "/v1/plans"), ("post", "/v1/plans/{plan_id}/replan"), ("post", "/v1/profiles")]
+        assert body_paths == [("post", "/v1/estimate"), ("post", "/v1/plans"), ("post", "/v1/plans/{plan_id}/observations"),
+                              ("post", "/v1/plans/{plan_id}/replan"), ("post", "/v1/profiles")]
 
         for name, body in examples(schema, "post", "/v1/estimate").items():
             r = client.post("/v1/estimate", json=body)
@@ -46,3 +47,7 @@ def test_every_openapi_request_example_succeeds(tmp_path):
         for name, body in replans.items():
             r = client.post(f"/v1/plans/{parent['id']}/replan", json=body)
             assert r.status_code in (200, 201, 202), (name, r.text)
+
+        for name, body in examples(schema, "post", "/v1/plans/{plan_id}/observations").items():
+            r = client.post(f"/v1/plans/{parent['id']}/observations", json=body)
+            assert r.status_code == 201, (name, r.text)

@@ -7,6 +7,7 @@ import itertools
 
 from cost_model import Strategy, estimate
 from cost_model.errors import PlannerError
+from cost_model.estimate import memory_verdict
 from cost_model.topology import MEGATRON_NESTING, NESTINGS
 
 
@@ -16,11 +17,13 @@ def compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
-def brute_force(model, training, cluster, headroom=0.1, pins=None):
+def brute_force(model, training, cluster, headroom=0.0, pins=None):
     """Minimum step time over every valid strategy, split and contiguous placement of stages on
     node groups (each stage on one group; one group's stages consecutive) and, on a cluster with
-    a topology, every nesting order of a one-group placement.  ``pins``: knobs held fixed
-    (Strategy field names), as the planner's constraints pin them."""
+    a topology, every nesting order of a one-group placement — among those whose memory is safe
+    (p90 within usable memory) when any is, else among the tight ones (p10 within), as the
+    planner ranks them.  ``pins``: knobs held fixed (Strategy field names), as the planner's
+    constraints pin them."""
     pins = pins or {}
     groups = list(cluster.node_groups)
     gpus = {g.name: g.gpus_per_node * len(cluster.available_nodes(g.name)) for g in groups}
@@ -28,6 +31,7 @@ def brute_force(model, training, cluster, headroom=0.1, pins=None):
     B = training.global_batch_size
     s = training.sequence_length
     best = (float("inf"), None, None)
+    best_key = (True, float("inf"))
     for tp in (1, 2, 4, 8):
         if any(g.gpus_per_node % tp for g in groups) or model.num_heads % tp:
             continue
@@ -67,8 +71,9 @@ def brute_force(model, training, cluster, headroom=0.1, pins=None):
                                                         est = estimate(model, training, cluster, st, stage_groups=placement)
                                                     except PlannerError:
                                                         continue
-                                                    fits = all(x.peak_memory_GB <= x.memory_capacity_GB * (1 - headroom) for x in est.stages)
-                                                    if fits and est.step_time_s < best[0]:
+                                                    fits, tight, _ = memory_verdict(est.stages, headroom)
+                                                    if fits and (tight, est.step_time_s) < best_key:
+                                                        best_key = (tight, est.step_time_s)
                                                         best = (est.step_time_s, st, placement)
     return best
 

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 PG_URL = os.environ.get("PLANNER_TEST_DATABASE_URL")
-TABLES = ("jobs", "plans", "clusters", "models", "profiles", "api_keys")
+TABLES = ("jobs", "plans", "clusters", "models", "profiles", "api_keys", "observations", "calibrations")
 
 #: The small real request of the brief: GPT-3 125M on one node of 8 A100s.
 SMALL_CLUSTER = {

@@ -14,7 +14,7 @@ def test_existing_rows_get_the_default_tenant(tmp_path):
     upgrade(engine, "0001")
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO clusters (name, body, created_at, updated_at) VALUES ('c1', '{}', '2026-01-01', '2026-01-01')"))
-    assert upgrade(engine) == "0002"
+    assert upgrade(engine, "0002") == "0002"
     repo = Repository(engine)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT tenant FROM clusters")).scalar() == "default"

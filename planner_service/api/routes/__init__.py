@@ -12,6 +12,7 @@ ROUTER_MODULES = (
     "planner_service.api.routes.catalog",
     "planner_service.api.routes.estimate",
     "planner_service.api.routes.plans",
+    "planner_service.api.routes.observations",
     "planner_service.api.routes.jobs",
     "planner_service.api.routes.launch",
     "planner_service.api.routes.clusters",

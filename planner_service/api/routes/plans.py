@@ -130,9 +130,10 @@ def list_plans(
 
 
 @router.get("/{plan_id}", response_model=Plan, summary="One stored plan", responses={404: {"model": ErrorBody, "description": "No such plan"}})
-def get_plan(plan_id: str, repo: RepoDep) -> JSONResponse:
+def get_plan(plan_id: str, repo: RepoDep, service: ServiceDep) -> JSONResponse:
     # Stored JSON is plain already: JSONResponse skips FastAPI's recursive jsonable_encoder.
-    return JSONResponse(plan_to_api(repo.get_plan(plan_id)))
+    plan = repo.get_plan(plan_id)
+    return JSONResponse({**plan_to_api(plan, newest=service.newest_for(plan)), "observed": service.observed().observed_view(plan)})
 
 
 @router.delete(
@@ -165,8 +166,8 @@ def replan(
     service: ServiceDep,
     metrics: MetricsDep,
 ) -> JSONResponse:
-    if not (body.unavailable_nodes or body.added_nodes or body.cluster):
-        raise InvalidInput("give at least one of unavailable_nodes, added_nodes, cluster", field="body")
+    if not (body.unavailable_nodes or body.added_nodes or body.cluster or body.recalibrated):
+        raise InvalidInput("give at least one of unavailable_nodes, added_nodes, cluster, recalibrated", field="body")
     check_callback_url(body.callback_url, request.app.state.settings)
     changes = ClusterChanges(
         unavailable_nodes=tuple(body.unavailable_nodes or ()),
@@ -174,4 +175,5 @@ def replan(
         cluster=body.cluster,
     )
     options = RunOptions(run_async=body.async_, callback_url=body.callback_url)
-    return _respond(service.replan(plan_id, changes, options), metrics, "replan")
+    overrides = service.observed().recalibrated_overrides(service.repo.get_plan(plan_id)) if body.recalibrated else None
+    return _respond(service.replan(plan_id, changes, options, overrides), metrics, "replan")

@@ -49,13 +49,29 @@ FINE_TIME_RESOLUTION, COARSE_TIME_RESOLUTION, FINE_TIME_MAX_TERMS = 1e8, 1e6, 40
 MEMORY_RESOLUTION = 1e6
 
 
+#: CP-SAT stops once its answer is proved within this fraction of the model's optimum.
+RELATIVE_GAP_LIMIT = 0.01
+#: Fixed CP-SAT seed: the same model gives the same answer.
+RANDOM_SEED = 7
+#: Deterministic-time units per second of budget: a solve stops on CP-SAT's own work count
+#: (the same point on every run) well before its wall-clock cap on an unloaded host.
+DETERMINISTIC_TIME_PER_S = 0.5
+
+
 @dataclass(frozen=True)
 class SolveResult:
+    """``bound_s``: a proved lower bound (s) on the step time of every assignment this model
+    allows (the integer rounding of its time coefficients taken off; memory is rounded against
+    the plan, by at most a millionth of a GPU per term); with a cutoff and status INFEASIBLE,
+    the cutoff itself.  It bounds the mesh's problem only when the coarsening was exact and
+    every chain start was a possible cut."""
+
     choice: Array
     stage_of_op: Array
     status: str
     objective_s: float | None
     wall_s: float
+    bound_s: float | None = None
 
 
 def problem_scale(reference_step_s: float, capacity_bytes: float, n_terms: int, cpu_capacity_bytes: float = 1.0) -> IntScale:
@@ -505,16 +521,31 @@ class MeshSolver:
         return T_h, D_h, O_h
 
     # ---- solve and extract ---------------------------------------------------------------
-    def solve(self, deadline_s: float, workers: int) -> Solution:
-        """Constraints, objective and hint, then solve until ``deadline_s`` (``perf_counter``)."""
+    def solve(self, deadline_s: float, budget_s: float | None = None) -> Solution:
+        """Constraints, objective and hint, then solve until ``deadline_s`` (``perf_counter``)
+        or ``budget_s`` × :data:`DETERMINISTIC_TIME_PER_S` units of deterministic time (fixed
+        seed, one worker: the same model stops at the same answer)."""
         self._constraints()
         self._objective()
         if self.d.hint_groups is not None:
             for var, val in self._hints():
                 self.model.add_hint(var, int(val))
-        params = SolverParams(time_limit_s=deadline_s - time.perf_counter(), num_workers=workers,
+        wall = deadline_s - time.perf_counter()
+        det = DETERMINISTIC_TIME_PER_S * (budget_s if budget_s is not None else wall)
+        # one worker: single-threaded CP-SAT with a fixed seed and a deterministic-time limit
+        # gives the same answer every run (its interleaved multi-worker mode aborted on some of
+        # these models)
+        params = SolverParams(time_limit_s=wall, num_workers=1,
+                              deterministic_time_s=det, relative_gap_limit=RELATIVE_GAP_LIMIT, random_seed=RANDOM_SEED,
                               skip_inclusion_presolve=self.d.num_groups > LARGE_MODEL_GROUPS)
         return solve(self.model, params)
+
+    def rounding_slack_s(self) -> float:
+        """Seconds the integer rounding of the objective's coefficients can shift it by (half a
+        unit per term of one assignment, times the micro-batches for the bottleneck)."""
+        d = self.d
+        terms = d.num_groups + len(d.edges) + d.nseg * max(d.pp - 1, 0) + 3
+        return 0.5 * d.scale.time_unit_s * terms * (d.m + 1)
 
     def extract(self, solution: Solution) -> tuple[Array, Array, float]:
         """Per-op choices, the stage of every op and the step time (s) of a found solution."""
@@ -537,12 +568,14 @@ def solve_mesh(
     time_limit_s: float,
     headroom_fraction: float = 0.1,
     hint: tuple[Array, Array | None] | None = None,
-    workers: int = 2,
     cutoff_s: float | None = None,
+    work_s: float | None = None,
 ) -> SolveResult | None:
     """Optimal op shardings and contiguous stage split for one mesh (:class:`MeshSolver`).
     ``cuts`` are positions where a stage may start; ``cutoff_s`` asks only for step times at
-    least as good.  Returns None when nothing is found in time; a result with status INFEASIBLE
+    least as good; ``work_s`` sets the deterministic-time budget (default: the time limit), so
+    that the caller's plan, not the clock, decides where the solve stops.  Returns None when
+    nothing is found in time; a result with status INFEASIBLE
     when proven infeasible (or, with a cutoff, unable to beat it)."""
     t0 = time.perf_counter()
     empty = np.zeros(0, dtype=np.int64)
@@ -550,12 +583,14 @@ def solve_mesh(
     if data is None:
         return None
     if data.capacity < 0:
-        return SolveResult(empty, empty, "INFEASIBLE", None, time.perf_counter() - t0)
+        return SolveResult(empty, empty, "INFEASIBLE", None, time.perf_counter() - t0, math.inf)
     solver = MeshSolver(data, coarse, tables.graph.num_ops)
-    solution = solver.solve(t0 + float(time_limit_s), workers)
+    solution = solver.solve(t0 + float(time_limit_s), budget_s=float(time_limit_s if work_s is None else work_s))
     if solution.infeasible:
-        return SolveResult(empty, empty, solution.status, None, time.perf_counter() - t0)
+        bound = math.inf if cutoff_s is None else cutoff_s - solver.rounding_slack_s()
+        return SolveResult(empty, empty, solution.status, None, time.perf_counter() - t0, bound)
+    bound_s = solution.best_bound * data.scale.time_unit_s + data.constant_s - solver.rounding_slack_s()
     if not solution.found:
         return None
     choice, stage, objective_s = solver.extract(solution)
-    return SolveResult(choice, stage, solution.status, objective_s, time.perf_counter() - t0)
+    return SolveResult(choice, stage, solution.status, objective_s, time.perf_counter() - t0, bound_s)

@@ -32,13 +32,14 @@ import numpy as np
 from cost_model.cluster import Cluster
 from cost_model.errors import NoFeasiblePlan
 from cost_model.graph.analysis import analyse
-from cost_model.graph.assign import greedy_choices, split_stages
+from cost_model.graph.assign import bottleneck_split, greedy_choices, split_stages
 from cost_model.graph.evaluate import GraphEval
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import GraphMesh
 from cost_model.graph.op_cost import OpCost, graph_op_costs
-from cost_model.graph.tables import CostTables, build_tables, for_mesh
+from cost_model.graph.tables import CostTables, build_tables, for_mesh, saved_tensors, with_edges
 from cost_model.training import Training
+from planner_service.planner.graph.bound import incoming_edge_min_s, mesh_lower_bound_s
 from planner_service.planner.graph.coarsen import EXACT_COARSEN_OPS, MAX_SEGMENTS, coarsen, cut_candidates
 from planner_service.planner.graph.describe import to_evaluated
 from planner_service.planner.graph.mesh_cpsat import solve_mesh
@@ -61,13 +62,37 @@ MAX_CPSAT_CANDIDATES = 3
 MAX_COMBOS_LARGE = 6
 #: Step times within this relative margin count as a tie, broken toward the simpler layout.
 TIE_FRACTION = 1e-3
+#: The search stops improving once its answer is proved within this fraction of the optimum.
+GAP_TARGET = 0.01
+#: A gap this small (float noise between a bound and an evaluation: sums in another order,
+#: the all-reduce of t·dp ranks vs dp ranks) counts as proved optimal.
+OPTIMAL_GAP = 1e-5
 #: Share of the time limit the whole search uses (the rest is the answer's description).
 SEARCH_SHARE = 0.92
-#: Share of the search time spent screening outer candidates (small graphs, large graphs).
-SCREEN_SHARE, SCREEN_SHARE_LARGE = 0.5, 0.35
+#: Share of the search time spent bounding and screening outer candidates (small graphs,
+#: large graphs); bounding alone stops at :data:`BOUND_SHARE`.  The shares are spent as *work*
+#: (operators + table rows processed, at :data:`BOUND_WORK_PER_S` and
+#: :data:`SCREEN_WORK_PER_S` per second of the limit — what one core of the 2-core development
+#: machine does), not read off the clock, so that the same request visits the same layouts and
+#: gives the same plan however loaded the host; the wall-clock limit stays the hard cap.
+SCREEN_SHARE, SCREEN_SHARE_LARGE = 0.5, 0.6
+BOUND_SHARE = 0.45
+BOUND_WORK_PER_S, SCREEN_WORK_PER_S = 250_000.0, 60_000.0
 #: Memory weights (× the step time per byte of capacity) the greedy tries when the plain greedy
 #: does not fit: trade time for memory, harder each round.
 MEMORY_FACTORS = (1.0, 10.0, 100.0)
+
+
+@dataclass
+class _Bounded:
+    """One mesh, its tables and what is proved about it: ``bound`` ≤ the step time of every
+    assignment on it that fits (the relaxation of :mod:`.bound`, raised by an exact CP-SAT
+    solve); ``inf`` when nothing fits."""
+
+    mesh: GraphMesh
+    tables: CostTables
+    key: tuple[str, int, int]
+    bound: float
 
 
 @dataclass
@@ -78,12 +103,17 @@ class _Search:
     training: Training
     cluster: Cluster
     headroom: float
-    workers: int
     t_start: float
     deadline: float
     large: bool
+    time_limit_s: float = 0.0
     pruned: int = 0
     screened: int = 0
+    bounded_out: int = 0
+    unbounded: int = 0
+    work_bound: float = 0.0
+    work_screen: float = 0.0
+    clock_stopped: bool = False  # the wall-clock cap, not a work budget, ended a phase
     statuses: list[str] = field(default_factory=list)
     coarse_sizes: list[int] = field(default_factory=list)
     exact_flags: list[bool] = field(default_factory=list)
@@ -92,11 +122,22 @@ class _Search:
     def max_per_group(self) -> int | None:
         return MAX_COMBOS_LARGE if self.large else None
 
+    def budget(self, share: float, rate: float) -> float:
+        """Work units a phase may spend: ``share`` of the search's time at ``rate`` per second."""
+        return share * SEARCH_SHARE * self.time_limit_s * rate
+
+    def past_deadline(self) -> bool:
+        if time.perf_counter() > self.deadline:
+            self.clock_stopped = True
+            return True
+        return False
+
 
 def search_graph(request: PlanRequest, settings: SolverSettings) -> PlanResult:
-    """The graph search over a parsed request (see the module docstring)."""
+    """The graph search over a parsed request (see the module docstring), within the configured
+    solver time limit."""
     return plan_graph(request.model, request.training, request.cluster, request.constraints, request.top_k,
-                      max(settings.time_limit_s, settings.graph_time_limit_s), settings.num_workers, request.objective)
+                      settings.time_limit_s, request.objective)
 
 
 def plan_graph(
@@ -106,18 +147,18 @@ def plan_graph(
     constraints: Constraints | Mapping[str, Any] | None = None,
     top_k: int = 3,
     time_limit_s: float = 30.0,
-    workers: int = 2,
     objective: str = "throughput",
 ) -> PlanResult:
     """Plan an operator graph: the best op shardings, stage split, layout and placement, and up
     to ``top_k`` alternatives of other layouts; raises :class:`NoFeasiblePlan` with what is
-    short when nothing fits."""
+    short when nothing fits.  ``search`` states the proved lower bound on the step time over
+    every layout and the answer's gap to it."""
     t_start = time.perf_counter()
     cons = as_constraints(constraints)
     graph = model
-    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.memory_headroom_fraction, workers=workers,
-                t_start=t_start, deadline=t_start + SEARCH_SHARE * max(1.0, float(time_limit_s)),
-                large=graph.num_ops > EXACT_COARSEN_OPS)
+    s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.headroom(graph=True),
+                t_start=t_start, deadline=t_start + SEARCH_SHARE * float(time_limit_s),
+                large=graph.num_ops > EXACT_COARSEN_OPS, time_limit_s=float(time_limit_s))
     analysis = analyse(graph)
     n_chains = int(analysis.chain_id.max()) + 1 if graph.num_ops else 0
     meshes, s.pruned, notes = enumerate_meshes(graph, training, cluster, cons, n_chains)
@@ -126,23 +167,33 @@ def plan_graph(
     s.pruned += len(meshes) - len(feasible)
     if not feasible:
         raise NoFeasiblePlan(infeasible_message(graph, training, cluster, meshes, s.headroom), field="cluster")
-    candidates, fallback = _screen_all(s, feasible, analysis)
+    bounded = _bound_all(s, feasible, analysis)
+    candidates, fallback = _screen_all(s, bounded)
     if not candidates:
         candidates = _fit_with_cpsat(s, fallback)
     if not candidates:
         raise NoFeasiblePlan(infeasible_message(graph, training, cluster, feasible, s.headroom, screened=True), field="cluster")
-    candidates = _refine(s, _order(candidates))
+    candidates = _refine(s, _order(candidates), bounded)
     best = candidates[0]
     alts = _distinct(candidates[1:], top_k)
+    lower = _lower_bound(s, bounded)
+    gap = best.ev.step_time_s / lower - 1.0 if lower > 0 else None
+    proved = gap is not None and gap <= OPTIMAL_GAP
     search = {
         "candidates": s.screened,
         "pruned": s.pruned,
-        "solver_status": best.solver_status if best.solver_status != "GREEDY" else (s.statuses[0] if s.statuses else "GREEDY"),
+        "solver_status": "OPTIMAL" if proved else "FEASIBLE",
         "solver_statuses": s.statuses,
         "wall_time_s": time.perf_counter() - t_start,
         "operators": graph.num_ops,
         "coarsened_nodes": s.coarse_sizes[0] if s.coarse_sizes else n_chains,
         "exact_reduction": all(s.exact_flags) if s.exact_flags else None,
+        "layouts": len(feasible),
+        "layouts_ruled_out_by_bound": s.bounded_out,
+        "lower_bound_s": lower if lower > 0 else None,
+        "gap": None if gap is None else max(0.0, gap),
+        "optimality": "proved_optimal" if proved else ("within_gap" if gap is not None and gap <= GAP_TARGET else "unproven"),
+        "stopped_by_clock": s.clock_stopped,
     }
     entry = to_evaluated(best)
     return PlanResult(
@@ -159,44 +210,98 @@ def plan_graph(
     )
 
 
-def _screen_all(s: _Search, feasible: list[GraphMesh], analysis: Any) -> tuple[list[MeshCandidate], list[CostTables]]:
-    """Greedy answers on every layout, most promising first, until the screening time is up;
-    one table build per (group, t, micro-batch), shared by its pipeline depths.  Returns the
-    candidates that fit and the tables of layouts where no greedy answer fits."""
+def _bound_all(s: _Search, feasible: list[GraphMesh], analysis: Any) -> list[_Bounded]:
+    """Tables and the relaxation bound of every layout (one table build per (group, t,
+    micro-batch), shared by its pipeline depths), in the order the screening visits them: by
+    bound, ties toward the simpler layout.  Layouts the time limit leaves unbounded get bound 0
+    (nothing proved) and no screening."""
     by_key: dict[tuple[str, int, int], list[GraphMesh]] = {}
     for mesh in feasible:
         by_key.setdefault((mesh.group.name, mesh.t, mesh.micro_batch), []).append(mesh)
-    keys = sorted(by_key, key=lambda k: _key_priority(k, by_key[k]))
-    screen_deadline = s.t_start + (SCREEN_SHARE_LARGE if s.large else SCREEN_SHARE) * (s.deadline - s.t_start)
-    cost_cache: dict[int, list[OpCost]] = {}
-    candidates: list[MeshCandidate] = []
-    fallback: list[CostTables] = []
+    keys = sorted(by_key, key=lambda k: (_key_priority(k, by_key[k]), k))
+    cost_cache: dict[int, tuple[list[OpCost], dict[str, tuple[int, ...]]]] = {}
+    saved = saved_tensors(s.graph)
+    out: list[_Bounded] = []
     for key in keys:
-        if candidates and time.perf_counter() > screen_deadline:
-            s.pruned += len(by_key[key])
+        if out and (s.work_bound > s.budget(BOUND_SHARE, BOUND_WORK_PER_S) or s.past_deadline()):
+            s.unbounded += len(by_key[key])
             continue
         mbs = key[2]
         if mbs not in cost_cache:
-            cost_cache[mbs] = graph_op_costs(s.graph, mbs, s.training.sequence_length, s.training.dtype)
+            shapes = s.graph.bind(mbs, s.training.sequence_length)
+            costs = graph_op_costs(s.graph, mbs, s.training.sequence_length, s.training.dtype, analysis.op_class, shapes)
+            cost_cache[mbs] = (costs, shapes)
         group_meshes = sorted(by_key[key], key=lambda ms: ms.pp)
-        base = build_tables(s.graph, s.training, group_meshes[0], analysis, cost_cache[mbs])
-        choice = greedy_choices(base)
-        mem_choices: list[Array] = []
+        costs, shapes = cost_cache[mbs]
+        base = build_tables(s.graph, s.training, group_meshes[0], analysis, costs, edges=False, shapes=shapes, saved=saved)
+        s.work_bound += s.graph.num_ops + len(base.fwd_s)
         for mesh in group_meshes:
             tables = base if mesh is group_meshes[0] else for_mesh(base, mesh)
-            cand = _screen(tables, choice, s.headroom)
-            s.screened += 1
-            for k, factor in enumerate(MEMORY_FACTORS):
-                if cand is not None:
-                    break
-                if len(mem_choices) <= k:
-                    mem_choices.append(greedy_choices(tables, memory_weight=factor * _memory_weight(tables)))
-                cand = _screen(tables, mem_choices[k], s.headroom)
-            if cand is None:
-                s.pruned += 1
-                fallback.append(tables)
-                continue
-            candidates.append(cand)
+            out.append(_Bounded(mesh=mesh, tables=tables, key=key, bound=mesh_lower_bound_s(tables, s.headroom)))
+    out.sort(key=lambda b: (b.bound, _simplicity(b.mesh)))
+    return out
+
+
+def _simplicity(mesh: GraphMesh) -> tuple[int, int, int, str]:
+    return (mesh.t, mesh.pp, -mesh.micro_batch, mesh.group.name)
+
+
+def _lower_bound(s: _Search, bounded: list[_Bounded]) -> float:
+    """The proved lower bound on the step time over every layout (0 when the time limit left a
+    layout unbounded)."""
+    if s.unbounded or not bounded:
+        return 0.0
+    return min(b.bound for b in bounded)
+
+
+def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate], list[CostTables]]:
+    """Greedy answers on the layouts in bound order until no unscreened layout can beat (or tie)
+    the best answer or the screening time is up; one greedy choice per (group, t, micro-batch),
+    shared by its pipeline depths.  Returns the candidates that fit and the tables of layouts
+    where no greedy answer fits."""
+    screen_budget = s.budget(SCREEN_SHARE_LARGE if s.large else SCREEN_SHARE, SCREEN_WORK_PER_S)
+    choices: dict[tuple[str, int, int], Array] = {}
+    mem_choices: dict[tuple[str, int, int], list[Array]] = {}
+    full: dict[tuple[str, int, int], tuple[CostTables, Array]] = {}  # tables with edges, their edge minima
+    candidates: list[MeshCandidate] = []
+    fallback: list[CostTables] = []
+    incumbent = math.inf
+    for b in bounded:
+        if not math.isfinite(b.bound) or b.bound >= incumbent * (1 + TIE_FRACTION):
+            s.pruned += 1
+            s.bounded_out += 1
+            continue
+        if candidates and (s.work_screen > screen_budget or s.past_deadline()):
+            s.pruned += 1
+            continue
+        s.work_screen += s.graph.num_ops + len(b.tables.fwd_s)
+        if b.key not in full:
+            with_e = with_edges(b.tables)
+            full[b.key] = (with_e, incoming_edge_min_s(with_e))
+        base, edge_min = full[b.key]
+        tables = b.tables = base if base.mesh is b.mesh else for_mesh(base, b.mesh)
+        b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min))  # tighter with the resharding
+        if b.bound >= incumbent * (1 + TIE_FRACTION):
+            s.pruned += 1
+            s.bounded_out += 1
+            continue
+        if b.key not in choices:
+            choices[b.key] = greedy_choices(tables)
+        cand = _screen(tables, choices[b.key], s.headroom)
+        s.screened += 1
+        mem = mem_choices.setdefault(b.key, [])
+        for k, factor in enumerate(MEMORY_FACTORS):
+            if cand is not None:
+                break
+            if len(mem) <= k:
+                mem.append(greedy_choices(tables, memory_weight=factor * _memory_weight(tables)))
+            cand = _screen(tables, mem[k], s.headroom)
+        if cand is None:
+            s.pruned += 1
+            fallback.append(tables)
+            continue
+        candidates.append(cand)
+        incumbent = min(incumbent, cand.ev.step_time_s)
     return candidates, fallback
 
 
@@ -207,11 +312,13 @@ def _fit_with_cpsat(s: _Search, fallback: list[CostTables]) -> list[MeshCandidat
     for tables in fallback[:2]:
         remaining = s.deadline - time.perf_counter()
         if remaining < 0.5:
+            s.clock_stopped = True
             break
+        planned = s.time_limit_s * SEARCH_SHARE * (1 - SCREEN_SHARE) / 2
         hint_choice = greedy_choices(tables, memory_weight=MEMORY_FACTORS[-1] * _memory_weight(tables))
         coarse = coarsen(tables, keep=hint_choice, max_per_group=s.max_per_group)
-        res = solve_mesh(tables, coarse, cut_candidates(tables, hint_choice), remaining / 2, s.headroom,
-                         hint=(hint_choice, None), workers=s.workers)
+        res = solve_mesh(tables, coarse, cut_candidates(tables, hint_choice), min(planned, remaining / 2), s.headroom,
+                         hint=(hint_choice, None), work_s=planned)
         if res is not None and res.status in ("OPTIMAL", "FEASIBLE"):
             ev = evaluate_assignment(tables, res.choice, res.stage_of_op)
             if _fits(tables, ev, s.headroom):
@@ -220,30 +327,48 @@ def _fit_with_cpsat(s: _Search, fallback: list[CostTables]) -> list[MeshCandidat
     return []
 
 
-def _refine(s: _Search, candidates: list[MeshCandidate]) -> list[MeshCandidate]:
-    """CP-SAT on the best few outer candidates (the best one on large graphs); the most
-    promising gets most of the time, the others only need to show whether they can beat the
-    incumbent (objective cutoff).  Returns the candidates, fastest first."""
-    refine = candidates[:1 if s.large else MAX_CPSAT_CANDIDATES]
+def _refine(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bounded]) -> list[MeshCandidate]:
+    """CP-SAT on the best few outer candidates (the best one on large graphs) whose layout's
+    bound leaves room for an answer more than :data:`GAP_TARGET` better; the most promising gets
+    most of the time, the others only need to show whether they can beat the incumbent
+    (objective cutoff).  An exact model's proved bound raises the layout's bound.  Stops as soon
+    as the best answer is within :data:`GAP_TARGET` of the lower bound over every layout.
+    Returns the candidates, fastest first."""
+    by_key = {(b.mesh.group.name, b.mesh.t, b.mesh.pp, b.mesh.dp, b.mesh.micro_batch): b for b in bounded}
+    limit = 1 if s.large else MAX_CPSAT_CANDIDATES
+    refine = candidates[:limit]
     for idx, cand in enumerate(refine):
+        best_s = min(c.ev.step_time_s for c in candidates)
+        lower = _lower_bound(s, bounded)
+        if lower > 0 and best_s <= lower * (1 + GAP_TARGET):
+            break
+        info = by_key.get(cand.key)
+        if info is not None and min(best_s, cand.ev.step_time_s) <= info.bound * (1 + GAP_TARGET):
+            continue  # this layout cannot give an answer more than the target better
         remaining = s.deadline - time.perf_counter()
         if remaining < 0.3:
+            s.clock_stopped = True
             s.statuses.append("NOT_RUN(time)")
             continue
-        share = remaining * (0.6 if idx == 0 and len(refine) > 1 else 1.0 / (len(refine) - idx)) * 0.95
-        incumbent = min(c.ev.step_time_s for c in candidates[: idx + 1]) if idx > 0 else None
+        # the solve's work budget follows from the time limit (deterministic), the clock only caps it
+        planned = s.time_limit_s * SEARCH_SHARE * (1 - SCREEN_SHARE) * (0.6 if idx == 0 and len(refine) > 1 else 0.4 / max(len(refine) - 1, 1))
+        share = min(planned, remaining * 0.95)
+        incumbent = best_s if idx > 0 else None
         t_c = time.perf_counter()
         coarse = coarsen(cand.tables, keep=cand.choice, max_per_group=s.max_per_group)
         s.coarse_sizes.append(len(coarse.groups))
         s.exact_flags.append(coarse.exact)
         cuts = cut_candidates(cand.tables, cand.choice)
+        all_cuts = cand.mesh.pp == 1 or len(cuts) == int(np.count_nonzero(cand.tables.analysis.chain_start[1:]))
         spent = time.perf_counter() - t_c
         res = solve_mesh(cand.tables, coarse, cuts, max(0.1, share - spent), s.headroom, hint=(cand.choice, cand.stage_of_op),
-                         workers=s.workers, cutoff_s=incumbent)
+                         cutoff_s=incumbent, work_s=planned)
         if res is None:
             s.statuses.append("UNKNOWN")
             continue
         s.statuses.append(res.status if not (incumbent and res.status == "INFEASIBLE") else "CANNOT_BEAT_BEST")
+        if info is not None and coarse.exact and all_cuts and res.bound_s is not None:
+            info.bound = max(info.bound, res.bound_s)
         if res.status == "INFEASIBLE":
             continue
         ev = evaluate_assignment(cand.tables, res.choice, res.stage_of_op)
@@ -268,17 +393,23 @@ def _order(cands: list[MeshCandidate]) -> list[MeshCandidate]:
 
 
 def _screen(tables: CostTables, choice: Array, headroom: float) -> MeshCandidate | None:
-    """The greedy choice with its best split, if it fits."""
-    cuts = None
+    """The greedy choice with its best split, if it fits.  On graphs with more chain starts
+    than :data:`MAX_SEGMENTS` the exact split runs over a selection of cut points; the
+    bisection split over every chain start (:func:`bottleneck_split`) competes with it."""
+    splits = []
     if tables.mesh.pp > 1 and len(np.nonzero(tables.analysis.chain_start)[0]) > MAX_SEGMENTS:
-        cuts = cut_candidates(tables, choice)  # restrict cut points for speed: the solver's selection
-    stage = split_stages(tables, choice, cuts, headroom_fraction=headroom)
-    if stage is None:
-        return None
-    ev = evaluate_assignment(tables, choice, stage)
-    if not _fits(tables, ev, headroom):
-        return None
-    return MeshCandidate(mesh=tables.mesh, tables=tables, choice=choice, stage_of_op=stage, ev=ev)
+        splits.append(split_stages(tables, choice, cut_candidates(tables, choice), headroom_fraction=headroom))
+        splits.append(bottleneck_split(tables, choice, headroom_fraction=headroom))
+    else:
+        splits.append(split_stages(tables, choice, None, headroom_fraction=headroom))
+    best: MeshCandidate | None = None
+    for stage in splits:
+        if stage is None:
+            continue
+        ev = evaluate_assignment(tables, choice, stage)
+        if _fits(tables, ev, headroom) and (best is None or ev.step_time_s < best.ev.step_time_s):
+            best = MeshCandidate(mesh=tables.mesh, tables=tables, choice=choice, stage_of_op=stage, ev=ev)
+    return best
 
 
 def _fits(tables: CostTables, ev: GraphEval, headroom: float) -> bool:

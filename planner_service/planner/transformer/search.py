@@ -28,12 +28,13 @@ import numpy as np
 
 from cost_model.cluster import Cluster, Node, NodeGroup
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
-from cost_model.estimate import estimate
+from cost_model.estimate import estimate, memory_verdict
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy, even_split
 from cost_model.topology import node_domains
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.memory import fit_capacity_factor, safe_capacity_factor
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
 from planner_service.planner.nesting import feasible_then_expand, nesting_comparison, with_nesting
@@ -41,10 +42,11 @@ from planner_service.planner.placement import placement_warnings
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
 from planner_service.planner.result import Evaluated, PlanResult
 from planner_service.planner.transformer.space import (
+    check_pins,
     enumerate_space,
     strategy_at,
 )
-from planner_service.planner.transformer.split_cpsat import solve_split
+from planner_service.planner.transformer.split_cpsat import WALL_GUARD_FACTOR, solve_split
 from planner_service.planner.transformer.tables import (
     PoolCosts,
     evaluate_even,
@@ -62,6 +64,13 @@ class _Candidate:
     strategy: Strategy
     stage_groups: tuple[str, ...]
     evaluated: Evaluated | None
+    #: The queued refinement (subset id, candidate index) that would optimise this
+    #: candidate's split; None when its split is already the optimal (or a pinned) one.
+    source: tuple[int, int] | None = None
+
+
+#: Deterministic work charged for a refinement that finds no split.
+INFEASIBLE_WORK_S = 1e-3
 
 
 # ---- pools -------------------------------------------------------------------------------------
@@ -151,7 +160,12 @@ class _Search:
         self.model: TransformerSpec = request.model
         self.training = request.training
         self.cons = request.constraints
-        self.headroom = self.cons.memory_headroom_fraction
+        self.headroom = self.cons.headroom()
+        # Memory feasibility from the predicted peak's interval (cost_model.transformer.memory):
+        # a stage fits when its p10 is within usable memory (peak ≤ usable·fit_factor), safely
+        # when its p90 is (peak ≤ usable·safe_factor); ``tight_memory: reject`` keeps safe only.
+        self.safe_fraction = (1 - self.headroom) * safe_capacity_factor()
+        self.fit_fraction = self.safe_fraction if self.cons.tight_memory == "reject" else (1 - self.headroom) * fit_capacity_factor()
         self.pinned_lps = self.cons.pinned.get("layers_per_stage")
         self.enumerated = 0
         self.pruned = 0
@@ -160,6 +174,9 @@ class _Search:
         self.candidates: dict[tuple[Any, ...], _Candidate] = {}
         self.closest_shortfall: list[tuple[float, str]] = []
         self.pending: list[_Pending] = []
+        self.queued: dict[tuple[int, int], _Pending] = {}  # pending by (subset id, candidate index)
+        self.refined: set[tuple[int, int]] = set()
+        self.work_s = 0.0  # deterministic work spent by the refinements (s)
         self.best_objective = float(np.inf)  # the incumbent: the best exact objective so far
 
     def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
@@ -167,13 +184,19 @@ class _Search:
             est = estimate(self.model, self.training, self.cluster, strategy, stage_groups=stage_groups)
         except PlannerError:
             return None
-        caps_ok = all(s.peak_memory_GB <= s.memory_capacity_GB * (1 - self.headroom) + 1e-9 for s in est.stages)
-        if not caps_ok:
+        fits, tight, memory_warning = memory_verdict(est.stages, self.headroom)
+        if not fits or (tight and self.cons.tight_memory == "reject"):
             return None
+        if est.fits != fits or est.tight != tight or self.headroom:
+            # The verdict against usable memory (the estimate's is against the whole device).
+            kept = tuple(w for w in est.warnings if not w.startswith(("does not fit", "memory tight")))
+            est = replace(est, fits=fits, tight=tight, warnings=kept + ((memory_warning,) if memory_warning else ()))
         return Evaluated(strategy=strategy, stage_groups=stage_groups, prediction=est,
                          objective=_objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
 
-    def record(self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None) -> None:
+    def record(
+        self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None, source: tuple[int, int] | None = None
+    ) -> None:
         """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
         cost model's step time for this exact split, by the same functions ``estimate`` uses),
         and the candidate is estimated only if it ends up among the answers.  Otherwise it is
@@ -187,7 +210,7 @@ class _Search:
             if ev is None:
                 return
             objective = ev.objective
-        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev)
+        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev, source)
         self.best_objective = min(self.best_objective, objective)
 
     def cost_subset(self, si: int, subset: tuple[int, ...]) -> None:
@@ -213,7 +236,7 @@ class _Search:
             keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
         S = S.take(np.nonzero(keep)[0])
         if len(groups) == 1:  # one pool on a topology: every nesting order of the layouts that fit
-            S, dropped = feasible_then_expand(self.model, self.training, groups[0], S, self.headroom)
+            S, dropped = feasible_then_expand(self.model, self.training, groups[0], S, self.fit_fraction)
             self.enumerated += dropped
             self.pruned += dropped
         self.enumerated += len(S)
@@ -228,8 +251,9 @@ class _Search:
                 self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
 
     def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays, pcs: list[PoolCosts]) -> None:
-        cap_bytes = g.device.memory_bytes * (1 - self.headroom)
-        ev_even = evaluate_even(self.model, self.training, pcs[0], cap_bytes)
+        cap_bytes = g.device.memory_bytes * self.fit_fraction
+        safe_bytes = g.device.memory_bytes * self.safe_fraction
+        ev_even = evaluate_even(self.model, self.training, pcs[0], cap_bytes, safe_bytes)
         feasible = ev_even.feasible
         lb = ev_even.lower_bound_s
         self.pruned += int((~feasible).sum())
@@ -241,8 +265,14 @@ class _Search:
         factor = _objective_factor(self.request.objective, self.training, S, [g])
         lb = lb * factor
         even_objective = ev_even.step_time_s * factor
-        order = np.argsort(even_objective, kind="stable")
-        fits = np.isfinite(ev_even.step_time_s)
+        if self.pinned_lps:
+            # The pinned split, not the even one, is what runs: every candidate some split of
+            # which fits is estimated with the pinned split (ordered by its bound).
+            even_objective = np.where(feasible, lb, np.inf)
+        # Nesting orders of one layout are adjacent rows: a stable sort keeps Megatron's first
+        # among equal objectives (without a topology the order is main's, unchanged).
+        order = np.argsort(even_objective) if S.nest is None else np.argsort(even_objective, kind="stable")
+        fits = np.isfinite(even_objective)
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
         nest = S.nest if S.nest is not None else np.zeros(len(S))
@@ -257,25 +287,51 @@ class _Search:
             seen_shapes.add(key)
             pp = int(S.pp[j])
             lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
-            if int(S.vpp[j]) > 1:
+            if int(S.vpp[j]) > 1 and not self.pinned_lps:
                 lps = None
             # A pinned split is not the one the tables costed: estimate it.
             known = None if self.pinned_lps else float(even_objective[j])
-            self.record(with_nesting(S, int(j), strategy_at(S, int(j), lps if pp > 1 and lps else None)), (g.name,) * pp, known)
+            uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.pinned_lps and bool(feasible[j])
+            self.record(with_nesting(S, int(j), strategy_at(S, int(j), lps if pp > 1 and lps else None)), (g.name,) * pp, known, (si, j) if uneven else None)
+        if self.cons.tight_memory == "rank_after_safe" and ev_even.safe_step_time_s is not None:
+            self._record_safe(S, g, ev_even.safe_step_time_s * factor, shapes)
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
             if self.pinned_lps:
                 continue
-            self.pending.append((float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j])))
+            entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
+            self.pending.append(entry)
+            self.queued[(si, int(j))] = entry
+
+    def _record_safe(self, S: StrategyArrays, g: NodeGroup, safe_objective: np.ndarray, shapes: np.ndarray) -> None:
+        """Also keep the best even splits whose every stage is safely within memory (p90), so
+        that a tight best has safe alternatives to rank before it."""
+        seen: set[tuple[Any, ...]] = set()
+        for j in map(int, np.argsort(safe_objective) if S.nest is None else np.argsort(safe_objective, kind="stable")):
+            if not np.isfinite(safe_objective[j]) or len(seen) > self.request.top_k:
+                break
+            key = tuple(shapes[j])
+            if key in seen:
+                continue
+            seen.add(key)
+            pp = int(S.pp[j])
+            lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
+            if int(S.vpp[j]) > 1 and not self.pinned_lps:
+                lps = None
+            known = None if self.pinned_lps else float(safe_objective[j])
+            self.record(with_nesting(S, j, strategy_at(S, j, lps if pp > 1 and lps else None)), (g.name,) * pp, known)
 
     def branch_and_bound(self, progress: Callable[[float], None] | None, should_cancel: Callable[[], bool] | None) -> bool:
-        """Refine the queued candidates whose bound beats the incumbent; the solver's time
-        budget starts here (enumeration and costing are bounded by the space size).  True when
-        every candidate was refined or pruned (none left for lack of time)."""
+        """Refine the queued candidates whose bound beats the incumbent; the solver's budget
+        starts here (enumeration and costing are bounded by the space size).  The budget is of
+        deterministic work (``SplitResult.work_s``), not of the clock, so the same request
+        stops at the same point on any host.  True when every candidate was refined or pruned
+        (none left for lack of budget)."""
         settings = self.settings
-        deadline = time.perf_counter() + settings.time_limit_s
+        wall_guard = time.perf_counter() + settings.time_limit_s * WALL_GUARD_FACTOR
         pending = self.pending
         pending.sort(key=lambda x: x[0])
-        for k, (lb, _si, subset, pcs, j, factor_j) in enumerate(pending):
+        for k, entry in enumerate(pending):
+            lb = entry[0]
             if should_cancel and should_cancel():
                 raise SearchCancelled("the job was cancelled")
             if lb >= self.best_objective * (1 - 1e-9):
@@ -283,20 +339,55 @@ class _Search:
                 # candidate from here on is pruned.
                 self.pruned += len(pending) - k
                 break
-            if time.perf_counter() > deadline or self.refinements >= settings.max_refinements:
+            if self.work_s >= settings.time_limit_s or self.refinements >= settings.max_refinements or time.perf_counter() > wall_guard:
                 return False
-            self.refinements += 1
-            res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.headroom, settings, deadline)
-            if res is None:
-                continue
-            strategy, stage_groups, status, split_s = res
-            self.solver_statuses.append(status)
-            # One pool: the split's objective is the cost model's step time (split_exact); several
-            # pools: the CP-SAT objective is scaled to integers, so estimate.
-            self.record(strategy, stage_groups, split_s * factor_j if factor_j is not None else None)
+            self.refine(entry)
             if progress and pending:
                 progress(0.3 + 0.6 * self.refinements / max(len(pending), 1))
         return True
+
+    def refine(self, entry: _Pending) -> None:
+        """The optimal split of one queued candidate, recorded (and its work counted)."""
+        _lb, si, subset, pcs, j, factor_j = entry
+        self.refinements += 1
+        self.refined.add((si, j))
+        budget_left_s = max(0.0, self.settings.time_limit_s - self.work_s)
+        res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s)
+        self.work_s += res[4] if res is not None else INFEASIBLE_WORK_S
+        if res is None:
+            return
+        strategy, stage_groups, status, split_s, _work, exact = res
+        self.solver_statuses.append(status)
+        # An exact split's objective is the cost model's step time (split_exact, the same
+        # functions estimate uses): the candidate is estimated only if it is among the answers.
+        # CP-SAT's integer-scaled objective, or a multi-pool cost objective: estimate now.
+        if factor_j is not None:
+            known: float | None = split_s * factor_j
+        else:
+            known = split_s if exact and self.request.objective != "cost" else None
+        self.record(strategy, stage_groups, known)
+
+    def refine_answers(self, k: int) -> None:
+        """A candidate is only reported after its own split was optimised: the best and top-k
+        candidates still carrying the even split the tables costed (their uneven split left
+        for lack of budget, or pruned against a bound) are refined now, until the answers are
+        all refined.  At most a few rounds of k + 1 refinements, outside the budget."""
+        for _ in range(3):
+            todo = []
+            seen: set[tuple[Any, ...]] = set()
+            for c in sorted(self.candidates.values(), key=lambda c: c.objective):
+                sh = _shape(c.strategy, c.stage_groups)
+                if sh in seen:
+                    continue
+                seen.add(sh)
+                if c.source is not None and c.source not in self.refined and c.source in self.queued:
+                    todo.append(self.queued[c.source])
+                if len(seen) > k:
+                    break
+            if not todo:
+                return
+            for entry in todo:
+                self.refine(entry)
 
 
 def _dtype_pools(cluster: Cluster, training: Training) -> tuple[list[NodeGroup], list[str]]:
@@ -326,6 +417,8 @@ def search_transformer(
     # it for profile_id; the CLI for --profile), so the search sees calibrated devices.
     cluster = normalise_cluster(request.cluster, request.constraints.allowed_device_types)
     training = request.training
+    assert isinstance(request.model, TransformerSpec)
+    check_pins(request.model, training, request.constraints.pinned)
     pools, dtype_warnings = _dtype_pools(cluster, training)
     state = _Search(request, settings, cluster, pools)
     subsets = [s for r in range(1, len(pools) + 1) for s in itertools.combinations(range(len(pools)), r)]
@@ -334,12 +427,14 @@ def search_transformer(
     if progress:
         progress(0.3)
     complete = state.branch_and_bound(progress, should_cancel)
+    state.refine_answers(request.top_k)
 
     if not state.candidates:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall)
-    picked, incumbent_held = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction)
+    picked, incumbent_held = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
+                                           safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction)
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
@@ -355,8 +450,26 @@ def search_transformer(
         "pruned": state.pruned,
         "refined": state.refinements,
         "solver_status": status,
+        "work_s": round(state.work_s, 4),
         "wall_time_s": round(time.perf_counter() - t0, 4),
     }
+    if request.constraints.tight_memory == "rank_after_safe" and best.prediction.tight:
+        safe = _safe_search(request, settings, should_cancel)
+        if safe is not None:
+            # The optimal safe plan first, then its safe alternatives, then the tight ones.
+            shapes = {_shape(e.strategy, e.stage_groups) for e in (safe.best, *safe.alternatives)}
+            tight = [e for e in picked if _shape(e.strategy, e.stage_groups) not in shapes]
+            # The fastest tight candidate stays among the alternatives (flagged), after the safe ones.
+            keep_tight = min(len(tight), 1 if request.top_k else 0)
+            best, alternatives = safe.best, [*safe.alternatives[: request.top_k - keep_tight], *tight][: request.top_k]
+            warnings = dtype_warnings + list(best.prediction.warnings)
+            if tight:
+                warnings.append(f"a faster layout ({tight[0].prediction.step_time_s:.4g} s per step) is memory-tight (its p90 peak "
+                                "exceeds usable memory): ranked after the safe plans")
+            search["candidates"] += safe.search["candidates"]
+            search["pruned"] += safe.search["pruned"]
+            search["refined"] += safe.search["refined"]
+            search["wall_time_s"] = round(time.perf_counter() - t0, 4)
     if progress:
         progress(1.0)
     return PlanResult(
@@ -375,6 +488,17 @@ def search_transformer(
 def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:
     ev = state.evaluate(strategy, stage_groups)
     return ev.prediction if ev is not None else None
+
+
+def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None) -> PlanResult | None:
+    """The same search restricted to memory-safe candidates (every stage's p90 within usable
+    memory), None when none is: run when the best candidate is tight, so that a safe plan ranks
+    first and is optimal among the safe ones."""
+    safe_request = replace(request, constraints=replace(request.constraints, tight_memory="reject"))
+    try:
+        return search_transformer(safe_request, settings, None, should_cancel)
+    except NoFeasiblePlan:
+        return None
 
 
 def _objective_factor(objective: str, training: Training, S: StrategyArrays, groups: list[NodeGroup]) -> np.ndarray:
@@ -424,11 +548,12 @@ def _refine(
     groups: list[NodeGroup],
     pcs: list[PoolCosts],
     j: int,
-    headroom: float,
+    capacity_fraction: float,
     settings: SolverSettings,
-    deadline: float,
-) -> tuple[Strategy, tuple[str, ...], str, float] | None:
-    """Optimal split (and pool assignment) for candidate j with CP-SAT."""
+    budget_left_s: float,
+) -> tuple[Strategy, tuple[str, ...], str, float, float, bool] | None:
+    """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``):
+    (strategy, stage groups, status, step time s, work s, whether the step time is exact)."""
     S = pcs[0].S
     pp = int(S.pp[j])
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
@@ -436,14 +561,14 @@ def _refine(
     for g, pc in zip(groups, pcs, strict=True):
         cross_default = bool(pp_cross_node(S.take(np.array([j])), g.gpus_per_node)[0])
         lins.append(stage_linear(model, training, pc, j, pp, cross_default))
-    caps_bytes = [g.device.memory_bytes * (1 - headroom) for g in groups]
+    caps_bytes = [g.device.memory_bytes * capacity_fraction for g in groups]
     stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
     m = training.global_batch_size / (S.dp[j] * S.mbs[j])
     per_layer_s = [float(lin.time_b.mean()) for lin in lins]
     hint_pools = _greedy_pools(groups, stage_caps, pp, per_layer_s)
     hint_layers = _proportional_layers(model.num_layers, [per_layer_s[p] for p in hint_pools])
     ref = sum(per_layer_s) / len(lins) * model.num_layers / pp * m + 1e-6
-    remaining = max(0.05, min(settings.time_limit_s / 4, deadline - time.perf_counter()))
+    remaining = max(0.05, min(settings.time_limit_s / 4, budget_left_s))
     res = solve_split(
         lins,
         caps_bytes,
@@ -461,7 +586,7 @@ def _refine(
     if res is None:
         return None
     strategy = with_nesting(S, j, strategy_at(S, j, res.layers))
-    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s
+    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s, res.exact
 
 
 def _greedy_pools(groups: list[NodeGroup], stage_caps: list[int], pp: int, per_layer_s: list[float]) -> list[int]:
@@ -497,17 +622,27 @@ def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]
     return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting)
 
 
+#: With tight candidates ranked after safe ones: how many candidates past the first k+1 answers
+#: are estimated while looking for safe ones.
+SAFE_LOOKAHEAD = 32
+
+
 def _pick_answers(
-    candidates: list[_Candidate], evaluate: Callable[[Strategy, tuple[str, ...]], Evaluated | None], k: int
+    candidates: list[_Candidate], evaluate: Callable[[Strategy, tuple[str, ...]], Evaluated | None], k: int,
+    safe_first: bool = False,
 ) -> tuple[list[Evaluated], bool]:
     """The best candidate and top-k alternatives that differ from it (and each other) in a
     structural knob, by objective; candidates not yet estimated are estimated here (a
-    candidate ``estimate`` rejects is skipped).  Returns (best first, whether the lowest
-    objective found survived its estimate)."""
-    ranked = sorted(candidates, key=lambda c: c.objective)
+    candidate ``estimate`` rejects is skipped).  ``safe_first``: candidates whose memory is
+    tight (p90 over usable memory) rank after every safe one.  Returns (best first, whether the
+    lowest objective found survived its estimate).  Ties in the objective go to the lower peak
+    memory (more headroom), then to the strategy's knobs in a fixed order, never to the order
+    the candidates were found in."""
+    ranked = sorted(candidates, key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
     seen: set[tuple[Any, ...]] = set()
     out: list[Evaluated] = []
     held = True
+    looked = 0
     for i, c in enumerate(ranked):
         sh = _shape(c.strategy, c.stage_groups)
         if sh in seen:
@@ -518,21 +653,32 @@ def _pick_answers(
             continue
         seen.add(sh)
         out.append(ev)
+        safe = sum(not e.prediction.tight for e in out)
         if len(out) > k:
-            break
-    out.sort(key=lambda e: e.objective)
-    return out, held
+            looked += 1
+            if not safe_first or safe > k or looked > SAFE_LOOKAHEAD:
+                break
+    out.sort(key=lambda e: (safe_first and e.prediction.tight, e.objective, max(e.prediction.peak_memory_GB, default=0.0),
+                           repr(e.strategy.key()), e.stage_groups))
+    safe_ones = [e for e in out if not e.prediction.tight]
+    tight_ones = [e for e in out if e.prediction.tight]
+    if safe_first and safe_ones and tight_ones and k >= 1:
+        # The fastest tight candidate stays as the last alternative (flagged), after the safe ones.
+        return [*safe_ones[:k], tight_ones[0]], held
+    return out[: k + 1], held
 
 
-def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]]) -> NoReturn:
+def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]], fit_fraction: float = 1.0) -> NoReturn:
     if shortfalls:
         need_bytes, device = min(shortfalls)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)
         usable = dev.memory_GB * (1 - headroom)
         need_GB = bytes_to_gb(need_bytes)
-        digits = 1 if abs(need_GB - usable) >= 0.1 else 2
+        # The predicted peak's p10 (the search rejects a stage whose p10 exceeds usable memory).
+        need_p10_GB = need_GB * (1 - headroom) / fit_fraction if fit_fraction else need_GB
+        digits = 1 if abs(need_p10_GB - usable) >= 0.1 else 2
         raise NoFeasiblePlan(
-            f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU (weights, gradients, "
+            f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU (p10 {need_p10_GB:.{digits}f} GB; weights, gradients, "
             f"optimizer state and one layer's activations at the largest model-parallel size allowed); {device} "
             f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
             field="cluster",

@@ -4,11 +4,14 @@ Knobs: tp, cp, ep, pp, dp, vpp, micro_batch_size, recompute, zero_stage, sequenc
 Rules applied while enumerating (cheap, exact): tp divides the GPUs of a node and the
 attention heads (KV heads split or replicated evenly) — TP groups stay inside one NVLink
 domain; cp divides the sequence (and leaves ≥ 1024 tokens per rank); ep divides the experts and
-dp·cp; pp ≤ layers; pp·vpp divides the layers when vpp > 1 and the micro-batch count is a
-multiple of pp; dp·micro_batch divides the global batch; dp·tp·cp·pp ≤ the GPUs available;
-ZeRO 2/3 only without pipelining; sequence parallelism only with tp > 1; selective recompute
-only where it differs from none (unfused attention).  Pinned fields in the request's
-constraints replace the knob's range by the single pinned value.
+dp·cp (tp·cp·dp under Megatron-Core's MoE parallel folding); pp ≤ layers; pp·vpp divides the
+layers when vpp > 1 and the micro-batch count is a multiple of pp; dp·micro_batch divides the
+global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can run
+(:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
+framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported).
+Sequence parallelism only with tp > 1; selective recompute only where it differs from none
+(unfused attention).  Pinned fields in the request's constraints replace the knob's range by the
+single pinned value, checked first (:func:`check_pins`) and never pruned by a dominance rule.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from cost_model.errors import InvalidStrategy
+from cost_model.frameworks import ep_group_divisor, pinned_rule_violation, rules_for
 from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays
@@ -35,10 +40,42 @@ def _divisors(n: int) -> list[int]:
 
 
 def _pin(pins: Mapping[str, Any], key: str, values: Sequence[Any]) -> list[Any]:
+    """The knob's range, or the pinned value alone: a pinned value is always kept (it was
+    checked against the framework and the model by :func:`check_pins`), never pruned by a
+    dominance rule of the enumeration."""
     if key in pins:
-        v = pins[key]
-        return [v] if v in values or key in ("dp", "pp", "micro_batch_size", "vpp") else []
+        return [pins[key]]
     return list(values)
+
+
+def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, Any]) -> None:
+    """Refuse, before any search, a pinned field that the framework cannot run
+    (:func:`cost_model.frameworks.pinned_rule_violation`) or that the model rules out on its
+    own, naming ``constraints.<field>`` and the rule (HTTP 422).  Sequence parallelism at tp=1 is
+    accepted (a no-op, warned about by ``estimate``)."""
+    rule = pinned_rule_violation(training.framework, pins)
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
+    tp = pins.get("tp")
+    if tp is not None and tp > 1 and model.num_heads % tp:
+        raise InvalidStrategy(f"tp={tp} does not divide the {model.num_heads} attention heads", field="constraints.tp")
+    ep = pins.get("ep")
+    if ep is not None and ep > 1:
+        if not model.is_moe:
+            raise InvalidStrategy(f"ep={ep} needs a mixture-of-experts model; {model.name} is dense", field="constraints.ep")
+        if model.num_experts % ep:
+            raise InvalidStrategy(f"ep={ep} does not divide the {model.num_experts} experts", field="constraints.ep")
+    cp = pins.get("cp")
+    if cp is not None and training.sequence_length % cp:
+        raise InvalidStrategy(f"cp={cp} does not divide sequence_length {training.sequence_length}", field="constraints.cp")
+    if ep is not None and ep > 1 and "tp" in pins and "dp" in pins and ("cp" in pins or not rules_for(training.framework).context_parallel):
+        group = ep_group_divisor(training.framework, tp=pins["tp"], dp=pins["dp"], cp=pins.get("cp", 1))
+        if group % ep:
+            where = "tp·cp·dp" if rules_for(training.framework).ep_folding else "dp·cp (experts are spread over the data-parallel ranks)"
+            raise InvalidStrategy(f"{training.framework}: ep={ep} must divide {where} = {group} of the pinned layout", field="constraints.ep")
+    pp = pins.get("pp")
+    if pp is not None and pp > model.num_layers:
+        raise InvalidStrategy(f"pp={pp} exceeds the {model.num_layers} layers", field="constraints.pp")
 
 
 def pp_choices(num_layers: int) -> list[int]:
@@ -68,22 +105,23 @@ def enumerate_space(
     s = training.sequence_length
     unfused = training.attention == "unfused"
 
+    rules = rules_for(training.framework)
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if gpus_per_node % t == 0 and model.num_heads % t == 0 and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
     if max_tp:
         tps = [t for t in tps if t <= max_tp]
-    if "tp" in pins:
-        tps = [pins["tp"]]
-    cps = _pin(pins, "cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024)])
-    pps = pp_choices(L)
+    if not rules.tensor_parallel:
+        tps = [1]
+    tps = _pin(pins, "tp", tps)
+    cps = _pin(pins, "cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024) and (c == 1 or rules.context_parallel)])
+    pps = pp_choices(L) if rules.pipeline_parallel else [1]
     if max_pp:
         pps = [p for p in pps if p <= max_pp]
-    if "pp" in pins:
-        pps = [pins["pp"]]
+    pps = _pin(pins, "pp", pps)
     dps = _pin(pins, "dp", _divisors(B))
     mbss = _pin(pins, "micro_batch_size", MBS_CHOICES)
-    vpps = _pin(pins, "vpp", VPP_CHOICES)
+    vpps = _pin(pins, "vpp", VPP_CHOICES if rules.interleaved_pipeline else (1,))
     rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if unfused else []))
-    eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe else [1])
+    eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe and rules.expert_parallel else [1])
 
     outer: list[tuple[int, int, int, int, int]] = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
@@ -94,7 +132,7 @@ def enumerate_space(
             if base * dp > max_gpus:
                 continue
             for ep in eps:
-                if (dp * cp) % ep == 0:
+                if ep_group_divisor(training.framework, tp=tp, dp=dp, cp=cp) % ep == 0:
                     outer.append((dp, tp, pp, cp, ep))
     if not outer:
         return _empty()
@@ -107,19 +145,27 @@ def enumerate_space(
     cols = _cross(cols, "vpp", vpps)
     pp_col, vpp_col = cols["pp"], cols["vpp"]
     m = B // cols["dp"] // cols["mbs"]
-    cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & (L % (pp_col * vpp_col) == 0) & (m % pp_col == 0)))
+    # A pinned layers_per_stage (one entry per model chunk) need not split the layers evenly.
+    even_chunks = (L % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins)
+    cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & even_chunks & (m % pp_col == 0)))
     cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
+    else:
+        # Dominance: stage 2 over 1 without a pipeline (same bytes moved, less memory), stage 1
+        # with one (2/3 conflict with gradient accumulation across micro-batches) — or, where
+        # the framework shards with a pipeline (fsdp), 2 and 3 everywhere.
+        stages = [z for z in (1, 2, 3) if z in rules.zero_stages]
+        cols = _cross(cols, "zero", stages)
+        if not rules.sharding_with_pipeline:
+            cols = _keep(cols, (cols["pp"] > 1) == (cols["zero"] == 1))
+    if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
-    else:
-        cols = _cross(cols, "zero", [1, 2, 3])
-        cols = _keep(cols, (cols["pp"] > 1) == (cols["zero"] == 1))
     if "sequence_parallel" in pins:
-        sp = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
-        cols = _keep({**cols, "sp": sp}, (cols["tp"] > 1) | ~sp)
+        # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
+        cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
     else:
-        cols["sp"] = cols["tp"] > 1
+        cols["sp"] = (cols["tp"] > 1) & rules.sequence_parallel
     if len(cols["dp"]) == 0:
         return _empty()
     f = {k: v.astype(float) for k, v in cols.items() if k != "sp"}

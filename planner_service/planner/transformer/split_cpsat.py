@@ -17,8 +17,17 @@ has blocks of dp·cp·tp GPUs, and the stages of one pool forming one contiguous
 any order).  Seconds and bytes are scaled to integers by ``planner.cpsat.IntScale``.
 
 With a single pool (no assignment to choose) the split is found exactly by threshold
-enumeration (``split.single_pool_split``, no MIP start-up per candidate); CP-SAT takes over
-when that enumeration would exceed its budget, and ``method="cp-sat"`` forces it.
+enumeration (``split_exact.single_pool_split``, no MIP start-up per candidate); with several
+pools every contiguous stage → pool assignment is enumerated and split exactly
+(``split_exact.multi_pool_split``).  CP-SAT takes over when an enumeration would exceed its
+budget, and ``method="cp-sat"`` forces it; its pool assignment is then split again exactly
+for that assignment, so the layers returned never depend on which of several equally good
+integer solutions the solver stopped at.
+
+Reproducible: CP-SAT runs with a fixed seed, the interleaved (deterministic) search and a
+*deterministic* time limit; the enumerations are deterministic by construction.  Each result
+reports the work it took (``work_s``, deterministic seconds) so that the search can spend a
+budget of work, not of wall-clock time.
 """
 
 from __future__ import annotations
@@ -27,16 +36,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from planner_service.planner.cpsat import CpModel, IntScale, IntVar, SolverParams, solve
 from planner_service.planner.transformer.split_exact import (
     MEMORY_UNIT_BYTES,
     SplitBudgetExceeded,
+    compose_stages,
+    multi_pool_split,
     single_pool_split,
     split_objective_s,
 )
 from planner_service.planner.transformer.tables import StageLinear
 
 TIME_UNITS = 1e9  # the step time of the hint maps to ~1e9 integer units
+#: Deterministic work charged per threshold pair and per stage assignment of the exact
+#: enumerations (about their cost in seconds on one current core, measured by
+#: bench/reproducibility.py); a budget of work, unlike the clock, gives the same plan on any host.
+EXACT_PAIR_WORK_S = 2e-4
+EXACT_ASSIGNMENT_WORK_S = 1e-3
+#: A CP-SAT solve bounded by deterministic time also gets this many times as much wall-clock
+#: time, a guard for a host far slower than the reference (a solve it stops is not reproducible).
+WALL_GUARD_FACTOR = 20.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,10 @@ class SplitResult:
     pools: tuple[int, ...]  # pool index per stage
     status: str
     objective_s: float
+    work_s: float = 0.0  # deterministic work spent (s): CP-SAT's deterministic time, or the enumerations'
+    #: ``objective_s`` is the cost model's step time in floating point (an exact split), not
+    #: CP-SAT's integer-scaled objective.
+    exact: bool = False
 
 
 def solve_split(
@@ -72,7 +97,18 @@ def solve_split(
         except SplitBudgetExceeded:
             pass  # CP-SAT below
         else:
-            return None if exact is None else SplitResult(exact.layers, (0,) * pp, "OPTIMAL", exact.objective_s)
+            return None if exact is None else SplitResult(exact.layers, (0,) * pp, "OPTIMAL", exact.objective_s,
+                                                          exact.pairs * EXACT_PAIR_WORK_S, exact=True)
+    elif method == "auto":
+        try:
+            multi = multi_pool_split(lins, capacities_bytes, stage_caps, num_layers, pp, m, vpp)
+        except SplitBudgetExceeded:
+            pass  # CP-SAT below
+        else:
+            if multi is None:
+                return None
+            work_s = multi.pairs * EXACT_PAIR_WORK_S + multi.assignments * EXACT_ASSIGNMENT_WORK_S
+            return SplitResult(multi.layers, multi.pools, "OPTIMAL", multi.objective_s, work_s, exact=True)
     split = _SplitModel(lins, num_layers, pp, m, vpp, scale_ref_s)
     split.add_assignment(stage_caps)
     if not split.add_memory(capacities_bytes):
@@ -80,7 +116,23 @@ def solve_split(
     split.add_objective()
     if hint_layers is not None:
         split.add_hint(hint_layers, hint_pools)
-    return split.solve(time_limit_s, num_workers)
+    res = split.solve(time_limit_s, num_workers)
+    return None if res is None else _resplit(res, lins, capacities_bytes, num_layers, pp, m, vpp)
+
+
+def _resplit(
+    res: SplitResult, lins: Sequence[StageLinear], capacities_bytes: Sequence[float], num_layers: int, pp: int, m: float, vpp: int
+) -> SplitResult:
+    """CP-SAT's pool assignment with the exact best split for it (deterministic among equal
+    splits, objective in seconds without the integer scaling); CP-SAT's own answer when the
+    enumeration is over budget or finds nothing better."""
+    try:
+        exact = single_pool_split(compose_stages(lins, res.pools), np.array([capacities_bytes[p] for p in res.pools]), num_layers, pp, m, vpp)
+    except SplitBudgetExceeded:
+        return res
+    if exact is None or exact.objective_s > res.objective_s * (1 + 1e-6):
+        return res
+    return SplitResult(exact.layers, res.pools, res.status, exact.objective_s, res.work_s + exact.pairs * EXACT_PAIR_WORK_S, exact=True)
 
 
 class _SplitModel:
@@ -224,7 +276,9 @@ class _SplitModel:
     def solve(self, time_limit_s: float, num_workers: int) -> SplitResult | None:
         """Solve and extract the layers and pool of each stage; None when nothing fits."""
         # A single pool is a small pure-integer model: one search thread avoids the portfolio start-up.
-        params = SolverParams(time_limit_s=time_limit_s, num_workers=1 if self.P == 1 else num_workers)
+        # Deterministic: a fixed seed, the interleaved search and a limit on work, not on the clock.
+        params = SolverParams(time_limit_s=time_limit_s * WALL_GUARD_FACTOR, num_workers=1 if self.P == 1 else num_workers,
+                              deterministic=True, deterministic_time_s=time_limit_s)
         solution = solve(self.model, params)
         if not solution.found:
             return None
@@ -239,4 +293,4 @@ class _SplitModel:
             objective_s = split_objective_s(self.lins[0], layers, self.m, self.vpp)
         else:
             objective_s = solution.objective_value / self.v * self.scale.time_unit_s
-        return SplitResult(tuple(layers), tuple(pools), solution.status, objective_s)
+        return SplitResult(tuple(layers), tuple(pools), solution.status, objective_s, solution.deterministic_time_s)

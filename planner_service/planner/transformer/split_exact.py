@@ -27,8 +27,9 @@ checks they reach the same objective on random instances.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -37,6 +38,8 @@ from planner_service.planner.transformer.tables import StageLinear
 MEMORY_UNIT_BYTES = 1e3
 #: (X_T, X_O) threshold pairs examined before giving up (the caller then uses CP-SAT).
 DEFAULT_MAX_PAIRS = 4000
+#: Stage → pool assignments the multi-pool enumeration examines before giving up (CP-SAT then).
+DEFAULT_MAX_ASSIGNMENTS = 512
 
 
 class SplitBudgetExceeded(Exception):
@@ -47,14 +50,30 @@ class SplitBudgetExceeded(Exception):
 class ExactSplit:
     layers: tuple[int, ...]
     objective_s: float  # F(layers): the cost model's step time for this split
+    #: Threshold pairs examined (the search's deterministic measure of the work done).
+    pairs: int = 0
 
 
-def max_layers_in_memory(mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capacity_bytes: float, num_layers: int) -> np.ndarray:
+@dataclass(frozen=True)
+class MultiPoolSplit:
+    """The optimal split over several pools: the layers and the pool of each stage."""
+
+    layers: tuple[int, ...]
+    pools: tuple[int, ...]
+    objective_s: float
+    pairs: int  # threshold pairs examined over every assignment
+    assignments: int  # stage → pool assignments examined
+
+
+def max_layers_in_memory(
+    mem_a_bytes: np.ndarray, mem_b_bytes: np.ndarray, capacity_bytes: float | np.ndarray, num_layers: int
+) -> np.ndarray:
     """Most layers each stage can hold, by the CP-SAT model's integer rule; −1 when even the
-    stage's fixed memory does not fit."""
-    cap_units = capacity_bytes / MEMORY_UNIT_BYTES
+    stage's fixed memory does not fit.  ``capacity_bytes``: one device's, or one per stage."""
+    caps_units = np.broadcast_to(np.asarray(capacity_bytes, dtype=float), np.shape(mem_a_bytes)) / MEMORY_UNIT_BYTES
     out = np.empty(len(mem_a_bytes), dtype=np.int64)
     for i, (a_bytes, b_bytes) in enumerate(zip(mem_a_bytes, mem_b_bytes, strict=True)):
+        cap_units = float(caps_units[i])
         a = a_bytes / MEMORY_UNIT_BYTES
         b = b_bytes / MEMORY_UNIT_BYTES
         if cap_units < a:
@@ -134,16 +153,20 @@ def _fill(lo: np.ndarray, hi: np.ndarray, groups: list[np.ndarray], num_layers: 
 
 def single_pool_split(
     lin: StageLinear,
-    capacity_bytes: float,
+    capacity_bytes: float | np.ndarray,
     num_layers: int,
     pp: int,
     m: float,
     vpp: int,
     max_pairs: int = DEFAULT_MAX_PAIRS,
+    cutoff_s: float = np.inf,
 ) -> ExactSplit | None:
     """Optimal split of ``num_layers`` layers over ``pp`` stages of one pool (≥ 1 layer each,
-    each within memory).  None when no split fits.  Raises :class:`SplitBudgetExceeded` when
-    the enumeration would exceed ``max_pairs`` threshold pairs."""
+    each within memory; ``capacity_bytes`` one value or one per stage).  None when no split
+    fits, or none is faster than ``cutoff_s``.  Raises :class:`SplitBudgetExceeded` when the
+    enumeration would exceed ``max_pairs`` threshold pairs.  Among equally fast splits the
+    first in the thresholds' ascending order is kept (ties never depend on anything but the
+    coefficients)."""
     L = int(num_layers)
     v = max(int(vpp), 1)
     if pp > L:
@@ -187,7 +210,7 @@ def single_pool_split(
             last = mid
         else:
             first = mid + 1
-    best_F = np.inf
+    best_F = float(cutoff_s)
     best_n: np.ndarray | None = None
     pairs = 0
     for X_T in T_values[first:]:
@@ -223,4 +246,74 @@ def single_pool_split(
                 best_F, best_n = F, cand
     if best_n is None:
         return None
-    return ExactSplit(tuple(int(x) for x in best_n), best_F)
+    return ExactSplit(tuple(int(x) for x in best_n), best_F, pairs)
+
+
+def compose_stages(lins: Sequence[StageLinear], pools: Sequence[int]) -> StageLinear:
+    """One pipeline's coefficients when stage i runs on pool ``pools[i]``: row i of that pool's
+    ``StageLinear``, plus its cross-pool point-to-point extra when the next stage is on another
+    pool (the term the CP-SAT model adds through its ``w`` variables)."""
+    rows = np.asarray(pools, dtype=np.int64)
+    idx = np.arange(len(rows))
+    cols = {f.name: np.stack([getattr(lin, f.name) for lin in lins])[rows, idx] for f in fields(StageLinear)}
+    crosses = np.append(rows[1:] != rows[:-1], False)
+    cols["time_a"] = cols["time_a"] + np.where(crosses, cols["p2p_cross_extra_s"], 0.0)
+    return StageLinear(**cols)
+
+
+def stage_assignments(stage_caps: Sequence[int], pp: int) -> Iterator[tuple[int, ...]]:
+    """Every assignment of ``pp`` stages to pools in which each used pool hosts one contiguous
+    block of at most ``stage_caps[p]`` stages (pools in any order): the CP-SAT model's
+    feasible x.  A fixed order: by the number of pools used, their order, then block sizes."""
+    P = len(stage_caps)
+    for r in range(1, P + 1):
+        for order in itertools.permutations(range(P), r):
+            for cuts in itertools.combinations(range(1, pp), r - 1):
+                sizes = np.diff((0, *cuts, pp))
+                if all(sizes[k] <= stage_caps[p] for k, p in enumerate(order)):
+                    yield tuple(p for k, p in enumerate(order) for _ in range(int(sizes[k])))
+
+
+def count_assignments(stage_caps: Sequence[int], pp: int, limit: int) -> int:
+    """How many :func:`stage_assignments` there are, counting stops past ``limit``."""
+    n = 0
+    for _ in stage_assignments(stage_caps, pp):
+        n += 1
+        if n > limit:
+            break
+    return n
+
+
+def multi_pool_split(
+    lins: Sequence[StageLinear],
+    capacities_bytes: Sequence[float],
+    stage_caps: Sequence[int],
+    num_layers: int,
+    pp: int,
+    m: float,
+    vpp: int,
+    max_assignments: int = DEFAULT_MAX_ASSIGNMENTS,
+) -> MultiPoolSplit | None:
+    """Optimal split and stage → pool assignment over several pools, exactly: for each
+    assignment (:func:`stage_assignments`) the stages' coefficients are fixed
+    (:func:`compose_stages`), so :func:`single_pool_split` finds that assignment's best split;
+    the best over assignments (the first in their fixed order among equals) is the optimum of
+    the CP-SAT model in ``split_cpsat`` without its integer scaling.  None when nothing fits.
+    Raises :class:`SplitBudgetExceeded` past ``max_assignments`` assignments or a split's
+    pair budget."""
+    if count_assignments(stage_caps, pp, max_assignments) > max_assignments:
+        raise SplitBudgetExceeded(f"more than {max_assignments} stage assignments")
+    caps = np.asarray(capacities_bytes, dtype=float)
+    best: MultiPoolSplit | None = None
+    pairs = assignments = 0
+    for pools in stage_assignments(stage_caps, pp):
+        assignments += 1
+        cutoff = best.objective_s if best is not None else np.inf
+        res = single_pool_split(compose_stages(lins, pools), caps[list(pools)], num_layers, pp, m, vpp, cutoff_s=cutoff)
+        if res is None:
+            continue
+        pairs += res.pairs
+        best = MultiPoolSplit(res.layers, pools, res.objective_s, 0, 0)
+    if best is None:
+        return None
+    return MultiPoolSplit(best.layers, best.pools, best.objective_s, pairs, assignments)

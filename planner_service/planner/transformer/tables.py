@@ -116,6 +116,7 @@ class EvenEval:
     lower_bound_s: np.ndarray  # no split can be faster
     feasible: np.ndarray  # some split fits memory (bool)
     min_memory_shortfall_bytes: np.ndarray  # > 0: bytes missing on the tightest stage of the best split
+    safe_step_time_s: np.ndarray | None = None  # near-even split within the safe capacity (inf otherwise)
 
 
 @dataclass(frozen=True)
@@ -165,10 +166,12 @@ def _stages_for_splits(
     return _SplitStages((first, mid, last), (False, True, False), V, p, N)
 
 
-def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float) -> EvenEval:
+def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float, safe_capacity_bytes: float | None = None) -> EvenEval:
     """Evaluate every candidate in ``pc.S`` with the near-even split, bound all splits, and
     decide memory feasibility exactly (stage memory is affine in its layer count, so a split
-    exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1)."""
+    exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1).  ``safe_capacity_bytes``:
+    also the near-even step of the candidates whose every stage stays within it (the p90
+    bound of :mod:`cost_model.transformer.memory`), inf for the others."""
     S = pc.S
     L = model.num_layers
     N = len(S)
@@ -176,6 +179,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
     lb = np.full(N, np.inf)
     feasible = np.zeros(N, dtype=bool)
     shortfall = np.zeros(N)
+    safe_step = np.full(N, np.inf)
     cross_all = pp_cross_node(S, pc.group.gpus_per_node)
     for pp in np.unique(S.pp):
         idx = np.nonzero(S.pp == pp)[0]
@@ -199,6 +203,9 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         fits_even = (stages.peak_memory_bytes <= capacity_bytes).all(axis=0)
         sc = combine_stages(stages, Sg, _m(Sg, training))
         step[idx] = np.where(fits_even, sc.step_time_s, np.inf)
+        if safe_capacity_bytes is not None:
+            safe_even = (stages.peak_memory_bytes <= safe_capacity_bytes).all(axis=0)
+            safe_step[idx] = np.where(safe_even, sc.step_time_s, np.inf)
         feas = min_one_ok & (cap_layers >= L)
         feasible[idx] = feas
         shortfall[idx] = np.where(feas, 0.0, np.maximum(worst_short, 1.0))
@@ -209,7 +216,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         # (the first middle stage; with no middle stage, a stage without embedding or head)
         mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross).optimizer_s
         lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
-    return EvenEval(step, lb, feasible, shortfall)
+    return EvenEval(step, lb, feasible, shortfall, safe_step if safe_capacity_bytes is not None else None)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ EXPLANATION_KEYS = {"bottleneck", "largest_overhead", "summary", "memory_headroo
 
 def _plan(model: dict, training: dict) -> PlanResult:
     body = {"model": model, "training": training, "cluster": CLUSTER, "top_k": 2}
-    return plan(parse_plan_request(body), SolverSettings(time_limit_s=3.0, graph_time_limit_s=3.0, num_workers=1))
+    return plan(parse_plan_request(body), SolverSettings(time_limit_s=3.0, num_workers=1))
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ def test_pools_that_do_and_do_not_overlap_gradient_reduction_match_brute_force()
         "model": GPT_WIDE,
         "training": {"global_batch_size": 32, "sequence_length": 2048},
         "cluster": {"name": "c", "node_groups": [
-            {"name": "fast", "count": 1, "gpus_per_node": 4, "device": {**FAST_GPU, "memory_GB": 8}},
-            {"name": "cpu-like", "count": 1, "gpus_per_node": 4, "device": {**SMALL_GPU, "name": "cpu-like", "family": "cpu", "memory_GB": 8}}]},
+            {"name": "fast", "count": 1, "gpus_per_node": 4, "device": {**FAST_GPU, "memory_GB": 10}},
+            {"name": "cpu-like", "count": 1, "gpus_per_node": 4, "device": {**SMALL_GPU, "name": "cpu-like", "family": "cpu", "memory_GB": 10}}]},
     })
     assert set(result.best.stage_groups) == {"fast", "cpu-like"} and result.best.strategy.dp > 1

@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
+from cost_model.frameworks import rules_for
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE
 from planner_service.planner.request import parse_plan_request
 from planner_service.planner.transformer.space import (
@@ -20,33 +21,39 @@ from planner_service.planner.transformer.space import (
 def reference_rows(model, training, max_gpus, gpn, pins):
     """(dp, tp, pp, cp, ep, vpp, mbs, sp, recompute, zero) by the documented rules, knob by knob."""
     L, B, s = model.num_layers, training.global_batch_size, training.sequence_length
+    r = rules_for(training.framework)
 
     def pick(key, values):
-        if key in pins:
-            return [pins[key]] if (pins[key] in values or key in ("dp", "pp", "micro_batch_size", "vpp")) else []
-        return list(values)
+        # A pinned value is kept whatever the dominance rules say (it was checked up front).
+        return [pins[key]] if key in pins else list(values)
 
     tps = [pins["tp"]] if "tp" in pins else [
         t for t in (1, 2, 4, 8, 16, 32, 64)
         if gpn % t == 0 and model.num_heads % t == 0 and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)
+        and (t == 1 or r.tensor_parallel)
     ]
-    cps = pick("cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024)])
-    pps = [pins["pp"]] if "pp" in pins else pp_choices(L)
+    cps = pick("cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024) and (c == 1 or r.context_parallel)])
+    pps = [pins["pp"]] if "pp" in pins else (pp_choices(L) if r.pipeline_parallel else [1])
     dps = pick("dp", [d for d in range(1, B + 1) if B % d == 0])
     rcs = pick("recompute", ["none", "full"] + (["selective"] if training.attention == "unfused" else []))
     eps = pick("ep", [e for e in range(1, model.num_experts + 1) if model.num_experts % e == 0] if model.is_moe else [1])
+    vpps = pick("vpp", VPP_CHOICES if r.interleaved_pipeline else (1,))
     rows = []
-    for tp, cp, pp, dp, ep, mbs, vpp, rc in itertools.product(tps, cps, pps, dps, eps, pick("micro_batch_size", MBS_CHOICES), pick("vpp", VPP_CHOICES), rcs):
-        if tp * cp * pp * dp > max_gpus or pp > L or (dp * cp) % ep or (B // dp) % mbs:
+    for tp, cp, pp, dp, ep, mbs, vpp, rc in itertools.product(tps, cps, pps, dps, eps, pick("micro_batch_size", MBS_CHOICES), vpps, rcs):
+        ep_ranks = tp * cp * dp if r.ep_folding else dp * cp  # MoE parallel folding (megatron-core)
+        if tp * cp * pp * dp > max_gpus or pp > L or ep_ranks % ep or (B // dp) % mbs:
             continue
         m = B // dp // mbs
         if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
             continue
-        zeros = ([pins["zero_stage"]] if not (pins["zero_stage"] >= 2 and pp > 1) else []) if "zero_stage" in pins else ([1] if pp > 1 else [2, 3])
-        if "sequence_parallel" in pins:
-            sps = [pins["sequence_parallel"]] if (tp > 1 or not pins["sequence_parallel"]) else []
+        if "zero_stage" in pins:
+            zeros = [pins["zero_stage"]]
+        elif r.sharding_with_pipeline:
+            zeros = [z for z in (1, 2, 3) if z in r.zero_stages]
         else:
-            sps = [tp > 1]
+            zeros = [1] if pp > 1 else [2, 3]
+        zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
+        sps = [pins["sequence_parallel"]] if "sequence_parallel" in pins else [tp > 1 and r.sequence_parallel]
         for z in zeros:
             for sp in sps:
                 rows.append((dp, tp, pp, cp, ep, vpp, mbs, sp, RECOMPUTE_CODE[rc], z))
@@ -57,6 +64,11 @@ MODELS = {
     "llama3-70b": {"global_batch_size": 1024, "sequence_length": 8192},
     "gpt3-175b": {"global_batch_size": 1536, "sequence_length": 2048, "attention": "unfused"},
     "mixtral-8x7b": {"global_batch_size": 256, "sequence_length": 4096},
+}
+#: Framework variants: every framework's rule table applied row by row.
+FRAMEWORK_MODELS = {
+    "llama3-70b": ["megatron-deepspeed", "fsdp"],
+    "mixtral-8x7b": ["deepspeed", "paddle"],
 }
 PINS = [{}, {"zero_stage": 3}, {"zero_stage": 1}, {"sequence_parallel": False}, {"sequence_parallel": True}, {"pp": 7, "vpp": 1},
         {"micro_batch_size": 3}, {"tp": 2, "dp": 8}, {"vpp": 2}, {"recompute": "selective"}]
@@ -72,3 +84,22 @@ def test_enumeration_equals_the_rules_row_by_row(preset, max_gpus):
         got = list(zip(*(getattr(S, f).tolist() for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero")), strict=True))
         assert got == [tuple(float(v) if not isinstance(v, bool) else v for v in r) for r in reference_rows(req.model, req.training, max_gpus, 8, pins)], pins
         assert S.sp.dtype == np.bool_
+
+
+@pytest.mark.parametrize(("preset", "framework"), [(p, f) for p, fs in FRAMEWORK_MODELS.items() for f in fs])
+def test_enumeration_follows_each_frameworks_rules(preset, framework):
+    req = parse_plan_request({"model": {"preset": preset}, "training": {**MODELS[preset], "framework": framework},
+                              "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]}})
+    r = rules_for(framework)
+    for pins in [{}, {"sequence_parallel": False}, {"micro_batch_size": 3}]:
+        S = enumerate_space(req.model, req.training, 64, 8, pins)
+        got = list(zip(*(getattr(S, f).tolist() for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero")), strict=True))
+        assert got == [tuple(float(v) if not isinstance(v, bool) else v for v in row) for row in reference_rows(req.model, req.training, 64, 8, pins)], pins
+        assert len(S) > 0 or "micro_batch_size" in pins
+        if not r.interleaved_pipeline:
+            assert (S.vpp == 1).all()
+        if not r.context_parallel:
+            assert (S.cp == 1).all()
+        if not r.tensor_parallel:
+            assert (S.tp == 1).all()
+        assert set(S.zero.tolist()) <= set(r.zero_stages)

@@ -1,0 +1,175 @@
+"""Planner acceptance on published measured runs: does the planner accept what really ran,
+and refuse what really ran out of memory?
+
+Every end-to-end row of cost_model/data/published_runs.json (cost_model/validation/published.py
+turns a row into a model, training — with its ``framework`` — and cluster, and lists the
+layouts its stated knobs allow) is planned with **every knob the row fixes pinned**: each of tp,
+pp, dp, cp, ep, micro_batch_size, vpp, sequence_parallel, recompute, zero_stage and
+layers_per_stage whose value the source states (or its documented convention fixes, e.g. no
+sequence parallelism before 2022) — the planner fills the rest, as a platform engineer
+reproducing the run would ask it to.  Reported:
+
+* acceptance: the fraction of measured runs (``status`` ok) for which the planner returns a plan
+  (the rest with the planner's error: a refusal of a configuration that ran);
+* measured OOMs: with the OOM layout pinned, the planner must refuse it (no stage's p10 peak
+  within memory);
+* tight: accepted runs whose plan is flagged ``tight`` (p90 over memory);
+* peak memory: where the source measured it (the BLOOM sweep's "Mem" column, the max of the
+  first and last stage GPUs), predicted / measured − 1 of the pinned plan (the prediction is the
+  device-level peak, ``max_reserved`` + CUDA context: cost_model/transformer/memory.py), and
+  the (q10, q90) of log(predicted/measured) that ``--write`` stores as the memory interval in
+  cost_model/data/memory_interval.json.
+
+Rows the catalog cannot express (a device or number format it lacks) are counted apart.
+
+Run: make bench-acceptance   (writes bench/results/acceptance.json);
+``python bench/acceptance.py --write`` also stores the memory interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cost_model.errors import PlannerError  # noqa: E402
+from cost_model.strategy import Strategy  # noqa: E402
+from cost_model.transformer.memory import reload as reload_memory  # noqa: E402
+from cost_model.validation.fidelity import quantile  # noqa: E402
+from cost_model.validation.published import PublishedCase, Unplannable, all_rows  # noqa: E402
+from planner_service.planner import SolverSettings, plan  # noqa: E402
+from planner_service.planner.request import Constraints, PlanRequest  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "acceptance.json"
+INTERVAL = ROOT / "cost_model" / "data" / "memory_interval.json"
+SETTINGS = SolverSettings(time_limit_s=10.0, max_refinements=2000)
+#: Strategy fields that can be pinned, and their constraint names.
+PIN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "layers_per_stage")
+
+
+def pins_of(case: PublishedCase) -> dict[str, Any]:
+    """Every knob with one value over the row's candidate layouts: what the source (or its
+    documented convention) fixes."""
+    pins: dict[str, Any] = {}
+    for name in PIN_FIELDS:
+        values = {getattr(s, name) for s in case.candidates}
+        if len(values) == 1:
+            v = values.pop()
+            if v is not None:
+                pins[name] = v
+    return pins
+
+
+def plan_row(case: PublishedCase) -> dict[str, Any]:
+    pins = pins_of(case)
+    gpus = case.candidates[0].num_devices
+    req = PlanRequest(case.model, case.training, case.cluster, Constraints(pinned=pins, max_devices=gpus), top_k=0)
+    out: dict[str, Any] = {"id": case.row_id, "group": case.group, "source": case.source, "status": case.measured_status,
+                           "framework": case.training.framework, "pinned": {k: (list(v) if isinstance(v, tuple) else v) for k, v in pins.items()}}
+    t0 = time.perf_counter()
+    try:
+        result = plan(req, SETTINGS)
+    except PlannerError as exc:
+        out.update(accepted=False, error={"code": exc.code, "field": exc.field, "message": str(exc)})
+        out["wall_s"] = round(time.perf_counter() - t0, 3)
+        return out
+    best = result.best
+    p = best.prediction
+    out.update(accepted=True, tight=p.tight, strategy={k: v for k, v in best.strategy.to_dict().items() if k != "layers_per_stage"},
+               step_time_s=round(p.step_time_s, 4), peak_memory_GB=round(max(p.peak_memory_GB), 2),
+               peak_memory_GB_p10=round(p.peak_memory_GB_p10 or 0.0, 2), peak_memory_GB_p90=round(p.peak_memory_GB_p90 or 0.0, 2),
+               wall_s=round(time.perf_counter() - t0, 3))
+    if case.measured_memory_GB is not None:
+        st = p.stages
+        predicted = max(st[0].peak_memory_GB, st[-1].peak_memory_GB)
+        out.update(measured_memory_GB=case.measured_memory_GB, predicted_first_last_GB=round(predicted, 2),
+                   memory_error=round(predicted / case.measured_memory_GB - 1.0, 4))
+    if case.measured_step_s:
+        out["measured_step_s"] = round(case.measured_step_s, 4)
+        out["step_error"] = round(p.step_time_s / case.measured_step_s - 1.0, 4)
+    return out
+
+
+def summarise(rows: list[dict[str, Any]], unplannable: list[dict[str, Any]]) -> dict[str, Any]:
+    ran = [r for r in rows if r["status"] == "ok"]
+    ooms = [r for r in rows if r["status"] == "OOM"]
+    accepted = [r for r in ran if r["accepted"]]
+    mem = [r["memory_error"] for r in rows if r.get("memory_error") is not None]
+    logs = [math.log1p(e) for e in mem]
+    return {
+        "measured_runs": len(ran),
+        "accepted": len(accepted),
+        "accepted_fraction": round(len(accepted) / len(ran), 4) if ran else None,
+        "rejected": [{"id": r["id"], "framework": r["framework"], "pinned": r["pinned"], "error": r["error"]} for r in ran if not r["accepted"]],
+        "tight_accepted": [r["id"] for r in accepted if r.get("tight")],
+        "measured_ooms": len(ooms),
+        "ooms_refused": f"{sum(not r['accepted'] for r in ooms)}/{len(ooms)}",
+        "ooms_accepted": [{"id": r["id"], "peak_memory_GB": r.get("peak_memory_GB"), "peak_memory_GB_p10": r.get("peak_memory_GB_p10"), "tight": r.get("tight")} for r in ooms if r["accepted"]],
+        "memory_rows": len(mem),
+        "memory_median_error": round(statistics.median(mem), 4) if mem else None,
+        "memory_median_abs_error": round(statistics.median(abs(e) for e in mem), 4) if mem else None,
+        "memory_p90_abs_error": round(quantile([abs(e) for e in mem], 0.9), 4) if mem else None,
+        "memory_within_10pct": f"{sum(abs(e) <= 0.10 for e in mem)}/{len(mem)}" if mem else None,
+        "memory_log_interval": [round(quantile(logs, 0.1), 4), round(quantile(logs, 0.9), 4)] if len(logs) >= 5 else None,
+        "peak_memory_quantity": "max_reserved (device-level: allocator reserved + CUDA context, NCCL buffers)",
+        "not_plannable": unplannable,
+    }
+
+
+def measure() -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    unplannable: list[dict[str, Any]] = []
+    for case in all_rows():
+        if isinstance(case, Unplannable):
+            unplannable.append({"id": case.row_id, "group": case.group, "reason": case.reason})
+            continue
+        r = plan_row(case)
+        rows.append(r)
+        print(f"{r['id']}: {'accepted' if r['accepted'] else 'REFUSED'}{' (tight)' if r.get('tight') else ''}", file=sys.stderr, flush=True)
+    return {"summary": summarise(rows, unplannable), "rows": rows}
+
+
+def interval_document(summary: dict[str, Any]) -> dict[str, Any]:
+    data = (ROOT / "cost_model" / "data" / "published_runs.json").read_bytes()
+    return {
+        "log_interval": summary["memory_log_interval"],
+        "rows": summary["memory_rows"],
+        "quantity": "log(predicted / measured) peak memory per GPU, (q10, q90)",
+        "measured": "BLOOM176B_topology_sweep 'Mem' column (max memory of the first/last stage GPUs)",
+        "written_by": "bench/acceptance.py --write",
+        "data_sha256": hashlib.sha256(data).hexdigest(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="store the measured-peak memory interval in cost_model/data/memory_interval.json, then measure again with it")
+    args = ap.parse_args()
+    out = measure()
+    if args.write and out["summary"]["memory_log_interval"]:
+        INTERVAL.write_text(json.dumps(interval_document(out["summary"]), indent=1, sort_keys=True) + "\n")
+        reload_memory()
+        out = measure()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(out, indent=1) + "\n")
+    s = out["summary"]
+    print(json.dumps({k: v for k, v in s.items() if k not in ("rejected", "not_plannable", "ooms_accepted")}, indent=1))
+    print(f"accepted {s['accepted']}/{s['measured_runs']} measured runs; OOMs refused {s['ooms_refused']}; "
+          f"memory median error {s['memory_median_error']} over {s['memory_rows']} rows")
+
+
+assert {f.name for f in fields(Strategy)} >= set(PIN_FIELDS)
+
+if __name__ == "__main__":
+    main()

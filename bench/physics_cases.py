@@ -1,0 +1,205 @@
+"""Physics cases: what the MoE and long-context terms of the cost model do, one case each.
+
+Not a fidelity measurement (the published file has no MoE rows): each case shows one effect the
+cost model must have, with the numbers it predicts, so a reader can check the physics —
+
+* ``moe_ep_sweep``: Qwen3-30B-A3B (128 experts, top-8) on 4 × 8 H100: step time and exposed
+  dispatch/combine vs EP, inside a node (ep ≤ 8) and across nodes (ep 16, 32), NCCL all-to-all vs
+  DeepEP-style node-deduplicated dispatch, and Megatron-Core's EP overlap;
+* ``moe_vs_dense``: the same model against a dense model with its attention and a k·f FFN (the
+  same active FLOPs): the ratio of step times;
+* ``moe_folding``: Qwen3-235B-A22B's MoE layer with ep 16 folded across tp 2 × dp 8 (ETP 1)
+  against the classic ep 8 with ETP = TP 2;
+* ``grouped_gemm_efficiency``: the fraction of peak an expert GEMM reaches vs its tokens;
+* ``dropless_imbalance``: the slowest EP rank's load over the mean vs EP;
+* ``cp_vs_sequence``: Llama-3-70B on 8 × 8 H100 at a fixed 1M tokens per step, sequence 16k–128k,
+  with the context parallelism each needs: attention share and exposed ring;
+* ``cp_comm_types``: p2p ring vs all-gather vs all-to-all at 128k;
+* ``sliding_window``: attention time of a windowed vs a global layer vs sequence;
+* ``mla_flops``: DeepSeek-V3 model FLOPs per token against 6 × active parameters + attention;
+* ``planner_searches_ep``: the plan for Qwen3-235B-A22B on 16 × 8 H100 (EP is a searched knob).
+
+Run: python bench/physics_cases.py   (writes bench/results/physics_cases.json)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from cost_model import Strategy, Training, estimate, simple_cluster  # noqa: E402
+from cost_model.comm import Links  # noqa: E402
+from cost_model.devices import get_device  # noqa: E402
+from cost_model.transformer import moe  # noqa: E402
+from cost_model.transformer.calibration import calibrated_device  # noqa: E402
+from cost_model.transformer.layer_cost import StrategyArrays, layer_costs  # noqa: E402
+from cost_model.transformer.spec import TransformerSpec, from_hf_config, get_preset  # noqa: E402
+from cost_model.transformer.stage_cost import model_flops_per_step  # noqa: E402
+
+CONFIGS = ROOT / "tests" / "costmodel" / "transformer" / "hf_configs"
+OUT = ROOT / "bench" / "results" / "physics_cases.json"
+H100 = "H100-SXM5-80GB"
+
+#: Qwen3-235B-A22B's config.json shape (Qwen3 model card): 94 layers, h 4096, 64 heads, 4 KV
+#: heads of 128, 128 experts of 1536, top-8.
+QWEN3_235B = {"model_type": "qwen3_moe", "num_hidden_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
+              "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+              "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "decoder_sparse_step": 1,
+              "mlp_only_layers": [], "tie_word_embeddings": False}
+
+
+def _config(name: str) -> TransformerSpec:
+    return from_hf_config(json.loads((CONFIGS / f"{name}.json").read_text()), name=name)
+
+
+def _row(est: Any, **extra: Any) -> dict[str, Any]:
+    d = est.to_dict()
+    return {**extra, "step_time_s": round(d["step_time_s"], 4), "mfu": round(d["mfu"], 4), "fits": d["fits"],
+            "peak_memory_GB": round(max(d["peak_memory_GB"]), 1),
+            "breakdown_s": {k: round(v, 4) for k, v in d["breakdown_s"].items() if v}}
+
+
+def moe_ep_sweep() -> dict[str, Any]:
+    model = _config("qwen3-30b-a3b")
+    tr = Training(global_batch_size=256, sequence_length=4096)
+    cl = simple_cluster(H100, 4)
+    rows = []
+    for ep in (4, 8, 16, 32):
+        for dispatcher, overlap in (("alltoall", False), ("deepep", False), ("alltoall", True)):
+            t = replace(tr, moe_token_dispatcher=dispatcher, moe_comm_overlap=overlap)
+            est = estimate(model, t, cl, Strategy(dp=32, ep=ep, zero_stage=1, recompute="selective"))
+            rows.append(_row(est, ep=ep, dispatcher=dispatcher, overlap=overlap, ep_within_node=ep <= 8))
+    return {"model": model.name, "total_params": model.total_params(), "active_params": model.active_params(),
+            "cluster": "4 x 8 H100-SXM5-80GB, dp 32, ZeRO-1", "rows": rows}
+
+
+def moe_vs_dense() -> dict[str, Any]:
+    model = _config("qwen3-30b-a3b")
+    dense = replace(model, num_experts=1, experts_per_token=1, ffn_hidden_size=model.experts_per_token * model.ffn_hidden_size,
+                    name="dense, same attention, FFN k·f wide")
+    tr = Training(global_batch_size=256, sequence_length=4096)
+    cl = simple_cluster(H100, 1)
+    m = estimate(model, tr, cl, Strategy(dp=8, ep=8, zero_stage=1))
+    d = estimate(dense, tr, cl, Strategy(dp=8, zero_stage=1))
+    return {"moe": _row(m, model=model.name, active_params=model.active_params()),
+            "dense": _row(d, model=dense.name, active_params=dense.active_params()),
+            "ratio_moe_over_dense": round(m.step_time_s / d.step_time_s, 3)}
+
+
+def moe_folding() -> dict[str, Any]:
+    model = from_hf_config(QWEN3_235B, name="qwen3-235b-a22b")
+    tr = Training(global_batch_size=1024, sequence_length=4096)
+    group = simple_cluster(H100, 2).node_groups[0]
+    links = Links.for_group(group)
+    device = calibrated_device(get_device(H100), "megatron-core", "bf16")
+    layouts = {"classic ep8 etp2 (tp2 dp8)": Strategy(tp=2, dp=8, ep=8, sequence_parallel=True),
+               "folded ep16 etp1 (tp2 dp8)": Strategy(tp=2, dp=8, ep=16, sequence_parallel=True)}
+    S = StrategyArrays.from_strategies(list(layouts.values()))
+    lc = layer_costs(model, tr, device, links, S)
+    rows = []
+    for i, name in enumerate(layouts):
+        rows.append({"layout": name, "layer_s": round(float(lc.total_s[i]), 6), "tp_comm_s": round(float(lc.tp_comm_s[i]), 6),
+                     "ep_comm_s": round(float(lc.ep_comm_s[i]), 6),
+                     "expert_tensor_parallel": float(moe.expert_tensor_parallel(S.tp[i], S.cp[i], S.dp[i], S.ep[i]))})
+    return {"model": model.name, "active_params": model.active_params(), "total_params": model.total_params(), "rows": rows}
+
+
+def grouped_gemm_efficiency() -> dict[str, Any]:
+    device = calibrated_device(get_device(H100), "megatron-core", "bf16")
+    m = np.array([8, 32, 128, 512, 2048, 8192], dtype=float)
+    eff = moe.grouped_gemm_efficiency(m, 2 * 1536, 4096, device, "bf16")
+    return {"shape": "[M x 4096] x [4096 x 3072] (Qwen3-235B expert FC1), H100 bf16",
+            "rows": [{"tokens_per_expert": int(a), "fraction_of_peak": round(float(b), 4)} for a, b in zip(m, eff, strict=True)]}
+
+
+def dropless_imbalance() -> dict[str, Any]:
+    slots = 4096 * 8  # 4k tokens, top-8
+    return {"slots_per_rank": slots,
+            "rows": [{"ep": ep, "load_factor": round(float(moe.dropless_load_factor(slots, ep)), 4)} for ep in (1, 8, 16, 64, 256)]}
+
+
+def cp_vs_sequence() -> dict[str, Any]:
+    model = get_preset("llama3-70b")
+    cl = simple_cluster(H100, 16)
+    rows = []
+    for seq, cp in ((16384, 1), (16384, 2), (32768, 2), (32768, 4), (65536, 4), (65536, 8), (131072, 8)):
+        tr = Training(global_batch_size=(1 << 21) // seq, sequence_length=seq)
+        dp = 128 // (8 * cp * 2)
+        est = estimate(model, tr, cl, Strategy(tp=8, pp=2, cp=cp, dp=dp, sequence_parallel=True, recompute="full", zero_stage=1))
+        rows.append(_row(est, sequence_length=seq, cp=cp))
+    return {"model": model.name, "cluster": "16 x 8 H100, tp 8, pp 2, 2M tokens per step", "rows": rows}
+
+
+def cp_comm_types() -> dict[str, Any]:
+    model = get_preset("llama3-70b")
+    cl = simple_cluster(H100, 16)
+    rows = []
+    for kind in ("p2p", "allgather", "a2a"):
+        tr = Training(global_batch_size=16, sequence_length=131072, cp_comm_type=kind)
+        est = estimate(model, tr, cl, Strategy(tp=8, pp=2, cp=8, dp=1, sequence_parallel=True, recompute="full", zero_stage=1))
+        rows.append(_row(est, cp_comm_type=kind))
+    return {"model": model.name, "sequence_length": 131072, "layout": "tp 8, pp 2, cp 8 on 16 x 8 H100", "rows": rows}
+
+
+def sliding_window() -> dict[str, Any]:
+    base = get_preset("llama3-8b")
+    windowed = replace(base, sliding_window=4096, local_attention_layers=base.num_layers, name="llama3-8b, 4k window")
+    device = calibrated_device(get_device(H100), "megatron-core", "bf16")
+    links = Links.for_group(simple_cluster(H100, 1).node_groups[0])
+    rows = []
+    for seq in (8192, 32768, 131072):
+        tr = Training(global_batch_size=8, sequence_length=seq)
+        S = StrategyArrays.from_strategies([Strategy(tp=8, cp=1, sequence_parallel=True)])
+        g = float(layer_costs(base, tr, device, links, S).total_s[0])
+        w = float(layer_costs(windowed, tr, device, links, S).total_s[0])
+        rows.append({"sequence_length": seq, "global_layer_s": round(g, 6), "windowed_layer_s": round(w, 6), "ratio": round(w / g, 3)})
+    return {"rows": rows}
+
+
+def mla_flops() -> dict[str, Any]:
+    model = _config("deepseek-v3")
+    s = 4096
+    tr = Training(global_batch_size=1, sequence_length=s)
+    per_token = model_flops_per_step(model, tr) / s
+    attention = 3 * 4 * model.attention_core_width(s) * model.num_layers
+    six_n = 6 * (model.active_params() - model.embedding_params())
+    return {"model": model.name, "total_params": model.total_params(), "active_params": model.active_params(),
+            "model_flops_per_token": per_token, "six_times_active_non_embedding": six_n, "attention_flops_per_token": attention,
+            "relative_gap_after_attention": round((per_token - attention - six_n) / six_n, 5)}
+
+
+def planner_searches_ep() -> dict[str, Any]:
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    req = {"model": {"transformer": QWEN3_235B, "name": "qwen3-235b-a22b"}, "training": {"global_batch_size": 1024, "sequence_length": 4096},
+           "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 16, "gpus_per_node": 8, "device": H100}]}}
+    result = plan(parse_plan_request(req), SolverSettings(time_limit_s=20.0, num_workers=1)).to_dict()
+    best = result["best"]
+    keep = ("step_time_s", "mfu", "model_params", "active_params")
+    return {"model": "qwen3-235b-a22b", "cluster": "16 x 8 H100", "best": {"strategy": best["strategy"], **{k: best["prediction"][k] for k in keep}},
+            "alternatives": [{"strategy": a["strategy"], "step_time_s": a["prediction"]["step_time_s"]} for a in result.get("alternatives", [])[:5]]}
+
+
+CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
+                                  cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep)}
+
+
+def main() -> None:
+    results = {name: fn() for name, fn in CASES.items()}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    print(json.dumps({k: v for k, v in results.items() if k in ("moe_vs_dense", "mla_flops")}, indent=1, default=float))
+    print(f"wrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""What each training framework can run: one table of rules per ``training.framework``.
+
+The planner's search space (``planner_service.planner.transformer.space``), the strategy
+validation of ``estimate`` (:func:`cost_model.strategy.validate_strategy`) and the check of
+pinned fields (:func:`pinned_rule_violation`) read these tables and nothing else, so a plan
+never proposes a layout its framework cannot launch and a pinned field that the framework
+cannot run is refused with the rule that forbids it.  ``docs/frameworks.md`` is the same
+table in prose.
+
+Sources, per framework:
+
+* ``megatron-core`` — Megatron-Core (``megatron/core``, 0.9+): interleaved 1F1B
+  (``--num-layers-per-virtual-pipeline-stage``), context parallelism (``--context-parallel-size``),
+  sequence parallelism (``--sequence-parallel``, a no-op at tp=1), the distributed optimizer
+  (ZeRO-1) and Megatron-FSDP (``--data-parallel-sharding-strategy optim_grads`` /
+  ``optim_grads_params``: ZeRO-2/3, without a pipeline), MoE parallel folding (Liu et al. 2025,
+  "MoE Parallel Folding", arXiv 2504.14960; ``--expert-model-parallel-size``,
+  ``--expert-tensor-parallel-size``): the expert-parallel × expert-tensor-parallel groups are
+  carved out of the tp × cp × dp ranks of a stage, so ep need not divide dp·cp, only tp·cp·dp;
+  FP8 through Transformer Engine (``--fp8-format``, delayed and current scaling, MXFP8).
+* ``megatron-deepspeed`` — Megatron-DeepSpeed (BLOOM, MT-NLG): Megatron-LM's tensor and
+  sequence parallelism inside DeepSpeed's pipeline engine (``PipelineModule``: plain 1F1B, no
+  virtual stages) and ZeRO optimizer; ZeRO-2/3 are not supported with pipeline parallelism
+  (DeepSpeed: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"); no
+  ring context parallelism (Ulysses is an all-to-all scheme the cost model does not cost);
+  DeepSpeed-MoE expert parallelism over the data-parallel ranks (ep divides dp); no FP8 recipe.
+* ``deepspeed`` — DeepSpeed without Megatron: ZeRO stages 0–3 and its pipeline engine, no
+  tensor, sequence or context parallelism; DeepSpeed-MoE as above; no FP8 recipe.
+* ``fsdp`` — PyTorch FSDP (FSDP1 ``ShardingStrategy``: NO_SHARD = 0, SHARD_GRAD_OP = 2,
+  FULL_SHARD = 3, HYBRID_SHARD = 3 sharded inside a node and replicated across; FSDP2
+  ``fully_shard(reshard_after_forward=False)`` = 2, ``True`` = 3; no stage-1-only mode) with
+  torchtitan's DTensor tensor parallelism (its TP always shards the norms' sequence: sequence
+  parallelism), context parallelism, ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
+  stages; FSDP with a pipeline is supported, ZeRO-2 semantics across micro-batches) and expert
+  parallelism over dp·cp; FP8 through torchao float8 (tensorwise / rowwise scaling).
+* ``paddle`` — PaddlePaddle fleet ``hybrid_configs``: ``mp_degree`` (tensor, with
+  ``sequence_parallel``), ``pp_degree`` with ``virtual_pp_degree`` (interleaved), ``sep_degree``
+  (context), ``sharding_degree`` with stages 1–3 (stage 2/3 not with a pipeline), expert
+  parallelism over the data-parallel ranks; no FP8 recipe in fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkRules:
+    """What one framework can run.  ``zero_stages``: the sharding stages that exist;
+    ``sharding_with_pipeline``: whether stage ≥ 2 may be combined with pp > 1;
+    ``ep_folding``: expert parallelism may span tp·cp·dp (else it divides dp·cp);
+    ``sharding_name``: what the framework calls each stage (for messages and docs)."""
+
+    name: str
+    tensor_parallel: bool
+    sequence_parallel: bool
+    context_parallel: bool
+    pipeline_parallel: bool
+    interleaved_pipeline: bool
+    zero_stages: tuple[int, ...]
+    sharding_with_pipeline: bool
+    expert_parallel: bool
+    ep_folding: bool
+    fp8: bool
+    sharding_name: Mapping[int, str]
+
+
+RULES: dict[str, FrameworkRules] = {
+    "megatron-core": FrameworkRules(
+        name="megatron-core", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
+        ep_folding=True, fp8=True,
+        sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
+    ),
+    "megatron-deepspeed": FrameworkRules(
+        name="megatron-deepspeed", tensor_parallel=True, sequence_parallel=True, context_parallel=False, pipeline_parallel=True,
+        interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
+        ep_folding=False, fp8=False,
+        sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
+    ),
+    "deepspeed": FrameworkRules(
+        name="deepspeed", tensor_parallel=False, sequence_parallel=False, context_parallel=False, pipeline_parallel=True,
+        interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
+        ep_folding=False, fp8=False,
+        sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
+    ),
+    "fsdp": FrameworkRules(
+        name="fsdp", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
+        ep_folding=False, fp8=True,
+        sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
+    ),
+    "paddle": FrameworkRules(
+        name="paddle", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
+        ep_folding=False, fp8=False,
+        sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
+    ),
+}
+
+
+def rules_for(framework: str) -> FrameworkRules:
+    """The rule table of ``framework`` (one of :data:`cost_model.training.FRAMEWORKS`)."""
+    return RULES[framework]
+
+
+def ep_group_divisor(framework: str, *, tp: int, dp: int, cp: int) -> int:
+    """The rank count that ``ep`` must divide: tp·cp·dp under MoE parallel folding
+    (megatron-core), dp·cp elsewhere (experts spread over the data-parallel ranks)."""
+    return tp * cp * dp if rules_for(framework).ep_folding else dp * cp
+
+
+
+def layout_rule_violation(
+    framework: str, *, tp: int, pp: int, vpp: int, cp: int, ep: int, dp: int, zero_stage: int, sequence_parallel: bool
+) -> tuple[str, str] | None:
+    """(strategy field, reason naming the rule) when ``framework`` cannot run the layout."""
+    r = rules_for(framework)
+    if tp > 1 and not r.tensor_parallel:
+        return "tp", f"{framework}: no tensor parallelism (tp must be 1; use megatron-deepspeed for Megatron's TP under DeepSpeed)"
+    if sequence_parallel and tp > 1 and not r.sequence_parallel:
+        return "sequence_parallel", f"{framework}: no sequence parallelism"
+    if cp > 1 and not r.context_parallel:
+        return "cp", f"{framework}: no context parallelism (cp must be 1; DeepSpeed's Ulysses all-to-all is not ring context parallelism)"
+    if pp > 1 and not r.pipeline_parallel:
+        return "pp", f"{framework}: no pipeline parallelism"
+    if vpp > 1 and not r.interleaved_pipeline:
+        return "vpp", f"{framework}: its pipeline engine has no interleaved schedule (DeepSpeed PipelineModule runs plain 1F1B; vpp must be 1)"
+    if zero_stage not in r.zero_stages:
+        names = ", ".join(f"{z} ({r.sharding_name[z]})" for z in r.zero_stages)
+        return "zero_stage", f"{framework}: no zero_stage {zero_stage}; its sharding stages are {names}"
+    if zero_stage >= 2 and pp > 1 and not r.sharding_with_pipeline:
+        return "zero_stage", (
+            f"{framework}: zero_stage={zero_stage} with pp={pp}: gradient/parameter sharding conflicts with pipeline "
+            "gradient accumulation (stage ≤ 1 with pipelines; FSDP with a pipeline does: framework fsdp)"
+        )
+    if ep > 1:
+        if not r.expert_parallel:
+            return "ep", f"{framework}: no expert parallelism"
+        group = ep_group_divisor(framework, tp=tp, dp=dp, cp=cp)
+        if group % ep:
+            where = (f"tp·cp·dp = {tp}·{cp}·{dp} = {group} (MoE parallel folding: EP×ETP groups are carved from the "
+                     "tensor, context and data-parallel ranks)") if r.ep_folding else (
+                     f"dp·cp = {dp}·{cp} = {group} (experts are spread over the data-parallel ranks)")
+            return "ep", f"ep={ep} must divide {where}"
+    return None
+
+
+def dtype_rule_violation(framework: str, dtype: str) -> str | None:
+    """Reason when the framework has no recipe for ``dtype`` (FP8), else None."""
+    if dtype == "fp8" and not rules_for(framework).fp8:
+        return f"{framework}: no FP8 training recipe (FP8 needs megatron-core with Transformer Engine or fsdp with torchao float8)"
+    return None
+
+
+def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(pinned field, reason) when a field pinned in ``constraints`` is one the framework cannot
+    run on its own (before any search: a pin is never pruned silently).  Rules that need the
+    whole layout (ep against tp·cp·dp) are checked when the unpinned knobs are known."""
+    r = rules_for(framework)
+    pinned = dict(pins)
+    checks: list[tuple[str, bool, str]] = [
+        ("tp", pinned.get("tp", 1) > 1 and not r.tensor_parallel, "no tensor parallelism (tp must be 1)"),
+        ("cp", pinned.get("cp", 1) > 1 and not r.context_parallel, "no context parallelism (cp must be 1)"),
+        ("pp", pinned.get("pp", 1) > 1 and not r.pipeline_parallel, "no pipeline parallelism"),
+        ("vpp", pinned.get("vpp", 1) > 1 and not r.interleaved_pipeline, "its pipeline engine has no interleaved schedule (vpp must be 1)"),
+        ("ep", pinned.get("ep", 1) > 1 and not r.expert_parallel, "no expert parallelism"),
+        ("sequence_parallel", bool(pinned.get("sequence_parallel")) and not r.sequence_parallel and pinned.get("tp", 1) > 1,
+         "no sequence parallelism"),
+    ]
+    for key, bad, why in checks:
+        if bad:
+            return key, f"{framework}: {why}"
+    if "zero_stage" in pinned:
+        z = pinned["zero_stage"]
+        if z not in r.zero_stages:
+            names = ", ".join(f"{s} ({r.sharding_name[s]})" for s in r.zero_stages)
+            return "zero_stage", f"{framework}: no zero_stage {z}; its sharding stages are {names}"
+        if z >= 2 and pinned.get("pp", 1) > 1 and not r.sharding_with_pipeline:
+            return "zero_stage", f"{framework}: zero_stage={z} cannot be combined with the pinned pp={pinned['pp']} (sharding stage ≥ 2 conflicts with pipeline gradient accumulation)"
+    return None
+
+
+def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:
+    """Warning for ``sequence_parallel`` at tp=1: Megatron accepts it and does nothing
+    (there is no tensor-parallel group to split the sequence over)."""
+    if sequence_parallel and tp == 1:
+        return "sequence_parallel has no effect at tp=1 (Megatron runs it as a no-op); costed without it"
+    return None
+
+
+__all__ = [
+    "RULES",
+    "FrameworkRules",
+    "dtype_rule_violation",
+    "ep_group_divisor",
+    "layout_rule_violation",
+    "pinned_rule_violation",
+    "rules_for",
+    "sequence_parallel_noop",
+]

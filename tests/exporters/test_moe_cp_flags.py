@@ -1,0 +1,57 @@
+"""Megatron-LM flags carry the MoE and context-parallel choices the plan was costed with
+(cost_model.transformer.moe / context_parallel): the token dispatcher, EP overlap, capacity
+factor, expert tensor parallelism under EP folding, and the CP exchange type."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from helpers.plans import _ranks, homogeneous_plan
+from planner_service.exporters import LaunchParams, render
+from planner_service.exporters.frameworks import megatron_reference
+
+CONFIGS = Path(__file__).resolve().parents[1] / "costmodel" / "transformer" / "hf_configs"
+PARAMS = LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)
+
+
+def flags(training: dict, **strategy: int) -> dict[str, str | None]:
+    plan = homogeneous_plan()
+    plan["model"] = {"name": "m", "spec": {"transformer": json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())}}
+    plan["training"].update(training)
+    plan["best"]["strategy"].update(strategy)
+    plan["best"]["strategy"]["layers_per_stage"] = [24, 24]
+    s = plan["best"]["strategy"]
+    hosts = ["node7", "node66"]
+    plan["best"]["ranks"] = _ranks(s["dp"], s["tp"], s["pp"], s["cp"],
+                                   lambda p, d, c, t: (hosts[p], (d * s["cp"] + c) * s["tp"] + t, "h100", "H100-SXM5-80GB"))
+    plan["best"].pop("stages")
+    text = render(plan, "megatron", PARAMS).files["megatron_args.sh"]
+    words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
+    out: dict[str, str | None] = {}
+    for i, w in enumerate(words):
+        if w.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            out[w] = nxt if nxt is not None and not nxt.startswith("--") else None
+    return out
+
+
+def test_default_dispatcher_is_written_because_megatron_defaults_to_allgather():
+    f = flags({}, ep=2)
+    assert f["--moe-token-dispatcher-type"] == "alltoall"
+    assert "--expert-tensor-parallel-size" not in f and "--cp-comm-type" not in f
+
+
+def test_deepep_overlap_capacity_and_folding():
+    f = flags({"moe_token_dispatcher": "deepep", "moe_comm_overlap": True, "moe_capacity_factor": 1.25}, ep=8)  # dp 2 · tp 4
+    assert f["--moe-token-dispatcher-type"] == "flex" and "--moe-enable-deepep" in f
+    assert "--overlap-moe-expert-parallel-comm" in f and f["--moe-expert-capacity-factor"] == "1.25"
+    assert f["--expert-tensor-parallel-size"] == "1"  # ep 8 does not divide dp·cp = 2: folded across TP
+    known = megatron_reference()
+    assert all(k in known for k in f)
+
+
+def test_cp_comm_type_only_when_not_the_ring():
+    assert flags({"cp_comm_type": "a2a"}, cp=2, dp=1)["--cp-comm-type"] == "a2a"
+    assert "--cp-comm-type" not in flags({}, cp=2, dp=1)

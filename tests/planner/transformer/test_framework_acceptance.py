@@ -1,0 +1,255 @@
+"""Planner acceptance: framework rules in the search space and for pinned fields, memory
+feasibility from the predicted peak's interval, and synthetic cases of the failure classes the
+independent check found (FSDP runs of 7B–30B on 8 × 80 GB, selective recompute pinned with
+FlashAttention, MoE parallel folding, sequence parallelism at tp=1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan
+from cost_model.frameworks import RULES, layout_rule_violation, pinned_rule_violation, rules_for
+from cost_model.training import FRAMEWORKS, training_from_dict
+from cost_model.transformer.memory import interval_GB, memory_fit
+from cost_model.transformer.moe import expert_tensor_parallel
+from planner_service.planner import SolverSettings, plan
+from planner_service.planner.request import parse_constraints, parse_plan_request
+
+SETTINGS = SolverSettings(time_limit_s=60.0, max_refinements=10_000)
+H100_NODE = {"name": "h100", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}
+A100_NODE = {"name": "a100", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}
+#: LLaMA-1 30B (Touvron et al. 2023, Table 2): 60 layers, 6656 hidden, 52 heads.
+LLAMA_30B = {"model_type": "llama", "num_hidden_layers": 60, "hidden_size": 6656, "num_attention_heads": 52,
+             "num_key_value_heads": 52, "intermediate_size": 17920, "vocab_size": 32000, "tie_word_embeddings": False}
+#: A fine-grained MoE (64 experts, top-8) whose expert parallelism 32 exceeds dp alone.
+MOE_64 = {"model_type": "mixtral", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+          "intermediate_size": 1024, "num_local_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304, "tie_word_embeddings": False}
+
+
+def _body(model, framework="megatron-core", nodes=(H100_NODE,), constraints=None, gbs=64, seq=4096, **training):
+    body = {"model": model, "training": {"global_batch_size": gbs, "sequence_length": seq, "framework": framework, **training},
+            "cluster": {"name": "c", "node_groups": list(nodes)}}
+    if constraints is not None:
+        body["constraints"] = constraints
+    return body
+
+
+def _plan(body):
+    return plan(parse_plan_request(body), SETTINGS)
+
+
+# ---- the rule tables ----------------------------------------------------------------------------
+
+
+def test_every_framework_has_one_rule_table():
+    assert set(RULES) == set(FRAMEWORKS)
+    assert not rules_for("deepspeed").tensor_parallel and not rules_for("deepspeed").context_parallel
+    assert not rules_for("megatron-deepspeed").interleaved_pipeline and not rules_for("deepspeed").interleaved_pipeline
+    assert 1 not in rules_for("fsdp").zero_stages and rules_for("fsdp").sharding_with_pipeline
+    assert rules_for("megatron-core").ep_folding and not rules_for("megatron-deepspeed").ep_folding
+
+
+@pytest.mark.parametrize(
+    ("framework", "layout", "field"),
+    [
+        ("deepspeed", {"cp": 2}, "cp"),
+        ("megatron-deepspeed", {"cp": 2, "tp": 2}, "cp"),
+        ("megatron-deepspeed", {"pp": 2, "vpp": 2}, "vpp"),
+        ("deepspeed", {"tp": 2}, "tp"),
+        ("fsdp", {"zero_stage": 1}, "zero_stage"),
+        ("megatron-core", {"pp": 2, "zero_stage": 3}, "zero_stage"),
+        ("megatron-deepspeed", {"ep": 32, "tp": 2, "dp": 16}, "ep"),
+    ],
+)
+def test_layout_rules_name_the_field(framework, layout, field):
+    full = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "zero_stage": 1, "sequence_parallel": False} | layout
+    rule = layout_rule_violation(framework, **full)
+    assert rule is not None and rule[0] == field, rule
+
+
+def test_moe_parallel_folding_in_megatron_core():
+    # EP = 32 folded across tp 2 × dp 16: legal in megatron-core, the expert TP is 1 and each of
+    # the 32 ranks holds 2 of 64 experts; without folding ep must divide dp.
+    assert layout_rule_violation("megatron-core", tp=2, pp=1, vpp=1, cp=1, ep=32, dp=16, zero_stage=1, sequence_parallel=True) is None
+    assert expert_tensor_parallel(2, 1, 16, 32) == 1.0  # (tp, cp, dp, ep)
+    assert expert_tensor_parallel(2, 1, 16, 8) == 2.0  # ep within dp: experts split like the dense layers
+    assert expert_tensor_parallel(4, 1, 4, 8) == 2.0
+    assert layout_rule_violation("deepspeed", tp=1, pp=1, vpp=1, cp=1, ep=32, dp=16, zero_stage=1, sequence_parallel=False)[0] == "ep"
+
+
+def test_pinned_rules_and_fp8_recipes():
+    assert pinned_rule_violation("deepspeed", {"cp": 4}) == ("cp", "deepspeed: no context parallelism (cp must be 1)")
+    assert pinned_rule_violation("megatron-core", {"recompute": "selective", "sequence_parallel": True, "tp": 1}) is None
+    with pytest.raises(InvalidInput) as exc:
+        training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "dtype": "fp8", "framework": "megatron-deepspeed"})
+    assert exc.value.field == "training.dtype" and "FP8" in str(exc.value)
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "dtype": "fp8", "framework": "fsdp"}).dtype == "fp8"
+
+
+@pytest.mark.parametrize(
+    ("framework", "pins", "field"),
+    [("deepspeed", {"cp": 2}, "constraints.cp"), ("megatron-deepspeed", {"vpp": 2, "pp": 2}, "constraints.vpp"),
+     ("fsdp", {"zero_stage": 1}, "constraints.zero_stage"), ("deepspeed", {"tp": 2}, "constraints.tp")],
+)
+def test_a_pinned_field_the_framework_cannot_run_is_refused_naming_it(framework, pins, field):
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body({"preset": "llama2-7b"}, framework, constraints=pins))
+    assert exc.value.field == field and framework in str(exc.value)
+
+
+def test_plans_for_deepspeed_never_use_cp_interleaving_or_tp():
+    res = _plan(_body({"preset": "llama2-7b"}, "deepspeed", nodes=({**H100_NODE, "count": 2},), gbs=128, seq=8192, constraints={}))
+    res = res.to_dict()
+    for e in [res["best"], *res["alternatives"]]:
+        s = e["strategy"]
+        assert s["cp"] == 1 and s["vpp"] == 1 and s["tp"] == 1 and not (s["zero_stage"] >= 2 and s["pp"] > 1)
+
+
+# ---- synthetic acceptance cases (the failure classes of the independent check) ------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "mbs", "node"),
+    [({"preset": "llama2-7b"}, 2, H100_NODE), ({"preset": "llama2-13b"}, 2, H100_NODE),
+     ({"transformer": LLAMA_30B, "name": "llama-30b"}, 1, H100_NODE), ({"preset": "llama2-7b"}, 1, A100_NODE)],
+    ids=["7b-h100", "13b-h100", "30b-h100", "7b-a100"],
+)
+def test_fsdp_runs_of_7b_to_30b_on_eight_80gb_gpus_fit(model, mbs, node):
+    pins = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "recompute": "full", "micro_batch_size": mbs}
+    res = _plan(_body(model, "fsdp", nodes=(node,), constraints=pins, gbs=64, seq=2048))
+    p = res.best.prediction
+    assert p.fits and res.best.strategy.zero_stage == 3
+    # FSDP shards the model state over the 8 ranks (a replica of even the 7B model would need
+    # 16 bytes per parameter, 108 GB): the predicted peak is within the device.
+    assert max(p.peak_memory_GB) < 80
+    assert p.peak_memory_GB_p10 < 80
+
+
+def test_selective_recompute_pinned_with_flash_attention_is_costed():
+    res = _plan(_body({"preset": "llama2-7b"}, "megatron-core", nodes=({**H100_NODE, "count": 2},), constraints={"recompute": "selective"}, attention="flash"))
+    assert res.best.strategy.recompute == "selective"
+    assert all(a.strategy.recompute == "selective" for a in res.alternatives)
+
+
+def test_sequence_parallel_at_tp1_is_a_warning_not_a_rejection():
+    res = _plan(_body({"preset": "llama2-7b"}, "megatron-core", constraints={"tp": 1, "sequence_parallel": True}))
+    assert res.best.strategy.tp == 1 and res.best.strategy.sequence_parallel
+    assert any("no effect at tp=1" in w for w in res.warnings)
+
+
+def test_ep32_folded_across_tp2_dp16_is_accepted_for_megatron_core():
+    nodes = ({**H100_NODE, "count": 4},)
+    pins = {"tp": 2, "dp": 16, "ep": 32, "pp": 1, "cp": 1}
+    res = _plan(_body({"transformer": MOE_64, "name": "moe-64x8"}, "megatron-core", nodes=nodes, constraints=pins, gbs=256))
+    s = res.best.strategy
+    assert (s.tp, s.dp, s.ep) == (2, 16, 32) and res.best.prediction.fits
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body({"transformer": MOE_64, "name": "moe-64x8"}, "megatron-deepspeed", nodes=nodes, constraints=pins, gbs=256))
+    assert exc.value.field == "constraints.ep" and "dp·cp" in str(exc.value)
+
+
+# ---- memory feasibility from the interval ----------------------------------------------------
+
+
+def test_memory_fit_follows_the_interval():
+    p10, p90 = interval_GB(70.0)
+    assert p10 < 70.0 < p90
+    assert memory_fit(70.0, p90 + 0.01) == "fits"
+    assert memory_fit(70.0, (p10 + p90) / 2) == "tight"
+    assert memory_fit(70.0, p10 - 0.01) == "does_not_fit"
+
+
+@pytest.mark.parametrize("value", [-0.1, 0.95, True, "x"])
+def test_memory_headroom_fraction_is_validated(value):
+    with pytest.raises(InvalidInput) as exc:
+        parse_constraints({"memory_headroom_fraction": value})
+    assert exc.value.field == "constraints.memory_headroom_fraction"
+    assert parse_constraints({"memory_headroom_fraction": 0.9}).headroom() == 0.9
+    assert parse_constraints({}).headroom() == 0.0 and parse_constraints({}).headroom(graph=True) == 0.1
+
+
+def _tight_case(rank: str):
+    """One GPU type whose memory sits inside the p10–p90 interval of the fastest layout's
+    peak: that layout is tight."""
+    def on(memory_GB: float, rank_by: str):
+        device = {"name": "h100-custom", "family": "hopper", "memory_GB": memory_GB, "memory_bandwidth_GBps": 3350, "bf16_tflops": 989}
+        node = {"name": "g", "count": 1, "gpus_per_node": 8, "device": device}
+        return _plan(_body({"preset": "llama2-7b"}, "fsdp", nodes=(node,), constraints={"tight_memory": rank_by, "dp": 8}, gbs=64, seq=2048))
+
+    probe = on(1000.0, "by_objective")
+    lo, hi = interval_GB(max(probe.best.prediction.peak_memory_GB))
+    return on((lo + hi) / 2, rank)
+
+
+def test_tight_plans_rank_after_safe_ones_unless_asked():
+    by_objective = _tight_case("by_objective")
+    assert by_objective.best.prediction.tight
+    assert any("memory tight" in w for w in by_objective.warnings)
+    safe_first = _tight_case("rank_after_safe")
+    flags = [e.prediction.tight for e in [safe_first.best, *safe_first.alternatives]]
+    assert not flags[0] and flags == sorted(flags)
+    assert safe_first.best.prediction.step_time_s >= by_objective.best.prediction.step_time_s
+    assert any(flags) or not by_objective.alternatives  # the tight one is kept as an alternative
+    rejected = _tight_case("reject")
+    assert not any(e.prediction.tight for e in [rejected.best, *rejected.alternatives])
+
+
+def test_a_config_whose_p10_exceeds_memory_does_not_fit():
+    with pytest.raises(NoFeasiblePlan) as exc:
+        _plan(_body({"preset": "llama2-13b"}, "megatron-core", constraints={"tp": 1, "pp": 1, "zero_stage": 0, "dp": 8}, gbs=64, seq=2048))
+    assert "no strategy fits" in str(exc.value) and "p10" in str(exc.value)
+
+
+# ---- HTTP and CLI ------------------------------------------------------------------------------
+
+
+def test_http_pinned_rule_is_a_422_and_plans_carry_the_tight_flag(client):
+    body = _body({"preset": "gpt3-125m"}, "megatron-deepspeed", nodes=(A100_NODE,), constraints={"pp": 2, "vpp": 2}, seq=2048)
+    resp = client.post("/v1/plans", json=body)
+    assert resp.status_code == 422, resp.text
+    err = resp.json()["error"]
+    assert err["field"] == "constraints.vpp" and "interleaved" in err["message"]
+    resp = client.post("/v1/plans", json=_body({"preset": "gpt3-125m"}, "megatron-deepspeed", nodes=(A100_NODE,), seq=2048))
+    assert resp.status_code in (200, 201), resp.text
+    plan_json = resp.json()
+    pred = plan_json["best"]["prediction"]
+    assert pred["tight"] is False and pred["peak_memory_quantity"] == "max_reserved"
+    assert pred["peak_memory_GB_p10"] < max(pred["peak_memory_GB"]) < pred["peak_memory_GB_p90"]
+    assert all("tight" in a["prediction"] for a in plan_json["alternatives"])
+    # A DeepSpeed-family plan launches with the deepspeed target; a megatron-core one does not.
+    assert client.get(f"/v1/plans/{plan_json['id']}/launch", params={"target": "deepspeed"}).status_code == 200
+    resp = client.get(f"/v1/plans/{plan_json['id']}/launch", params={"target": "torchtitan"})
+    assert resp.status_code == 422 and resp.json()["error"]["field"] == "target"
+    bad = client.post("/v1/plans", json=_body({"preset": "gpt3-125m"}, constraints={"memory_headroom_fraction": 0.95}, seq=2048))
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.memory_headroom_fraction"
+
+
+@pytest.fixture
+def cli():
+    from planner_service.cli.main import _register_all, app
+
+    if not any(getattr(c, "name", None) == "plan" for c in app.registered_commands):
+        _register_all()
+    return app
+
+
+def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_body({"preset": "gpt3-125m"}, "deepspeed", nodes=(A100_NODE,), constraints={"cp": 2}, seq=2048)))
+    res = CliRunner().invoke(cli, ["plan", str(bad)])
+    assert res.exit_code == 2 and "constraints.cp" in res.output
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_body({"preset": "gpt3-125m"}, "megatron-core", nodes=(A100_NODE,), constraints={"tp": 1, "sequence_parallel": True}, seq=2048)))
+    res = CliRunner().invoke(cli, ["plan", str(good)])
+    assert res.exit_code == 0, res.output
+    assert "Memory" in res.output and "fits" in res.output and "no effect at tp=1" in res.output
+    res = CliRunner().invoke(cli, ["plan", str(good), "--json"])
+    plan_json = json.loads(res.stdout)
+    assert plan_json["training"]["framework"] == "megatron-core" and plan_json["best"]["prediction"]["tight"] is False
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(res.stdout)
+    res = CliRunner().invoke(cli, ["launch", str(plan_file), "--target", "deepspeed"])
+    assert res.exit_code == 2 and "re-plan with training.framework" in res.output
