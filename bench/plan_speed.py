@@ -68,6 +68,92 @@ CASES = {
 }
 
 
+#: Frontier-scale cases on clusters with a network topology (issue 18): search time only (an
+#: exhaustive baseline over millions of placements × nesting orders is not sampled).
+POD_1_7 = {"levels": [{"name": "pod", "group_size_nodes": 384, "oversubscription": 7.0}], "rail_optimized": True}
+MOE_1_8T = {"name": "moe-1.8t-64e-top2", "transformer": {
+    "model_type": "mixtral", "num_hidden_layers": 36, "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "intermediate_size": 32768, "vocab_size": 128256, "num_local_experts": 64, "num_experts_per_tok": 2}}
+FRONTIER = {
+    "llama3-405b on 12288x8 H100 (98,304 GPUs), 32 pods, spine 1:7": {
+        "model": {"preset": "llama3-405b"},
+        "training": {"global_batch_size": 6144, "sequence_length": 8192},
+        "cluster": {"name": "h100-98304", "node_groups": [group("h100", 12288, "H100-SXM5-80GB")], "topology": POD_1_7},
+        "target_s": 5.0,
+    },
+    "1.8T MoE (64 experts, top-2) on 4096x8 H100 (32,768 GPUs), pods of 3,072, spine 1:7": {
+        "model": MOE_1_8T,
+        "training": {"global_batch_size": 4096, "sequence_length": 8192},
+        "cluster": {"name": "h100-32768", "node_groups": [group("h100", 4096, "H100-SXM5-80GB")], "topology": POD_1_7},
+        "target_s": 5.0,
+    },
+}
+
+
+def time_frontier(repeats: int) -> list[dict]:
+    rows = []
+    for name, case in FRONTIER.items():
+        req = parse_plan_request({k: v for k, v in case.items() if k != "target_s"})
+        walls, result = [], None
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            result = plan(req, SolverSettings())
+            walls.append(time.perf_counter() - t0)
+        med = statistics.median(walls)
+        best = result.best
+        entry = result.to_dict(alternative_ranks=False)["best"]
+        rows.append({"case": name, "plan_wall_s_median": round(med, 3), "plan_wall_s_runs": [round(w, 3) for w in walls],
+                     "target_s": case["target_s"], "within_target": med <= case["target_s"], "candidates": result.search["candidates"],
+                     "solver_status": result.search["solver_status"], "best_strategy": best.strategy.to_dict(),
+                     "best_step_time_s": round(best.prediction.step_time_s, 4), "best_mfu": round(best.prediction.mfu, 4),
+                     "boundaries": entry.get("topology", {}).get("boundaries")})
+        print(f"{name:48s} plan {med:6.2f} s (target {case['target_s']:.0f} s)  {result.search['candidates']} candidates, "
+              f"status {result.search['solver_status']}, best {best.strategy.to_dict()}")
+    return rows
+
+
+def time_frontier_http(repeats: int) -> dict:
+    """Through the HTTP app in-process, on the 98,304-GPU case: GET of the stored plan (98,304
+    ranks; gzip when the client accepts it, as curl --compressed and browsers do) and a replan
+    after losing one node (a different node each run)."""
+    import tempfile
+
+    from fastapi.testclient import TestClient
+
+    from planner_service.api import create_app
+    from planner_service.settings import ServiceSettings
+
+    name = next(iter(FRONTIER))
+    body = {k: v for k, v in FRONTIER[name].items() if k != "target_s"}
+    with tempfile.TemporaryDirectory() as d:
+        settings = ServiceSettings(database_url=f"sqlite:///{d}/bench.db", auto_migrate=True, sync_max_candidates=10_000_000,
+                                   auth="disabled", allowed_hosts="testserver", rate_limit="")
+        app = create_app(settings, start_worker=False)
+        with TestClient(app) as client:
+            t0 = time.perf_counter()
+            parent = client.post("/v1/plans", json=body).json()
+            post_s = time.perf_counter() - t0
+            gets, sizes = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                r = client.get(f"/v1/plans/{parent['id']}", headers={"Accept-Encoding": "gzip"})
+                r.json()
+                gets.append(time.perf_counter() - t0)
+                sizes.append(int(r.headers.get("content-length") or len(r.content)))
+            hosts = sorted({r["host"] for r in parent["best"]["ranks"]})
+            walls, planner = [], []
+            for k in range(repeats):
+                t0 = time.perf_counter()
+                r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [hosts[100 + k]]})
+                walls.append(time.perf_counter() - t0)
+                planner.append(r.json().get("search", {}).get("wall_time_s"))
+    return {"case": name, "ranks": len(parent["best"]["ranks"]), "post_plan_s": round(post_s, 3),
+            "get_plan_s_median": round(statistics.median(gets), 3), "get_plan_s_runs": [round(g, 3) for g in gets],
+            "get_plan_bytes_on_wire": sizes[0], "get_target_s": 1.0,
+            "replan_wall_s_median": round(statistics.median(walls), 3), "replan_wall_s_runs": [round(w, 3) for w in walls],
+            "replan_planner_s_runs": planner, "replan_target_s": 1.0}
+
+
 def exhaustive_candidates(req):
     """(strategy, stage_groups) pairs of the same space, one estimate call each."""
     cluster = normalise_cluster(req.cluster, None)
@@ -153,8 +239,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample", type=int, default=300)
+    ap.add_argument("--frontier-only", action="store_true", help="only the topology cases (prints; writes nothing)")
     args = ap.parse_args()
     rng = random.Random(0)
+    if args.frontier_only:
+        time_frontier(args.repeats)
+        print(json.dumps(time_frontier_http(args.repeats), indent=1))
+        return 0
     rows = []
     # Warm the imports (OR-tools, numpy) so process start is excluded.
     plan(parse_plan_request(CASES["gpt3-175b on 128x8 A100-80GB"]), SolverSettings())
@@ -193,12 +284,18 @@ def main() -> int:
         )
         print(f"{name:48s} plan {med:6.2f} s (target {case['target_s']:.0f} s)  exhaustive ≈ {exhaustive_s:8.1f} s "
               f"({len(cands)} × {per_call * 1e3:.2f} ms)  speed-up {exhaustive_s / med:7.1f}×  status {result.search['solver_status']}")
+    frontier = time_frontier(args.repeats)
+    frontier_http = time_frontier_http(args.repeats)
+    print(f"98,304 ranks over HTTP: GET plan median {frontier_http['get_plan_s_median']:.2f} s "
+          f"({frontier_http['get_plan_bytes_on_wire']:,} bytes on the wire); replan after losing one node "
+          f"median {frontier_http['replan_wall_s_median']:.2f} s")
     replan = time_replan(args.repeats)
     print(f"replan after losing 1 of 128 nodes (HTTP, in-process): median {replan['replan_wall_s_median']:.2f} s "
           f"(target 1 s; planner alone {replan['planner_wall_s_median']:.2f} s), ranks moved {replan['ranks_moved']}")
     import os
 
-    out = {"cpu_count": os.cpu_count(), "loadavg": os.getloadavg()[0], "repeats": args.repeats, "rows": rows, "replan": replan}
+    out = {"cpu_count": os.cpu_count(), "loadavg": os.getloadavg()[0], "repeats": args.repeats, "rows": rows, "replan": replan,
+           "frontier": frontier, "frontier_http": frontier_http}
     res = ROOT / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
     (res / "plan.json").write_text(json.dumps(out, indent=1) + "\n")

@@ -51,6 +51,18 @@ def plan() -> str | None:
     if rp:
         planner = f"planner {rp['planner_wall_s_median']:.2f} s of it; " if rp.get("planner_wall_s_median") is not None else ""
         out.append(f"| replan: {rp['case']} (HTTP, in-process) | {rp['replan_wall_s_median']:.2f} s | ≤ {rp['target_s']:.0f} s | | | | {planner}ranks moved {rp['ranks_moved']} |")
+    for r in d.get("frontier") or []:
+        s = r["best_strategy"]
+        pod = next((b["crossed_by"] for b in r.get("boundaries") or [] if b["boundary"] == "pod"), None)
+        nest = "<".join(s.get("nesting") or ["tp", "cp", "dp", "pp"])
+        out.append(
+            f"| {r['case']} | {r['plan_wall_s_median']:.2f} s | ≤ {r['target_s']:.0f} s | {r['solver_status']} | {r['candidates']:,} candidates (× nesting orders) | "
+            f"| tp {s['tp']} pp {s['pp']} dp {s['dp']} cp {s['cp']} ep {s['ep']}, nesting {nest}, across pods: {', '.join(pod) if pod else 'nothing'}, MFU {r['best_mfu'] * 100:.0f}% |"
+        )
+    fh = d.get("frontier_http")
+    if fh:
+        out.append(f"| replan: 98,304 GPUs, one node down (HTTP, in-process) | {fh['replan_wall_s_median']:.2f} s | ≤ {fh['replan_target_s']:.0f} s | | | | planner {fh['replan_planner_s_runs']} s |")
+        out.append(f"| GET a plan of {fh['ranks']:,} ranks (HTTP, gzip) | {fh['get_plan_s_median']:.2f} s | ≤ {fh['get_target_s']:.0f} s | | | | {fh['get_plan_bytes_on_wire']:,} bytes on the wire |")
     load = d.get("loadavg")
     note = f" Load average during the run: {load}." if load else ""
     out += ["", f"Median of {d.get('repeats', '?')} runs on a {d.get('cpu_count', '?')}-core machine, process start excluded; "

@@ -15,6 +15,7 @@ from typing import Any
 from cost_model.comm import FABRICS
 from cost_model.devices import DeviceSpec, resolve_device
 from cost_model.errors import InvalidCluster
+from cost_model.topology import Topology, topology_from_dict
 
 #: A hostname every launch target can write unquoted (hostfiles, shell scripts, manifests): the
 #: rule the exporters apply, checked when the cluster is given instead of at launch.
@@ -29,6 +30,9 @@ class Node:
     driver_version: str | None = None
     cuda_version: str | None = None
     nccl_version: str | None = None
+    #: The node's domain at each topology level, inner first (e.g. ("leaf-3", "pod-1")); empty:
+    #: by position (consecutive nodes fill each level's domains of group_size_nodes).
+    domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class NodeGroup:
     nccl_socket_ifname: str | None = None
     nccl_ib_hca: str | None = None
     fabric: str = "infiniband"  # inter-node fabric: infiniband | roce | omnipath (cost_model.comm.FABRICS)
+    topology: Topology | None = None  # the cluster's levels above the node (None: flat)
 
     @property
     def nic_per_gpu_GBps(self) -> float:
@@ -56,6 +61,7 @@ class Cluster:
     name: str
     node_groups: tuple[NodeGroup, ...]
     nodes: tuple[Node, ...] = field(default=())
+    topology: Topology | None = None  # levels above the node (cost_model.topology); None: flat
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
@@ -110,9 +116,11 @@ class Cluster:
                     "group": n.group,
                     "available": n.available,
                     **{k: getattr(n, k) for k in ("driver_version", "cuda_version", "nccl_version") if getattr(n, k)},
+                    **({"domains": list(n.domains)} if n.domains else {}),
                 }
                 for n in self.nodes
             ],
+            **({"topology": self.topology.to_dict()} if self.topology is not None else {}),
         }
 
 
@@ -145,6 +153,7 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
     groups_in = data.get("node_groups")
     if not isinstance(groups_in, list) or not groups_in:
         raise InvalidCluster("must be a non-empty list of node groups", field=f"{field_path}.node_groups")
+    topology = topology_from_dict(data.get("topology"), f"{field_path}.topology")
     groups: list[NodeGroup] = []
     nodes: list[Node] = []
     seen_names: set[str] = set()
@@ -208,6 +217,7 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
                 nccl_socket_ifname=g.get("nccl_socket_ifname"),
                 nccl_ib_hca=g.get("nccl_ib_hca"),
                 fabric=fabric,
+                topology=topology,
             )
         )
         nodes.extend(Node(hostname=h, group=gname) for h in hostnames)
@@ -233,13 +243,21 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
             available = n.get("available", True)
             if not isinstance(available, bool):
                 raise InvalidCluster("must be true or false", field=f"{npath}.available")
-            versions = {}
+            versions: dict[str, Any] = {}
             for key in ("driver_version", "cuda_version", "nccl_version"):
                 if n.get(key) is not None:
                     versions[key] = str(n[key])
+            domains = n.get("domains")
+            if domains is not None:
+                levels = len(topology.levels) if topology else 0
+                if not isinstance(domains, list) or len(domains) != levels or not all(isinstance(d, str) and d for d in domains):
+                    raise InvalidCluster(
+                        f"must list the node's domain at each of the {levels} topology levels, inner first", field=f"{npath}.domains"
+                    )
+                by_host[host] = replace(by_host[host], domains=tuple(domains))
             by_host[host] = replace(by_host[host], available=available, **versions)
         nodes = [by_host[n.hostname] for n in nodes]
-    cluster = Cluster(name=name, node_groups=tuple(groups), nodes=tuple(nodes))
+    cluster = Cluster(name=name, node_groups=tuple(groups), nodes=tuple(nodes), topology=topology)
     if cluster.total_gpus == 0:
         raise InvalidCluster("every node is marked unavailable: no devices left", field=f"{field_path}.nodes")
     return cluster

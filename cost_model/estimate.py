@@ -22,6 +22,7 @@ from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import sequence_parallel_noop
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, validate_strategy
+from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals
 from cost_model.transformer.layer_cost import StrategyArrays
@@ -53,10 +54,14 @@ def _slowest_group(groups: Sequence[NodeGroup], dtype: str) -> NodeGroup:
     return min(groups, key=lambda g: (g.device.peak_tflops(dtype) if dtype in g.device.supported_dtypes() else 0.0, g.device.memory_GB))
 
 
-def _cross_node(block: int, group: NodeGroup, next_group: NodeGroup) -> bool:
+def _cross_node(block: int, group: NodeGroup, next_group: NodeGroup, strategy: Strategy | None = None) -> bool:
     """Whether a stage boundary's point-to-point traffic crosses the network: always when a
     stage fills whole nodes (block ≥ GPUs per node) or the next stage is on another node group;
-    a boundary between two partial-node stages of one group is taken as intra-node (NVLink)."""
+    a boundary between two partial-node stages of one group is taken as intra-node (NVLink).
+    With a nesting order other than Megatron's, when the pipeline's stride reaches a node
+    (:func:`cost_model.topology.pp_crosses_node`)."""
+    if strategy is not None and strategy.nesting is not None and next_group is group:
+        return pp_crosses_node(strategy, group.gpus_per_node)
     return block >= group.gpus_per_node or next_group is not group
 
 
@@ -71,11 +76,11 @@ def default_stage_slots(cluster: Cluster, strategy: Strategy, dtype: str) -> lis
         members = gpus[i * block : (i + 1) * block]
         groups = list(dict.fromkeys(members))
         slow = _slowest_group(groups, dtype)
-        links = Links.for_group(slow)
+        links = links_for_group(slow)
         for g in groups[1:]:
-            links = links.slowest(Links.for_group(g))
+            links = links.slowest(links_for_group(g))
         nxt = gpus[(i + 1) * block] if (i + 1) * block < len(gpus) and i + 1 < strategy.pp else members[-1]
-        cross = _cross_node(block, members[-1], nxt) or len(groups) > 1
+        cross = _cross_node(block, members[-1], nxt, strategy) or len(groups) > 1
         slots.append(StageSlot(slow, links, cross, mixed=len({g.device.name for g in groups}) > 1))
     return slots
 
@@ -100,7 +105,7 @@ def slots_for_groups(cluster: Cluster, strategy: Strategy, group_names: Sequence
     slots = []
     for i, g in enumerate(groups):
         nxt = groups[i + 1] if i + 1 < len(groups) else g
-        slots.append(StageSlot(g, Links.for_group(g), _cross_node(block, g, nxt)))
+        slots.append(StageSlot(g, links_for_group(g), _cross_node(block, g, nxt, strategy)))
     return slots
 
 

@@ -9,7 +9,7 @@ under Megatron-Core's MoE parallel folding, the tensor×context×data ranks (``e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
@@ -41,15 +41,33 @@ class RankCoords(NamedTuple):
     tp: int
 
 
-def rank_of(pp_i: int, dp_i: int, cp_i: int, tp_i: int, *, dp: int, cp: int, tp: int) -> int:
+def rank_of(
+    pp_i: int, dp_i: int, cp_i: int, tp_i: int, *, dp: int, cp: int, tp: int, pp: int = 1, nesting: Sequence[str] | None = None
+) -> int:
     """Global rank of the given coordinates in Megatron-LM's order (tensor fastest, then
-    context, data, pipeline): ``r = ((pp_i·dp + dp_i)·cp + cp_i)·tp + tp_i``."""
-    return ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+    context, data, pipeline): ``r = ((pp_i·dp + dp_i)·cp + cp_i)·tp + tp_i``; with a
+    ``nesting`` (inner to outer, e.g. ``("tp", "cp", "pp", "dp")``) the mixed-radix number of
+    the coordinates in that order instead (Megatron-Core's ``order`` argument of its rank
+    generator; ranks fill hosts in order, so this decides which dimension crosses nodes)."""
+    if nesting is None:
+        return ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+    coord = {"tp": tp_i, "cp": cp_i, "dp": dp_i, "pp": pp_i}
+    size = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    rank = 0
+    for d in reversed(tuple(nesting)):
+        rank = rank * size[d] + coord[d]
+    return rank
 
 
-def rank_coords(rank: int, *, dp: int, cp: int, tp: int) -> RankCoords:
+def rank_coords(rank: int, *, dp: int, cp: int, tp: int, pp: int = 1, nesting: Sequence[str] | None = None) -> RankCoords:
     """Inverse of :func:`rank_of`: the (pp, dp, cp, tp) coordinates of a global rank."""
-    return RankCoords(pp=rank // (tp * cp * dp), dp=(rank // (tp * cp)) % dp, cp=(rank // tp) % cp, tp=rank % tp)
+    if nesting is None:
+        return RankCoords(pp=rank // (tp * cp * dp), dp=(rank // (tp * cp)) % dp, cp=(rank // tp) % cp, tp=rank % tp)
+    size = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    coord: dict[str, int] = {}
+    for d in nesting:
+        rank, coord[d] = divmod(rank, size[d])
+    return RankCoords(pp=coord["pp"], dp=coord["dp"], cp=coord["cp"], tp=coord["tp"])
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,9 @@ class Strategy:
     recompute: str = "none"
     zero_stage: int = 0
     layers_per_stage: tuple[int, ...] | None = None
+    #: Nesting order of the parallel dimensions over the GPUs, inner to outer (tp first);
+    #: None: Megatron-LM's (tp, cp, dp, pp).  ``cost_model.topology``.
+    nesting: tuple[str, ...] | None = None
 
     @property
     def num_devices(self) -> int:
@@ -76,6 +97,10 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["layers_per_stage"] = list(self.layers_per_stage) if self.layers_per_stage else None
+        if self.nesting is None:
+            del out["nesting"]
+        else:
+            out["nesting"] = list(self.nesting)
         return out
 
     def stage_layer_ranges(self) -> list[list[tuple[int, int]]]:
@@ -131,6 +156,14 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if not isinstance(lps, list) or not lps or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps):
             raise InvalidStrategy("must be a non-empty list of positive integers", field=f"{field_path}.layers_per_stage")
         out["layers_per_stage"] = tuple(lps)
+    nesting = data.get("nesting")
+    if nesting is not None:
+        from cost_model.topology import MEGATRON_NESTING, nesting_code
+
+        if not isinstance(nesting, (list, tuple)) or not all(isinstance(x, str) for x in nesting):
+            raise InvalidStrategy("must be a list of tp, cp, dp, pp (inner to outer)", field=f"{field_path}.nesting")
+        nesting_code(nesting, f"{field_path}.nesting")
+        out["nesting"] = None if tuple(nesting) == MEGATRON_NESTING else tuple(nesting)
     return Strategy(**out)
 
 

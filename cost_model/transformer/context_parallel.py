@@ -55,6 +55,7 @@ def ring_exchange_exposed_s(
     attn_fwd_s: ArrayOrFloat,
     attn_bwd_s: ArrayOrFloat,
     overlap: float,
+    send_extra_s: tuple[ArrayOrFloat, ArrayOrFloat] = (0.0, 0.0),
 ) -> tuple[FloatArray, FloatArray]:
     """Exposed forward and backward time (s) of the ring K,V exchange of one layer.
 
@@ -66,10 +67,13 @@ def ring_exchange_exposed_s(
     overlap condition: the block's compute must cover its transfer; Liu et al. 2023 §3).
     Backward passes K,V and the accumulating dK,dV (twice the bytes) and sends the finished
     dK,dV one last hop home, which nothing hides.  CP = 1 (steps 0): 0; compute-bound: 0 forward.
+    ``send_extra_s``: what one forward and one backward send pay beyond the node-level send
+    (the levels above the node a ring of another nesting order or a topology crosses,
+    ``cost_model.topology.p2p_extra_s``; zero for a flat cluster), hidden like the send itself.
     """
     n = _f(steps)
-    comm_f = p2p_time_s(kv_block_bytes, links, cross_node)
-    comm_b = p2p_time_s(2.0 * _f(kv_block_bytes), links, cross_node)
+    comm_f = p2p_time_s(kv_block_bytes, links, cross_node) + _f(send_extra_s[0])
+    comm_b = p2p_time_s(2.0 * _f(kv_block_bytes), links, cross_node) + _f(send_extra_s[1])
     block_f = _f(attn_fwd_s) / (n + 1.0)
     block_b = _f(attn_bwd_s) / (n + 1.0)
     fwd = n * np.maximum(0.0, comm_f - overlap * block_f)
@@ -109,20 +113,24 @@ def cp_layer_comm_s(
     attn_fwd_s: ArrayOrFloat,
     attn_bwd_s: ArrayOrFloat,
     overlap: float,
+    per_node: ArrayOrFloat | None = None,
+    ring_send_extra_s: tuple[ArrayOrFloat, ArrayOrFloat] = (0.0, 0.0),
 ) -> tuple[FloatArray, FloatArray]:
     """Exposed (forward, backward) seconds of one layer's context-parallel exchange by
     ``comm_type`` (module docstring).  CP ranks are ``tp`` global ranks apart (Megatron order),
-    so the group spans nodes when c·t exceeds a node."""
+    so the group spans nodes when c·t exceeds a node; ``per_node`` overrides the CP ranks per
+    node (another nesting order of the parallel dimensions); ``ring_send_extra_s``: the
+    ``send_extra_s`` of :func:`ring_exchange_exposed_s` (``p2p`` only)."""
     if comm_type not in CP_COMM_TYPES:
         raise ValueError(f"cp_comm_type must be one of {CP_COMM_TYPES}, got {comm_type!r}")
     c, t = _f(cp), _f(tp)
     gpn = links.gpus_per_node
-    per_node = ranks_per_node(c, t, gpn)
+    per_node = ranks_per_node(c, t, gpn) if per_node is None else _f(per_node)
     if comm_type == "allgather":
         fwd, bwd = allgather_exchange_s(kv_block_bytes, c, per_node, links)
     elif comm_type == "a2a":
         fwd, bwd = a2a_exchange_s(qkv_bytes, out_bytes, c, per_node, links)
     else:
         steps = ring_steps(c, local_seq, window)
-        fwd, bwd = ring_exchange_exposed_s(kv_block_bytes, steps, links, c > per_node, attn_fwd_s, attn_bwd_s, overlap)
+        fwd, bwd = ring_exchange_exposed_s(kv_block_bytes, steps, links, c > per_node, attn_fwd_s, attn_bwd_s, overlap, ring_send_extra_s)
     return np.where(c > 1, fwd, 0.0), np.where(c > 1, bwd, 0.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,13 +44,26 @@ from cost_model.compute import (
 )
 from cost_model.devices import DeviceSpec
 from cost_model.strategy import Strategy
+from cost_model.topology import (
+    Axes,
+    alltoall_extra_s,
+    data_axes,
+    dimension_axes,
+    expert_axes,
+    hierarchical_collective_extra_s,
+    members_in,
+    nesting_code,
+    p2p_extra_s,
+)
 from cost_model.training import Training
 from cost_model.transformer.context_parallel import cp_layer_comm_s
 from cost_model.transformer.mla import mla_latent_activation_bytes, mla_projection_fwd_bwd_s, mla_projection_shapes
 from cost_model.transformer.moe import (
     MoeFfnCost,
+    expected_nodes_hit,
     expert_data_parallel,
     expert_tensor_parallel,
+    local_tokens,
     moe_activation_bytes,
     moe_ffn_costs,
 )
@@ -105,6 +119,7 @@ class StrategyArrays:
     sp: np.ndarray  # bool
     recompute: np.ndarray  # 0 none, 1 selective, 2 full
     zero: np.ndarray
+    nest: np.ndarray | None = None  # nesting order code (cost_model.topology.NESTINGS); None: Megatron's
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -122,13 +137,15 @@ class StrategyArrays:
             sp=col(lambda s: s.sequence_parallel, bool),
             recompute=col(lambda s: RECOMPUTE_CODE[s.recompute]),
             zero=col(lambda s: s.zero_stage),
+            nest=col(lambda s: nesting_code(s.nesting)) if any(s.nesting is not None for s in strategies) else None,
         )
 
     def __len__(self) -> int:
         return len(self.dp)
 
     def take(self, index: npt.ArrayLike) -> StrategyArrays:
-        return StrategyArrays(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
+        cols: dict[str, Any] = {k: None if getattr(self, k) is None else getattr(self, k)[index] for k in self.__dataclass_fields__}
+        return StrategyArrays(**cols)
 
 
 @dataclass(frozen=True)
@@ -531,7 +548,7 @@ def _layer_parallel_comm(
         S.sp,
         2 * reduce_scatter_time_s(t, msg, links, tp_per_node),
         allreduce_time_s(t, msg, links, tp_per_node),
-    )
+    ) + hierarchical_collective_extra_s(links, [(t, 1.0 + 0.0 * t)], msg, 2.0)
     n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
     tp_comm = n_collectives * one_ar if moe is None else n_collectives / 2 * (one_ar + moe.ffn_tp_one_s)
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
@@ -543,24 +560,92 @@ def _layer_parallel_comm(
 
     # ---- context-parallel exchange ------------------------------------------------------------
     # The ring passes 2·b·sc·kv·eb bytes of K,V per step; a full recompute runs the forward's again.
+    # With a topology the levels above the node add their surcharge (cost_model.topology; zero
+    # without one); the nesting order decides how many CP ranks share a node.
+    cp_axes = dimension_axes(S, "cp")
+    kv_block = 2 * b * sc * kv * eb
+    qkv_bytes, out_bytes = T * (g.q / t + 2 * kv) * eb, T * g.o / t * eb
     cp_fwd, cp_bwd = cp_layer_comm_s(
-        training.cp_comm_type, cp=c, tp=t, local_seq=sc, window=g.s, kv_block_bytes=2 * b * sc * kv * eb,
-        qkv_bytes=T * (g.q / t + 2 * kv) * eb, out_bytes=T * g.o / t * eb, links=links,
+        training.cp_comm_type, cp=c, tp=t, local_seq=sc, window=g.s, kv_block_bytes=kv_block,
+        qkv_bytes=qkv_bytes, out_bytes=out_bytes, links=links,
         attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd, overlap=overlap,
+        per_node=None if S.nest is None else members_in(gpn, cp_axes),
+        ring_send_extra_s=(p2p_extra_s(links, cp_axes, kv_block), p2p_extra_s(links, cp_axes, 2 * kv_block)),
     )
+    extra_f, extra_b = _cp_topology_extra_s(training.cp_comm_type, links, cp_axes, c, kv_block, qkv_bytes, out_bytes)
+    cp_fwd, cp_bwd = cp_fwd + extra_f, cp_bwd + extra_b
     cp_exposed = cp_fwd + cp_bwd + np.where(S.recompute == 2, cp_fwd, 0.0)
 
     # ---- expert-parallel dispatch and combine ---------------------------------------------------
     # Forward and backward each run a dispatch and a combine, a full recompute two more; with
-    # ``moe_comm_overlap`` they run under the layer compute of another micro-batch.
+    # ``moe_comm_overlap`` they run under the layer compute of another micro-batch.  A topology
+    # adds the surcharge of the levels above the node to each of them.
     if moe is not None:
-        ep_comm = moe.ep_comm_s + np.where(S.recompute == 2, moe.ep_recompute_s, 0.0)
+        extra = _ep_topology_extra_s(model, training, links, S, g, moe)
+        ep_comm = moe.ep_comm_s + 4.0 * extra + np.where(S.recompute == 2, moe.ep_recompute_s + 2.0 * extra, 0.0)
         if training.moe_comm_overlap:
             ep_comm = np.maximum(0.0, ep_comm - overlap * np.asarray(layer_compute, dtype=float))
     else:
         ep_comm = 0.0 * t
 
     return tp_comm, cp_exposed, ep_comm
+
+
+def _expert_axes(S: StrategyArrays) -> tuple[Axes, Axes]:
+    """(EP group, expert-data-parallel group) as axes: in Megatron's order EP ranks are etp
+    global ranks apart and the EDP replicas ep·etp apart (parallel folding,
+    :func:`cost_model.transformer.moe.expert_tensor_parallel`); with a nesting order
+    :func:`cost_model.topology.expert_axes`."""
+    if S.nest is not None:
+        return expert_axes(S)
+    etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)
+    return [(S.ep, etp)], [(expert_data_parallel(S.tp, S.cp, S.dp, S.ep), etp * S.ep)]
+
+
+def _cp_topology_extra_s(
+    comm_type: str, links: Links, axes: Axes, c: np.ndarray,
+    kv_block_bytes: ArrayOrFloat, qkv_bytes: ArrayOrFloat, out_bytes: ArrayOrFloat,
+) -> tuple[FloatArray, FloatArray]:
+    """Seconds (forward, backward) the exposed context-parallel collectives of one layer pay
+    beyond :func:`cost_model.transformer.context_parallel.cp_layer_comm_s` because the group
+    crosses levels above the node (cost_model.topology; zero without a topology):
+    ``allgather`` — the all-gather / reduce-scatter of the c K,V blocks
+    (:func:`cost_model.topology.hierarchical_collective_extra_s`, volume factor 1); ``a2a`` —
+    its two all-to-alls (:func:`cost_model.topology.alltoall_extra_s`).  Both are exposed, as
+    the flat exchange is.  ``p2p``: 0 here — the ring's surcharge is on each send, inside
+    ``cp_layer_comm_s`` (``ring_send_extra_s``), hidden behind attention as the send is."""
+    zero = np.zeros_like(np.asarray(c, dtype=float))
+    if comm_type == "allgather":
+        one = hierarchical_collective_extra_s(links, axes, c * np.asarray(kv_block_bytes, dtype=float), 1.0)
+    elif comm_type == "a2a":
+        one = alltoall_extra_s(links, axes, qkv_bytes) + alltoall_extra_s(links, axes, out_bytes)
+    else:
+        return zero, zero
+    out = np.where(c > 1, one, 0.0)
+    return out, out
+
+
+def _ep_topology_extra_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost) -> FloatArray:
+    """Seconds one dispatch (or combine) pays beyond
+    :func:`cost_model.transformer.moe.dispatch_time_s` because the EP group crosses levels above
+    the node (cost_model.topology; zero without a topology): ``alltoall`` — the T_loc·k·h·eb
+    slots (× load factor) this rank sends, :func:`cost_model.topology.alltoall_extra_s`;
+    ``allgather`` — the ep·T_loc·h·eb gathered tokens,
+    :func:`cost_model.topology.hierarchical_collective_extra_s` (volume factor 1); ``deepep`` —
+    the node-deduplicated network bytes, T_loc·h·eb (× load factor) per node hit
+    (:func:`cost_model.transformer.moe.expected_nodes_hit`), through ``alltoall_extra_s``."""
+    axes = _expert_axes(S)[0]
+    t_loc = local_tokens(g.T, S.tp, S.sp)
+    k, eb, h = float(model.experts_per_token), g.eb, g.h
+    dispatcher = training.moe_token_dispatcher
+    if dispatcher == "allgather":
+        return hierarchical_collective_extra_s(links, axes, S.ep * t_loc * h * eb, 1.0)
+    token_bytes = t_loc * h * eb * moe.load_factor
+    if dispatcher == "deepep":
+        n = np.maximum(S.ep, 1.0)
+        nodes = np.ceil(n / np.minimum(np.maximum(members_in(links.gpus_per_node, axes), 1.0), n))
+        return alltoall_extra_s(links, axes, token_bytes * expected_nodes_hit(k, float(model.num_experts), nodes))
+    return alltoall_extra_s(links, axes, token_bytes * k)
 
 
 def _moe_ffn(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, g: _LayerGeometry) -> MoeFfnCost:
@@ -570,6 +655,7 @@ def _moe_ffn(model: TransformerSpec, training: Training, device: DeviceSpec, lin
         top_k=float(model.experts_per_token), shared_ffn_hidden=float(model.shared_expert_ffn_hidden_size), tokens=g.T,
         tp=S.tp, cp=S.cp, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, device=device, links=links, dtype=training.dtype,
         act_bytes=g.eb, dispatcher=training.moe_token_dispatcher, capacity_factor=training.moe_capacity_factor,
+        ep_per_node=None if S.nest is None else members_in(links.gpus_per_node, _expert_axes(S)[0]),
     )
 
 
@@ -760,10 +846,16 @@ def sharded_step_comm_s(
 
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp if ranks is None else np.asarray(ranks, dtype=float)
-    per_node = ranks_per_node(n, S.tp if stride is None else stride, links.gpus_per_node)
+    gpn = links.gpus_per_node
+    if ranks is None:
+        axes = data_axes(S)
+    else:
+        axes = [(n, S.tp if stride is None else np.asarray(stride, dtype=float))] if S.nest is None else _expert_axes(S)[1]
+    per_node = ranks_per_node(n, S.tp if stride is None else stride, gpn) if S.nest is None else members_in(gpn, axes)
     k = float(collectives_per_layer)
     kb = float(bandwidth_messages) if 0 < bandwidth_messages <= collectives_per_layer else k
-    one = reduce_scatter_time_s(n, layer_params_per_gpu * gb / kb, links, per_node, flat=True)
+    chunk = layer_params_per_gpu * gb / kb
+    one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
     bandwidth_part = np.maximum(one - alpha, 0.0) / current().get("sharded_collective_efficiency")
     out: FloatArray = 3.0 * layers * (kb * bandwidth_part + k * alpha) * (n > 1)
@@ -791,12 +883,19 @@ def dp_gradient_comm_s(
     """
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp
-    per_node = ranks_per_node(n, S.tp, links.gpus_per_node)
+    axes = data_axes(S)
+    edp_axes = _expert_axes(S)[1]
+    gpn = links.gpus_per_node
+    per_node = ranks_per_node(n, S.tp, gpn) if S.nest is None else members_in(gpn, axes)
     # Expert weights sync over their EDP replicas, ep·etp global ranks apart (parallel folding).
     n_e = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
-    per_node_e = ranks_per_node(n_e, expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep) * S.ep, links.gpus_per_node)
+    per_node_e = ranks_per_node(n_e, expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep) * S.ep, gpn) if S.nest is None else members_in(gpn, edp_axes)
     rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
         n_e, expert_params_per_gpu * gb, links, per_node_e
+    )
+    # Levels above the node (zero without a topology): cost_model.topology.
+    rs = rs + hierarchical_collective_extra_s(links, axes, params_per_gpu * gb, 1.0) + hierarchical_collective_extra_s(
+        links, edp_axes, expert_params_per_gpu * gb, 1.0
     )
     per_step = np.where(S.zero >= 3, 0.0, np.where(S.zero == 2, rs, 2.0 * rs))
     per_microbatch = np.where(S.zero >= 3, 3.0 * rs, np.where(S.zero == 2, rs, 0.0))
@@ -922,5 +1021,5 @@ def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: Strate
     eb = _act_bytes(training)
     size = S.mbs * training.sequence_length / S.cp * model.hidden_size * eb / S.tp
     gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)
-    return p2p_time_s(size, links, cross_node) + gather
+    return p2p_time_s(size, links, cross_node) + gather + p2p_extra_s(links, dimension_axes(S, "pp"), size)
 

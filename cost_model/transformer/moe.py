@@ -382,6 +382,7 @@ def moe_ffn_costs(
     act_bytes: float,
     dispatcher: str = "alltoall",
     capacity_factor: float | None = None,
+    ep_per_node: ArrayOrFloat | None = None,
 ) -> MoeFfnCost:
     """Cost of one MoE FFN (module docstring; each term's formula in its function).
 
@@ -393,7 +394,8 @@ def moe_ffn_costs(
     ``MoEAlltoAllTokenDispatcher``), so the FFN's TP collective moves T·k·h instead of the
     dense layer's T·h; with ETP = 1 the experts need none.  Shared experts run tensor-parallel
     on the full T tokens like a dense FFN (one all-gather + reduce-scatter, or all-reduce, of
-    T·h per pass).
+    T·h per pass).  ``ep_per_node``: EP ranks per node when the ranks are not in Megatron's
+    order (a topology's nesting order; default: ep ranks etp apart).
     """
     t, c, d, e = _f(tp), _f(cp), _f(dp), _f(ep)
     sp = np.asarray(sequence_parallel, dtype=bool)
@@ -432,7 +434,7 @@ def moe_ffn_costs(
     # Without SP and with TP, the experts' partial sums over the ETP ranks are all-reduced as a
     # dense FFN's are (on the T combined tokens).
     no_sp = np.where(~sp & (etp > 1), allreduce_time_s(etp, T * hidden * act_bytes, links, etp_per_node), 0.0)
-    ep_per_node = ranks_per_node(e, etp, gpn)
+    ep_per_node = ranks_per_node(e, etp, gpn) if ep_per_node is None else _f(ep_per_node)
     one = dispatch_time_s(dispatcher, T_loc, top_k, num_experts, hidden, act_bytes, e, ep_per_node, links, lf)
     return MoeFfnCost(
         gemm_fwd_s=gemm_fwd,

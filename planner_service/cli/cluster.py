@@ -13,12 +13,12 @@ from planner_service.importers import FORMATS, import_cluster
 
 
 def register(app: typer.Typer) -> None:
-    cluster = typer.Typer(help="Cluster descriptions: import from nvidia-smi, Paddle, Kubernetes.", no_args_is_help=True)
+    cluster = typer.Typer(help="Cluster descriptions: import from nvidia-smi, Paddle, Kubernetes, Slurm topology.conf.", no_args_is_help=True)
     app.add_typer(cluster, name="cluster")
 
     @cluster.command("import")
     def cluster_import(
-        files: list[Path] = typer.Argument(..., help="Input files (nvidia-smi: one or more per node; others: one)"),
+        files: list[Path] = typer.Argument(..., help="Input files (nvidia-smi: one or more per node; slurm-topology: topology.conf and the cluster JSON; others: one)"),
         format: str = typer.Option(..., "--format", "-f", help="One of: " + ", ".join(FORMATS)),
         name: str | None = typer.Option(None, help="Cluster name"),
         out: Path | None = typer.Option(None, "--out", "-o", help="Write the cluster JSON here (else stdout)"),

@@ -95,6 +95,8 @@ def render_plan(result: PlanResult, d: dict) -> None:
     console.print(f"[bold]Why:[/bold] {ex['summary']}; memory headroom {ex['memory_headroom_GB']} GB")
     for line, alt in zip(ex["alternatives"], d["alternatives"], strict=False):
         console.print(f"  vs {line}" + (" [yellow](memory tight)[/yellow]" if alt["prediction"].get("tight") else ""))
+    if ex.get("placement"):
+        console.print(f"[bold]Placement:[/bold] {ex['placement']}")
     for w in d["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
 

@@ -6,11 +6,13 @@
 
 Formats: ``paddle`` (PaddlePaddle auto-parallel cluster JSON), ``nvidia-smi`` (query CSV,
 ``-q -x`` XML or ``-L`` list, plus ``topo -m`` per node), ``k8s-nodes`` (``kubectl get nodes -o json`` with GPU Feature Discovery
-labels).  Malformed input raises :class:`cost_model.errors.InvalidCluster` naming the field.
+labels; the network-topology labels become the cluster's ``topology``), ``slurm-topology`` (Slurm
+``topology.conf``, tree or block plugin, applied to a v1 cluster JSON: two files).  Malformed input raises :class:`cost_model.errors.InvalidCluster` naming the field.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +23,9 @@ from planner_service.importers.common import catalog_id_for
 from planner_service.importers.k8s_nodes import import_k8s_nodes
 from planner_service.importers.nvidia_smi import import_nvidia_smi
 from planner_service.importers.paddle import import_paddle
+from planner_service.importers.topology import apply_k8s_topology, import_slurm_topology
 
-FORMATS = ("paddle", "nvidia-smi", "k8s-nodes")
+FORMATS = ("paddle", "nvidia-smi", "k8s-nodes", "slurm-topology")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ def import_cluster(fmt: str, sources: Sequence[tuple[str, str]], name: str | Non
     if fmt == "nvidia-smi":
         cluster, smi_warnings = import_nvidia_smi(sources, name or "nvidia-smi-cluster")
         warnings += smi_warnings
+    elif fmt == "slurm-topology":
+        cluster, topo_warnings = import_slurm_topology(sources, name)
+        warnings += topo_warnings
     else:
         if len(sources) != 1:
             raise InvalidCluster(f"format {fmt} takes exactly one file, got {len(sources)}", field="files")
@@ -53,6 +59,10 @@ def import_cluster(fmt: str, sources: Sequence[tuple[str, str]], name: str | Non
         else:
             cluster, skipped = import_k8s_nodes(text, name or "k8s-cluster")
             warnings += [f"skipped node {s}" for s in skipped]
+            data = json.loads(text)
+            items = [data] if data.get("kind") == "Node" else list(data["items"])
+            cluster, topo_warnings = apply_k8s_topology(cluster, [i for i in items if isinstance(i, dict)])
+            warnings += topo_warnings
     cluster_from_dict(cluster)  # the importer's output must be a valid v1 cluster
     return ImportResult(cluster=cluster, warnings=tuple(warnings))
 

@@ -8,15 +8,31 @@ type, consecutive stages of a pool are on neighbouring nodes, and unavailable no
 used (the pools hold available nodes only).
 
 Global rank: :func:`cost_model.strategy.rank_of`.
+
+On a cluster with a ``topology`` a single-pool plan is placed by its nesting order
+(``Strategy.nesting``, Megatron's when None): rank r is the r-th GPU of the pool's available
+nodes in topology order (by each node's ``domains``, else by position in the cluster's node list,
+unavailable nodes counted, so a lost node leaves a hole in its leaf and pod rather than shifting
+every later node), and its coordinates are the mixed-radix digits of r in the nesting order.
+Domains are *packed*: where a level's domain holds a number of nodes that is not a multiple of
+the unit the cost model keeps inside it (the dimensions nested within that level's domain
+size), the remainder nodes become spares used last, so uneven pods and holes from unavailable
+nodes do not make a group straddle a boundary the cost model priced as inside; if the spares
+are needed, the plan warns.  The rank table is built with numpy (98,304 ranks in well under a
+second).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from cost_model.cluster import Cluster
+import numpy as np
+
+from cost_model.cluster import Cluster, NodeGroup
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy, rank_coords, rank_of
+from cost_model.topology import MEGATRON_NESTING
 
 
 def _gpu_lists(cluster: Cluster) -> dict[str, list[tuple[str, int]]]:
@@ -26,8 +42,118 @@ def _gpu_lists(cluster: Cluster) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
+def _nested(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> bool:
+    """Placed by nesting order: a topology (or a nesting) and one pool."""
+    return (cluster.topology is not None or strategy.nesting is not None) and len(set(stage_groups)) == 1
+
+
+def _units_nodes(strategy: Strategy, gpus_per_node: int, domain_nodes: int) -> int:
+    """Nodes of the largest block of inner dimensions (in nesting order) that fits one domain
+    of ``domain_nodes`` nodes and fills whole nodes (1 when none does)."""
+    size = {"tp": strategy.tp, "cp": strategy.cp, "dp": strategy.dp, "pp": strategy.pp}
+    block = 1
+    best = 1
+    for d in strategy.nesting or MEGATRON_NESTING:
+        block *= size[d]
+        if block > domain_nodes * gpus_per_node:
+            break
+        if block % gpus_per_node == 0:
+            best = block // gpus_per_node
+    return best
+
+
+def _natural(name: str) -> tuple[Any, ...]:
+    """Sort key: digit runs compare as numbers."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tuple[list[str], int]:
+    """The pool's available hosts in topology order, packed (module docstring), and how many
+    of them lie past the aligned part (nodes of partly filled domains, used last)."""
+    position = {n.hostname: k for k, n in enumerate(cluster.nodes)}
+    avail = cluster.available_nodes(group.name)
+    topo = cluster.topology
+    if topo is None:
+        return [n.hostname for n in avail], 0
+
+    def path(n: Any) -> tuple[Any, ...]:
+        if n.domains:
+            return tuple(reversed(n.domains))
+        k = position[n.hostname]
+        return tuple(k // lv.group_size_nodes for lv in reversed(topo.levels))
+
+    # domains in natural order of their names, outer level first ("pod-2" before "pod-10"), so
+    # a replan's reordered host names do not reorder the domains; nodes in cluster order inside
+    nodes = sorted(avail, key=lambda n: (tuple(_natural(str(d)) for d in path(n)), position[n.hostname]))
+    job_nodes = -(-strategy.num_devices // group.gpus_per_node)
+    aligned: list[Any] = nodes
+    tail: list[Any] = []
+    for j, lv in enumerate(topo.levels):
+        unit = _units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes)
+        spans = job_nodes > lv.group_size_nodes  # blocks larger than a domain need full domains
+        depth = len(topo.levels) - j  # path prefix naming the level-j domain
+        kept: list[Any] = []
+        partial: list[Any] = []
+        run: list[Any] = []
+        for n in [*aligned, None]:
+            if run and (n is None or path(n)[:depth] != path(run[0])[:depth]):
+                if spans and len(run) < lv.group_size_nodes:
+                    partial.extend(run)
+                else:
+                    cut = len(run) - len(run) % unit
+                    kept.extend(run[:cut])
+                    partial.extend(run[cut:])
+                run = []
+            if n is not None:
+                run.append(n)
+        aligned = kept
+        tail = partial + tail
+    return [n.hostname for n in aligned + tail], len(tail)
+
+
+_Table = tuple[list[str], np.ndarray, dict[str, np.ndarray], int]
+
+
+def _nested_table(cluster: Cluster, strategy: Strategy, name: str) -> _Table:
+    """:func:`_build_nested_table`, memoised on the (frozen) cluster: a plan's ranks, stages and
+    warnings read the same table; callers do not mutate it."""
+    tables: dict[tuple[Strategy, str], _Table] = cluster.__dict__.setdefault("_nested_tables", {})
+    key = (strategy, name)
+    if key not in tables:
+        if len(tables) >= 8:
+            tables.pop(next(iter(tables)))
+        tables[key] = _build_nested_table(cluster, strategy, name)
+    return tables[key]
+
+
+def _build_nested_table(cluster: Cluster, strategy: Strategy, name: str) -> _Table:
+    """(hosts in order, host index of each rank, coordinates of each rank, spares used)."""
+    group = cluster.group(name)
+    hosts, n_spares = ordered_nodes(cluster, group, strategy)
+    n = strategy.num_devices
+    rank = np.arange(n)
+    coord: dict[str, np.ndarray] = {}
+    rest = rank
+    size = {"tp": strategy.tp, "cp": strategy.cp, "dp": strategy.dp, "pp": strategy.pp}
+    for d in strategy.nesting or MEGATRON_NESTING:
+        coord[d] = rest % size[d]
+        rest = rest // size[d]
+    host_index = rank // group.gpus_per_node
+    used_nodes = -(-n // group.gpus_per_node)
+    spares_used = max(0, used_nodes - (len(hosts) - n_spares))
+    return hosts, host_index, coord, spares_used
+
+
 def stage_blocks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[list[tuple[str, int]]]:
     """The (host, gpu) list of each stage's block, in block order."""
+    if _nested(cluster, strategy, stage_groups):
+        hosts, host_index, coord, _ = _nested_table(cluster, strategy, stage_groups[0])
+        gpn = cluster.group(stage_groups[0]).gpus_per_node
+        out_n: list[list[tuple[str, int]]] = []
+        for i in range(strategy.pp):
+            idx = np.nonzero(coord["pp"] == i)[0]
+            out_n.append([(hosts[int(h)], int(k % gpn)) for h, k in zip(host_index[idx], idx, strict=True)])
+        return out_n
     lists = _gpu_lists(cluster)
     offset = {name: 0 for name in lists}
     block = strategy.dp * strategy.cp * strategy.tp
@@ -39,7 +165,39 @@ def stage_blocks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, 
     return out
 
 
+def placement_warnings(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[str]:
+    """Warnings: packing the topology's domains left too few nodes (partly filled domains used);
+    ranks numbered in a nesting order other than Megatron's default."""
+    out = []
+    if strategy.nesting is not None:
+        order = "-".join(strategy.nesting)
+        out.append(f"ranks are numbered in the nesting order {order} (inner to outer): launch with that order "
+                   f"(Megatron-Core initialize_model_parallel(order=\"{order}\"), torchtitan mesh dims outer to inner); "
+                   "framework defaults are tp-cp-dp-pp")
+    if not _nested(cluster, strategy, stage_groups) or cluster.topology is None:
+        return out
+    _, _, _, spares = _nested_table(cluster, strategy, stage_groups[0])
+    if spares:
+        out.append(f"{spares} node(s) of partly filled topology domains are used: some groups cross a boundary the estimate prices as inside")
+    return out
+
+
+def _place_nested(cluster: Cluster, strategy: Strategy, name: str) -> list[dict[str, Any]]:
+    hosts, host_index, coord, _ = _nested_table(cluster, strategy, name)
+    group = cluster.group(name)
+    gpn = group.gpus_per_node
+    device = group.device.name
+    cols = [coord["tp"].tolist(), coord["cp"].tolist(), coord["dp"].tolist(), coord["pp"].tolist()]
+    host_of = [hosts[h] for h in host_index.tolist()]
+    return [
+        {"rank": r, "host": host_of[r], "gpu": r % gpn, "node_group": name, "device": device, "stage": pp_i, "dp": dp_i, "pp": pp_i, "tp": tp_i, "cp": cp_i}
+        for r, (tp_i, cp_i, dp_i, pp_i) in enumerate(zip(*cols, strict=True))
+    ]
+
+
 def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[dict[str, Any]]:
+    if _nested(cluster, strategy, stage_groups):
+        return _place_nested(cluster, strategy, stage_groups[0])
     tp, cp, dp = strategy.tp, strategy.cp, strategy.dp
     devices = {g.name: g.device.name for g in cluster.node_groups}
     ranks: list[dict[str, Any]] = []

@@ -22,7 +22,9 @@ from cost_model.cluster import Cluster
 from cost_model.result import Estimate
 from cost_model.spec import ModelSpec
 from cost_model.strategy import Strategy
+from cost_model.topology import MEGATRON_NESTING
 from planner_service.planner.explain import explain
+from planner_service.planner.nesting import boundary_report, explain_nesting
 from planner_service.planner.placement import place_ranks, stage_entries
 
 
@@ -66,6 +68,9 @@ class Evaluated:
             "prediction": self.prediction.to_dict(),
             "stages": self.stage_entries(cluster),
         }
+        boundaries = boundary_report(cluster, self.strategy, self.stage_groups)
+        if boundaries is not None:
+            out["topology"] = {"nesting": list(self.strategy.nesting or MEGATRON_NESTING), "boundaries": boundaries}
         if with_ranks:
             out["ranks"] = self.rank_entries(cluster)
         out.update(self.extra_entries())
@@ -91,6 +96,9 @@ class PlanResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: What the search noticed on the way (left-out node groups, pins that leave nothing, ...).
     notes: list[str] = field(default_factory=list)
+    #: On a cluster with a topology: the best layout under each nesting order
+    #: (``planner.nesting.nesting_comparison``), for the explanation.
+    nesting: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def best_tokens_per_s(self) -> float:
@@ -138,7 +146,11 @@ class PlanResult:
         over ``alternatives``: bottleneck, headroom, why each alternative lost, the model
         family's details and the search's notes."""
         details = self.entries()[best_index].explanation_details()
-        return {**explain(best, alternatives, gpus_per_node(self.cluster)), **details, "notes": list(self.notes)}
+        out = {**explain(best, alternatives, gpus_per_node(self.cluster)), **details, "notes": list(self.notes)}
+        placement = explain_nesting(self.nesting) if best_index == 0 else None
+        if placement:
+            out["placement"] = placement
+        return out
 
     def to_dict(self, alternative_ranks: bool = True) -> dict[str, Any]:
         """The result as plan JSON.  ``alternative_ranks=False`` leaves ``ranks`` out of the

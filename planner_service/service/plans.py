@@ -49,6 +49,7 @@ from planner_service.service.replan import (
     REPLAN_MIN_TOP_K,
     apply_cluster_changes,
     choose_stable,
+    pin_topology_domains,
     plan_diff,
     ranks_moved,
     sticky_host_order,
@@ -140,6 +141,10 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
     if isinstance(model, TransformerSpec) and model.mtp_layers:
         out["mtp_params"] = int(model.mtp_params())
     return out
+
+
+#: Above this many ranks a stored plan keeps the rank table of its best entry only.
+LARGE_PLAN_RANKS = 8192
 
 
 def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, Any]:
@@ -418,7 +423,10 @@ class PlanService:
         alternatives than it keeps: their ranks (one entry per GPU) are placed only for those the
         fewest-moves rule compares and those stored; it keeps the most stable near-best
         candidate, with a diff against the parent and the explanation redone around it."""
-        d = to_json_safe(result.to_dict(alternative_ranks=parent is None))
+        # A plan of more than LARGE_PLAN_RANKS ranks stores the rank table of its best entry only
+        # (each alternative's would be another table of that size; nothing reads them).
+        large = result.num_devices > LARGE_PLAN_RANKS
+        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large))
         stored: dict[str, Any] = {k: d[k] for k in ("best", "alternatives", "search", "explanation", "warnings")}
         if parent is None:
             return stored, result.best
@@ -432,8 +440,10 @@ class PlanService:
         stored["alternatives"] = others[: canonical.get("top_k", 3)]
         index = {id(c): i for i, c in enumerate(entries)}
         for c in stored["alternatives"]:
-            if "ranks" not in c:
+            if "ranks" not in c and not large:
                 c["ranks"] = ranks_of(index[id(c)])
+            elif large:
+                c.pop("ranks", None)
         stored["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
         if stored["alternatives"]:
             stored["explanation"] = result.explain(chosen, stored["alternatives"], index[id(chosen)])
@@ -515,7 +525,7 @@ class PlanService:
         else:
             base = parent.request["cluster"]
         cluster = apply_cluster_changes(base, list(changes.unavailable_nodes), [dict(n) for n in changes.added_nodes])
-        cluster = sticky_host_order(cluster, (parent.result.get("best") or {}).get("ranks"))
+        cluster = sticky_host_order(pin_topology_domains(cluster), (parent.result.get("best") or {}).get("ranks"))
         prepared = self.prepare({**parent.request, "cluster": cluster, **(overrides or {})})
         if self._wants_job(options, prepared.request):
             return Outcome("job", job=self._enqueue("replan", prepared, True, parent.id, options.callback_url))

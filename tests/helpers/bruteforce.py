@@ -8,6 +8,7 @@ import itertools
 from cost_model import Strategy, estimate
 from cost_model.errors import PlannerError
 from cost_model.estimate import memory_verdict
+from cost_model.topology import MEGATRON_NESTING, NESTINGS
 
 
 def compositions(total: int, parts: int):
@@ -16,11 +17,14 @@ def compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
-def brute_force(model, training, cluster, headroom=0.0):
+def brute_force(model, training, cluster, headroom=0.0, pins=None):
     """Minimum step time over every valid strategy, split and contiguous placement of stages on
-    node groups (each stage on one group; one group's stages consecutive) — among those whose
-    memory is safe (p90 within usable memory) when any is, else among the tight ones (p10
-    within), as the planner ranks them."""
+    node groups (each stage on one group; one group's stages consecutive) and, on a cluster with
+    a topology, every nesting order of a one-group placement — among those whose memory is safe
+    (p90 within usable memory) when any is, else among the tight ones (p10 within), as the
+    planner ranks them.  ``pins``: knobs held fixed (Strategy field names), as the planner's
+    constraints pin them."""
+    pins = pins or {}
     groups = list(cluster.node_groups)
     gpus = {g.name: g.gpus_per_node * len(cluster.available_nodes(g.name)) for g in groups}
     L = model.num_layers
@@ -56,17 +60,21 @@ def brute_force(model, training, cluster, headroom=0.0):
                                         splits = [None] if vpp > 1 else list(compositions(L, pp))
                                         for placement in _placements(groups, gpus, block, pp):
                                             for split in splits:
-                                                st = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch_size=mbs,
-                                                              sequence_parallel=sp, recompute=rc, zero_stage=zero,
-                                                              layers_per_stage=split)
-                                                try:
-                                                    est = estimate(model, training, cluster, st, stage_groups=placement)
-                                                except PlannerError:
+                                                knobs = dict(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch_size=mbs,
+                                                             sequence_parallel=sp, recompute=rc, zero_stage=zero)
+                                                if any(knobs[k] != v for k, v in pins.items()):
                                                     continue
-                                                fits, tight, _ = memory_verdict(est.stages, headroom)
-                                                if fits and (tight, est.step_time_s) < best_key:
-                                                    best_key = (tight, est.step_time_s)
-                                                    best = (est.step_time_s, st, placement)
+                                                nests = NESTINGS if cluster.topology is not None and len(set(placement)) == 1 else (MEGATRON_NESTING,)
+                                                for nest in nests:
+                                                    st = Strategy(**knobs, layers_per_stage=split, nesting=None if nest == MEGATRON_NESTING else nest)
+                                                    try:
+                                                        est = estimate(model, training, cluster, st, stage_groups=placement)
+                                                    except PlannerError:
+                                                        continue
+                                                    fits, tight, _ = memory_verdict(est.stages, headroom)
+                                                    if fits and (tight, est.step_time_s) < best_key:
+                                                        best_key = (tight, est.step_time_s)
+                                                        best = (est.step_time_s, st, placement)
     return best
 
 

@@ -67,7 +67,7 @@ async def _sources(request: Request, filename: str) -> list[tuple[str, str]]:
 
 @router.post(
     "/import",
-    summary="Import a cluster: paddle (auto-parallel cluster JSON), nvidia-smi (query CSV + topo -m per node), k8s-nodes (kubectl get nodes -o json)",
+    summary="Import a cluster: paddle (auto-parallel cluster JSON), nvidia-smi (query CSV + topo -m per node), k8s-nodes (kubectl get nodes -o json; network-topology labels), slurm-topology (topology.conf + cluster JSON)",
     response_model=ClusterImport,
     responses={
         200: {"description": "{cluster, warnings}; saved too when ?save=true (needs ?name=)"},

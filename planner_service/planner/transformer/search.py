@@ -31,11 +31,14 @@ from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.estimate import estimate, memory_verdict
 from cost_model.result import Estimate
 from cost_model.strategy import Strategy, even_split
+from cost_model.topology import node_domains
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.memory import fit_capacity_factor, safe_capacity_factor
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
+from planner_service.planner.nesting import feasible_then_expand, nesting_comparison, with_nesting
+from planner_service.planner.placement import placement_warnings
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
 from planner_service.planner.result import Evaluated, PlanResult
 from planner_service.planner.transformer.space import (
@@ -48,6 +51,7 @@ from planner_service.planner.transformer.tables import (
     PoolCosts,
     evaluate_even,
     pool_costs,
+    pp_cross_node,
     stage_linear,
 )
 
@@ -86,16 +90,17 @@ def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Clus
         buckets.setdefault(key, []).append(g)
     groups: list[NodeGroup] = []
     nodes: list[Node] = []
+    domains = dict(zip((n.hostname for n in cluster.nodes), node_domains(cluster.topology, cluster.nodes), strict=True)) if cluster.topology else {}
     for members in buckets.values():
         hosts = [n.hostname for g in members for n in cluster.available_nodes(g.name)]
         name = "+".join(g.name for g in members)
         base = members[0]
         groups.append(replace(base, name=name, count=len(hosts), hostnames=tuple(hosts)))
         for g in members:
-            nodes.extend(replace(n, group=name) for n in cluster.available_nodes(g.name))
+            nodes.extend(replace(n, group=name, domains=domains.get(n.hostname, n.domains)) for n in cluster.available_nodes(g.name))
     if not groups:
         raise NoFeasiblePlan("no available nodes of an allowed device type", field="constraints.allowed_device_types")
-    return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes))
+    return Cluster(name=cluster.name, node_groups=tuple(groups), nodes=tuple(nodes), topology=cluster.topology)
 
 
 def transformer_search_size(request: PlanRequest) -> int:
@@ -230,6 +235,10 @@ class _Search:
             # needs an even split, and pinned uneven splits are single-pool only.
             keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
         S = S.take(np.nonzero(keep)[0])
+        if len(groups) == 1:  # one pool on a topology: every nesting order of the layouts that fit
+            S, dropped = feasible_then_expand(self.model, self.training, groups[0], S, self.fit_fraction)
+            self.enumerated += dropped
+            self.pruned += dropped
         self.enumerated += len(S)
         if len(S) == 0:
             return
@@ -260,11 +269,14 @@ class _Search:
             # The pinned split, not the even one, is what runs: every candidate some split of
             # which fits is estimated with the pinned split (ordered by its bound).
             even_objective = np.where(feasible, lb, np.inf)
-        order = np.argsort(even_objective)
+        # Nesting orders of one layout are adjacent rows: a stable sort keeps Megatron's first
+        # among equal objectives (without a topology the order is main's, unchanged).
+        order = np.argsort(even_objective) if S.nest is None else np.argsort(even_objective, kind="stable")
         fits = np.isfinite(even_objective)
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
-        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero], axis=1)
+        nest = S.nest if S.nest is not None else np.zeros(len(S))
+        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero, nest], axis=1)
         seen_shapes: set[tuple[Any, ...]] = set()
         for j in map(int, order):
             if not fits[j] or len(seen_shapes) > self.request.top_k:
@@ -280,7 +292,7 @@ class _Search:
             # A pinned split is not the one the tables costed: estimate it.
             known = None if self.pinned_lps else float(even_objective[j])
             uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.pinned_lps and bool(feasible[j])
-            self.record(strategy_at(S, int(j), lps if pp > 1 and lps else None), (g.name,) * pp, known, (si, j) if uneven else None)
+            self.record(with_nesting(S, int(j), strategy_at(S, int(j), lps if pp > 1 and lps else None)), (g.name,) * pp, known, (si, j) if uneven else None)
         if self.cons.tight_memory == "rank_after_safe" and ev_even.safe_step_time_s is not None:
             self._record_safe(S, g, ev_even.safe_step_time_s * factor, shapes)
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
@@ -294,7 +306,7 @@ class _Search:
         """Also keep the best even splits whose every stage is safely within memory (p90), so
         that a tight best has safe alternatives to rank before it."""
         seen: set[tuple[Any, ...]] = set()
-        for j in map(int, np.argsort(safe_objective)):
+        for j in map(int, np.argsort(safe_objective) if S.nest is None else np.argsort(safe_objective, kind="stable")):
             if not np.isfinite(safe_objective[j]) or len(seen) > self.request.top_k:
                 break
             key = tuple(shapes[j])
@@ -306,7 +318,7 @@ class _Search:
             if int(S.vpp[j]) > 1 and not self.pinned_lps:
                 lps = None
             known = None if self.pinned_lps else float(safe_objective[j])
-            self.record(strategy_at(S, j, lps if pp > 1 and lps else None), (g.name,) * pp, known)
+            self.record(with_nesting(S, j, strategy_at(S, j, lps if pp > 1 and lps else None)), (g.name,) * pp, known)
 
     def branch_and_bound(self, progress: Callable[[float], None] | None, should_cancel: Callable[[], bool] | None) -> bool:
         """Refine the queued candidates whose bound beats the incumbent; the solver's budget
@@ -431,7 +443,8 @@ def search_transformer(
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
     # Preflight (mixed versions or devices inside a group) is the plan service's, over the ranks it stores.
-    warnings = dtype_warnings + list(best.prediction.warnings)
+    warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
+    nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
     search = {
         "candidates": state.enumerated,
         "pruned": state.pruned,
@@ -468,7 +481,13 @@ def search_transformer(
         model=state.model,
         objective=request.objective,
         extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
+        nesting=nesting,
     )
+
+
+def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:
+    ev = state.evaluate(strategy, stage_groups)
+    return ev.prediction if ev is not None else None
 
 
 def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None) -> PlanResult | None:
@@ -540,7 +559,7 @@ def _refine(
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
     lins = []
     for g, pc in zip(groups, pcs, strict=True):
-        cross_default = block >= g.gpus_per_node
+        cross_default = bool(pp_cross_node(S.take(np.array([j])), g.gpus_per_node)[0])
         lins.append(stage_linear(model, training, pc, j, pp, cross_default))
     caps_bytes = [g.device.memory_bytes * capacity_fraction for g in groups]
     stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
@@ -566,7 +585,7 @@ def _refine(
     )
     if res is None:
         return None
-    strategy = strategy_at(S, j, res.layers)
+    strategy = with_nesting(S, j, strategy_at(S, j, res.layers))
     return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s, res.exact
 
 
@@ -600,7 +619,7 @@ def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]
 def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]:
     """The structural knobs that make two candidates different plans (not the split)."""
     s = strategy
-    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))))
+    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting)
 
 
 #: With tight candidates ranked after safe ones: how many candidates past the first k+1 answers

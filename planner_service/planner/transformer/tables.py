@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from cost_model.cluster import NodeGroup
-from cost_model.comm import Links
 from cost_model.compute import ArrayOrFloat
 from cost_model.strategy import even_split
+from cost_model.topology import links_for_group, strides
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -51,7 +51,7 @@ class PoolCosts:
 
 
 def pool_costs(model: TransformerSpec, training: Training, group: NodeGroup, S: StrategyArrays) -> PoolCosts:
-    return PoolCosts(group, S, device_costs(model, training, group.device, Links.for_group(group), S))
+    return PoolCosts(group, S, device_costs(model, training, group.device, links_for_group(group), S))
 
 
 if TYPE_CHECKING:
@@ -75,6 +75,20 @@ def _take(obj: _D, idx: np.ndarray, n: int) -> _D:
 def subset(pc: PoolCosts, idx: np.ndarray) -> PoolCosts:
     n = len(pc.S)
     return PoolCosts(pc.group, pc.S.take(idx), _take(pc.dc, idx, n))
+
+
+def pp_cross_node(S: StrategyArrays, gpus_per_node: int) -> np.ndarray:
+    """Whether neighbouring stages are on different nodes, per candidate: a stage block of
+    whole nodes in Megatron's order (``cost_model.estimate._cross_node``); with another nesting,
+    a stride of a node or a pipeline wider than a node (``cost_model.topology.pp_crosses_node``)."""
+    block = S.dp * S.cp * S.tp
+    if S.nest is None:
+        out: np.ndarray = block >= gpus_per_node
+        return out
+    st = strides(S)["pp"]
+    megatron = S.nest == 0
+    nested: np.ndarray = np.where(megatron, block >= gpus_per_node, (st >= gpus_per_node) | (st * S.pp > gpus_per_node))
+    return nested
 
 
 def _m(S: StrategyArrays, training: Training) -> np.ndarray:
@@ -166,8 +180,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
     feasible = np.zeros(N, dtype=bool)
     shortfall = np.zeros(N)
     safe_step = np.full(N, np.inf)
-    block = S.dp * S.cp * S.tp
-    cross_all = block >= pc.group.gpus_per_node
+    cross_all = pp_cross_node(S, pc.group.gpus_per_node)
     for pp in np.unique(S.pp):
         idx = np.nonzero(S.pp == pp)[0]
         pcg = subset(pc, idx)
@@ -175,13 +188,13 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         p = int(pp)
         cross = cross_all[idx]
         split = even_split(L, p)
-        # The near-even split, 0 and 1 layers per stage (memory is affine in the layer count),
-        # and L/p layers everywhere (the optimizer bound below) in one pass.
-        layer_rows = np.array([split, [0] * p, [1] * p, [L / p] * p], dtype=float)
+        # The near-even split and 0 layers per stage in one pass: stage memory is affine in the
+        # layer count, so its slope is (memory of the split − memory at 0 layers) / layers.
+        layer_rows = np.array([split, [0] * p], dtype=float)
         variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
         stages = variants.stage_cost(0)
         a = variants.stacked(1, attrgetter("peak_memory_bytes"))
-        b = variants.stacked(2, attrgetter("peak_memory_bytes")) - a
+        b = (stages.peak_memory_bytes - a) / np.array(split, dtype=float)[:, None]
         k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
         cap_layers = np.clip(k, 0, L).sum(axis=0)
         min_one_ok = (k >= 1).all(axis=0)
@@ -200,10 +213,8 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         # optimizer ≥ its value for the mean parameter share of a middle stage.
         m = _m(Sg, training)
         v = Sg.vpp
-        if p > 2:
-            mid_optimizer_s = variants.stacked(3, attrgetter("optimizer_s"))[1]
-        else:  # no middle stage: a stage without embedding or head
-            mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 0, False, False, cross).optimizer_s
+        # (the first middle stage; with no middle stage, a stage without embedding or head)
+        mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross).optimizer_s
         lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
     return EvenEval(step, lb, feasible, shortfall, safe_step if safe_capacity_bytes is not None else None)
 
