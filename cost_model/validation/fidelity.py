@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,15 +17,20 @@ from cost_model.training import Training
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows, gpt_model
 
 
+def _valid_estimates(case: PublishedCase, candidates: Sequence[Strategy] | None) -> Iterator[tuple[Estimate, Strategy]]:
+    """(estimate, strategy) of every candidate the cost model accepts (a rule it breaks: skipped)."""
+    for strategy in candidates if candidates is not None else case.candidates:
+        try:
+            yield estimate(case.model, case.training, case.cluster, strategy), strategy
+        except PlannerError:
+            continue
+
+
 def predict_case(case: PublishedCase, candidates: Sequence[Strategy] | None = None) -> tuple[Estimate | None, Strategy | None]:
     """The fastest fitting candidate of the published layout (unknown knobs enumerated)."""
     best: Estimate | None = None
     best_s: Strategy | None = None
-    for strategy in candidates if candidates is not None else case.candidates:
-        try:
-            est = estimate(case.model, case.training, case.cluster, strategy)
-        except PlannerError:
-            continue
+    for est, strategy in _valid_estimates(case, candidates):
         if not est.fits:
             continue
         if best is None or est.step_time_s < best.step_time_s:
@@ -39,11 +44,7 @@ def least_memory_candidate(case: PublishedCase, candidates: Sequence[Strategy] |
     compared (the memory miss is reported separately, as a failure to plan)."""
     best: Estimate | None = None
     best_s: Strategy | None = None
-    for strategy in candidates if candidates is not None else case.candidates:
-        try:
-            est = estimate(case.model, case.training, case.cluster, strategy)
-        except PlannerError:
-            continue
+    for est, strategy in _valid_estimates(case, candidates):
         key = (round(max(est.peak_memory_GB), 6), est.step_time_s)
         if best is None or key < (round(max(best.peak_memory_GB), 6), best.step_time_s):
             best, best_s = est, strategy

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -269,30 +269,16 @@ class _Search:
             # The pinned split, not the even one, is what runs: every candidate some split of
             # which fits is estimated with the pinned split (ordered by its bound).
             even_objective = np.where(feasible, lb, np.inf)
-        # Nesting orders of one layout are adjacent rows: a stable sort keeps Megatron's first
-        # among equal objectives (without a topology the order is main's, unchanged).
-        order = np.argsort(even_objective) if S.nest is None else np.argsort(even_objective, kind="stable")
-        fits = np.isfinite(even_objective)
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
         nest = S.nest if S.nest is not None else np.zeros(len(S))
         shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero, nest], axis=1)
-        seen_shapes: set[tuple[Any, ...]] = set()
-        for j in map(int, order):
-            if not fits[j] or len(seen_shapes) > self.request.top_k:
-                break
-            key = tuple(shapes[j])
-            if key in seen_shapes:
-                continue
-            seen_shapes.add(key)
+        for j in self._best_per_layout(S, even_objective, shapes):
             pp = int(S.pp[j])
-            lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
-            if int(S.vpp[j]) > 1 and not self.pinned_lps:
-                lps = None
             # A pinned split is not the one the tables costed: estimate it.
             known = None if self.pinned_lps else float(even_objective[j])
             uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.pinned_lps and bool(feasible[j])
-            self.record(with_nesting(S, int(j), strategy_at(S, int(j), lps if pp > 1 and lps else None)), (g.name,) * pp, known, (si, j) if uneven else None)
+            self.record(self._even_strategy(S, j), (g.name,) * pp, known, (si, j) if uneven else None)
         if self.cons.tight_memory == "rank_after_safe" and ev_even.safe_step_time_s is not None:
             self._record_safe(S, g, ev_even.safe_step_time_s * factor, shapes)
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
@@ -305,20 +291,33 @@ class _Search:
     def _record_safe(self, S: StrategyArrays, g: NodeGroup, safe_objective: np.ndarray, shapes: np.ndarray) -> None:
         """Also keep the best even splits whose every stage is safely within memory (p90), so
         that a tight best has safe alternatives to rank before it."""
+        for j in self._best_per_layout(S, safe_objective, shapes):
+            known = None if self.pinned_lps else float(safe_objective[j])
+            self.record(self._even_strategy(S, j), (g.name,) * int(S.pp[j]), known)
+
+    def _best_per_layout(self, S: StrategyArrays, objective: np.ndarray, shapes: np.ndarray) -> Iterator[int]:
+        """Rows of the best finite ``objective`` of each distinct layout (``shapes`` row), best
+        first, enough for the answer and its top-k alternatives.  Nesting orders of one layout
+        are adjacent rows: a stable sort keeps Megatron's first among equal objectives (without
+        a topology the order is the plain argsort's)."""
+        order = np.argsort(objective) if S.nest is None else np.argsort(objective, kind="stable")
         seen: set[tuple[Any, ...]] = set()
-        for j in map(int, np.argsort(safe_objective) if S.nest is None else np.argsort(safe_objective, kind="stable")):
-            if not np.isfinite(safe_objective[j]) or len(seen) > self.request.top_k:
-                break
+        for j in map(int, order):
+            if not np.isfinite(objective[j]) or len(seen) > self.request.top_k:
+                return
             key = tuple(shapes[j])
             if key in seen:
                 continue
             seen.add(key)
-            pp = int(S.pp[j])
-            lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
-            if int(S.vpp[j]) > 1 and not self.pinned_lps:
-                lps = None
-            known = None if self.pinned_lps else float(safe_objective[j])
-            self.record(with_nesting(S, j, strategy_at(S, j, lps if pp > 1 and lps else None)), (g.name,) * pp, known)
+            yield j
+
+    def _even_strategy(self, S: StrategyArrays, j: int) -> Strategy:
+        """Row ``j`` with the pinned split, else the even split (none when interleaved)."""
+        pp = int(S.pp[j])
+        lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
+        if int(S.vpp[j]) > 1 and not self.pinned_lps:
+            lps = None
+        return with_nesting(S, j, strategy_at(S, j, lps if pp > 1 and lps else None))
 
     def branch_and_bound(self, progress: Callable[[float], None] | None, should_cancel: Callable[[], bool] | None) -> bool:
         """Refine the queued candidates whose bound beats the incumbent; the solver's budget

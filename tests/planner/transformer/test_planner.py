@@ -39,6 +39,8 @@ PLANNER_ROWS = [c for c in cases() if c.training.framework == "megatron-core" an
 @pytest.mark.parametrize("case", PLANNER_ROWS, ids=lambda c: c.row_id)
 def test_never_worse_than_the_published_layout(case):
     published, strategy = predict_case(case)
+    if published is None:
+        pytest.skip("the published layout itself does not plan (listed among the fidelity failures: README)")
     # Ranked by the objective alone: the published layout may be one the memory interval calls tight.
     req = PlanRequest(case.model, case.training, case.cluster, Constraints(memory_headroom_fraction=0.0, tight_memory="by_objective"), top_k=1)
     result = plan(req, EXACT)
