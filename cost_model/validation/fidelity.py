@@ -176,6 +176,22 @@ def quantile(values: Sequence[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+def conformal_quantile(values: Sequence[float], q: float) -> float:
+    """Finite-sample (split-conformal) quantile ``q`` in (0, 1) of held-out residuals: the
+    ⌈(n+1)·q⌉-th smallest for an upper bound, the ⌊(n+1)·q⌋-th for a lower one (clamped to the
+    sample).  With n exchangeable residuals a new one falls at or below the ⌈(n+1)·q⌉-th with
+    probability ≥ q (Vovk et al. 2005; Lei et al. 2018, "Distribution-free predictive inference
+    for regression", §2.2), where the interpolated sample quantile (:func:`quantile`) covers
+    less than q on the small regimes (5–20 rows) the intervals are built from."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    n = len(v)
+    pos = q * (n + 1) - 1  # 0-based order statistic
+    i = math.ceil(pos) if q > 0.5 else math.floor(pos)
+    return v[min(max(i, 0), n - 1)]
+
+
 def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = None) -> dict[str, Any]:
     """Median/p90 |error| overall and per source, failures, OOM agreement, BLOOM sweep
     Spearman.  ``errors`` (row id → error) overrides the rows' own (cross-validated errors)."""
