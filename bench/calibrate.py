@@ -41,7 +41,7 @@ def document(result) -> dict:
             "objective_value": round(result.objective, 6),
             "response_grid": list(RESPONSE_GRID),
             "search_grid_points": len(SEARCH_GRID),
-            "intervals": "q10/q90 of log(1 + leave-one-source-out error) per framework/device-family(/parallel-mix) regime with >= 5 rows from >= 2 sources; * pooled",
+            "intervals": "split-conformal q10/q90 (the floor((n+1)*0.1)-th and ceil((n+1)*0.9)-th order statistics) of log(1 + leave-one-source-out error) per framework/device-family(/parallel-mix) regime with >= 5 rows from >= 2 sources; * pooled",
             "cv_constants": result.cv_constants,
         },
     }

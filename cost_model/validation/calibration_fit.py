@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cost_model.transformer.calibration import PRIORS, Constants, using
-from cost_model.validation.fidelity import RowResult, evaluate_case, quantile
+from cost_model.validation.fidelity import RowResult, conformal_quantile, evaluate_case
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows
 
 #: Grid (multiples of the prior) at which each row's response to a constant is tabulated.
@@ -243,9 +243,12 @@ def regime_intervals(results: Sequence[RowResult], errors: dict[str, float], min
     # A regime's interval needs rows of at least two sources: one source's residuals share its
     # bias (one cluster, one code base, one FLOP convention) and would give an interval too
     # narrow for a run of another; such regimes fall back to the coarser ones.
-    out = {k: (round(quantile(v, 0.1), 4), round(quantile(v, 0.9), 4)) for k, v in sorted(logs.items()) if len(v) >= min_rows and len(srcs[k]) >= 2}
+    # Finite-sample order statistics (split conformal), not the interpolated sample quantile:
+    # a regime of n rows covers a new row with probability >= 0.8 only with these.
+    out = {k: (round(conformal_quantile(v, 0.1), 4), round(conformal_quantile(v, 0.9), 4))
+           for k, v in sorted(logs.items()) if len(v) >= min_rows and len(srcs[k]) >= 2}
     if pooled:
-        out[POOLED] = (round(quantile(pooled, 0.1), 4), round(quantile(pooled, 0.9), 4))
+        out[POOLED] = (round(conformal_quantile(pooled, 0.1), 4), round(conformal_quantile(pooled, 0.9), 4))
     return out
 
 

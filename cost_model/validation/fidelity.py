@@ -177,6 +177,22 @@ def quantile(values: Sequence[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+def conformal_quantile(values: Sequence[float], q: float) -> float:
+    """Finite-sample (split-conformal) quantile ``q`` in (0, 1) of held-out residuals: the
+    ⌈(n+1)·q⌉-th smallest for an upper bound, the ⌊(n+1)·q⌋-th for a lower one (clamped to the
+    sample).  With n exchangeable residuals a new one falls at or below the ⌈(n+1)·q⌉-th with
+    probability ≥ q (Vovk et al. 2005; Lei et al. 2018, "Distribution-free predictive inference
+    for regression", §2.2), where the interpolated sample quantile (:func:`quantile`) covers
+    less than q on the small regimes (5–20 rows) the intervals are built from."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    n = len(v)
+    pos = q * (n + 1) - 1  # 0-based order statistic
+    i = math.ceil(pos) if q > 0.5 else math.floor(pos)
+    return v[min(max(i, 0), n - 1)]
+
+
 def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = None) -> dict[str, Any]:
     """Median/p90 |error| overall and per source, failures, OOM agreement, BLOOM sweep
     Spearman.  ``errors`` (row id → error) overrides the rows' own (cross-validated errors)."""
@@ -204,6 +220,15 @@ def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = No
         sections.setdefault(r.section or "", []).append(r)
     ranked = [(len(v), spearman([r.measured_tflops for r in v], [r.measured_tflops / (1 + err(r)) for r in v])) for v in sections.values() if len(v) >= 4]  # type: ignore[operator,misc]
     rho_sections = sum(n * x for n, x in ranked) / sum(n for n, _ in ranked) if ranked else None
+    # The reachable ceiling for a predictor that sees only the parallel layout: rank each row by
+    # the mean measured TFLOP/s of the sweep's rows with its (tp, pp, dp, micro-batch) — the
+    # rest of the sweep's spread comes from model shapes (layers, hidden, heads) and dates.
+    layouts: dict[tuple[int, int, int, int], list[float]] = {}
+    for r in sweep:
+        if r.strategy is not None:
+            layouts.setdefault((r.strategy.tp, r.strategy.pp, r.strategy.dp, r.strategy.micro_batch_size), []).append(r.measured_tflops)  # type: ignore[arg-type]
+    laid = [r for r in sweep if r.strategy is not None]
+    rho_ceiling = spearman([r.measured_tflops for r in laid], [statistics.fmean(layouts[(r.strategy.tp, r.strategy.pp, r.strategy.dp, r.strategy.micro_batch_size)]) for r in laid]) if len(laid) > 2 else None  # type: ignore[misc,union-attr]
     measured_fit = [r for r in results if r.status == "ok" and r.fits is not None]
     mem_e = [r.memory_error for r in results if r.memory_error is not None]
     return {
@@ -223,6 +248,7 @@ def summarise(results: Iterable[RowResult], errors: dict[str, float] | None = No
         "bloom_sweep_spearman": round(rho, 4) if rho is not None else None,
         "bloom_sweep_spearman_within_sections": round(rho_sections, 4) if rho_sections is not None else None,
         "bloom_sweep_sections_ranked": sum(n for n, _ in ranked),
+        "bloom_sweep_spearman_layout_ceiling": round(rho_ceiling, 4) if rho_ceiling is not None else None,
     }
 
 

@@ -62,7 +62,7 @@ def test_bloom_sweep_peaks_within_15_percent(summary):
 
 def test_measured_ooms_and_the_bloom_sweep(summary):
     not_fit, total = (int(x) for x in summary["oom_predicted_not_to_fit"].split("/"))
-    assert total == 6 and not_fit >= 3
+    assert total == 6 and not_fit >= 5
     # 0.76 before the Omni-Path fraction was bounded to a physical >= 0.5 (it was fitted to 0.22,
     # ranking the sweep through an implausible fabric); issue 13's target is 0.8 (not reached)
     assert summary["bloom_sweep_spearman"] >= 0.6
