@@ -226,6 +226,35 @@ def _default_search_size(req: PlanRequest) -> int | None:
         return None
 
 
+#: Strategy fields a kept-layout replan holds at the parent's values; dp (and with it the
+#: micro-batch count that keeps the global batch) and the layer split are searched again.
+KEPT_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage")
+
+
+def kept_layout_request(req: PlanRequest, parent: StoredPlan) -> PlanRequest | None:
+    """The replan request restricted to the parent's layout, as Megatron users do after losing a
+    node: tp/pp/cp/ep (and the micro-batch, recompute and ZeRO settings) kept, dp re-chosen for
+    what the changed cluster holds (the global batch is kept through the micro-batch count),
+    or the same dp on spare nodes the parent left idle.  None where there is no such layout
+    (an operator-graph model, a parent without a strategy, or pins the layout contradicts)."""
+    if isinstance(req.model, GraphSpec):
+        return None
+    s = (parent.result.get("best") or {}).get("strategy")
+    if not isinstance(s, Mapping):
+        return None
+    keep = {k: s[k] for k in KEPT_LAYOUT_FIELDS if s.get(k) is not None}
+    pinned = dict(req.constraints.pinned)
+    if any(k in pinned and pinned[k] != v for k, v in keep.items()):
+        return None
+    return replace(req, constraints=replace(req.constraints, pinned={**pinned, **keep}))
+
+
+def _with_search_mode(row: NewPlan, mode: Mapping[str, Any]) -> NewPlan:
+    result = dict(row.result)
+    result["search"] = {**(result.get("search") or {}), **mode}
+    return replace(row, result=result)
+
+
 def plan_row(
     prepared: PreparedRequest, req: PlanRequest, result: PlanResult, budget_s: float, parent: StoredPlan | None = None
 ) -> NewPlan:
@@ -386,12 +415,27 @@ class PlanService:
         is asked for more alternatives and the most stable near-best candidate is kept, with a
         diff against the parent.  The preflight check runs over the candidate kept as best."""
         req = prepared.request
+        mode: dict[str, Any] | None = None
         if parent is not None:
             req = replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
+            kept = kept_layout_request(req, parent)
+            if kept is not None:
+                try:
+                    result = self._run_planner(kept, progress, should_cancel)
+                except PlannerError as e:  # the layout cannot survive the change: full search
+                    mode = {"mode": "full_search", "kept_layout_failed": str(e)}
+                else:
+                    if should_cancel is not None and should_cancel():
+                        raise JobCancelled()
+                    row = plan_row(prepared, kept, result, self.solver_settings().time_limit_s, parent)
+                    return _with_search_mode(row, {"mode": "kept_layout", "kept": dict(kept.constraints.pinned)})
+            else:
+                mode = {"mode": "full_search"}
         result = self._run_planner(req, progress, should_cancel)
         if should_cancel is not None and should_cancel():
             raise JobCancelled()
-        return plan_row(prepared, req, result, self.solver_settings().time_limit_s, parent)
+        row = plan_row(prepared, req, result, self.solver_settings().time_limit_s, parent)
+        return _with_search_mode(row, mode) if mode is not None else row
 
     @staticmethod
     def _record_calibration(stored: dict[str, Any], prepared: PreparedRequest, chosen: Evaluated) -> None:
