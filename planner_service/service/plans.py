@@ -147,11 +147,12 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
 LARGE_PLAN_RANKS = 8192
 
 
-def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, Any]:
+def plan_to_api(p: StoredPlan, newest: StoredPlan | tuple[str, int] | None = None) -> dict[str, Any]:
     """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
-    hash (``superseded_by`` names it when it is another, newer one)."""
+    hash, or its (id, revision) (``superseded_by`` names it when it is another, newer one)."""
     out = _plan_json(p, plan_id=p.id, revision=p.revision, created_at=p.to_dict()["created_at"])
-    out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
+    ref = (newest.id, newest.revision) if isinstance(newest, StoredPlan) else newest
+    out["superseded_by"] = ref[0] if ref is not None and ref[0] != p.id and ref[1] > p.revision else None
     return out
 
 
@@ -554,9 +555,10 @@ class PlanService:
         budget = (stored.result.get("search") or {}).get("budget_s")
         return isinstance(budget, int | float) and budget < self.solver_settings().time_limit_s
 
-    def newest_for(self, p: StoredPlan) -> StoredPlan | None:
-        """The latest plan stored for ``p``'s request hash (``plan_to_api``'s ``newest``)."""
-        return self.repo.find_plan_by_hash(p.request_hash)
+    def newest_for(self, p: StoredPlan) -> tuple[str, int] | None:
+        """(id, revision) of the latest plan stored for ``p``'s request hash (``plan_to_api``'s
+        ``newest``)."""
+        return self.repo.find_newest_ref(p.request_hash)
 
     def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None,
                overrides: Mapping[str, Any] | None = None) -> Outcome:

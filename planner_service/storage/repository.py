@@ -450,6 +450,18 @@ class Repository:
             ).first()
         return self._stored(row) if row is not None else None
 
+    def find_newest_ref(self, request_hash: str) -> tuple[str, int] | None:
+        """(id, revision) of the plan :meth:`find_plan_by_hash` returns, without loading its
+        request and result (a 98,304-rank plan's JSON takes ~0.4 s to decode)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(PlanRow.id, PlanRow.revision)
+                .where(PlanRow.request_hash == request_hash, PlanRow.tenant == self.owner)
+                .order_by(PlanRow.created_at.desc(), PlanRow.revision.desc())
+                .limit(1)
+            ).first()
+        return (str(row.id), int(row.revision)) if row is not None else None
+
     @staticmethod
     def _stored(row: Any) -> StoredPlan:
         return StoredPlan(**_summary_kwargs(row), request=row.request, result=row.result)
