@@ -466,6 +466,13 @@ class Repository:
     def _stored(row: Any) -> StoredPlan:
         return StoredPlan(**_summary_kwargs(row), request=row.request, result=row.result)
 
+    def plan_readable(self, plan_id: str) -> bool:
+        """Whether the caller may read plan ``plan_id`` (it exists and is theirs or shared)."""
+        if not is_uuid(plan_id):
+            return False
+        with self.engine.connect() as conn:
+            return conn.execute(select(PlanRow.id).where(PlanRow.id == plan_id, self._readable(PlanRow.tenant))).first() is not None
+
     def get_plan(self, plan_id: str) -> StoredPlan:
         if not is_uuid(plan_id):
             raise NotFound(f"plan {plan_id[:80]!r} does not exist", field="id")
