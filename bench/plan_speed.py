@@ -141,17 +141,19 @@ def time_frontier_http(repeats: int) -> dict:
                 gets.append(time.perf_counter() - t0)
                 sizes.append(int(r.headers.get("content-length") or len(r.content)))
             hosts = sorted({r["host"] for r in parent["best"]["ranks"]})
-            walls, planner = [], []
+            walls, planner, modes = [], [], []
             for k in range(repeats):
                 t0 = time.perf_counter()
                 r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [hosts[100 + k]]})
                 walls.append(time.perf_counter() - t0)
                 planner.append(r.json().get("search", {}).get("wall_time_s"))
+                modes.append(r.json().get("search", {}).get("mode"))
     return {"case": name, "ranks": len(parent["best"]["ranks"]), "post_plan_s": round(post_s, 3),
             "get_plan_s_median": round(statistics.median(gets), 3), "get_plan_s_runs": [round(g, 3) for g in gets],
             "get_plan_bytes_on_wire": sizes[0], "get_target_s": 1.0,
             "replan_wall_s_median": round(statistics.median(walls), 3), "replan_wall_s_runs": [round(w, 3) for w in walls],
-            "replan_planner_s_runs": planner, "replan_target_s": 1.0}
+            "replan_planner_s_runs": planner, "replan_modes": modes, "replan_target_s": 1.0,
+            "get_plan_first_s": round(gets[0], 3)}
 
 
 def exhaustive_candidates(req):
@@ -240,8 +242,17 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample", type=int, default=300)
     ap.add_argument("--frontier-only", action="store_true", help="only the topology cases (prints; writes nothing)")
+    ap.add_argument("--http-only", action="store_true",
+                    help="only the 98,304-GPU GET and replan over HTTP, merged into bench/results/plan.json")
     args = ap.parse_args()
     rng = random.Random(0)
+    if args.http_only:
+        path = ROOT / "bench" / "results" / "plan.json"
+        out = json.loads(path.read_text())
+        out["frontier_http"] = time_frontier_http(args.repeats)
+        path.write_text(json.dumps(out, indent=1) + "\n")
+        print(json.dumps(out["frontier_http"], indent=1))
+        return 0
     if args.frontier_only:
         time_frontier(args.repeats)
         print(json.dumps(time_frontier_http(args.repeats), indent=1))

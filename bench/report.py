@@ -61,8 +61,10 @@ def plan() -> str | None:
         )
     fh = d.get("frontier_http")
     if fh:
-        out.append(f"| replan: 98,304 GPUs, one node down (HTTP, in-process) | {fh['replan_wall_s_median']:.2f} s | ≤ {fh['replan_target_s']:.0f} s | | | | planner {fh['replan_planner_s_runs']} s |")
-        out.append(f"| GET a plan of {fh['ranks']:,} ranks (HTTP, gzip) | {fh['get_plan_s_median']:.2f} s | ≤ {fh['get_target_s']:.0f} s | | | | {fh['get_plan_bytes_on_wire']:,} bytes on the wire |")
+        modes = f"search mode {', '.join(sorted(set(m for m in fh['replan_modes'] if m)))}; " if fh.get("replan_modes") else ""
+        out.append(f"| replan: 98,304 GPUs, one node down (HTTP, in-process) | {fh['replan_wall_s_median']:.2f} s | ≤ {fh['replan_target_s']:.0f} s | | | | {modes}planner {fh['replan_planner_s_runs']} s |")
+        first = f"first GET {fh['get_plan_first_s']:.2f} s, later GETs from the kept body; " if "get_plan_first_s" in fh else ""
+        out.append(f"| GET a plan of {fh['ranks']:,} ranks (HTTP, gzip) | {fh['get_plan_s_median']:.2f} s | ≤ {fh['get_target_s']:.0f} s | | | | {first}{fh['get_plan_bytes_on_wire']:,} bytes on the wire |")
     load = d.get("loadavg")
     note = f" Load average during the run: {load}." if load else ""
     out += ["", f"Median of {d.get('repeats', '?')} runs on a {d.get('cpu_count', '?')}-core machine, process start excluded; "

@@ -20,6 +20,7 @@ from planner_service.api.middleware import (
     MetricsMiddleware,
     RequestIdMiddleware,
 )
+from planner_service.api.plan_cache import PlanBodyCache
 from planner_service.api.routes import all_routers
 from planner_service.api.schemas import AUTH_RESPONSES
 from planner_service.service.executor import SearchExecutor
@@ -140,6 +141,7 @@ def create_app(
     app.state.observation_callbacks = CallbackSender(lambda url, payload: post_callback(url, payload, settings))
     app.state.rate_limiter = RateLimiter(settings.rate_limit)
     app.state.executor = executor
+    app.state.plan_bodies = PlanBodyCache()
     install_error_handlers(app)
     for router in all_routers():
         if router.prefix.startswith("/v1"):

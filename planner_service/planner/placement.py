@@ -67,36 +67,52 @@ def _natural(name: str) -> tuple[Any, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tuple[list[str], int]:
-    """The pool's available hosts in topology order, packed (module docstring), and how many
-    of them lie past the aligned part (nodes of partly filled domains, used last)."""
-    position = {n.hostname: k for k, n in enumerate(cluster.nodes)}
-    avail = cluster.available_nodes(group.name)
+def _topology_order(cluster: Cluster, group: NodeGroup) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The pool's available hosts sorted by domain path (outer level first, domains in natural
+    order of their names: "pod-2" before "pod-10", so a replan's reordered host names do not
+    reorder the domains; nodes in cluster order inside), with each host's path.  It does not
+    depend on the strategy: memoised on the (frozen) cluster, as :func:`_nested_table` is
+    (every candidate a plan places on 12,288 nodes would sort them again)."""
+    cache: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = cluster.__dict__.setdefault("_topology_order", {})
+    if group.name in cache:
+        return cache[group.name]
     topo = cluster.topology
-    if topo is None:
-        return [n.hostname for n in avail], 0
+    assert topo is not None
+    position = {n.hostname: k for k, n in enumerate(cluster.nodes)}
+    levels = tuple(reversed(topo.levels))
 
     def path(n: Any) -> tuple[Any, ...]:
         if n.domains:
             return tuple(reversed(n.domains))
         k = position[n.hostname]
-        return tuple(k // lv.group_size_nodes for lv in reversed(topo.levels))
+        return tuple(k // lv.group_size_nodes for lv in levels)
 
-    # domains in natural order of their names, outer level first ("pod-2" before "pod-10"), so
-    # a replan's reordered host names do not reorder the domains; nodes in cluster order inside
-    nodes = sorted(avail, key=lambda n: (tuple(_natural(str(d)) for d in path(n)), position[n.hostname]))
+    keyed = [(tuple(_natural(str(d)) for d in p), position[n.hostname], n.hostname, p)
+             for n in cluster.available_nodes(group.name) for p in (path(n),)]
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    cache[group.name] = ([t[2] for t in keyed], [t[3] for t in keyed])
+    return cache[group.name]
+
+
+def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tuple[list[str], int]:
+    """The pool's available hosts in topology order, packed (module docstring), and how many
+    of them lie past the aligned part (nodes of partly filled domains, used last)."""
+    topo = cluster.topology
+    if topo is None:
+        return [n.hostname for n in cluster.available_nodes(group.name)], 0
+    names, paths = _topology_order(cluster, group)
     job_nodes = -(-strategy.num_devices // group.gpus_per_node)
-    aligned: list[Any] = nodes
-    tail: list[Any] = []
+    aligned: list[int] = list(range(len(names)))
+    tail: list[int] = []
     for j, lv in enumerate(topo.levels):
         unit = _units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes)
         spans = job_nodes > lv.group_size_nodes  # blocks larger than a domain need full domains
         depth = len(topo.levels) - j  # path prefix naming the level-j domain
-        kept: list[Any] = []
-        partial: list[Any] = []
-        run: list[Any] = []
+        kept: list[int] = []
+        partial: list[int] = []
+        run: list[int] = []
         for n in [*aligned, None]:
-            if run and (n is None or path(n)[:depth] != path(run[0])[:depth]):
+            if run and (n is None or paths[n][:depth] != paths[run[0]][:depth]):
                 if spans and len(run) < lv.group_size_nodes:
                     partial.extend(run)
                 else:
@@ -108,7 +124,7 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
                 run.append(n)
         aligned = kept
         tail = partial + tail
-    return [n.hostname for n in aligned + tail], len(tail)
+    return [names[n] for n in aligned + tail], len(tail)
 
 
 _Table = tuple[list[str], np.ndarray, dict[str, np.ndarray], int]

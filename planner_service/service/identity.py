@@ -19,6 +19,16 @@ from planner_service.planner.request import PlanRequest
 NON_IDENTITY_KEYS = ("async", "force", "callback_url")
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _flat_plain(rows: Any) -> bool:
+    """Every row a dict with str keys and str/int/bool/None values (nothing to convert): one
+    pass over the types, ~20x cheaper than converting each value."""
+    return all(type(r) is dict for r in rows) and {type(k) for r in rows for k in r} <= {str} and {
+        type(v) for r in rows for v in r.values()} <= _PLAIN
+
+
 def to_json_safe(value: Any) -> Any:
     """Plain JSON types only: numpy scalars → Python, tuples → lists, NaN/±inf → None (neither
     PostgreSQL's json type nor strict JSON parsers accept them)."""
@@ -28,6 +38,8 @@ def to_json_safe(value: Any) -> Any:
     if kind is dict:
         return {k if type(k) is str else str(k): to_json_safe(v) for k, v in value.items()}
     if kind is list or kind is tuple:
+        if value and type(value[0]) is dict and _flat_plain(value):
+            return [dict(r) for r in value]  # a rank table: one flat dict of str/int per GPU
         return [to_json_safe(v) for v in value]
     if kind is str or kind is int or kind is bool or value is None:
         return value

@@ -147,11 +147,12 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
 LARGE_PLAN_RANKS = 8192
 
 
-def plan_to_api(p: StoredPlan, newest: StoredPlan | None = None) -> dict[str, Any]:
+def plan_to_api(p: StoredPlan, newest: StoredPlan | tuple[str, int] | None = None) -> dict[str, Any]:
     """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
-    hash (``superseded_by`` names it when it is another, newer one)."""
+    hash, or its (id, revision) (``superseded_by`` names it when it is another, newer one)."""
     out = _plan_json(p, plan_id=p.id, revision=p.revision, created_at=p.to_dict()["created_at"])
-    out["superseded_by"] = newest.id if newest is not None and newest.id != p.id and newest.revision > p.revision else None
+    ref = (newest.id, newest.revision) if isinstance(newest, StoredPlan) else newest
+    out["superseded_by"] = ref[0] if ref is not None and ref[0] != p.id and ref[1] > p.revision else None
     return out
 
 
@@ -224,6 +225,35 @@ def _default_search_size(req: PlanRequest) -> int | None:
     except Exception:  # noqa: BLE001 - a failing estimate must not fail the request
         log.warning("search_size failed; planning synchronously", exc_info=True)
         return None
+
+
+#: Strategy fields a kept-layout replan holds at the parent's values; dp (and with it the
+#: micro-batch count that keeps the global batch) and the layer split are searched again.
+KEPT_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage")
+
+
+def kept_layout_request(req: PlanRequest, parent: StoredPlan) -> PlanRequest | None:
+    """The replan request restricted to the parent's layout, as Megatron users do after losing a
+    node: tp/pp/cp/ep (and the micro-batch, recompute and ZeRO settings) kept, dp re-chosen for
+    what the changed cluster holds (the global batch is kept through the micro-batch count),
+    or the same dp on spare nodes the parent left idle.  None where there is no such layout
+    (an operator-graph model, a parent without a strategy, or pins the layout contradicts)."""
+    if isinstance(req.model, GraphSpec):
+        return None
+    s = (parent.result.get("best") or {}).get("strategy")
+    if not isinstance(s, Mapping):
+        return None
+    keep = {k: s[k] for k in KEPT_LAYOUT_FIELDS if s.get(k) is not None}
+    pinned = dict(req.constraints.pinned)
+    if any(k in pinned and pinned[k] != v for k, v in keep.items()):
+        return None
+    return replace(req, constraints=replace(req.constraints, pinned={**pinned, **keep}))
+
+
+def _with_search_mode(row: NewPlan, mode: Mapping[str, Any]) -> NewPlan:
+    result = dict(row.result)
+    result["search"] = {**(result.get("search") or {}), **mode}
+    return replace(row, result=result)
 
 
 def plan_row(
@@ -386,12 +416,27 @@ class PlanService:
         is asked for more alternatives and the most stable near-best candidate is kept, with a
         diff against the parent.  The preflight check runs over the candidate kept as best."""
         req = prepared.request
+        mode: dict[str, Any] | None = None
         if parent is not None:
             req = replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
+            kept = kept_layout_request(req, parent)
+            if kept is not None:
+                try:
+                    result = self._run_planner(kept, progress, should_cancel)
+                except PlannerError as e:  # the layout cannot survive the change: full search
+                    mode = {"mode": "full_search", "kept_layout_failed": str(e)}
+                else:
+                    if should_cancel is not None and should_cancel():
+                        raise JobCancelled()
+                    row = plan_row(prepared, kept, result, self.solver_settings().time_limit_s, parent)
+                    return _with_search_mode(row, {"mode": "kept_layout", "kept": dict(kept.constraints.pinned)})
+            else:
+                mode = {"mode": "full_search"}
         result = self._run_planner(req, progress, should_cancel)
         if should_cancel is not None and should_cancel():
             raise JobCancelled()
-        return plan_row(prepared, req, result, self.solver_settings().time_limit_s, parent)
+        row = plan_row(prepared, req, result, self.solver_settings().time_limit_s, parent)
+        return _with_search_mode(row, mode) if mode is not None else row
 
     @staticmethod
     def _record_calibration(stored: dict[str, Any], prepared: PreparedRequest, chosen: Evaluated) -> None:
@@ -510,9 +555,10 @@ class PlanService:
         budget = (stored.result.get("search") or {}).get("budget_s")
         return isinstance(budget, int | float) and budget < self.solver_settings().time_limit_s
 
-    def newest_for(self, p: StoredPlan) -> StoredPlan | None:
-        """The latest plan stored for ``p``'s request hash (``plan_to_api``'s ``newest``)."""
-        return self.repo.find_plan_by_hash(p.request_hash)
+    def newest_for(self, p: StoredPlan) -> tuple[str, int] | None:
+        """(id, revision) of the latest plan stored for ``p``'s request hash (``plan_to_api``'s
+        ``newest``)."""
+        return self.repo.find_newest_ref(p.request_hash)
 
     def replan(self, plan_id: str, changes: ClusterChanges, options: RunOptions | None = None,
                overrides: Mapping[str, Any] | None = None) -> Outcome:

@@ -450,9 +450,28 @@ class Repository:
             ).first()
         return self._stored(row) if row is not None else None
 
+    def find_newest_ref(self, request_hash: str) -> tuple[str, int] | None:
+        """(id, revision) of the plan :meth:`find_plan_by_hash` returns, without loading its
+        request and result (a 98,304-rank plan's JSON takes ~0.4 s to decode)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(PlanRow.id, PlanRow.revision)
+                .where(PlanRow.request_hash == request_hash, PlanRow.tenant == self.owner)
+                .order_by(PlanRow.created_at.desc(), PlanRow.revision.desc())
+                .limit(1)
+            ).first()
+        return (str(row.id), int(row.revision)) if row is not None else None
+
     @staticmethod
     def _stored(row: Any) -> StoredPlan:
         return StoredPlan(**_summary_kwargs(row), request=row.request, result=row.result)
+
+    def plan_readable(self, plan_id: str) -> bool:
+        """Whether the caller may read plan ``plan_id`` (it exists and is theirs or shared)."""
+        if not is_uuid(plan_id):
+            return False
+        with self.engine.connect() as conn:
+            return conn.execute(select(PlanRow.id).where(PlanRow.id == plan_id, self._readable(PlanRow.tenant))).first() is not None
 
     def get_plan(self, plan_id: str) -> StoredPlan:
         if not is_uuid(plan_id):

@@ -13,6 +13,7 @@ from cost_model.devices import get_device
 from cost_model.errors import InvalidInput, UnknownName
 from planner_service.api.deps import MetricsDep, RepoDep, ServiceDep
 from planner_service.api.middleware import Metrics
+from planner_service.api.plan_cache import CACHED_MIN_RANKS, PlanBodyCache, assemble
 from planner_service.api.routes.jobs import job_body
 from planner_service.api.schemas import (
     BUSY_RESPONSES,
@@ -132,10 +133,23 @@ def list_plans(
 
 
 @router.get("/{plan_id}", response_model=Plan, summary="One stored plan", responses={404: {"model": ErrorBody, "description": "No such plan"}})
-def get_plan(plan_id: str, repo: RepoDep, service: ServiceDep) -> JSONResponse:
+def get_plan(request: Request, plan_id: str, repo: RepoDep, service: ServiceDep) -> Response:
     # Stored JSON is plain already: JSONResponse skips FastAPI's recursive jsonable_encoder.
-    plan = repo.get_plan(plan_id)
-    return JSONResponse({**plan_to_api(plan, newest=service.newest_for(plan)), "observed": service.observed().observed_view(plan)})
+    # A plan with a large rank table: its body kept encoded after the first GET (api.plan_cache).
+    cache: PlanBodyCache = request.app.state.plan_bodies
+    hit = cache.get(plan_id) if plan_id in cache and repo.plan_readable(plan_id) else None
+    if hit is None:
+        plan = repo.get_plan(plan_id)
+        body = plan_to_api(plan, newest=service.newest_for(plan))
+        if plan.num_devices <= CACHED_MIN_RANKS:
+            return JSONResponse({**body, "observed": service.observed().observed_view(plan)})
+        sup = body.pop("superseded_by")
+        body.pop("observed")
+        hit = cache.put(plan, body)
+    slim, prefix = hit
+    ref = service.newest_for(slim)
+    sup = ref[0] if ref is not None and ref[0] != slim.id and ref[1] > slim.revision else None
+    return Response(assemble(prefix, sup, service.observed().observed_view(slim)), media_type="application/json")
 
 
 @router.delete(
@@ -144,8 +158,9 @@ def get_plan(plan_id: str, repo: RepoDep, service: ServiceDep) -> JSONResponse:
     summary="Delete a stored plan (409 while replans refer to it)",
     responses={404: {"model": ErrorBody, "description": "No such plan"}, 409: {"model": ErrorBody, "description": "Replans refer to it"}},
 )
-def delete_plan(plan_id: str, repo: RepoDep) -> Response:
+def delete_plan(request: Request, plan_id: str, repo: RepoDep) -> Response:
     repo.delete_plan(plan_id)
+    request.app.state.plan_bodies.discard(plan_id)
     return Response(status_code=204)
 
 

@@ -1,0 +1,81 @@
+"""A replan after a node is lost keeps the parent's layout (tp/pp/cp/ep, micro-batch, recompute,
+ZeRO) and re-chooses only dp and the layer split, instead of the full search; the full search
+runs only when that layout cannot survive the change."""
+
+from __future__ import annotations
+
+from cost_model.errors import NoFeasiblePlan
+from planner_service.service.plans import KEPT_LAYOUT_FIELDS
+
+BODY = {
+    "model": {"preset": "gpt3-1.3b"},
+    "training": {"global_batch_size": 256, "sequence_length": 2048},
+    "cluster": {"name": "spare", "node_groups": [{"name": "g0", "count": 5, "gpus_per_node": 8, "device": "A100-SXM4-80GB",
+                                                  "hostnames": [f"node-{i}" for i in range(5)]}]},
+}
+
+
+def _places(plan):
+    return {r["rank"]: (r["host"], r["gpu"]) for r in plan["best"]["ranks"]}
+
+
+def _pins(strategy):
+    return {k: strategy[k] for k in KEPT_LAYOUT_FIELDS if strategy.get(k) is not None}
+
+
+def test_kept_layout_equals_the_search_restricted_to_that_layout(client):
+    parent = client.post("/v1/plans", json={**BODY, "constraints": {"max_devices": 32}}).json()
+    used = sorted({r["host"] for r in parent["best"]["ranks"]})
+    victim = used[1]
+    r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [victim]})
+    assert r.status_code == 201, r.text
+    child = r.json()
+    assert child["search"]["mode"] == "kept_layout"
+    assert _pins(child["best"]["strategy"]) == _pins(parent["best"]["strategy"])
+    assert child["diff"]["parent_id"] == parent["id"]
+    # every rank of a surviving host stays where it was
+    before, after = _places(parent), _places(child)
+    assert all(after.get(k) == v for k, v in before.items() if v[0] != victim)
+    assert victim not in {h for h, _ in after.values()}
+    # the same answer as a fresh plan on the changed cluster restricted to the parent's layout
+    restricted = {**BODY, "cluster": child["cluster"],
+                  "constraints": {"max_devices": 32, **_pins(parent["best"]["strategy"])}}
+    fresh = client.post("/v1/plans", json=restricted)
+    assert fresh.status_code == 201, fresh.text
+    fresh = fresh.json()
+    assert fresh["best"]["strategy"] == child["best"]["strategy"]
+    assert fresh["best"]["prediction"]["step_time_s"] == child["best"]["prediction"]["step_time_s"]
+    assert _places(fresh) == after
+
+
+def test_dp_shrinks_when_no_spare_is_left(client):
+    parent = client.post("/v1/plans", json={**BODY, "cluster": {**BODY["cluster"], "node_groups": [
+        {**BODY["cluster"]["node_groups"][0], "count": 4, "hostnames": [f"node-{i}" for i in range(4)]}]}}).json()
+    child = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": ["node-3"]}).json()
+    assert child["search"]["mode"] == "kept_layout"
+    assert _pins(child["best"]["strategy"]) == _pins(parent["best"]["strategy"])
+    assert len(child["best"]["ranks"]) <= 24
+    before, after = _places(parent), _places(child)
+    assert all(before[k] == v for k, v in after.items() if k in before and before[k][0] != "node-3")
+
+
+def test_falls_back_to_the_full_search_when_the_layout_cannot_survive(make_client):
+    from planner_service.planner import plan
+
+    calls = []
+
+    def planner(req, settings, progress=None, should_cancel=None):
+        kept = "tp" in req.constraints.pinned
+        calls.append(kept)
+        if kept:
+            raise NoFeasiblePlan("no plan fits under the constraints")
+        return plan(req, settings, progress=progress, should_cancel=should_cancel)
+
+    client = make_client(plan_fn=planner)
+    parent = client.post("/v1/plans", json=BODY).json()
+    r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": ["node-0"]})
+    assert r.status_code == 201, r.text
+    child = r.json()
+    assert calls == [False, True, False]
+    assert child["search"]["mode"] == "full_search"
+    assert "kept_layout_failed" in child["search"]
