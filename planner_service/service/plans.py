@@ -549,7 +549,10 @@ class PlanService:
 
     def _can_improve(self, stored: StoredPlan) -> bool:
         """A stored plan a new search could beat: not proved optimal, planned under a smaller
-        budget than the one this service runs with now."""
+        budget than the one this service runs with now, or a kept-layout replan (its search was
+        restricted to the parent's layout: the same request planned afresh searches them all)."""
+        if (stored.result.get("search") or {}).get("mode") == "kept_layout":
+            return True
         if stored.status == "optimal":
             return False
         budget = (stored.result.get("search") or {}).get("budget_s")

@@ -79,3 +79,19 @@ def test_falls_back_to_the_full_search_when_the_layout_cannot_survive(make_clien
     assert calls == [False, True, False]
     assert child["search"]["mode"] == "full_search"
     assert "kept_layout_failed" in child["search"]
+
+
+def test_the_same_request_posted_after_a_kept_layout_replan_gets_a_full_search(client):
+    """The replan's plan is stored under the changed request's hash; posting that request is a
+    full search (a new revision superseding the kept-layout plan), not the restricted answer."""
+    parent = client.post("/v1/plans", json={**BODY, "constraints": {"max_devices": 32}}).json()
+    victim = sorted({r["host"] for r in parent["best"]["ranks"]})[1]
+    child = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [victim]}).json()
+    assert child["search"]["mode"] == "kept_layout"
+    again = client.post("/v1/plans", json={**BODY, "cluster": child["cluster"], "constraints": {"max_devices": 32}})
+    assert again.status_code == 201, again.text
+    again = again.json()
+    assert again["supersedes"] == child["id"] and again["search"].get("mode") != "kept_layout"
+    assert again["best"]["prediction"]["step_time_s"] <= child["best"]["prediction"]["step_time_s"] * (1 + 1e-9)
+    # and posting it once more returns that full-search plan
+    assert client.post("/v1/plans", json={**BODY, "cluster": child["cluster"], "constraints": {"max_devices": 32}}).json()["id"] == again["id"]
