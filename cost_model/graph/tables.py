@@ -5,7 +5,7 @@ coefficients from the same arrays.
 
 Cost per operator choice (per micro-batch, per GPU): GEMMs by :func:`compute.gemm_time_s` on the
 sharded shape (backward as two GEMMs, dX and dW, with their own shapes), fused attention by
-the transformer path's :func:`cost_model.transformer.layer_cost.fused_attention_time_s`,
+the transformer path's :func:`cost_model.compute.flash_attention_time_s`,
 memory-bound operators by bytes over HBM bandwidth where chains of elementwise operators fuse into one kernel (intermediates stay on chip; with
 ``training.fused_kernels`` false — eager PyTorch — every operator is its own kernel and pass,
 and unfused attention runs each of its elementwise ops separately).  The graph path places
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_model.comm import Links, allgather_time_s, allreduce_time_s, p2p_time_s, ranks_per_node
-from cost_model.compute import FLASH_BACKWARD_RATIO, gemm_time_s, memory_bound_time_s
+from cost_model.compute import FLASH_BACKWARD_RATIO, flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from cost_model.graph.analysis import GraphAnalysis, analyse, op_classes
 from cost_model.graph.ir import DTYPE_BYTES, INDEX_DTYPES, GraphSpec
 from cost_model.graph.layouts import NONE, Choice, grad_target, op_choices, reshard_kinds, reshard_time_s
@@ -40,7 +40,6 @@ from cost_model.graph.op_cost import OpCost, graph_op_costs, saved_input_slots
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     eager_attention_elementwise_s,
-    fused_attention_time_s,
     model_state_bytes_per_param,
     optimizer_bytes_per_param,
     optimizer_kernels,
@@ -274,7 +273,7 @@ def _attention_times(w: _RowWork, training: Training, mesh: GraphMesh) -> tuple[
     device, dt = mesh.device, training.dtype
     bh, sq, skv, d, fr = (np.array(col, dtype=float) for col in zip(*w.attn, strict=True))
     if training.attention != "unfused":
-        f = fused_attention_time_s(bh, sq, skv, d, device, dt, causal_fraction=fr)
+        f = flash_attention_time_s(bh, sq, skv, d, device, dt, causal_fraction=fr)
         return f, FLASH_BACKWARD_RATIO * f
     qk_s = gemm_time_s(sq, skv, d, device, dt, batch=bh)
     pv_s = gemm_time_s(sq, d, skv, device, dt, batch=bh)

@@ -226,20 +226,6 @@ def misaligned_device(device: DeviceSpec) -> DeviceSpec:
     return replace(device, efficiency=replace(eff, gemm_max_fraction=eff.gemm_max_fraction * current().get("misaligned_gemm_fraction")))
 
 
-def fused_attention_time_s(
-    batch_heads: ArrayOrFloat,
-    q_len: ArrayOrFloat,
-    kv_len: ArrayOrFloat,
-    head_dim: ArrayOrFloat,
-    device: DeviceSpec,
-    dtype: str,
-    causal_fraction: ArrayOrFloat = 0.5,
-) -> FloatArray:
-    """Forward time (s) of a fused attention core: :func:`cost_model.compute.flash_attention_time_s`
-    (one formula for the transformer and the operator-graph models)."""
-    out: FloatArray = flash_attention_time_s(batch_heads, q_len, kv_len, head_dim, device, dtype, causal_fraction)
-    return out
-
 
 def fp8_cast_s(
     T: ArrayOrFloat, h: float, qkv_out: ArrayOrFloat, proj_in: ArrayOrFloat, f_out: ArrayOrFloat, f_in: ArrayOrFloat, device: DeviceSpec
@@ -462,7 +448,7 @@ def _attention_core(
         attn_bwd = b_scores + b_pv + t_softmax_bwd
     else:
         # Causal: half the s×s square; a window w keeps 1 − w/(2s) of the s×w band.
-        attn_fwd = fused_attention_time_s(b * heads_local, sc, s, d, attn_device, attn_dt, causal_fraction=1.0 - s / (2.0 * s_seq))
+        attn_fwd = flash_attention_time_s(b * heads_local, sc, s, d, attn_device, attn_dt, causal_fraction=1.0 - s / (2.0 * s_seq))
         attn_bwd = FLASH_BACKWARD_RATIO * attn_fwd
 
     return attn_fwd, attn_bwd, flops_attn
