@@ -212,8 +212,9 @@ def estimate(
         stage_results.append(
             StageEstimate(
                 index=i,
-                first_layer=ranges[i][0][0],
-                last_layer=ranges[i][-1][1],
+                # a stage of only the embedding / the head (pipeline_split) holds no decoder layer
+                first_layer=ranges[i][0][0] if ranges[i] else 0,
+                last_layer=ranges[i][-1][1] if ranges[i] else -1,
                 device=slot.group.device.name,
                 node_group=slot.group.name,
                 has_embedding=i == 0,

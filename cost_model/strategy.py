@@ -20,6 +20,8 @@ from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
 INT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
+#: The pipeline-split options of Megatron-Core (:func:`pipeline_split`).
+SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
 def even_split(total: int, parts: int) -> tuple[int, ...]:
@@ -30,6 +32,33 @@ def even_split(total: int, parts: int) -> tuple[int, ...]:
         raise ValueError(f"parts must be positive, got {parts}")
     q, r = divmod(total, parts)
     return tuple(q + (1 if i < r else 0) for i in range(parts))
+
+
+def pipeline_split(num_layers: int, chunks: int, *, embedding: bool, loss: bool) -> tuple[int, ...] | None:
+    """Decoder layers per model chunk (pp·vpp chunks, model order) when the embedding and/or
+    the loss count as a layer of the split; None when ``num_layers + embedding + loss`` is not
+    a multiple of ``chunks`` (Megatron-Core asserts it).
+
+    Megatron-Core ``transformer_block.get_num_layers_to_build`` / ``get_transformer_layer_offset``
+    (flags ``--account-for-embedding-in-pipeline-split``, ``--account-for-loss-in-pipeline-split``):
+    the layer count grows by one per flag, each chunk gets ``(L + e + l)/(pp·vpp)`` and the first
+    chunk of the first stage builds ``e`` layers fewer, the last chunk of the last stage ``l``
+    fewer.  With one layer per chunk the first chunk is the embedding alone and the last the
+    output layer and loss alone — Llama 3 405B's split (126 + 2 = 128 = 16 stages × 8 chunks;
+    Llama Team 2024, "The Llama 3 Herd of Models", §3.3.2: "the first model chunk on the first
+    stage has only the embedding, and the last model chunk on the last stage has only output
+    projection and loss calculation").
+    """
+    units = num_layers + int(embedding) + int(loss)
+    if chunks < 1 or units % chunks:
+        return None
+    per = units // chunks
+    parts = [per] * chunks
+    parts[0] -= int(embedding)
+    parts[-1] -= int(loss)
+    if min(parts) < 0:
+        return None
+    return tuple(parts)
 
 
 class RankCoords(NamedTuple):
@@ -86,6 +115,12 @@ class Strategy:
     #: Nesting order of the parallel dimensions over the GPUs, inner to outer (tp first);
     #: None: Megatron-LM's (tp, cp, dp, pp).  ``cost_model.topology``.
     nesting: tuple[str, ...] | None = None
+    #: Megatron-Core ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-
+    #: pipeline-split``: the embedding (the output layer and loss) counts as one layer of the
+    #: pipeline split, so the first (last) model chunk holds one decoder layer fewer
+    #: (:func:`pipeline_split`).
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     @property
     def num_devices(self) -> int:
@@ -101,6 +136,9 @@ class Strategy:
             del out["nesting"]
         else:
             out["nesting"] = list(self.nesting)
+        for flag in SPLIT_FLAGS:  # written only when set: requests and plans without them unchanged
+            if not out[flag]:
+                del out[flag]
         return out
 
     def stage_layer_ranges(self) -> list[list[tuple[int, int]]]:
@@ -113,7 +151,8 @@ class Strategy:
         out: list[list[tuple[int, int]]] = [[] for _ in range(self.pp)]
         start = 0
         for k, n in enumerate(lps):
-            out[k % self.pp].append((start, start + n - 1))
+            if n > 0:  # a chunk of only the embedding or only the head holds no decoder layer
+                out[k % self.pp].append((start, start + n - 1))
             start += n
         return out
 
@@ -151,9 +190,16 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if isinstance(z, bool) or z not in (0, 1, 2, 3):
             raise InvalidStrategy(f"must be 0, 1, 2 or 3, got {z!r}", field=f"{field_path}.zero_stage")
         out["zero_stage"] = z
+    for flag in SPLIT_FLAGS:
+        if data.get(flag) is not None:
+            if not isinstance(data[flag], bool):
+                raise InvalidStrategy("must be true or false", field=f"{field_path}.{flag}")
+            out[flag] = data[flag]
     lps = data.get("layers_per_stage")
     if lps is not None:
-        if not isinstance(lps, list) or not lps or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps):
+        # 0 is allowed only for a chunk that holds the embedding or the head alone (checked
+        # against the split flags in validate_strategy)
+        if not isinstance(lps, list) or not lps or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in lps):
             raise InvalidStrategy("must be a non-empty list of positive integers", field=f"{field_path}.layers_per_stage")
         out["layers_per_stage"] = tuple(lps)
     nesting = data.get("nesting")
@@ -192,10 +238,22 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
     if s.vpp > 1 and s.pp == 1:
         raise InvalidStrategy("vpp > 1 (interleaved pipeline) needs pp > 1", field=f"{f}.vpp")
-    if s.pp > model.num_layers:
+    emb, loss = s.account_for_embedding_in_pipeline_split, s.account_for_loss_in_pipeline_split
+    if s.pp > model.num_layers + int(emb) + int(loss):  # the embedding / the head may be a stage of its own
         raise InvalidStrategy(f"pp={s.pp} exceeds the {model.num_layers} layers", field=f"{f}.pp")
     chunks = s.pp * s.vpp
+    for flag, on in zip(SPLIT_FLAGS, (emb, loss), strict=True):
+        if on and s.pp == 1:
+            raise InvalidStrategy("counts the embedding or the loss as a pipeline layer: needs pp > 1", field=f"{f}.{flag}")
     if s.layers_per_stage is not None:
+        lps = s.layers_per_stage
+        for k, n in enumerate(lps):
+            if n < 1 and not ((k == 0 and emb) or (k == len(lps) - 1 and loss)):
+                raise InvalidStrategy(
+                    f"entry {k} is {n}: every model chunk needs a decoder layer, except a first chunk of only the embedding "
+                    "(account_for_embedding_in_pipeline_split) and a last chunk of only the head (account_for_loss_in_pipeline_split)",
+                    field=f"{f}.layers_per_stage",
+                )
         if len(s.layers_per_stage) != chunks:
             what = f"pp={s.pp}" if s.vpp == 1 else f"pp·vpp = {s.pp}·{s.vpp} = {chunks} (one entry per model chunk, in model order)"
             raise InvalidStrategy(f"has {len(s.layers_per_stage)} entries but needs {what}", field=f"{f}.layers_per_stage")
@@ -204,11 +262,22 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
                 f"sums to {sum(s.layers_per_stage)} but the model has {model.num_layers} layers",
                 field=f"{f}.layers_per_stage",
             )
+    elif emb or loss:
+        split = pipeline_split(model.num_layers, chunks, embedding=emb, loss=loss)
+        if split is None:
+            units = model.num_layers + int(emb) + int(loss)
+            raise InvalidStrategy(
+                f"{model.num_layers} layers + {int(emb) + int(loss)} (embedding/loss counted as layers) = {units} is not a multiple "
+                f"of pp·vpp = {s.pp}·{s.vpp} = {chunks} (Megatron-Core splits them evenly)",
+                field=f"{f}.{SPLIT_FLAGS[0] if emb else SPLIT_FLAGS[1]}",
+            )
+        s = replace(s, layers_per_stage=split)
     else:
         if model.num_layers % chunks:
             raise InvalidStrategy(
                 f"pp·vpp = {s.pp}·{s.vpp} = {chunks} does not divide the {model.num_layers} layers "
-                "(give layers_per_stage for an uneven split)",
+                "(give layers_per_stage for an uneven split, or count the embedding and the loss as layers: "
+                "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)",
                 field=f"{f}.pp",
             )
         s = replace(s, layers_per_stage=even_split(model.num_layers, chunks))

@@ -43,8 +43,12 @@ What a source leaves unstated is filled by documented rules, the same for every 
   Omni-Path); else the device's typical node (DGX);
 * DeepSpeed's ``type:transformer|embedding`` pipeline partition (BLOOM): the embedding counts
   as a layer on the first and last stage, layers+2 split evenly;
-* Llama 3 with pp=16 and 126 layers: one layer fewer on the first and the last model chunk
-  (the paper, §3.3.2).
+* the embedding and the loss counted as one pipeline layer each (Megatron-Core's
+  ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: one
+  layer fewer on the first and the last model chunk) where the decoder layers do not split
+  evenly over the pp·vpp chunks but layers + 2 do: Llama 3 with pp=16 and 126 layers (the paper,
+  §3.3.2: the first chunk holds only the embedding, the last only the output projection and
+  loss, 128 = 16 × 8 chunks) and Megatron-Bridge's Llama 3.1 405B recipes.
 """
 
 from __future__ import annotations
@@ -257,7 +261,8 @@ def _global_batch(row: dict[str, Any], dp: int) -> tuple[int | None, str | None]
 
 
 def _stage_split(group: str, layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
-    """Uneven layer splits the sources state (module docstring); None: an even split."""
+    """Uneven layer splits the sources state (module docstring); None: an even split or the
+    embedding/loss split of :func:`_embedding_loss_split`."""
     if pp == 1:
         return None
     if group.startswith("BLOOM"):
@@ -269,13 +274,20 @@ def _stage_split(group: str, layers: int, pp: int, vpp: int) -> tuple[int, ...] 
         parts[0] -= 1
         parts[-1] -= 1
         return tuple(parts) if min(parts) >= 1 else None
-    chunks = pp * vpp
-    if layers % chunks == 0:
-        return None
-    if (layers + 2) % chunks == 0 and (layers + 2) // chunks >= 2:
-        per = (layers + 2) // chunks
-        return (per - 1,) + (per,) * (chunks - 2) + (per - 1,)
     return None
+
+
+def _embedding_loss_split(group: str, layers: int, pp: int, vpp: int) -> bool:
+    """Whether the run counts the embedding and the loss as one pipeline layer each
+    (Megatron-Core's ``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split``, :func:`cost_model.strategy.pipeline_split`): the
+    layers do not split evenly over the pp·vpp model chunks but layers + 2 do — Megatron-Bridge's
+    Llama 3.1 405B recipes (126 + 2 = 128 over 16·8 or 8·4·... chunks) and Llama 3's own pipeline
+    (§3.3.2: the first chunk the embedding alone, the last the output projection and loss)."""
+    if pp == 1 or group.startswith("BLOOM"):
+        return False
+    chunks = pp * vpp
+    return layers % chunks != 0 and (layers + 2) % chunks == 0
 
 
 def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training, assumptions: list[str]) -> list[Strategy]:
@@ -334,7 +346,8 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         elif v:
             vpps = [v]
         elif group.startswith(("Narayanan2021", "MegatronLM_README_H100", "Llama3")):
-            vpps = [x for x in (1, 2, 3, 4, 6, 8) if model.num_layers % (pp * x) == 0 or _stage_split(group, model.num_layers, pp, x)]
+            vpps = [x for x in (1, 2, 3, 4, 6, 8) if model.num_layers % (pp * x) == 0 or _stage_split(group, model.num_layers, pp, x)
+                    or _embedding_loss_split(group, model.num_layers, pp, x)]
             if stated_interleaving and len(vpps) > 1:
                 vpps = [x for x in vpps if x > 1]  # the source says it interleaved: depth unknown, not whether
         else:
@@ -347,7 +360,9 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
             if z >= 2 and pp > 1 and framework != "fsdp":
                 continue
             lps = _stage_split(group, model.num_layers, pp, vv)
-            out.append(Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vv, micro_batch_size=b, sequence_parallel=spv, recompute=r, zero_stage=z, layers_per_stage=lps))
+            el = _embedding_loss_split(group, model.num_layers, pp, vv)
+            out.append(Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vv, micro_batch_size=b, sequence_parallel=spv, recompute=r, zero_stage=z, layers_per_stage=lps,
+                                account_for_embedding_in_pipeline_split=el, account_for_loss_in_pipeline_split=el))
     if len(tpp) == 1 and len({s.vpp for s in out}) > 1:
         assumptions.append("interleaving: best")
     if len({s.zero_stage for s in out}) > 1:
