@@ -22,8 +22,15 @@ from typing import Any
 from cost_model.errors import InvalidCluster, UnknownName
 from cost_model.units import bytes_to_gb, flops_to_tflops, gb_to_bytes, kib_to_bytes, mib_to_bytes
 
-DTYPES = ("bf16", "fp16", "fp32", "fp8")
-BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+DTYPES = ("bf16", "fp16", "fp32", "fp8", "fp4")
+#: Bytes per element.  ``fp4`` is NVFP4 (Transformer Engine ``NVFP4BlockScaling``): 4-bit E2M1
+#: values plus one E4M3 scale byte per 16-element block, 0.5 + 1/16 bytes (NVIDIA, "Pretraining
+#: Large Language Models with NVFP4", arXiv 2509.25149, §2; the per-tensor FP32 scale is
+#: negligible).
+BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp4": 0.5 + 1.0 / 16.0}
+#: Training number formats whose decoder linear layers run their GEMMs in a narrow format on
+#: Transformer Engine while the attention core, the embedding and the LM head stay in BF16.
+NARROW_DTYPES = ("fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class DeviceSpec:
     fp16_tflops: float | None = None
     fp8_tflops: float | None = None
     fp32_tflops: float | None = None
+    #: Dense FP4 (NVFP4/MXFP4) tensor-core peak: Blackwell only.
+    fp4_tflops: float | None = None
     intra_node_bandwidth_GBps: float = 32.0
     inter_node_bandwidth_GBps: float = 25.0
     gpus_per_node: int = 8
@@ -140,6 +149,7 @@ class DeviceSpec:
             "fp16": self.fp16_tflops,
             "fp8": self.fp8_tflops,
             "fp32": self.fp32_tflops,
+            "fp4": self.fp4_tflops,
         }.get(dtype)
         if value is None and dtype in ("bf16", "fp16") and self.kind == "cpu":
             value = self.fp32_tflops  # CPUs run 16-bit math at (at best) the fp32 rate
@@ -175,6 +185,7 @@ class DeviceSpec:
             "fp16_tflops": self.fp16_tflops,
             "fp8_tflops": self.fp8_tflops,
             "fp32_tflops": self.fp32_tflops,
+            **({"fp4_tflops": self.fp4_tflops} if self.fp4_tflops is not None else {}),
             "intra_node_bandwidth_GBps": self.intra_node_bandwidth_GBps,
             "inter_node_bandwidth_GBps": self.inter_node_bandwidth_GBps,
             "gpus_per_node": self.gpus_per_node,
@@ -241,6 +252,7 @@ def _from_catalog_row(row: Mapping[str, Any]) -> DeviceSpec:
         fp16_tflops=row.get("fp16_dense_tflops"),
         fp8_tflops=row.get("fp8_dense_tflops"),
         fp32_tflops=row.get("fp32_tflops"),
+        fp4_tflops=row.get("fp4_dense_tflops"),
         intra_node_bandwidth_GBps=float(intra),
         inter_node_bandwidth_GBps=float(inter),
         # A node is an NVLink domain: 8 GPUs on an HGX/DGX baseboard, the whole rack (72) on
@@ -349,7 +361,7 @@ def get_device(name: str, field_path: str = "device") -> DeviceSpec:
 
 def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> DeviceSpec:
     """An inline custom device.  Required: name, memory_GB, memory_bandwidth_GBps and at least
-    one of bf16_tflops / fp16_tflops / fp8_tflops / fp32_tflops.  Optional: family (selects the
+    one of bf16_tflops / fp16_tflops / fp8_tflops / fp32_tflops (fp4_tflops too).  Optional: family (selects the
     efficiency constants), kind, intra/inter bandwidths."""
     name = spec.get("name")
     if not isinstance(name, str) or not name:
@@ -359,7 +371,7 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
             raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
     peaks: dict[str, float] = {}
-    for key in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "fp32_tflops"):
+    for key in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "fp32_tflops", "fp4_tflops"):
         val = spec.get(key)
         if val is None:
             continue
@@ -397,6 +409,7 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         fp16_tflops=peaks.get("fp16_tflops"),
         fp8_tflops=peaks.get("fp8_tflops"),
         fp32_tflops=peaks.get("fp32_tflops"),
+        fp4_tflops=peaks.get("fp4_tflops"),
     )
 
 

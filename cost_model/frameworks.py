@@ -149,9 +149,14 @@ def layout_rule_violation(
 
 
 def dtype_rule_violation(framework: str, dtype: str) -> str | None:
-    """Reason when the framework has no recipe for ``dtype`` (FP8), else None."""
+    """Reason when the framework has no recipe for ``dtype`` (FP8, FP4), else None.  FP4
+    (NVFP4) training exists only as Transformer Engine's ``NVFP4BlockScaling`` recipe, which
+    Megatron-Core drives (``--fp4-format e2m1 --fp4-recipe nvfp4``; Megatron-Bridge
+    ``bf16_with_nvfp4_mixed``)."""
     if dtype == "fp8" and not rules_for(framework).fp8:
         return f"{framework}: no FP8 training recipe (FP8 needs megatron-core with Transformer Engine or fsdp with torchao float8)"
+    if dtype == "fp4" and framework != "megatron-core":
+        return f"{framework}: no FP4 training recipe (NVFP4 training needs megatron-core with Transformer Engine)"
     return None
 
 

@@ -296,7 +296,7 @@ def _select_backend(measurements: list[Mapping[str, Any]], ops: Iterable[str], p
 
 def _primary_dtype(device: DeviceSpec, dtypes: Iterable[str]) -> str:
     dtypes = list(dtypes)
-    order = ("fp32", "bf16", "fp16", "fp8") if device.kind == "cpu" else ("bf16", "fp16", "fp32", "fp8")
+    order = ("fp32", "bf16", "fp16", "fp8", "fp4") if device.kind == "cpu" else ("bf16", "fp16", "fp32", "fp8", "fp4")
     for d in order:
         if d in dtypes:
             return d

@@ -59,7 +59,7 @@ MAX_DIM = 10**12
 SYMBOLS = ("batch", "seq")
 
 #: Element sizes for tensor dtypes (activations default to the training dtype).
-DTYPE_BYTES: dict[str, int] = {
+DTYPE_BYTES: dict[str, float] = {
     **BYTES_PER_ELEMENT,
     "fp64": 8,
     "int64": 8,

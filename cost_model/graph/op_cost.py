@@ -87,7 +87,7 @@ class OpCost:
     has_grad: bool = True
 
 
-def elt_bytes(dtype: str | None, default: str) -> int:
+def elt_bytes(dtype: str | None, default: str) -> float:
     """Bytes per element of a tensor of ``dtype`` (None: the training dtype ``default``)."""
     return DTYPE_BYTES.get(dtype or default, DTYPE_BYTES[default])
 
@@ -131,7 +131,7 @@ class _Operands:
     out_elems: int
     params: int
     param_bytes: float
-    elt_bytes: int
+    elt_bytes: float
     dtype: str
     batch: int
 

@@ -138,7 +138,7 @@ def _activation_elt_bytes(dtype: str) -> int:
     return 4 if dtype == "fp32" else 2
 
 
-def _tensor_elt_bytes(graph: GraphSpec, name: str, dtype: str) -> int:
+def _tensor_elt_bytes(graph: GraphSpec, name: str, dtype: str) -> float:
     dt = graph.tensors[name].dtype
     if dt is None:
         return _activation_elt_bytes(dtype)

@@ -29,7 +29,11 @@ validation falls back to when the held-out source is the only one that informs i
   1.3–1.6× speed-ups NVIDIA quotes for Transformer Engine are lower because attention, the LM
   head, the casts/amax and elementwise work stay 16-bit — those are costed separately
   (``layer_cost.fp8_cast_s``, BF16 attention and head), not folded into this constant.
-  Prior 0.9, bounds [0.6, 1].
+  Prior 0.9, bounds [0.6, 1].  FP4 (NVFP4) training uses the same constant against the FP4
+  peak: on Blackwell both are block-scaled tensor-core GEMMs of cuBLASLt (MXFP8: one E8M0 scale
+  per 32 elements, NVFP4: one E4M3 scale per 16), whose departure from the BF16 fraction is the
+  same kind of cost (scale-factor loads, the dequantising epilogue); no separate FP4 constant
+  is fitted (four FP4 rows could not tell one apart from it).
 
 * ``family_gemm_efficiency[family]`` — a correction of the device family's large-GEMM fraction
   (:data:`cost_model.devices.FAMILY_EFFICIENCY`, whose Hopper and Blackwell figures were set
@@ -70,7 +74,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.devices import DeviceSpec
+from cost_model.devices import NARROW_DTYPES, DeviceSpec
 
 PRIORS: dict[str, float] = {
     "framework_gemm_efficiency.megatron-deepspeed": 1.0,
@@ -167,7 +171,7 @@ def calibrated_device(device: DeviceSpec, framework: str, dtype: str) -> DeviceS
         return device
     c = current()
     k = c.framework_gemm_efficiency(framework) * c.get(f"family_gemm_efficiency.{device.family}")
-    if dtype == "fp8":
+    if dtype in NARROW_DTYPES:
         k *= c.get("fp8_gemm_efficiency")
     if k == 1.0:
         return device

@@ -42,7 +42,7 @@ from cost_model.compute import (
     gemm_time_s,
     memory_bound_time_s,
 )
-from cost_model.devices import DeviceSpec
+from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
 from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
@@ -245,6 +245,47 @@ def fp8_cast_s(
     return memory_bound_time_s(3.0 * fwd_elems, device, kernels=4), memory_bound_time_s(3.0 * bwd_elems, device, kernels=8)
 
 
+#: Bytes one quantisation pass moves per element into NVFP4: read the BF16 tensor (2 B), write
+#: 4-bit values and one E4M3 scale per 16-element block (:data:`cost_model.devices.BYTES_PER_ELEMENT`).
+NVFP4_QUANTIZE_BYTES = 2.0 + BYTES_PER_ELEMENT["fp4"]
+
+
+def nvfp4_cast_s(
+    T: ArrayOrFloat, h: float, qkv_out: ArrayOrFloat, proj_in: ArrayOrFloat, f_out: ArrayOrFloat, f_in: ArrayOrFloat, device: DeviceSpec
+) -> tuple[ArrayOrFloat, ArrayOrFloat]:
+    """Forward and backward time (s) of Transformer Engine's NVFP4 quantisation in one layer.
+
+    NVIDIA's NVFP4 training recipe (NVIDIA 2025, "Pretraining Large Language Models with NVFP4",
+    arXiv 2509.25149, §4; Transformer Engine ``NVFP4BlockScaling``, driven by Megatron-Bridge's
+    ``bf16_with_nvfp4_mixed``: ``fp4="e2m1"``, ``fp4_recipe="nvfp4"``, no FP4 parameter gather)
+    runs the fprop, dgrad and wgrad GEMMs of every decoder linear layer in NVFP4 (E2M1 values,
+    one E4M3 scale per 16 elements, an FP32 scale per tensor) — the attention core, the
+    embedding and the LM head stay BF16 (:func:`cost_model.transformer.stage_cost.device_costs`).
+    Each quantisation is one memory-bound pass that reads the BF16 tensor and writes the FP4
+    values and scales (:data:`NVFP4_QUANTIZE_BYTES` per element; the amax reduction fused):
+
+    * forward: the inputs of QKV (T·h), the projection (T·proj_in), FC1 (T·h) and FC2 (T·f_in),
+      1×16 blocks, round-to-nearest (4 kernels);
+    * backward: the output gradients of the four GEMMs (T·qkv_out, T·h, T·f_out, T·h) twice —
+      1×16 blocks with stochastic rounding for dgrad, and with a 16×16 random Hadamard transform
+      along the token dimension for wgrad — and the forward inputs once more, Hadamard-transformed
+      and quantised along the token dimension for wgrad (12 kernels).  The Hadamard transform is
+      a 16-point product fused into the quantising kernel (32 FLOP per element against the
+      GEMM's 2·K: not a cost of its own); stochastic rounding draws from a counter-based RNG in
+      the same pass.
+
+    Against FP8 (:func:`fp8_cast_s`: 3 bytes per element, gradients cast once), the gradients
+    pass twice and each pass moves 2.5625 bytes.  Weights are quantised once per step with
+    16×16 (2D) blocks, so that the forward and the transposed backward use the same values,
+    and cached over the micro-batches (not counted here, as for FP8).
+    """
+    fwd_elems = T * (h + proj_in + h + f_in)
+    grad_elems = T * (qkv_out + h + f_out + h)
+    bwd_elems = 2.0 * grad_elems + fwd_elems
+    return (memory_bound_time_s(NVFP4_QUANTIZE_BYTES * fwd_elems, device, kernels=4),
+            memory_bound_time_s(NVFP4_QUANTIZE_BYTES * bwd_elems, device, kernels=12))
+
+
 def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None = None) -> LayerCosts:
     """Cost one decoder layer per micro-batch for every candidate in ``S``.  Under FP8 the
     attention core runs in BF16 on ``bf16_device`` (the device with its BF16 efficiency).
@@ -265,10 +306,12 @@ def _uniform_layer_costs(
 ) -> LayerCosts:
     """:func:`layer_costs` of a model whose decoder layers are all alike: the GEMMs, the attention
     core and the memory-bound work of one layer on one GPU (each a helper below), recompute, and
-    the TP / CP / EP communication."""
+    the TP / CP / EP communication.  FP8 / FP4: the linear layers' GEMMs in the narrow format
+    plus their casts (:func:`fp8_cast_s`, :func:`nvfp4_cast_s`), the attention core in BF16."""
     dt = training.dtype
-    attn_dt = "bf16" if dt == "fp8" else dt
-    attn_device = bf16_device if (bf16_device is not None and dt == "fp8") else device
+    narrow = dt in NARROW_DTYPES
+    attn_dt = "bf16" if narrow else dt
+    attn_device = bf16_device if (bf16_device is not None and narrow) else device
     g = _LayerGeometry.of(model, training, S)
     moe = _moe_ffn(model, training, device, links, S, g) if model.is_moe else None
     gemm_fwd, gemm_bwd, gemm_flops, qkv_n = _layer_gemms(model, dt, device, S, g, moe)
@@ -279,10 +322,11 @@ def _uniform_layer_costs(
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
-    if dt == "fp8":
+    if narrow:
         fm, f, t = model.ffn_matrices, float(model.ffn_hidden_size), S.tp
         k_tok = model.experts_per_token if model.is_moe else 1.0
-        cast_fwd, cast_bwd = fp8_cast_s(g.T, g.h, qkv_n, g.o / t, (fm - 1) * f / t * k_tok, f / t * k_tok, device)
+        cast = fp8_cast_s if dt == "fp8" else nvfp4_cast_s
+        cast_fwd, cast_bwd = cast(g.T, g.h, qkv_n, g.o / t, (fm - 1) * f / t * k_tok, f / t * k_tok, device)
         forward_compute = forward_compute + cast_fwd
         backward_compute = backward_compute + cast_bwd
 
@@ -699,7 +743,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     with selective recompute, dropout masks vanish without dropout (models without biases), and
     sequences divide by cp, FP8 training saves the linear layers' inputs in FP8; an MoE FFN adds
     :func:`cost_model.transformer.moe.moe_activation_bytes`.  Full recompute keeps only the
-    layer input (2·sbh, /t under SP).
+    layer input (2·sbh, /t under SP).  FP4 (NVFP4) saves them as the wgrad operand Transformer
+    Engine keeps: the Hadamard-transformed input quantised along the token dimension, 0.5 byte per
+    element plus one E4M3 scale per 16 (:data:`cost_model.devices.BYTES_PER_ELEMENT`).
     """
     eb = _act_bytes(training)
     h = float(model.hidden_size)
@@ -717,7 +763,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
 
     # FP8 (Transformer Engine): each linear layer saves its FP8-cast input for the weight
     # gradient (1 byte) instead of the 16-bit tensor — the QKV, projection, FC1 and FC2 inputs.
-    gi = 1 if training.dtype == "fp8" else eb
+    gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
     # Replicated (outside TP regions): QKV input, FC1 input, two dropout masks, two norm inputs.
     replicated = sbh * (gi + gi + 2 * mask + 2 * eb) / rep
     # Inside TP regions: Q, K, V, projection input.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
-from cost_model.devices import DeviceSpec
+from cost_model.devices import NARROW_DTYPES, DeviceSpec
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
@@ -60,7 +60,7 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 #: request cannot tell the two apart, so the common 16-bit form is costed.  Megatron-Core: 0
 #: (``gradient_accumulation_fusion`` accumulates into the fp32 ``main_grad`` inside the wgrad
 #: GEMM); FSDP / ZeRO-3: 0 (gradients are reduce-scattered per micro-batch).
-GRAD_ACCUMULATION_BYTES_PER_PARAM = {"bf16": 6.0, "fp16": 6.0, "fp8": 6.0, "fp32": 12.0}
+GRAD_ACCUMULATION_BYTES_PER_PARAM = {"bf16": 6.0, "fp16": 6.0, "fp8": 6.0, "fp4": 6.0, "fp32": 12.0}
 
 
 def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors: ArrayOrFloat) -> FloatArray:
@@ -99,12 +99,13 @@ class DeviceCosts:
 
 def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> DeviceCosts:
     """Per-device-type costs, with the device as ``training.framework`` drives it
-    (:func:`cost_model.transformer.calibration.calibrated_device`).  Under FP8 the attention
-    core, the embedding and the LM head stay in BF16 (Transformer Engine's FP8 covers the
-    linear layers of the decoder; Megatron-Core keeps the output layer in BF16)."""
+    (:func:`cost_model.transformer.calibration.calibrated_device`).  Under FP8 and FP4 the
+    attention core, the embedding and the LM head stay in BF16 (Transformer Engine's FP8 and
+    NVFP4 recipes cover the linear layers of the decoder; Megatron-Core keeps the output layer
+    in BF16)."""
     gemm_device = calibrated_device(device, training.framework, training.dtype)
     lc = layer_costs(model, training, gemm_device, links, S, bf16_device=calibrated_device(device, training.framework, "bf16"))
-    head_training = replace(training, dtype="bf16") if training.dtype == "fp8" else training
+    head_training = replace(training, dtype="bf16") if training.dtype in NARROW_DTYPES else training
     head_device = calibrated_device(device, training.framework, head_training.dtype)
     emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, head_training, head_device, links, S)
     return DeviceCosts(gemm_device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_model.devices import NARROW_DTYPES
 from cost_model.transformer.calibration import PRIORS, Constants, using
 from cost_model.validation.fidelity import RowResult, conformal_quantile, evaluate_case
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows
@@ -82,7 +83,7 @@ def affects(name: str, case: PublishedCase) -> bool:
     if name == "sharded_collective_efficiency":
         return any(s.zero_stage >= 3 for s in case.candidates)
     if name == "fp8_gemm_efficiency":
-        return case.training.dtype == "fp8"
+        return case.training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibration.calibrated_device)
     if name.startswith("family_gemm_efficiency."):
         return group.device.family == name.split(".", 1)[1]
     if name == "pipeline_microbatch_overhead_s.megatron-deepspeed":

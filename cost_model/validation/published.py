@@ -63,6 +63,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
+from cost_model.devices import DTYPES
 from cost_model.strategy import Strategy
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
@@ -220,10 +221,14 @@ def framework_for(group: str, parallel: dict[str, Any]) -> str:
 
 
 def dtype_for(group: str, parallel: dict[str, Any], device: str) -> str | None:
-    """Training dtype; None when the row's number format is not one the catalog has."""
+    """Training dtype; None when the row's number format is not one the catalog has.  NVFP4 is
+    ``fp4`` (Transformer Engine's NVFP4BlockScaling through Megatron-Bridge's
+    ``bf16_with_nvfp4_mixed``); MXFP8 and FP8 current/delayed scaling are ``fp8``."""
     prec = (parallel.get("precision") or "").upper()
+    if "NVFP4" in prec:
+        return "fp4"
     if "FP4" in prec:
-        return None
+        return None  # MXFP4: no training recipe in Transformer Engine / Megatron-Core
     if "FP8" in prec:
         return "fp8"
     if device.startswith("V100") or group in ("MegatronLM_README_2020", "Narayanan2021_Table1", "Narayanan2021_Table2") or group.startswith("Korthikanti") or "FP16" in prec:
@@ -404,7 +409,7 @@ def _case(row: dict[str, Any]) -> PublishedCase | Unplannable:
     device, gpn = dev
     dtype = dtype_for(group, p, device)
     if dtype is None:
-        return Unplannable(row["id"], group, source, f"number format {p.get('precision')!r} is not a catalog dtype (bf16, fp16, fp32, fp8)")
+        return Unplannable(row["id"], group, source, f"number format {p.get('precision')!r} is not a catalog dtype ({', '.join(DTYPES)})")
     model = model_for(group, m)
     if not m.get("ffn_hidden"):
         assumptions.append("ffn=4h")

@@ -26,7 +26,7 @@ from planner_service.exporters.launchers import (
 )
 from planner_service.exporters.plan_view import InvalidPlan, PlanView
 
-DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16", "fp4": "bfloat16"}
 
 
 @lru_cache(maxsize=1)
@@ -110,6 +110,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args.append(("--fp16", None))
     elif dtype == "fp8":
         args += [("--bf16", None), ("--fp8-format", "hybrid")]
+    elif dtype == "fp4":  # Transformer Engine NVFP4BlockScaling (Megatron-Bridge bf16_with_nvfp4_mixed)
+        args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     optimizer = view.training.get("optimizer")
     if optimizer in ("adam", "sgd"):
         args.append(("--optimizer", optimizer))

@@ -55,3 +55,13 @@ def test_deepep_overlap_capacity_and_folding():
 def test_cp_comm_type_only_when_not_the_ring():
     assert flags({"cp_comm_type": "a2a"}, cp=2, dp=1)["--cp-comm-type"] == "a2a"
     assert "--cp-comm-type" not in flags({}, cp=2, dp=1)
+
+
+def test_fp4_training_launches_transformer_engine_nvfp4():
+    """A plan costed with ``dtype: fp4`` launches Megatron-LM with Transformer Engine's NVFP4
+    recipe (``--fp4-format e2m1 --fp4-recipe nvfp4``, BF16 elsewhere), options Megatron-LM has."""
+    f = flags({"dtype": "fp4"})
+    assert f["--fp4-format"] == "e2m1" and f["--fp4-recipe"] == "nvfp4"
+    assert "--bf16" in f and "--fp8-format" not in f
+    ref = megatron_reference()
+    assert "--fp4-format" in ref and "nvfp4" in ref["--fp4-recipe"]["choices"]
