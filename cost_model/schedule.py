@@ -66,10 +66,23 @@ def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: An
 
 
 def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1) -> Any:
-    """Micro-batches whose activations stage ``stage_index`` holds at its peak under 1F1B:
-    ``min(pp − i, m)`` (Narayanan et al. 2021, §2.2: stage i runs ``pp − i`` forwards before
-    its first backward); the interleaved schedule holds ``1 + (p − 1)/(p·v)`` times more
-    (Korthikanti et al. 2022, §4.3; Megatron's warm-up count).  A count (float arrays when any
-    argument is an array)."""
+    """Micro-batches whose activations stage ``stage_index`` holds at its peak, in units of the
+    stage's whole layer set (a count; float arrays when any argument is an array).
+
+    1F1B: ``min(pp − i, m)`` (Narayanan et al. 2021, §2.2: stage i runs ``pp − i`` forwards
+    before its first backward).  Interleaved (v model chunks per stage, micro-batches issued in
+    groups of pp per chunk): Megatron-Core's warm-up count
+    (``schedules.forward_backward_pipelining_with_interleaving``: ``(pp − i − 1)·2 + (v − 1)·pp``
+    chunk forwards, then one more before the first backward; every chunk forward when
+    m = pp, ``all_warmup_microbatches``) holds ``min(2(pp − i − 1) + (v − 1)·pp + 1, m·v)`` chunk
+    micro-batches of ``1/v`` of the stage each — ``pp + (pp − 2i − 1)/v`` stage micro-batches when m
+    is large: ``pp·(1 + (p − 1)/(p·v))`` on the first stage (Korthikanti et al. 2022, §4.3) and
+    nearly pp on every stage, since a later stage must run its first v − 1 chunks for all pp
+    micro-batches of a group before its last chunk's first backward.  Layers are taken as spread
+    evenly over a stage's chunks."""
     base = np.minimum(pp - stage_index, num_microbatches)
-    return base * np.where(np.asarray(vpp) > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
+    v = np.maximum(np.asarray(vpp, dtype=float), 1.0)
+    m = np.asarray(num_microbatches, dtype=float)
+    warm = 2.0 * (pp - np.asarray(stage_index, dtype=float) - 1.0) + (v - 1.0) * pp + 1.0
+    chunks = np.where(m == pp, m * v, np.minimum(warm, m * v))
+    return np.where(v > 1, chunks / v, base)

@@ -95,5 +95,12 @@ def test_in_flight_micro_batches_of_1f1b_and_interleaving():
     assert inflight_microbatches(0, 8, 3) == 3  # capped at m
     # interleaved: 1 + (p − 1)/(p·v) times more (Korthikanti et al. 2022 §4.3)
     assert inflight_microbatches(0, 4, 8, 2) == pytest.approx(4 * (1 + 3 / 8))
+    # interleaved, every stage: Megatron-Core's warm-up 2(p − i − 1) + (v − 1)·p chunk forwards
+    # plus one, of 1/v of the stage each — nearly p on the last stage too, not 1 + (p − 1)/(p·v)
+    assert [inflight_microbatches(i, 4, 8, 2) for i in range(4)] == pytest.approx([11 / 2, 9 / 2, 7 / 2, 5 / 2])
+    assert inflight_microbatches(15, 16, 32, 8) == pytest.approx((7 * 16 + 1) / 8)
+    # m = p: every chunk forward runs before the first backward (all_warmup_microbatches)
+    assert [inflight_microbatches(i, 4, 4, 2) for i in range(4)] == pytest.approx([4, 4, 4, 4])
+    assert inflight_microbatches(0, 4, 8, 16) == pytest.approx((6 + 15 * 4 + 1) / 16)
     assert inflight(mesh_for(Training(global_batch_size=8, sequence_length=8), simple_cluster("A100-SXM4-80GB", 1),
                              dp=1, t=1, pp=4, micro_batch=1), 1) == 3
