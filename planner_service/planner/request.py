@@ -14,7 +14,7 @@ from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
 from cost_model.errors import InvalidInput, PlannerError
-from cost_model.strategy import INT_FIELDS, RECOMPUTE, Strategy, strategy_from_dict
+from cost_model.strategy import INT_FIELDS, RECOMPUTE, SPLIT_FLAGS, Strategy, strategy_from_dict
 from cost_model.training import Training, training_from_dict
 from cost_model.transformer.spec import model_from_dict
 
@@ -22,7 +22,7 @@ OBJECTIVES = ("throughput", "cost", "time_to_train")
 TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject")
 #: Headroom of operator-graph plans when the request gives none.
 GRAPH_DEFAULT_HEADROOM = 0.1
-PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "zero_stage", "layers_per_stage")
+PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "zero_stage", "layers_per_stage") + SPLIT_FLAGS
 
 ModelResolver = Callable[[str], Mapping[str, Any]]
 ClusterResolver = Callable[[str], Mapping[str, Any]]

@@ -116,3 +116,43 @@ def test_the_estimate_route_takes_the_option_and_names_a_bad_value(client):
     bad = client.post("/v1/estimate", json={**body, "strategy": {**body["strategy"], "pp": 1, "dp": 8}})
     assert bad.status_code == 422
     assert bad.json()["error"]["field"] == "strategy.account_for_embedding_in_pipeline_split"
+
+
+def _plan_body(constraints):
+    return {
+        "model": {"preset": "llama2-7b"},
+        "training": {"global_batch_size": 32, "sequence_length": 4096},
+        "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+        "constraints": constraints,
+    }
+
+
+def test_the_planner_honours_the_pinned_split_flags():
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    req = parse_plan_request(_plan_body({**FLAGS, "pp": 2, "micro_batch_size": 1}))
+    result = plan(req, SolverSettings(time_limit_s=20))
+    best = result.best.strategy
+    assert best.account_for_embedding_in_pipeline_split and best.account_for_loss_in_pipeline_split
+    assert best.pp == 2
+    chunks = best.pp * best.vpp
+    assert best.layers_per_stage == pipeline_split(32, chunks, embedding=True, loss=True)
+    # what the plan predicts is what estimate says for that strategy
+    again = estimate(req.model, req.training, req.cluster, best)
+    assert again.step_time_s == pytest.approx(result.best.prediction.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(("constraints", "field"), [
+    ({"pp": 1, "account_for_embedding_in_pipeline_split": True}, "constraints.account_for_embedding_in_pipeline_split"),
+    ({"pp": 4, "vpp": 3, **FLAGS}, "constraints.account_for_embedding_in_pipeline_split"),  # 34 over 12 chunks
+    ({"account_for_loss_in_pipeline_split": 1}, "constraints.account_for_loss_in_pipeline_split"),
+])
+def test_bad_pinned_split_flags_name_the_constraint(constraints, field):
+    from planner_service.planner.request import parse_plan_request
+    from planner_service.planner.transformer.space import check_pins
+
+    with pytest.raises(InvalidStrategy) as err:
+        req = parse_plan_request(_plan_body(constraints))
+        check_pins(req.model, req.training, req.constraints.pinned)
+    assert err.value.field == field

@@ -30,7 +30,7 @@ from cost_model.cluster import Cluster, Node, NodeGroup
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.estimate import estimate, memory_verdict
 from cost_model.result import Estimate
-from cost_model.strategy import Strategy, even_split
+from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
@@ -167,6 +167,11 @@ class _Search:
         self.safe_fraction = (1 - self.headroom) * safe_capacity_factor()
         self.fit_fraction = self.safe_fraction if self.cons.tight_memory == "reject" else (1 - self.headroom) * fit_capacity_factor()
         self.pinned_lps = self.cons.pinned.get("layers_per_stage")
+        #: pinned embedding/loss split flags (cost_model.strategy.pipeline_split): the split is
+        #: fixed by the layout, as a pinned layers_per_stage is, and estimated exactly
+        self.pinned_emb, self.pinned_loss = (bool(self.cons.pinned.get(f)) for f in SPLIT_FLAGS)
+        self.pinned_flags = self.pinned_emb or self.pinned_loss
+        self.fixed_split = bool(self.pinned_lps) or self.pinned_flags
         self.enumerated = 0
         self.pruned = 0
         self.refinements = 0
@@ -230,6 +235,8 @@ class _Search:
         block = S.dp * S.cp * S.tp
         caps = np.stack([np.floor(g.gpus_per_node * g.count / block) for g in groups])
         keep = caps.sum(axis=0) >= S.pp
+        if len(groups) > 1 and self.pinned_flags:
+            return  # the embedding/loss split flags are searched on one pool only
         if len(groups) > 1:
             # Several pools: every pool hosts ≥ 1 stage (else it is another subset), interleaving
             # needs an even split, and pinned uneven splits are single-pool only.
@@ -265,7 +272,7 @@ class _Search:
         factor = _objective_factor(self.request.objective, self.training, S, [g])
         lb = lb * factor
         even_objective = ev_even.step_time_s * factor
-        if self.pinned_lps:
+        if self.fixed_split:
             # The pinned split, not the even one, is what runs: every candidate some split of
             # which fits is estimated with the pinned split (ordered by its bound).
             even_objective = np.where(feasible, lb, np.inf)
@@ -276,13 +283,13 @@ class _Search:
         for j in self._best_per_layout(S, even_objective, shapes):
             pp = int(S.pp[j])
             # A pinned split is not the one the tables costed: estimate it.
-            known = None if self.pinned_lps else float(even_objective[j])
-            uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.pinned_lps and bool(feasible[j])
+            known = None if self.fixed_split else float(even_objective[j])
+            uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.fixed_split and bool(feasible[j])
             self.record(self._even_strategy(S, j), (g.name,) * pp, known, (si, j) if uneven else None)
         if self.cons.tight_memory == "rank_after_safe" and ev_even.safe_step_time_s is not None:
             self._record_safe(S, g, ev_even.safe_step_time_s * factor, shapes)
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
-            if self.pinned_lps:
+            if self.fixed_split:
                 continue
             entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
             self.pending.append(entry)
@@ -292,7 +299,7 @@ class _Search:
         """Also keep the best even splits whose every stage is safely within memory (p90), so
         that a tight best has safe alternatives to rank before it."""
         for j in self._best_per_layout(S, safe_objective, shapes):
-            known = None if self.pinned_lps else float(safe_objective[j])
+            known = None if self.fixed_split else float(safe_objective[j])
             self.record(self._even_strategy(S, j), (g.name,) * int(S.pp[j]), known)
 
     def _best_per_layout(self, S: StrategyArrays, objective: np.ndarray, shapes: np.ndarray) -> Iterator[int]:
@@ -312,12 +319,19 @@ class _Search:
             yield j
 
     def _even_strategy(self, S: StrategyArrays, j: int) -> Strategy:
-        """Row ``j`` with the pinned split, else the even split (none when interleaved)."""
+        """Row ``j`` with the pinned split (a layers_per_stage or the embedding/loss flags), else the
+        even split (none when interleaved)."""
         pp = int(S.pp[j])
-        lps: tuple[int, ...] | None = self.pinned_lps or even_split(self.model.num_layers, pp)
-        if int(S.vpp[j]) > 1 and not self.pinned_lps:
-            lps = None
-        return with_nesting(S, j, strategy_at(S, j, lps if pp > 1 and lps else None))
+        if self.pinned_flags and not self.pinned_lps:  # the flags decide the split
+            lps = pipeline_split(self.model.num_layers, pp * int(S.vpp[j]), embedding=self.pinned_emb, loss=self.pinned_loss)
+        else:
+            lps = self.pinned_lps or even_split(self.model.num_layers, pp)
+            if int(S.vpp[j]) > 1 and not self.pinned_lps:
+                lps = None
+        s = strategy_at(S, j, lps if pp > 1 and lps else None)
+        if self.pinned_flags:
+            s = replace(s, account_for_embedding_in_pipeline_split=self.pinned_emb, account_for_loss_in_pipeline_split=self.pinned_loss)
+        return with_nesting(S, j, s)
 
     def branch_and_bound(self, progress: Callable[[float], None] | None, should_cancel: Callable[[], bool] | None) -> bool:
         """Refine the queued candidates whose bound beats the incumbent; the solver's budget

@@ -24,7 +24,7 @@ import numpy as np
 
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import ep_group_divisor, pinned_rule_violation, rules_for
-from cost_model.strategy import Strategy
+from cost_model.strategy import SPLIT_FLAGS, Strategy
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -73,9 +73,26 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if group % ep:
             where = "tp·cp·dp" if rules_for(training.framework).ep_folding else "dp·cp (experts are spread over the data-parallel ranks)"
             raise InvalidStrategy(f"{training.framework}: ep={ep} must divide {where} = {group} of the pinned layout", field="constraints.ep")
+    units = model.num_layers + split_units(pins)
     pp = pins.get("pp")
-    if pp is not None and pp > model.num_layers:
+    if pp is not None and pp > units:
         raise InvalidStrategy(f"pp={pp} exceeds the {model.num_layers} layers", field="constraints.pp")
+    for flag in SPLIT_FLAGS:
+        if not pins.get(flag):
+            continue
+        if pp == 1:
+            raise InvalidStrategy("counts the embedding or the loss as a pipeline layer: needs pp > 1", field=f"constraints.{flag}")
+        chunks = (pp or 1) * pins.get("vpp", 1)
+        if pp is not None and "vpp" in pins and units % chunks:
+            raise InvalidStrategy(
+                f"{model.num_layers} layers + {split_units(pins)} (embedding/loss counted as layers) = {units} is not a multiple "
+                f"of pp·vpp = {pp}·{pins['vpp']} = {chunks}", field=f"constraints.{flag}")
+
+
+def split_units(pins: Mapping[str, Any]) -> int:
+    """Pipeline units beyond the decoder layers that the pinned split flags add (the embedding
+    and/or the loss counted as a layer: :func:`cost_model.strategy.pipeline_split`)."""
+    return sum(1 for flag in SPLIT_FLAGS if pins.get(flag))
 
 
 def pp_choices(num_layers: int) -> list[int]:
@@ -113,7 +130,10 @@ def enumerate_space(
         tps = [1]
     tps = _pin(pins, "tp", tps)
     cps = _pin(pins, "cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024) and (c == 1 or rules.context_parallel)])
+    units = L + split_units(pins)  # the embedding/loss counted as layers when pinned so
     pps = pp_choices(L) if rules.pipeline_parallel else [1]
+    if units != L:  # Megatron-Core splits layers + flags evenly over pp·vpp chunks (pp > 1)
+        pps = [p for p in sorted(set(pps) | {p for p in range(2, units + 1) if units % p == 0}) if p > 1 and units % p == 0]
     if max_pp:
         pps = [p for p in pps if p <= max_pp]
     pps = _pin(pins, "pp", pps)
@@ -126,7 +146,7 @@ def enumerate_space(
     outer: list[tuple[int, int, int, int, int]] = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
         base = tp * cp * pp
-        if base > max_gpus or pp > L:
+        if base > max_gpus or pp > units:
             continue
         for dp in dps:
             if base * dp > max_gpus:
@@ -147,6 +167,10 @@ def enumerate_space(
     m = B // cols["dp"] // cols["mbs"]
     # A pinned layers_per_stage (one entry per model chunk) need not split the layers evenly.
     even_chunks = (L % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins)
+    if units != L:  # pinned split flags: layers + flags fill the pp·vpp chunks evenly or not at all
+        even_chunks = units % (pp_col * vpp_col) == 0
+        cols = _keep(cols, even_chunks)
+        pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & even_chunks & (m % pp_col == 0)))
     cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
     if "zero_stage" in pins:
