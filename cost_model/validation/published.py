@@ -30,6 +30,8 @@ What a source leaves unstated is filled by documented rules, the same for every 
   source that says it used the interleaved schedule (Narayanan 2021 Table 1, Llama 3) without
   its depth gets only interleaved depths (v ≥ 2);
   a TP/PP split that is not stated (Narayanan Table 2 PTD-P: only tp·pp) likewise;
+* a recompute mode stated for one sequence length holds for rows of that length only (Llama 3:
+  "none at 8K sequence", not stated for 128K);
 * sequence parallelism and selective recompute are off for runs published before they existed
   (Korthikanti et al. 2022; Megatron-DeepSpeed forks of 2021–22);
 * FFN width 4·h when unstated (GPT); heads = h/128 when unstated (BLOOM sweep); vocabulary
@@ -195,10 +197,16 @@ def eq3_flops(B: int, s: int, layers: int, h: int, V: int, recompute: bool) -> f
     return 72.0 * B * s * layers * h * h * (1 + s / (6 * h) + V / (12 * layers * h))
 
 
-def _recompute(value: str | None) -> str | None:
+def _recompute(value: str | None, seq_len: int | None = None) -> str | None:
+    """The recompute mode a row's text states; None when unstated — also when the text states
+    it for another sequence length only ("none at 8K sequence ...; not stated for 128K": a
+    128K row's mode is unknown)."""
     if value is None:
         return None
     v = value.lower()
+    at = re.match(r"\w+ at (\d+)k sequence", v)
+    if at and seq_len is not None and int(at.group(1)) * 1024 != seq_len:
+        return None
     for mode in ("full", "selective", "none"):
         if v.startswith(mode):
             return mode
@@ -310,7 +318,7 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         assumptions.append("tp, pp: best that fits")
     else:
         tpp = [(p.get("tp") or 1, p.get("pp") or 1)]
-    rc = _recompute(p.get("activation_recompute"))
+    rc = _recompute(p.get("activation_recompute"), m["seq_len"])
     if rc is None and row["measured"].get("iteration_time_s") and row["measured"].get("tflops_per_gpu"):
         # Both a time and a FLOP rate: the FLOP formula that reconciles them tells whether the
         # forward was recomputed (Eq. 3's 96-form counts it, the 72-form does not).

@@ -1,0 +1,22 @@
+"""Rules by which published rows become estimate requests (cost_model.validation.published)."""
+
+from cost_model.validation.published import PublishedCase, _case, _recompute, load_rows
+
+LLAMA3_TEXT = "none at 8K sequence ('we could pre-train Llama 3 on sequences of 8K tokens without activation checkpointing'); not stated for 128K"
+
+
+def test_a_recompute_stated_for_one_sequence_length_holds_only_there():
+    assert _recompute(LLAMA3_TEXT, 8192) == "none"
+    assert _recompute(LLAMA3_TEXT, 131072) is None
+    assert _recompute("full (uniform, 1 layer)", 2048) == "full"
+    assert _recompute(None, 2048) is None
+
+
+def test_llama3_128k_row_searches_recompute_and_8k_rows_do_not():
+    rows = {r["id"]: r for r in load_rows() if r["id"].startswith("llama3-405b")}
+    long = _case(rows["llama3-405b-16384gpu-seq131072"])
+    short = _case(rows["llama3-405b-16384gpu-seq8192"])
+    assert isinstance(long, PublishedCase) and isinstance(short, PublishedCase)
+    assert {s.recompute for s in short.candidates} == {"none"}
+    assert {"none", "full"} <= {s.recompute for s in long.candidates}
+    assert "recompute: best that fits" in long.assumptions
