@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
-from cost_model.devices import NARROW_DTYPES, DeviceSpec
+from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
@@ -61,6 +61,17 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 #: (``gradient_accumulation_fusion`` accumulates into the fp32 ``main_grad`` inside the wgrad
 #: GEMM); FSDP / ZeRO-3: 0 (gradients are reduce-scattered per micro-batch).
 GRAD_ACCUMULATION_BYTES_PER_PARAM = {"bf16": 6.0, "fp16": 6.0, "fp8": 6.0, "fp4": 6.0, "fp32": 12.0}
+
+
+#: Bytes per decoder linear-layer parameter that FP4 training holds besides the BF16 weight: the
+#: NVFP4 copies Transformer Engine quantises once per step and caches over the micro-batches
+#: (Megatron-Core passes ``is_first_microbatch``), one in the row-major layout for the forward
+#: GEMM and one transposed for dgrad (Blackwell's FP4 MMA takes K-major operands only; the 16×16
+#: 2D block scaling makes the two hold the same values), 0.5625 bytes each.  Megatron-Bridge's
+#: NVFP4 recipe keeps BF16 parameters (``fp8_param_gather=False``), so the copies add to them.
+#: Source: Transformer Engine ``NVFP4BlockScaling`` (2D weight quantisation), NVIDIA 2025 NVFP4
+#: pretraining paper (arXiv 2509.25149) §4.  (The FP8 path's cached casts are not counted yet.)
+FP4_WEIGHT_CACHE_BYTES = 2.0 * BYTES_PER_ELEMENT["fp4"]
 
 
 def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors: ArrayOrFloat) -> FloatArray:
@@ -211,6 +222,8 @@ def stage_cost(
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
     weights = dense * w_d + experts * w_e
+    if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
+        weights = weights + (n * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)

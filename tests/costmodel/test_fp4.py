@@ -116,3 +116,18 @@ def test_the_published_nvfp4_rows_plan():
         result = evaluate_case(case)
         assert result.failure is None and result.fits, (case.row_id, result.failure)
         assert abs(result.error) < 0.35, (case.row_id, result.error)
+
+
+def test_fp4_holds_the_quantised_weight_copies_besides_the_bf16_weights():
+    """Transformer Engine caches a row-major and a transposed NVFP4 copy of each decoder linear
+    weight over the micro-batches (2 × 0.5625 bytes per parameter) on top of the BF16 weight."""
+    from cost_model.transformer.stage_cost import FP4_WEIGHT_CACHE_BYTES
+    from cost_model.units import bytes_to_gb
+
+    cluster = simple_cluster("GB200-NVL72-186GB", 1, gpus_per_node=64)
+    model, training, s = _setup("fp8")
+    w8 = estimate(model, training, cluster, s).stages[1].memory_GB["weights"]
+    w4 = estimate(model, replace(training, dtype="fp4"), cluster, s).stages[1].memory_GB["weights"]
+    layers = model.num_layers // s.pp
+    expected_extra_GB = bytes_to_gb(layers * model.decoder_layer_params() / s.tp * FP4_WEIGHT_CACHE_BYTES)
+    assert w4 - w8 == pytest.approx(expected_extra_GB, rel=0.02)
