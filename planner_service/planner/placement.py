@@ -211,6 +211,26 @@ def _place_nested(cluster: Cluster, strategy: Strategy, name: str) -> list[dict[
     ]
 
 
+#: The keys of a rank entry, in order.
+RANK_KEYS = ("rank", "host", "gpu", "node_group", "device", "stage", "dp", "pp", "tp", "cp")
+
+
+def rank_columns(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> dict[str, Any] | None:
+    """The rows of :func:`place_ranks` as columns, without building them: for each of
+    :data:`RANK_KEYS` an integer array, or for a string key (distinct values, index of each
+    rank's value).  Placed by nesting order only (the large plans); None otherwise."""
+    if not _nested(cluster, strategy, stage_groups):
+        return None
+    name = stage_groups[0]
+    hosts, host_index, coord, _ = _nested_table(cluster, strategy, name)
+    group = cluster.group(name)
+    rank = np.arange(strategy.num_devices, dtype=np.int64)
+    one = np.zeros(strategy.num_devices, dtype=np.int64)
+    return {"rank": rank, "host": (tuple(hosts), host_index), "gpu": rank % group.gpus_per_node, "node_group": ((name,), one),
+            "device": ((group.device.name,), one), "stage": coord["pp"], "dp": coord["dp"], "pp": coord["pp"], "tp": coord["tp"],
+            "cp": coord["cp"]}
+
+
 def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[dict[str, Any]]:
     if _nested(cluster, strategy, stage_groups):
         return _place_nested(cluster, strategy, stage_groups[0])
@@ -239,9 +259,35 @@ def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, .
     return ranks
 
 
+def _nested_stage_hosts(cluster: Cluster, strategy: Strategy, name: str) -> list[tuple[list[str], list[list[Any]] | None, int]]:
+    """Per stage of a plan placed by nesting order: its hosts in the order its ranks reach them,
+    its [host, gpu] pairs when at most 64, and its GPU count — what :func:`stage_entries` reads
+    of :func:`stage_blocks`, from the table's arrays (the blocks are 98,304 tuples per candidate
+    on the largest clusters)."""
+    hosts, host_index, coord, _ = _nested_table(cluster, strategy, name)
+    gpn = cluster.group(name).gpus_per_node
+    out: list[tuple[list[str], list[list[Any]] | None, int]] = []
+    for i in range(strategy.pp):
+        idx = np.nonzero(coord["pp"] == i)[0]
+        h = host_index[idx]
+        uniq, first = np.unique(h, return_index=True)
+        in_order = uniq[np.argsort(first, kind="stable")]
+        gpus = [[hosts[int(a)], int(k % gpn)] for a, k in zip(h, idx, strict=True)] if len(idx) <= 64 else None
+        out.append(([hosts[int(a)] for a in in_order], gpus, len(idx)))
+    return out
+
+
 def stage_entries(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...], est: Estimate) -> list[dict[str, Any]]:
     """Contract ``stages``: layer range, device type, hosts and GPUs, time and memory."""
     out = []
+    if _nested(cluster, strategy, stage_groups):
+        for st, (hosts, gpus, n) in zip(est.stages, _nested_stage_hosts(cluster, strategy, stage_groups[0]), strict=True):
+            d = st.to_dict()
+            d["hosts"] = hosts
+            d["gpus"] = gpus
+            d["num_gpus"] = n
+            out.append(d)
+        return out
     for st, blk in zip(est.stages, stage_blocks(cluster, strategy, stage_groups), strict=True):
         d = st.to_dict()
         d["hosts"] = list(dict.fromkeys(h for h, _ in blk))

@@ -57,6 +57,7 @@ from planner_service.service.replan import (
 from planner_service.settings import ServiceSettings
 from planner_service.storage.errors import Busy, NotFound
 from planner_service.storage.observations import StoredCalibration
+from planner_service.storage.rank_table import COMPACT_MIN_RANKS, RankTable, plain_rank_tables
 from planner_service.storage.repository import (
     NewPlan,
     Repository,
@@ -147,13 +148,16 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
 LARGE_PLAN_RANKS = 8192
 
 
-def plan_to_api(p: StoredPlan, newest: StoredPlan | tuple[str, int] | None = None) -> dict[str, Any]:
+def plan_to_api(p: StoredPlan, newest: StoredPlan | tuple[str, int] | None = None, rank_tables: bool = False) -> dict[str, Any]:
     """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
-    hash, or its (id, revision) (``superseded_by`` names it when it is another, newer one)."""
+    hash, or its (id, revision) (``superseded_by`` names it when it is another, newer one).
+    ``rank_tables``: a large rank table stays a :class:`~planner_service.storage.rank_table.RankTable`
+    (for :func:`~planner_service.storage.rank_table.dumps_with_tables`, which writes the same
+    JSON from its columns); otherwise every ``ranks`` is a plain list of dicts."""
     out = _plan_json(p, plan_id=p.id, revision=p.revision, created_at=p.to_dict()["created_at"])
     ref = (newest.id, newest.revision) if isinstance(newest, StoredPlan) else newest
     out["superseded_by"] = ref[0] if ref is not None and ref[0] != p.id and ref[1] > p.revision else None
-    return out
+    return out if rank_tables else _plain_ranks(out)
 
 
 def unstored_plan_to_api(p: NewPlan) -> dict[str, Any]:
@@ -161,6 +165,14 @@ def unstored_plan_to_api(p: NewPlan) -> dict[str, Any]:
     ``revision`` and ``created_at`` are null, everything else as ``POST /v1/plans`` returns it."""
     out = _plan_json(p, plan_id=None, revision=None, created_at=None)
     out["superseded_by"] = None
+    return _plain_ranks(out)
+
+
+def _plain_ranks(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the rank tables of ``best`` and the alternatives as plain lists."""
+    for key in ("best", "alternatives"):
+        if out.get(key) is not None:
+            out[key] = plain_rank_tables(out[key])
     return out
 
 
@@ -469,17 +481,29 @@ class PlanService:
         fewest-moves rule compares and those stored; it keeps the most stable near-best
         candidate, with a diff against the parent and the explanation redone around it."""
         # A plan of more than LARGE_PLAN_RANKS ranks stores the rank table of its best entry only
-        # (each alternative's would be another table of that size; nothing reads them).
+        # (each alternative's would be another table of that size; nothing reads them).  From
+        # COMPACT_MIN_RANKS ranks a table is a RankTable built from placement's columns.
         large = result.num_devices > LARGE_PLAN_RANKS
-        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large))
+        compact = result.num_devices >= COMPACT_MIN_RANKS
+        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large and not compact, best_ranks=not compact))
+
+        def ranks_of(i: int) -> Any:
+            columns = result.entry_rank_columns(i) if compact else None
+            if columns is not None:
+                return RankTable(tuple(columns), columns, len(columns["rank"]))
+            rows = list(to_json_safe(result.entry_ranks(i)))
+            return (RankTable.from_rows(rows) or rows) if compact else rows
+
+        entries = [d["best"], *d["alternatives"]]
+        if compact:
+            d["best"]["ranks"] = ranks_of(0)
+            if parent is None and not large:
+                for i, c in enumerate(d["alternatives"], start=1):
+                    c["ranks"] = ranks_of(i)
         stored: dict[str, Any] = {k: d[k] for k in ("best", "alternatives", "search", "explanation", "warnings")}
         if parent is None:
             return stored, result.best
 
-        def ranks_of(i: int) -> list[Any]:
-            return list(to_json_safe(result.entry_ranks(i)))
-
-        entries = [d["best"], *d["alternatives"]]
         chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of)
         stored["best"] = chosen
         stored["alternatives"] = others[: canonical.get("top_k", 3)]

@@ -8,7 +8,10 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from cost_model.errors import InvalidInput
+from planner_service.storage.rank_table import RankTable
 from planner_service.storage.repository import StoredPlan
 
 #: A replan keeps the candidate that moves the fewest ranks among those within this fraction of
@@ -24,6 +27,12 @@ def _rank_places(ranks: Any) -> dict[int, tuple[Any, Any]]:
     """rank → (host, gpu) from a plan's ``ranks`` list (a dict per GPU: 98,304 of them on the
     largest clusters, so the usual keys are looked up first, the aliases only when missing)."""
     out: dict[int, tuple[Any, Any]] = {}
+    if isinstance(ranks, RankTable):
+        places = ranks.places()
+        if places is not None:
+            rank, hosts, host_index, gpu = places
+            return dict(zip(rank.tolist(), zip([hosts[h] for h in host_index.tolist()], gpu.tolist(), strict=True), strict=True))
+        ranks = ranks.rows()
     if not isinstance(ranks, list):
         return out
     for i, r in enumerate(ranks):
@@ -38,11 +47,34 @@ def _rank_places(ranks: Any) -> dict[int, tuple[Any, Any]]:
 
 def ranks_moved(old_ranks: Any, new_ranks: Any) -> int:
     """Ranks whose (host, gpu) changed; a rank present in only one plan counts as moved."""
-    return _moved(_rank_places(old_ranks), _rank_places(new_ranks))
+    fast = _moved_tables(old_ranks, new_ranks)
+    return fast if fast is not None else _moved(_rank_places(old_ranks), _rank_places(new_ranks))
 
 
 def _moved(old: Mapping[int, tuple[Any, Any]], new: Mapping[int, tuple[Any, Any]]) -> int:
     return sum(1 for r in old.keys() | new.keys() if old.get(r) != new.get(r))
+
+
+def _moved_tables(old: Any, new: Any) -> int | None:
+    """:func:`ranks_moved` of two rank tables held as columns, over their arrays (None when
+    either is not one, or a rank appears twice)."""
+    if not isinstance(old, RankTable) or not isinstance(new, RankTable):
+        return None
+    a, b = old.places(), new.places()
+    if a is None or b is None:
+        return None
+    ra, hosts_a, ha, ga = a
+    rb, hosts_b, hb, gb = b
+    if np.unique(ra).size != ra.size or np.unique(rb).size != rb.size:
+        return None
+    ids = {h: j for j, h in enumerate(hosts_a)}
+    # b's hosts in a's numbering; a host a does not have gets an id no host of a has
+    remap = np.array([ids.get(h, -1 - j) for j, h in enumerate(hosts_b)], dtype=np.int64)
+    hb_in_a = remap[hb] if hb.size else hb
+    common, ia, ib = np.intersect1d(ra, rb, assume_unique=True, return_indices=True)
+    changed = int(np.count_nonzero((ha[ia] != hb_in_a[ib]) | (ga[ia] != gb[ib])))
+    only_one = ra.size + rb.size - 2 * common.size
+    return changed + only_one
 
 
 def _tokens_per_s(candidate: Mapping[str, Any]) -> float:
@@ -85,10 +117,19 @@ def choose_stable(
         for i, c in near:
             if "ranks" not in c:
                 c["ranks"] = ranks_of(i)
-    parent_places = _rank_places(parent_best.get("ranks"))
-    i_best, chosen = min(
-        near, key=lambda ic: (_moved(parent_places, _rank_places(ic[1].get("ranks"))), -_candidate_score(ic[1], objective), ic[0])
-    )
+    parent_ranks = parent_best.get("ranks")
+    parent_places: dict[int, tuple[Any, Any]] | None = None
+
+    def moved(c: Mapping[str, Any]) -> int:
+        nonlocal parent_places
+        fast = _moved_tables(parent_ranks, c.get("ranks"))
+        if fast is not None:
+            return fast
+        if parent_places is None:
+            parent_places = _rank_places(parent_ranks)
+        return _moved(parent_places, _rank_places(c.get("ranks")))
+
+    i_best, chosen = min(near, key=lambda ic: (moved(ic[1]), -_candidate_score(ic[1], objective), ic[0]))
     others = [c for i, c in enumerate(candidates) if i != i_best]
     return chosen, others, len(near)
 
@@ -209,13 +250,8 @@ def sticky_host_order(cluster: Mapping[str, Any], parent_ranks: Any) -> dict[str
     are the tail's.
     """
     out = _copy_cluster(cluster)
-    order: list[str] = []
-    seen: set[str] = set()
-    for r in sorted((r for r in parent_ranks or [] if isinstance(r, Mapping)), key=lambda r: r.get("rank", 0)):
-        h = r.get("host")
-        if isinstance(h, str) and h not in seen:
-            seen.add(h)
-            order.append(h)
+    order = _hosts_in_rank_order(parent_ranks)
+    seen = set(order)
     down = {n.get("hostname") for n in out.get("nodes") or [] if isinstance(n, Mapping) and n.get("available") is False}
     for g in out.get("node_groups") or []:
         names = list(g.get("hostnames") or [])
@@ -233,6 +269,24 @@ def sticky_host_order(cluster: Mapping[str, Any], parent_ranks: Any) -> dict[str
         placed = set(new)  # once: a set per host made this quadratic (15 s for 12,288 hosts)
         g["hostnames"] = new + [h for h in names if h not in placed]
     return out
+
+
+def _hosts_in_rank_order(ranks: Any) -> list[str]:
+    """The hosts of a plan's ranks in the order its ranks (by rank) first use them."""
+    places = ranks.places() if isinstance(ranks, RankTable) else None
+    if places is not None:
+        rank, hosts, host_index, _ = places
+        seq = host_index[np.argsort(rank, kind="stable")]
+        uniq, first = np.unique(seq, return_index=True)
+        return [hosts[int(j)] for j in uniq[np.argsort(first, kind="stable")]]
+    order: list[str] = []
+    seen: set[str] = set()
+    for r in sorted((r for r in ranks or [] if isinstance(r, Mapping)), key=lambda r: r.get("rank", 0)):
+        h = r.get("host")
+        if isinstance(h, str) and h not in seen:
+            seen.add(h)
+            order.append(h)
+    return order
 
 
 def pin_topology_domains(cluster: Mapping[str, Any]) -> dict[str, Any]:
