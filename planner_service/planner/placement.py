@@ -102,10 +102,24 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
         return [n.hostname for n in cluster.available_nodes(group.name)], 0
     names, paths = _topology_order(cluster, group)
     job_nodes = -(-strategy.num_devices // group.gpus_per_node)
+    units = tuple(_units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes) for lv in topo.levels)
+    # it depends on the strategy only through the job's node count and the units: memoised on
+    # the (frozen) cluster (a replan's candidates differ in dp and often share both)
+    memo: dict[tuple[Any, ...], tuple[list[str], int]] = cluster.__dict__.setdefault("_ordered_nodes", {})
+    key = (group.name, tuple(job_nodes > lv.group_size_nodes for lv in topo.levels), units)
+    if key not in memo:
+        memo[key] = _packed_order(topo, names, paths, job_nodes, units)
+    hosts, n_tail = memo[key]
+    return list(hosts), n_tail
+
+
+def _packed_order(topo: Any, names: list[str], paths: list[tuple[Any, ...]], job_nodes: int, units: tuple[int, ...]) -> tuple[list[str], int]:
+    """:func:`ordered_nodes` for a job of ``job_nodes`` nodes keeping ``units[j]`` nodes inside
+    each level-j domain."""
     aligned: list[int] = list(range(len(names)))
     tail: list[int] = []
     for j, lv in enumerate(topo.levels):
-        unit = _units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes)
+        unit = units[j]
         spans = job_nodes > lv.group_size_nodes  # blocks larger than a domain need full domains
         depth = len(topo.levels) - j  # path prefix naming the level-j domain
         kept: list[int] = []
@@ -266,14 +280,20 @@ def _nested_stage_hosts(cluster: Cluster, strategy: Strategy, name: str) -> list
     on the largest clusters)."""
     hosts, host_index, coord, _ = _nested_table(cluster, strategy, name)
     gpn = cluster.group(name).gpus_per_node
+    pp = coord["pp"]
+    # (stage, host) pairs in the order the ranks first reach them: one sort for all stages
+    key = pp * max(len(hosts), 1) + host_index
+    uniq, first = np.unique(key, return_index=True)
+    uniq = uniq[np.argsort(first, kind="stable")]
+    stage_of, host_of = np.divmod(uniq, max(len(hosts), 1))
+    counts = np.bincount(pp, minlength=strategy.pp)
     out: list[tuple[list[str], list[list[Any]] | None, int]] = []
     for i in range(strategy.pp):
-        idx = np.nonzero(coord["pp"] == i)[0]
-        h = host_index[idx]
-        uniq, first = np.unique(h, return_index=True)
-        in_order = uniq[np.argsort(first, kind="stable")]
-        gpus = [[hosts[int(a)], int(k % gpn)] for a, k in zip(h, idx, strict=True)] if len(idx) <= 64 else None
-        out.append(([hosts[int(a)] for a in in_order], gpus, len(idx)))
+        gpus = None
+        if counts[i] <= 64:
+            idx = np.nonzero(pp == i)[0]
+            gpus = [[hosts[int(a)], int(k % gpn)] for a, k in zip(host_index[idx], idx, strict=True)]
+        out.append(([hosts[int(a)] for a in host_of[stage_of == i]], gpus, int(counts[i])))
     return out
 
 

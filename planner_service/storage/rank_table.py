@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
@@ -45,8 +46,17 @@ StrColumn = tuple[tuple[str, ...], np.ndarray]  # (distinct values, index of eac
 Column = IntColumn | StrColumn
 
 
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _json_str(value: str) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` of a string, without the call where nothing in
+    it needs escaping (host names: 12,288 calls per table)."""
+    return '"' + value + '"' if _NEEDS_ESCAPE.search(value) is None else _json(value)
 
 
 class RankTable(Sequence[dict[str, Any]]):
@@ -206,7 +216,7 @@ class RankTable(Sequence[dict[str, Any]]):
                     if len(values) == 1:  # one value on every row: written into the template
                         parts.append(head + _json(values[0]).replace("%", "%%"))
                         continue
-                    encoded = [_json(v) for v in values]
+                    encoded = [_json_str(v) for v in values]
                     args.append([encoded[j] for j in index.tolist()])
                     parts.append(head + "%s")
                 else:
@@ -319,42 +329,44 @@ def plain_rank_tables(value: Any) -> Any:
 
 def dumps_with_tables(value: Any) -> bytes:
     """JSON of ``value`` as Starlette's ``JSONResponse`` renders it (compact, UTF-8, no NaN),
-    with each :class:`RankTable` in it written from its columns (:meth:`RankTable.json_bytes`)."""
+    with each :class:`RankTable` where a plan holds one (``value["best"]["ranks"]`` and each
+    ``value["alternatives"][i]["ranks"]``) written from its columns (:meth:`RankTable.json_bytes`);
+    a table anywhere else is written as its rows."""
     tables: list[RankTable] = []
 
-    def swap(v: Any) -> Any:
-        if isinstance(v, RankTable):
-            tables.append(v)
-            return _placeholder(len(tables) - 1)
-        if type(v) is dict:
-            return {k: swap(x) for k, x in v.items()} if _has_table(v) else v
-        if type(v) is list:
-            return [swap(x) for x in v] if any(type(x) in (dict, list) or isinstance(x, RankTable) for x in v) else v
-        return v
+    def swap_entry(entry: Any) -> Any:
+        if type(entry) is dict and isinstance(entry.get("ranks"), RankTable):
+            tables.append(entry["ranks"])
+            return {**entry, "ranks": _placeholder(len(tables) - 1)}
+        return entry
 
-    swapped = swap(value)
-    text = json.dumps(swapped, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
+    swapped = value
+    if type(value) is dict:
+        swapped = dict(value)
+        if "best" in swapped:
+            swapped["best"] = swap_entry(swapped["best"])
+        if type(swapped.get("alternatives")) is list:
+            swapped["alternatives"] = [swap_entry(a) for a in swapped["alternatives"]]
+    text = _dumps(swapped)
     for i, t in enumerate(tables):
         marker = _json(_placeholder(i)).encode("utf-8")
         if text.count(marker) != 1:  # a value of the plan equal to the marker: render the rows
-            return json.dumps(plain_rank_tables(value), ensure_ascii=False, allow_nan=False, indent=None,
-                              separators=(",", ":")).encode("utf-8")
+            return _dumps(value)
         head, _, tail = text.partition(marker)
         text = head + t.json_bytes() + tail
     return text
 
 
-def _has_table(d: Mapping[str, Any]) -> bool:
-    """Whether a plan JSON dict holds a rank table at any depth (a plan's tables sit in
-    ``best`` and the ``alternatives``, at most two levels down)."""
-    for v in d.values():
-        if isinstance(v, RankTable):
-            return True
-        if type(v) is dict and _has_table(v):
-            return True
-        if type(v) is list and any(isinstance(x, RankTable) or (type(x) is dict and _has_table(x)) for x in v):
-            return True
-    return False
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"),
+                      default=_rows_of).encode("utf-8")
+
+
+def _rows_of(value: Any) -> Any:
+    """``json.dumps``'s fallback: a rank table as its rows; anything else is not JSON."""
+    if isinstance(value, RankTable):
+        return value.rows()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 _PLACEHOLDER = "\x00rank-table-{}\x00"
