@@ -87,7 +87,15 @@ def _topology_order(cluster: Cluster, group: NodeGroup) -> tuple[list[str], list
         k = position[n.hostname]
         return tuple(k // lv.group_size_nodes for lv in levels)
 
-    keyed = [(tuple(_natural(str(d)) for d in p), position[n.hostname], n.hostname, p)
+    natural: dict[str, tuple[Any, ...]] = {}  # a few dozen distinct domain names
+
+    def key(d: Any) -> tuple[Any, ...]:
+        text = str(d)
+        if text not in natural:
+            natural[text] = _natural(text)
+        return natural[text]
+
+    keyed = [(tuple(key(d) for d in p), position[n.hostname], n.hostname, p)
              for n in cluster.available_nodes(group.name) for p in (path(n),)]
     keyed.sort(key=lambda t: (t[0], t[1]))
     cache[group.name] = ([t[2] for t in keyed], [t[3] for t in keyed])
