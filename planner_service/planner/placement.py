@@ -130,23 +130,39 @@ def _packed_order(topo: Any, names: list[str], paths: list[tuple[Any, ...]], job
         unit = units[j]
         spans = job_nodes > lv.group_size_nodes  # blocks larger than a domain need full domains
         depth = len(topo.levels) - j  # path prefix naming the level-j domain
-        kept: list[int] = []
+        domains: list[list[int] | None] = []  # each domain's kept nodes; None: left out whole
         partial: list[int] = []
         run: list[int] = []
         for n in [*aligned, None]:
             if run and (n is None or paths[n][:depth] != paths[run[0]][:depth]):
                 if spans and len(run) < lv.group_size_nodes:
                     partial.extend(run)
+                    domains.append(None)
                 else:
                     cut = len(run) - len(run) % unit
-                    kept.extend(run[:cut])
+                    domains.append(run[:cut])
                     partial.extend(run[cut:])
                 run = []
             if n is not None:
                 run.append(n)
-        aligned = kept
+        if j == len(topo.levels) - 1:
+            _fill_holes(domains)
+        aligned = [n for d in domains if d is not None for n in d]
         tail = partial + tail
     return [names[n] for n in aligned + tail], len(tail)
+
+
+def _fill_holes(domains: list[list[int] | None]) -> None:
+    """Outermost domains left out whole (a pod that lost a node, when the job needs whole
+    pods): the last kept domain takes the place of each, as :func:`service.replan.sticky_host_order`
+    does for hosts, so the domains after a hole keep their place in the order — a replan after
+    losing one node moves the ranks of one pod, not those of every later pod."""
+    while None in domains:
+        hole = domains.index(None)
+        while domains and domains[-1] is None:
+            domains.pop()
+        if hole < len(domains):
+            domains[hole] = domains.pop()
 
 
 _Table = tuple[list[str], np.ndarray, dict[str, np.ndarray], int]
