@@ -77,17 +77,22 @@ def canonical_request(body: Mapping[str, Any], req: PlanRequest) -> dict[str, An
     cluster and constraints with every default filled in (a saved cluster's name replaced by its
     body), objective, top_k, profile_id.  ``async``, ``force`` and ``callback_url`` are not part
     of it.  It parses back to the same :class:`PlanRequest` and hash."""
-    return to_json_safe(
+    cluster = req.cluster.to_dict()
+    out = to_json_safe(
         {
             "model": _canonical_model(body["model"]),
             "training": req.training.to_dict(),
-            "cluster": req.cluster.to_dict(),
+            "cluster": {k: None if k == "nodes" else v for k, v in cluster.items()},
             "constraints": req.constraints.to_dict(),
             "objective": req.objective,
             "top_k": req.top_k,
             "profile_id": req.profile_id,
         }
     )
+    # the node entries are plain JSON as Cluster.to_dict writes them (strings, booleans, lists
+    # of strings): not copied again (12,288 dicts and their domain lists)
+    out["cluster"]["nodes"] = cluster["nodes"]
+    return out
 
 
 def request_hash(canonical: Mapping[str, Any]) -> str:

@@ -197,8 +197,8 @@ def _copy_entry(x: Any) -> Any:
 
 def apply_cluster_changes(base: Mapping[str, Any], unavailable: list[Any] | None, added: list[Any] | None) -> dict[str, Any]:
     """A cluster dict with ``added`` nodes appended to their groups and ``unavailable`` hosts
-    marked down.  Errors name the offending list entry."""
-    cluster = _copy_cluster(base)
+    marked down (a new entry for each; ``base`` is not changed).  Errors name the offending list entry."""
+    cluster = _copy_cluster(base, ("node_groups",))  # node entries: copied only where changed, below
     groups = cluster.get("node_groups")
     if not isinstance(groups, list):
         raise InvalidInput("must be a non-empty list of node groups", field="cluster.node_groups")
@@ -218,6 +218,7 @@ def apply_cluster_changes(base: Mapping[str, Any], unavailable: list[Any] | None
     nodes = cluster.get("nodes") or [{"hostname": h, "group": grp, "available": True} for h, grp in hosts.items()]
     if not isinstance(nodes, list):
         raise InvalidInput("must be a list", field="cluster.nodes")
+    nodes = list(nodes)  # the entries are shared with ``base`` until one changes
     for i, n in enumerate(added or []):
         path = f"added_nodes[{i}]"
         if not isinstance(n, Mapping):
@@ -241,9 +242,7 @@ def apply_cluster_changes(base: Mapping[str, Any], unavailable: list[Any] | None
         if not isinstance(h, str) or h not in hosts:
             raise InvalidInput(f"host {h!r} is not in the cluster", field=f"unavailable_nodes[{i}]")
         down.add(h)
-    for n in nodes:
-        if isinstance(n, dict) and n.get("hostname") in down:
-            n["available"] = False
+    nodes = [{**n, "available": False} if isinstance(n, dict) and n.get("hostname") in down else n for n in nodes]
     cluster["nodes"] = nodes
     return cluster
 
