@@ -50,6 +50,11 @@ class ServiceSettings(BaseSettings):
     #: An operator graph with more operators than this is planned as a job (202), whatever its
     #: candidate count: building and solving its CP-SAT model takes seconds.
     sync_max_graph_ops: int = Field(default=1000, ge=1)
+    #: After the first app of the process starts: collect once and freeze what is alive (imports,
+    #: catalogs, pools) out of the garbage collector's full scans (gc.freeze).  A replan of a
+    #: 98,304-rank plan allocates enough to run two or three full collections, each of which
+    #: otherwise rescans every object the process ever imported.
+    gc_freeze: bool = True
     #: Searches run in this many worker processes (or threads), apart from request handling.
     search_workers: int = Field(default=2, ge=1, le=64)
     #: ``process``: searches in a pool of processes (request threads and the GIL stay free);

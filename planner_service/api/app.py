@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -116,6 +117,9 @@ def create_app(
             started = WorkerThread(JobWorker(repo, service, settings, worker_id=None))
             holder["thread"] = started
             started.start()
+        if settings.gc_freeze and gc.get_freeze_count() == 0:  # once per process (tests start many apps)
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:

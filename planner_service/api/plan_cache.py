@@ -9,12 +9,12 @@ Bounded (least recently used out); one per app, so nothing is shared between app
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
+from planner_service.storage.rank_table import dumps_with_tables
 from planner_service.storage.repository import StoredPlan
 
 #: Plans with more ranks than this have their GET body kept.
@@ -25,8 +25,9 @@ MAX_ENTRIES = 4
 
 
 def dumps(value: Any) -> bytes:
-    """JSON exactly as :class:`starlette.responses.JSONResponse` renders it."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
+    """JSON exactly as :class:`starlette.responses.JSONResponse` renders it (a rank table
+    written from its columns: ``storage.rank_table``)."""
+    return dumps_with_tables(value)
 
 
 class PlanBodyCache:

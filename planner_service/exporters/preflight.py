@@ -28,6 +28,7 @@ from typing import Any
 from cost_model.cluster import Cluster
 from cost_model.strategy import rank_of
 from planner_service.exporters.plan_view import plan_view
+from planner_service.storage.rank_table import RankTable
 
 VERSION_FIELDS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
 MAX_NAMED = 8
@@ -178,10 +179,12 @@ def candidate_warnings(cluster: Cluster, candidate: Mapping[str, Any]) -> list[s
     if not entries:
         return []
     strategy = candidate.get("strategy") or {}
-    nodes = {n.hostname: {key: getattr(n, key) for key, _ in VERSION_FIELDS} for n in cluster.nodes}
-    devices = {r.get("device") for r in entries}
-    if len(devices) == 1 and _one_value_each(list(nodes.values())):
+    # a rank table held as columns (storage.rank_table): its devices without building its rows
+    devices = set(entries.distinct("device")) if isinstance(entries, RankTable) and "device" in entries.keys else {r.get("device") for r in entries}
+    one_version_each = all(len({str(v) for n in cluster.nodes if (v := getattr(n, key))}) < 2 for key, _ in VERSION_FIELDS)
+    if len(devices) == 1 and one_version_each:  # nothing can mix: no per-node table to build
         return []
+    nodes = {n.hostname: {key: getattr(n, key) for key, _ in VERSION_FIELDS} for n in cluster.nodes}
     mesh = _Mesh(**{axis: int(strategy.get(axis) or 1) for axis in ("dp", "tp", "pp", "cp")})
     if mesh.dp * mesh.tp * mesh.pp * mesh.cp != len(entries):
         return []  # not a Megatron-ordered mesh of these ranks: no groups to check

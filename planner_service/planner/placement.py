@@ -87,7 +87,15 @@ def _topology_order(cluster: Cluster, group: NodeGroup) -> tuple[list[str], list
         k = position[n.hostname]
         return tuple(k // lv.group_size_nodes for lv in levels)
 
-    keyed = [(tuple(_natural(str(d)) for d in p), position[n.hostname], n.hostname, p)
+    natural: dict[str, tuple[Any, ...]] = {}  # a few dozen distinct domain names
+
+    def key(d: Any) -> tuple[Any, ...]:
+        text = str(d)
+        if text not in natural:
+            natural[text] = _natural(text)
+        return natural[text]
+
+    keyed = [(tuple(key(d) for d in p), position[n.hostname], n.hostname, p)
              for n in cluster.available_nodes(group.name) for p in (path(n),)]
     keyed.sort(key=lambda t: (t[0], t[1]))
     cache[group.name] = ([t[2] for t in keyed], [t[3] for t in keyed])
@@ -102,29 +110,59 @@ def ordered_nodes(cluster: Cluster, group: NodeGroup, strategy: Strategy) -> tup
         return [n.hostname for n in cluster.available_nodes(group.name)], 0
     names, paths = _topology_order(cluster, group)
     job_nodes = -(-strategy.num_devices // group.gpus_per_node)
+    units = tuple(_units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes) for lv in topo.levels)
+    # it depends on the strategy only through the job's node count and the units: memoised on
+    # the (frozen) cluster (a replan's candidates differ in dp and often share both)
+    memo: dict[tuple[Any, ...], tuple[list[str], int]] = cluster.__dict__.setdefault("_ordered_nodes", {})
+    key = (group.name, tuple(job_nodes > lv.group_size_nodes for lv in topo.levels), units)
+    if key not in memo:
+        memo[key] = _packed_order(topo, names, paths, job_nodes, units)
+    hosts, n_tail = memo[key]
+    return list(hosts), n_tail
+
+
+def _packed_order(topo: Any, names: list[str], paths: list[tuple[Any, ...]], job_nodes: int, units: tuple[int, ...]) -> tuple[list[str], int]:
+    """:func:`ordered_nodes` for a job of ``job_nodes`` nodes keeping ``units[j]`` nodes inside
+    each level-j domain."""
     aligned: list[int] = list(range(len(names)))
     tail: list[int] = []
     for j, lv in enumerate(topo.levels):
-        unit = _units_nodes(strategy, group.gpus_per_node, lv.group_size_nodes)
+        unit = units[j]
         spans = job_nodes > lv.group_size_nodes  # blocks larger than a domain need full domains
         depth = len(topo.levels) - j  # path prefix naming the level-j domain
-        kept: list[int] = []
+        domains: list[list[int] | None] = []  # each domain's kept nodes; None: left out whole
         partial: list[int] = []
         run: list[int] = []
         for n in [*aligned, None]:
             if run and (n is None or paths[n][:depth] != paths[run[0]][:depth]):
                 if spans and len(run) < lv.group_size_nodes:
                     partial.extend(run)
+                    domains.append(None)
                 else:
                     cut = len(run) - len(run) % unit
-                    kept.extend(run[:cut])
+                    domains.append(run[:cut])
                     partial.extend(run[cut:])
                 run = []
             if n is not None:
                 run.append(n)
-        aligned = kept
+        if j == len(topo.levels) - 1:
+            _fill_holes(domains)
+        aligned = [n for d in domains if d is not None for n in d]
         tail = partial + tail
     return [names[n] for n in aligned + tail], len(tail)
+
+
+def _fill_holes(domains: list[list[int] | None]) -> None:
+    """Outermost domains left out whole (a pod that lost a node, when the job needs whole
+    pods): the last kept domain takes the place of each, as :func:`service.replan.sticky_host_order`
+    does for hosts, so the domains after a hole keep their place in the order — a replan after
+    losing one node moves the ranks of one pod, not those of every later pod."""
+    while None in domains:
+        hole = domains.index(None)
+        while domains and domains[-1] is None:
+            domains.pop()
+        if hole < len(domains):
+            domains[hole] = domains.pop()
 
 
 _Table = tuple[list[str], np.ndarray, dict[str, np.ndarray], int]
@@ -211,6 +249,26 @@ def _place_nested(cluster: Cluster, strategy: Strategy, name: str) -> list[dict[
     ]
 
 
+#: The keys of a rank entry, in order.
+RANK_KEYS = ("rank", "host", "gpu", "node_group", "device", "stage", "dp", "pp", "tp", "cp")
+
+
+def rank_columns(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> dict[str, Any] | None:
+    """The rows of :func:`place_ranks` as columns, without building them: for each of
+    :data:`RANK_KEYS` an integer array, or for a string key (distinct values, index of each
+    rank's value).  Placed by nesting order only (the large plans); None otherwise."""
+    if not _nested(cluster, strategy, stage_groups):
+        return None
+    name = stage_groups[0]
+    hosts, host_index, coord, _ = _nested_table(cluster, strategy, name)
+    group = cluster.group(name)
+    rank = np.arange(strategy.num_devices, dtype=np.int64)
+    one = np.zeros(strategy.num_devices, dtype=np.int64)
+    return {"rank": rank, "host": (tuple(hosts), host_index), "gpu": rank % group.gpus_per_node, "node_group": ((name,), one),
+            "device": ((group.device.name,), one), "stage": coord["pp"], "dp": coord["dp"], "pp": coord["pp"], "tp": coord["tp"],
+            "cp": coord["cp"]}
+
+
 def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...]) -> list[dict[str, Any]]:
     if _nested(cluster, strategy, stage_groups):
         return _place_nested(cluster, strategy, stage_groups[0])
@@ -239,9 +297,41 @@ def place_ranks(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, .
     return ranks
 
 
+def _nested_stage_hosts(cluster: Cluster, strategy: Strategy, name: str) -> list[tuple[list[str], list[list[Any]] | None, int]]:
+    """Per stage of a plan placed by nesting order: its hosts in the order its ranks reach them,
+    its [host, gpu] pairs when at most 64, and its GPU count — what :func:`stage_entries` reads
+    of :func:`stage_blocks`, from the table's arrays (the blocks are 98,304 tuples per candidate
+    on the largest clusters)."""
+    hosts, host_index, coord, _ = _nested_table(cluster, strategy, name)
+    gpn = cluster.group(name).gpus_per_node
+    pp = coord["pp"]
+    # (stage, host) pairs in the order the ranks first reach them: one sort for all stages
+    key = pp * max(len(hosts), 1) + host_index
+    uniq, first = np.unique(key, return_index=True)
+    uniq = uniq[np.argsort(first, kind="stable")]
+    stage_of, host_of = np.divmod(uniq, max(len(hosts), 1))
+    counts = np.bincount(pp, minlength=strategy.pp)
+    out: list[tuple[list[str], list[list[Any]] | None, int]] = []
+    for i in range(strategy.pp):
+        gpus = None
+        if counts[i] <= 64:
+            idx = np.nonzero(pp == i)[0]
+            gpus = [[hosts[int(a)], int(k % gpn)] for a, k in zip(host_index[idx], idx, strict=True)]
+        out.append(([hosts[int(a)] for a in host_of[stage_of == i]], gpus, int(counts[i])))
+    return out
+
+
 def stage_entries(cluster: Cluster, strategy: Strategy, stage_groups: tuple[str, ...], est: Estimate) -> list[dict[str, Any]]:
     """Contract ``stages``: layer range, device type, hosts and GPUs, time and memory."""
     out = []
+    if _nested(cluster, strategy, stage_groups):
+        for st, (hosts, gpus, n) in zip(est.stages, _nested_stage_hosts(cluster, strategy, stage_groups[0]), strict=True):
+            d = st.to_dict()
+            d["hosts"] = hosts
+            d["gpus"] = gpus
+            d["num_gpus"] = n
+            out.append(d)
+        return out
     for st, blk in zip(est.stages, stage_blocks(cluster, strategy, stage_groups), strict=True):
         d = st.to_dict()
         d["hosts"] = list(dict.fromkeys(h for h, _ in blk))

@@ -25,7 +25,7 @@ from cost_model.strategy import Strategy
 from cost_model.topology import MEGATRON_NESTING
 from planner_service.planner.explain import explain
 from planner_service.planner.nesting import boundary_report, explain_nesting
-from planner_service.planner.placement import place_ranks, stage_entries
+from planner_service.planner.placement import place_ranks, rank_columns, stage_entries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +52,10 @@ class Evaluated:
     def rank_entries(self, cluster: Cluster) -> list[dict[str, Any]]:
         """Contract ``ranks``: host and GPU of every global rank."""
         return place_ranks(cluster, self.strategy, self.stage_groups)
+
+    def rank_columns(self, cluster: Cluster) -> dict[str, Any] | None:
+        """:meth:`rank_entries` as columns (``placement.rank_columns``), where placement gives them."""
+        return rank_columns(cluster, self.strategy, self.stage_groups)
 
     def extra_entries(self) -> dict[str, Any]:
         """Keys a model family adds to the entry (none for transformers)."""
@@ -129,6 +133,11 @@ class PlanResult:
         alternatives in order)."""
         return self.entries()[index].rank_entries(self.cluster)
 
+    def entry_rank_columns(self, index: int) -> dict[str, Any] | None:
+        """The ``ranks`` of entry ``index`` as columns (None where placement gives no columns:
+        use :meth:`entry_ranks`)."""
+        return self.entries()[index].rank_columns(self.cluster)
+
     def objective_report(self) -> dict[str, Any]:
         """The objective the search minimised and the best plan's value of it."""
         p = self.best.prediction
@@ -152,10 +161,11 @@ class PlanResult:
             out["placement"] = placement
         return out
 
-    def to_dict(self, alternative_ranks: bool = True) -> dict[str, Any]:
+    def to_dict(self, alternative_ranks: bool = True, best_ranks: bool = True) -> dict[str, Any]:
         """The result as plan JSON.  ``alternative_ranks=False`` leaves ``ranks`` out of the
-        alternatives (a replan adds them, with :meth:`entry_ranks`, to the ones it needs)."""
-        best = self.best.to_entry(self.cluster)
+        alternatives (a replan adds them, with :meth:`entry_ranks`, to the ones it needs);
+        ``best_ranks=False`` out of the best entry (the service adds them as columns)."""
+        best = self.best.to_entry(self.cluster, best_ranks)
         alternatives = [a.to_entry(self.cluster, alternative_ranks) for a in self.alternatives]
         return {
             "objective_value": self.objective_report(),

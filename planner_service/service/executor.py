@@ -155,16 +155,36 @@ class SearchExecutor:
     ) -> PlanResult:
         """Run one search in the pool and wait for it.  ``fn`` None: the planner
         (:func:`planner_service.planner.plan`)."""
+        return self.finish(self.start(fn, request, settings, progress, should_cancel), progress, should_cancel)
+
+    def start(
+        self,
+        fn: Callable[..., PlanResult] | None,
+        request: PlanRequest,
+        settings: SolverSettings,
+        progress: Callable[[float], None] | None = None,
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> tuple[cf.Executor, cf.Future[PlanResult]]:
+        """Start one search in the pool (:meth:`finish` waits for it): the caller's thread is
+        free meanwhile (a replan builds the request's canonical form while its search runs)."""
         pool = self._get_pool()
         if self.kind == "process":
             if fn is not None:
                 raise TypeError("a process pool runs the default planner only; use kind='thread' for an injected one")
-            future = pool.submit(_plan_in_process, request, settings)
-        else:
-            if fn is None:
-                from planner_service.planner import plan as fn
-            # the request's context (its request id) goes with the search
-            future = pool.submit(contextvars.copy_context().run, fn, request, settings, progress=progress, should_cancel=should_cancel)
+            return pool, pool.submit(_plan_in_process, request, settings)
+        if fn is None:
+            from planner_service.planner import plan as fn
+        # the request's context (its request id) goes with the search
+        return pool, pool.submit(contextvars.copy_context().run, fn, request, settings, progress=progress, should_cancel=should_cancel)
+
+    def finish(
+        self,
+        started: tuple[cf.Executor, cf.Future[PlanResult]],
+        progress: Callable[[float], None] | None = None,
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> PlanResult:
+        """Wait for a search :meth:`start` started."""
+        pool, future = started
         try:
             result = self._wait(future, should_cancel)
         except BrokenProcessPool:

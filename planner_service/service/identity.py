@@ -36,10 +36,13 @@ def to_json_safe(value: Any) -> Any:
     # generic checks below (``isinstance(…, Mapping)``) cost several times more per value.
     kind = type(value)
     if kind is dict:
-        return {k if type(k) is str else str(k): to_json_safe(v) for k, v in value.items()}
+        # plain leaves copied without a call (a 12,288-node cluster has ~10^5 of them)
+        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else to_json_safe(v) for k, v in value.items()}
     if kind is list or kind is tuple:
         if value and type(value[0]) is dict and _flat_plain(value):
             return [dict(r) for r in value]  # a rank table: one flat dict of str/int per GPU
+        if {type(v) for v in value} <= _PLAIN:  # host names, domains
+            return list(value)
         return [to_json_safe(v) for v in value]
     if kind is str or kind is int or kind is bool or value is None:
         return value
@@ -74,17 +77,22 @@ def canonical_request(body: Mapping[str, Any], req: PlanRequest) -> dict[str, An
     cluster and constraints with every default filled in (a saved cluster's name replaced by its
     body), objective, top_k, profile_id.  ``async``, ``force`` and ``callback_url`` are not part
     of it.  It parses back to the same :class:`PlanRequest` and hash."""
-    return to_json_safe(
+    cluster = req.cluster.to_dict()
+    out = to_json_safe(
         {
             "model": _canonical_model(body["model"]),
             "training": req.training.to_dict(),
-            "cluster": req.cluster.to_dict(),
+            "cluster": {k: None if k == "nodes" else v for k, v in cluster.items()},
             "constraints": req.constraints.to_dict(),
             "objective": req.objective,
             "top_k": req.top_k,
             "profile_id": req.profile_id,
         }
     )
+    # the node entries are plain JSON as Cluster.to_dict writes them (strings, booleans, lists
+    # of strings): not copied again (12,288 dicts and their domain lists)
+    out["cluster"]["nodes"] = cluster["nodes"]
+    return out
 
 
 def request_hash(canonical: Mapping[str, Any]) -> str:

@@ -57,6 +57,7 @@ from planner_service.service.replan import (
 from planner_service.settings import ServiceSettings
 from planner_service.storage.errors import Busy, NotFound
 from planner_service.storage.observations import StoredCalibration
+from planner_service.storage.rank_table import COMPACT_MIN_RANKS, RankTable, plain_rank_tables
 from planner_service.storage.repository import (
     NewPlan,
     Repository,
@@ -147,13 +148,16 @@ def _model_summary(model: ModelSpec) -> dict[str, Any]:
 LARGE_PLAN_RANKS = 8192
 
 
-def plan_to_api(p: StoredPlan, newest: StoredPlan | tuple[str, int] | None = None) -> dict[str, Any]:
+def plan_to_api(p: StoredPlan, newest: StoredPlan | tuple[str, int] | None = None, rank_tables: bool = False) -> dict[str, Any]:
     """The plan JSON of contract v1.  ``newest``: the latest plan stored for the same request
-    hash, or its (id, revision) (``superseded_by`` names it when it is another, newer one)."""
+    hash, or its (id, revision) (``superseded_by`` names it when it is another, newer one).
+    ``rank_tables``: a large rank table stays a :class:`~planner_service.storage.rank_table.RankTable`
+    (for :func:`~planner_service.storage.rank_table.dumps_with_tables`, which writes the same
+    JSON from its columns); otherwise every ``ranks`` is a plain list of dicts."""
     out = _plan_json(p, plan_id=p.id, revision=p.revision, created_at=p.to_dict()["created_at"])
     ref = (newest.id, newest.revision) if isinstance(newest, StoredPlan) else newest
     out["superseded_by"] = ref[0] if ref is not None and ref[0] != p.id and ref[1] > p.revision else None
-    return out
+    return out if rank_tables else _plain_ranks(out)
 
 
 def unstored_plan_to_api(p: NewPlan) -> dict[str, Any]:
@@ -161,6 +165,14 @@ def unstored_plan_to_api(p: NewPlan) -> dict[str, Any]:
     ``revision`` and ``created_at`` are null, everything else as ``POST /v1/plans`` returns it."""
     out = _plan_json(p, plan_id=None, revision=None, created_at=None)
     out["superseded_by"] = None
+    return _plain_ranks(out)
+
+
+def _plain_ranks(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the rank tables of ``best`` and the alternatives as plain lists."""
+    for key in ("best", "alternatives"):
+        if out.get(key) is not None:
+            out[key] = plain_rank_tables(out[key])
     return out
 
 
@@ -248,6 +260,11 @@ def kept_layout_request(req: PlanRequest, parent: StoredPlan) -> PlanRequest | N
     if any(k in pinned and pinned[k] != v for k, v in keep.items()):
         return None
     return replace(req, constraints=replace(req.constraints, pinned={**pinned, **keep}))
+
+
+def replan_request(req: PlanRequest) -> PlanRequest:
+    """A replan's request: at least :data:`REPLAN_MIN_TOP_K` alternatives to choose among."""
+    return replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
 
 
 def _with_search_mode(row: NewPlan, mode: Mapping[str, Any]) -> NewPlan:
@@ -364,14 +381,25 @@ class PlanService:
         """Parse a plan request body once: the request, its canonical form (from the request as
         given: the profile is not part of it) and hash, and the profile applied (which validates
         ``profile_id`` before anything is stored or queued)."""
+        return self._identified(body, *self._parse_for_plan(body))
+
+    def _parse_for_plan(self, body: Mapping[str, Any]) -> tuple[PlanRequest, PlanRequest, StoredCalibration | None]:
+        """(the request as given, the request as planned: profile and calibration applied, the
+        calibration): :meth:`prepare` without the canonical form and hash."""
         req = self.parse(body)
-        canonical = canonical_request(body, req)
         # The cluster's latest calibration from observed runs (if any) is part of what is planned.
         calibration = self.observed().calibration_for(req.cluster.name)
+        return req, calibrated_request(self.with_profile(req), calibration), calibration
+
+    @staticmethod
+    def _identified(body: Mapping[str, Any], req: PlanRequest, planned: PlanRequest,
+                    calibration: StoredCalibration | None) -> PreparedRequest:
+        """The prepared request of :meth:`_parse_for_plan`'s parts: the canonical form (of the
+        request as given, with the calibration version) and its hash."""
+        canonical = canonical_request(body, req)
         if calibration is not None:
             canonical["calibration_version"] = calibration.version
-        req = calibrated_request(self.with_profile(req), calibration)
-        return PreparedRequest(request=req, canonical=canonical, request_hash=request_hash(canonical), calibration=calibration)
+        return PreparedRequest(request=planned, canonical=canonical, request_hash=request_hash(canonical), calibration=calibration)
 
     def prepare_canonical(self, canonical: dict[str, Any], hash_: str | None = None) -> PreparedRequest:
         """A stored canonical request (a job's) made ready to plan: parsed, profile and the
@@ -393,10 +421,24 @@ class PlanService:
         return SolverSettings(time_limit_s=self.settings.solver_time_limit_s, num_workers=self.settings.solver_num_workers)
 
     def _run_planner(self, req: PlanRequest, progress: ProgressFn | None, should_cancel: CancelFn | None) -> PlanResult:
-        if self.executor is not None:
-            return self.executor.run(self._plan_fn, req, self.solver_settings(), progress, should_cancel)
+        return self._start_planner(req, progress, should_cancel)()
+
+    def _start_planner(self, req: PlanRequest, progress: ProgressFn | None, should_cancel: CancelFn | None) -> Callable[[], PlanResult]:
+        """The search of ``req`` started in the executor's pool; the function returned waits for
+        its result.  Without an executor the search runs inline when the function is called."""
+        executor = self.executor
+        if executor is not None:
+            started = executor.start(self._plan_fn, req, self.solver_settings(), progress, should_cancel)
+            return lambda: executor.finish(started, progress, should_cancel)
         fn = self._plan_fn or _default_plan_fn()
-        return fn(req, self.solver_settings(), progress=progress, should_cancel=should_cancel)
+        return lambda: fn(req, self.solver_settings(), progress=progress, should_cancel=should_cancel)
+
+    def _start_kept_layout(self, req: PlanRequest, parent: StoredPlan, progress: ProgressFn | None = None,
+                           should_cancel: CancelFn | None = None) -> tuple[PlanRequest, Callable[[], PlanResult]] | None:
+        """A replan's search restricted to the parent's layout (``req`` with the replan's top_k),
+        started; None where there is no such layout."""
+        kept = kept_layout_request(req, parent)
+        return None if kept is None else (kept, self._start_planner(kept, progress, should_cancel))
 
     def _compute_now(self, prepared: PreparedRequest, parent: StoredPlan | None = None) -> NewPlan:
         """A synchronous search, admitted against the tenant's and the server's search quota."""
@@ -411,18 +453,22 @@ class PlanService:
         parent: StoredPlan | None = None,
         progress: ProgressFn | None = None,
         should_cancel: CancelFn | None = None,
+        kept_search: tuple[PlanRequest, Callable[[], PlanResult]] | None = None,
     ) -> NewPlan:
         """Plan ``prepared`` and build the row to store.  With ``parent`` (a replan) the planner
         is asked for more alternatives and the most stable near-best candidate is kept, with a
-        diff against the parent.  The preflight check runs over the candidate kept as best."""
+        diff against the parent.  The preflight check runs over the candidate kept as best.
+        ``kept_search``: the replan's kept-layout search, already started
+        (:meth:`_start_kept_layout` of ``prepared.request`` with :func:`replan_request`)."""
         req = prepared.request
         mode: dict[str, Any] | None = None
         if parent is not None:
-            req = replace(req, top_k=max(req.top_k, REPLAN_MIN_TOP_K))
-            kept = kept_layout_request(req, parent)
-            if kept is not None:
+            req = replan_request(req)
+            started = kept_search or self._start_kept_layout(req, parent, progress, should_cancel)
+            if started is not None:
+                kept, wait = started
                 try:
-                    result = self._run_planner(kept, progress, should_cancel)
+                    result = wait()
                 except PlannerError as e:  # the layout cannot survive the change: full search
                     mode = {"mode": "full_search", "kept_layout_failed": str(e)}
                 else:
@@ -469,17 +515,29 @@ class PlanService:
         fewest-moves rule compares and those stored; it keeps the most stable near-best
         candidate, with a diff against the parent and the explanation redone around it."""
         # A plan of more than LARGE_PLAN_RANKS ranks stores the rank table of its best entry only
-        # (each alternative's would be another table of that size; nothing reads them).
+        # (each alternative's would be another table of that size; nothing reads them).  From
+        # COMPACT_MIN_RANKS ranks a table is a RankTable built from placement's columns.
         large = result.num_devices > LARGE_PLAN_RANKS
-        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large))
+        compact = result.num_devices >= COMPACT_MIN_RANKS
+        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large and not compact, best_ranks=not compact))
+
+        def ranks_of(i: int) -> Any:
+            columns = result.entry_rank_columns(i) if compact else None
+            if columns is not None:
+                return RankTable(tuple(columns), columns, len(columns["rank"]))
+            rows = list(to_json_safe(result.entry_ranks(i)))
+            return (RankTable.from_rows(rows) or rows) if compact else rows
+
+        entries = [d["best"], *d["alternatives"]]
+        if compact:
+            d["best"]["ranks"] = ranks_of(0)
+            if parent is None and not large:
+                for i, c in enumerate(d["alternatives"], start=1):
+                    c["ranks"] = ranks_of(i)
         stored: dict[str, Any] = {k: d[k] for k in ("best", "alternatives", "search", "explanation", "warnings")}
         if parent is None:
             return stored, result.best
 
-        def ranks_of(i: int) -> list[Any]:
-            return list(to_json_safe(result.entry_ranks(i)))
-
-        entries = [d["best"], *d["alternatives"]]
         chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of)
         stored["best"] = chosen
         stored["alternatives"] = others[: canonical.get("top_k", 3)]
@@ -575,10 +633,23 @@ class PlanService:
             base = parent.request["cluster"]
         cluster = apply_cluster_changes(base, list(changes.unavailable_nodes), [dict(n) for n in changes.added_nodes])
         cluster = sticky_host_order(pin_topology_domains(cluster), (parent.result.get("best") or {}).get("ranks"))
-        prepared = self.prepare({**parent.request, "cluster": cluster, **(overrides or {})})
-        if self._wants_job(options, prepared.request):
+        body = {**parent.request, "cluster": cluster, **(overrides or {})}
+        req, planned, calibration = self._parse_for_plan(body)
+        if self._wants_job(options, planned):
+            prepared = self._identified(body, req, planned, calibration)
             return Outcome("job", job=self._enqueue("replan", prepared, True, parent.id, options.callback_url))
-        new = self._compute_now(prepared, parent=parent)
+
+        def compute() -> NewPlan:
+            # the kept-layout search starts first; the canonical form and hash (a 12,288-node
+            # cluster's: ~0.1 s) are built while it runs in the pool
+            kept_search = self._start_kept_layout(replan_request(planned), parent)
+            return self.compute(self._identified(body, req, planned, calibration), parent=parent, kept_search=kept_search)
+
+        if self.executor is None:
+            new = compute()
+        else:
+            with self.executor.admit(self.repo.owner):
+                new = compute()
         stored, _ = self.repo.insert_plan(new, force=True)
         return Outcome("created", plan=stored)
 

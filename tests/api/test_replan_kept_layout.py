@@ -95,3 +95,24 @@ def test_the_same_request_posted_after_a_kept_layout_replan_gets_a_full_search(c
     assert again["best"]["prediction"]["step_time_s"] <= child["best"]["prediction"]["step_time_s"] * (1 + 1e-9)
     # and posting it once more returns that full-search plan
     assert client.post("/v1/plans", json={**BODY, "cluster": child["cluster"], "constraints": {"max_devices": 32}}).json()["id"] == again["id"]
+
+
+def test_a_lost_node_moves_only_the_ranks_of_its_domain(client):
+    """On a topology cluster whose job needs whole racks, losing a node leaves its rack out: the
+    spare rack takes its place in the order (not every later rack shifting up), so
+    the ranks on the other racks stay where they were."""
+    body = {**BODY, "cluster": {**BODY["cluster"], "node_groups": [
+        {**BODY["cluster"]["node_groups"][0], "count": 6, "hostnames": [f"node-{i}" for i in range(6)]}],
+        "topology": [{"name": "rack", "group_size_nodes": 2, "oversubscription": 2.0}]}, "constraints": {"max_devices": 32}}
+    parent = client.post("/v1/plans", json=body).json()
+    before = _places(parent)
+    racks = {h: int(h.split("-")[1]) // 2 for h in {h for h, _ in before.values()}}
+    assert len(set(racks.values())) == 2  # the job holds two of the three racks
+    victim = min(racks)  # node-0: the first rack
+    child = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [victim]}).json()
+    assert child["search"]["mode"] == "kept_layout" and child["best"]["strategy"] == parent["best"]["strategy"]
+    after = _places(child)
+    kept = {k: v for k, v in before.items() if racks[v[0]] != racks[victim]}
+    assert kept and all(after[k] == v for k, v in kept.items())
+    assert victim not in {h for h, _ in after.values()}
+    assert child["diff"]["ranks_moved"] == len(before) - len(kept)

@@ -30,6 +30,7 @@ from planner_service.api.schemas import (
 from planner_service.service.plans import ClusterChanges, Outcome, RunOptions, plan_to_api
 from planner_service.service.worker import check_callback_url
 from planner_service.storage.ids import is_request_hash, is_uuid
+from planner_service.storage.rank_table import dumps_with_tables
 from planner_service.storage.repository import MAX_PAGE, PLAN_SORTS, PlanFilters
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=INVALID_INPUT)
@@ -37,7 +38,7 @@ router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=INVALID_INPUT)
 PLAN_STATUSES = ("optimal", "feasible")
 
 
-def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONResponse:
+def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> Response:
     if outcome.kind == "job":
         job = outcome.job
         assert job is not None
@@ -45,11 +46,13 @@ def _respond(outcome: Outcome, metrics: Metrics, created_kind: str) -> JSONRespo
         return JSONResponse(job_body(job), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
     plan = outcome.plan
     assert plan is not None
+    # a large rank table written from its columns (storage.rank_table): the same JSON, faster
+    body = dumps_with_tables(plan_to_api(plan, rank_tables=True))
     if outcome.kind == "created":
         metrics.plans_created.labels(created_kind).inc()
-        return JSONResponse(plan_to_api(plan), status_code=201, headers={"Location": f"/v1/plans/{plan.id}"})
+        return Response(body, status_code=201, headers={"Location": f"/v1/plans/{plan.id}"}, media_type="application/json")
     metrics.plans_deduplicated.inc()
-    return JSONResponse(plan_to_api(plan), status_code=200)
+    return Response(body, status_code=200, media_type="application/json")
 
 
 @router.post(
@@ -72,7 +75,7 @@ def create_plan(
     body: Annotated[PlanCreate, Body(openapi_examples=PLAN_EXAMPLES)],
     service: ServiceDep,
     metrics: MetricsDep,
-) -> JSONResponse:
+) -> Response:
     check_callback_url(body.callback_url, request.app.state.settings)
     # The one parse of the body: the service gets the request, its canonical form and hash.
     prepared = service.prepare(body.model_dump(by_alias=True, exclude_unset=True))
@@ -140,9 +143,9 @@ def get_plan(request: Request, plan_id: str, repo: RepoDep, service: ServiceDep)
     hit = cache.get(plan_id) if plan_id in cache and repo.plan_readable(plan_id) else None
     if hit is None:
         plan = repo.get_plan(plan_id)
-        body = plan_to_api(plan, newest=service.newest_for(plan))
+        body = plan_to_api(plan, newest=service.newest_for(plan), rank_tables=True)
         if plan.num_devices <= CACHED_MIN_RANKS:
-            return JSONResponse({**body, "observed": service.observed().observed_view(plan)})
+            return Response(dumps_with_tables({**body, "observed": service.observed().observed_view(plan)}), media_type="application/json")
         sup = body.pop("superseded_by")
         body.pop("observed")
         hit = cache.put(plan, body)
@@ -183,7 +186,7 @@ def replan(
     body: Annotated[ReplanRequest, Body(openapi_examples=REPLAN_EXAMPLES)],
     service: ServiceDep,
     metrics: MetricsDep,
-) -> JSONResponse:
+) -> Response:
     if not (body.unavailable_nodes or body.added_nodes or body.cluster or body.recalibrated):
         raise InvalidInput("give at least one of unavailable_nodes, added_nodes, cluster, recalibrated", field="body")
     check_callback_url(body.callback_url, request.app.state.settings)
