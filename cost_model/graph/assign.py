@@ -136,7 +136,8 @@ def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: 
     if n_chains < pp:
         return None
     rows = tables.row_start[:-1] + choice
-    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows]
+    # the optimizer state (allocated once) does not fragment, as in evaluate's peak
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows]
     act = tables.activation_bytes[rows]
 
     def cum(per_op: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from cost_model.graph.mesh import inflight, mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables, op_times
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES
+from cost_model.transformer.memory import static_for_fragmentation
 from helpers.graphs import gpt_graph, synthetic_graph
 from planner_service.planner import SolverSettings
 from planner_service.planner.cpsat import SolverParams, configured_solver
@@ -98,7 +99,7 @@ def test_bisection_split_finds_the_least_bottleneck_under_memory():
     choice = np.zeros(g.num_ops, dtype=np.int64)
     t_op = op_times(tables, choice)
     rows = tables.row_start[:-1] + choice
-    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows]
     act = tables.activation_bytes[rows]
     cap = tables.mesh.device.memory_bytes * (1 - HEADROOM)
     order = tables.analysis.order
