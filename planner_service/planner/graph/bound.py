@@ -88,6 +88,8 @@ def reparametrised_edge_s(tables: CostTables, op_time_s: np.ndarray) -> np.ndarr
     the sum is taken of (the edges' coefficient in the bound must be the same as its)."""
     n = tables.graph.num_ops
     rs = tables.row_start
+    if not bool((np.diff(rs) > 1).any()):
+        return incoming_edge_min_s(tables)  # one choice per operator: nothing to agree on
     out_edges: list[list[int]] = [[] for _ in range(n)]
     in_edges: list[list[int]] = [[] for _ in range(n)]
     for e, (u, v, _, _) in enumerate(tables.edges):

@@ -441,11 +441,13 @@ def _order(cands: list[MeshCandidate]) -> list[MeshCandidate]:
 def _screen(tables: CostTables, choice: Array, headroom: float) -> MeshCandidate | None:
     """The greedy choice with its best split, if it fits.  On graphs with more chain starts
     than :data:`MAX_SEGMENTS` the exact split runs over a selection of cut points; the
-    bisection split over every chain start (:func:`bottleneck_split`) competes with it."""
+    bisection split over every chain start (:func:`bottleneck_split`, without and with the
+    boundaries' p2p) competes with it."""
     splits = []
     if tables.mesh.pp > 1 and len(np.nonzero(tables.analysis.chain_start)[0]) > MAX_SEGMENTS:
         splits.append(split_stages(tables, choice, cut_candidates(tables, choice), headroom_fraction=headroom))
         splits.append(bottleneck_split(tables, choice, headroom_fraction=headroom))
+        splits.append(bottleneck_split(tables, choice, headroom_fraction=headroom, with_p2p=True))
     else:
         splits.append(split_stages(tables, choice, None, headroom_fraction=headroom))
     best: MeshCandidate | None = None
