@@ -6,11 +6,13 @@ From the step time of :func:`cost_model.graph.evaluate.evaluate` (``pp`` GPU sta
 parameter-server stage when tables live there; ``n`` counts both)::
 
     step = (m − 1)·max_k T_k + Σ_k T_k + max_k D_k + max_k O_k + c
-    max_k T_k ≥ Σ_gpu T_k / pp,     max_k O_k ≥ Σ_k O_k / n,
+    max_k T_k ≥ Σ_gpu T_k / pp,     max_k O_k ≥ Σ_gpu O_k / pp,
     max_k D_k ≥ max(0, Σ_k D_k / pp),  D_k ≥ sync_k − (w + pp − 1)·bwd_k
 
-(or ``max_k T_k ≥ Σ_all T_k / n`` with the CPU stage), so with ``α = (m − 1)/pp + 1`` and
-per-op terms ``a = α·gpu time + cpu time + opt/n`` (or ``((m − 1)/n + 1)·time + opt/n``) and
+(with the CPU stage, ``max_k T_k ≥ μ·Σ_gpu T_k / pp + (1 − μ)·T_cpu`` for every μ in [0, 1],
+a grid :data:`CPU_STAGE_MIXES` of them), so with ``α = (m − 1)·μ/pp + 1`` and per-op terms
+``a = α·gpu time + ((m − 1)·(1 − μ) + 1)·cpu time + ν·gpu opt/pp + (1 − ν)·cpu opt`` (the
+optimizer step, ``max(max_k O_k, O_cpu)``, mixed alike; μ = ν = 1 without a CPU stage) and
 ``b = (sync − (w + pp − 1)·bwd)/pp``, ``step − c ≥ Σ a`` and ``step − c ≥ Σ (a + b)``; each sum
 is separable over the operators, so its minimum over all assignments is the sum of per-op
 minima.  An op's time includes its incoming resharding, bounded below by the cheapest producer
@@ -48,6 +50,9 @@ from cost_model.transformer.memory import static_for_fragmentation
 PIPELINE_BISECTIONS = 30
 #: Multipliers of the memory constraint tried per round (log-spaced, then linear around the best).
 LAMBDA_GRID = 12
+#: Weights μ of the GPU stages' average against the CPU parameter-server stage in the
+#: bottleneck bound (module docstring).
+CPU_STAGE_MIXES = tuple(float(x) for x in np.linspace(0.0, 1.0, 6))
 #: Memory multipliers of the pipeline bound's per-stage test (log-spaced, × a stage's average
 #: time per byte of capacity), beside time alone and memory alone.
 PIPELINE_LAMBDAS = np.logspace(-1.5, 1.5, 10)
@@ -132,7 +137,6 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     mesh = tables.mesh
     m, pp = mesh.num_microbatches, mesh.pp
     n = pp + (1 if mesh.cpu is not None and len(tables.cpu_rows) else 0)
-    alpha = (m - 1) / pp + 1.0
     if edge_min is None:
         edge_min = incoming_edge_min_s(tables)
     own = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s
@@ -157,24 +161,31 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     p2p = 2.0 * float(b_min.sum())  # p2p_lower_bound_s
     cpu_time = tables.cpu_s + tables.cpu_comm_s
     bound = 0.0
-    # both edge sources give a bound on the sum (the per-consumer minimum keeps each row's own
-    # time-memory trade, the reparametrisation the agreement along chains): the larger holds
+    # The bottleneck is at least any mix μ·(the GPU stages' average) + (1 − μ)·(the CPU stage):
+    # (m − 1)·max ≥ (m − 1)·(μ·Σ gpu / pp + (1 − μ)·cpu); likewise the optimizer step with ν;
+    # μ = ν = 1 without a CPU stage.
+    mixes = np.array(CPU_STAGE_MIXES if n > pp else (1.0,))
+    mu, nu = (x.ravel() for x in np.meshgrid(mixes, mixes, indexing="ij"))
+    c_gpu, c_cpu = 1.0 + (m - 1) * mu / pp, 1.0 + (m - 1) * (1.0 - mu)
+    # Both edge sources give a bound on the sum (the per-consumer minimum keeps each row's own
+    # time-memory trade, the reparametrisation the agreement along chains): the larger holds.
     for edges_s in (edge_min, edge_total) if edge_total is not edge_min else (edge_min,):
-        time = own + edges_s + cpu_time
-        # the CPU parameter-server stage is one more pipeline stage, but the bottleneck is at
-        # least the GPU stages' average: (m − 1)·max ≥ (m − 1)·Σ gpu / pp, the CPU time once
-        a = alpha * (time - cpu_time) + cpu_time + opt / n
-        bound = max(bound, _lagrangian_bound(a, mem, starts, pp * cap) + alpha * p2p,
-                    _lagrangian_bound(a + b, mem, starts, pp * cap) + alpha * p2p)
-        if n > pp:  # or the bottleneck is at least the average over all n stages, the CPU one included
-            alpha_n = (m - 1) / n + 1.0
-            a_n = alpha_n * time + opt / n
-            bound = max(bound, max(_lagrangian_bound(a_n, mem, starts, pp * cap),
-                                   _lagrangian_bound(a_n + b, mem, starts, pp * cap)) + alpha_n * p2p)
+        gpu_time = own + edges_s
+        if len(mu) == 1:
+            a = gpu_time * c_gpu[0] + cpu_time * c_cpu[0] + tables.opt_s / pp
+            bound = max(bound, _lagrangian_bound(a, mem, starts, pp * cap) + c_gpu[0] * p2p,
+                        _lagrangian_bound(a + b, mem, starts, pp * cap) + c_gpu[0] * p2p)
+            continue
+        a_all = (gpu_time[:, None] * c_gpu + cpu_time[:, None] * c_cpu + tables.opt_s[:, None] * (nu / pp)
+                 + tables.cpu_opt_s[:, None] * (1.0 - nu))
+        values = _lagrangian_bounds(np.concatenate([a_all, a_all + b[:, None]], axis=1), mem, starts, pp * cap)
+        bound = max(bound, float((values + np.tile(c_gpu, 2) * p2p).max()))
     if pp > 1:
         # the CPU stage's share is not on a GPU stage
         gpu_total = float(np.minimum.reduceat(own + edge_total, starts).sum())
-        bound = max(bound, _pipeline_bound(tables, own + edge_min, stage_time, opt, state, cap, n, b_min, gpu_total))
+        o_floor = max(float(np.minimum.reduceat(tables.opt_s, starts).sum()) / pp,
+                      float(np.minimum.reduceat(tables.cpu_opt_s, starts).sum()))
+        bound = max(bound, _pipeline_bound(tables, own + edge_min, stage_time, opt, state, cap, n, b_min, gpu_total, o_floor))
     return bound + constant
 
 
@@ -198,7 +209,7 @@ def p2p_lower_bound_s(tables: CostTables) -> float:
 
 
 def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, opt: np.ndarray, state: np.ndarray,
-                    cap: float, n: int, b_min: np.ndarray, gpu_total: float = 0.0) -> float:
+                    cap: float, n: int, b_min: np.ndarray, gpu_total: float = 0.0, o_floor: float = 0.0) -> float:
     """``(m − 1)·T* + Σ time_min + p2p + O*`` (``p2p``: :func:`p2p_lower_bound_s`, from the
     boundaries' least crossings ``b_min`` of :func:`p2p_boundary_min_s`; ``Σ time_min``
     the larger of the sum of the operators' least times and ``gpu_total``, a bound on the GPU
@@ -212,8 +223,8 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, 
     as a stage grows, so for a given T the greedy split (each stage as long as allowed) passes
     whenever any split does, and T* is found by bisection.  T* is also at least any one
     operator's least time on the stage it runs on, GPU or CPU (``any_time``), and the average
-    stage's.  The optimizer step O* is at least the average stage's and any one operator's
-    least update."""
+    stage's.  The optimizer step O* is at least the average stage's, any one operator's
+    least update and ``o_floor`` (the GPU stages' average, or the CPU stage's)."""
     mesh = tables.mesh
     m, pp = mesh.num_microbatches, mesh.pp
     starts = tables.row_start[:-1]
@@ -274,7 +285,7 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, 
         if not fits(hi):
             lo, hi = least_bottleneck(hi, hi)
     per_op_opt = np.minimum.reduceat(opt, starts)
-    o_star = max(float(per_op_opt.sum()) / n, float(per_op_opt.max()))
+    o_star = max(float(per_op_opt.sum()) / n, float(per_op_opt.max()), o_floor)
     total = max(total, gpu_total)
     t_star = max(lo, (total + p2p) / pp, float(np.minimum.reduceat(any_time, starts).max()))
     return (m - 1) * t_star + total + p2p + o_star
@@ -309,6 +320,36 @@ def _lagrangian_bound(cost: np.ndarray, mem: np.ndarray, starts: np.ndarray, cap
     k = int(np.argmax(vc))
     fine = np.linspace(coarse[max(k - 1, 0)], coarse[min(k + 1, len(coarse) - 1)], LAMBDA_GRID)
     return float(max(base, float(vc.max()), float(values(fine).max())))
+
+
+def _lagrangian_bounds(costs: np.ndarray, mem: np.ndarray, starts: np.ndarray, capacity: float) -> np.ndarray:
+    """:func:`_lagrangian_bound` of every column of ``costs`` (rows × G) at once, each over its
+    own λ grid (coarse log-spaced, then linear around its best); chunks of columns keep the
+    work array small."""
+    finite = np.isfinite(mem)
+    c = np.where(finite[:, None], costs, np.inf)
+    m = np.where(finite, mem, 0.0)
+    base = np.minimum.reduceat(c, starts, axis=0).sum(axis=0)
+    scale = np.maximum(np.where(np.isfinite(base), base, 0.0), 1e-30) / max(capacity, 1.0)
+    grid = np.logspace(-3, 2, LAMBDA_GRID)
+    chunk = max(1, int(4e6 // max(len(m) * LAMBDA_GRID, 1)))
+    out: np.ndarray = np.array(base, dtype=float)
+
+    def values(cols: slice, lams: np.ndarray) -> np.ndarray:  # lams [g, L]
+        tot = np.minimum.reduceat(c[:, cols, None] + m[:, None, None] * lams[None, :, :], starts, axis=0).sum(axis=0)
+        result: np.ndarray = tot - lams * capacity
+        return result
+
+    for g0 in range(0, c.shape[1], chunk):
+        cols = slice(g0, min(g0 + chunk, c.shape[1]))
+        coarse = scale[cols, None] * grid[None, :]
+        vc = values(cols, coarse)
+        k = np.argmax(vc, axis=1)
+        lo = coarse[np.arange(len(k)), np.maximum(k - 1, 0)]
+        hi = coarse[np.arange(len(k)), np.minimum(k + 1, LAMBDA_GRID - 1)]
+        fine = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, LAMBDA_GRID)[None, :]
+        out[cols] = np.maximum(out[cols], np.maximum(vc.max(axis=1), values(cols, fine).max(axis=1)))
+    return out
 
 
 def _least_memory_at_min(c: np.ndarray, m: np.ndarray, starts: np.ndarray) -> float:
