@@ -264,7 +264,8 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
     screen_budget = s.budget(SCREEN_SHARE_LARGE if s.large else SCREEN_SHARE, SCREEN_WORK_PER_S)
     choices: dict[tuple[str, int, int], Array] = {}
     mem_choices: dict[tuple[str, int, int], list[Array]] = {}
-    full: dict[tuple[str, int, int], tuple[CostTables, Array, Array]] = {}  # tables with edges, their edge bounds
+    full: dict[tuple[str, int, int], tuple[CostTables, Array]] = {}  # tables with edges, their edge minima
+    agreed: dict[tuple[str, int, int], Array] = {}  # reparametrised_edge_s
     candidates: list[MeshCandidate] = []
     fallback: list[CostTables] = []
     incumbent = math.inf
@@ -279,12 +280,19 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
         s.work_screen += s.graph.num_ops + len(b.tables.fwd_s)
         if b.key not in full:
             with_e = with_edges(b.tables)
-            own = with_e.fwd_s + with_e.bwd_s + with_e.comm_fwd_s + with_e.comm_bwd_s
-            full[b.key] = (with_e, incoming_edge_min_s(with_e), reparametrised_edge_s(with_e, own))
-        base, edge_min, edge_total = full[b.key]
+            full[b.key] = (with_e, incoming_edge_min_s(with_e))
+        base, edge_min = full[b.key]
         tables = b.tables = base if base.mesh is b.mesh else for_mesh(base, b.mesh)
-        # tighter with the resharding
-        b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min, edge_total))
+        # tighter with the resharding: the per-consumer minima, then (only where that leaves
+        # the layout in play) the whole graph's agreement along chains, once per table build
+        b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min, edge_min))
+        if b.bound < incumbent * (1 + TIE_FRACTION):
+            if b.key not in agreed:
+                own = base.fwd_s + base.bwd_s + base.comm_fwd_s + base.comm_bwd_s
+                multi = bool((np.diff(base.row_start) > 1).any())  # else nothing to agree on
+                agreed[b.key] = reparametrised_edge_s(base, own) if multi else edge_min
+            if agreed[b.key] is not edge_min:
+                b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min, agreed[b.key]))
         if b.bound >= incumbent * (1 + TIE_FRACTION):
             s.pruned += 1
             s.bounded_out += 1
