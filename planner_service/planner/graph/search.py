@@ -67,6 +67,8 @@ GAP_TARGET = 0.01
 #: A gap this small (float noise between a bound and an evaluation: sums in another order,
 #: the all-reduce of t·dp ranks vs dp ranks) counts as proved optimal.
 OPTIMAL_GAP = 1e-5
+#: Exact solves the gap-closing pass (small graphs) runs at most.
+MAX_GAP_SOLVES = 32
 #: Share of the time limit the whole search uses (the rest is the answer's description).
 SEARCH_SHARE = 0.92
 #: Share of the search time spent bounding and screening outer candidates (small graphs,
@@ -397,9 +399,13 @@ def _close_gap(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bound
     reach included) exactly, asking only for answers better than the incumbent: INFEASIBLE
     proves the layout cannot beat it (its bound rises to the incumbent), a solution becomes a
     candidate.  Only where the coarsening is exact and every chain start may be cut, so the
-    proof covers the layout; each solve's work budget follows from the time limit."""
+    proof covers the layout; each solve's work budget follows from the time limit, and at most
+    :data:`MAX_GAP_SOLVES` run."""
     refined = {c.key for c in candidates if c.solver_status != "GREEDY"}
+    solves = 0
     for b in sorted(bounded, key=lambda x: (x.bound, _simplicity(x.mesh))):
+        if solves >= MAX_GAP_SOLVES:
+            break
         best_s = min(c.ev.step_time_s for c in candidates)
         lower = _lower_bound(s, bounded)
         if lower <= 0 or best_s <= lower * (1 + GAP_TARGET):
@@ -418,6 +424,7 @@ def _close_gap(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bound
         if not (coarse.exact and all_cuts):
             continue
         planned = s.time_limit_s * SEARCH_SHARE * (1 - SCREEN_SHARE) * 0.2
+        solves += 1
         res = solve_mesh(tables, coarse, cuts, min(planned, remaining * 0.95), s.headroom, cutoff_s=best_s, work_s=planned)
         if res is None:
             s.statuses.append("UNKNOWN")
