@@ -37,6 +37,7 @@ allocated once, does not fragment: :func:`cost_model.transformer.memory.static_f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -248,18 +249,23 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, 
     stage_p2p[1:] += b_min
     mix: list[list[tuple[float, np.ndarray]]] = []  # per stage: (λ, prefix sums of min(time + λ·mem))
 
-    def fits(T_all: float) -> bool:
-        pos = 0
+    def greedy_split(T_all: float) -> list[tuple[int, int]] | None:
+        """Each stage as long as the tests allow: its (first, end) chains, None if short."""
+        pos, out = 0, []
         for k in range(pp):
             T = T_all - stage_p2p[k]
             end = int(np.searchsorted(cum_t, cum_t[pos] + T * (1 + 1e-12), side="right")) - 1
             end = min(end, int(np.searchsorted(cum_mem[k], cum_mem[k][pos] + cap * (1 + 1e-9), side="right")) - 1)
             for lam, cum in mix[k] if mix else ():
                 end = min(end, int(np.searchsorted(cum, cum[pos] + (T + lam * cap) * (1 + 1e-9), side="right")) - 1)
+            out.append((pos, max(pos, end)))
             pos = max(pos, end)
             if pos >= n_chains:
-                return True
-        return False
+                return out
+        return None
+
+    def fits(T_all: float) -> bool:
+        return greedy_split(T_all) is not None
 
     def least_bottleneck(lo: float, hi: float) -> tuple[float, float]:
         for _ in range(64):  # the λ tests can fail at T = total, where memory is short
@@ -277,7 +283,8 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, 
     if not fits(math.inf):
         return math.inf  # no split holds the memory
     lo, hi = least_bottleneck(total / pp, max(total, 1e-12))  # time alone and memory alone
-    if bool((np.diff(tables.row_start) > 1).any()):
+    if bool((np.diff(tables.row_start) > 1).any()) and not _fastest_rows_fit(greedy_split(hi), time, mem_k, starts,
+                                                                             per_chain, cap):
         # with a choice of sharding, time and memory trade: the λ tests (λ in seconds per byte:
         # an average stage's time per capacity, times the grid); they only make T* larger
         lams = PIPELINE_LAMBDAS * (total / pp) / cap
@@ -289,6 +296,21 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, 
     total = max(total, gpu_total)
     t_star = max(lo, (total + p2p) / pp, float(np.minimum.reduceat(any_time, starts).max()))
     return (m - 1) * t_star + total + p2p + o_star
+
+
+def _fastest_rows_fit(split: list[tuple[int, int]] | None, time: np.ndarray, mem_k: list[np.ndarray], starts: np.ndarray,
+                      per_chain: Callable[[np.ndarray], np.ndarray], cap: float) -> bool:
+    """Whether every stage of ``split`` holds its operators' fastest rows (the least memory
+    among ties) — then every λ test passes on it, and the λ tests cannot raise T*."""
+    if split is None:
+        return False
+    sizes = np.diff(np.append(starts, len(time)))
+    fastest = time <= np.repeat(np.minimum.reduceat(time, starts), sizes)
+    for k, (first, end) in enumerate(split):
+        cum = per_chain(np.minimum.reduceat(np.where(fastest, mem_k[k], np.inf), starts))
+        if cum[end] - cum[first] > cap * (1 + 1e-9):
+            return False
+    return True
 
 
 def _lagrangian_bound(cost: np.ndarray, mem: np.ndarray, starts: np.ndarray, capacity: float) -> float:
