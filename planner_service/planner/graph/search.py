@@ -286,10 +286,10 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
         base, edge_min = full[b.key]
         tables = b.tables = base if base.mesh is b.mesh else for_mesh(base, b.mesh)
         # tighter with the resharding: the per-consumer minima, then (only where that leaves
-        # more than the gap target of room under the best answer) the whole graph's agreement
-        # along chains, once per table build
+        # room under the best answer beyond float noise: not for the batch-split layouts that
+        # tie with data parallelism) the whole graph's agreement along chains, once per table build
         b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min, edge_min))
-        if b.bound < incumbent * (1 - GAP_TARGET):
+        if b.bound < incumbent * (1 - OPTIMAL_GAP):
             if b.key not in agreed:
                 own = base.fwd_s + base.bwd_s + base.comm_fwd_s + base.comm_bwd_s
                 multi = bool((np.diff(base.row_start) > 1).any())  # else nothing to agree on
