@@ -19,6 +19,7 @@ single-threaded, CP-SAT included, so its CPU time is its wall time on an idle co
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -57,7 +58,11 @@ def cluster(nodes: int, device: str = "A100-SXM4-80GB", cpu_nodes: int = 0) -> o
     return cluster_from_dict({"name": f"{nodes}x8-{device}" + (f"+{cpu_nodes}cpu" if cpu_nodes else ""), "node_groups": groups})
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", action="append", default=None,
+                        help="run only this case (repeatable); results are printed, bench/results/graph.json is not written")
+    args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="graph-bench-"))
     gpt = get_preset("gpt3-1.3b")
     cases = [
@@ -74,6 +79,13 @@ def main() -> int:
         # op-level search has to shard and pipeline it
         ("synthetic-5000-wide", "wide", Training(64, 2048), cluster(2)),
     ]
+    if args.case:
+        unknown = sorted(set(args.case) - {c[0] for c in cases})
+        if unknown:
+            parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(c[0] for c in cases)}")
+        # the GPU-only recommender reads the file the CPU-offload case writes
+        wanted = set(args.case) | ({"recommender-82GB"} if "recommender-82GB-gpu-only" in args.case else set())
+        cases = [c for c in cases if c[0] in wanted]
     rows = []
     for name, make, training, cl in cases:
         if make is None or make == "wide":
@@ -131,8 +143,9 @@ def main() -> int:
         "rows": rows,
     }
     out_path = ROOT / "bench" / "results" / "graph.json"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2, default=float))
+    if not args.case:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=2, default=float))
     header = (f"{'case':28} {'ops':>6} {'params':>8} {'import s':>8} {'plan s':>7} {'step ms':>9} {'dp':>3} {'tp':>3} {'pp':>3} "
               f"{'mbs':>6} {'gap':>7} {'proof':>14}  tables")
     print()
@@ -147,7 +160,8 @@ def main() -> int:
         if r.get("transformer_path_step_time_s"):
             print(f"{'':28} transformer path, same strategy: {r['transformer_path_step_time_s'] * 1e3:.2f} ms "
                   f"({r['step_time_s'] / r['transformer_path_step_time_s'] - 1:+.1%})")
-    print(f"\nwrote {out_path.relative_to(ROOT)}")
+    if not args.case:
+        print(f"\nwrote {out_path.relative_to(ROOT)}")
     return 0
 
 

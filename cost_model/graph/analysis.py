@@ -41,6 +41,11 @@ class GraphAnalysis:
     #: [ops] structural class: operators of one class (same type, parameters, attributes,
     #: symbolic shapes and dtypes — the repeated layers of a model) cost the same on any mesh
     op_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: tensors live across positions: ``span_tensors[j]`` is produced before position
+    #: ``span_from[j]`` and read up to position ``span_to[j]`` (inclusive, ≥ span_from[j])
+    span_tensors: tuple[str, ...] | None = None
+    span_from: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    span_to: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _chain_order(graph: GraphSpec) -> list[int]:
@@ -133,8 +138,27 @@ def analyse(graph: GraphSpec) -> GraphAnalysis:
                     removed += _tensor_elems(graph, t)
             frac[i] = max(0.0, 1.0 - removed / total)
         p = q
+    names, span_from, span_to = _live_spans(graph, pos)
     return GraphAnalysis(order=np.array(order, dtype=np.int64), position=pos, chain_start=chain_start, chain_id=chain_id,
-                         fused_bytes_fraction=frac, first_kernel=first, op_class=op_classes(graph))
+                         fused_bytes_fraction=frac, first_kernel=first, op_class=op_classes(graph),
+                         span_tensors=names, span_from=span_from, span_to=span_to)
+
+
+def _live_spans(graph: GraphSpec, pos: np.ndarray) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """Tensors that cross some position of the order: (names, first position after the
+    producer, last consumer's position)."""
+    p = pos.tolist()
+    names, lo, hi = [], [], []
+    for name, u in graph.producer.items():
+        cons = graph.consumers.get(name, ())
+        if not cons:
+            continue
+        a, b = p[u] + 1, max(p[c] for c in cons)
+        if b >= a:
+            names.append(name)
+            lo.append(a)
+            hi.append(b)
+    return tuple(names), np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
 
 def op_classes(graph: GraphSpec) -> np.ndarray:

@@ -118,13 +118,19 @@ def stage_from_names(tables: CostTables, stages: Sequence[Sequence[str]]) -> np.
 
 
 def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: float = 0.0,
-                     bisections: int = 40) -> np.ndarray | None:
+                     bisections: int = 40, with_p2p: bool = False) -> np.ndarray | None:
     """Contiguous split at chain starts with the smallest bottleneck stage time (op times, p2p
     left out) under per-stage memory, over *every* chain start: for a bottleneck T the split
     that makes each stage as long as T and its memory allow (leaving a chain for each later
     stage) is feasible whenever any split is, so T is found by bisection — O(pp · log) per
     step, for graphs where :func:`split_stages` over all cut positions is too slow.  Returns
-    stage_of_op, or None when no split fits."""
+    stage_of_op, or None when no split fits.
+
+    ``with_p2p``: a stage's time also holds the p2p of its boundaries
+    (:func:`p2p_boundary_vector` of the bytes crossing each cut), and each stage ends at the
+    last cut that keeps it within T — a heuristic (a later start can cost more p2p, so the
+    greedy split is no longer the exact least bottleneck) that steers cuts to where little
+    crosses."""
     mesh = tables.mesh
     pp = mesh.pp
     n = tables.graph.num_ops
@@ -136,7 +142,8 @@ def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: 
     if n_chains < pp:
         return None
     rows = tables.row_start[:-1] + choice
-    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows]
+    # the optimizer state (allocated once) does not fragment, as in evaluate's peak
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows]
     act = tables.activation_bytes[rows]
 
     def cum(per_op: np.ndarray) -> np.ndarray:
@@ -147,20 +154,30 @@ def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: 
     cap = (mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES) / (1 + FRAGMENTATION_FRACTION)
     cum_m = [cum(static + inflight(mesh, k) * act) for k in range(pp)]
 
+    # p2p[k][c]: one crossing of boundary k|k+1 cut at chain c's start
+    p2p = np.zeros((max(pp - 1, 1), n_chains + 1))
+    if with_p2p:
+        crossing = position_crossing_bytes(tables)[np.append(np.flatnonzero(an.chain_start), tables.graph.num_ops)]
+        p2p = np.array([p2p_boundary_vector(tables, crossing, k) for k in range(pp - 1)])
+
     def ends(T: float) -> list[int] | None:
         pos, out = 0, []
         for k in range(pp):
             last = n_chains - (pp - 1 - k)  # leave one chain for each later stage
-            e_t = int(np.searchsorted(cum_t, cum_t[pos] + T, side="right")) - 1
+            budget = T - (p2p[k - 1][pos] if k > 0 else 0.0)
+            e_t = int(np.searchsorted(cum_t, cum_t[pos] + budget, side="right")) - 1
             e_m = int(np.searchsorted(cum_m[k], cum_m[k][pos] + cap, side="right")) - 1
             end = min(e_t, e_m, last) if k < pp - 1 else n_chains
-            if end <= pos or (k == pp - 1 and (cum_t[end] - cum_t[pos] > T or cum_m[k][end] - cum_m[k][pos] > cap)):
+            if with_p2p and k < pp - 1 and end > pos:  # the last cut whose crossing still fits
+                ok = np.flatnonzero(cum_t[pos + 1:end + 1] + p2p[k][pos + 1:end + 1] <= cum_t[pos] + budget)
+                end = pos + 1 + int(ok[-1]) if len(ok) else pos
+            if end <= pos or (k == pp - 1 and (cum_t[end] - cum_t[pos] > budget or cum_m[k][end] - cum_m[k][pos] > cap)):
                 return None
             out.append(end)
             pos = end
         return out
 
-    lo, hi = float(cum_t[-1]) / pp, float(cum_t[-1])
+    lo, hi = float(cum_t[-1]) / pp, float(cum_t[-1]) + 2.0 * float(p2p.max())
     best = ends(hi)
     if best is None:
         return None

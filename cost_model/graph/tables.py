@@ -625,17 +625,14 @@ def p2p_stage_times(tables: CostTables, stage_of_op: np.ndarray) -> np.ndarray:
 def position_crossing_bytes(tables: CostTables) -> np.ndarray:
     """crossing[p]: bytes of tensors produced before position p (of the analysis order) and
     consumed at or after it — what a stage cut at p sends."""
-    g = tables.graph
-    pos = tables.analysis.position
-    n = g.num_ops
-    diff = np.zeros(n + 1)
-    for name, u in g.producer.items():
-        cons = g.consumers.get(name, ())
-        if not cons:
-            continue
-        a = pos[u] + 1
-        b = max(pos[c] for c in cons)
-        if b >= a:
-            diff[a] += tables.tensor_bytes[name]
-            diff[b + 1] -= tables.tensor_bytes[name]
-    return np.cumsum(diff)[: n + 1]
+    an = tables.analysis
+    n = tables.graph.num_ops
+    if an.span_tensors is None:  # an analysis built without its spans
+        an = analyse(tables.graph)
+    assert an.span_tensors is not None
+    size = np.array([tables.tensor_bytes[name] for name in an.span_tensors], dtype=float)
+    diff = np.zeros(n + 2)
+    np.add.at(diff, an.span_from, size)
+    np.add.at(diff, an.span_to + 1, -size)
+    out: np.ndarray = np.cumsum(diff)[: n + 1]
+    return out

@@ -39,7 +39,7 @@ from cost_model.graph.mesh import GraphMesh
 from cost_model.graph.op_cost import OpCost, graph_op_costs
 from cost_model.graph.tables import CostTables, build_tables, for_mesh, saved_tensors, with_edges
 from cost_model.training import Training
-from planner_service.planner.graph.bound import incoming_edge_min_s, mesh_lower_bound_s
+from planner_service.planner.graph.bound import incoming_edge_min_s, mesh_lower_bound_s, reparametrised_edge_s
 from planner_service.planner.graph.coarsen import EXACT_COARSEN_OPS, MAX_SEGMENTS, coarsen, cut_candidates
 from planner_service.planner.graph.describe import to_evaluated
 from planner_service.planner.graph.mesh_cpsat import solve_mesh
@@ -67,6 +67,8 @@ GAP_TARGET = 0.01
 #: A gap this small (float noise between a bound and an evaluation: sums in another order,
 #: the all-reduce of t·dp ranks vs dp ranks) counts as proved optimal.
 OPTIMAL_GAP = 1e-5
+#: Exact solves the gap-closing pass (small graphs) runs at most.
+MAX_GAP_SOLVES = 32
 #: Share of the time limit the whole search uses (the rest is the answer's description).
 SEARCH_SHARE = 0.92
 #: Share of the search time spent bounding and screening outer candidates (small graphs,
@@ -174,6 +176,8 @@ def plan_graph(
     if not candidates:
         raise NoFeasiblePlan(infeasible_message(graph, training, cluster, feasible, s.headroom, screened=True), field="cluster")
     candidates = _refine(s, _order(candidates), bounded)
+    if not s.large:
+        candidates = _close_gap(s, candidates, bounded)
     best = candidates[0]
     alts = _distinct(candidates[1:], top_k)
     lower = _lower_bound(s, bounded)
@@ -263,6 +267,7 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
     choices: dict[tuple[str, int, int], Array] = {}
     mem_choices: dict[tuple[str, int, int], list[Array]] = {}
     full: dict[tuple[str, int, int], tuple[CostTables, Array]] = {}  # tables with edges, their edge minima
+    agreed: dict[tuple[str, int, int], Array] = {}  # reparametrised_edge_s
     candidates: list[MeshCandidate] = []
     fallback: list[CostTables] = []
     incumbent = math.inf
@@ -280,7 +285,17 @@ def _screen_all(s: _Search, bounded: list[_Bounded]) -> tuple[list[MeshCandidate
             full[b.key] = (with_e, incoming_edge_min_s(with_e))
         base, edge_min = full[b.key]
         tables = b.tables = base if base.mesh is b.mesh else for_mesh(base, b.mesh)
-        b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min))  # tighter with the resharding
+        # tighter with the resharding: the per-consumer minima, then (only where that leaves
+        # room under the best answer beyond float noise: not for the batch-split layouts that
+        # tie with data parallelism) the whole graph's agreement along chains, once per table build
+        b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min, edge_min))
+        if b.bound < incumbent * (1 - OPTIMAL_GAP):
+            if b.key not in agreed:
+                own = base.fwd_s + base.bwd_s + base.comm_fwd_s + base.comm_bwd_s
+                multi = bool((np.diff(base.row_start) > 1).any())  # else nothing to agree on
+                agreed[b.key] = reparametrised_edge_s(base, own) if multi else edge_min
+            if agreed[b.key] is not edge_min:
+                b.bound = max(b.bound, mesh_lower_bound_s(tables, s.headroom, edge_min, agreed[b.key]))
         if b.bound >= incumbent * (1 + TIE_FRACTION):
             s.pruned += 1
             s.bounded_out += 1
@@ -379,6 +394,53 @@ def _refine(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bounded]
     return _order(candidates)
 
 
+def _close_gap(s: _Search, candidates: list[MeshCandidate], bounded: list[_Bounded]) -> list[MeshCandidate]:
+    """While the answer is not within :data:`GAP_TARGET` of the lower bound, solve the layouts
+    that hold the bound down (lowest bound first; ones the greedy could not fit or did not
+    reach included) exactly, asking only for answers better than the incumbent: INFEASIBLE
+    proves the layout cannot beat it (its bound rises to the incumbent), a solution becomes a
+    candidate.  Only where the coarsening is exact and every chain start may be cut, so the
+    proof covers the layout; each solve's work budget follows from the time limit, and at most
+    :data:`MAX_GAP_SOLVES` run."""
+    refined = {c.key for c in candidates if c.solver_status != "GREEDY"}
+    solves = 0
+    for b in sorted(bounded, key=lambda x: (x.bound, _simplicity(x.mesh))):
+        if solves >= MAX_GAP_SOLVES:
+            break
+        best_s = min(c.ev.step_time_s for c in candidates)
+        lower = _lower_bound(s, bounded)
+        if lower <= 0 or best_s <= lower * (1 + GAP_TARGET):
+            break
+        key = (b.mesh.group.name, b.mesh.t, b.mesh.pp, b.mesh.dp, b.mesh.micro_batch)
+        if key in refined or not math.isfinite(b.bound) or b.bound * (1 + GAP_TARGET) >= best_s:
+            continue
+        remaining = s.deadline - time.perf_counter()
+        if remaining < 0.3:
+            s.clock_stopped = True
+            break
+        tables = b.tables = with_edges(b.tables)
+        coarse = coarsen(tables)
+        cuts = cut_candidates(tables)
+        all_cuts = b.mesh.pp == 1 or len(cuts) == int(np.count_nonzero(tables.analysis.chain_start[1:]))
+        if not (coarse.exact and all_cuts):
+            continue
+        planned = s.time_limit_s * SEARCH_SHARE * (1 - SCREEN_SHARE) * 0.2
+        solves += 1
+        res = solve_mesh(tables, coarse, cuts, min(planned, remaining * 0.95), s.headroom, cutoff_s=best_s, work_s=planned)
+        if res is None:
+            s.statuses.append("UNKNOWN")
+            continue
+        s.statuses.append("CANNOT_BEAT_BEST" if res.status == "INFEASIBLE" else res.status)
+        if res.bound_s is not None and res.status in ("OPTIMAL", "INFEASIBLE"):
+            b.bound = max(b.bound, res.bound_s)
+        if res.status in ("OPTIMAL", "FEASIBLE"):
+            ev = evaluate_assignment(tables, res.choice, res.stage_of_op)
+            if _fits(tables, ev, s.headroom):
+                candidates.append(MeshCandidate(mesh=tables.mesh, tables=tables, choice=res.choice, stage_of_op=res.stage_of_op,
+                                                ev=ev, solver_status=res.status))
+    return _order(candidates)
+
+
 def _order(cands: list[MeshCandidate]) -> list[MeshCandidate]:
     """Fastest first; the winner is the simplest layout (smaller t, then fewer stages, then the
     larger micro-batch) among those within :data:`TIE_FRACTION` of the fastest — sharding
@@ -395,11 +457,13 @@ def _order(cands: list[MeshCandidate]) -> list[MeshCandidate]:
 def _screen(tables: CostTables, choice: Array, headroom: float) -> MeshCandidate | None:
     """The greedy choice with its best split, if it fits.  On graphs with more chain starts
     than :data:`MAX_SEGMENTS` the exact split runs over a selection of cut points; the
-    bisection split over every chain start (:func:`bottleneck_split`) competes with it."""
+    bisection split over every chain start (:func:`bottleneck_split`, without and with the
+    boundaries' p2p) competes with it."""
     splits = []
     if tables.mesh.pp > 1 and len(np.nonzero(tables.analysis.chain_start)[0]) > MAX_SEGMENTS:
         splits.append(split_stages(tables, choice, cut_candidates(tables, choice), headroom_fraction=headroom))
         splits.append(bottleneck_split(tables, choice, headroom_fraction=headroom))
+        splits.append(bottleneck_split(tables, choice, headroom_fraction=headroom, with_p2p=True))
     else:
         splits.append(split_stages(tables, choice, None, headroom_fraction=headroom))
     best: MeshCandidate | None = None

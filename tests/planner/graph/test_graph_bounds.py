@@ -14,17 +14,18 @@ from test_graph_search import CASES, HEADROOM, _fits, _tiny, brute_force
 
 from cost_model import Training, cluster_from_dict
 from cost_model.graph.analysis import op_classes
-from cost_model.graph.assign import bottleneck_split
+from cost_model.graph.assign import bottleneck_split, greedy_choices
 from cost_model.graph.evaluate import evaluate
 from cost_model.graph.mesh import inflight, mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables, op_times
 from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES
-from helpers.graphs import gpt_graph, synthetic_graph
+from cost_model.transformer.memory import static_for_fragmentation
+from helpers.graphs import cpu_group, gpt_graph, recommender_graph, synthetic_graph
 from planner_service.planner import SolverSettings
 from planner_service.planner.cpsat import SolverParams, configured_solver
 from planner_service.planner.graph import mesh_cpsat, search
-from planner_service.planner.graph.bound import mesh_lower_bound_s
+from planner_service.planner.graph.bound import incoming_edge_min_s, mesh_lower_bound_s, reparametrised_edge_s
 from planner_service.planner.graph.coarsen import coarsen, cut_candidates
 from planner_service.planner.graph.search import GAP_TARGET, plan_graph
 from planner_service.planner.graph.space import enumerate_meshes
@@ -98,7 +99,7 @@ def test_bisection_split_finds_the_least_bottleneck_under_memory():
     choice = np.zeros(g.num_ops, dtype=np.int64)
     t_op = op_times(tables, choice)
     rows = tables.row_start[:-1] + choice
-    static = (tables.weights_bytes + tables.gradients_bytes + tables.optimizer_state_bytes)[rows]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows]
     act = tables.activation_bytes[rows]
     cap = tables.mesh.device.memory_bytes * (1 - HEADROOM)
     order = tables.analysis.order
@@ -195,3 +196,66 @@ def test_a_large_graph_search_honours_a_short_time_limit():
     out = plan_graph(g, Training(64, 2048), cluster, None, top_k=1, time_limit_s=3.0).to_dict()
     assert time.process_time() - t0 <= 6.0
     assert out["best"]["prediction"]["fits"]
+
+
+def _assignment_time(tables, choice) -> float:
+    """Σ over ops of their own time plus every edge's resharding, per micro-batch (s)."""
+    rows = tables.row_start[:-1] + np.asarray(choice)
+    own = (tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s)[rows].sum()
+    edges = sum(float(tables.edge_fwd_s[e][choice[u], choice[v]] + tables.edge_bwd_s[e][choice[u], choice[v]])
+                for e, (u, v, _, _) in enumerate(tables.edges))
+    return float(own) + edges
+
+
+def test_the_reparametrised_resharding_bounds_every_assignment():
+    """Σ_v (own + r)[c_v] ≤ the assignment's own time plus its resharding for *every*
+    assignment (the dual decomposition is a bound), so its minimum is under the optimum."""
+    g = graph_from_dict(_tiny())
+    training = Training(global_batch_size=16, sequence_length=256)
+    tables = build_tables(g, training, mesh_for(training, _cluster("A100-SXM4-80GB", 2), dp=1, t=2, pp=1, micro_batch=4))
+    own = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s
+    r = reparametrised_edge_s(tables, own)
+    starts = tables.row_start[:-1]
+    best = float("inf")
+    for choice in itertools.product(*[range(tables.n_choices(i)) for i in range(g.num_ops)]):
+        exact = _assignment_time(tables, choice)
+        assert float((own + r)[starts + np.asarray(choice)].sum()) <= exact * (1 + 1e-12)
+        best = min(best, exact)
+    assert float(np.minimum.reduceat(own + r, starts).sum()) <= best * (1 + 1e-12)
+
+
+def test_the_reparametrised_resharding_is_tighter_where_cheapest_layouts_disagree():
+    """Residual blocks sharded two ways: each operator's cheapest choice with its cheapest
+    producer layout (the per-consumer minimum) pairs layouts no assignment can have at once;
+    agreeing along the chains bounds the whole graph's time higher, and still under every
+    assignment tried (the greedy one and random ones)."""
+    g = graph_from_dict(synthetic_graph(60, hidden=512))
+    training = Training(global_batch_size=8, sequence_length=1024)
+    tables = build_tables(g, training, mesh_for(training, _cluster("A100-SXM4-80GB", 2), dp=1, t=2, pp=1, micro_batch=1))
+    own = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s
+    r = reparametrised_edge_s(tables, own)
+    starts = tables.row_start[:-1]
+    agreed = float(np.minimum.reduceat(own + r, starts).sum())
+    per_consumer = float(np.minimum.reduceat(own + incoming_edge_min_s(tables), starts).sum())
+    assert agreed > per_consumer * 1.01
+    rng = np.random.default_rng(0)
+    sizes = np.diff(tables.row_start)
+    tries = [greedy_choices(tables)] + [rng.integers(0, sizes) for _ in range(200)]
+    for choice in tries:
+        assert float((own + r)[starts + choice].sum()) <= _assignment_time(tables, choice) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("rows,dp,pp,mbs", [(2_000_000, 2, 1, 1024), (2_000_000, 1, 2, 512), (40_000_000, 1, 2, 512)])
+def test_the_bound_with_cpu_parameter_servers_never_exceeds_the_brute_force_optimum(rows, dp, pp, mbs):
+    """With a table on CPU parameter servers the CPU stage (lookups, transfers, sparse update)
+    can be the bottleneck and the optimizer step: the bound mixes it with the GPU stages
+    instead of averaging it away, so it stays under the optimum and close to it."""
+    g = graph_from_dict(recommender_graph(num_tables=1, rows=rows, dim=128, lookups=8))
+    cluster = cluster_from_dict({"name": "c", "node_groups": [
+        {"name": "g", "count": 1, "gpus_per_node": 2, "device": "A100-SXM4-80GB"}, cpu_group(2)]})
+    training = Training(global_batch_size=4096, sequence_length=1)
+    tables = build_tables(g, training, mesh_for(training, cluster, dp=dp, t=1, pp=pp, micro_batch=mbs))
+    assert len(tables.cpu_rows)
+    optimum = brute_force(tables)
+    bound = mesh_lower_bound_s(tables, HEADROOM)
+    assert 0.8 * optimum <= bound <= optimum * (1 + 1e-9)
