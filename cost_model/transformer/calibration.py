@@ -21,7 +21,13 @@ validation falls back to when the held-out source is the only one that informs i
 * ``sharded_collective_efficiency`` — the achieved fraction of the ring bus bandwidth of the
   per-layer parameter all-gathers and gradient reduce-scatters of ZeRO-3 / FSDP (issued per
   module from hooks, flattened and copied into the gathered buffer, each a separate NCCL call
-  that cannot run at the full ring rate): prior 1, fitted.
+  that cannot run at the full ring rate): prior 1, fitted.  DeepSpeed's stage 3
+  (``sharded_collective_efficiency.megatron-deepspeed``, shared by ``deepspeed``) has its own:
+  it gathers every parameter on its own into a list of per-rank partitions (one copy-out per
+  rank of the group, ``torch.distributed.all_gather`` with a tensor list) and reduce-scatters
+  gradient buckets the same way, where FSDP and Megatron-Core's FSDP gather one flat buffer per
+  unit in place (``all_gather_into_tensor``) — the two implementations reach different
+  fractions of the same links.
 * ``fp8_gemm_efficiency`` — FP8 GEMM rate as a fraction of the FP8 dense peak relative to the
   family's BF16 large-GEMM fraction of the BF16 peak.  Large cuBLASLt FP8 GEMMs on H100 reach
   ≈ 1.3–1.45 PFLOP/s of 1.98 (0.66–0.73) where BF16 ones reach ≈ 0.70–0.75 of 0.99, so the
@@ -60,6 +66,12 @@ validation falls back to when the held-out source is the only one that informs i
   and issued from module hooks on the compute stream's schedule, so less than FSDP's (which
   keeps the full window, 1).  Prior 1.
 
+* ``overlap_compute_slowdown`` — the fraction by which compute slows while a ZeRO-2/3 (FSDP)
+  collective runs beside it: NCCL's channels hold SMs (a GEMM sized in full waves spills into
+  a tail wave) and both stream through HBM, so the overlapped time costs this fraction of
+  itself (``layer_cost.sharded_microbatch_exposed_s``; Lee et al. 2025 characterise 10–40%
+  GEMM slowdowns under concurrent collectives).  Prior 0.15, bounds [0.02, 0.6].
+
 Constants are global: never per model, per row or per run.
 """
 
@@ -83,12 +95,14 @@ PRIORS: dict[str, float] = {
     "fabric_fraction.roce": 1.0,
     "fabric_fraction.omnipath": 0.7,
     "sharded_collective_efficiency": 1.0,
+    "sharded_collective_efficiency.megatron-deepspeed": 1.0,
     "fp8_gemm_efficiency": 0.9,
     "family_gemm_efficiency.hopper": 1.0,
     "family_gemm_efficiency.blackwell": 1.0,
     "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.1,
     "misaligned_gemm_fraction": 0.25,
     "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
+    "overlap_compute_slowdown": 0.15,
 }
 #: Frameworks that share another's kernel constant (module docstring).
 FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
@@ -98,6 +112,13 @@ def sharded_prefetch_overlap(framework: str) -> float:
     """Multiplier of the DP overlap window for ZeRO-3 traffic (1 except DeepSpeed's stage 3)."""
     fw = FRAMEWORK_ALIAS.get(framework, framework)
     return current().get(f"sharded_prefetch_overlap.{fw}") if fw == "megatron-deepspeed" else 1.0
+
+
+def sharded_collective_efficiency(framework: str) -> float:
+    """Achieved fraction of the ring bus bandwidth of the framework's ZeRO-3 / FSDP collectives."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    name = "sharded_collective_efficiency.megatron-deepspeed" if fw == "megatron-deepspeed" else "sharded_collective_efficiency"
+    return current().get(name)
 
 
 def pipeline_microbatch_overhead_s(framework: str) -> float:

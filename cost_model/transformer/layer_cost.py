@@ -863,7 +863,7 @@ def sharded_step_comm_s(
     its gradients (Rajbhandari et al. 2020 §5: 3Ψ per step; per micro-batch under gradient
     accumulation since the weights are not kept gathered).  Each is ``collectives_per_layer``
     flat rings over the dp·cp ranks (``reduce_scatter_time_s(..., flat=True)``: n−1 latency
-    steps each), at ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
+    steps each), at the framework's ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
     volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
     this term does not fall as dp grows.  ``ranks``/``stride``: another sharding group (an MoE's
     expert weights shard over their EDP replicas, ep·etp global ranks apart).
@@ -874,7 +874,7 @@ def sharded_step_comm_s(
     so the message size that sets the bus bandwidth (``comm.size_factor``) is the layer's bytes
     over its matrices, not over all its tensors.
     """
-    from cost_model.transformer.calibration import current
+    from cost_model.transformer.calibration import sharded_collective_efficiency
 
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp if ranks is None else np.asarray(ranks, dtype=float)
@@ -889,8 +889,48 @@ def sharded_step_comm_s(
     chunk = layer_params_per_gpu * gb / kb
     one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
-    bandwidth_part = np.maximum(one - alpha, 0.0) / current().get("sharded_collective_efficiency")
+    bandwidth_part = np.maximum(one - alpha, 0.0) / sharded_collective_efficiency(training.framework)
     out: FloatArray = 3.0 * layers * (kb * bandwidth_part + k * alpha) * (n > 1)
+    return out
+
+
+def sharded_microbatch_exposed_s(
+    comm_s: ArrayOrFloat, zero_stage: ArrayOrFloat, forward_s: ArrayOrFloat, backward_s: ArrayOrFloat, overlap: ArrayOrFloat
+) -> FloatArray:
+    """Seconds a micro-batch's ZeRO-2/3 (FSDP) traffic adds to its compute.
+
+    The traffic runs in two phases, each hidden behind that phase's own compute: ZeRO-3's
+    forward all-gathers (a third of ``comm_s``: :func:`sharded_step_comm_s` prices 3 equal
+    collectives per layer) are prefetched a layer ahead under the forward, the backward
+    all-gathers and the gradient reduce-scatters (two thirds; all of ZeRO-2's per-micro-batch
+    reduce-scatter) under the backward (with recompute).  Within a phase a layer waits for the
+    slower of its compute and its prefetched collectives, so the phase takes ≈ max(compute,
+    collectives): ``exposed = Σ_phase max(0, comm_phase − overlap·compute_phase)``
+    (Rajbhandari et al. 2021 ZeRO-Infinity §6 "overlap-centric design"; PyTorch FSDP, Zhao et
+    al. 2023 §3.3 prefetching).  A step that is communication-bound therefore stays flat as the
+    per-GPU batch shrinks — Narayanan et al. 2021 Table 2: ZeRO-3 175B at 768 and 1,536 A100s,
+    one global batch, both 66.7 s.
+
+    The hidden part is not free: while a collective runs beside a kernel, NCCL's channels occupy
+    SMs and both stream through HBM, so the compute it overlaps slows by
+    ``overlap_compute_slowdown`` (a global constant of ``cost_model.transformer.calibration``)
+    of the overlapped time (compute–communication interference: Lee et al. 2025,
+    "Characterizing compute-communication overlap in GPU-accelerated distributed deep
+    learning"; an FSDP-style all-gather's 24 NCCL blocks push an H100 GEMM sized for 132 SMs
+    into a second wave, its MFU 80% → 47% — NVIDIA developer forum, "Compute-communication
+    overlap causes severe GEMM performance degradation because of tail effect").
+    """
+    from cost_model.transformer.calibration import current
+
+    comm = np.asarray(comm_s, dtype=float)
+    fwd_share = np.where(np.asarray(zero_stage) >= 3, 1.0 / 3.0, 0.0)
+    comm_f = comm * fwd_share
+    comm_b = comm - comm_f
+    o = np.asarray(overlap, dtype=float)
+    hidden_f = np.minimum(comm_f, o * np.asarray(forward_s, dtype=float))
+    hidden_b = np.minimum(comm_b, o * np.asarray(backward_s, dtype=float))
+    slowdown = current().get("overlap_compute_slowdown")
+    out: FloatArray = (comm_f - hidden_f) + (comm_b - hidden_b) + slowdown * (hidden_f + hidden_b)
     return out
 
 

@@ -35,6 +35,7 @@ from cost_model.transformer.layer_cost import (
     param_tensors_per_layer,
     pp_p2p_s,
     sharded_collectives_per_layer,
+    sharded_microbatch_exposed_s,
     sharded_step_comm_s,
 )
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
@@ -262,10 +263,11 @@ def stage_cost(
         sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
                                       bandwidth_messages=matrices)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
-    # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute.
+    # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
+    # phase by phase (layer_cost.sharded_microbatch_exposed_s).
     overlap = dp_overlap_fraction(training, dc.device)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
-    dp_mb_exposed = np.maximum(0.0, dp_mb - overlap_mb * (forward_s + backward_s))
+    dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

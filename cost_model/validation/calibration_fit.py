@@ -42,12 +42,14 @@ UPPER_BOUND = {
     "fabric_fraction.omnipath": 1.0,
     "fabric_fraction.roce": 1.0,
     "sharded_collective_efficiency": 1.0,
+    "sharded_collective_efficiency.megatron-deepspeed": 1.0,
     "framework_gemm_efficiency.megatron-deepspeed": 1.0,
     "framework_gemm_efficiency.fsdp": 1.0,
     "framework_gemm_efficiency.paddle": 1.0,
     "fp8_gemm_efficiency": 1.0,
     "misaligned_gemm_fraction": 1.0,
     "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
+    "overlap_compute_slowdown": 0.6,
     "family_gemm_efficiency.hopper": 1.25,
     "family_gemm_efficiency.blackwell": 1.25,
 }
@@ -67,6 +69,7 @@ LOWER_BOUND = {
     "family_gemm_efficiency.hopper": 0.75,
     "family_gemm_efficiency.blackwell": 0.75,
     "fp8_gemm_efficiency": 0.6,
+    "overlap_compute_slowdown": 0.02,
 }
 
 
@@ -81,7 +84,9 @@ def affects(name: str, case: PublishedCase) -> bool:
     if name.startswith("fabric_fraction."):
         return group.fabric == name.split(".", 1)[1] and case.cluster.total_gpus > group.gpus_per_node
     if name == "sharded_collective_efficiency":
-        return any(s.zero_stage >= 3 for s in case.candidates)
+        return fw not in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
+    if name == "sharded_collective_efficiency.megatron-deepspeed":
+        return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "fp8_gemm_efficiency":
         return case.training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibration.calibrated_device)
     if name.startswith("family_gemm_efficiency."):
@@ -90,6 +95,8 @@ def affects(name: str, case: PublishedCase) -> bool:
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.pp > 1 for s in case.candidates)
     if name == "sharded_prefetch_overlap.megatron-deepspeed":
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
+    if name == "overlap_compute_slowdown":
+        return any(s.zero_stage >= 2 for s in case.candidates) and case.training.grad_reduce_overlap
     if name == "misaligned_gemm_fraction":
         return case.training.attention == "unfused" and case.model.head_dim % 8 != 0
     return False

@@ -12,6 +12,7 @@ from cost_model.errors import InvalidStrategy, InvalidTraining
 from cost_model.training import training_from_dict
 from cost_model.transformer.calibration import PRIORS, Constants, calibrated_device, prediction_intervals, using
 from cost_model.transformer.layer_cost import (
+    sharded_microbatch_exposed_s,
     StrategyArrays,
     activation_bytes,
     sharded_collectives_per_layer,
@@ -90,6 +91,24 @@ def test_zero3_step_flat_in_dp_at_fixed_global_batch_once_communication_bound():
         c = simple_cluster("A100-SXM4-80GB", dp // 8)
         steps.append(estimate(GPT3, t, c, Strategy(dp=dp, micro_batch_size=mbs, zero_stage=3, recompute="full")).step_time_s)
     assert steps[1] > 0.7 * steps[0]
+
+
+def test_sharded_traffic_hides_phase_by_phase_and_slows_what_it_overlaps():
+    """ZeRO-3: a third of a micro-batch's traffic (the forward gathers) hides under the
+    forward, the rest under the backward; the hidden part costs ``overlap_compute_slowdown``
+    of itself; communication-bound, the micro-batch takes ≈ its traffic whatever its compute."""
+    with using(Constants({**PRIORS, "overlap_compute_slowdown": 0.0})):
+        # compute-bound in both phases: nothing exposed
+        assert float(sharded_microbatch_exposed_s(3.0, 3, 2.0, 4.0, 1.0)) == pytest.approx(0.0)
+        # forward exposed by 1 − 0.5, backward hidden: the phases do not pool their windows
+        assert float(sharded_microbatch_exposed_s(3.0, 3, 0.5, 10.0, 1.0)) == pytest.approx(0.5)
+        # communication-bound: compute + exposed = the traffic, whatever the compute
+        for fwd in (0.2, 0.4):
+            assert fwd + 2 * fwd + float(sharded_microbatch_exposed_s(6.0, 3, fwd, 2 * fwd, 1.0)) == pytest.approx(6.0)
+        # ZeRO-2: the per-micro-batch reduce-scatter runs under the backward alone
+        assert float(sharded_microbatch_exposed_s(3.0, 2, 10.0, 1.0, 1.0)) == pytest.approx(2.0)
+    with using(Constants({**PRIORS, "overlap_compute_slowdown": 0.2})):
+        assert float(sharded_microbatch_exposed_s(3.0, 3, 2.0, 4.0, 1.0)) == pytest.approx(0.2 * 3.0)
 
 
 def test_bus_bandwidth_grows_with_message_size():
