@@ -14,6 +14,10 @@ reproducing the run would ask it to.  Reported:
 * measured OOMs: with the OOM layout pinned, the planner must refuse it (no stage's p10 peak
   within memory);
 * tight: accepted runs whose plan is flagged ``tight`` (p90 over memory);
+* the allocator's fragmentation fraction (``layer_cost.fragmentation_fraction``) fitted to the
+  measured peaks: each predicted peak is A + f·B (B the memory that is freed and reallocated
+  during a step: weights, gradients, activations; ``layer_cost``), so the f whose median
+  log(predicted/measured) is zero is found by bisection within ``FRAGMENTATION_BOUNDS``;
 * peak memory: where the source measured it (the BLOOM sweep's "Mem" column, the max of the
   first and last stage GPUs), predicted / measured − 1 of the pinned plan (the prediction is the
   device-level peak, ``max_reserved`` + CUDA context: cost_model/transformer/memory.py), and
@@ -44,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model.errors import PlannerError  # noqa: E402
 from cost_model.strategy import Strategy  # noqa: E402
+from cost_model.transformer.layer_cost import FRAGMENTATION_BOUNDS, FRAGMENTATION_PRIOR, fragmentation_fraction  # noqa: E402
 from cost_model.transformer.memory import reload as reload_memory  # noqa: E402
 from cost_model.validation.fidelity import quantile  # noqa: E402
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows  # noqa: E402
@@ -94,6 +99,9 @@ def plan_row(case: PublishedCase) -> dict[str, Any]:
         predicted = max(st[0].peak_memory_GB, st[-1].peak_memory_GB)
         out.update(measured_memory_GB=case.measured_memory_GB, predicted_first_last_GB=round(predicted, 2),
                    memory_error=round(predicted / case.measured_memory_GB - 1.0, 4))
+        # the part of that peak that scales with the fragmentation fraction (stage_cost.workspace)
+        worst = max((st[0], st[-1]), key=lambda s: s.peak_memory_GB)
+        out["fragmenting_GB"] = round(sum(worst.memory_GB.get(k, 0.0) for k in ("weights", "gradients", "activations")), 4)
     if case.measured_step_s:
         out["measured_step_s"] = round(case.measured_step_s, 4)
         out["step_error"] = round(p.step_time_s / case.measured_step_s - 1.0, 4)
@@ -139,10 +147,35 @@ def measure() -> dict[str, Any]:
     return {"summary": summarise(rows, unplannable), "rows": rows}
 
 
-def interval_document(summary: dict[str, Any]) -> dict[str, Any]:
+def fit_fragmentation(rows: list[dict[str, Any]], current: float) -> float | None:
+    """The fragmentation fraction f whose median log(predicted/measured) peak over the rows with
+    a measured peak is zero: each peak is A + f·B with B = ``fragmenting_GB`` (module
+    docstring), so the median is monotone in f; bisection within ``FRAGMENTATION_BOUNDS``."""
+    pts = [(r["predicted_first_last_GB"] - current * r["fragmenting_GB"], r["fragmenting_GB"], r["measured_memory_GB"])
+           for r in rows if r.get("memory_error") is not None and r.get("fragmenting_GB") is not None]
+    if len(pts) < 5:
+        return None
+
+    def median_log(f: float) -> float:
+        return statistics.median(math.log((a + f * b) / m) for a, b, m in pts)
+
+    lo, hi = FRAGMENTATION_BOUNDS
+    if median_log(lo) >= 0.0:
+        return lo
+    if median_log(hi) <= 0.0:
+        return hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if median_log(mid) < 0.0 else (lo, mid)
+    return round(0.5 * (lo + hi), 4)
+
+
+def interval_document(summary: dict[str, Any], fragmentation: float) -> dict[str, Any]:
     data = (ROOT / "cost_model" / "data" / "published_runs.json").read_bytes()
     return {
         "log_interval": summary["memory_log_interval"],
+        "fragmentation_fraction": fragmentation,
+        "fragmentation_prior": FRAGMENTATION_PRIOR,
         "rows": summary["memory_rows"],
         "quantity": "log(predicted / measured) peak memory per GPU, (q10, q90)",
         "measured": "BLOOM176B_topology_sweep 'Mem' column (max memory of the first/last stage GPUs)",
@@ -158,9 +191,13 @@ def main() -> None:
     args = ap.parse_args()
     out = measure()
     if args.write and out["summary"]["memory_log_interval"]:
-        INTERVAL.write_text(json.dumps(interval_document(out["summary"]), indent=1, sort_keys=True) + "\n")
+        # fit the fragmentation fraction first, then measure the residual interval with it
+        f = fit_fragmentation(out["rows"], fragmentation_fraction()) or fragmentation_fraction()
+        INTERVAL.write_text(json.dumps(interval_document(out["summary"], f), indent=1, sort_keys=True) + "\n")
         reload_memory()
         out = measure()
+        INTERVAL.write_text(json.dumps(interval_document(out["summary"], f), indent=1, sort_keys=True) + "\n")
+        reload_memory()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     s = out["summary"]

@@ -12,7 +12,7 @@ import numpy as np
 from cost_model.errors import InvalidGraph, InvalidStrategy
 from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables, local_cost, op_times, p2p_boundary_vector, position_crossing_bytes
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES, fragmentation_fraction
 from cost_model.transformer.memory import static_for_fragmentation
 
 
@@ -151,7 +151,7 @@ def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: 
         return out
 
     cum_t = cum(op_times(tables, choice))
-    cap = (mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES) / (1 + FRAGMENTATION_FRACTION)
+    cap = (mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES) / (1 + fragmentation_fraction())
     cum_m = [cum(static + inflight(mesh, k) * act) for k in range(pp)]
 
     # p2p[k][c]: one crossing of boundary k|k+1 cut at chain c's start
@@ -229,7 +229,7 @@ def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence
     def seg_cost(i_idx: np.ndarray, j: int, k: int) -> np.ndarray:
         s_, e_ = pts[i_idx], pts[j]
         fl = inflight(mesh, k)
-        mem = (cum_s[e_] - cum_s[s_] + fl * (cum_a[e_] - cum_a[s_])) * (1 + FRAGMENTATION_FRACTION) + WORKSPACE_BYTES
+        mem = (cum_s[e_] - cum_s[s_] + fl * (cum_a[e_] - cum_a[s_])) * (1 + fragmentation_fraction()) + WORKSPACE_BYTES
         tt = cum_t[e_] - cum_t[s_]
         if k > 0:
             tt = tt + p2p[k - 1][i_idx]

@@ -41,7 +41,7 @@ from cost_model.graph.tables import CostTables, build_tables, p2p_stage_times
 from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
 from cost_model.units import bytes_to_gb, flops_to_tflops, s_to_ms
 
 #: Kernel launches of a fused multi-tensor optimizer step, as
@@ -148,7 +148,7 @@ def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> l
         state = sums.weights_bytes[k] + sums.gradients_bytes[k] + sums.optimizer_state_bytes[k] + fl * sums.activation_bytes[k]
         # The allocator's fragmentation of what is freed during a step, not of the optimizer
         # state (allocated once), as for transformer stages.
-        ws = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * (state - sums.optimizer_state_bytes[k])
+        ws = WORKSPACE_BYTES + fragmentation_fraction() * (state - sums.optimizer_state_bytes[k])
         f, b, cf, cb = sums.fwd_s[k], sums.bwd_s[k], sums.comm_fwd_s[k], sums.comm_bwd_s[k]
         stages.append(StageResult(
             index=k, ops=tuple(int(i) for i in np.nonzero(stage == k)[0]),

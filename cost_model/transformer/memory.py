@@ -2,7 +2,7 @@
 
 What the cost model predicts (``peak_memory_GB`` of an estimate and of each stage) is the
 **device-level peak**: PyTorch's caching allocator's ``torch.cuda.max_memory_reserved()``
-(allocated tensors plus the allocator's fragmentation, ``FRAGMENTATION_FRACTION`` of them) plus
+(allocated tensors plus the allocator's fragmentation, ``layer_cost.fragmentation_fraction()`` of them) plus
 the CUDA context, cuBLAS workspaces and NCCL buffers (``WORKSPACE_BYTES``) — what
 ``nvidia-smi`` shows and what runs out first.  :data:`PEAK_MEMORY_QUANTITY` names it in every
 prediction.
@@ -30,7 +30,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION
+from cost_model.transformer.layer_cost import fragmentation_fraction
 
 PEAK_MEMORY_QUANTITY = "max_reserved"
 PEAK_MEMORY_QUANTITY_DESCRIPTION = (
@@ -42,7 +42,7 @@ _DATA = "data/memory_interval.json"
 
 
 def _prior() -> tuple[float, float]:
-    band = math.log1p(FRAGMENTATION_FRACTION / (1.0 + FRAGMENTATION_FRACTION))
+    band = math.log1p(fragmentation_fraction() / (1.0 + fragmentation_fraction()))
     return -band, band
 
 
@@ -92,12 +92,13 @@ def memory_fit(peak_GB: float, usable_GB: float) -> str:
 
 
 def static_for_fragmentation(weights: Any, gradients: Any, optimizer_state: Any) -> Any:
-    """Model state (bytes) such that ``× (1 + FRAGMENTATION_FRACTION)`` is the reserved size:
+    """Model state (bytes) such that ``× (1 + fragmentation_fraction())`` is the reserved size:
     weights and gradients fragment, optimizer state (allocated once) does not — for the
     operator-graph cost and solvers, which scale static bytes by (1 + fragmentation)."""
-    return weights + gradients + optimizer_state / (1.0 + FRAGMENTATION_FRACTION)
+    return weights + gradients + optimizer_state / (1.0 + fragmentation_fraction())
 
 
 def reload() -> None:
-    """Forget the cached interval (after ``bench/acceptance.py --write``)."""
+    """Forget the cached interval and fragmentation fraction (after ``bench/acceptance.py --write``)."""
     stored_interval.cache_clear()
+    fragmentation_fraction.cache_clear()

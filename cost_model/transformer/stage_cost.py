@@ -22,13 +22,13 @@ from cost_model.transformer.calibration import (
     sharded_prefetch_overlap,
 )
 from cost_model.transformer.layer_cost import (
-    FRAGMENTATION_FRACTION,
     WORKSPACE_BYTES,
     LayerCosts,
     StrategyArrays,
     dp_gradient_comm_s,
     dp_overlap_fraction,
     embedding_head_costs,
+    fragmentation_fraction,
     layer_costs,
     model_state_bytes_per_param,
     optimizer_step_s,
@@ -245,8 +245,8 @@ def stage_cost(
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
     # The allocator's fragmentation of what is freed and reallocated during a step (not the
-    # optimizer state, allocated once): layer_cost.FRAGMENTATION_FRACTION.
-    workspace = WORKSPACE_BYTES + FRAGMENTATION_FRACTION * (state - opt)
+    # optimizer state, allocated once): layer_cost.fragmentation_fraction.
+    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (state - opt)
 
     dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the

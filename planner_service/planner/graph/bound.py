@@ -44,7 +44,7 @@ import numpy as np
 from cost_model.graph.evaluate import _OPTIMIZER_STEP_KERNELS
 from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables, p2p_boundary_vector, position_crossing_bytes
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
 from cost_model.transformer.memory import static_for_fragmentation
 
 #: Bisection steps of the pipeline bound's bottleneck (2^-30 of the range).
@@ -150,7 +150,7 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     starts = tables.row_start[:-1]
     fl_min = min(inflight(mesh, k) for k in range(pp))
     state = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)
-    mem = (state + fl_min * tables.activation_bytes) * (1 + FRAGMENTATION_FRACTION)
+    mem = (state + fl_min * tables.activation_bytes) * (1 + fragmentation_fraction())
     cap = mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES
     if cap <= 0:
         return math.inf
@@ -240,7 +240,7 @@ def _pipeline_bound(tables: CostTables, time: np.ndarray, any_time: np.ndarray, 
     t_op = np.minimum.reduceat(time, starts)
     cum_t = per_chain(t_op)
     total = float(cum_t[-1])
-    mem_k = [(state + inflight(mesh, k) * tables.activation_bytes) * (1 + FRAGMENTATION_FRACTION) for k in range(pp)]
+    mem_k = [(state + inflight(mesh, k) * tables.activation_bytes) * (1 + fragmentation_fraction()) for k in range(pp)]
     cum_mem = [per_chain(np.minimum.reduceat(mk, starts)) for mk in mem_k]
     # stage k's time also holds its boundaries' p2p, at least their cheapest crossings
     p2p = 2.0 * float(b_min.sum())

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from cost_model.graph.mesh import inflight
 from cost_model.graph.tables import CostTables, p2p_boundary_vector, position_crossing_bytes
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES, dp_overlap_fraction
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
 from planner_service.planner.cpsat import CpModel, IntScale, Solution, SolverParams, solve
 from planner_service.planner.graph.coarsen import Coarse, group_choice_from_ops, ops_from_groups
 
@@ -227,8 +227,8 @@ def mesh_data(tables: CostTables, coarse: Coarse, cuts: Sequence[int], headroom_
         time=[ti(gr.time_s) for gr in groups], bwd=b_i, sync=[ti(gr.sync_s) for gr in groups],
         opt=[ti(gr.opt_s) for gr in groups], cpu_time=[ti(gr.cpu_s) for gr in groups],
         cpu_opt=[ti(gr.cpu_opt_s) for gr in groups],
-        static=[scale.memory_up(gr.static_bytes * (1 + FRAGMENTATION_FRACTION)) for gr in groups],
-        act=[scale.memory_up(gr.act_bytes * (1 + FRAGMENTATION_FRACTION)) for gr in groups],
+        static=[scale.memory_up(gr.static_bytes * (1 + fragmentation_fraction())) for gr in groups],
+        act=[scale.memory_up(gr.act_bytes * (1 + fragmentation_fraction())) for gr in groups],
         window_bwd=[[np.rint((window + k) * b).astype(np.int64) for b in b_i] for k in range(pp)],
         edges=_edge_data(coarse, scale), p2p=ti(P2P),
         capacity=scale.memory_down(cap_total) if cap_total > 0 else -1,

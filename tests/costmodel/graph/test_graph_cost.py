@@ -12,7 +12,7 @@ from cost_model.graph.layouts import ALLGATHER, ALLREDUCE, ALLTOALL, NONE, REDUC
 from cost_model.graph.mesh import mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION
+from cost_model.transformer.layer_cost import fragmentation_fraction
 from helpers.graphs import gpt_graph, megatron_shardings, recommender_graph
 
 GPT = get_preset("gpt3-1.3b")
@@ -147,7 +147,7 @@ def test_embedding_tables_shard_memory_by_the_sharding_degree():
     rep = estimate_graph(g, training, cluster, Strategy(dp=1, tp=8, micro_batch_size=4096),
                          op_shardings={"table0": "split_batch", "table1": "split_batch"})
     # bf16 weights and fp32 grads (which the allocator fragments), Adam state (allocated once)
-    table_state = 2 * 4_000_000 * 64 * ((2 + 4) * (1 + FRAGMENTATION_FRACTION) + 12)
+    table_state = 2 * 4_000_000 * 64 * ((2 + 4) * (1 + fragmentation_fraction()) + 12)
     assert rep.stages[0].memory_GB["weights"] * 1e9 > 2 * 4_000_000 * 64 * 2 * 0.99
     saved = (rep.stages[0].peak_memory_GB - sharded.stages[0].peak_memory_GB) * 1e9
     assert saved == pytest.approx(table_state * 7 / 8, rel=0.1)

@@ -12,10 +12,10 @@ from cost_model.errors import InvalidStrategy, InvalidTraining
 from cost_model.training import training_from_dict
 from cost_model.transformer.calibration import PRIORS, Constants, calibrated_device, prediction_intervals, using
 from cost_model.transformer.layer_cost import (
-    sharded_microbatch_exposed_s,
     StrategyArrays,
     activation_bytes,
     sharded_collectives_per_layer,
+    sharded_microbatch_exposed_s,
     sharded_step_comm_s,
 )
 from cost_model.transformer.spec import get_preset

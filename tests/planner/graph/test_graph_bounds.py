@@ -19,7 +19,7 @@ from cost_model.graph.evaluate import evaluate
 from cost_model.graph.mesh import inflight, mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables, op_times
-from cost_model.transformer.layer_cost import FRAGMENTATION_FRACTION, WORKSPACE_BYTES
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES, fragmentation_fraction
 from cost_model.transformer.memory import static_for_fragmentation
 from helpers.graphs import cpu_group, gpt_graph, recommender_graph, synthetic_graph
 from planner_service.planner import SolverSettings
@@ -110,7 +110,7 @@ def test_bisection_split_finds_the_least_bottleneck_under_memory():
         stage_t, ok = [], True
         for k in range(3):
             ops = order[edges[k]:edges[k + 1]]
-            mem = (static[ops].sum() + inflight(tables.mesh, k) * act[ops].sum()) * (1 + FRAGMENTATION_FRACTION) + WORKSPACE_BYTES
+            mem = (static[ops].sum() + inflight(tables.mesh, k) * act[ops].sum()) * (1 + fragmentation_fraction()) + WORKSPACE_BYTES
             ok = ok and mem <= cap
             stage_t.append(t_op[ops].sum())
         if ok:
