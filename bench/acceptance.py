@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cost_model.errors import PlannerError  # noqa: E402
-from cost_model.strategy import Strategy  # noqa: E402
+from cost_model.strategy import SPLIT_FLAGS, Strategy  # noqa: E402
 from cost_model.transformer.layer_cost import FRAGMENTATION_BOUNDS, FRAGMENTATION_PRIOR, fragmentation_fraction  # noqa: E402
 from cost_model.transformer.memory import reload as reload_memory  # noqa: E402
 from cost_model.validation.fidelity import quantile  # noqa: E402
@@ -59,7 +59,7 @@ OUT = ROOT / "bench" / "results" / "acceptance.json"
 INTERVAL = ROOT / "cost_model" / "data" / "memory_interval.json"
 SETTINGS = SolverSettings(time_limit_s=10.0, max_refinements=2000)
 #: Strategy fields that can be pinned, and their constraint names.
-PIN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "layers_per_stage")
+PIN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "layers_per_stage") + SPLIT_FLAGS
 
 
 def pins_of(case: PublishedCase) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def pins_of(case: PublishedCase) -> dict[str, Any]:
         values = {getattr(s, name) for s in case.candidates}
         if len(values) == 1:
             v = values.pop()
-            if v is not None:
+            if v is not None and not (name in SPLIT_FLAGS and v is False):
                 pins[name] = v
     return pins
 

@@ -36,7 +36,7 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
 from cost_model.transformer.memory import fit_capacity_factor, safe_capacity_factor
 from cost_model.transformer.spec import TransformerSpec
-from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb
+from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb, gb_to_bytes
 from planner_service.planner.nesting import feasible_then_expand, nesting_comparison, with_nesting
 from planner_service.planner.placement import placement_warnings
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
@@ -187,6 +187,8 @@ class _Search:
         self.solver_statuses: list[str] = []
         self.candidates: dict[tuple[Any, ...], _Candidate] = {}
         self.closest_shortfall: list[tuple[float, str]] = []
+        # peaks of the layouts the estimate rejected for memory (the search's tables let them through)
+        self.closest_peak: list[tuple[float, str]] = []
         self.pending: list[_Pending] = []
         self.queued: dict[tuple[int, int], _Pending] = {}  # pending by (subset id, candidate index)
         self.refined: set[tuple[int, int]] = set()
@@ -200,6 +202,9 @@ class _Search:
             return None
         fits, tight, memory_warning = memory_verdict(est.stages, self.headroom)
         if not fits or (tight and self.cons.tight_memory == "reject"):
+            # what the search reports if nothing fits (the stage furthest over, its device)
+            worst = max(est.stages, key=lambda st: st.peak_memory_GB - st.memory_capacity_GB)
+            self.closest_peak.append((gb_to_bytes(worst.peak_memory_GB), worst.device))
             return None
         if est.fits != fits or est.tight != tight or self.headroom:
             # The verdict against usable memory (the estimate's is against the whole device).
@@ -452,11 +457,11 @@ def search_transformer(
     state.refine_answers(request.top_k)
 
     if not state.candidates:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
     picked, incumbent_held = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
@@ -690,7 +695,18 @@ def _pick_answers(
     return out[: k + 1], held
 
 
-def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]], fit_fraction: float = 1.0) -> NoReturn:
+def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]], fit_fraction: float = 1.0,
+                      peaks: list[tuple[float, str]] | None = None) -> NoReturn:
+    if not shortfalls and peaks:
+        need_bytes, device = min(peaks)
+        dev = next(g.device for g in cluster.node_groups if g.device.name == device)
+        need_GB = bytes_to_gb(need_bytes)
+        raise NoFeasiblePlan(
+            f"no strategy fits: the layouts the constraints allow need at least {need_GB:.1f} GB per GPU at their peak stage "
+            f"(weights, gradients, optimizer state, in-flight activations and the allocator's reserve); {device} has "
+            f"{dev.memory_GB:.0f} GB ({dev.memory_GB * (1 - headroom):.1f} GB usable with {headroom:.0%} headroom)",
+            field="cluster",
+        )
     if shortfalls:
         need_bytes, device = min(shortfalls)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)

@@ -253,3 +253,15 @@ def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
     plan_file.write_text(res.stdout)
     res = CliRunner().invoke(cli, ["launch", str(plan_file), "--target", "deepspeed"])
     assert res.exit_code == 2 and "re-plan with training.framework" in res.output
+
+
+def test_a_pinned_split_that_fits_nowhere_names_memory_not_divisibility():
+    """With the pipeline split pinned the search's tables do not price the split that runs, so
+    memory is checked by the estimate: when it rejects every layout, the refusal names memory
+    (the closest peak), not "no combination divides"."""
+    # Llama 3 405B at 8,192 H100s as Table 4 of the Llama 3 paper states it, without recompute
+    constraints = {"tp": 8, "pp": 16, "dp": 64, "zero_stage": 2, "recompute": "none",
+                   "account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    with pytest.raises(NoFeasiblePlan) as exc:
+        _plan(_body({"preset": "llama3-405b"}, "fsdp", nodes=({**H100_NODE, "count": 1024},), constraints=constraints, gbs=2048, seq=8192))
+    assert "no strategy fits" in str(exc.value) and exc.value.field == "cluster", str(exc.value)
