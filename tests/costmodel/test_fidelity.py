@@ -50,9 +50,9 @@ def test_whole_file_in_sample(summary):
 def test_every_failure_says_why(summary):
     for f in summary["failed_to_plan"]:
         assert f["reason"], f
-    # the only rows that fail are ones the catalog cannot express, or a handful of memory misses
-    no_catalog = [f for f in summary["failed_to_plan"] if "catalog" in f["reason"]]
-    assert len(summary["failed_to_plan"]) - len(no_catalog) <= 8
+    # issue 13: at most 3 usable rows fail to plan (today the two Llama 3 405B 8K rows, whose
+    # stated layout without recompute is predicted over 80 GB)
+    assert len(summary["failed_to_plan"]) <= 3
 
 
 def test_bloom_sweep_peaks_within_15_percent(summary):
