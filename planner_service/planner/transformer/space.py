@@ -114,8 +114,7 @@ def enumerate_space(
 
     Dominated settings are skipped unless pinned — under the cost model they are never better:
     sequence parallelism with tp > 1 (same communication volume, less memory and elementwise
-    work), ZeRO 0 (stage 1 moves the same bytes with less memory and a shorter optimizer step),
-    ZeRO 1 without pipelining (stage 2 also shards gradients at no extra traffic).
+    work), ZeRO 0 (stage 1 moves the same bytes with less memory and a shorter optimizer step).
     """
     L = model.num_layers
     B = training.global_batch_size
@@ -176,13 +175,15 @@ def enumerate_space(
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
     else:
-        # Dominance: stage 2 over 1 without a pipeline (same bytes moved, less memory), stage 1
-        # with one (2/3 conflict with gradient accumulation across micro-batches) — or, where
-        # the framework shards with a pipeline (fsdp), 2 and 3 everywhere.
+        # Stage 1 only with a pipeline (2/3 conflict with gradient accumulation across
+        # micro-batches) — or, where the framework shards with a pipeline (fsdp), every stage.
+        # Without a pipeline every stage competes: stage 2 moves the same bytes as 1 with less
+        # memory, but per micro-batch, and the compute its hidden reduce-scatters overlap slows
+        # (layer_cost.sharded_microbatch_exposed_s), so neither dominates.
         stages = [z for z in (1, 2, 3) if z in rules.zero_stages]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
-            cols = _keep(cols, (cols["pp"] > 1) == (cols["zero"] == 1))
+            cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
     if "sequence_parallel" in pins:

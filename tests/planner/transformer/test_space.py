@@ -51,7 +51,7 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         elif r.sharding_with_pipeline:
             zeros = [z for z in (1, 2, 3) if z in r.zero_stages]
         else:
-            zeros = [1] if pp > 1 else [2, 3]
+            zeros = [1] if pp > 1 else [1, 2, 3]
         zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
         sps = [pins["sequence_parallel"]] if "sequence_parallel" in pins else [tp > 1 and r.sequence_parallel]
         for z in zeros:
