@@ -112,6 +112,18 @@ def time_frontier(repeats: int) -> list[dict]:
     return rows
 
 
+def timed_replans(client, parent: dict, first_host: int, repeats: int) -> list[tuple[float, dict]]:
+    """(wall seconds, response body) of ``repeats`` POST /v1/plans/{id}/replan, each with a
+    different node of the parent plan down (the ``first_host``-th host onwards, sorted)."""
+    hosts = sorted({r["host"] for r in parent["best"]["ranks"]})
+    out = []
+    for k in range(repeats):
+        t0 = time.perf_counter()
+        r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [hosts[first_host + k]]})
+        out.append((time.perf_counter() - t0, r.json()))
+    return out
+
+
 def time_frontier_http(repeats: int) -> dict:
     """Through the HTTP app in-process, on the 98,304-GPU case: GET of the stored plan (98,304
     ranks; gzip when the client accepts it, as curl --compressed and browsers do) and a replan
@@ -140,14 +152,10 @@ def time_frontier_http(repeats: int) -> dict:
                 r.json()
                 gets.append(time.perf_counter() - t0)
                 sizes.append(int(r.headers.get("content-length") or len(r.content)))
-            hosts = sorted({r["host"] for r in parent["best"]["ranks"]})
-            walls, planner, modes = [], [], []
-            for k in range(repeats):
-                t0 = time.perf_counter()
-                r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [hosts[100 + k]]})
-                walls.append(time.perf_counter() - t0)
-                planner.append(r.json().get("search", {}).get("wall_time_s"))
-                modes.append(r.json().get("search", {}).get("mode"))
+            runs = timed_replans(client, parent, 100, repeats)
+            walls = [w for w, _ in runs]
+            planner = [c.get("search", {}).get("wall_time_s") for _, c in runs]
+            modes = [c.get("search", {}).get("mode") for _, c in runs]
     return {"case": name, "ranks": len(parent["best"]["ranks"]), "post_plan_s": round(post_s, 3),
             "get_plan_s_median": round(statistics.median(gets), 3), "get_plan_s_runs": [round(g, 3) for g in gets],
             "get_plan_bytes_on_wire": sizes[0], "get_target_s": 1.0,
@@ -222,15 +230,10 @@ def time_replan(repeats: int) -> dict:
         app = create_app(settings, start_worker=False)
         with TestClient(app) as client:
             parent = client.post("/v1/plans", json=body).json()
-            hosts = sorted({r["host"] for r in parent["best"]["ranks"]})
-            walls, planner, moved = [], [], []
-            for k in range(repeats):
-                t0 = time.perf_counter()
-                r = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": [hosts[10 + k]]})
-                walls.append(time.perf_counter() - t0)
-                child = r.json()
-                planner.append(child["search"]["wall_time_s"])
-                moved.append(child["diff"]["ranks_moved"])
+            runs = timed_replans(client, parent, 10, repeats)
+            walls = [w for w, _ in runs]
+            planner = [c["search"]["wall_time_s"] for _, c in runs]
+            moved = [c["diff"]["ranks_moved"] for _, c in runs]
     return {"case": "llama3-70b on 128x8 H100, one node down", "replan_wall_s_median": round(statistics.median(walls), 3),
             "replan_wall_s_runs": [round(w, 3) for w in walls], "target_s": 1.0,
             "planner_wall_s_median": round(statistics.median(planner), 3), "planner_wall_s_runs": [round(w, 3) for w in planner],
