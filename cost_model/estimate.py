@@ -25,7 +25,7 @@ from cost_model.strategy import Strategy, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals
-from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.layer_cost import StrategyArrays, recompute_fraction
 from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
@@ -231,7 +231,7 @@ def estimate(
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
     model_flops = model_flops_per_step(model, training)
-    hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute)
+    hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute, float(recompute_fraction(model, S)[0]))
     peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
     mean_peak = float(np.mean(peaks))
     model_tflops = flops_to_tflops(model_flops / step_s / n_dev)

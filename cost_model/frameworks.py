@@ -17,7 +17,10 @@ Sources, per framework:
   "MoE Parallel Folding", arXiv 2504.14960; ``--expert-model-parallel-size``,
   ``--expert-tensor-parallel-size``): the expert-parallel × expert-tensor-parallel groups are
   carved out of the tp × cp × dp ranks of a stage, so ep need not divide dp·cp, only tp·cp·dp;
-  FP8 through Transformer Engine (``--fp8-format``, delayed and current scaling, MXFP8).
+  FP8 through Transformer Engine (``--fp8-format``, delayed and current scaling, MXFP8);
+  partial activation recompute (``--recompute-granularity full --recompute-method block
+  --recompute-num-layers N``: the first N decoder layers of every model chunk recomputed, the
+  rest keeping their activations).
 * ``megatron-deepspeed`` — Megatron-DeepSpeed (BLOOM, MT-NLG): Megatron-LM's tensor and
   sequence parallelism inside DeepSpeed's pipeline engine (``PipelineModule``: plain 1F1B, no
   virtual stages) and ZeRO optimizer; ZeRO-2/3 are not supported with pipeline parallelism
@@ -65,13 +68,15 @@ class FrameworkRules:
     ep_folding: bool
     fp8: bool
     sharding_name: Mapping[int, str]
+    #: full recompute of only some layers of each model chunk (``recompute_num_layers``)
+    block_recompute: bool = False
 
 
 RULES: dict[str, FrameworkRules] = {
     "megatron-core": FrameworkRules(
         name="megatron-core", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=True, fp8=True,
+        ep_folding=True, fp8=True, block_recompute=True,
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
     "megatron-deepspeed": FrameworkRules(
@@ -101,6 +106,12 @@ RULES: dict[str, FrameworkRules] = {
 }
 
 
+BLOCK_RECOMPUTE_MISSING = (
+    "{framework}: no partial (block) recompute — its full recompute recomputes every layer "
+    "(recompute_num_layers needs megatron-core: --recompute-method block)"
+)
+
+
 def rules_for(framework: str) -> FrameworkRules:
     """The rule table of ``framework`` (one of :data:`cost_model.training.FRAMEWORKS`)."""
     return RULES[framework]
@@ -114,10 +125,13 @@ def ep_group_divisor(framework: str, *, tp: int, dp: int, cp: int) -> int:
 
 
 def layout_rule_violation(
-    framework: str, *, tp: int, pp: int, vpp: int, cp: int, ep: int, dp: int, zero_stage: int, sequence_parallel: bool
+    framework: str, *, tp: int, pp: int, vpp: int, cp: int, ep: int, dp: int, zero_stage: int, sequence_parallel: bool,
+    recompute_num_layers: int = 0,
 ) -> tuple[str, str] | None:
     """(strategy field, reason naming the rule) when ``framework`` cannot run the layout."""
     r = rules_for(framework)
+    if recompute_num_layers and not r.block_recompute:
+        return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
     if tp > 1 and not r.tensor_parallel:
         return "tp", f"{framework}: no tensor parallelism (tp must be 1; use megatron-deepspeed for Megatron's TP under DeepSpeed)"
     if sequence_parallel and tp > 1 and not r.sequence_parallel:
@@ -178,6 +192,8 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
     for key, bad, why in checks:
         if bad:
             return key, f"{framework}: {why}"
+    if pinned.get("recompute_num_layers") and not r.block_recompute:
+        return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
     if "zero_stage" in pinned:
         z = pinned["zero_stage"]
         if z not in r.zero_stages:
@@ -197,6 +213,7 @@ def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:
 
 
 __all__ = [
+    "BLOCK_RECOMPUTE_MISSING",
     "RULES",
     "FrameworkRules",
     "dtype_rule_violation",

@@ -99,6 +99,26 @@ def rank_coords(rank: int, *, dp: int, cp: int, tp: int, pp: int = 1, nesting: S
     return RankCoords(pp=coord["pp"], dp=coord["dp"], cp=coord["cp"], tp=coord["tp"])
 
 
+#: Block recompute depths the planner searches, in eighths of a model chunk's layers (every depth
+#: below 8 layers per chunk): memory falls and time rises linearly in the depth, so the first
+#: depth that fits is the best, found within an eighth of a chunk.
+BLOCK_RECOMPUTE_EIGHTHS = (1, 2, 3, 4, 5, 6, 7)
+
+
+def block_recompute_depths(num_layers: int, chunks: int) -> list[int]:
+    """The ``recompute_num_layers`` values searched for a model of ``num_layers`` decoder layers in
+    ``chunks`` = pp·vpp model chunks: N = ⌈k/8 · chunk⌉ for k in :data:`BLOCK_RECOMPUTE_EIGHTHS`,
+    distinct and below the largest chunk's ⌈layers/chunks⌉ (N = chunk is full recompute of every
+    layer; a chunk of fewer than N layers recomputes all of its own)."""
+    chunk = -(-num_layers // max(chunks, 1))
+    out: list[int] = []
+    for k in BLOCK_RECOMPUTE_EIGHTHS:
+        n = -(-k * chunk // 8)
+        if (not out or n > out[-1]) and 0 < n < chunk:
+            out.append(n)
+    return out
+
+
 @dataclass(frozen=True)
 class Strategy:
     dp: int = 1
@@ -112,6 +132,10 @@ class Strategy:
     recompute: str = "none"
     zero_stage: int = 0
     layers_per_stage: tuple[int, ...] | None = None
+    #: With ``recompute: full``: recompute only the first N decoder layers of every model chunk
+    #: (Megatron-Core ``--recompute-method block --recompute-num-layers N``); the other layers
+    #: keep their activations.  0: every layer (``--recompute-method uniform``).
+    recompute_num_layers: int = 0
     #: Nesting order of the parallel dimensions over the GPUs, inner to outer (tp first);
     #: None: Megatron-LM's (tp, cp, dp, pp).  ``cost_model.topology``.
     nesting: tuple[str, ...] | None = None
@@ -136,7 +160,7 @@ class Strategy:
             del out["nesting"]
         else:
             out["nesting"] = list(self.nesting)
-        for flag in SPLIT_FLAGS:  # written only when set: requests and plans without them unchanged
+        for flag in (*SPLIT_FLAGS, "recompute_num_layers"):  # written only when set: requests and plans without them unchanged
             if not out[flag]:
                 del out[flag]
         return out
@@ -185,6 +209,11 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if data["recompute"] not in RECOMPUTE:
             raise InvalidStrategy(f"must be one of {', '.join(RECOMPUTE)}, got {data['recompute']!r}", field=f"{field_path}.recompute")
         out["recompute"] = data["recompute"]
+    rnl = data.get("recompute_num_layers")
+    if rnl is not None:
+        if isinstance(rnl, bool) or not isinstance(rnl, int) or not 0 <= rnl <= 1_000_000:
+            raise InvalidStrategy(f"must be a non-negative integer (0: every layer), got {rnl!r}", field=f"{field_path}.recompute_num_layers")
+        out["recompute_num_layers"] = rnl
     if "zero_stage" in data and data["zero_stage"] is not None:
         z = data["zero_stage"]
         if isinstance(z, bool) or z not in (0, 1, 2, 3):
@@ -294,9 +323,19 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={s.pp}",
             field=f"{f}.vpp",
         )
+    if s.recompute_num_layers:
+        if s.recompute != "full":
+            raise InvalidStrategy(
+                f"recompute_num_layers={s.recompute_num_layers} needs recompute: full (got {s.recompute!r})", field=f"{f}.recompute_num_layers")
+        largest = max(s.layers_per_stage or (model.num_layers,))
+        if s.recompute_num_layers >= largest:
+            raise InvalidStrategy(
+                f"recompute_num_layers={s.recompute_num_layers} is not fewer than the {largest} layers of a model chunk: "
+                "that is full recompute of every layer (omit recompute_num_layers)", field=f"{f}.recompute_num_layers")
     # What the framework can run (cost_model.frameworks: one rule table per framework).
     rule = layout_rule_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, dp=s.dp,
-                                 zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel)
+                                 zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel,
+                                 recompute_num_layers=s.recompute_num_layers)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     if num_devices is not None and s.num_devices != num_devices:

@@ -137,6 +137,9 @@ class StrategyArrays:
     recompute: np.ndarray  # 0 none, 1 selective, 2 full
     zero: np.ndarray
     nest: np.ndarray | None = None  # nesting order code (cost_model.topology.NESTINGS); None: Megatron's
+    #: Strategy.recompute_num_layers (full recompute of the first N layers of each model chunk;
+    #: 0 every layer); None: every layer for all candidates
+    recompute_layers: np.ndarray | None = None
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -155,6 +158,7 @@ class StrategyArrays:
             recompute=col(lambda s: RECOMPUTE_CODE[s.recompute]),
             zero=col(lambda s: s.zero_stage),
             nest=col(lambda s: nesting_code(s.nesting)) if any(s.nesting is not None for s in strategies) else None,
+            recompute_layers=col(lambda s: s.recompute_num_layers) if any(s.recompute_num_layers for s in strategies) else None,
         )
 
     def __len__(self) -> int:
@@ -180,8 +184,9 @@ class LayerCosts:
     tp_comm_s: np.ndarray  # forward + backward (+ recomputed forward), exposed part
     cp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
-    activation_bytes: np.ndarray  # stored for backward, per micro-batch
+    activation_bytes: np.ndarray  # stored for backward, per micro-batch (the stage's mean layer)
     full_activation_bytes: np.ndarray  # what a layer holds while it runs (no recompute)
+    recompute_working_bytes: np.ndarray  # what recomputing one layer adds while its backward runs
     model_flops: np.ndarray  # forward+backward model FLOPs of this GPU, no recompute
     recompute_flops: np.ndarray
 
@@ -312,14 +317,33 @@ def layer_costs(model: TransformerSpec, training: Training, device: DeviceSpec, 
     (:meth:`TransformerSpec.layer_variants`): the stage of ``n`` layers costs ``n`` mean layers.
     """
     variants = model.layer_variants()
+    frac = recompute_fraction(model, S)
     if len(variants) == 1:
-        return _uniform_layer_costs(model, training, device, links, S, bf16_device)
-    parts = [(w, _uniform_layer_costs(v, training, device, links, S, bf16_device)) for w, v in variants]
+        return _uniform_layer_costs(model, training, device, links, S, bf16_device, frac)
+    parts = [(w, _uniform_layer_costs(v, training, device, links, S, bf16_device, frac)) for w, v in variants]
     return LayerCosts(**{f: sum(w * getattr(lc, f) for w, lc in parts) for f in LayerCosts.__dataclass_fields__})
 
 
+def recompute_fraction(model: TransformerSpec, S: StrategyArrays) -> FloatArray:
+    """Fraction of a stage's decoder layers whose forward is recomputed under full recompute:
+    1 for every layer; ``N·pp·vpp / L`` for Megatron-Core's block method, which recomputes the
+    first N layers of each of the pp·vpp model chunks of L/(pp·vpp) layers (Megatron-Core
+    ``transformer_block._checkpointed_forward``: layers past N keep their activations); 0 without
+    full recompute.  A stage of n layers then recomputes n·fraction of them — exact for even
+    splits, the chunks' mean for uneven ones."""
+    full = S.recompute == 2
+    if S.recompute_layers is None:
+        out: FloatArray = np.where(full, 1.0, 0.0)
+        return out
+    chunk = model.num_layers / (S.pp * S.vpp)
+    part = np.where(S.recompute_layers > 0, np.minimum(1.0, S.recompute_layers / chunk), 1.0)
+    out = np.where(full, part, 0.0)
+    return out
+
+
 def _uniform_layer_costs(
-    model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None
+    model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None,
+    frac: FloatArray,
 ) -> LayerCosts:
     """:func:`layer_costs` of a model whose decoder layers are all alike: the GEMMs, the attention
     core and the memory-bound work of one layer on one GPU (each a helper below), recompute, and
@@ -348,24 +372,25 @@ def _uniform_layer_costs(
         backward_compute = backward_compute + cast_bwd
 
     # ---- recompute ---------------------------------------------------------------------------
-    # full: the whole forward again (with its TP collectives); selective: the attention core
-    # only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
+    # full: the whole forward again (with its TP collectives) — of the fraction ``frac`` of the
+    # layers the block method recomputes (:func:`recompute_fraction`); selective: the attention
+    # core only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
     if training.attention == "unfused":
         selective_s = attn_fwd
         selective_flops = flops_attn
     else:
         selective_s = 0.0 * attn_fwd
         selective_flops = 0.0 * flops_attn
-    recompute_s = np.where(S.recompute == 2, forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
+    recompute_s = np.where(S.recompute == 2, frac * forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
     layer_fwd_flops = gemm_flops + flops_attn
-    recompute_flops = np.where(S.recompute == 2, layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
+    recompute_flops = np.where(S.recompute == 2, frac * layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
 
     tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(
-        model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute
+        model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute, frac
     )
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
-    act, full_act = activation_bytes(model, training, S)
+    act, full_act, working = activation_bytes(model, training, S, frac)
 
     model_flops = 3 * layer_fwd_flops
     return LayerCosts(
@@ -377,6 +402,7 @@ def _uniform_layer_costs(
         ep_comm_s=ep_comm,
         activation_bytes=act,
         full_activation_bytes=full_act,
+        recompute_working_bytes=working,
         model_flops=model_flops,
         recompute_flops=recompute_flops,
     )
@@ -579,6 +605,7 @@ def _layer_parallel_comm(
     attn_bwd: np.ndarray,
     moe: MoeFfnCost | None = None,
     layer_compute: ArrayOrFloat = 0.0,
+    frac: ArrayOrFloat = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel exchange
     (:func:`cost_model.transformer.context_parallel.cp_layer_comm_s`) and expert-parallel
@@ -587,7 +614,8 @@ def _layer_parallel_comm(
     t, c, b = S.tp, S.cp, S.mbs
     gpn = links.gpus_per_node
     # Per layer: 2 all-reduces forward and 2 backward of T·h elements (SP: reduce-scatter +
-    # all-gather of the same volume), 2 more when the forward is recomputed.  Half of them are
+    # all-gather of the same volume), 2 more per recomputed forward (``frac`` of the layers,
+    # :func:`recompute_fraction`).  Half of them are
     # the FFN's: an MoE layer's FFN has its own (``moe.ffn_tp_one_s`` per pass).
     tp_per_node = np.minimum(t, gpn)
     msg = T * h * eb
@@ -596,7 +624,7 @@ def _layer_parallel_comm(
         2 * reduce_scatter_time_s(t, msg, links, tp_per_node),
         allreduce_time_s(t, msg, links, tp_per_node),
     ) + hierarchical_collective_extra_s(links, [(t, 1.0 + 0.0 * t)], msg, 2.0)
-    n_collectives = 4 + np.where(S.recompute == 2, 2, 0)
+    n_collectives = 4 + 2 * np.asarray(frac, dtype=float)
     tp_comm = n_collectives * one_ar if moe is None else n_collectives / 2 * (one_ar + moe.ffn_tp_one_s)
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
     overlap = device.efficiency.comm_overlap_fraction
@@ -621,7 +649,7 @@ def _layer_parallel_comm(
     )
     extra_f, extra_b = _cp_topology_extra_s(training.cp_comm_type, links, cp_axes, c, kv_block, qkv_bytes, out_bytes)
     cp_fwd, cp_bwd = cp_fwd + extra_f, cp_bwd + extra_b
-    cp_exposed = cp_fwd + cp_bwd + np.where(S.recompute == 2, cp_fwd, 0.0)
+    cp_exposed = cp_fwd + cp_bwd + frac * cp_fwd
 
     # ---- expert-parallel dispatch and combine ---------------------------------------------------
     # Forward and backward each run a dispatch and a combine, a full recompute two more; with
@@ -629,7 +657,7 @@ def _layer_parallel_comm(
     # adds the surcharge of the levels above the node to each of them.
     if moe is not None:
         extra = _ep_topology_extra_s(model, training, links, S, g, moe)
-        ep_comm = moe.ep_comm_s + 4.0 * extra + np.where(S.recompute == 2, moe.ep_recompute_s + 2.0 * extra, 0.0)
+        ep_comm = moe.ep_comm_s + 4.0 * extra + frac * (moe.ep_recompute_s + 2.0 * extra)
         if training.moe_comm_overlap:
             ep_comm = np.maximum(0.0, ep_comm - overlap * np.asarray(layer_compute, dtype=float))
     else:
@@ -748,8 +776,10 @@ def eager_attention_elementwise_s(elems: ArrayOrFloat, eb: int, drop: float, dev
     return fwd, bwd
 
 
-def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays) -> tuple[FloatArray, FloatArray]:
-    """Bytes one layer keeps for backward per micro-batch, and the bytes it holds while running.
+def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, frac: ArrayOrFloat | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Bytes one layer keeps for backward per micro-batch (the mean over a stage's layers), the
+    bytes it holds while running, and what recomputing one layer adds during its backward (the
+    running set less what the recomputed layer kept).
 
     Korthikanti et al. 2022 Table 2 term by term (16-bit, per layer, s·b·h units):
     attention block 11·sbh + 5·a·s²·b (QKV input 2, Q 2, K 2, V 2, projection input 2,
@@ -760,7 +790,8 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     with selective recompute, dropout masks vanish without dropout (models without biases), and
     sequences divide by cp, FP8 training saves the linear layers' inputs in FP8; an MoE FFN adds
     :func:`cost_model.transformer.moe.moe_activation_bytes`.  Full recompute keeps only the
-    layer input (2·sbh, /t under SP).  FP4 (NVFP4) saves them as the wgrad operand Transformer
+    layer input (2·sbh, /t under SP) — for the fraction ``frac`` of the layers it recomputes
+    (:func:`recompute_fraction`; the others keep everything).  FP4 (NVFP4) saves them as the wgrad operand Transformer
     Engine keeps: the Hadamard-transformed input quantised along the token dimension, 0.5 byte per
     element plus one E4M3 scale per 16 (:data:`cost_model.devices.BYTES_PER_ELEMENT`).
     """
@@ -806,8 +837,11 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         )
     full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
     stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
-    stored = np.where(S.recompute == 2, sbh * eb / rep, stored)
-    return stored, full
+    layer_input = sbh * eb / rep
+    rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
+    working = np.where(S.recompute == 2, full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
+    stored = np.where(S.recompute == 2, rf * layer_input + (1.0 - rf) * full, stored)
+    return stored, full, working
 
 
 def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -1106,7 +1140,9 @@ def embedding_head_costs(
 
 def pp_p2p_s(model: TransformerSpec, training: Training, links: Links, S: StrategyArrays, cross_node: ArrayOrFloat | bool) -> FloatArray:
     """One stage boundary crossing of one micro-batch's activations (b·s/c·h elements; with TP
-    Megatron's scatter/gather optimisation sends 1/t per rank and all-gathers over NVLink)."""
+    Megatron's scatter/gather optimisation sends 1/t per rank and all-gathers over NVLink —
+    DeepSpeed's pipeline engine does the same with its partitioned activations,
+    ``pipe_partitioned``/``grad_partitioned``)."""
     eb = _act_bytes(training)
     size = S.mbs * training.sequence_length / S.cp * model.hidden_size * eb / S.tp
     gather = np.where(S.tp > 1, reduce_scatter_time_s(S.tp, size * S.tp, links, np.minimum(S.tp, links.gpus_per_node)), 0.0)

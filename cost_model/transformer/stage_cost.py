@@ -230,7 +230,7 @@ def stage_cost(
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
     acts = n * lc.activation_bytes * inflight
     # Working set of the layer being (re)computed in backward.
-    acts = acts + np.where(S.recompute > 0, lc.full_activation_bytes - lc.activation_bytes, 0.0)
+    acts = acts + lc.recompute_working_bytes
     if has_embedding:
         acts = acts + dc.embedding_act_bytes * inflight
     if has_head:
@@ -386,8 +386,10 @@ def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
     return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd)
 
 
-def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str) -> float:
-    """Extra forward FLOPs executed by activation recomputation (hardware FLOPs − model FLOPs)."""
+def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0) -> float:
+    """Extra forward FLOPs executed by activation recomputation (hardware FLOPs − model FLOPs);
+    ``fraction``: of the layers a full recompute recomputes
+    (:func:`cost_model.transformer.layer_cost.recompute_fraction`)."""
     if recompute == "none":
         return 0.0
     s = float(training.sequence_length)
@@ -395,7 +397,7 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
     if recompute == "full":
         per_layer = model_flops_per_step(model, training) / 3.0
         head = 2 * s * h * model.vocab_size * training.global_batch_size
-        return per_layer - head
+        return fraction * (per_layer - head)
     if training.attention == "unfused":
         return training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s)
     return 0.0

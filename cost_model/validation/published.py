@@ -66,7 +66,8 @@ from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
 from cost_model.devices import DTYPES
-from cost_model.strategy import Strategy
+from cost_model.frameworks import rules_for
+from cost_model.strategy import Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import BITS_PER_BYTE, FLOPS_PER_TFLOPS, tflops_to_flops
@@ -347,6 +348,9 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         zeros = [0]
     else:
         zeros = [0, 1]
+    # Megatron-LM's block recompute (--recompute-method) came with selective recompute and
+    # sequence parallelism (Korthikanti et al. 2022); the 2020–2021 code recomputed every layer.
+    block = rules_for(framework).block_recompute and group not in NO_SP_GROUPS
     fw_text = (p.get("framework") or "").lower()
     stated_interleaving = "interleaved" in fw_text and "non-interleaved" not in fw_text
     out: list[Strategy] = []
@@ -374,8 +378,13 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
                 continue
             lps = _stage_split(group, model.num_layers, pp, vv)
             el = _embedding_loss_split(group, model.num_layers, pp, vv)
-            out.append(Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vv, micro_batch_size=b, sequence_parallel=spv, recompute=r, zero_stage=z, layers_per_stage=lps,
-                                account_for_embedding_in_pipeline_split=el, account_for_loss_in_pipeline_split=el))
+            # Recompute unknown: Megatron-Core's block recompute of the first N layers of each
+            # chunk competes with full recompute of every layer (as in the planner's search).
+            depths = [0] + (block_recompute_depths(model.num_layers, pp * vv) if r == "full" and rc is None and block else [])
+            for d in depths:
+                out.append(Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vv, micro_batch_size=b, sequence_parallel=spv, recompute=r, zero_stage=z,
+                                    layers_per_stage=lps, account_for_embedding_in_pipeline_split=el, account_for_loss_in_pipeline_split=el,
+                                    recompute_num_layers=d))
     if len(tpp) == 1 and len({s.vpp for s in out}) > 1:
         assumptions.append("interleaving: best")
     if len({s.zero_stage for s in out}) > 1:

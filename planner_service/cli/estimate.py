@@ -59,7 +59,7 @@ def describe_strategy(req: EstimateRequest) -> str:
     if s.sequence_parallel:
         parts.append("sequence parallel")
     if s.recompute != "none":
-        parts.append(f"{s.recompute} recompute")
+        parts.append(f"{s.recompute} recompute" + (f" of the first {s.recompute_num_layers} layers of each chunk" if s.recompute_num_layers else ""))
     parts.append(f"ZeRO-{s.zero_stage}")
     if s.layers_per_stage:
         parts.append("layers per stage " + "/".join(str(n) for n in s.layers_per_stage))

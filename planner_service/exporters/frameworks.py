@@ -127,7 +127,11 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     if view.dp > 1:
         args.append(("--overlap-grad-reduce", None))
     recompute = view.s("recompute", "none")
-    if recompute == "full":
+    depth = int(view.s("recompute_num_layers", 0))
+    if recompute == "full" and depth:
+        # block: the first `depth` layers of every model chunk recomputed, the rest keep theirs
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "block"), ("--recompute-num-layers", str(depth))]
+    elif recompute == "full":
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     elif recompute == "selective":
         args.append(("--recompute-granularity", "selective"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "nesting")
+KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "nesting")
 
 
 def _devices(entry: Mapping[str, Any]) -> list[str]:

@@ -64,7 +64,7 @@
     if (s.vpp > 1) parts.push(`vpp${s.vpp}`);
     parts.push(`mbs${s.micro_batch_size}`);
     if (s.sequence_parallel) parts.push("SP");
-    if (s.recompute && s.recompute !== "none") parts.push(`recompute:${s.recompute}`);
+    if (s.recompute && s.recompute !== "none") parts.push(`recompute:${s.recompute}` + (s.recompute_num_layers ? `(${s.recompute_num_layers}/chunk)` : ""));
     parts.push(`ZeRO-${s.zero_stage}`);
     return parts.join(" ");
   }
@@ -1300,7 +1300,8 @@
           ["data parallel (dp)", s.dp], ["tensor parallel (tp)", s.tp], ["pipeline parallel (pp)", s.pp],
           ["context parallel (cp)", s.cp], ["expert parallel (ep)", s.ep], ["virtual stages (vpp)", s.vpp],
           ["micro-batch size", s.micro_batch_size], ["micro-batches per step", pred.num_microbatches],
-          ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute], ["ZeRO stage", s.zero_stage],
+          ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute_num_layers ? `${s.recompute}, first ${s.recompute_num_layers} layers of each chunk (block)` : s.recompute],
+          ["ZeRO stage", s.zero_stage],
           ["layers per stage", s.layers_per_stage ? s.layers_per_stage.join(", ") : "even"],
         ].map(([k, v]) => h("div", { "data-knob": k }, h("dt", {}, k), h("dd", {}, String(v))))
       )

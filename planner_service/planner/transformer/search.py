@@ -42,6 +42,7 @@ from planner_service.planner.placement import placement_warnings
 from planner_service.planner.request import PlanRequest, SearchCancelled, SolverSettings
 from planner_service.planner.result import Evaluated, PlanResult
 from planner_service.planner.transformer.space import (
+    block_recompute_candidates,
     check_pins,
     enumerate_space,
     strategy_at,
@@ -265,13 +266,20 @@ class _Search:
             return
         pcs = [pool_costs(self.model, self.training, g, S) for g in groups]
         if len(groups) == 1:
-            self._cost_one_pool(si, subset, groups[0], S, pcs)
+            feasible = self._cost_one_pool(si, subset, groups[0], S, pcs)
+            # Block (partial) recompute of the layouts that fit only with full recompute: a
+            # second, small pass under its own subset key (queued entries are keyed by it).
+            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned)
+            if len(S2):
+                self.enumerated += len(S2)
+                self._cost_one_pool(-1 - si, subset, groups[0], S2, [pool_costs(self.model, self.training, groups[0], S2)])
         else:
             lbs = _hetero_lower_bounds(self.model, self.training, pcs, S, groups) * _objective_factor(self.request.objective, self.training, S, groups)
             for j in np.argsort(lbs):
                 self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
 
-    def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays, pcs: list[PoolCosts]) -> None:
+    def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays, pcs: list[PoolCosts]) -> np.ndarray:
+        """Record and queue the candidates of one pool; returns which rows some split of which fits."""
         cap_bytes = g.device.memory_bytes * self.fit_fraction
         safe_bytes = g.device.memory_bytes * self.safe_fraction
         ev_even = evaluate_even(self.model, self.training, pcs[0], cap_bytes, safe_bytes)
@@ -281,7 +289,7 @@ class _Search:
         if not feasible.any():
             j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
             self.closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
-            return
+            return feasible
         # Exact results for the even splits that fit (ranked by the objective).
         factor = _objective_factor(self.request.objective, self.training, S, [g])
         lb = lb * factor
@@ -293,7 +301,8 @@ class _Search:
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
         nest = S.nest if S.nest is not None else np.zeros(len(S))
-        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero, nest], axis=1)
+        depth = S.recompute_layers if S.recompute_layers is not None else np.zeros(len(S))
+        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero, nest, depth], axis=1)
         for j in self._best_per_layout(S, even_objective, shapes):
             pp = int(S.pp[j])
             # A pinned split is not the one the tables costed: estimate it.
@@ -308,6 +317,7 @@ class _Search:
             entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
             self.pending.append(entry)
             self.queued[(si, int(j))] = entry
+        return feasible
 
     def _record_safe(self, S: StrategyArrays, g: NodeGroup, safe_objective: np.ndarray, shapes: np.ndarray) -> None:
         """Also keep the best even splits whose every stage is safely within memory (p90), so
@@ -646,7 +656,8 @@ def _proportional_layers(num_layers: int, per_layer_s: list[float]) -> list[int]
 def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]:
     """The structural knobs that make two candidates different plans (not the split)."""
     s = strategy
-    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting)
+    return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting,
+            s.recompute_num_layers)
 
 
 #: With tight candidates ranked after safe ones: how many candidates past the first k+1 answers

@@ -10,7 +10,9 @@ global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can 
 (:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
 framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported).
 Sequence parallelism only with tp > 1; selective recompute only where it differs from none
-(unfused attention).  Pinned fields in the request's constraints replace the knob's range by the
+(unfused attention).  Partial (block) recompute — the first N layers of each model chunk — is
+searched where the framework has it (:func:`block_recompute_candidates`), for the layouts that
+do not fit without recompute: where they do, no recompute is faster than any.  Pinned fields in the request's constraints replace the knob's range by the
 single pinned value, checked first (:func:`check_pins`) and never pruned by a dominance rule.
 """
 
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import ep_group_divisor, pinned_rule_violation, rules_for
-from cost_model.strategy import SPLIT_FLAGS, Strategy
+from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays
 from cost_model.transformer.spec import TransformerSpec
@@ -56,6 +59,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     rule = pinned_rule_violation(training.framework, pins)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
+    if pins.get("recompute_num_layers") and pins.get("recompute", "full") != "full":
+        raise InvalidStrategy(f"recompute_num_layers={pins['recompute_num_layers']} needs recompute: full (pinned {pins['recompute']!r})",
+                              field="constraints.recompute_num_layers")
     tp = pins.get("tp")
     if tp is not None and tp > 1 and model.num_heads % tp:
         raise InvalidStrategy(f"tp={tp} does not divide the {model.num_heads} attention heads", field="constraints.tp")
@@ -140,6 +146,8 @@ def enumerate_space(
     mbss = _pin(pins, "micro_batch_size", MBS_CHOICES)
     vpps = _pin(pins, "vpp", VPP_CHOICES if rules.interleaved_pipeline else (1,))
     rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if unfused else []))
+    if pins.get("recompute_num_layers"):
+        rcs = ["full"]
     eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe and rules.expert_parallel else [1])
 
     outer: list[tuple[int, int, int, int, int]] = []
@@ -194,6 +202,7 @@ def enumerate_space(
     if len(cols["dp"]) == 0:
         return _empty()
     f = {k: v.astype(float) for k, v in cols.items() if k != "sp"}
+    rl = pins.get("recompute_num_layers")
     return StrategyArrays(
         dp=f["dp"],
         tp=f["tp"],
@@ -205,7 +214,37 @@ def enumerate_space(
         sp=cols["sp"].astype(bool),
         recompute=f["recompute"],
         zero=f["zero"],
+        recompute_layers=np.where(f["recompute"] == RECOMPUTE_CODE["full"], float(rl), 0.0) if rl else None,
     )
+
+
+def block_recompute_candidates(model: TransformerSpec, training: Training, S: StrategyArrays, fits: np.ndarray,
+                               pins: Mapping[str, Any]) -> StrategyArrays:
+    """Partial-recompute variants of the full-recompute rows of ``S`` (Megatron-Core's block
+    method, :func:`cost_model.transformer.layer_cost.recompute_fraction`) whose twin without
+    recompute — the same layout with ``recompute: none`` — does not fit (``fits``: per row of S,
+    whether some split fits memory).  One row per depth of
+    :func:`cost_model.strategy.block_recompute_depths`.  None where the framework has no block recompute, recompute
+    or its depth is pinned, or the layout fits without recompute (then none is the faster)."""
+    if not rules_for(training.framework).block_recompute or "recompute" in pins or "recompute_num_layers" in pins or len(S) == 0:
+        return _empty()
+    nest = S.nest if S.nest is not None else np.zeros(len(S))
+    knobs = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), nest], axis=1)
+    none_rows = np.nonzero(S.recompute == RECOMPUTE_CODE["none"])[0]
+    none_fits = {tuple(knobs[i]): bool(fits[i]) for i in map(int, none_rows)}
+    full_rows = [int(i) for i in np.nonzero((S.recompute == RECOMPUTE_CODE["full"]) & fits)[0]
+                 if not none_fits.get(tuple(knobs[int(i)]), True)]
+    if not full_rows:
+        return _empty()
+    rows: list[int] = []
+    depths: list[float] = []
+    for i in full_rows:
+        for n in block_recompute_depths(model.num_layers, int(S.pp[i] * S.vpp[i])):
+            rows.append(i)
+            depths.append(float(n))
+    if not rows:
+        return _empty()
+    return replace(S.take(np.array(rows)), recompute_layers=np.array(depths))
 
 
 def _cross(cols: dict[str, np.ndarray], name: str, values: Sequence[Any]) -> dict[str, np.ndarray]:
@@ -239,5 +278,6 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         recompute=RECOMPUTE_NAMES[int(S.recompute[i])],
         zero_stage=int(S.zero[i]),
         layers_per_stage=layers_per_stage,
+        recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None else 0,
     )
 

@@ -20,7 +20,7 @@ UNFUSED = Training(global_batch_size=4, sequence_length=S_LEN, attention="unfuse
 
 def act(t, sp, rc, training=UNFUSED, model=GPT):
     S = StrategyArrays.from_strategies([Strategy(tp=t, micro_batch_size=B, sequence_parallel=sp, recompute=rc)])
-    stored, _ = activation_bytes(model, training, S)
+    stored, _, _ = activation_bytes(model, training, S)
     return float(stored[0])
 
 

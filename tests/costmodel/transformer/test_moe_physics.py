@@ -230,8 +230,8 @@ def test_mla_stores_its_latents():
 
     tr = Training(global_batch_size=1, sequence_length=4096)
     S = StrategyArrays.from_strategies([Strategy(tp=8, dp=8, ep=8, sequence_parallel=True)])
-    with_latents, _ = activation_bytes(DEEPSEEK_V3, tr, S)
-    plain, _ = activation_bytes(replace(DEEPSEEK_V3, q_lora_rank=0, kv_lora_rank=0, qk_rope_head_dim=0, v_head_dim=0,
+    with_latents, _, _ = activation_bytes(DEEPSEEK_V3, tr, S)
+    plain, _, _ = activation_bytes(replace(DEEPSEEK_V3, q_lora_rank=0, kv_lora_rank=0, qk_rope_head_dim=0, v_head_dim=0,
                                         num_kv_heads=DEEPSEEK_V3.num_heads), tr, S)
     assert float(with_latents[0]) > float(plain[0])
 

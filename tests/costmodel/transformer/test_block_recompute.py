@@ -1,0 +1,117 @@
+"""Partial (block) activation recompute — Megatron-Core ``--recompute-method block
+--recompute-num-layers N``: the first N layers of each model chunk recompute their forward, the
+others keep their activations (cost_model.transformer.layer_cost.recompute_fraction), so the
+activation memory falls and the recompute time rises linearly in N between no recompute and
+full recompute of every layer.  The planner searches N where a layout fits only with recompute
+(planner_service.planner.transformer.space.block_recompute_candidates), the Megatron exporter
+writes it, and frameworks without it refuse it naming the field."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from cost_model import Strategy, Training, estimate, simple_cluster
+from cost_model.errors import InvalidStrategy
+from cost_model.strategy import block_recompute_depths, strategy_from_dict
+from cost_model.transformer.spec import get_preset
+from planner_service.planner import SolverSettings, plan
+from planner_service.planner.request import parse_plan_request
+
+MODEL = get_preset("llama3-70b")  # 80 layers
+TRAINING = Training(global_batch_size=64, sequence_length=8192)
+CLUSTER = simple_cluster("H100-SXM5-80GB", 8)
+LAYOUT = {"dp": 2, "tp": 4, "pp": 8}  # 10 layers per stage
+
+
+def _est(**kw):
+    return estimate(MODEL, TRAINING, CLUSTER, Strategy(**LAYOUT, **kw))
+
+
+def test_memory_is_linear_and_time_monotone_in_the_depth():
+    none, full = _est(recompute="none"), _est(recompute="full")
+    depths = (2, 5, 8)
+    parts = [_est(recompute="full", recompute_num_layers=n) for n in depths]
+    # activations: n of the 10 layers keep only their input; the others keep everything
+    for n, e in zip(depths, parts, strict=True):
+        for st_none, st_full, st in zip(none.stages, full.stages, e.stages, strict=True):
+            expect = st_none.peak_memory_GB + n / 10 * (st_full.peak_memory_GB - st_none.peak_memory_GB)
+            # the working set of a recomputed layer comes with any recompute (in full, not in none)
+            assert st.peak_memory_GB == pytest.approx(expect, rel=0.03)
+            assert st_full.peak_memory_GB < st.peak_memory_GB < st_none.peak_memory_GB
+    steps = [none.step_time_s] + [e.step_time_s for e in parts] + [full.step_time_s]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    # the recomputed forward FLOPs count in the hardware FLOP rate in proportion to the depth
+    hw = [none.hardware_tflops_per_gpu * none.step_time_s] + [e.hardware_tflops_per_gpu * e.step_time_s for e in parts]
+    hw.append(full.hardware_tflops_per_gpu * full.step_time_s)
+    extra = [h - hw[0] for h in hw]
+    assert extra[2] == pytest.approx(extra[-1] * 5 / 10, rel=1e-6)
+
+
+def test_the_depths_searched_are_eighths_of_a_chunk_below_its_layers():
+    assert block_recompute_depths(80, 8) == [2, 3, 4, 5, 7, 8, 9]
+    assert block_recompute_depths(126, 64) == [1]  # chunks of 2 (and 1) layers: one of each recomputed
+    assert block_recompute_depths(32, 32) == []  # one layer per chunk: none or all
+    assert block_recompute_depths(4, 1) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "field", "words"),
+    [
+        ({**LAYOUT, "recompute": "none", "recompute_num_layers": 3}, "strategy.recompute_num_layers", "needs recompute: full"),
+        ({**LAYOUT, "recompute": "full", "recompute_num_layers": 10}, "strategy.recompute_num_layers", "not fewer than the 10 layers"),
+        ({**LAYOUT, "recompute": "full", "recompute_num_layers": -2}, "strategy.recompute_num_layers", "non-negative"),
+    ],
+)
+def test_bad_depths_name_the_field(strategy, field, words):
+    with pytest.raises(InvalidStrategy) as e:
+        estimate(MODEL, TRAINING, CLUSTER, strategy_from_dict(strategy))
+    assert e.value.field == field and words in str(e.value)
+
+
+def test_frameworks_without_block_recompute_refuse_it():
+    t = Training(global_batch_size=64, sequence_length=8192, framework="megatron-deepspeed")
+    with pytest.raises(InvalidStrategy) as e:
+        estimate(MODEL, t, CLUSTER, Strategy(**LAYOUT, recompute="full", recompute_num_layers=4))
+    assert e.value.field == "strategy.recompute_num_layers" and "--recompute-method block" in str(e.value)
+
+
+def _body(constraints):
+    return {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 64, "sequence_length": 4096},
+            "cluster": {"name": "c", "node_groups": [{"name": "h", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+            "constraints": {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1, "zero_stage": 1, **constraints}}
+
+
+def test_the_search_recomputes_only_the_layers_memory_needs():
+    settings = SolverSettings(time_limit_s=30.0)
+    searched = plan(parse_plan_request(_body({})), settings)
+    s = searched.best.strategy
+    assert s.recompute == "full" and 0 < s.recompute_num_layers < 32, s
+    all_layers = plan(parse_plan_request(_body({"recompute": "full"})), settings).best
+    assert all_layers.strategy.recompute_num_layers == 0
+    assert searched.best.prediction.step_time_s < all_layers.prediction.step_time_s
+    # one depth shallower does not fit (the search keeps the first depth that does)
+    shallower = [n for n in block_recompute_depths(32, 1) if n < s.recompute_num_layers]
+    if shallower:
+        est = estimate(get_preset("llama3-8b"), Training(global_batch_size=64, sequence_length=4096), simple_cluster("H100-SXM5-80GB", 1),
+                       Strategy(dp=8, zero_stage=1, recompute="full", recompute_num_layers=shallower[-1]))
+        assert max(est.peak_memory_GB) > max(searched.best.prediction.peak_memory_GB)
+    # a pinned depth is costed as asked
+    pinned = plan(parse_plan_request(_body({"recompute_num_layers": 30})), settings).best.strategy
+    assert pinned.recompute == "full" and pinned.recompute_num_layers == 30
+
+
+def test_the_plan_and_its_megatron_launch_file_carry_the_depth_over_http(client):
+    r = client.post("/v1/plans", json=_body({}))
+    assert r.status_code == 201, r.text
+    best = r.json()["best"]["strategy"]
+    n = best["recompute_num_layers"]
+    assert best["recompute"] == "full" and 0 < n < 32
+    art = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "megatron"}).json()
+    text = art["files"]["megatron_args.sh"]
+    words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
+    assert words[words.index("--recompute-method") + 1] == "block"
+    assert words[words.index("--recompute-num-layers") + 1] == str(n)
+    bad = client.post("/v1/plans", json={**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "fsdp"}})
+    assert bad.status_code == 422 and "recompute_num_layers" in bad.text
