@@ -8,6 +8,8 @@ import itertools
 from cost_model import Strategy, estimate
 from cost_model.errors import PlannerError
 from cost_model.estimate import memory_verdict
+from cost_model.frameworks import rules_for
+from cost_model.strategy import block_recompute_depths
 from cost_model.topology import MEGATRON_NESTING, NESTINGS
 
 
@@ -65,8 +67,12 @@ def brute_force(model, training, cluster, headroom=0.0, pins=None):
                                                 if any(knobs[k] != v for k, v in pins.items()):
                                                     continue
                                                 nests = NESTINGS if cluster.topology is not None and len(set(placement)) == 1 else (MEGATRON_NESTING,)
-                                                for nest in nests:
-                                                    st = Strategy(**knobs, layers_per_stage=split, nesting=None if nest == MEGATRON_NESTING else nest)
+                                                # block recompute depths: searched on one pool, for megatron-core
+                                                depths = [0] + (block_recompute_depths(L, pp * vpp) if rc == "full" and len(set(placement)) == 1
+                                                                and rules_for(training.framework).block_recompute and "recompute" not in pins else [])
+                                                for nest, depth in itertools.product(nests, depths):
+                                                    st = Strategy(**knobs, layers_per_stage=split, nesting=None if nest == MEGATRON_NESTING else nest,
+                                                                  recompute_num_layers=depth)
                                                     try:
                                                         est = estimate(model, training, cluster, st, stage_groups=placement)
                                                     except PlannerError:

@@ -266,10 +266,11 @@ class _Search:
             return
         pcs = [pool_costs(self.model, self.training, g, S) for g in groups]
         if len(groups) == 1:
-            feasible = self._cost_one_pool(si, subset, groups[0], S, pcs)
+            feasible, bound = self._cost_one_pool(si, subset, groups[0], S, pcs)
             # Block (partial) recompute of the layouts that fit only with full recompute: a
-            # second, small pass under its own subset key (queued entries are keyed by it).
-            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned)
+            # second, small pass under its own subset key (queued entries are keyed by it),
+            # skipping layouts whose bound without recompute cannot enter the answers.
+            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned, bound, self._answer_threshold())
             if len(S2):
                 self.enumerated += len(S2)
                 self._cost_one_pool(-1 - si, subset, groups[0], S2, [pool_costs(self.model, self.training, groups[0], S2)])
@@ -278,8 +279,17 @@ class _Search:
             for j in np.argsort(lbs):
                 self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
 
-    def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays, pcs: list[PoolCosts]) -> np.ndarray:
-        """Record and queue the candidates of one pool; returns which rows some split of which fits."""
+    def _answer_threshold(self) -> float:
+        """The objective a candidate must beat to be among the best and top-k answers so far
+        (inf while fewer than top_k + 1 layouts are recorded)."""
+        k = self.request.top_k
+        best = sorted(c.objective for c in self.candidates.values())
+        return best[k] if len(best) > k else float("inf")
+
+    def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays,
+                       pcs: list[PoolCosts]) -> tuple[np.ndarray, np.ndarray]:
+        """Record and queue the candidates of one pool; returns which rows some split of which
+        fits, and each row's lower bound of the objective over all splits."""
         cap_bytes = g.device.memory_bytes * self.fit_fraction
         safe_bytes = g.device.memory_bytes * self.safe_fraction
         ev_even = evaluate_even(self.model, self.training, pcs[0], cap_bytes, safe_bytes)
@@ -289,7 +299,7 @@ class _Search:
         if not feasible.any():
             j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
             self.closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
-            return feasible
+            return feasible, lb
         # Exact results for the even splits that fit (ranked by the objective).
         factor = _objective_factor(self.request.objective, self.training, S, [g])
         lb = lb * factor
@@ -317,7 +327,7 @@ class _Search:
             entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
             self.pending.append(entry)
             self.queued[(si, int(j))] = entry
-        return feasible
+        return feasible, lb
 
     def _record_safe(self, S: StrategyArrays, g: NodeGroup, safe_objective: np.ndarray, shapes: np.ndarray) -> None:
         """Also keep the best even splits whose every stage is safely within memory (p90), so

@@ -219,21 +219,31 @@ def enumerate_space(
 
 
 def block_recompute_candidates(model: TransformerSpec, training: Training, S: StrategyArrays, fits: np.ndarray,
-                               pins: Mapping[str, Any]) -> StrategyArrays:
+                               pins: Mapping[str, Any], bound: np.ndarray | None = None, threshold: float = np.inf) -> StrategyArrays:
     """Partial-recompute variants of the full-recompute rows of ``S`` (Megatron-Core's block
     method, :func:`cost_model.transformer.layer_cost.recompute_fraction`) whose twin without
     recompute — the same layout with ``recompute: none`` — does not fit (``fits``: per row of S,
     whether some split fits memory).  One row per depth of
     :func:`cost_model.strategy.block_recompute_depths`.  None where the framework has no block recompute, recompute
-    or its depth is pinned, or the layout fits without recompute (then none is the faster)."""
+    or its depth is pinned, or the layout fits without recompute (then none is the faster).
+    ``bound``: per row of S a lower bound of its objective over all splits; a layout whose twin
+    without recompute is bounded at ``threshold`` or above is skipped (recomputing only adds
+    time, so no depth of it can beat the answers found so far)."""
     if not rules_for(training.framework).block_recompute or "recompute" in pins or "recompute_num_layers" in pins or len(S) == 0:
+        return _empty()
+    full = np.nonzero((S.recompute == RECOMPUTE_CODE["full"]) & fits)[0]
+    lb = bound if bound is not None else np.full(len(S), -np.inf)
+    # layouts without recompute that do not fit and whose bound can still enter the answers
+    none = np.nonzero((S.recompute == RECOMPUTE_CODE["none"]) & ~fits & (lb < threshold))[0]
+    if len(full) == 0 or len(none) == 0:
         return _empty()
     nest = S.nest if S.nest is not None else np.zeros(len(S))
     knobs = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), nest], axis=1)
-    none_rows = np.nonzero(S.recompute == RECOMPUTE_CODE["none"])[0]
-    none_fits = {tuple(knobs[i]): bool(fits[i]) for i in map(int, none_rows)}
-    full_rows = [int(i) for i in np.nonzero((S.recompute == RECOMPUTE_CODE["full"]) & fits)[0]
-                 if not none_fits.get(tuple(knobs[int(i)]), True)]
+    rows_of = np.concatenate([none, full])
+    _, layout = np.unique(knobs[rows_of], axis=0, return_inverse=True)
+    layout = layout.reshape(-1)
+    wanted = np.isin(layout[len(none):], layout[: len(none)])
+    full_rows = [int(i) for i in full[wanted]]
     if not full_rows:
         return _empty()
     rows: list[int] = []
