@@ -53,7 +53,8 @@ class ServiceSettings(BaseSettings):
     #: After the first app of the process starts: collect once and freeze what is alive (imports,
     #: catalogs, pools) out of the garbage collector's full scans (gc.freeze).  A replan of a
     #: 98,304-rank plan allocates enough to run two or three full collections, each of which
-    #: otherwise rescans every object the process ever imported.
+    #: otherwise rescans every object the process ever imported.  Search processes freeze theirs
+    #: after their imports too (``service.executor``).
     gc_freeze: bool = True
     #: Searches run in this many worker processes (or threads), apart from request handling.
     search_workers: int = Field(default=2, ge=1, le=64)

@@ -108,6 +108,7 @@ def create_app(
         tenant_max=settings.tenant_max_concurrent_searches,
         retry_after_s=settings.solver_time_limit_s,
         kind="thread" if plan_fn is not None else settings.search_executor,
+        gc_freeze=settings.gc_freeze,
     )
     service = PlanService(repo, settings, plan_fn=plan_fn, search_size_fn=search_size_fn, on_job_created=wake_worker, executor=executor)
 

@@ -7,7 +7,10 @@
 * Admission before a synchronous search: at most ``PLANNER_TENANT_MAX_CONCURRENT_SEARCHES``
   searches of one tenant at a time (over it: :class:`Busy` 429, ``tenant_concurrency``) and at
   most ``PLANNER_SEARCH_MAX_INFLIGHT`` on the whole process (over it: :class:`Busy` 503,
-  ``search_capacity``), both with a ``Retry-After`` of about one search.  An admitted request
+  ``search_capacity``), both with a ``Retry-After`` of about one search.
+* A search process freezes what its imports left alive out of the garbage collector's full scans
+  (``PLANNER_GC_FREEZE``, as the API process does): unpickling a 12,288-node cluster's request
+  otherwise runs full collections over every imported object, ~0.1 s of each replan's search.  An admitted request
   waits for its result on its request thread; the bound keeps those far below the request pool.
 * Job searches (the in-process worker of a SQLite deployment) use the same pool without
   admission: the worker is one thread, so at most one job search is in the pool at a time.  In a
@@ -22,6 +25,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import contextvars
+import functools
+import gc
 import logging
 import math
 import multiprocessing
@@ -42,10 +47,14 @@ SEARCH_NICE = 19
 _POLL_S = 0.1
 
 
-def _init_search_process() -> None:  # pragma: no cover - runs in the child
+def _init_search_process(gc_freeze: bool = True) -> None:  # pragma: no cover - runs in the child
     with contextlib.suppress(OSError, AttributeError):
         os.nice(SEARCH_NICE)
     import planner_service.planner  # noqa: F401 - import once, not on the first search
+
+    if gc_freeze:
+        gc.collect()
+        gc.freeze()
 
 
 def _plan_in_process(request: PlanRequest, settings: SolverSettings) -> PlanResult:  # pragma: no cover - runs in the child
@@ -65,8 +74,10 @@ class SearchExecutor:
         tenant_max: int,
         retry_after_s: float,
         kind: Literal["process", "thread"] = "process",
+        gc_freeze: bool = True,
     ) -> None:
         self.workers = workers
+        self.gc_freeze = gc_freeze
         self.max_inflight = max_inflight
         self.tenant_max = tenant_max
         self.retry_after_s = max(1.0, float(retry_after_s))
@@ -140,7 +151,7 @@ class SearchExecutor:
             if self._pool is None:
                 if self.kind == "process":
                     self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                        initializer=_init_search_process)
+                                                        initializer=functools.partial(_init_search_process, self.gc_freeze))
                 else:
                     self._pool = cf.ThreadPoolExecutor(self.workers, thread_name_prefix="planner-search")
             return self._pool

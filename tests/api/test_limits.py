@@ -5,6 +5,7 @@ streamed under their limit and capped in number, request ids and JSON log lines.
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import logging
@@ -235,6 +236,18 @@ def test_the_process_pool_plans_like_the_planner_and_admits_per_tenant():
             executor.run(lambda *a, **k: None, req, settings)
     finally:
         executor.shutdown()
+
+
+@pytest.mark.parametrize("gc_freeze", [True, False])
+def test_search_processes_freeze_their_imports_out_of_full_collections(gc_freeze):
+    # PLANNER_GC_FREEZE reaches the search processes: a replan's 12,288-node request unpickled
+    # there otherwise runs full collections over every imported object
+    executor = SearchExecutor(workers=1, max_inflight=1, tenant_max=1, retry_after_s=1.0, kind="process", gc_freeze=gc_freeze)
+    try:
+        frozen = executor._get_pool().submit(gc.get_freeze_count).result(timeout=120)
+    finally:
+        executor.shutdown()
+    assert (frozen > 0) is gc_freeze
 
 
 def test_database_errors_never_carry_the_statement_parameters(db_url):
