@@ -238,16 +238,29 @@ def test_the_process_pool_plans_like_the_planner_and_admits_per_tenant():
         executor.shutdown()
 
 
-@pytest.mark.parametrize("gc_freeze", [True, False])
-def test_search_processes_freeze_their_imports_out_of_full_collections(gc_freeze):
-    # PLANNER_GC_FREEZE reaches the search processes: a replan's 12,288-node request unpickled
-    # there otherwise runs full collections over every imported object
-    executor = SearchExecutor(workers=1, max_inflight=1, tenant_max=1, retry_after_s=1.0, kind="process", gc_freeze=gc_freeze)
+@pytest.mark.parametrize(("gc_freeze", "young"), [(True, 20_000), (False, 0)])
+def test_search_processes_tune_their_garbage_collector_as_the_server_does(gc_freeze, young):
+    # PLANNER_GC_FREEZE and PLANNER_GC_YOUNG_THRESHOLD reach the search processes: a replan's
+    # 12,288-node request unpickled there otherwise runs full collections over every import
+    executor = SearchExecutor(workers=1, max_inflight=1, tenant_max=1, retry_after_s=1.0, kind="process",
+                              gc_freeze=gc_freeze, gc_young_threshold=young)
     try:
-        frozen = executor._get_pool().submit(gc.get_freeze_count).result(timeout=120)
+        pool = executor._get_pool()
+        frozen = pool.submit(gc.get_freeze_count).result(timeout=120)
+        threshold = pool.submit(gc.get_threshold).result(timeout=120)
     finally:
         executor.shutdown()
     assert (frozen > 0) is gc_freeze
+    assert threshold[0] == (young or 700)
+
+
+def test_the_server_sets_the_young_generation_threshold(make_client):
+    before = gc.get_threshold()
+    try:
+        make_client(gc_young_threshold=12_345)
+        assert gc.get_threshold() == (12_345, *before[1:])
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_database_errors_never_carry_the_statement_parameters(db_url):
