@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,7 @@ from planner_service.api.middleware import (
 from planner_service.api.plan_cache import PlanBodyCache
 from planner_service.api.routes import all_routers
 from planner_service.api.schemas import AUTH_RESPONSES
-from planner_service.service.executor import SearchExecutor
+from planner_service.service.executor import SearchExecutor, tune_gc
 from planner_service.service.plans import PlanService
 from planner_service.service.worker import CallbackSender, JobWorker, WorkerThread, post_callback
 from planner_service.settings import ServiceSettings
@@ -108,6 +107,8 @@ def create_app(
         tenant_max=settings.tenant_max_concurrent_searches,
         retry_after_s=settings.solver_time_limit_s,
         kind="thread" if plan_fn is not None else settings.search_executor,
+        gc_freeze=settings.gc_freeze,
+        gc_young_threshold=settings.gc_young_threshold,
     )
     service = PlanService(repo, settings, plan_fn=plan_fn, search_size_fn=search_size_fn, on_job_created=wake_worker, executor=executor)
 
@@ -117,9 +118,7 @@ def create_app(
             started = WorkerThread(JobWorker(repo, service, settings, worker_id=None))
             holder["thread"] = started
             started.start()
-        if settings.gc_freeze and gc.get_freeze_count() == 0:  # once per process (tests start many apps)
-            gc.collect()
-            gc.freeze()
+        tune_gc(settings.gc_freeze, settings.gc_young_threshold)  # the freeze once per process (tests start many apps)
         try:
             yield
         finally:

@@ -14,7 +14,7 @@ op shardings and parameter servers: ``planner.graph.describe``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,14 @@ class Evaluated:
         """:meth:`rank_entries` as columns (``placement.rank_columns``), where placement gives them."""
         return rank_columns(cluster, self.strategy, self.stage_groups)
 
+    def with_stages(self, cluster: Cluster, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """``entry`` (this candidate's :meth:`to_entry` without stages) with its ``stages``, in
+        the place :meth:`to_entry` puts them."""
+        out = {k: entry[k] for k in ("strategy", "prediction")}
+        out["stages"] = self.stage_entries(cluster)
+        out.update((k, v) for k, v in entry.items() if k not in out)
+        return out
+
     def extra_entries(self) -> dict[str, Any]:
         """Keys a model family adds to the entry (none for transformers)."""
         return {}
@@ -66,12 +74,12 @@ class Evaluated:
         transformers)."""
         return {}
 
-    def to_entry(self, cluster: Cluster, with_ranks: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "strategy": self.strategy_entry(),
-            "prediction": self.prediction.to_dict(),
-            "stages": self.stage_entries(cluster),
-        }
+    def to_entry(self, cluster: Cluster, with_ranks: bool = True, with_stages: bool = True) -> dict[str, Any]:
+        """The contract entry; ``with_stages=False`` leaves ``stages`` out (:meth:`with_stages`
+        adds them in their place)."""
+        out: dict[str, Any] = {"strategy": self.strategy_entry(), "prediction": self.prediction.to_dict()}
+        if with_stages:
+            out["stages"] = self.stage_entries(cluster)
         boundaries = boundary_report(cluster, self.strategy, self.stage_groups)
         if boundaries is not None:
             out["topology"] = {"nesting": list(self.strategy.nesting or MEGATRON_NESTING), "boundaries": boundaries}
@@ -161,17 +169,26 @@ class PlanResult:
             out["placement"] = placement
         return out
 
-    def to_dict(self, alternative_ranks: bool = True, best_ranks: bool = True) -> dict[str, Any]:
+    def entry_with_stages(self, index: int, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """Entry ``index`` of :meth:`to_dict` built with ``stages=False`` (``entry``), with its
+        ``stages`` added."""
+        return self.entries()[index].with_stages(self.cluster, entry)
+
+    def to_dict(self, alternative_ranks: bool = True, best_ranks: bool = True, stages: bool = True) -> dict[str, Any]:
         """The result as plan JSON.  ``alternative_ranks=False`` leaves ``ranks`` out of the
         alternatives (a replan adds them, with :meth:`entry_ranks`, to the ones it needs);
-        ``best_ranks=False`` out of the best entry (the service adds them as columns)."""
-        best = self.best.to_entry(self.cluster, best_ranks)
-        alternatives = [a.to_entry(self.cluster, alternative_ranks) for a in self.alternatives]
+        ``best_ranks=False`` out of the best entry (the service adds them as columns).
+        ``stages=False`` leaves every entry's ``stages`` out, and with them the explanation
+        (``None``; it compares the stages' devices): a replan builds both, with
+        :meth:`entry_with_stages` and :meth:`explain`, for the entries it keeps only (98,304
+        ranks' stages cost ~15 ms per candidate, and a replan weighs twice as many as it keeps)."""
+        best = self.best.to_entry(self.cluster, best_ranks, stages)
+        alternatives = [a.to_entry(self.cluster, alternative_ranks, stages) for a in self.alternatives]
         return {
             "objective_value": self.objective_report(),
             "best": best,
             "alternatives": alternatives,
             "search": dict(self.search),
-            "explanation": self.explain(best, alternatives),
+            "explanation": self.explain(best, alternatives) if stages else None,
             "warnings": list(self.warnings),
         }

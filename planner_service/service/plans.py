@@ -512,14 +512,16 @@ class PlanService:
     ) -> tuple[dict[str, Any], Evaluated]:
         """The plan JSON to store and the candidate it is about.  A replan asks for more
         alternatives than it keeps: their ranks (one entry per GPU) are placed only for those the
-        fewest-moves rule compares and those stored; it keeps the most stable near-best
-        candidate, with a diff against the parent and the explanation redone around it."""
+        fewest-moves rule compares and those stored, and their stages only for those stored; it
+        keeps the most stable near-best candidate, with a diff against the parent and the
+        explanation redone around it."""
         # A plan of more than LARGE_PLAN_RANKS ranks stores the rank table of its best entry only
         # (each alternative's would be another table of that size; nothing reads them).  From
         # COMPACT_MIN_RANKS ranks a table is a RankTable built from placement's columns.
         large = result.num_devices > LARGE_PLAN_RANKS
         compact = result.num_devices >= COMPACT_MIN_RANKS
-        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large and not compact, best_ranks=not compact))
+        d = to_json_safe(result.to_dict(alternative_ranks=parent is None and not large and not compact, best_ranks=not compact,
+                                        stages=parent is None))
 
         def ranks_of(i: int) -> Any:
             columns = result.entry_rank_columns(i) if compact else None
@@ -539,17 +541,23 @@ class PlanService:
             return stored, result.best
 
         chosen, others, near = choose_stable(d, parent.result.get("best") or {}, req.objective, ranks_of)
-        stored["best"] = chosen
-        stored["alternatives"] = others[: canonical.get("top_k", 3)]
+        alternatives = others[: canonical.get("top_k", 3)]
         index = {id(c): i for i, c in enumerate(entries)}
-        for c in stored["alternatives"]:
+        for c in alternatives:
             if "ranks" not in c and not large:
                 c["ranks"] = ranks_of(index[id(c)])
             elif large:
                 c.pop("ranks", None)
+
+        def with_stages(c: dict[str, Any]) -> dict[str, Any]:
+            full = result.entry_with_stages(index[id(c)], c)
+            full["stages"] = to_json_safe(full["stages"])
+            return full
+
+        stored["best"] = with_stages(chosen)
+        stored["alternatives"] = [with_stages(c) for c in alternatives]
         stored["diff"] = plan_diff(parent, chosen, near, chosen is d["best"])
-        if stored["alternatives"]:
-            stored["explanation"] = result.explain(chosen, stored["alternatives"], index[id(chosen)])
+        stored["explanation"] = result.explain(stored["best"], stored["alternatives"], index[id(chosen)])
         return stored, result.entries()[index[id(chosen)]]
 
     def _wants_job(self, options: RunOptions, req: PlanRequest) -> bool:

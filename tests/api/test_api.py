@@ -385,6 +385,22 @@ def test_lost_database_is_a_503_not_a_500(make_client, db_url):
     assert listing.status_code == 503 and listing.json()["error"]["code"] == "database_unavailable"
 
 
+@pytest.mark.parametrize("top_k", [0, 2])
+def test_a_replan_explains_the_alternatives_it_keeps_each_with_its_stages(client, top_k):
+    # a replan weighs more candidates than it keeps (REPLAN_MIN_TOP_K): the stored entries get
+    # their stages and the explanation is over them, explanation.alternatives[i] for alternatives[i]
+    parent = client.post("/v1/plans", json={**small_request(cluster=TWO_NODE_CLUSTER), "top_k": top_k}).json()
+    child = client.post(f"/v1/plans/{parent['id']}/replan", json={"unavailable_nodes": ["node-1"]}).json()
+    assert len(child["alternatives"]) <= top_k
+    assert len(child["explanation"]["alternatives"]) == len(child["alternatives"])
+    for entry in (child["best"], *child["alternatives"]):
+        assert list(entry)[:3] == ["strategy", "prediction", "stages"]
+        assert len(entry["stages"]) == entry["strategy"]["pp"]
+        assert sum(s["num_gpus"] for s in entry["stages"]) == entry["prediction"]["num_devices"]
+        assert {h for s in entry["stages"] for h in s["hosts"]} == {"node-0"}
+    assert client.get(f"/v1/plans/{child['id']}").json()["explanation"] == child["explanation"]
+
+
 def test_replan_keeps_surviving_ranks_in_place_when_a_spare_node_exists(client):
     """One node of a 4-node plan dies while a fifth, spare node is up: the same strategy is
     kept and only that node's 8 ranks move (to the spare)."""

@@ -5,23 +5,26 @@ streamed under their limit and capped in number, request ids and JSON log lines.
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import logging
+import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
 from helpers.graphs import gpt_graph, mlp_onnx
-from helpers.requests import small_request
+from helpers.requests import TWO_NODE_CLUSTER, small_request
 from planner_service.api.logs import REQUEST_ID, JsonFormatter, RequestIdFilter
 from planner_service.api.middleware import BodyLimitMiddleware
 from planner_service.importers.onnx import load_onnx_bytes
 from planner_service.importers.onnx_stream import load_onnx_stream, strip_weights
 from planner_service.planner import SolverSettings, plan
 from planner_service.planner.request import parse_plan_request
-from planner_service.service.executor import SearchExecutor
+from planner_service.service.executor import SearchExecutor, dumps_result, loads_result
 from planner_service.storage.errors import Busy
 
 GRAPH_CLUSTER = {"name": "one-node", "node_groups": [{"name": "g0", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}
@@ -231,10 +234,61 @@ def test_the_process_pool_plans_like_the_planner_and_admits_per_tenant():
             result = executor.run(None, req, settings)
         assert executor.inflight() == 0
         assert result.to_dict()["best"]["strategy"] == plan(req, settings).to_dict()["best"]["strategy"]
+        # the result's nodes are the request's own (loads_result), not copies
+        assert result.cluster.nodes == req.cluster.nodes and result.cluster.nodes[0] is req.cluster.nodes[0]
         with pytest.raises(TypeError):
             executor.run(lambda *a, **k: None, req, settings)
     finally:
         executor.shutdown()
+
+
+def _shared_nodes(result, req):
+    own = {id(n) for n in req.cluster.nodes}
+    return sum(id(n) in own for n in result.cluster.nodes)
+
+
+@pytest.mark.parametrize("topology", [False, True])
+def test_a_pickled_result_refers_to_the_request_for_its_cluster_and_nodes(topology):
+    body = small_request(cluster=TWO_NODE_CLUSTER)
+    if topology:  # nodes with their domains given, as a replan pins them: the search keeps them as they are
+        body["cluster"] = {**TWO_NODE_CLUSTER, "topology": [{"name": "rack", "group_size_nodes": 1, "oversubscription": 2.0}],
+                           "nodes": [{"hostname": f"node-{i}", "domains": [f"rack-{i}"]} for i in range(2)]}
+    req = parse_plan_request(body)
+    result = plan(req, SolverSettings(time_limit_s=0.5))
+    assert _shared_nodes(result, req) == 2
+    data = dumps_result(result, req)
+    again = parse_plan_request(body)  # the API process's own copy of the request
+    back = loads_result(data, again)
+    assert back.to_dict() == result.to_dict() and back.cluster == result.cluster
+    assert _shared_nodes(back, again) == 2
+    assert len(data) < len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    graph_like = replace(result, cluster=req.cluster)  # the graph search returns the request's cluster
+    assert loads_result(dumps_result(graph_like, req), again).cluster is again.cluster
+
+
+@pytest.mark.parametrize(("gc_freeze", "young"), [(True, 20_000), (False, 0)])
+def test_search_processes_tune_their_garbage_collector_as_the_server_does(gc_freeze, young):
+    # PLANNER_GC_FREEZE and PLANNER_GC_YOUNG_THRESHOLD reach the search processes: a replan's
+    # 12,288-node request unpickled there otherwise runs full collections over every import
+    executor = SearchExecutor(workers=1, max_inflight=1, tenant_max=1, retry_after_s=1.0, kind="process",
+                              gc_freeze=gc_freeze, gc_young_threshold=young)
+    try:
+        pool = executor._get_pool()
+        frozen = pool.submit(gc.get_freeze_count).result(timeout=120)
+        threshold = pool.submit(gc.get_threshold).result(timeout=120)
+    finally:
+        executor.shutdown()
+    assert (frozen > 0) is gc_freeze
+    assert threshold[0] == (young or 700)
+
+
+def test_the_server_sets_the_young_generation_threshold(make_client):
+    before = gc.get_threshold()
+    try:
+        make_client(gc_young_threshold=12_345)
+        assert gc.get_threshold() == (12_345, *before[1:])
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_database_errors_never_carry_the_statement_parameters(db_url):
