@@ -45,6 +45,7 @@ from planner_service.planner.transformer.space import (
     block_recompute_candidates,
     check_pins,
     enumerate_space,
+    layout_keys,
     strategy_at,
 )
 from planner_service.planner.transformer.split_cpsat import WALL_GUARD_FACTOR, solve_split
@@ -281,10 +282,14 @@ class _Search:
 
     def _answer_threshold(self) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far
-        (inf while fewer than top_k + 1 layouts are recorded)."""
+        (the (top_k+1)-th best distinct layout's; inf while fewer are recorded)."""
+        best: dict[tuple[Any, ...], float] = {}
+        for c in self.candidates.values():
+            sh = _shape(c.strategy, c.stage_groups)
+            best[sh] = min(best.get(sh, np.inf), c.objective)
+        ranked = sorted(best.values())
         k = self.request.top_k
-        best = sorted(c.objective for c in self.candidates.values())
-        return best[k] if len(best) > k else float("inf")
+        return ranked[k] if len(ranked) > k else float("inf")
 
     def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays,
                        pcs: list[PoolCosts]) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +304,7 @@ class _Search:
         if not feasible.any():
             j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
             self.closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
-            return feasible, lb
+            return feasible, np.full(len(S), np.inf)  # nothing fits: no bound is needed
         # Exact results for the even splits that fit (ranked by the objective).
         factor = _objective_factor(self.request.objective, self.training, S, [g])
         lb = lb * factor
@@ -310,9 +315,7 @@ class _Search:
             even_objective = np.where(feasible, lb, np.inf)
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
-        nest = S.nest if S.nest is not None else np.zeros(len(S))
-        depth = S.recompute_layers if S.recompute_layers is not None else np.zeros(len(S))
-        shapes = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.recompute, S.zero, nest, depth], axis=1)
+        shapes = layout_keys(S)
         for j in self._best_per_layout(S, even_objective, shapes):
             pp = int(S.pp[j])
             # A pinned split is not the one the tables costed: estimate it.

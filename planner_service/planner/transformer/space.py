@@ -218,14 +218,25 @@ def enumerate_space(
     )
 
 
+def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
+    """One row per candidate of the knobs that make it a distinct layout (not its split): dp, tp,
+    pp, cp, ep, vpp, micro-batch, ZeRO stage, sequence parallelism, nesting order and — with
+    ``recompute`` — the recompute mode and block depth."""
+    n = len(S)
+    cols = [S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), S.nest if S.nest is not None else np.zeros(n)]
+    if recompute:
+        cols += [S.recompute, S.recompute_layers if S.recompute_layers is not None else np.zeros(n)]
+    return np.stack(cols, axis=1)
+
+
 def block_recompute_candidates(model: TransformerSpec, training: Training, S: StrategyArrays, fits: np.ndarray,
                                pins: Mapping[str, Any], bound: np.ndarray | None = None, threshold: float = np.inf) -> StrategyArrays:
     """Partial-recompute variants of the full-recompute rows of ``S`` (Megatron-Core's block
     method, :func:`cost_model.transformer.layer_cost.recompute_fraction`) whose twin without
     recompute — the same layout with ``recompute: none`` — does not fit (``fits``: per row of S,
     whether some split fits memory).  One row per depth of
-    :func:`cost_model.strategy.block_recompute_depths`.  None where the framework has no block recompute, recompute
-    or its depth is pinned, or the layout fits without recompute (then none is the faster).
+    :func:`cost_model.strategy.block_recompute_depths`.  None where the framework has no block
+    recompute, recompute or its depth is pinned, or the layout fits without recompute (then none is the faster).
     ``bound``: per row of S a lower bound of its objective over all splits; a layout whose twin
     without recompute is bounded at ``threshold`` or above is skipped (recomputing only adds
     time, so no depth of it can beat the answers found so far)."""
@@ -237,8 +248,7 @@ def block_recompute_candidates(model: TransformerSpec, training: Training, S: St
     none = np.nonzero((S.recompute == RECOMPUTE_CODE["none"]) & ~fits & (lb < threshold))[0]
     if len(full) == 0 or len(none) == 0:
         return _empty()
-    nest = S.nest if S.nest is not None else np.zeros(len(S))
-    knobs = np.stack([S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), nest], axis=1)
+    knobs = layout_keys(S, recompute=False)
     rows_of = np.concatenate([none, full])
     _, layout = np.unique(knobs[rows_of], axis=0, return_inverse=True)
     layout = layout.reshape(-1)
@@ -248,10 +258,13 @@ def block_recompute_candidates(model: TransformerSpec, training: Training, S: St
         return _empty()
     rows: list[int] = []
     depths: list[float] = []
+    by_chunks: dict[int, list[int]] = {}
     for i in full_rows:
-        for n in block_recompute_depths(model.num_layers, int(S.pp[i] * S.vpp[i])):
-            rows.append(i)
-            depths.append(float(n))
+        chunks = int(S.pp[i] * S.vpp[i])
+        if chunks not in by_chunks:
+            by_chunks[chunks] = block_recompute_depths(model.num_layers, chunks)
+        rows.extend([i] * len(by_chunks[chunks]))
+        depths.extend(map(float, by_chunks[chunks]))
     if not rows:
         return _empty()
     return replace(S.take(np.array(rows)), recompute_layers=np.array(depths))

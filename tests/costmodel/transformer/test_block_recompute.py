@@ -8,9 +8,11 @@ writes it, and frameworks without it refuse it naming the field."""
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
+from typer.testing import CliRunner
 
 from cost_model import Strategy, Training, estimate, simple_cluster
 from cost_model.errors import InvalidStrategy
@@ -93,10 +95,10 @@ def test_the_search_recomputes_only_the_layers_memory_needs():
     assert searched.best.prediction.step_time_s < all_layers.prediction.step_time_s
     # one depth shallower does not fit (the search keeps the first depth that does)
     shallower = [n for n in block_recompute_depths(32, 1) if n < s.recompute_num_layers]
-    if shallower:
-        est = estimate(get_preset("llama3-8b"), Training(global_batch_size=64, sequence_length=4096), simple_cluster("H100-SXM5-80GB", 1),
-                       Strategy(dp=8, zero_stage=1, recompute="full", recompute_num_layers=shallower[-1]))
-        assert max(est.peak_memory_GB) > max(searched.best.prediction.peak_memory_GB)
+    assert shallower
+    est = estimate(get_preset("llama3-8b"), Training(global_batch_size=64, sequence_length=4096), simple_cluster("H100-SXM5-80GB", 1),
+                   Strategy(dp=8, zero_stage=1, recompute="full", recompute_num_layers=shallower[-1]))
+    assert max(est.peak_memory_GB) > max(searched.best.prediction.peak_memory_GB)
     # a pinned depth is costed as asked
     pinned = plan(parse_plan_request(_body({"recompute_num_layers": 30})), settings).best.strategy
     assert pinned.recompute == "full" and pinned.recompute_num_layers == 30
@@ -115,3 +117,19 @@ def test_the_plan_and_its_megatron_launch_file_carry_the_depth_over_http(client)
     assert words[words.index("--recompute-num-layers") + 1] == str(n)
     bad = client.post("/v1/plans", json={**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "fsdp"}})
     assert bad.status_code == 422 and "recompute_num_layers" in bad.text
+
+
+def test_the_cli_plans_and_pins_the_depth(tmp_path):
+    from planner_service.cli.main import _register_all, app
+
+    if not any(getattr(c, "name", None) == "launch" for c in app.registered_commands):
+        _register_all()
+    for constraints, expect in (({}, None), ({"recompute_num_layers": 30}, 30)):
+        (tmp_path / "req.json").write_text(json.dumps(_body(constraints)))
+        res = CliRunner().invoke(app, ["plan", str(tmp_path / "req.json"), "--json"])
+        assert res.exit_code == 0, res.output
+        s = json.loads(res.output)["best"]["strategy"]
+        assert s["recompute"] == "full" and (s["recompute_num_layers"] == expect if expect else 0 < s["recompute_num_layers"] < 32)
+    (tmp_path / "req.json").write_text(json.dumps({**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "fsdp"}}))
+    res = CliRunner().invoke(app, ["plan", str(tmp_path / "req.json"), "--json"])
+    assert res.exit_code != 0 and "recompute_num_layers" in res.output
