@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cost_model.errors import PlannerError
@@ -17,24 +17,83 @@ from cost_model.training import Training
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows, gpt_model
 
 
-def _valid_estimates(case: PublishedCase, candidates: Sequence[Strategy] | None) -> Iterator[tuple[Estimate, Strategy]]:
+def _cost(case: PublishedCase, strategy: Strategy) -> Estimate | None:
+    """The estimate of one candidate, or None when it breaks a rule of the cost model."""
+    try:
+        return estimate(case.model, case.training, case.cluster, strategy)
+    except PlannerError:
+        return None
+
+
+def _pool(case: PublishedCase, candidates: Sequence[Strategy] | None) -> list[Strategy]:
+    return list(candidates if candidates is not None else case.candidates)
+
+
+def _least_memory_pool(pool: Sequence[Strategy]) -> list[Strategy]:
+    """``pool`` less the block-recompute candidates whose full-recompute twin (every layer
+    recomputed) is in it: the twin always needs less memory."""
+    present = set(pool)
+    return [s for s in pool if not (s.recompute_num_layers and replace(s, recompute_num_layers=0) in present)]
+
+
+def _valid_estimates(case: PublishedCase, pool: Sequence[Strategy]) -> Iterator[tuple[Estimate, Strategy]]:
     """(estimate, strategy) of every candidate the cost model accepts (a rule it breaks: skipped)."""
-    for strategy in candidates if candidates is not None else case.candidates:
-        try:
-            yield estimate(case.model, case.training, case.cluster, strategy), strategy
-        except PlannerError:
-            continue
+    for strategy in pool:
+        est = _cost(case, strategy)
+        if est is not None:
+            yield est, strategy
 
 
 def predict_case(case: PublishedCase, candidates: Sequence[Strategy] | None = None) -> tuple[Estimate | None, Strategy | None]:
-    """The fastest fitting candidate of the published layout (unknown knobs enumerated)."""
+    """The fastest fitting candidate of the published layout (unknown knobs enumerated).
+
+    Block-recompute candidates (the first N layers of each chunk recomputed) are searched, not
+    all costed: with N, recompute time grows and stored activations shrink linearly
+    (``layer_cost.recompute_fraction``), so of one layout's depths the fitting ones are those
+    from some N* up and the fastest of them is N*, found by bisection. A layout's depths are
+    skipped when its full-recompute twin does not fit (no depth does), when its no-recompute
+    twin fits (faster than any depth) or when that twin, a lower bound on every depth's step
+    time, is no faster than the best fitting candidate so far — as the planner's search does
+    (``space.block_recompute_candidates``)."""
+    pool = _pool(case, candidates)
+    costed: dict[Strategy, Estimate | None] = {}
+    groups: dict[Strategy, list[Strategy]] = {}
     best: Estimate | None = None
     best_s: Strategy | None = None
-    for est, strategy in _valid_estimates(case, candidates):
-        if not est.fits:
-            continue
-        if best is None or est.step_time_s < best.step_time_s:
+
+    def consider(est: Estimate | None, strategy: Strategy) -> None:
+        nonlocal best, best_s
+        if est is not None and est.fits and (best is None or est.step_time_s < best.step_time_s):
             best, best_s = est, strategy
+
+    for strategy in pool:
+        if strategy.recompute_num_layers:
+            groups.setdefault(replace(strategy, recompute_num_layers=0), []).append(strategy)
+            continue
+        costed[strategy] = _cost(case, strategy)
+        consider(costed[strategy], strategy)
+    for full, depths in groups.items():
+        depths.sort(key=lambda s: s.recompute_num_layers)
+        full_est = costed.get(full)
+        if full_est is None:  # the twin is not a candidate (or breaks a rule): cost every depth
+            for strategy in depths:
+                consider(_cost(case, strategy), strategy)
+            continue
+        if not full_est.fits:
+            continue
+        lower = costed.get(replace(full, recompute="none"))
+        if lower is not None and (lower.fits or (best is not None and lower.step_time_s >= best.step_time_s)):
+            continue
+        lo, hi, found = 0, len(depths), None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            est = _cost(case, depths[mid])
+            if est is not None and est.fits:
+                found, hi = (est, depths[mid]), mid
+            else:
+                lo = mid + 1
+        if found is not None:
+            consider(*found)
     return best, best_s
 
 
@@ -44,7 +103,7 @@ def least_memory_candidate(case: PublishedCase, candidates: Sequence[Strategy] |
     compared (the memory miss is reported separately, as a failure to plan)."""
     best: Estimate | None = None
     best_s: Strategy | None = None
-    for est, strategy in _valid_estimates(case, candidates):
+    for est, strategy in _valid_estimates(case, _least_memory_pool(_pool(case, candidates))):
         key = (round(max(est.peak_memory_GB), 6), est.step_time_s)
         if best is None or key < (round(max(best.peak_memory_GB), 6), best.step_time_s):
             best, best_s = est, strategy
@@ -55,7 +114,7 @@ def _why_not(case: PublishedCase) -> str:
     """Why no candidate of a case fits: the smallest memory overshoot, or the first rule."""
     least: Estimate | None = None
     rule = "no candidate is valid"
-    for strategy in case.candidates:
+    for strategy in _least_memory_pool(case.candidates):
         try:
             est = estimate(case.model, case.training, case.cluster, strategy)
         except PlannerError as exc:
