@@ -10,9 +10,10 @@ validation falls back to when the held-out source is the only one that informs i
   :data:`cost_model.devices.FAMILY_EFFICIENCY` were set on Megatron-LM runs, so megatron-core is
   1 by definition).  DeepSpeed-era stacks (``megatron-deepspeed``, ``deepspeed``: BLOOM, MT-NLG,
   GPT-NeoX, Narayanan's ZeRO-3 runs) share one value: the same Megatron-LM 2021 model code
-  under DeepSpeed's engine, whose per-module hooks, unfused optimizer steps and un-overlapped
-  pipeline sends add to every GEMM's time (DeepSpeed issue tracker; BLOOM chronicles report
-  the same code 10–20% below Megatron-LM).  Prior 1.
+  under DeepSpeed's engine, whose unfused kernels, engine dispatch and unfused optimizer steps
+  add to every GEMM's time (DeepSpeed issue tracker; BLOOM chronicles report the same code
+  10–20% below Megatron-LM); the pipeline engine's per-layer cost and the stage-3 hooks are
+  constants of their own (below).  Prior 1.
 * ``fabric_fraction[fabric]`` — achieved NCCL bus bandwidth over an inter-node fabric relative to
   InfiniBand (whose fraction the device family carries, ≈ 0.88): RoCE with a tuned
   congestion control reaches IB parity at large messages (Llama 3 §3.3.1: Meta's RoCE and IB
@@ -49,12 +50,29 @@ validation falls back to when the held-out source is the only one that informs i
   Omni-Path 100 Gb/s HFI reaches 9–11 GB/s of its 12.5 in OSU/NCCL benchmarks), framework
   kernel efficiencies in [0.6, 1], family corrections in [0.75, 1.25].
 
-* ``pipeline_microbatch_overhead_s[framework]`` — fixed seconds per micro-batch per pipeline
-  stage of DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``): it interprets
-  its schedule in Python one instruction at a time (load, forward, send/recv activations,
-  backward, send/recv gradients, each a blocking call with its own synchronisation), so a
-  smaller micro-batch pays the fixed cost more often.  Megatron-Core's schedule (batched
-  isend/irecv, no per-instruction synchronisation) has none.  Prior 0.1 s.
+* ``pipeline_layer_overhead_s[framework]`` — fixed seconds per decoder layer per micro-batch of
+  DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``; pp > 1).  Its
+  ``PipelineModule`` runs a stage's layers one at a time from Python and checkpoints each on its
+  own (``activation_checkpoint_interval`` 1, Megatron-DeepSpeed's default): per layer and
+  micro-batch it saves and restores the CPU/CUDA RNG states, partitions the checkpointed input
+  across the TP group and, in backward, all-gathers it again (a blocking, latency-bound
+  collective) before recomputing; the schedule itself interprets one instruction at a time
+  with a blocking call each.  None of it scales with the micro-batch, so a smaller micro-batch
+  pays it more often, and it follows the layers a stage holds (a deep pipeline of thin stages
+  pays less per micro-batch than a shallow one of thick stages).  Megatron-Core's schedule
+  (batched isend/irecv, the block's own checkpointing inside one module) has none.  Prior
+  0.01 s.  (Fitted per stage instead, as a first version did, it left the BLOOM sweep's thin
+  24- and 48-stage pipelines and MT-NLG's 3-layer stages 15–35% too slow and its 2-stage ones
+  too fast.)
+* ``sharded_compute_efficiency[framework]`` — the fraction of its compute rate a layer keeps
+  under DeepSpeed's ZeRO stage 3 (``megatron-deepspeed``, ``deepspeed``; zero_stage 3): every
+  submodule's forward and backward runs between stage-3 pre/post hooks that coordinate the
+  parameter fetch (the partition bookkeeping of each parameter, the prefetch queue, waits on
+  the gather's CUDA event, releasing the gathered copy), issued from Python on the compute
+  stream's critical path.  FSDP wraps whole units in one flat buffer and pays no per-module
+  hook of this kind (1).  Prior 1.  (Folded into the framework's kernel efficiency, as a first
+  version did, Narayanan's ZeRO-3 rows dragged the kernel constant of the ZeRO-1 pipeline runs
+  of BLOOM and MT-NLG with them.)
 * ``misaligned_gemm_fraction`` — the rate of a 16-bit GEMM whose reduction dimension is not a
   multiple of 8 elements (e.g. a head dimension of 108) relative to the aligned one: cuBLAS's
   tensor-core kernels need 16-byte aligned rows; the fallback runs far below them (NVIDIA's
@@ -99,7 +117,8 @@ PRIORS: dict[str, float] = {
     "fp8_gemm_efficiency": 0.9,
     "family_gemm_efficiency.hopper": 1.0,
     "family_gemm_efficiency.blackwell": 1.0,
-    "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.1,
+    "pipeline_layer_overhead_s.megatron-deepspeed": 0.01,
+    "sharded_compute_efficiency.megatron-deepspeed": 1.0,
     "misaligned_gemm_fraction": 0.25,
     "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
     "overlap_compute_slowdown": 0.15,
@@ -121,11 +140,18 @@ def sharded_collective_efficiency(framework: str) -> float:
     return current().get(name)
 
 
-def pipeline_microbatch_overhead_s(framework: str) -> float:
-    """Fixed seconds per micro-batch per stage of the framework's pipeline schedule (0 for
+def pipeline_layer_overhead_s(framework: str) -> float:
+    """Fixed seconds per decoder layer per micro-batch of the framework's pipeline engine (0 for
     Megatron-Core, FSDP and Paddle)."""
     fw = FRAMEWORK_ALIAS.get(framework, framework)
-    return current().get(f"pipeline_microbatch_overhead_s.{fw}") if fw == "megatron-deepspeed" else 0.0
+    return current().get(f"pipeline_layer_overhead_s.{fw}") if fw == "megatron-deepspeed" else 0.0
+
+
+def sharded_compute_efficiency(framework: str) -> float:
+    """Fraction of its compute rate a layer keeps under the framework's ZeRO-3 hooks (1 except
+    DeepSpeed's stage 3)."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    return current().get(f"sharded_compute_efficiency.{fw}") if fw == "megatron-deepspeed" else 1.0
 
 
 @dataclass(frozen=True)

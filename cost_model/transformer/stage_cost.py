@@ -18,7 +18,8 @@ from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeli
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
     calibrated_device,
-    pipeline_microbatch_overhead_s,
+    pipeline_layer_overhead_s,
+    sharded_compute_efficiency,
     sharded_prefetch_overlap,
 )
 from cost_model.transformer.layer_cost import (
@@ -199,15 +200,18 @@ def stage_cost(
     """Cost of one pipeline stage holding ``num_layers`` decoder layers."""
     lc = dc.layer
     n = np.asarray(num_layers, dtype=float)
-    fwd = n * lc.forward_compute_s
-    bwd = n * lc.backward_compute_s
+    # DeepSpeed's stage-3 hooks stretch every module's compute (calibration.sharded_compute_efficiency)
+    stretch = np.where(S.zero >= 3, 1.0 / sharded_compute_efficiency(training.framework), 1.0)
+    fwd = n * lc.forward_compute_s * stretch
+    bwd = n * lc.backward_compute_s * stretch
     extra: ArrayOrFloat = 0.0
     if has_embedding:
         extra = extra + dc.embedding_s
     if has_head:
         extra = extra + dc.head_s
+    extra = extra * stretch
     compute = fwd + bwd + extra
-    recompute = n * lc.recompute_s
+    recompute = n * lc.recompute_s * stretch
     tp = n * lc.tp_comm_s
     cp = n * lc.cp_comm_s
     ep = n * lc.ep_comm_s
@@ -215,7 +219,8 @@ def stage_cost(
     forward_s = fwd + extra / 3.0 + comm / 2.0
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
-    pp_comm = pp_comm + np.where(S.pp > 1, pipeline_microbatch_overhead_s(training.framework), 0.0)
+    # DeepSpeed's pipeline engine: a fixed cost per layer the stage runs, per micro-batch
+    pp_comm = pp_comm + np.where(S.pp > 1, pipeline_layer_overhead_s(training.framework) * n, 0.0)
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp

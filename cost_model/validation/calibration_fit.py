@@ -49,6 +49,7 @@ UPPER_BOUND = {
     "fp8_gemm_efficiency": 1.0,
     "misaligned_gemm_fraction": 1.0,
     "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
+    "sharded_compute_efficiency.megatron-deepspeed": 1.0,
     "overlap_compute_slowdown": 0.6,
     "family_gemm_efficiency.hopper": 1.25,
     "family_gemm_efficiency.blackwell": 1.25,
@@ -59,13 +60,15 @@ UPPER_BOUND = {
 #: Megatron-Core's large-GEMM rate (the same cuBLAS GEMMs, only fusion and dispatch differ); a
 #: family correction stays within ±25% of its datasheet-derived fraction; FP8 GEMMs keep at
 #: least 60% of their relative BF16 fraction (cuBLASLt FP8 benchmarks on H100: ~1.3–1.45 PF of
-#: 1.98 against ~0.7 of 0.99 in BF16).
+#: 1.98 against ~0.7 of 0.99 in BF16); DeepSpeed's stage-3 hooks leave a layer at least half
+#: its compute rate.
 LOWER_BOUND = {
     "fabric_fraction.omnipath": 0.5,
     "fabric_fraction.roce": 0.5,
     "framework_gemm_efficiency.megatron-deepspeed": 0.6,
     "framework_gemm_efficiency.fsdp": 0.6,
     "framework_gemm_efficiency.paddle": 0.6,
+    "sharded_compute_efficiency.megatron-deepspeed": 0.5,
     "family_gemm_efficiency.hopper": 0.75,
     "family_gemm_efficiency.blackwell": 0.75,
     "fp8_gemm_efficiency": 0.6,
@@ -91,8 +94,10 @@ def affects(name: str, case: PublishedCase) -> bool:
         return case.training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibration.calibrated_device)
     if name.startswith("family_gemm_efficiency."):
         return group.device.family == name.split(".", 1)[1]
-    if name == "pipeline_microbatch_overhead_s.megatron-deepspeed":
+    if name == "pipeline_layer_overhead_s.megatron-deepspeed":
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.pp > 1 for s in case.candidates)
+    if name == "sharded_compute_efficiency.megatron-deepspeed":
+        return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "sharded_prefetch_overlap.megatron-deepspeed":
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "overlap_compute_slowdown":

@@ -169,15 +169,38 @@ def test_interval_bounds_are_the_swapped_error_quantiles():
     assert iv["interval_regime"] == "*"
 
 
-def test_deepspeed_pipeline_engine_pays_a_fixed_cost_per_microbatch():
+def test_deepspeed_pipeline_engine_pays_a_fixed_cost_per_layer_and_microbatch():
+    model = get_preset("gpt3-1.3b")  # 24 layers
+    c = simple_cluster("A100-SXM4-80GB", 1)
+    extra = {}
+    with using(Constants({**PRIORS, "pipeline_layer_overhead_s.megatron-deepspeed": 0.004})):
+        for pp in (2, 4):
+            s = Strategy(dp=8 // (2 * pp), tp=2, pp=pp, micro_batch_size=1, zero_stage=1)
+            core = estimate(model, Training(global_batch_size=64, sequence_length=2048), c, s)
+            mds = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed"), c, s)
+            extra[pp] = mds.breakdown_s["pp_comm"] - core.breakdown_s["pp_comm"]
+    # pp 2: 32 micro-batches through the bottleneck stage of 12 layers, each layer 4 ms more;
+    # pp 4: 64 micro-batches (dp 1) through 6 layers — the same per-step total, spread thinner
+    assert extra[2] == pytest.approx(32 * 12 * 0.004, rel=1e-6)
+    assert extra[4] == pytest.approx(64 * 6 * 0.004, rel=1e-6)
+
+
+def test_deepspeed_stage3_hooks_stretch_compute_only_under_zero3():
     model = get_preset("gpt3-1.3b")
     c = simple_cluster("A100-SXM4-80GB", 1)
-    s = Strategy(dp=2, tp=2, pp=2, micro_batch_size=1, zero_stage=1)
-    with using(Constants({**PRIORS, "pipeline_microbatch_overhead_s.megatron-deepspeed": 0.05})):
-        core = estimate(model, Training(global_batch_size=64, sequence_length=2048), c, s)
-        mds = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed"), c, s)
-    # 32 micro-batches through the bottleneck stage, plus the drain, each 0.05 s more
-    assert mds.breakdown_s["pp_comm"] - core.breakdown_s["pp_comm"] == pytest.approx(32 * 0.05, rel=1e-6)
+    out = {}
+    with using(Constants({**PRIORS, "sharded_compute_efficiency.megatron-deepspeed": 0.8})):
+        for fw in ("deepspeed", "fsdp"):
+            for zero in (2, 3):
+                s = Strategy(dp=8, micro_batch_size=1, zero_stage=zero)
+                e = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework=fw), c, s)
+                out[fw, zero] = e.breakdown_s["compute"]
+    with using(Constants(dict(PRIORS))):
+        base = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="deepspeed"), c,
+                        Strategy(dp=8, micro_batch_size=1, zero_stage=3)).breakdown_s["compute"]
+    assert out["deepspeed", 3] == pytest.approx(base / 0.8, rel=1e-6)  # the hooks: 1/0.8 of the compute time
+    assert out["deepspeed", 2] == pytest.approx(out["deepspeed", 3] * 0.8, rel=1e-6)  # no stage-3 hooks at ZeRO-2
+    assert out["fsdp", 3] == pytest.approx(out["fsdp", 2], rel=1e-6)  # FSDP's flat units: no per-module hooks
 
 
 def test_misaligned_head_dim_runs_the_attention_gemms_slower():
