@@ -65,6 +65,14 @@ def _row(r, cv: dict[str, float], prior: dict) -> dict:
     return out
 
 
+def _cell(value: object) -> str:
+    """A physics case's figure as the README shows it (a dict by its keys, read back from JSON
+    or not: ``384: 89.76, 768: 52.71``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 def physics_cases() -> list[dict]:
     """One benchmark case per physics item of issue 13, each showing the effect the formula
     has (the unit tests pin the formulas; these are the figures the README quotes)."""
@@ -106,7 +114,7 @@ def physics_cases() -> list[dict]:
     tr = Training(global_batch_size=256, sequence_length=2048, attention="unfused", grad_reduce_overlap=False)
     core = estimate(gpt13, tr, c2, s2).step_time_s
     mds = estimate(gpt13, Training(global_batch_size=256, sequence_length=2048, attention="unfused", grad_reduce_overlap=False, framework="megatron-deepspeed"), c2, s2).step_time_s
-    out.append({"physics": "DeepSpeed pipeline engine (per-micro-batch gradient accumulation pass, per-instruction overhead, no interleaving, era kernels) vs Megatron-Core: GPT 1.3B tp2 pp2 dp4, 64 micro-batches, step ratio",
+    out.append({"physics": "DeepSpeed pipeline engine (per-micro-batch gradient accumulation pass, per-layer engine overhead, no interleaving, era kernels) vs Megatron-Core: GPT 1.3B tp2 pp2 dp4, 64 micro-batches, step ratio",
                 "result": round(mds / core, 3)})
     llama70 = get_preset("llama3-70b")
     t70 = Training(global_batch_size=64, sequence_length=8192)
@@ -237,8 +245,8 @@ def readme_section(d: dict) -> str:
         out.append("llm-analysis is not installed (`pip install -e '.[bench]'`): no peer comparison in this run.")
     out += ["", "One case per physics item (`physics_cases` in `bench/results/fidelity.json`):", "", "| physics | result |", "|---|---|"]
     for case in d.get("physics_cases", []):
-        extra = "; ".join(f"{k}: {v}" for k, v in case.items() if k not in ("physics", "result"))
-        out.append(f"| {case['physics']} | {case['result']}{' (' + extra + ')' if extra else ''} |")
+        extra = "; ".join(f"{k}: {_cell(v)}" for k, v in case.items() if k not in ("physics", "result"))
+        out.append(f"| {case['physics']} | {_cell(case['result'])}{' (' + extra + ')' if extra else ''} |")
     out += ["", "Constants (`cost_model/data/calibration.json`, fitted by `bench/calibrate.py`):", ""]
     out += [f"`{k}` = {v}" + ("" if i == len(d["constants"]) - 1 else ",") for i, (k, v) in enumerate(sorted(d["constants"].items()))]
     out += ["", "Rows that fail to plan:", ""]

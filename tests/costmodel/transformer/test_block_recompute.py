@@ -133,3 +133,33 @@ def test_the_cli_plans_and_pins_the_depth(tmp_path):
     (tmp_path / "req.json").write_text(json.dumps({**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "fsdp"}}))
     res = CliRunner().invoke(app, ["plan", str(tmp_path / "req.json"), "--json"])
     assert res.exit_code != 0 and "recompute_num_layers" in res.output
+
+
+def test_published_rows_search_the_depths_as_costing_them_all_would():
+    """cost_model.validation.fidelity.predict_case bisects a layout's block depths and skips
+    layouts that cannot win; on published rows with depths to search it picks what costing
+    every candidate picks."""
+    from cost_model.errors import PlannerError
+    from cost_model.validation.fidelity import predict_case
+    from cost_model.validation.published import PublishedCase, all_rows
+
+    def exhaustive(case):
+        best = None
+        for s in case.candidates:
+            try:
+                e = estimate(case.model, case.training, case.cluster, s)
+            except PlannerError:
+                continue
+            if e.fits and (best is None or e.step_time_s < best[0].step_time_s):
+                best = (e, s)
+        return best
+
+    rows = [c for c in all_rows() if isinstance(c, PublishedCase) and any(s.recompute_num_layers for s in c.candidates)
+            and len(c.candidates) <= 120][:6]
+    assert len(rows) >= 3
+    for case in rows:
+        est, strategy = predict_case(case)
+        want = exhaustive(case)
+        assert (est is None) == (want is None), case.row_id
+        if want is not None:
+            assert est.step_time_s == pytest.approx(want[0].step_time_s, rel=1e-9), case.row_id
