@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cost_model.transformer.calibration import PRIORS  # noqa: E402
-from cost_model.validation.calibration_fit import RESPONSE_GRID, SEARCH_GRID, run  # noqa: E402
+from cost_model.validation.calibration_fit import RECENTRE_ITERATIONS, RESPONSE_GRID, SEARCH_GRID, run  # noqa: E402
 
 OUT = ROOT / "cost_model" / "data" / "calibration.json"
 
@@ -37,7 +37,8 @@ def document(result) -> dict:
             "data_sha256": hashlib.sha256(data).hexdigest(),
             "rows_fitted": len(rows),
             "sources": sorted({result.tables.source[r] for r in rows}),
-            "objective": "sum over rows of w*log(predicted/measured)^2 (w = 1/sqrt(rows of the row's source)) + log-space Gaussian prior per constant (sigma log 1.5, 2 pseudo-rows), within physical bounds; each row's unknown knobs at their best at the priors",
+            "objective": "sum over rows of w*log(predicted/measured)^2 (w = 1/sqrt(rows of the row's source)) + log-space Gaussian prior per constant (sigma log 1.5, 2 pseudo-rows), within physical bounds; each row's unknown knobs at their best at the priors; responses tabulated one constant at a time, then re-tabulated around the fit and refitted (calibration_fit.fit_recentred)",
+            "recentre_iterations": RECENTRE_ITERATIONS,
             "objective_value": round(result.objective, 6),
             "response_grid": list(RESPONSE_GRID),
             "search_grid_points": len(SEARCH_GRID),

@@ -10,11 +10,14 @@ priors, costed at a grid of values of that constant with the others at their pri
 log-predictions are taken as additive over constants (each constant touches a different part
 of the step: a framework's kernels, a fabric, the sharded collectives, FP8 GEMMs, one device
 family).  Coordinate descent on a fine log grid minimises the objective over that response
-surface; the reported errors are then recomputed by the cost model itself at the fitted
+surface; then the responses are tabulated again around the fitted constants and the fit
+repeated (:func:`fit_recentred`), because a few constants do act together (DeepSpeed's
+stage-3 prefetch overlap only matters once its collectives are slow enough to be exposed,
+which responses taken one at a time at the priors cannot see); the reported errors are then recomputed by the cost model itself at the fitted
 constants, with the full search over each row's unknown knobs.
 
-Cross-validation: for each source, fit on every other source, then predict the held-out
-source's rows at those constants.  A constant that only the held-out source informs falls
+Cross-validation: for each source, fit (and re-tabulate, and refit) on every other source,
+then predict the held-out source's rows at those constants.  A constant that only the held-out source informs falls
 back to its prior.  Deterministic: no random numbers, fixed grids and row order.
 """
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -109,21 +112,32 @@ def affects(name: str, case: PublishedCase) -> bool:
 
 @dataclass(frozen=True)
 class Tables:
-    """Per row: log(pred/measured) at the priors and, per constant it depends on, the
-    log-prediction change over :data:`RESPONSE_GRID`."""
+    """Per row: log(pred/measured) at the ``center`` constants and, per constant it depends on,
+    the log-prediction change when that constant alone is scaled over :data:`RESPONSE_GRID`."""
 
     base: dict[str, float]
     response: dict[str, dict[str, np.ndarray]]
     source: dict[str, str]
+    center: dict[str, float] = field(default_factory=lambda: dict(PRIORS))
 
 
-def build_tables(cases: Sequence[PublishedCase], base_results: dict[str, RowResult], names: Sequence[str] = tuple(PRIORS)) -> Tables:
+def build_tables(cases: Sequence[PublishedCase], base_results: dict[str, RowResult], names: Sequence[str] = tuple(PRIORS),
+                 center: dict[str, float] | None = None) -> Tables:
+    """Each row's response to each constant it depends on, one at a time, around ``center``
+    (default: the priors), at the strategy ``base_results`` found for the row."""
+    at = dict(PRIORS) if center is None else {**PRIORS, **center}
     base: dict[str, float] = {}
     response: dict[str, dict[str, np.ndarray]] = {}
     source: dict[str, str] = {}
     for case in cases:
         r = base_results.get(case.row_id)
-        if r is None or r.log_error is None or r.strategy is None:
+        if r is None or r.strategy is None:
+            continue
+        strategy = r.strategy
+        if center is not None:  # the row at the centre, on the same strategy
+            with using(Constants(at)):
+                r = evaluate_case(case, [strategy])
+        if r.log_error is None or not r.predicted_step_s:
             continue
         base[case.row_id] = r.log_error
         source[case.row_id] = case.source
@@ -135,11 +149,11 @@ def build_tables(cases: Sequence[PublishedCase], base_results: dict[str, RowResu
                 if g == 1.0:
                     curve.append(0.0)
                     continue
-                with using(Constants({**PRIORS, name: PRIORS[name] * g})):
-                    rr = evaluate_case(case, [r.strategy])
+                with using(Constants({**at, name: at[name] * g})):
+                    rr = evaluate_case(case, [strategy])
                 curve.append(math.log(rr.predicted_step_s / r.predicted_step_s) if rr.predicted_step_s and r.predicted_step_s else 0.0)
             response.setdefault(case.row_id, {})[name] = np.array(curve)
-    return Tables(base, response, source)
+    return Tables(base, response, source, at)
 
 
 def _delta(curve: np.ndarray, multiple: float) -> float:
@@ -175,11 +189,15 @@ def source_weights(tables: Tables, rows: Sequence[str]) -> dict[str, float]:
 def fit(tables: Tables, exclude_source: str | None = None, passes: int = 4) -> dict[str, float]:
     """Constants minimising Σ w·log-error² (:func:`source_weights`) over the rows not of
     ``exclude_source`` plus the log-space prior penalty (:data:`PRIOR_LOG_SIGMA`), within the
-    physical bounds; constants no remaining row depends on keep their priors."""
+    physical bounds; constants no remaining row depends on keep the tables' centre.  The
+    tables give each constant's effect on its own (coordinate descent over
+    :data:`SEARCH_GRID` multiples of the centre); :func:`fit_recentred` accounts for the
+    constants' interplay."""
     rows = [r for r in tables.base if tables.source[r] != exclude_source]
     names = sorted({n for r in rows for n in tables.response.get(r, {})})
     mult = dict.fromkeys(names, 1.0)
     weight = source_weights(tables, rows)
+    c0 = tables.center
 
     def residual(r: str) -> float:
         return tables.base[r] + sum(_delta(c, mult[n]) for n, c in tables.response.get(r, {}).items())
@@ -189,14 +207,46 @@ def fit(tables: Tables, exclude_source: str | None = None, passes: int = 4) -> d
             touched = [r for r in rows if name in tables.response.get(r, {})]
             best, best_cost = mult[name], math.inf
             for g in SEARCH_GRID:
-                if not LOWER_BOUND.get(name, 0.0) <= PRIORS[name] * g <= UPPER_BOUND.get(name, math.inf):
+                value = c0[name] * g
+                if not LOWER_BOUND.get(name, 0.0) <= value <= UPPER_BOUND.get(name, math.inf):
                     continue
                 mult[name] = g
-                cost = sum(weight[r] * residual(r) ** 2 for r in touched) + prior_penalty(g)
+                cost = sum(weight[r] * residual(r) ** 2 for r in touched) + prior_penalty(value / PRIORS[name])
                 if cost < best_cost - 1e-15:
                     best, best_cost = g, cost
             mult[name] = best
-    return {**PRIORS, **{n: round(PRIORS[n] * mult[n], 4) for n in names}}
+    return {**c0, **{n: round(c0[n] * mult[n], 4) for n in names}}
+
+
+def objective(tables: Tables, constants: dict[str, float]) -> float:
+    """The fitted objective (weighted squared log errors plus the prior penalty) at
+    ``constants``, through the tables."""
+    mult = {n: constants[n] / tables.center[n] for n in tables.center}
+    w = source_weights(tables, list(tables.base))
+    names = {n for r in tables.base for n in tables.response.get(r, {})}
+    out = sum(w[r] * (tables.base[r] + sum(_delta(c, mult[n]) for n, c in tables.response.get(r, {}).items())) ** 2 for r in tables.base)
+    return out + sum(prior_penalty(constants[n] / PRIORS[n]) for n in names)
+
+
+#: Times the responses are re-tabulated around the latest fit and the constants refitted.
+RECENTRE_ITERATIONS = 1
+
+
+def fit_recentred(tables: Tables, cases: Sequence[PublishedCase], base_results: dict[str, RowResult],
+                  exclude_source: str | None = None) -> tuple[dict[str, float], Tables]:
+    """:func:`fit` on the tables at the priors, then, :data:`RECENTRE_ITERATIONS` times, the
+    responses tabulated again around that fit (on the rows the fit may use, the same
+    strategies) and refitted.  One-at-a-time responses at the priors miss how constants act
+    together — DeepSpeed's stage-3 prefetch overlap matters only once its collectives are slow
+    enough to be exposed — so a fit that moves several far from their priors is refined where
+    it landed.  (Leave-one-source-out re-tabulates without the held-out source: its rows never
+    choose the centre.)"""
+    constants = fit(tables, exclude_source)
+    train = [c for c in cases if c.source != exclude_source]
+    for _ in range(RECENTRE_ITERATIONS):
+        tables = build_tables(train, base_results, center=constants)
+        constants = fit(tables, exclude_source)
+    return constants, tables
 
 
 def evaluate_at(constants: dict[str, float], cases: Sequence[PublishedCase | Unplannable], progress: Callable[[str], None] | None = None,
@@ -212,16 +262,19 @@ def evaluate_at(constants: dict[str, float], cases: Sequence[PublishedCase | Unp
     return out
 
 
-def cross_validate(tables: Tables, cases: Sequence[PublishedCase | Unplannable]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Leave-one-source-out: (row id → CV error, source → the constants fitted without it)."""
+def cross_validate(tables: Tables, cases: Sequence[PublishedCase | Unplannable],
+                   base_results: dict[str, RowResult]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Leave-one-source-out: (row id → CV error, source → the constants fitted without it,
+    :func:`fit_recentred` on the other sources' rows)."""
     errors: dict[str, float] = {}
     fitted: dict[str, dict[str, float]] = {}
     by_source: dict[str, list[PublishedCase | Unplannable]] = {}
     for c in cases:
         if isinstance(c, PublishedCase) and c.measured_status == "ok":
             by_source.setdefault(c.source, []).append(c)
+    ok = [c for group in by_source.values() for c in group if isinstance(c, PublishedCase)]
     for src, held in sorted(by_source.items()):
-        constants = fit(tables, exclude_source=src)
+        constants, _ = fit_recentred(tables, ok, base_results, exclude_source=src)
         fitted[src] = constants
         for r in evaluate_at(constants, held):
             if r.error is not None:
@@ -313,14 +366,12 @@ def run(progress: Callable[[str], None] | None = None) -> CalibrationRun:
     prior = evaluate_at(dict(PRIORS), cases)
     ok_cases = [c for c in cases if isinstance(c, PublishedCase) and c.measured_status == "ok"]
     say("tabulating each row's response to each constant")
-    tables = build_tables(ok_cases, {r.row_id: r for r in prior})
-    constants = fit(tables)
-    mult = {n: constants[n] / PRIORS[n] for n in PRIORS}
-    w = source_weights(tables, list(tables.base))
-    names = {n for r in tables.base for n in tables.response.get(r, {})}
-    objective = sum(w[r] * (tables.base[r] + sum(_delta(c, mult[n]) for n, c in tables.response.get(r, {}).items())) ** 2 for r in tables.base)
-    objective += sum(prior_penalty(mult[n]) for n in names)
-    say("leave-one-source-out cross-validation")
-    cv_errors, cv_constants = cross_validate(tables, cases)
+    base_results = {r.row_id: r for r in prior}
+    tables = build_tables(ok_cases, base_results)
+    say("fitting, then re-tabulating around the fit and refitting")
+    constants, centred = fit_recentred(tables, ok_cases, base_results)
+    obj = objective(centred, constants)
+    say("leave-one-source-out cross-validation (each fold re-tabulated without its source)")
+    cv_errors, cv_constants = cross_validate(tables, cases, base_results)
     intervals = regime_intervals(prior, cv_errors)
-    return CalibrationRun(cases, prior, tables, constants, objective, cv_errors, cv_constants, intervals)
+    return CalibrationRun(cases, prior, tables, constants, obj, cv_errors, cv_constants, intervals)
