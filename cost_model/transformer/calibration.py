@@ -127,31 +127,33 @@ PRIORS: dict[str, float] = {
 FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
 
 
+def _deepspeed_engine(name: str, framework: str, otherwise: float) -> float:
+    """Constant ``name`` of DeepSpeed's engine (``name.megatron-deepspeed``, which ``deepspeed``
+    shares) for a DeepSpeed framework; ``otherwise`` for the frameworks that lack that part."""
+    fw = FRAMEWORK_ALIAS.get(framework, framework)
+    return current().get(f"{name}.{fw}") if fw == "megatron-deepspeed" else otherwise
+
+
 def sharded_prefetch_overlap(framework: str) -> float:
     """Multiplier of the DP overlap window for ZeRO-3 traffic (1 except DeepSpeed's stage 3)."""
-    fw = FRAMEWORK_ALIAS.get(framework, framework)
-    return current().get(f"sharded_prefetch_overlap.{fw}") if fw == "megatron-deepspeed" else 1.0
+    return _deepspeed_engine("sharded_prefetch_overlap", framework, 1.0)
 
 
 def sharded_collective_efficiency(framework: str) -> float:
     """Achieved fraction of the ring bus bandwidth of the framework's ZeRO-3 / FSDP collectives."""
-    fw = FRAMEWORK_ALIAS.get(framework, framework)
-    name = "sharded_collective_efficiency.megatron-deepspeed" if fw == "megatron-deepspeed" else "sharded_collective_efficiency"
-    return current().get(name)
+    return _deepspeed_engine("sharded_collective_efficiency", framework, current().get("sharded_collective_efficiency"))
 
 
 def pipeline_layer_overhead_s(framework: str) -> float:
     """Fixed seconds per decoder layer per micro-batch of the framework's pipeline engine (0 for
     Megatron-Core, FSDP and Paddle)."""
-    fw = FRAMEWORK_ALIAS.get(framework, framework)
-    return current().get(f"pipeline_layer_overhead_s.{fw}") if fw == "megatron-deepspeed" else 0.0
+    return _deepspeed_engine("pipeline_layer_overhead_s", framework, 0.0)
 
 
 def sharded_compute_efficiency(framework: str) -> float:
     """Fraction of its compute rate a layer keeps under the framework's ZeRO-3 hooks (1 except
     DeepSpeed's stage 3)."""
-    fw = FRAMEWORK_ALIAS.get(framework, framework)
-    return current().get(f"sharded_compute_efficiency.{fw}") if fw == "megatron-deepspeed" else 1.0
+    return _deepspeed_engine("sharded_compute_efficiency", framework, 1.0)
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,8 @@ def stage_cost(
     lc = dc.layer
     n = np.asarray(num_layers, dtype=float)
     # DeepSpeed's stage-3 hooks stretch every module's compute (calibration.sharded_compute_efficiency)
-    stretch = np.where(S.zero >= 3, 1.0 / sharded_compute_efficiency(training.framework), 1.0)
+    hooks = sharded_compute_efficiency(training.framework)
+    stretch: ArrayOrFloat = np.where(S.zero >= 3, 1.0 / hooks, 1.0) if hooks != 1.0 else 1.0
     fwd = n * lc.forward_compute_s * stretch
     bwd = n * lc.backward_compute_s * stretch
     extra: ArrayOrFloat = 0.0
@@ -220,7 +221,9 @@ def stage_cost(
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
     # DeepSpeed's pipeline engine: a fixed cost per layer the stage runs, per micro-batch
-    pp_comm = pp_comm + np.where(S.pp > 1, pipeline_layer_overhead_s(training.framework) * n, 0.0)
+    engine_s = pipeline_layer_overhead_s(training.framework)
+    if engine_s:
+        pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n, 0.0)
 
     dense, experts = stage_params(model, S, n, has_embedding, has_head)
     shard_dense = S.dp * S.cp

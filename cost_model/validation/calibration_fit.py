@@ -79,6 +79,11 @@ LOWER_BOUND = {
 }
 
 
+#: The constants of DeepSpeed's stage 3 (its collectives, prefetch and hooks).
+DEEPSPEED_STAGE3 = frozenset({"sharded_collective_efficiency.megatron-deepspeed", "sharded_prefetch_overlap.megatron-deepspeed",
+                              "sharded_compute_efficiency.megatron-deepspeed"})
+
+
 def affects(name: str, case: PublishedCase) -> bool:
     """Whether constant ``name`` can change the prediction of ``case``."""
     fw = case.training.framework
@@ -91,7 +96,7 @@ def affects(name: str, case: PublishedCase) -> bool:
         return group.fabric == name.split(".", 1)[1] and case.cluster.total_gpus > group.gpus_per_node
     if name == "sharded_collective_efficiency":
         return fw not in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
-    if name == "sharded_collective_efficiency.megatron-deepspeed":
+    if name in DEEPSPEED_STAGE3:
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "fp8_gemm_efficiency":
         return case.training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibration.calibrated_device)
@@ -99,10 +104,6 @@ def affects(name: str, case: PublishedCase) -> bool:
         return group.device.family == name.split(".", 1)[1]
     if name == "pipeline_layer_overhead_s.megatron-deepspeed":
         return fw in ("megatron-deepspeed", "deepspeed") and any(s.pp > 1 for s in case.candidates)
-    if name == "sharded_compute_efficiency.megatron-deepspeed":
-        return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
-    if name == "sharded_prefetch_overlap.megatron-deepspeed":
-        return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "overlap_compute_slowdown":
         return any(s.zero_stage >= 2 for s in case.candidates) and case.training.grad_reduce_overlap
     if name == "misaligned_gemm_fraction":
