@@ -289,9 +289,6 @@ def write_readme(d: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--readme-only" in argv:  # rewrite the README section from bench/results/fidelity.json
-        write_readme(json.loads((ROOT / "bench" / "results" / "fidelity.json").read_text()))
-        return 0
     d = measure(calibrate="--calibrate" in argv)
     res = ROOT / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
