@@ -27,7 +27,9 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The peer (llm-analysis, the bench extra) runs on the same rows in the same run.
 bench-fidelity: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/fidelity.py
 
 bench-acceptance: $(STAMP)

@@ -898,6 +898,27 @@ def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int
     return 1
 
 
+def sharded_passes_per_microbatch(framework: str, S: StrategyArrays, recomputed_fraction: ArrayOrFloat) -> FloatArray:
+    """Passes over a layer's sharded parameters per micro-batch under ZeRO-3 / FSDP: an
+    all-gather before forward, another before backward and a gradient reduce-scatter — 3
+    (Rajbhandari et al. 2020 §5: 3Ψ) — plus, under DeepSpeed's stage 3 (``deepspeed``,
+    ``megatron-deepspeed``) with full recompute, a third all-gather for each recomputed layer.
+    DeepSpeed's fetch and release are hooks on every submodule
+    (``runtime/zero/parameter_offload.py``: pre-forward fetch, post-forward release): the
+    activation checkpoint's recomputed forward, run inside backward, fires them like any forward —
+    it gathers the layer's parameters, releases them after the recomputed forward, and the
+    layer's backward gathers them once more (DeepSpeed PR 8130 discusses exactly this
+    release-after-recompute path).  FSDP wraps the checkpointed block inside its unit
+    (torchtitan ``apply_ac`` then ``fully_shard``): the unit's pre-backward unshard precedes the
+    recompute and the inner module's forward fires no FSDP hook — 3 passes whatever the recompute.
+    Selective recompute re-runs only the core attention, which has no parameters.
+    ``recomputed_fraction``: the fraction of the layers recomputed (``recompute_fraction``)."""
+    if framework not in ("deepspeed", "megatron-deepspeed"):
+        return np.full(np.shape(S.recompute), 3.0)
+    out: FloatArray = 3.0 + np.where(S.recompute == 2, np.asarray(recomputed_fraction, dtype=float), 0.0)
+    return out
+
+
 def sharded_step_comm_s(
     layer_params_per_gpu: ArrayOrFloat,
     layers: ArrayOrFloat,
@@ -908,11 +929,13 @@ def sharded_step_comm_s(
     ranks: ArrayOrFloat | None = None,
     stride: ArrayOrFloat | None = None,
     bandwidth_messages: int = 0,
+    passes: ArrayOrFloat = 3.0,
 ) -> FloatArray:
-    """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers an
-    all-gather of its parameters before forward, again before backward, and a reduce-scatter of
-    its gradients (Rajbhandari et al. 2020 §5: 3Ψ per step; per micro-batch under gradient
-    accumulation since the weights are not kept gathered).  Each is ``collectives_per_layer``
+    """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers
+    ``passes`` collectives over its parameters (:func:`sharded_passes_per_microbatch`: an
+    all-gather before forward, again before backward, a reduce-scatter of its gradients, and
+    DeepSpeed's re-gather for a recomputed forward; per micro-batch under gradient accumulation
+    since the weights are not kept gathered).  Each is ``collectives_per_layer``
     flat rings over the dp·cp ranks (``reduce_scatter_time_s(..., flat=True)``: n−1 latency
     steps each), at the framework's ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
     volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
@@ -941,20 +964,21 @@ def sharded_step_comm_s(
     one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
     bandwidth_part = np.maximum(one - alpha, 0.0) / sharded_collective_efficiency(training.framework)
-    out: FloatArray = 3.0 * layers * (kb * bandwidth_part + k * alpha) * (n > 1)
+    out: FloatArray = np.asarray(passes, dtype=float) * layers * (kb * bandwidth_part + k * alpha) * (n > 1)
     return out
 
 
 def sharded_microbatch_exposed_s(
-    comm_s: ArrayOrFloat, zero_stage: ArrayOrFloat, forward_s: ArrayOrFloat, backward_s: ArrayOrFloat, overlap: ArrayOrFloat
+    comm_s: ArrayOrFloat, zero_stage: ArrayOrFloat, forward_s: ArrayOrFloat, backward_s: ArrayOrFloat, overlap: ArrayOrFloat,
+    passes: ArrayOrFloat = 3.0,
 ) -> FloatArray:
     """Seconds a micro-batch's ZeRO-2/3 (FSDP) traffic adds to its compute.
 
     The traffic runs in two phases, each hidden behind that phase's own compute: ZeRO-3's
-    forward all-gathers (a third of ``comm_s``: :func:`sharded_step_comm_s` prices 3 equal
-    collectives per layer) are prefetched a layer ahead under the forward, the backward
-    all-gathers and the gradient reduce-scatters (two thirds; all of ZeRO-2's per-micro-batch
-    reduce-scatter) under the backward (with recompute).  Within a phase a layer waits for the
+    forward all-gathers (one of the ``passes`` equal collectives per layer that
+    :func:`sharded_step_comm_s` prices) are prefetched a layer ahead under the forward, the
+    rest — the recompute's and the backward's all-gathers and the gradient reduce-scatters (all
+    of ZeRO-2's per-micro-batch reduce-scatter) — under the backward (with recompute).  Within a phase a layer waits for the
     slower of its compute and its prefetched collectives, so the phase takes ≈ max(compute,
     collectives): ``exposed = Σ_phase max(0, comm_phase − overlap·compute_phase)``
     (Rajbhandari et al. 2021 ZeRO-Infinity §6 "overlap-centric design"; PyTorch FSDP, Zhao et
@@ -974,7 +998,7 @@ def sharded_microbatch_exposed_s(
     from cost_model.transformer.calibration import current
 
     comm = np.asarray(comm_s, dtype=float)
-    fwd_share = np.where(np.asarray(zero_stage) >= 3, 1.0 / 3.0, 0.0)
+    fwd_share = np.where(np.asarray(zero_stage) >= 3, 1.0 / np.asarray(passes, dtype=float), 0.0)
     comm_f = comm * fwd_share
     comm_b = comm - comm_f
     o = np.asarray(overlap, dtype=float)

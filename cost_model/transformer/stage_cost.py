@@ -35,8 +35,10 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
+    recompute_fraction,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
+    sharded_passes_per_microbatch,
     sharded_step_comm_s,
 )
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
@@ -262,20 +264,22 @@ def stage_cost(
     units = n + float(has_embedding) + float(has_head)
     per_unit = sharded_collectives_per_layer(model, training.framework)
     matrices = 2 + model.ffn_matrices if per_unit > 1 else 1  # the tensors that carry the bytes
+    # DeepSpeed's re-gather for a recomputed forward: decoder layers only, spread over the units
+    passes = 3.0 + (sharded_passes_per_microbatch(training.framework, S, recompute_fraction(model, S)) - 3.0) * n / np.maximum(units, 1.0)
     if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
         sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
-                                      bandwidth_messages=matrices) + sharded_step_comm_s(
+                                      bandwidth_messages=matrices, passes=passes) + sharded_step_comm_s(
             experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices)
+            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices, passes=passes)
     else:
         sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
-                                      bandwidth_messages=matrices)
+                                      bandwidth_messages=matrices, passes=passes)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).
     overlap = dp_overlap_fraction(training, dc.device)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
-    dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb)
+    dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

@@ -16,6 +16,7 @@ from cost_model.transformer.layer_cost import (
     activation_bytes,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
+    sharded_passes_per_microbatch,
     sharded_step_comm_s,
 )
 from cost_model.transformer.spec import get_preset
@@ -80,6 +81,48 @@ def test_zero3_exposed_traffic_does_not_fall_with_dp():
 def test_deepspeed_gathers_per_tensor_fsdp_per_unit():
     assert sharded_collectives_per_layer(GPT3, "deepspeed") == 5  # 4 matrices + 1 coalesced bucket of biases and norms
     assert sharded_collectives_per_layer(GPT3, "fsdp") == 1
+
+
+def test_deepspeed_stage3_gathers_again_for_a_recomputed_forward_fsdp_does_not():
+    """DeepSpeed's per-submodule fetch/release hooks fire in the activation checkpoint's
+    recomputed forward: 3 all-gathers + 1 reduce-scatter per recomputed layer; FSDP's unit is
+    unsharded once for backward (recompute inside it), selective recompute re-runs no weights."""
+    S = StrategyArrays.from_strategies(
+        [Strategy(dp=8, zero_stage=3, recompute=r) for r in ("none", "selective", "full")]
+        + [Strategy(dp=8, zero_stage=3, recompute="full", recompute_num_layers=2)]
+    )
+    half = np.array([0.0, 0.0, 1.0, 0.5])  # the last: half of the layers recomputed (block method)
+    assert list(sharded_passes_per_microbatch("deepspeed", S, half)) == [3.0, 3.0, 4.0, 3.5]
+    assert list(sharded_passes_per_microbatch("megatron-deepspeed", S, half)) == [3.0, 3.0, 4.0, 3.5]
+    assert list(sharded_passes_per_microbatch("fsdp", S, half)) == [3.0, 3.0, 3.0, 3.0]
+    links = _links()
+    t = Training(global_batch_size=64, sequence_length=2048, framework="deepspeed")
+    one = StrategyArrays.from_strategies([Strategy(dp=32, zero_stage=3)])
+    layer = GPT3.decoder_layer_params()
+    three = float(sharded_step_comm_s(layer, 96, t, one, links, 5, bandwidth_messages=4)[0])
+    four = float(sharded_step_comm_s(layer, 96, t, one, links, 5, bandwidth_messages=4, passes=4.0)[0])
+    assert four == pytest.approx(4.0 / 3.0 * three)
+    # the extra gather runs in the backward phase: the forward still hides one pass of four
+    with using(Constants({**PRIORS, "overlap_compute_slowdown": 0.0})):
+        assert float(sharded_microbatch_exposed_s(4.0, 3, 0.0, 100.0, 1.0, passes=4.0)) == pytest.approx(1.0)
+
+
+def test_deepspeed_zero3_with_full_recompute_pays_the_regather_in_the_step():
+    """Without overlap the exposed traffic is all of it: under DeepSpeed full recompute moves
+    4 passes over the decoder layers where selective moves 3 (the embedding and head units, not
+    checkpointed, 3 either way); under FSDP both move 3."""
+    model = get_preset("gpt3-1.3b")
+    cluster = simple_cluster("A100-SXM4-80GB", 4)
+
+    def dp_exposed(framework, recompute):
+        t = Training(global_batch_size=32, sequence_length=2048, framework=framework, grad_reduce_overlap=False)
+        s = Strategy(dp=32, micro_batch_size=1, zero_stage=3, recompute=recompute)
+        return estimate(model, t, cluster, s).breakdown_s["dp_comm_exposed"]
+
+    units = model.num_layers + 2
+    ratio = dp_exposed("deepspeed", "full") / dp_exposed("deepspeed", "selective")
+    assert ratio == pytest.approx((3 * units + model.num_layers) / (3 * units), rel=1e-3)
+    assert dp_exposed("fsdp", "full") == pytest.approx(dp_exposed("fsdp", "selective"), rel=1e-6)
 
 
 def test_zero3_step_flat_in_dp_at_fixed_global_batch_once_communication_bound():
