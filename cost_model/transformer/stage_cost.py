@@ -265,12 +265,13 @@ def stage_cost(
     per_unit = sharded_collectives_per_layer(model, training.framework)
     matrices = 2 + model.ffn_matrices if per_unit > 1 else 1  # the tensors that carry the bytes
     # DeepSpeed's re-gather for a recomputed forward: decoder layers only, spread over the units
-    passes = 3.0 + (sharded_passes_per_microbatch(training.framework, S, recompute_fraction(model, S)) - 3.0) * n / np.maximum(units, 1.0)
+    layer_passes = sharded_passes_per_microbatch(training.framework, S, recompute_fraction(model, S))
+    passes = 3.0 + (layer_passes - 3.0) * n / np.maximum(units, 1.0)
     if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
         sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
                                       bandwidth_messages=matrices, passes=passes) + sharded_step_comm_s(
             experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices, passes=passes)
+            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices, passes=layer_passes)
     else:
         sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
                                       bandwidth_messages=matrices, passes=passes)
