@@ -311,9 +311,17 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
     framework = training.framework
     cp = p.get("cp") or 1
     if p.get("tp") is None and p.get("model_parallel_size"):
+        # Only tp·pp given: the split its authors prescribe and their stated layouts follow —
+        # tensor parallelism over a node's GPUs, the pipeline across nodes (Narayanan et al.
+        # 2021 §3.3, Takeaway #1) — where it divides; else the fastest split that fits.
         mp = p["model_parallel_size"]
-        tpp = [(t, mp // t) for t in (8, 4, 2, 1) if mp % t == 0 and model.num_heads % t == 0]
-        assumptions.append("tp/pp split of tp·pp: best that fits")
+        gpn = row["hardware"].get("gpus_per_node") or 8
+        if mp % gpn == 0 and model.num_heads % gpn == 0:
+            tpp = [(gpn, mp // gpn)]
+            assumptions.append("tp/pp split of tp·pp: tp = GPUs per node, pipeline across nodes (Narayanan 2021 Takeaway #1)")
+        else:
+            tpp = [(t, mp // t) for t in (8, 4, 2, 1) if mp % t == 0 and model.num_heads % t == 0]
+            assumptions.append("tp/pp split of tp·pp: best that fits")
     elif p.get("tp") is None and p.get("pp") is None and p.get("dp") is None:
         tpp = [(t, q) for t in (4, 8) for q in (1, 2, 4, 6, 8, 12, 16) if n_gpus % (t * q * cp) == 0 and B % (n_gpus // (t * q * cp)) == 0]
         assumptions.append("tp, pp: best that fits")
