@@ -898,7 +898,9 @@ def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int
     return 1
 
 
-def sharded_passes_per_microbatch(framework: str, S: StrategyArrays, recomputed_fraction: ArrayOrFloat) -> FloatArray:
+def sharded_passes_per_microbatch(
+    model: TransformerSpec, framework: str, S: StrategyArrays, recomputed_fraction: ArrayOrFloat | None = None
+) -> ArrayOrFloat:
     """Passes over a layer's sharded parameters per micro-batch under ZeRO-3 / FSDP: an
     all-gather before forward, another before backward and a gradient reduce-scatter — 3
     (Rajbhandari et al. 2020 §5: 3Ψ) — plus, under DeepSpeed's stage 3 (``deepspeed``,
@@ -912,10 +914,12 @@ def sharded_passes_per_microbatch(framework: str, S: StrategyArrays, recomputed_
     (torchtitan ``apply_ac`` then ``fully_shard``): the unit's pre-backward unshard precedes the
     recompute and the inner module's forward fires no FSDP hook — 3 passes whatever the recompute.
     Selective recompute re-runs only the core attention, which has no parameters.
-    ``recomputed_fraction``: the fraction of the layers recomputed (``recompute_fraction``)."""
+    ``recomputed_fraction``: the fraction of the layers recomputed (default
+    :func:`recompute_fraction`, worked out only for DeepSpeed); 3.0 itself for the others."""
     if framework not in ("deepspeed", "megatron-deepspeed"):
-        return np.full(np.shape(S.recompute), 3.0)
-    out: FloatArray = 3.0 + np.where(S.recompute == 2, np.asarray(recomputed_fraction, dtype=float), 0.0)
+        return 3.0
+    frac = recompute_fraction(model, S) if recomputed_fraction is None else np.asarray(recomputed_fraction, dtype=float)
+    out: FloatArray = 3.0 + np.where(S.recompute == 2, frac, 0.0)
     return out
 
 

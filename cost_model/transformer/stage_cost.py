@@ -35,7 +35,6 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
-    recompute_fraction,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
@@ -265,8 +264,8 @@ def stage_cost(
     per_unit = sharded_collectives_per_layer(model, training.framework)
     matrices = 2 + model.ffn_matrices if per_unit > 1 else 1  # the tensors that carry the bytes
     # DeepSpeed's re-gather for a recomputed forward: decoder layers only, spread over the units
-    layer_passes = sharded_passes_per_microbatch(training.framework, S, recompute_fraction(model, S))
-    passes = 3.0 + (layer_passes - 3.0) * n / np.maximum(units, 1.0)
+    layer_passes = sharded_passes_per_microbatch(model, training.framework, S)
+    passes = layer_passes if isinstance(layer_passes, float) else 3.0 + (layer_passes - 3.0) * n / np.maximum(units, 1.0)
     if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
         sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
                                       bandwidth_messages=matrices, passes=passes) + sharded_step_comm_s(

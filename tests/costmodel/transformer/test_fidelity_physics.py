@@ -87,14 +87,14 @@ def test_deepspeed_stage3_gathers_again_for_a_recomputed_forward_fsdp_does_not()
     """DeepSpeed's per-submodule fetch/release hooks fire in the activation checkpoint's
     recomputed forward: 3 all-gathers + 1 reduce-scatter per recomputed layer; FSDP's unit is
     unsharded once for backward (recompute inside it), selective recompute re-runs no weights."""
+    model = get_preset("gpt3-1.3b")  # 24 layers: the block method's first 12 are half of them
     S = StrategyArrays.from_strategies(
         [Strategy(dp=8, zero_stage=3, recompute=r) for r in ("none", "selective", "full")]
-        + [Strategy(dp=8, zero_stage=3, recompute="full", recompute_num_layers=2)]
+        + [Strategy(dp=8, zero_stage=3, recompute="full", recompute_num_layers=12)]
     )
-    half = np.array([0.0, 0.0, 1.0, 0.5])  # the last: half of the layers recomputed (block method)
-    assert list(sharded_passes_per_microbatch("deepspeed", S, half)) == [3.0, 3.0, 4.0, 3.5]
-    assert list(sharded_passes_per_microbatch("megatron-deepspeed", S, half)) == [3.0, 3.0, 4.0, 3.5]
-    assert list(sharded_passes_per_microbatch("fsdp", S, half)) == [3.0, 3.0, 3.0, 3.0]
+    assert list(sharded_passes_per_microbatch(model, "deepspeed", S)) == [3.0, 3.0, 4.0, 3.5]
+    assert list(sharded_passes_per_microbatch(model, "megatron-deepspeed", S)) == [3.0, 3.0, 4.0, 3.5]
+    assert list(np.broadcast_to(sharded_passes_per_microbatch(model, "fsdp", S), 4)) == [3.0, 3.0, 3.0, 3.0]
     links = _links()
     t = Training(global_batch_size=64, sequence_length=2048, framework="deepspeed")
     one = StrategyArrays.from_strategies([Strategy(dp=32, zero_stage=3)])
