@@ -91,8 +91,8 @@ def physics_cases() -> list[dict]:
     out.append({"physics": "ZeRO-3 per-micro-batch gathers: GPT-3 175B, DeepSpeed ZeRO-3, A100, global batch 1536, step (s) by dp",
                 "result": steps, "measured (Narayanan 2021 Table 2)": {384: 81.6, 768: 66.7, 1536: 66.7}})
     traffic = {}
+    tn = replace(t, grad_reduce_overlap=False)  # no overlap: the exposed traffic is all of it
     for recompute in ("selective", "full"):
-        tn = replace(t, grad_reduce_overlap=False)  # no overlap: the exposed traffic is all of it
         est = estimate(gpt3, tn, simple_cluster("A100-SXM4-80GB", 96), Strategy(dp=768, micro_batch_size=2, zero_stage=3, recompute=recompute))
         traffic[recompute] = round(est.breakdown_s["dp_comm_exposed"], 2)
     out.append({"physics": "DeepSpeed stage-3 hooks re-gather a recomputed layer's weights: GPT-3 175B, ZeRO-3 dp 768, ZeRO traffic per step (s) by recompute",

@@ -315,7 +315,8 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         # tensor parallelism over a node's GPUs, the pipeline across nodes (Narayanan et al.
         # 2021 §3.3, Takeaway #1) — where it divides; else the fastest split that fits.
         mp = p["model_parallel_size"]
-        gpn = row["hardware"].get("gpus_per_node") or 8
+        found = device_for(row["hardware"])
+        gpn = found[1] if found else 8
         if mp % gpn == 0 and model.num_heads % gpn == 0:
             tpp = [(gpn, mp // gpn)]
             assumptions.append("tp/pp split of tp·pp: tp = GPUs per node, pipeline across nodes (Narayanan 2021 Takeaway #1)")
