@@ -79,6 +79,12 @@ def physics_cases() -> list[dict]:
     has (the unit tests pin the formulas; these are the figures the README quotes)."""
     from cost_model import Strategy, Training, estimate, simple_cluster
     from cost_model.comm import Links, allreduce_time_s
+    from cost_model.devices import get_device
+    from cost_model.transformer.layer_cost import (
+        StrategyArrays,
+        deepspeed_gather_copy_out_s,
+        sharded_collectives_per_layer,
+    )
     from cost_model.transformer.spec import get_preset
 
     out: list[dict] = []
@@ -97,6 +103,11 @@ def physics_cases() -> list[dict]:
         traffic[recompute] = round(est.breakdown_s["dp_comm_exposed"], 2)
     out.append({"physics": "DeepSpeed stage-3 hooks re-gather a recomputed layer's weights: GPT-3 175B, ZeRO-3 dp 768, ZeRO traffic per step (s) by recompute",
                 "result": traffic})
+    S = StrategyArrays.from_strategies([Strategy(dp=dp, micro_batch_size=1, zero_stage=3, recompute="full") for dp in (384, 768, 1536)])
+    copy_out = deepspeed_gather_copy_out_s(gpt3.decoder_layer_params(), gpt3.num_layers, t, S, get_device("A100-SXM4-80GB"),
+                                           sharded_collectives_per_layer(gpt3, "deepspeed"), 3.0)
+    out.append({"physics": "DeepSpeed stage-3 tensor-list gathers copy NCCL's output out per rank: GPT-3 175B, A100, full recompute, copy-out seconds per micro-batch by dp",
+                "result": {dp: round(float(v), 2) for dp, v in zip((384, 768, 1536), copy_out, strict=True)}})
     llama8 = get_preset("llama3-8b")
     c = simple_cluster("H100-SXM5-80GB", 1)
     s = Strategy(dp=8, micro_batch_size=1, zero_stage=1)

@@ -972,6 +972,43 @@ def sharded_step_comm_s(
     return out
 
 
+def deepspeed_gather_copy_out_s(
+    layer_params_per_gpu: ArrayOrFloat,
+    layers: ArrayOrFloat,
+    training: Training,
+    S: StrategyArrays,
+    device: DeviceSpec,
+    collectives_per_layer: int,
+    gathers_per_layer: ArrayOrFloat,
+) -> FloatArray:
+    """Seconds per micro-batch that DeepSpeed's stage-3 gathers spend copying their output out
+    of NCCL's buffer (0 for the other frameworks).
+
+    DeepSpeed's stage 3 gathers a parameter into a list of views, one per rank of the dp·cp
+    group, of the gathered buffer (``partition_parameters._allgather_param``:
+    ``torch.distributed.all_gather(partitions, partitions[rank])`` with
+    ``partitions[i] = flat_tensor.narrow(0, partition_size * i, partition_size)``), the
+    tensor-list all-gather.  PyTorch's NCCL backend runs that as one ``ncclAllGather`` into a
+    flattened copy of the list (``flatten_for_scatter_gather``) and then, on the NCCL stream,
+    copies each of the n chunks into its list entry (``outputTensors[i][j].copy_``) before the
+    work completes: per gathered tensor, n copy kernels — each small, so bounded by the launch
+    cost ``kernel_overhead_s`` — moving the gathered bytes once more through HBM (read and
+    write).  ``t = G · L · (k · n · t_launch + 2 · W / (B · f_mem))`` with G gathers of each of
+    L layers (:func:`sharded_passes_per_microbatch` − 1: forward, backward, recompute), k
+    collectives per layer (:func:`sharded_collectives_per_layer`) and W the layer's gathered
+    bytes.  The copies run on the NCCL stream, so they hide behind compute as the collective
+    does.  ``all_gather_into_tensor`` (FSDP, Megatron-Core's FSDP) writes in place: no copy.
+    """
+    if training.framework not in ("deepspeed", "megatron-deepspeed"):
+        return np.zeros(len(S))
+    gb = 4.0 if training.dtype == "fp32" else 2.0
+    n = S.dp * S.cp
+    per_gather = memory_bound_time_s(2.0 * np.asarray(layer_params_per_gpu, dtype=float) * gb, device,
+                                     kernels=float(collectives_per_layer) * n)
+    out: FloatArray = np.asarray(gathers_per_layer, dtype=float) * layers * per_gather * (n > 1)
+    return out
+
+
 def sharded_microbatch_exposed_s(
     comm_s: ArrayOrFloat, zero_stage: ArrayOrFloat, forward_s: ArrayOrFloat, backward_s: ArrayOrFloat, overlap: ArrayOrFloat,
     passes: ArrayOrFloat = 3.0,

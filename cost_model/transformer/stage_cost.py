@@ -26,6 +26,7 @@ from cost_model.transformer.layer_cost import (
     WORKSPACE_BYTES,
     LayerCosts,
     StrategyArrays,
+    deepspeed_gather_copy_out_s,
     dp_gradient_comm_s,
     dp_overlap_fraction,
     embedding_head_costs,
@@ -274,6 +275,8 @@ def stage_cost(
     else:
         sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
                                       bandwidth_messages=matrices, passes=passes)
+    sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
+                                                    per_unit, np.asarray(passes) - 1.0)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).

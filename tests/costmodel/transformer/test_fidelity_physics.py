@@ -14,6 +14,7 @@ from cost_model.transformer.calibration import PRIORS, Constants, calibrated_dev
 from cost_model.transformer.layer_cost import (
     StrategyArrays,
     activation_bytes,
+    deepspeed_gather_copy_out_s,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
@@ -83,6 +84,26 @@ def test_deepspeed_gathers_per_tensor_fsdp_per_unit():
     assert sharded_collectives_per_layer(GPT3, "fsdp") == 1
 
 
+def test_deepspeed_tensor_list_gather_copies_out_once_per_rank_fsdp_gathers_in_place():
+    """DeepSpeed's stage 3 gathers into a list of per-rank views: PyTorch copies NCCL's flat
+    output into each, n launch-bound copies per gathered tensor plus the bytes once more
+    through HBM — a cost that grows with the dp size; FSDP's in-place gather has none."""
+    from cost_model.devices import get_device
+
+    dev = get_device("A100-SXM4-80GB")
+    layer = GPT3.decoder_layer_params()
+    t = Training(global_batch_size=1536, sequence_length=2048, framework="deepspeed")
+    S = StrategyArrays.from_strategies([Strategy(dp=dp, zero_stage=3) for dp in (1, 384, 768, 1536)])
+    out = deepspeed_gather_copy_out_s(layer, 96, t, S, dev, 5, 3.0)
+    assert out[0] == 0.0  # nothing gathered
+    eff = dev.efficiency
+    hbm = 2 * layer * 2 / (dev.memory_bandwidth_GBps * 1e9 * eff.memory_fraction)
+    for n, got in zip((384, 768, 1536), out[1:], strict=True):
+        assert got == pytest.approx(3 * 96 * (5 * n * eff.kernel_overhead_s + hbm))
+    assert out[3] - out[2] == pytest.approx(2 * (out[2] - out[1]))  # linear in n
+    assert not deepspeed_gather_copy_out_s(layer, 96, replace(t, framework="fsdp"), S, dev, 1, 2.0).any()
+
+
 def test_deepspeed_stage3_gathers_again_for_a_recomputed_forward_fsdp_does_not():
     """DeepSpeed's per-submodule fetch/release hooks fire in the activation checkpoint's
     recomputed forward: 3 all-gathers + 1 reduce-scatter per recomputed layer; FSDP's unit is
@@ -119,9 +140,20 @@ def test_deepspeed_zero3_with_full_recompute_pays_the_regather_in_the_step():
         s = Strategy(dp=32, micro_batch_size=1, zero_stage=3, recompute=recompute)
         return estimate(model, t, cluster, s).breakdown_s["dp_comm_exposed"]
 
-    units = model.num_layers + 2
-    ratio = dp_exposed("deepspeed", "full") / dp_exposed("deepspeed", "selective")
-    assert ratio == pytest.approx((3 * units + model.num_layers) / (3 * units), rel=1e-3)
+    # the difference is one more gather of every decoder layer: its collectives and its copy-out
+    from cost_model.devices import get_device
+    from cost_model.transformer.stage_cost import stage_params
+
+    S = StrategyArrays.from_strategies([Strategy(dp=32, micro_batch_size=1, zero_stage=3)])
+    dense, experts = stage_params(model, S, model.num_layers, True, True)
+    per_unit = (dense + experts) / (model.num_layers + 2)
+    t = Training(global_batch_size=32, sequence_length=2048, framework="deepspeed", grad_reduce_overlap=False)
+    k = sharded_collectives_per_layer(model, "deepspeed")
+    one_gather = sharded_step_comm_s(per_unit, model.num_layers, t, S, Links.for_group(cluster.node_groups[0]), k,
+                                     bandwidth_messages=k - 1, passes=1.0) + deepspeed_gather_copy_out_s(
+        per_unit, model.num_layers, t, S, get_device("A100-SXM4-80GB"), k, 1.0)
+    extra = dp_exposed("deepspeed", "full") - dp_exposed("deepspeed", "selective")
+    assert extra == pytest.approx(float(one_gather[0]), rel=1e-3)
     assert dp_exposed("fsdp", "full") == pytest.approx(dp_exposed("fsdp", "selective"), rel=1e-6)
 
 
