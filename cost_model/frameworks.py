@@ -70,6 +70,10 @@ class FrameworkRules:
     sharding_name: Mapping[int, str]
     #: full recompute of only some layers of each model chunk (``recompute_num_layers``)
     block_recompute: bool = False
+    #: runs DeepSpeed's engine: its ZeRO optimizer's gradient buffers, its stage-3 hooks and
+    #: tensor-list gathers, its pipeline engine — the cost terms and fitted constants of
+    #: ``cost_model.transformer.calibration`` named ``*.megatron-deepspeed``
+    deepspeed_engine: bool = False
 
 
 RULES: dict[str, FrameworkRules] = {
@@ -82,13 +86,13 @@ RULES: dict[str, FrameworkRules] = {
     "megatron-deepspeed": FrameworkRules(
         name="megatron-deepspeed", tensor_parallel=True, sequence_parallel=True, context_parallel=False, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False,
+        ep_folding=False, fp8=False, deepspeed_engine=True,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "deepspeed": FrameworkRules(
         name="deepspeed", tensor_parallel=False, sequence_parallel=False, context_parallel=False, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False,
+        ep_folding=False, fp8=False, deepspeed_engine=True,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "fsdp": FrameworkRules(
@@ -115,6 +119,11 @@ BLOCK_RECOMPUTE_MISSING = (
 def rules_for(framework: str) -> FrameworkRules:
     """The rule table of ``framework`` (one of :data:`cost_model.training.FRAMEWORKS`)."""
     return RULES[framework]
+
+
+def runs_deepspeed_engine(framework: str) -> bool:
+    """Whether ``framework`` trains under DeepSpeed's engine (``deepspeed``, ``megatron-deepspeed``)."""
+    return rules_for(framework).deepspeed_engine
 
 
 def ep_group_divisor(framework: str, *, tp: int, dp: int, cp: int) -> int:

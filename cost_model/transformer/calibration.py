@@ -112,6 +112,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.devices import NARROW_DTYPES, DeviceSpec
+from cost_model.frameworks import runs_deepspeed_engine
 
 PRIORS: dict[str, float] = {
     "framework_gemm_efficiency.megatron-deepspeed": 1.0,
@@ -135,8 +136,7 @@ FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
 def _deepspeed_engine(name: str, framework: str, otherwise: float) -> float:
     """Constant ``name`` of DeepSpeed's engine (``name.megatron-deepspeed``, which ``deepspeed``
     shares) for a DeepSpeed framework; ``otherwise`` for the frameworks that lack that part."""
-    fw = FRAMEWORK_ALIAS.get(framework, framework)
-    return current().get(f"{name}.{fw}") if fw == "megatron-deepspeed" else otherwise
+    return current().get(f"{name}.megatron-deepspeed") if runs_deepspeed_engine(framework) else otherwise
 
 
 def sharded_prefetch_overlap(framework: str) -> float:

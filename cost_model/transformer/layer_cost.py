@@ -46,6 +46,7 @@ from cost_model.compute import (
     memory_bound_time_s,
 )
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
+from cost_model.frameworks import runs_deepspeed_engine
 from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
@@ -865,10 +866,10 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     shard = np.asarray(shard, dtype=float)
     weights = np.where(z >= 3, w / shard, w)
     grads = np.where(z >= 2, g / shard, g)
-    if mixed and training.framework in ("megatron-deepspeed", "deepspeed"):
+    if mixed and runs_deepspeed_engine(training.framework):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
     opt = np.where(z >= 1, o / shard, o)
-    if training.dtype == "bf16" and training.framework in ("megatron-deepspeed", "deepspeed"):
+    if training.dtype == "bf16" and runs_deepspeed_engine(training.framework):
         # DeepSpeed's BF16_Optimizer (``runtime/bf16_optimizer.py``), used for bf16 at stage ≤ 1:
         # the bf16 gradients (2) are accumulated into a full-size fp32 gradient buffer (4,
         # ``zeros_like(bf16_groups_flat, dtype=float32)``: "fp32 grad accumulation", not
@@ -893,7 +894,7 @@ def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int
     matrix (QKV, projection, the FFN's) exceeds the bucket and is gathered on its own, the small
     tensors (biases, norms) share one coalesced gather — so a GPT layer issues 4 + 1.
     """
-    if framework in ("deepspeed", "megatron-deepspeed"):
+    if runs_deepspeed_engine(framework):
         return 2 + model.ffn_matrices + (1 if param_tensors_per_layer(model) > 2 + model.ffn_matrices else 0)
     return 1
 
@@ -916,7 +917,7 @@ def sharded_passes_per_microbatch(
     Selective recompute re-runs only the core attention, which has no parameters.
     ``recomputed_fraction``: the fraction of the layers recomputed (default
     :func:`recompute_fraction`, worked out only for DeepSpeed); 3.0 itself for the others."""
-    if framework not in ("deepspeed", "megatron-deepspeed"):
+    if not runs_deepspeed_engine(framework):
         return 3.0
     frac = recompute_fraction(model, S) if recomputed_fraction is None else np.asarray(recomputed_fraction, dtype=float)
     out: FloatArray = 3.0 + np.where(S.recompute == 2, frac, 0.0)
@@ -999,7 +1000,7 @@ def deepspeed_gather_copy_out_s(
     bytes.  The copies run on the NCCL stream, so they hide behind compute as the collective
     does.  ``all_gather_into_tensor`` (FSDP, Megatron-Core's FSDP) writes in place: no copy.
     """
-    if training.framework not in ("deepspeed", "megatron-deepspeed"):
+    if not runs_deepspeed_engine(training.framework):
         return np.zeros(len(S))
     gb = 4.0 if training.dtype == "fp32" else 2.0
     n = S.dp * S.cp

@@ -14,6 +14,7 @@ import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
+from cost_model.frameworks import runs_deepspeed_engine
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
@@ -90,7 +91,7 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
     :func:`cost_model.compute.memory_bound_time_s`."""
     from cost_model.compute import memory_bound_time_s
 
-    if training.framework not in ("megatron-deepspeed", "deepspeed"):
+    if not runs_deepspeed_engine(training.framework):
         return np.zeros_like(np.asarray(S.tp, dtype=float))
     per_param = GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0)
     t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * per_param, device, kernels=np.asarray(tensors, dtype=float))
@@ -249,7 +250,7 @@ def stage_cost(
     # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
     # parameters at stage3_max_live_parameters (default 1e9).
     live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)))
-    if training.framework in ("deepspeed", "megatron-deepspeed"):
+    if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
     layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)

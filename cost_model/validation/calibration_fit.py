@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_model.devices import NARROW_DTYPES
+from cost_model.frameworks import runs_deepspeed_engine
 from cost_model.transformer.calibration import PRIORS, Constants, using
 from cost_model.validation.fidelity import RowResult, conformal_quantile, evaluate_case
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows
@@ -85,19 +86,19 @@ def affects(name: str, case: PublishedCase) -> bool:
     fw = case.training.framework
     group = case.cluster.node_groups[0]
     if name == "framework_gemm_efficiency.megatron-deepspeed":
-        return fw in ("megatron-deepspeed", "deepspeed")
+        return runs_deepspeed_engine(fw)
     if name.startswith("framework_gemm_efficiency."):
         return fw == name.split(".", 1)[1]
     if name.startswith("fabric_fraction."):
         return group.fabric == name.split(".", 1)[1] and case.cluster.total_gpus > group.gpus_per_node
     if name == "sharded_collective_efficiency":
-        return fw not in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
+        return not runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in case.candidates)
     if name in DEEPSPEED_STAGE3:
-        return fw in ("megatron-deepspeed", "deepspeed") and any(s.zero_stage >= 3 for s in case.candidates)
+        return runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in case.candidates)
     if name == "fp8_gemm_efficiency":
         return case.training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibration.calibrated_device)
     if name == "pipeline_layer_overhead_s.megatron-deepspeed":
-        return fw in ("megatron-deepspeed", "deepspeed") and any(s.pp > 1 for s in case.candidates)
+        return runs_deepspeed_engine(fw) and any(s.pp > 1 for s in case.candidates)
     if name == "overlap_compute_slowdown":
         return any(s.zero_stage >= 2 for s in case.candidates) and case.training.grad_reduce_overlap
     if name == "misaligned_gemm_fraction":

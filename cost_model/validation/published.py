@@ -66,7 +66,7 @@ from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
 from cost_model.devices import DTYPES
-from cost_model.frameworks import rules_for
+from cost_model.frameworks import rules_for, runs_deepspeed_engine
 from cost_model.strategy import Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
@@ -367,7 +367,7 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         dp = p.get("dp") or n_gpus // (tp * pp * cp)
         sps = ([False] if (group in NO_SP_GROUPS or tp == 1) else [False, True]) if sp is None else [bool(sp) and tp > 1]
         v = p.get("virtual_pipeline_stages")
-        if framework in ("megatron-deepspeed", "deepspeed") or pp == 1:
+        if runs_deepspeed_engine(framework) or pp == 1:
             vpps = [1]
         elif v:
             vpps = [v]

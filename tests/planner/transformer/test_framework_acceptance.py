@@ -265,3 +265,11 @@ def test_a_pinned_split_that_fits_nowhere_names_memory_not_divisibility():
     with pytest.raises(NoFeasiblePlan) as exc:
         _plan(_body({"preset": "llama3-405b"}, "fsdp", nodes=({**H100_NODE, "count": 1024},), constraints=constraints, gbs=2048, seq=8192))
     assert "no strategy fits" in str(exc.value) and exc.value.field == "cluster", str(exc.value)
+
+
+def test_deepspeed_engine_frameworks_are_the_two_deepspeed_ones():
+    """The DeepSpeed-engine terms (ZeRO buffers, stage-3 hooks and gathers, pipeline engine)
+    apply to exactly ``deepspeed`` and ``megatron-deepspeed``."""
+    from cost_model.frameworks import runs_deepspeed_engine
+
+    assert {fw for fw in RULES if runs_deepspeed_engine(fw)} == {"deepspeed", "megatron-deepspeed"}
