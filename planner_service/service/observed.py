@@ -40,6 +40,7 @@ from cost_model.errors import InvalidInput, PlannerError
 from cost_model.strategy import strategy_from_dict
 from planner_service.observations import check_matches, parse_log, plan_facts, summarize
 from planner_service.planner.request import PlanRequest
+from planner_service.storage.errors import Busy
 from planner_service.storage.observations import ObservationStore, StoredCalibration, StoredObservation
 from planner_service.storage.repository import StoredPlan
 
@@ -311,7 +312,9 @@ class ObservationService:
         overrides = self.recalibrated_overrides(plan)
         prepared = self.plans.prepare({**plan.request, **overrides})
         try:
-            result = self.plans._run_planner(prepared.request, None, None)
+            result = self.plans.search_now(prepared.request)
+        except Busy:  # no search slot free: a 429/503 with Retry-After, not an answer
+            raise
         except PlannerError as exc:  # e.g. nothing fits with the headroom a tight plan needs
             out["reason"] = f"no plan at the latest calibration{' with more memory headroom' if overrides else ''}: {exc.message}"
             return out

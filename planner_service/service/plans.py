@@ -14,6 +14,7 @@ uses :func:`planner_service.planner.plan`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -440,12 +441,21 @@ class PlanService:
         kept = kept_layout_request(req, parent)
         return None if kept is None else (kept, self._start_planner(kept, progress, should_cancel))
 
+    def _admitted(self) -> contextlib.AbstractContextManager[None]:
+        """One synchronous search slot of this tenant and of the server (raises ``Busy``, a
+        429/503, when none is free); nothing to hold without an executor."""
+        return contextlib.nullcontext() if self.executor is None else self.executor.admit(self.repo.owner)
+
     def _compute_now(self, prepared: PreparedRequest, parent: StoredPlan | None = None) -> NewPlan:
         """A synchronous search, admitted against the tenant's and the server's search quota."""
-        if self.executor is None:
+        with self._admitted():
             return self.compute(prepared, parent=parent)
-        with self.executor.admit(self.repo.owner):
-            return self.compute(prepared, parent=parent)
+
+    def search_now(self, req: PlanRequest) -> PlanResult:
+        """A synchronous search that stores nothing (a plan's suggestion), admitted against the
+        same quota as a stored plan's."""
+        with self._admitted():
+            return self._run_planner(req, None, None)
 
     def compute(
         self,

@@ -70,6 +70,39 @@ def test_a_tenant_over_its_concurrent_searches_gets_429_others_proceed(make_clie
     assert client.app.state.executor.inflight() == 0
 
 
+def test_a_plan_suggestion_searches_within_the_tenants_quota(make_client):
+    """GET /v1/plans/{id}/suggestion runs a search (stores nothing): it takes a slot of the
+    tenant's concurrent searches like POST /v1/plans, so a tenant at its limit gets 429 there
+    too, and the slot is freed after."""
+    from planner_service.storage.observations import ObservationStore
+
+    release, entered = threading.Event(), threading.Semaphore(0)
+    release.set()
+    client = make_client(plan_fn=_blocking_planner(release, entered), auth="enabled", tenant_max_concurrent_searches=1, search_max_inflight=4,
+                         solver_time_limit_s=3.0)
+    keys = _keys(client, "team-a")
+    planned = client.post("/v1/plans", json=_body("s1"), headers=keys["team-a"])
+    assert planned.status_code == 201, planned.text
+    assert entered.acquire(timeout=30)
+    names = ["fabric_efficiency.infiniband", "framework_efficiency.megatron-core", "gemm_efficiency.ampere"]
+    fit = {"names": names, "covariance": [[1e-4 if i == j else 0.0 for j in range(3)] for i in range(3)], "residual_log_sd": 0.03}
+    ObservationStore(client.app.state.repository.scoped("team-a")).add_calibration(
+        planned.json()["cluster"]["name"], dict.fromkeys(names, 0.9), fit)  # a newer calibration: the suggestion searches
+    url = f"/v1/plans/{planned.json()['id']}/suggestion"
+    release.clear()
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(client.post, "/v1/plans", json=_body("s2"), headers=keys["team-a"])
+        assert entered.acquire(timeout=30)
+        over = client.get(url, headers=keys["team-a"])
+        release.set()
+        assert busy.result().status_code == 201
+    assert over.status_code == 429, over.text
+    assert over.json()["error"]["code"] == "tenant_concurrency"
+    after = client.get(url, headers=keys["team-a"])
+    assert after.status_code == 200 and after.json()["latest_calibration_version"] == 1, after.text
+    assert client.app.state.executor.inflight() == 0
+
+
 def test_a_full_server_answers_503_with_retry_after(make_client):
     release, entered = threading.Event(), threading.Semaphore(0)
     client = make_client(plan_fn=_blocking_planner(release, entered), search_max_inflight=1)

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from planner_service.api.deps import ServiceDep
 from planner_service.api.schemas import (
+    BUSY_RESPONSES,
     INVALID_INPUT,
     ClusterCalibration,
     ErrorBody,
@@ -68,7 +69,7 @@ def list_observations(plan_id: str, service: ServiceDep) -> JSONResponse:
     "/plans/{plan_id}/suggestion",
     response_model=PlanSuggestion,
     summary="A better plan when the cluster's recalibration or the observed memory calls for one (plans, stores nothing)",
-    responses=_NOT_FOUND,
+    responses={**_NOT_FOUND, **BUSY_RESPONSES},
 )
 def plan_suggestion(plan_id: str, service: ServiceDep) -> JSONResponse:
     return JSONResponse(service.observed().suggestion(plan_id))
