@@ -149,11 +149,11 @@ def peer_comparison(results) -> dict | None:
     """The same rows (same layout as ours) through llm-analysis, when it is installed."""
     import peer_llm_analysis as peer
 
-    from cost_model.validation.published import PublishedCase, all_rows
+    from cost_model.validation.published import cases as measured_cases
 
     if not peer.available():
         return None
-    cases = {c.row_id: c for c in all_rows() if isinstance(c, PublishedCase) and c.measured_status == "ok"}
+    cases = {c.row_id: c for c in measured_cases()}
     ours, theirs = [], []
     for r in results:
         c = cases.get(r.row_id)

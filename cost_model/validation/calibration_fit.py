@@ -33,7 +33,7 @@ from cost_model.devices import NARROW_DTYPES
 from cost_model.frameworks import runs_deepspeed_engine
 from cost_model.transformer.calibration import PRIORS, Constants, using
 from cost_model.validation.fidelity import RowResult, conformal_quantile, evaluate_case
-from cost_model.validation.published import PublishedCase, Unplannable, all_rows
+from cost_model.validation.published import PublishedCase, Unplannable, all_rows, measured
 
 #: Grid (multiples of the prior) at which each row's response to a constant is tabulated.
 RESPONSE_GRID = (0.15, 0.25, 0.4, 0.6, 0.8, 1.0, 1.25, 1.6, 2.5)
@@ -264,11 +264,10 @@ def cross_validate(tables: Tables, cases: Sequence[PublishedCase | Unplannable],
     :func:`fit_recentred` on the other sources' rows)."""
     errors: dict[str, float] = {}
     fitted: dict[str, dict[str, float]] = {}
-    by_source: dict[str, list[PublishedCase | Unplannable]] = {}
-    for c in cases:
-        if isinstance(c, PublishedCase) and c.measured_status == "ok":
-            by_source.setdefault(c.source, []).append(c)
-    ok = [c for group in by_source.values() for c in group if isinstance(c, PublishedCase)]
+    by_source: dict[str, list[PublishedCase]] = {}
+    for c in measured(cases):
+        by_source.setdefault(c.source, []).append(c)
+    ok = [c for group in by_source.values() for c in group]
     for src, held in sorted(by_source.items()):
         constants, _ = fit_recentred(tables, ok, base_results, exclude_source=src)
         fitted[src] = constants
@@ -360,7 +359,7 @@ def run(progress: Callable[[str], None] | None = None) -> CalibrationRun:
     say = progress or (lambda _msg: None)
     say("evaluating every row at the priors")
     prior = evaluate_at(dict(PRIORS), cases)
-    ok_cases = [c for c in cases if isinstance(c, PublishedCase) and c.measured_status == "ok"]
+    ok_cases = measured(cases)
     say("tabulating each row's response to each constant")
     base_results = {r.row_id: r for r in prior}
     tables = build_tables(ok_cases, base_results)

@@ -59,7 +59,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -254,11 +254,15 @@ def all_rows(kind: str = "end_to_end_iteration") -> Iterator[PublishedCase | Unp
         yield _case(row)
 
 
+def measured(rows: Iterable[PublishedCase | Unplannable]) -> list[PublishedCase]:
+    """The plannable ones of ``rows`` with a measured step time (status ``ok``): the rows the
+    calibration fits and cross-validates."""
+    return [c for c in rows if isinstance(c, PublishedCase) and c.measured_status == "ok"]
+
+
 def cases(kind: str = "end_to_end_iteration") -> Iterator[PublishedCase]:
     """Every plannable row with a measured step time (status ``ok``)."""
-    for c in all_rows(kind):
-        if isinstance(c, PublishedCase) and c.measured_status == "ok":
-            yield c
+    yield from measured(all_rows(kind))
 
 
 def _global_batch(row: dict[str, Any], dp: int) -> tuple[int | None, str | None]:
