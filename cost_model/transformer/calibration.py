@@ -129,14 +129,15 @@ PRIORS: dict[str, float] = {
     "sharded_prefetch_overlap.megatron-deepspeed": 1.0,
     "overlap_compute_slowdown": 0.15,
 }
-#: Frameworks that share another's kernel constant (module docstring).
-FRAMEWORK_ALIAS = {"deepspeed": "megatron-deepspeed"}
+#: The suffix of the constants DeepSpeed's engine shares (``deepspeed`` and ``megatron-deepspeed``
+#: run the same engine: module docstring).
+DEEPSPEED = "megatron-deepspeed"
 
 
 def _deepspeed_engine(name: str, framework: str, otherwise: float) -> float:
     """Constant ``name`` of DeepSpeed's engine (``name.megatron-deepspeed``, which ``deepspeed``
     shares) for a DeepSpeed framework; ``otherwise`` for the frameworks that lack that part."""
-    return current().get(f"{name}.megatron-deepspeed") if runs_deepspeed_engine(framework) else otherwise
+    return current().get(f"{name}.{DEEPSPEED}") if runs_deepspeed_engine(framework) else otherwise
 
 
 def sharded_prefetch_overlap(framework: str) -> float:
@@ -173,7 +174,7 @@ class Constants:
         return float(self.values.get(name, PRIORS.get(name, 1.0)))
 
     def framework_gemm_efficiency(self, framework: str) -> float:
-        fw = FRAMEWORK_ALIAS.get(framework, framework)
+        fw = DEEPSPEED if runs_deepspeed_engine(framework) else framework
         return 1.0 if fw == "megatron-core" else self.get(f"framework_gemm_efficiency.{fw}")
 
     def fabric_fraction(self, fabric: str) -> float:

@@ -276,8 +276,9 @@ def stage_cost(
     else:
         sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
                                       bandwidth_messages=matrices, passes=passes)
-    sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
-                                                    per_unit, np.asarray(passes) - 1.0)
+    if runs_deepspeed_engine(training.framework):  # its tensor-list gathers copy out per rank
+        sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
+                                                        per_unit, np.asarray(passes) - 1.0)
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).
