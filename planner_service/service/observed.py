@@ -36,11 +36,10 @@ from cost_model.cluster_calibration import (
     response_table,
     sensitivity,
 )
-from cost_model.errors import InvalidInput, PlannerError
+from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.strategy import strategy_from_dict
 from planner_service.observations import check_matches, parse_log, plan_facts, summarize
 from planner_service.planner.request import PlanRequest
-from planner_service.storage.errors import Busy
 from planner_service.storage.observations import ObservationStore, StoredCalibration, StoredObservation
 from planner_service.storage.repository import StoredPlan
 
@@ -313,9 +312,7 @@ class ObservationService:
         prepared = self.plans.prepare({**plan.request, **overrides})
         try:
             result = self.plans.search_now(prepared.request)
-        except Busy:  # no search slot free: a 429/503 with Retry-After, not an answer
-            raise
-        except PlannerError as exc:  # e.g. nothing fits with the headroom a tight plan needs
+        except (NoFeasiblePlan, InvalidInput) as exc:  # e.g. nothing fits with the headroom a tight plan needs
             out["reason"] = f"no plan at the latest calibration{' with more memory headroom' if overrides else ''}: {exc.message}"
             return out
         best = result.best

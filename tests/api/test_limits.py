@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import pytest
 
+from helpers.calibrations import add_calibration
 from helpers.graphs import gpt_graph, mlp_onnx
 from helpers.requests import TWO_NODE_CLUSTER, small_request
 from planner_service.api.logs import REQUEST_ID, JsonFormatter, RequestIdFilter
@@ -74,8 +75,6 @@ def test_a_plan_suggestion_searches_within_the_tenants_quota(make_client):
     """GET /v1/plans/{id}/suggestion runs a search (stores nothing): it takes a slot of the
     tenant's concurrent searches like POST /v1/plans, so a tenant at its limit gets 429 there
     too, and the slot is freed after."""
-    from planner_service.storage.observations import ObservationStore
-
     release, entered = threading.Event(), threading.Semaphore(0)
     release.set()
     client = make_client(plan_fn=_blocking_planner(release, entered), auth="enabled", tenant_max_concurrent_searches=1, search_max_inflight=4,
@@ -84,10 +83,7 @@ def test_a_plan_suggestion_searches_within_the_tenants_quota(make_client):
     planned = client.post("/v1/plans", json=_body("s1"), headers=keys["team-a"])
     assert planned.status_code == 201, planned.text
     assert entered.acquire(timeout=30)
-    names = ["fabric_efficiency.infiniband", "framework_efficiency.megatron-core", "gemm_efficiency.ampere"]
-    fit = {"names": names, "covariance": [[1e-4 if i == j else 0.0 for j in range(3)] for i in range(3)], "residual_log_sd": 0.03}
-    ObservationStore(client.app.state.repository.scoped("team-a")).add_calibration(
-        planned.json()["cluster"]["name"], dict.fromkeys(names, 0.9), fit)  # a newer calibration: the suggestion searches
+    add_calibration(client, "team-a", planned.json()["cluster"]["name"])  # a newer calibration: the suggestion searches
     url = f"/v1/plans/{planned.json()['id']}/suggestion"
     release.clear()
     with ThreadPoolExecutor(1) as pool:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
+from helpers.calibrations import add_calibration
 from helpers.requests import small_request
 from planner_service.storage.db import make_engine, upgrade
 
@@ -210,17 +211,13 @@ def test_suggestion_when_a_recalibration_makes_another_layout_faster(client):
     reaches 5% of the catalog's bandwidth and GEMMs 80%: the replicas' gradient all-reduce across
     nodes is exposed, and a layout without data parallelism across nodes (a deeper pipeline)
     is faster by more than the interval."""
-    from planner_service.storage.observations import ObservationStore
-
     cluster = {"name": "slow-net", "node_groups": [{"name": "g", "count": 4, "gpus_per_node": 8, "device": "A100-SXM4-80GB",
                                                     "inter_node_bandwidth_GBps": 400}]}
     plan = _plan(client, model={"preset": "llama2-70b"}, training={"global_batch_size": 128, "sequence_length": 2048}, cluster=cluster, top_k=0)
     planned = plan["best"]["strategy"]
     assert planned["dp"] > 1
-    names = ["fabric_efficiency.infiniband", "framework_efficiency.megatron-core", "gemm_efficiency.ampere"]
-    constants = {"fabric_efficiency.infiniband": 0.05, "framework_efficiency.megatron-core": 1.0, "gemm_efficiency.ampere": 0.8}
-    fit = {"names": names, "covariance": [[1e-4 if i == j else 0.0 for j in range(3)] for i in range(3)], "residual_log_sd": 0.03}
-    ObservationStore(client.app.state.repository.scoped("default")).add_calibration("slow-net", constants, fit)
+    add_calibration(client, "default", "slow-net",
+                    {"fabric_efficiency.infiniband": 0.05, "framework_efficiency.megatron-core": 1.0, "gemm_efficiency.ampere": 0.8})
     s = client.get(f"/v1/plans/{plan['id']}/suggestion").json()
     assert s["latest_calibration_version"] == 1 and s["plan_calibration_version"] == 0
     assert s["suggest"] is True, s["reason"]
@@ -228,3 +225,27 @@ def test_suggestion_when_a_recalibration_makes_another_layout_faster(client):
     assert s["suggested"]["improvement_fraction"] > s["suggested"]["interval_fraction"] > 0
     assert s["current"]["step_time_s"] > plan["best"]["prediction"]["step_time_s"]  # the plan's layout re-costed slower
     assert "faster" in s["reason"]
+
+
+def test_a_suggestion_whose_search_finds_nothing_answers_why(make_client):
+    """The suggestion's search coming back empty is an answer (200, suggest false, the planner's
+    reason), not an error; a search slot refused is an error (tests/api/test_limits.py)."""
+    from cost_model.errors import NoFeasiblePlan
+    from planner_service.planner import SolverSettings
+    from planner_service.planner import plan as run_plan
+    calls: list[object] = []
+
+    def planner(req, settings, progress=None, should_cancel=None):
+        calls.append(req)
+        if len(calls) > 1:
+            raise NoFeasiblePlan("no strategy fits: needs at least 90 GB")
+        return run_plan(req, SolverSettings(time_limit_s=0.5))
+
+    client = make_client(plan_fn=planner)
+    plan = _plan(client)
+    add_calibration(client, "default", plan["cluster"]["name"])
+    r = client.get(f"/v1/plans/{plan['id']}/suggestion")
+    assert r.status_code == 200, r.text
+    s = r.json()
+    assert s["suggest"] is False and s["suggested"] is None and len(calls) == 2
+    assert s["reason"].startswith("no plan at the latest calibration") and "90 GB" in s["reason"]
