@@ -124,6 +124,7 @@ def summarise(rows: list[dict[str, Any]], unplannable: list[dict[str, Any]]) -> 
         "ooms_refused": f"{sum(not r['accepted'] for r in ooms)}/{len(ooms)}",
         "ooms_accepted": [{"id": r["id"], "peak_memory_GB": r.get("peak_memory_GB"), "peak_memory_GB_p10": r.get("peak_memory_GB_p10"), "tight": r.get("tight")} for r in ooms if r["accepted"]],
         "memory_rows": len(mem),
+        "memory_frameworks": sorted({r["framework"] for r in rows if r.get("memory_error") is not None}),
         "memory_median_error": round(statistics.median(mem), 4) if mem else None,
         "memory_median_abs_error": round(statistics.median(abs(e) for e in mem), 4) if mem else None,
         "memory_p90_abs_error": round(quantile([abs(e) for e in mem], 0.9), 4) if mem else None,
@@ -177,6 +178,8 @@ def interval_document(summary: dict[str, Any], fragmentation: float) -> dict[str
         "fragmentation_fraction": fragmentation,
         "fragmentation_prior": FRAGMENTATION_PRIOR,
         "rows": summary["memory_rows"],
+        # the frameworks those peaks were measured under: the interval is theirs (memory.interval_basis)
+        "frameworks": summary["memory_frameworks"],
         "quantity": "log(predicted / measured) peak memory per GPU, (q10, q90)",
         "measured": "BLOOM176B_topology_sweep 'Mem' column (max memory of the first/last stage GPUs)",
         "written_by": "bench/acceptance.py --write",

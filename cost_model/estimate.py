@@ -235,7 +235,7 @@ def estimate(
     peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
     mean_peak = float(np.mean(peaks))
     model_tflops = flops_to_tflops(model_flops / step_s / n_dev)
-    fits, tight, memory_warning = memory_verdict(stage_results, 0.0)
+    fits, tight, memory_warning = memory_verdict(stage_results, 0.0, training.framework)
     if memory_warning:
         warnings.append(memory_warning)
     breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
@@ -266,18 +266,18 @@ def estimate(
     )
 
 
-def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float) -> tuple[bool, bool, str | None]:
+def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float, framework: str) -> tuple[bool, bool, str | None]:
     """(fits, tight, warning) of the stages against their memory × (1 − headroom): fits when
     every stage's p10 peak is within it, tight when it fits but some stage's p90 is not
-    (:mod:`cost_model.transformer.memory`)."""
-    verdicts = [memory_fit(s.peak_memory_GB, s.memory_capacity_GB * (1.0 - headroom_fraction)) for s in stages]
+    (:mod:`cost_model.transformer.memory`; the interval is ``framework``'s)."""
+    verdicts = [memory_fit(s.peak_memory_GB, s.memory_capacity_GB * (1.0 - headroom_fraction), framework) for s in stages]
     fits = "does_not_fit" not in verdicts
     tight = fits and "tight" in verdicts
     if fits and not tight:
         return True, False, None
     worst = max(stages, key=lambda s: s.peak_memory_GB / s.memory_capacity_GB)
     usable = worst.memory_capacity_GB * (1.0 - headroom_fraction)
-    p10, p90 = interval_GB(worst.peak_memory_GB)
+    p10, p90 = interval_GB(worst.peak_memory_GB, framework)
     room = f"{worst.device} has {worst.memory_capacity_GB:.0f} GB" + (f" ({usable:.1f} GB usable with {headroom_fraction:.0%} headroom)" if headroom_fraction else "")
     if not fits:
         return False, False, (f"does not fit: stage {worst.index} needs {worst.peak_memory_GB:.1f} GB per GPU "

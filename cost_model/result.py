@@ -90,6 +90,9 @@ class Estimate:
     step_time_s_p90: float | None = None
     peak_memory_GB_p10: float | None = None
     peak_memory_GB_p90: float | None = None
+    #: memory.INTERVAL_BASES: the framework's measured peaks, or those widened by the
+    #: fragmentation's range (no measured peak under the framework); None without an interval
+    memory_interval_basis: str | None = None
     interval_regime: str | None = None
     model_params: float | None = None
     active_params: float | None = None  # parameters one token uses (MoE: top-k experts); = model_params when dense
@@ -109,7 +112,8 @@ class Estimate:
         same for the largest stage's peak memory (``peak_memory_GB`` is what PyTorch's caching
         allocator reserves, ``torch.cuda.max_memory_reserved``, plus CUDA context and NCCL
         buffers: ``peak_memory_quantity`` ``max_reserved``; the band comes from the residuals of
-        the measured peaks, :mod:`cost_model.transformer.memory`).  ``fits``: every stage's p10
+        the measured peaks, widened by the allocator's fragmentation range under a framework
+        without measured peaks: ``memory_interval_basis``, :mod:`cost_model.transformer.memory`).  ``fits``: every stage's p10
         is within its memory; ``tight``: it fits but some stage's p90 is not."""
         return {
             "step_time_s": self.step_time_s,
@@ -117,6 +121,7 @@ class Estimate:
             "step_time_s_p90": self.step_time_s_p90,
             "peak_memory_GB_p10": self.peak_memory_GB_p10,
             "peak_memory_GB_p90": self.peak_memory_GB_p90,
+            "memory_interval_basis": self.memory_interval_basis,
             "interval_regime": self.interval_regime,
             "tokens_per_s": self.tokens_per_s,
             "samples_per_s": self.samples_per_s,

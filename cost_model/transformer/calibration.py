@@ -248,7 +248,8 @@ def regime(framework: str, device_family: str, mix: str | None = None) -> str:
     return f"{framework}/{device_family}" + (f"/{mix}" if mix else "")
 
 
-#: Used when a regime has too few cross-validated rows: the pooled CV quantiles.
+#: Used when a regime has too few cross-validated rows: the pooled CV residuals, symmetric
+#: (calibration_fit.regime_intervals).
 POOLED = "*"
 
 
@@ -276,13 +277,14 @@ def prediction_intervals(framework: str, device_family: str, step_time_s: float,
     mix, :func:`regime_key` falling back to coarser ones) (a p10 of the prediction error is a
     p90 of the true step relative to it, so the bounds are swapped: the true step lies in
     [step/exp(q90), step/exp(q10)] 80% of the time).  Memory: the same from the residuals of
-    the measured peaks (:mod:`cost_model.transformer.memory`).
+    the measured peaks, widened by the fragmentation's range for a framework without measured
+    peaks (``memory_interval_basis``, :mod:`cost_model.transformer.memory`).
     """
-    from cost_model.transformer.memory import interval_GB
+    from cost_model.transformer.memory import interval_basis, interval_GB
 
     q = step_interval_log(framework, device_family, mix)
-    mem_p10, mem_p90 = interval_GB(peak_memory_GB)
-    out: dict[str, Any] = {"peak_memory_GB_p10": mem_p10, "peak_memory_GB_p90": mem_p90}
+    mem_p10, mem_p90 = interval_GB(peak_memory_GB, framework)
+    out: dict[str, Any] = {"peak_memory_GB_p10": mem_p10, "peak_memory_GB_p90": mem_p90, "memory_interval_basis": interval_basis(framework)}
     if q is None:
         return out
     return {

@@ -14,6 +14,15 @@ provenance.  The true peak lies in [peak·e^−q90, peak·e^−q10] 80% of the t
 as for step times, :func:`cost_model.transformer.calibration.prediction_intervals`).  Without
 the file the prior is the fragmentation reserve either side.
 
+Those peaks were all measured under one framework (Megatron-DeepSpeed; the file's
+``frameworks``), so their residuals say how well the fragmentation fraction fitted there holds
+there, not under another framework's allocation pattern (Transformer Engine's buffers,
+Megatron-Core's distributed optimizer, FSDP's unsharded copies).  For a framework without
+measured peaks (:data:`INTERVAL_BASES`: ``fragmentation-bounds``) the interval is widened by
+what that fraction could be instead: the reserved/allocated ratio of 1.1–1.3 PyTorch reports on
+large-model runs (:data:`UNMEASURED_FRAGMENTATION`), taken as if the whole peak fragmented
+(the peak with fraction g is at most P·(1+g)/(1+f)) — a bound, not a fit.
+
 Feasibility against a usable memory U (the device's memory × (1 − headroom); headroom 0 unless
 ``constraints.memory_headroom_fraction`` says otherwise — the interval is the margin):
 
@@ -38,6 +47,12 @@ PEAK_MEMORY_QUANTITY_DESCRIPTION = (
     "fragmentation) + CUDA context, cuBLAS workspaces and NCCL buffers"
 )
 MEMORY_FITS = ("fits", "tight", "does_not_fit")
+#: Where a memory interval comes from: the residuals of its framework's measured peaks, or
+#: those widened by the fragmentation's range (module docstring).
+INTERVAL_BASES = ("measured-peaks", "fragmentation-bounds")
+#: The caching allocator's reserve over fragmenting memory a framework without measured peaks
+#: may have: PyTorch's reserved/allocated of 1.1–1.3 on large-model runs (layer_cost's comment).
+UNMEASURED_FRAGMENTATION = (0.1, 0.3)
 _DATA = "data/memory_interval.json"
 
 
@@ -56,34 +71,46 @@ def stored_interval() -> dict[str, Any]:
     return doc
 
 
-def log_interval() -> tuple[float, float]:
-    """(q10, q90) of log(predicted/measured) peak memory."""
+def interval_basis(framework: str) -> str:
+    """``measured-peaks`` when the stored interval was measured under ``framework``, else
+    ``fragmentation-bounds`` (module docstring).  A stored file without ``frameworks`` (or no
+    file: the prior) covers none."""
+    measured = stored_interval().get("frameworks") or ()
+    return INTERVAL_BASES[0] if framework in measured else INTERVAL_BASES[1]
+
+
+def log_interval(framework: str) -> tuple[float, float]:
+    """(q10, q90) of log(predicted/measured) peak memory under ``framework``."""
     iv = stored_interval().get("log_interval")
-    if not iv:
-        return _prior()
-    return float(iv[0]), float(iv[1])
+    q10, q90 = (float(iv[0]), float(iv[1])) if iv else _prior()
+    if interval_basis(framework) == INTERVAL_BASES[0]:
+        return q10, q90
+    f = fragmentation_fraction()
+    lo, hi = UNMEASURED_FRAGMENTATION
+    # a larger true fraction makes the prediction low (log ratio down), a smaller one high
+    return q10 - math.log((1.0 + hi) / (1.0 + f)), q90 + math.log((1.0 + f) / (1.0 + lo))
 
 
-def interval_GB(peak_GB: float) -> tuple[float, float]:
-    """(p10, p90) of the true peak (GB) for a predicted ``peak_GB``."""
-    q10, q90 = log_interval()
+def interval_GB(peak_GB: float, framework: str) -> tuple[float, float]:
+    """(p10, p90) of the true peak (GB) for a predicted ``peak_GB`` under ``framework``."""
+    q10, q90 = log_interval(framework)
     return peak_GB / math.exp(q90), peak_GB / math.exp(q10)
 
 
-def fit_capacity_factor() -> float:
+def fit_capacity_factor(framework: str) -> float:
     """A stage with predicted peak P does not fit usable memory U iff P > U·factor (its p10
     exceeds U): the factor the search multiplies usable memory by to keep affine tables."""
-    return math.exp(log_interval()[1])
+    return math.exp(log_interval(framework)[1])
 
 
-def safe_capacity_factor() -> float:
+def safe_capacity_factor(framework: str) -> float:
     """P fits safely (p90 ≤ U) iff P ≤ U·factor."""
-    return math.exp(log_interval()[0])
+    return math.exp(log_interval(framework)[0])
 
 
-def memory_fit(peak_GB: float, usable_GB: float) -> str:
-    """``fits`` | ``tight`` | ``does_not_fit`` of one stage (module docstring)."""
-    p10, p90 = interval_GB(peak_GB)
+def memory_fit(peak_GB: float, usable_GB: float, framework: str) -> str:
+    """``fits`` | ``tight`` | ``does_not_fit`` of one stage under ``framework`` (module docstring)."""
+    p10, p90 = interval_GB(peak_GB, framework)
     if p10 > usable_GB + 1e-9:
         return "does_not_fit"
     if p90 > usable_GB + 1e-9:

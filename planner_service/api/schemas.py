@@ -201,6 +201,11 @@ class Prediction(_Open):
     tight: bool = Field(default=False, description="Fits, but some stage's p90 peak exceeds usable memory: may run out of memory (docs/frameworks.md)")
     peak_memory_quantity: str = Field(default="max_reserved", description="What peak_memory_GB predicts: max_reserved = torch.cuda.max_memory_reserved + CUDA context and NCCL buffers")
     peak_memory_GB: list[float | None] = Field(description="Peak memory per GPU, per stage, GB")
+    memory_interval_basis: str | None = Field(
+        default=None,
+        description="Where peak_memory_GB_p10/_p90 come from: measured-peaks (the residuals of peaks measured under this framework) "
+        "or fragmentation-bounds (no measured peak under it: widened by the allocator's fragmentation range; docs/frameworks.md)",
+    )
     breakdown_s: dict[str, float | None] = Field(
         description="Where a step's time goes: compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm_exposed, bubble, optimizer (s)"
     )

@@ -103,7 +103,10 @@ def render_plan(result: PlanResult, d: dict) -> None:
 
 def _interval(p: dict) -> str:
     lo, hi = p.get("peak_memory_GB_p10"), p.get("peak_memory_GB_p90")
-    return f" (p10–p90 {lo:.1f}–{hi:.1f}, {p.get('peak_memory_quantity', 'max_reserved')})" if lo is not None and hi is not None else ""
+    if lo is None or hi is None:
+        return ""
+    basis = p.get("memory_interval_basis")
+    return f" (p10–p90 {lo:.1f}–{hi:.1f}, {p.get('peak_memory_quantity', 'max_reserved')}{', ' + basis if basis else ''})"
 
 
 def memory_word(p: dict) -> str:

@@ -1285,7 +1285,8 @@
         ["MFU", fmt.pct(pred.mfu)],
         ["Model TFLOP/s per GPU", pred.model_tflops_per_gpu.toFixed(1)],
         ["Peak memory (max stage)", fmt.gb(peak) + (pred.peak_memory_GB_p10 != null && pred.peak_memory_GB_p90 != null
-          ? ` (p10–p90 ${fmt.gb(pred.peak_memory_GB_p10)}–${fmt.gb(pred.peak_memory_GB_p90)})` : "")],
+          ? ` (p10–p90 ${fmt.gb(pred.peak_memory_GB_p10)}–${fmt.gb(pred.peak_memory_GB_p90)}`
+            + (pred.memory_interval_basis === "fragmentation-bounds" ? ", no measured peaks for this framework: bounded" : "") + ")" : "")],
         // Memory against the interval: tight = the p90 peak exceeds usable memory (kept, flagged).
         ["Memory", pred.tight ? "tight: may run out of memory" : "fits"],
         ...derived(plan),

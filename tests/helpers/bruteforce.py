@@ -77,7 +77,7 @@ def brute_force(model, training, cluster, headroom=0.0, pins=None):
                                                         est = estimate(model, training, cluster, st, stage_groups=placement)
                                                     except PlannerError:
                                                         continue
-                                                    fits, tight, _ = memory_verdict(est.stages, headroom)
+                                                    fits, tight, _ = memory_verdict(est.stages, headroom, training.framework)
                                                     if fits and (tight, est.step_time_s) < best_key:
                                                         best_key = (tight, est.step_time_s)
                                                         best = (est.step_time_s, st, placement)

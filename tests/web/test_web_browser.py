@@ -146,6 +146,9 @@ def test_submit_a_plan_see_it_find_it_in_the_list_and_get_launch_files(browser, 
     cards = pairs(d, ".card", ".card-label", ".card-value")
     assert cards["Tokens/s"] == f"{round(plan['best']['prediction']['tokens_per_s']):,}"
     assert cards["MFU"] == f"{plan['best']['prediction']['mfu'] * 100:.1f}%"
+    # The memory interval says when no peak was measured under the plan's framework.
+    bounded = plan["best"]["prediction"]["memory_interval_basis"] == "fragmentation-bounds"
+    assert ("no measured peaks for this framework" in cards["Peak memory (max stage)"]) == bounded
     rows = cell_texts(d, "#stages-table tbody tr")
     assert len(rows) == len(plan["best"]["stages"]) == 1
     cells = rows[0]

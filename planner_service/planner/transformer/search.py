@@ -175,8 +175,8 @@ class _Search:
         # Memory feasibility from the predicted peak's interval (cost_model.transformer.memory):
         # a stage fits when its p10 is within usable memory (peak ≤ usable·fit_factor), safely
         # when its p90 is (peak ≤ usable·safe_factor); ``tight_memory: reject`` keeps safe only.
-        self.safe_fraction = (1 - self.headroom) * safe_capacity_factor()
-        self.fit_fraction = self.safe_fraction if self.cons.tight_memory == "reject" else (1 - self.headroom) * fit_capacity_factor()
+        self.safe_fraction = (1 - self.headroom) * safe_capacity_factor(self.training.framework)
+        self.fit_fraction = self.safe_fraction if self.cons.tight_memory == "reject" else (1 - self.headroom) * fit_capacity_factor(self.training.framework)
         self.pinned_lps = self.cons.pinned.get("layers_per_stage")
         #: pinned embedding/loss split flags (cost_model.strategy.pipeline_split): the split is
         #: fixed by the layout, as a pinned layers_per_stage is, and estimated exactly
@@ -202,7 +202,7 @@ class _Search:
             est = estimate(self.model, self.training, self.cluster, strategy, stage_groups=stage_groups)
         except PlannerError:
             return None
-        fits, tight, memory_warning = memory_verdict(est.stages, self.headroom)
+        fits, tight, memory_warning = memory_verdict(est.stages, self.headroom, self.training.framework)
         if not fits or (tight and self.cons.tight_memory == "reject"):
             # what the search reports if nothing fits (the stage furthest over, its device)
             worst = max(est.stages, key=lambda st: st.peak_memory_GB - st.memory_capacity_GB)
@@ -316,7 +316,9 @@ class _Search:
         # Keep only the best even split of each distinct layout, enough of them for the
         # best answer and its top-k alternatives.
         shapes = layout_keys(S)
-        for j in self._best_per_layout(S, even_objective, shapes):
+        if self.fixed_split:
+            self._record_fixed(S, g, even_objective)
+        for j in ([] if self.fixed_split else self._best_per_layout(S, even_objective, shapes)):
             pp = int(S.pp[j])
             # A pinned split is not the one the tables costed: estimate it.
             known = None if self.fixed_split else float(even_objective[j])
@@ -331,6 +333,20 @@ class _Search:
             self.pending.append(entry)
             self.queued[(si, int(j))] = entry
         return feasible, lb
+
+    def _record_fixed(self, S: StrategyArrays, g: NodeGroup, bound: np.ndarray) -> None:
+        """With the split pinned, each row is estimated with it (the tables costed the even
+        split, and give a lower bound of the objective over all splits): rows in bound order
+        until the bound reaches the objective the answers must beat (branch and bound over the
+        estimates; the best-bound row may be one whose pinned split does not fit), at most
+        :data:`FIXED_SPLIT_REJECTIONS` of them rejected by the estimate."""
+        rejected = 0
+        for j in map(int, np.argsort(bound, kind="stable")):
+            if not np.isfinite(bound[j]) or bound[j] >= self._answer_threshold() * (1 - 1e-9) or rejected >= FIXED_SPLIT_REJECTIONS:
+                return
+            strategy = self._even_strategy(S, j)
+            self.record(strategy, (g.name,) * int(S.pp[j]), None)
+            rejected += (strategy.key(), (g.name,) * int(S.pp[j])) not in self.candidates
 
     def _record_safe(self, S: StrategyArrays, g: NodeGroup, safe_objective: np.ndarray, shapes: np.ndarray) -> None:
         """Also keep the best even splits whose every stage is safely within memory (p90), so
@@ -503,12 +519,16 @@ def search_transformer(
         "work_s": round(state.work_s, 4),
         "wall_time_s": round(time.perf_counter() - t0, 4),
     }
-    if request.constraints.tight_memory == "rank_after_safe" and best.prediction.tight:
+    # A tight answer faster than the best safe one: that safe one was found by a search whose
+    # splits were optimised under the p10 verdict (a candidate's fastest split may be tight
+    # where a slower split of it is safe), so the optimal safe plan is searched on its own.
+    faster_tight = _tight_before(state, best.objective)
+    if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or faster_tight):
         safe = _safe_search(request, settings, should_cancel)
         if safe is not None:
             # The optimal safe plan first, then its safe alternatives, then the tight ones.
             shapes = {_shape(e.strategy, e.stage_groups) for e in (safe.best, *safe.alternatives)}
-            tight = [e for e in picked if _shape(e.strategy, e.stage_groups) not in shapes]
+            tight = [e for e in picked if e.prediction.tight and _shape(e.strategy, e.stage_groups) not in shapes]
             # The fastest tight candidate stays among the alternatives (flagged), after the safe ones.
             keep_tight = min(len(tight), 1 if request.top_k else 0)
             best, alternatives = safe.best, [*safe.alternatives[: request.top_k - keep_tight], *tight][: request.top_k]
@@ -533,6 +553,18 @@ def search_transformer(
         extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
         nesting=nesting,
     )
+
+
+def _tight_before(state: _Search, objective: float) -> bool:
+    """Whether a candidate with a lower objective than ``objective`` is memory-tight (the
+    first :data:`SAFE_LOOKAHEAD` of them, in objective order, are estimated)."""
+    faster = sorted((c for c in state.candidates.values() if c.objective < objective * (1 - 1e-9)),
+                    key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
+    for c in faster[:SAFE_LOOKAHEAD]:
+        ev = c.evaluated if c.evaluated is not None else state.evaluate(c.strategy, c.stage_groups)
+        if ev is not None and ev.prediction.tight:
+            return True
+    return False
 
 
 def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:
@@ -673,6 +705,9 @@ def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]
             s.recompute_num_layers)
 
 
+#: With a pinned split: how many rows the estimate may reject before the layouts left unanswered
+#: are given up (``_Search._record_fixed``).
+FIXED_SPLIT_REJECTIONS = 256
 #: With tight candidates ranked after safe ones: how many candidates past the first k+1 answers
 #: are estimated while looking for safe ones.
 SAFE_LOOKAHEAD = 32

@@ -194,7 +194,10 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
         stages = variants.stage_cost(0)
         a = variants.stacked(1, attrgetter("peak_memory_bytes"))
-        b = (stages.peak_memory_bytes - a) / np.array(split, dtype=float)[:, None]
+        # (pp above the layer count leaves stages of 0 layers: a NaN slope, and the candidate
+        # infeasible below, as every comparison with NaN is false)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            b = (stages.peak_memory_bytes - a) / np.array(split, dtype=float)[:, None]
         k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
         cap_layers = np.clip(k, 0, L).sum(axis=0)
         min_one_ok = (k >= 1).all(axis=0)

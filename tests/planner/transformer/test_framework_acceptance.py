@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan
 from cost_model.frameworks import RULES, layout_rule_violation, pinned_rule_violation, rules_for
 from cost_model.training import FRAMEWORKS, training_from_dict
-from cost_model.transformer.memory import interval_GB, memory_fit
+from cost_model.transformer.layer_cost import fragmentation_fraction
+from cost_model.transformer.memory import UNMEASURED_FRAGMENTATION, interval_basis, interval_GB, memory_fit
 from cost_model.transformer.moe import expert_tensor_parallel
 from planner_service.planner import SolverSettings, plan
 from planner_service.planner.request import parse_constraints, parse_plan_request
@@ -154,12 +155,25 @@ def test_ep32_folded_across_tp2_dp16_is_accepted_for_megatron_core():
 # ---- memory feasibility from the interval ----------------------------------------------------
 
 
-def test_memory_fit_follows_the_interval():
-    p10, p90 = interval_GB(70.0)
+@pytest.mark.parametrize("framework", ["megatron-deepspeed", "fsdp"])
+def test_memory_fit_follows_the_interval(framework):
+    p10, p90 = interval_GB(70.0, framework)
     assert p10 < 70.0 < p90
-    assert memory_fit(70.0, p90 + 0.01) == "fits"
-    assert memory_fit(70.0, (p10 + p90) / 2) == "tight"
-    assert memory_fit(70.0, p10 - 0.01) == "does_not_fit"
+    assert memory_fit(70.0, p90 + 0.01, framework) == "fits"
+    assert memory_fit(70.0, (p10 + p90) / 2, framework) == "tight"
+    assert memory_fit(70.0, p10 - 0.01, framework) == "does_not_fit"
+
+
+def test_a_framework_without_measured_peaks_gets_the_fragmentation_range():
+    """The stored peaks were measured under Megatron-DeepSpeed only: that framework's interval is
+    their residuals; another's is widened on both sides by what the allocator's fragmentation
+    could be instead (1.1–1.3 reserved/allocated, as if the whole peak fragmented)."""
+    assert interval_basis("megatron-deepspeed") == "measured-peaks"
+    assert interval_basis("megatron-core") == interval_basis("fsdp") == "fragmentation-bounds"
+    f = fragmentation_fraction()
+    (mlo, mhi), (ulo, uhi) = interval_GB(70.0, "megatron-deepspeed"), interval_GB(70.0, "fsdp")
+    assert ulo == pytest.approx(mlo * (1 + UNMEASURED_FRAGMENTATION[0]) / (1 + f))
+    assert uhi == pytest.approx(mhi * (1 + UNMEASURED_FRAGMENTATION[1]) / (1 + f))
 
 
 @pytest.mark.parametrize("value", [-0.1, 0.95, True, "x"])
@@ -180,7 +194,7 @@ def _tight_case(rank: str):
         return _plan(_body({"preset": "llama2-7b"}, "fsdp", nodes=(node,), constraints={"tight_memory": rank_by, "dp": 8}, gbs=64, seq=2048))
 
     probe = on(1000.0, "by_objective")
-    lo, hi = interval_GB(max(probe.best.prediction.peak_memory_GB))
+    lo, hi = interval_GB(max(probe.best.prediction.peak_memory_GB), "fsdp")
     return on((lo + hi) / 2, rank)
 
 
@@ -217,6 +231,7 @@ def test_http_pinned_rule_is_a_422_and_plans_carry_the_tight_flag(client):
     plan_json = resp.json()
     pred = plan_json["best"]["prediction"]
     assert pred["tight"] is False and pred["peak_memory_quantity"] == "max_reserved"
+    assert pred["memory_interval_basis"] == "measured-peaks"  # the BLOOM peaks ran Megatron-DeepSpeed
     assert pred["peak_memory_GB_p10"] < max(pred["peak_memory_GB"]) < pred["peak_memory_GB_p90"]
     assert all("tight" in a["prediction"] for a in plan_json["alternatives"])
     # A DeepSpeed-family plan launches with the deepspeed target; a megatron-core one does not.
@@ -246,6 +261,7 @@ def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
     res = CliRunner().invoke(cli, ["plan", str(good)])
     assert res.exit_code == 0, res.output
     assert "Memory" in res.output and "fits" in res.output and "no effect at tp=1" in res.output
+    assert "fragmentation-bounds" in res.output  # no peak was measured under megatron-core
     res = CliRunner().invoke(cli, ["plan", str(good), "--json"])
     plan_json = json.loads(res.stdout)
     assert plan_json["training"]["framework"] == "megatron-core" and plan_json["best"]["prediction"]["tight"] is False
@@ -259,12 +275,20 @@ def test_a_pinned_split_that_fits_nowhere_names_memory_not_divisibility():
     """With the pipeline split pinned the search's tables do not price the split that runs, so
     memory is checked by the estimate: when it rejects every layout, the refusal names memory
     (the closest peak), not "no combination divides"."""
-    # Llama 3 405B at 8,192 H100s as Table 4 of the Llama 3 paper states it, without recompute
-    constraints = {"tp": 8, "pp": 16, "dp": 64, "zero_stage": 2, "recompute": "none",
+    # Llama 3 405B at 8,192 H100s as Table 4 of the Llama 3 paper states it, without recompute,
+    # but with two sequences per micro-batch: twice the in-flight activations
+    constraints = {"tp": 8, "pp": 16, "dp": 64, "zero_stage": 2, "recompute": "none", "micro_batch_size": 2,
                    "account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    nodes = ({**H100_NODE, "count": 1024},)
     with pytest.raises(NoFeasiblePlan) as exc:
-        _plan(_body({"preset": "llama3-405b"}, "fsdp", nodes=({**H100_NODE, "count": 1024},), constraints=constraints, gbs=2048, seq=8192))
+        _plan(_body({"preset": "llama3-405b"}, "fsdp", nodes=nodes, constraints=constraints, gbs=2048, seq=8192))
     assert "no strategy fits" in str(exc.value) and exc.value.field == "cluster", str(exc.value)
+    # As it ran (one sequence per micro-batch): no peak was measured under this framework, so the
+    # interval spans the allocator's fragmentation range and the layout that ran is kept, tight.
+    result = _plan(_body({"preset": "llama3-405b"}, "fsdp", nodes=nodes, constraints={**constraints, "micro_batch_size": 1}, gbs=2048, seq=8192))
+    pred = result.best.prediction
+    assert pred.tight and pred.memory_interval_basis == "fragmentation-bounds"
+    assert max(pred.peak_memory_GB) > 80.0 > pred.peak_memory_GB_p10
 
 
 def test_deepspeed_engine_frameworks_are_the_two_deepspeed_ones():
