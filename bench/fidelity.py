@@ -231,7 +231,7 @@ def readme_section(d: dict) -> str:
         f"**Leave-one-source-out cross-validated: median |step error| {_pct(cv['median_abs_error'])}, p90 {_pct(cv['p90_abs_error'])} "
         f"over {cv['rows_predicted']} measured runs** (in-sample {_pct(ins['median_abs_error'])}, p90 {_pct(ins['p90_abs_error'])}; "
         f"with nothing fitted {_pct(pri['median_abs_error'])}, p90 {_pct(pri['p90_abs_error'])}). "
-        f"{len(ins['failed_to_plan'])} rows fail to plan; measured OOMs predicted not to fit: {ins['oom_predicted_not_to_fit']}; "
+        f"{len(ins['failed_to_plan'])} {'row fails' if len(ins['failed_to_plan']) == 1 else 'rows fail'} to plan; measured OOMs predicted not to fit: {ins['oom_predicted_not_to_fit']}; "
         f"measured runs predicted to fit: {ins['measured_runs_predicted_to_fit']}; BLOOM sweep Spearman (TFLOP/s): "
         f"{ins['bloom_sweep_spearman']} in-sample, {cv['bloom_sweep_spearman']} cross-validated over the whole sweep, "
         f"{ins.get('bloom_sweep_spearman_within_sections')} in-sample / {cv.get('bloom_sweep_spearman_within_sections')} cross-validated "

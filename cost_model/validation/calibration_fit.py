@@ -309,7 +309,13 @@ def regime_intervals(results: Sequence[RowResult], errors: dict[str, float], min
     out = {k: (round(conformal_quantile(v, 0.1), 4), round(conformal_quantile(v, 0.9), 4))
            for k, v in sorted(logs.items()) if len(v) >= min_rows and len(srcs[k]) >= 2}
     if pooled:
-        out[POOLED] = (round(conformal_quantile(pooled, 0.1), 4), round(conformal_quantile(pooled, 0.9), 4))
+        # The pooled interval is the fallback of a regime without rows of its own, whose bias
+        # is unknown in sign: the residuals' signs are those of the other regimes' biases (most
+        # of the file's sources run too fast under the model, BLOOM too slow), so it is
+        # symmetric — the split-conformal score |log(1 + error)| (Lei et al. 2018, §2.1), its
+        # 80th percentile either side — not their signed 10th/90th percentiles.
+        q = round(conformal_quantile([abs(x) for x in pooled], 0.8), 4)
+        out[POOLED] = (-q, q)
     return out
 
 

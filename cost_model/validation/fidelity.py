@@ -47,6 +47,11 @@ def _valid_estimates(case: PublishedCase, pool: Sequence[Strategy]) -> Iterator[
 def predict_case(case: PublishedCase, candidates: Sequence[Strategy] | None = None) -> tuple[Estimate | None, Strategy | None]:
     """The fastest fitting candidate of the published layout (unknown knobs enumerated).
 
+    Fitting is the p10 verdict (``Estimate.fits``), tight candidates included: the row ran, so
+    what is measured is the cost model's step time of a layout that fits, not the planner's
+    preference for a safe one (``tight_memory``; bench/acceptance.py plans the rows the
+    planner's way).
+
     Block-recompute candidates (the first N layers of each chunk recomputed) are searched, not
     all costed: with N, recompute time grows and stored activations shrink linearly
     (``layer_cost.recompute_fraction``), so of one layout's depths the fitting ones are those

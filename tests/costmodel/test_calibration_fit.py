@@ -14,6 +14,7 @@ from cost_model.validation.calibration_fit import (
     fit_recentred,
     objective,
     prior_penalty,
+    regime_intervals,
 )
 from cost_model.validation.published import PublishedCase, all_rows
 
@@ -57,3 +58,26 @@ def test_constants_no_row_informs_keep_the_centre(zero3):
     out = fit(tables)
     assert out["fp8_gemm_efficiency"] == PRIORS["fp8_gemm_efficiency"]  # no FP8 row among them
     assert out["fabric_fraction.omnipath"] == PRIORS["fabric_fraction.omnipath"]  # no Omni-Path row either
+
+
+def test_regime_intervals_are_signed_per_regime_and_symmetric_when_pooled():
+    """A regime with rows of two sources gets its own signed (q10, q90); the pooled fallback —
+    for a regime whose bias is unknown in sign — is ± the 80th percentile of |log(1 + error)|."""
+    from cost_model.strategy import Strategy
+    from cost_model.validation.fidelity import RowResult, conformal_quantile
+
+    def row(i: int, source: str, framework: str, error: float) -> RowResult:
+        return RowResult(row_id=f"r{i}", group=source, source=source, status="ok", framework=framework, device_family="ampere",
+                         measured_step_s=1.0, predicted_step_s=1.0 + error, fits=True, failure=None,
+                         strategy=Strategy(dp=8), estimate=None)
+
+    errors = [-0.2, -0.15, -0.1, -0.08, -0.05, -0.04, 0.01, 0.02, 0.03, 0.05]  # biased low
+    rows = [row(i, "A" if i % 2 else "B", "megatron-core", e) for i, e in enumerate(errors)] + [row(99, "C", "fsdp", 0.3)]
+    errs = {r.row_id: r.predicted_step_s - 1.0 for r in rows}
+    iv = regime_intervals(rows, errs)
+    own = [math.log1p(e) for e in errors]
+    assert iv["megatron-core/ampere"] == (round(conformal_quantile(own, 0.1), 4), round(conformal_quantile(own, 0.9), 4))
+    assert "fsdp/ampere" not in iv  # one source, one row: falls back to the pooled interval
+    q = round(conformal_quantile([abs(math.log1p(e)) for e in errs.values()], 0.8), 4)
+    lo, hi = iv["megatron-core/ampere"]
+    assert iv["*"] == (-q, q) and q > 0 and hi < -lo  # the regime keeps its low bias; the pooled does not
