@@ -776,7 +776,7 @@ def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[
         digits = 1 if abs(need_p10_GB - usable) >= 0.1 else 2
         raise NoFeasiblePlan(
             f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU (p10 {need_p10_GB:.{digits}f} GB; weights, gradients, "
-            f"optimizer state and one layer's activations at the largest model-parallel size allowed); {device} "
+            f"optimizer state and activations of the least-memory layout and layer split the constraints allow); {device} "
             f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
             field="cluster",
         )

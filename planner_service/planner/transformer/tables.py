@@ -201,7 +201,13 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
         cap_layers = np.clip(k, 0, L).sum(axis=0)
         min_one_ok = (k >= 1).all(axis=0)
-        worst_short = (a + b - capacity_bytes).max(axis=0)
+        # Shortfall of the least-memory split: one layer per stage at least, and the level M of
+        # the continuous relaxation (every stage at M: Σ (M − a_i)/b_i = L) — a lower bound of
+        # the tightest stage's peak over all splits (for pp = 1: the whole stage's peak).
+        with np.errstate(invalid="ignore", divide="ignore"):
+            inv_b = 1.0 / np.maximum(b, 1e-9)
+            level = (L + (a * inv_b).sum(axis=0)) / inv_b.sum(axis=0)
+        worst_short = np.maximum((a + b).max(axis=0), level) - capacity_bytes
         sum_t = stages.time_s.sum(axis=0)
         fits_even = (stages.peak_memory_bytes <= capacity_bytes).all(axis=0)
         sc = combine_stages(stages, Sg, _m(Sg, training))
@@ -211,7 +217,7 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
             safe_step[idx] = np.where(safe_even, sc.step_time_s, np.inf)
         feas = min_one_ok & (cap_layers >= L)
         feasible[idx] = feas
-        shortfall[idx] = np.where(feas, 0.0, np.maximum(worst_short, 1.0))
+        shortfall[idx] = np.where(feas, 0.0, np.where(np.isnan(worst_short), np.inf, np.maximum(worst_short, 1.0)))
         # Lower bound: pipeline ≥ (m − 1/v)·Σt/p + Σt/v (max ≥ mean; Σt is split-independent),
         # optimizer ≥ its value for the mean parameter share of a middle stage.
         m = _m(Sg, training)
