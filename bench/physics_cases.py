@@ -17,7 +17,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``cp_comm_types``: p2p ring vs all-gather vs all-to-all at 128k;
 * ``sliding_window``: attention time of a windowed vs a global layer vs sequence;
 * ``mla_flops``: DeepSeek-V3 model FLOPs per token against 6 × active parameters + attention;
-* ``planner_searches_ep``: the plan for Qwen3-235B-A22B on 16 × 8 H100 (EP is a searched knob).
+* ``planner_searches_ep``: the plan for Qwen3-235B-A22B on 16 × 8 H100 (EP is a searched knob);
+* ``selective_recompute_by_framework``: Llama-2 13B under FSDP FULL_SHARD on 8 H100, 2 × 4096
+  tokens per micro-batch: no recompute, torchtitan's op-level selective checkpointing and full
+  recompute (step and peak), against Megatron's selective recompute with FlashAttention (= none).
 
 Run: python bench/physics_cases.py   (writes bench/results/physics_cases.json)
 """
@@ -189,8 +192,20 @@ def planner_searches_ep() -> dict[str, Any]:
             "alternatives": [{"strategy": a["strategy"], "step_time_s": a["prediction"]["step_time_s"]} for a in result.get("alternatives", [])[:5]]}
 
 
+def selective_recompute_by_framework() -> dict[str, Any]:
+    model = get_preset("llama2-13b")
+    cl = simple_cluster(H100, 1)
+    rows = []
+    for framework, rc in (("fsdp", "none"), ("fsdp", "selective"), ("fsdp", "full"), ("megatron-core", "selective")):
+        tr = Training(global_batch_size=64, sequence_length=4096, framework=framework)
+        est = estimate(model, tr, cl, Strategy(dp=8, micro_batch_size=2, zero_stage=3, recompute=rc))
+        rows.append(_row(est, framework=framework, recompute=rc))
+    return {"model": model.name, "layout": "FSDP FULL_SHARD dp 8 on 8 H100, micro-batch 2 x 4096", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
-                                  cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep)}
+                                  cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
+                                  selective_recompute_by_framework)}
 
 
 def main() -> None:

@@ -89,6 +89,15 @@ def physics() -> str | None:
         f"ep {st['ep']} (experts over dp·cp), ZeRO-{st['zero_stage']}, {recompute}, {pe['best']['step_time_s']:.1f} s (every MoE estimate "
         f"reports its {pe['best']['active_params'] / 1e9:.1f}B active of {pe['best']['model_params'] / 1e9:.1f}B parameters)."
     )
+    sel = d["selective_recompute_by_framework"]
+
+    def sel_row(framework: str, rc: str) -> dict:
+        return next(r for r in sel["rows"] if r["framework"] == framework and r["recompute"] == rc)
+
+    out.append(f"* **Selective recompute by framework** ({sel['model']}, {sel['layout']}): " + ", ".join(
+        f"fsdp {rc} {sel_row('fsdp', rc)['step_time_s']:.2f} s at {sel_row('fsdp', rc)['peak_memory_GB']:.1f} GB" for rc in ("none", "selective", "full"))
+        + f" — torchtitan's op-level checkpointing keeps about half the activations; Megatron's selective recompute with FlashAttention "
+        f"is no recompute ({sel_row('megatron-core', 'selective')['peak_memory_GB']:.1f} GB).")
     return "\n".join(out)
 
 

@@ -35,7 +35,13 @@ Sources, per framework:
   torchtitan's DTensor tensor parallelism (its TP always shards the norms' sequence: sequence
   parallelism), context parallelism, ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
   stages; FSDP with a pipeline is supported, ZeRO-2 semantics across micro-batches) and expert
-  parallelism over dp·cp; FP8 through torchao float8 (tensorwise / rowwise scaling).
+  parallelism over dp·cp; FP8 through torchao float8 (tensorwise / rowwise scaling);
+  ``recompute: selective`` is torchtitan's op-level selective activation checkpointing
+  (``[activation_checkpoint] mode = "selective"``, ``selective_ac_option = "op"``,
+  ``torchtitan/distributed/activation_checkpoint.py``): per decoder layer it saves the outputs of
+  every other ``aten.mm``, of scaled-dot-product attention and of TP's reduce-scatters and
+  recomputes the rest — unlike Megatron's selective recompute, which recomputes only the
+  attention core.
 * ``paddle`` — PaddlePaddle fleet ``hybrid_configs``: ``mp_degree`` (tensor, with
   ``sequence_parallel``), ``pp_degree`` with ``virtual_pp_degree`` (interleaved), ``sep_degree``
   (context), ``sharding_degree`` with stages 1–3 (stage 2/3 not with a pipeline), expert
@@ -74,6 +80,11 @@ class FrameworkRules:
     #: tensor-list gathers, its pipeline engine — the cost terms and fitted constants of
     #: ``cost_model.transformer.calibration`` named ``*.megatron-deepspeed``
     deepspeed_engine: bool = False
+    #: what ``recompute: selective`` means: ``attention-core`` — Megatron's selective recompute
+    #: (Korthikanti et al. 2022 §4.2: the attention core alone, nothing with fused attention);
+    #: ``op-level`` — torchtitan's op-level selective checkpointing (every other matmul output
+    #: and the attention output saved, everything else recomputed)
+    selective_recompute: str = "attention-core"
 
 
 RULES: dict[str, FrameworkRules] = {
@@ -98,7 +109,7 @@ RULES: dict[str, FrameworkRules] = {
     "fsdp": FrameworkRules(
         name="fsdp", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
-        ep_folding=False, fp8=True,
+        ep_folding=False, fp8=True, selective_recompute="op-level",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
     "paddle": FrameworkRules(

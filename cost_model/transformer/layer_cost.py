@@ -46,7 +46,7 @@ from cost_model.compute import (
     memory_bound_time_s,
 )
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import runs_deepspeed_engine
+from cost_model.frameworks import rules_for, runs_deepspeed_engine
 from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
@@ -189,7 +189,6 @@ class LayerCosts:
     full_activation_bytes: np.ndarray  # what a layer holds while it runs (no recompute)
     recompute_working_bytes: np.ndarray  # what recomputing one layer adds while its backward runs
     model_flops: np.ndarray  # forward+backward model FLOPs of this GPU, no recompute
-    recompute_flops: np.ndarray
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -364,6 +363,7 @@ def _uniform_layer_costs(
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
+    cast_fwd: ArrayOrFloat = 0.0
     if narrow:
         fm, f, t = model.ffn_matrices, float(model.ffn_hidden_size), S.tp
         k_tok = model.experts_per_token if model.is_moe else 1.0
@@ -374,20 +374,24 @@ def _uniform_layer_costs(
 
     # ---- recompute ---------------------------------------------------------------------------
     # full: the whole forward again (with its TP collectives) — of the fraction ``frac`` of the
-    # layers the block method recomputes (:func:`recompute_fraction`); selective: the attention
-    # core only (Korthikanti 2022 §4.2) — with fused attention nothing extra is stored or redone.
-    if training.attention == "unfused":
-        selective_s = attn_fwd
-        selective_flops = flops_attn
-    else:
-        selective_s = 0.0 * attn_fwd
-        selective_flops = 0.0 * flops_attn
-    recompute_s = np.where(S.recompute == 2, frac * forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
+    # layers the block method recomputes (:func:`recompute_fraction`); selective, attention-core
+    # (Megatron): the attention core only (Korthikanti 2022 §4.2) — with fused attention nothing
+    # extra is stored or redone; selective, op-level (torchtitan, :func:`op_level_recomputed_gemm_flops`):
+    # the even-numbered matmuls (with their casts), every memory-bound op, the unfused attention
+    # core, and the TP all-gathers that feed them.
     layer_fwd_flops = gemm_flops + flops_attn
-    recompute_flops = np.where(S.recompute == 2, frac * layer_fwd_flops, np.where(S.recompute == 1, selective_flops, 0.0))
+    unfused = 1.0 if training.attention == "unfused" else 0.0
+    op_level = op_level_selective(model, training)
+    if op_level:
+        sel_share = op_level_recomputed_gemm_flops(model, g.T, S.tp, g.kv) / gemm_flops
+        selective_s = sel_share * (gemm_fwd + cast_fwd) + elem_fwd + unfused * attn_fwd
+    else:
+        selective_s = unfused * attn_fwd
+    recompute_s = np.where(S.recompute == 2, frac * forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
 
     tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(
-        model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute, frac
+        model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute, frac,
+        selective_collectives=np.where(S.recompute == 1, 1.0, 0.0) if op_level else 0.0,
     )
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
@@ -405,7 +409,6 @@ def _uniform_layer_costs(
         full_activation_bytes=full_act,
         recompute_working_bytes=working,
         model_flops=model_flops,
-        recompute_flops=recompute_flops,
     )
 
 
@@ -607,10 +610,13 @@ def _layer_parallel_comm(
     moe: MoeFfnCost | None = None,
     layer_compute: ArrayOrFloat = 0.0,
     frac: ArrayOrFloat = 0.0,
+    selective_collectives: ArrayOrFloat = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel exchange
     (:func:`cost_model.transformer.context_parallel.cp_layer_comm_s`) and expert-parallel
-    dispatch/combine (``moe``; alpha-beta costs of :mod:`cost_model.comm`)."""
+    dispatch/combine (``moe``; alpha-beta costs of :mod:`cost_model.comm`).
+    ``selective_collectives``: TP collectives a selective recompute runs again, in units of
+    one all-reduce (op-level: the attention's and the FFN's input all-gathers, 1)."""
     h, T, kv, eb, sc = g.h, g.T, g.kv, g.eb, g.sc
     t, c, b = S.tp, S.cp, S.mbs
     gpn = links.gpus_per_node
@@ -625,7 +631,7 @@ def _layer_parallel_comm(
         2 * reduce_scatter_time_s(t, msg, links, tp_per_node),
         allreduce_time_s(t, msg, links, tp_per_node),
     ) + hierarchical_collective_extra_s(links, [(t, 1.0 + 0.0 * t)], msg, 2.0)
-    n_collectives = 4 + 2 * np.asarray(frac, dtype=float)
+    n_collectives = 4 + 2 * np.asarray(frac, dtype=float) + selective_collectives
     tp_comm = n_collectives * one_ar if moe is None else n_collectives / 2 * (one_ar + moe.ffn_tp_one_s)
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
     overlap = device.efficiency.comm_overlap_fraction
@@ -777,6 +783,29 @@ def eager_attention_elementwise_s(elems: ArrayOrFloat, eb: int, drop: float, dev
     return fwd, bwd
 
 
+def op_level_selective(model: TransformerSpec, training: Training) -> bool:
+    """Whether ``recompute: selective`` is costed as torchtitan's op-level selective activation
+    checkpointing (``selective_ac_option = "op"``, ``torchtitan/distributed/activation_checkpoint.py``):
+    the framework's rule says so (:attr:`cost_model.frameworks.FrameworkRules.selective_recompute`)
+    and the layer is one whose matmul sequence the policy's parity is written for — separate Q, K,
+    V projections and a dense FFN.  MLA and MoE layers keep the attention-core accounting, which
+    stores more (a peak predicted high, never low)."""
+    return rules_for(training.framework).selective_recompute == "op-level" and not model.is_mla and not model.is_moe
+
+
+def op_level_recomputed_gemm_flops(model: TransformerSpec, T: ArrayOrFloat, tp: ArrayOrFloat, kv: ArrayOrFloat) -> FloatArray:
+    """Forward FLOPs of the matmuls that torchtitan's op-level policy recomputes in one layer.
+
+    The policy counts ``aten.mm`` calls per layer and saves every odd-numbered one ("saves output
+    of all compute ops, except every second mm").  A Llama-style layer calls Q, K, V, the output
+    projection, then w1, w3, w2 (gated; fc1, fc2 ungated), so the even ones are the K projection,
+    the output projection and the FFN's second matrix (w3 gated, fc2 ungated) —
+    [T,h]×[h,kv], [T,o/t]×[o/t,h] and an [h, f/t] matrix: 2·T·h·(kv + o/t + f/t) FLOPs.
+    """
+    h, o, f = float(model.hidden_size), float(model.attn_out_size), float(model.ffn_hidden_size)
+    return np.asarray(2.0 * T * h * (kv + o / tp + f / tp), dtype=float)
+
+
 def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, frac: ArrayOrFloat | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes one layer keeps for backward per micro-batch (the mean over a stage's layers), the
     bytes it holds while running, and what recomputing one layer adds during its backward (the
@@ -790,7 +819,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
     with selective recompute, dropout masks vanish without dropout (models without biases), and
     sequences divide by cp, FP8 training saves the linear layers' inputs in FP8; an MoE FFN adds
-    :func:`cost_model.transformer.moe.moe_activation_bytes`.  Full recompute keeps only the
+    :func:`cost_model.transformer.moe.moe_activation_bytes`.  Selective recompute under torchtitan
+    (:func:`op_level_selective`) keeps what its op-level policy saves instead (computed below).
+    Full recompute keeps only the
     layer input (2·sbh, /t under SP) — for the fraction ``frac`` of the layers it recomputes
     (:func:`recompute_fraction`; the others keep everything).  FP4 (NVFP4) saves them as the wgrad operand Transformer
     Engine keeps: the Hadamard-transformed input quantised along the token dimension, 0.5 byte per
@@ -839,6 +870,16 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
     stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
     layer_input = sbh * eb / rep
+    if op_level_selective(model, training):
+        # torchtitan's op-level selective checkpointing (:func:`op_level_selective`) keeps the
+        # layer input, the odd-numbered matmul outputs — Q (q/t), V (kv), FC1/w1 (f/t) and, gated,
+        # w2's row-parallel partial sum (h, before its reduce-scatter) — the attention output
+        # (o/t) with its fp32 log-sum-exp (4 bytes per head), and under TP the two reduce-scatter
+        # outputs (h/t each, under SP).  Norms, RoPE, the activation and dropout are recomputed.
+        saved_mm = sc * b * (q / t + kv + f / t + (h if model.gated_ffn else 0.0)) * eb
+        attn_out = sc * b * (o / t * eb + a / t * 4.0)
+        reduce_scatter = np.where((t > 1) & S.sp, 2.0 * sbh * eb / t, 0.0)
+        stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
     working = np.where(S.recompute == 2, full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
     stored = np.where(S.recompute == 2, rf * layer_input + (1.0 - rf) * full, stored)

@@ -34,6 +34,8 @@ from cost_model.transformer.layer_cost import (
     fragmentation_fraction,
     layer_costs,
     model_state_bytes_per_param,
+    op_level_recomputed_gemm_flops,
+    op_level_selective,
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
@@ -406,7 +408,9 @@ def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
 def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0) -> float:
     """Extra forward FLOPs executed by activation recomputation (hardware FLOPs − model FLOPs);
     ``fraction``: of the layers a full recompute recomputes
-    (:func:`cost_model.transformer.layer_cost.recompute_fraction`)."""
+    (:func:`cost_model.transformer.layer_cost.recompute_fraction`).  Selective: the attention core
+    where it is unfused; under torchtitan's op-level policy also the matmuls it recomputes
+    (:func:`cost_model.transformer.layer_cost.op_level_recomputed_gemm_flops`)."""
     if recompute == "none":
         return 0.0
     s = float(training.sequence_length)
@@ -415,6 +419,9 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
         per_layer = model_flops_per_step(model, training) / 3.0
         head = 2 * s * h * model.vocab_size * training.global_batch_size
         return fraction * (per_layer - head)
-    if training.attention == "unfused":
-        return training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s)
-    return 0.0
+    core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if training.attention == "unfused" else 0.0
+    if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls of every layer
+        kv = float(model.kv_head_dim * model.num_kv_heads)
+        tokens = float(training.global_batch_size) * s
+        return core + model.num_layers * float(op_level_recomputed_gemm_flops(model, tokens, 1.0, kv))
+    return core

@@ -10,7 +10,7 @@ global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can 
 (:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
 framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported).
 Sequence parallelism only with tp > 1; selective recompute only where it differs from none
-(unfused attention).  Partial (block) recompute — the first N layers of each model chunk — is
+(unfused attention; torchtitan's op-level checkpointing, where it is its own trade-off).  Partial (block) recompute — the first N layers of each model chunk — is
 searched where the framework has it (:func:`block_recompute_candidates`), for the layouts that
 do not fit without recompute: where they do, no recompute is faster than any.  Pinned fields in the request's constraints replace the knob's range by the
 single pinned value, checked first (:func:`check_pins`) and never pruned by a dominance rule.
@@ -29,7 +29,7 @@ from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import ep_group_divisor, pinned_rule_violation, rules_for
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays
+from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
 from cost_model.transformer.spec import TransformerSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -145,7 +145,8 @@ def enumerate_space(
     dps = _pin(pins, "dp", _divisors(B))
     mbss = _pin(pins, "micro_batch_size", MBS_CHOICES)
     vpps = _pin(pins, "vpp", VPP_CHOICES if rules.interleaved_pipeline else (1,))
-    rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if unfused else []))
+    selective = unfused or op_level_selective(model, training)
+    rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if selective else []))
     if pins.get("recompute_num_layers"):
         rcs = ["full"]
     eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe and rules.expert_parallel else [1])

@@ -47,6 +47,32 @@ def test_selective_plus_sequence_parallel(t):
     assert act(t, True, "selective") == pytest.approx(34 * SBH / t, rel=1e-12)
 
 
+#: Llama-2 13B's layer (gated FFN, no biases, MHA) for torchtitan's op-level selective checkpointing.
+LLAMA = TransformerSpec("llama", 1, 5120, 40, 40, 13824, 32000, gated_ffn=True)
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_fsdp_selective_keeps_what_torchtitans_op_level_policy_saves(t):
+    # Saved per token (bytes, 16-bit): the layer input 2h/t (SP); the odd-numbered matmuls
+    # Q 2h/t, V 2h/t, w1 2f/t and w2's partial sum 2h (K, the output projection and w3 are
+    # recomputed); the attention output 2h/t and its fp32 log-sum-exp 4a/t; under TP the two
+    # reduce-scatter outputs 2·2h/t.
+    h, f, a, tokens = 5120, 13824, 40, 4096 * 2
+    flash = Training(global_batch_size=8, sequence_length=4096, attention="flash", framework="fsdp")
+    per_token = 2 * h / t + 2 * h / t + 2 * h / t + 2 * f / t + 2 * h + 2 * h / t + 4 * a / t + (4 * h / t if t > 1 else 0)
+    S = StrategyArrays.from_strategies([Strategy(tp=t, micro_batch_size=2, sequence_parallel=t > 1, recompute="selective")])
+    stored, full, working = activation_bytes(LLAMA, flash, S)
+    assert float(stored[0]) == pytest.approx(tokens * per_token, rel=1e-12)
+    assert float(working[0]) == pytest.approx(float(full[0] - stored[0]), rel=1e-12)
+    # Megatron's selective recompute with fused attention stores what no recompute does
+    mc = Training(global_batch_size=8, sequence_length=4096, attention="flash", framework="megatron-core")
+    none = StrategyArrays.from_strategies([Strategy(tp=t, micro_batch_size=2, sequence_parallel=t > 1)])
+    assert float(activation_bytes(LLAMA, mc, S)[0][0]) == float(activation_bytes(LLAMA, mc, none)[0][0]) == float(full[0])
+    # at t = 1 about half of what the layer holds without recompute (15.4·h vs 32.2·h bytes a token)
+    if t == 1:
+        assert float(stored[0]) / float(full[0]) == pytest.approx(15.4 / 32.2, abs=0.01)
+
+
 @pytest.mark.parametrize("t, sp", [(1, False), (8, False), (8, True)])
 def test_full_recompute_keeps_only_the_layer_input(t, sp):
     assert act(t, sp, "full") == pytest.approx(2 * SBH / (t if sp else 1), rel=1e-12)
@@ -92,3 +118,19 @@ def test_first_stage_holds_pp_microbatches_under_1f1b():
     acts = [s.memory_GB["activations"] for s in est.stages]
     # stage i holds pp - i micro-batches of its 2 layers (plus embedding/head extras at the ends)
     assert acts[1] / acts[2] == pytest.approx(3 / 2, rel=0.02)
+
+
+def test_fsdp_selective_recomputes_the_even_matmuls_and_the_memory_bound_ops():
+    # The extra (hardware − model) FLOPs of op-level selective over those of full recompute: the K
+    # projection, the output projection and w3 — 2h + f of the layer's 4h + 3f GEMM width (plus
+    # its attention core, which full recompute also redoes): 0.39 / (1 + attention share).
+    tr = Training(global_batch_size=16, sequence_length=4096, attention="flash", framework="fsdp")
+    cl = simple_cluster("H100-SXM5-80GB", 8)
+    model = TransformerSpec("llama", 40, 5120, 40, 40, 13824, 32000, gated_ffn=True)
+    runs = {rc: estimate(model, tr, cl, Strategy(dp=8, micro_batch_size=2, zero_stage=3, recompute=rc)) for rc in ("none", "selective", "full")}
+    extra = {rc: e.hardware_tflops_per_gpu - e.model_tflops_per_gpu for rc, e in runs.items()}
+    assert extra["none"] == pytest.approx(0.0, abs=1e-9)
+    share = (extra["selective"] * runs["selective"].step_time_s) / (extra["full"] * runs["full"].step_time_s)
+    assert 0.30 < share < (2 * 5120 + 13824) / (4 * 5120 + 3 * 13824)
+    assert runs["none"].step_time_s < runs["selective"].step_time_s < runs["full"].step_time_s
+    assert max(runs["full"].peak_memory_GB) < max(runs["selective"].peak_memory_GB) < max(runs["none"].peak_memory_GB)

@@ -35,7 +35,9 @@ def reference_rows(model, training, max_gpus, gpn, pins):
     cps = pick("cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024) and (c == 1 or r.context_parallel)])
     pps = [pins["pp"]] if "pp" in pins else (pp_choices(L) if r.pipeline_parallel else [1])
     dps = pick("dp", [d for d in range(1, B + 1) if B % d == 0])
-    rcs = pick("recompute", ["none", "full"] + (["selective"] if training.attention == "unfused" else []))
+    # selective differs from none with unfused attention, or as torchtitan's op-level policy (dense layers)
+    op_level = r.selective_recompute == "op-level" and not model.is_moe and not model.is_mla
+    rcs = pick("recompute", ["none", "full"] + (["selective"] if training.attention == "unfused" or op_level else []))
     eps = pick("ep", [e for e in range(1, model.num_experts + 1) if model.num_experts % e == 0] if model.is_moe else [1])
     vpps = pick("vpp", VPP_CHOICES if r.interleaved_pipeline else (1,))
     rows = []
