@@ -509,8 +509,6 @@ def search_transformer(
     else:
         status = "OPTIMAL" if complete else "FEASIBLE"
     # Preflight (mixed versions or devices inside a group) is the plan service's, over the ranks it stores.
-    warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
-    nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
     search = {
         "candidates": state.enumerated,
         "pruned": state.pruned,
@@ -523,23 +521,28 @@ def search_transformer(
     # splits were optimised under the p10 verdict (a candidate's fastest split may be tight
     # where a slower split of it is safe), so the optimal safe plan is searched on its own.
     faster_tight = _tight_before(state, best.objective)
+    safe = None
     if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or faster_tight):
         safe = _safe_search(request, settings, should_cancel)
-        if safe is not None:
-            # The optimal safe plan first, then its safe alternatives, then the tight ones.
-            shapes = {_shape(e.strategy, e.stage_groups) for e in (safe.best, *safe.alternatives)}
-            tight = [e for e in picked if e.prediction.tight and _shape(e.strategy, e.stage_groups) not in shapes]
-            # The fastest tight candidate stays among the alternatives (flagged), after the safe ones.
-            keep_tight = min(len(tight), 1 if request.top_k else 0)
-            best, alternatives = safe.best, [*safe.alternatives[: request.top_k - keep_tight], *tight][: request.top_k]
-            warnings = dtype_warnings + list(best.prediction.warnings)
-            if tight:
-                warnings.append(f"a faster layout ({tight[0].prediction.step_time_s:.4g} s per step) is memory-tight (its p90 peak "
-                                "exceeds usable memory): ranked after the safe plans")
-            search["candidates"] += safe.search["candidates"]
-            search["pruned"] += safe.search["pruned"]
-            search["refined"] += safe.search["refined"]
-            search["wall_time_s"] = round(time.perf_counter() - t0, 4)
+    if safe is None:
+        warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
+        nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
+    else:
+        # The optimal safe plan first, then its safe alternatives, then the tight ones.
+        shapes = {_shape(e.strategy, e.stage_groups) for e in (safe.best, *safe.alternatives)}
+        tight = [e for e in picked if e.prediction.tight and _shape(e.strategy, e.stage_groups) not in shapes]
+        # The fastest tight candidate stays among the alternatives (flagged), after the safe ones.
+        keep_tight = min(len(tight), 1 if request.top_k else 0)
+        best, alternatives = safe.best, [*safe.alternatives[: request.top_k - keep_tight], *tight][: request.top_k]
+        # the safe plan's own warnings (its placement's among them) and nesting comparison
+        warnings, nesting = list(safe.warnings), safe.nesting
+        if tight:
+            warnings.append(f"a faster layout ({tight[0].prediction.step_time_s:.4g} s per step) is memory-tight (its p90 peak "
+                            "exceeds usable memory): ranked after the safe plans")
+        search["candidates"] += safe.search["candidates"]
+        search["pruned"] += safe.search["pruned"]
+        search["refined"] += safe.search["refined"]
+        search["wall_time_s"] = round(time.perf_counter() - t0, 4)
     if progress:
         progress(1.0)
     return PlanResult(

@@ -55,6 +55,11 @@ def test_oversubscribed_spine_moves_the_bandwidth_hungry_dimension_inside_a_pod(
     full = plan(parse_plan_request(_llama(1.0)), settings)
     # full bisection: data parallelism (its gradient and parameter collectives) spans pods
     assert "dp" in _pod_crossers(full)
+    # the nesting comparison is the answer's own (with full bisection a faster layout is
+    # memory-tight, so the safe search supplies the answer): its chosen entry is the best plan
+    assert any("memory-tight" in w for w in full.warnings)
+    chosen = [e for e in full.nesting if e["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["step_time_s"] == pytest.approx(full.best_step_time_s, rel=1e-9)
     over = plan(parse_plan_request(_llama(64.0)), settings)
     assert over.best_step_time_s > full.best_step_time_s
     # 1:64 spine: only the pipeline's point-to-point sends cross pods
