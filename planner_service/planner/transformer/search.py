@@ -318,17 +318,16 @@ class _Search:
         shapes = layout_keys(S)
         if self.fixed_split:
             self._record_fixed(S, g, even_objective)
-        for j in ([] if self.fixed_split else self._best_per_layout(S, even_objective, shapes)):
-            pp = int(S.pp[j])
-            # A pinned split is not the one the tables costed: estimate it.
-            known = None if self.fixed_split else float(even_objective[j])
-            uneven = pp > 1 and int(S.vpp[j]) == 1 and not self.fixed_split and bool(feasible[j])
-            self.record(self._even_strategy(S, j), (g.name,) * pp, known, (si, j) if uneven else None)
+        else:
+            for j in self._best_per_layout(S, even_objective, shapes):
+                pp = int(S.pp[j])
+                uneven = pp > 1 and int(S.vpp[j]) == 1 and bool(feasible[j])
+                self.record(self._even_strategy(S, j), (g.name,) * pp, float(even_objective[j]), (si, j) if uneven else None)
         if self.cons.tight_memory == "rank_after_safe" and ev_even.safe_step_time_s is not None:
             self._record_safe(S, g, ev_even.safe_step_time_s * factor, shapes)
+        if self.fixed_split:
+            return feasible, lb  # a pinned split has no uneven splits to refine
         for j in map(int, np.nonzero(feasible & (S.vpp == 1) & (S.pp > 1))[0]):
-            if self.fixed_split:
-                continue
             entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
             self.pending.append(entry)
             self.queued[(si, int(j))] = entry
@@ -520,7 +519,8 @@ def search_transformer(
     # A tight answer faster than the best safe one: that safe one was found by a search whose
     # splits were optimised under the p10 verdict (a candidate's fastest split may be tight
     # where a slower split of it is safe), so the optimal safe plan is searched on its own.
-    faster_tight = _tight_before(state, best.objective)
+    # (the answers were estimated in objective order, so a faster tight one is among them)
+    faster_tight = any(e.prediction.tight and e.objective < best.objective * (1 - 1e-9) for e in picked)
     safe = None
     if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or faster_tight):
         safe = _safe_search(request, settings, should_cancel)
@@ -556,18 +556,6 @@ def search_transformer(
         extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
         nesting=nesting,
     )
-
-
-def _tight_before(state: _Search, objective: float) -> bool:
-    """Whether a candidate with a lower objective than ``objective`` is memory-tight (the
-    first :data:`SAFE_LOOKAHEAD` of them, in objective order, are estimated)."""
-    faster = sorted((c for c in state.candidates.values() if c.objective < objective * (1 - 1e-9)),
-                    key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
-    for c in faster[:SAFE_LOOKAHEAD]:
-        ev = c.evaluated if c.evaluated is not None else state.evaluate(c.strategy, c.stage_groups)
-        if ev is not None and ev.prediction.tight:
-            return True
-    return False
 
 
 def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:
