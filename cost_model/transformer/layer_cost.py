@@ -383,7 +383,7 @@ def _uniform_layer_costs(
     unfused = 1.0 if training.attention == "unfused" else 0.0
     op_level = op_level_selective(model, training)
     if op_level:
-        sel_share = op_level_recomputed_gemm_flops(model, g.T, S.tp, g.kv) / gemm_flops
+        sel_share = op_level_recomputed_gemm_flops(model, g.T, S.tp) / gemm_flops
         selective_s = sel_share * (gemm_fwd + cast_fwd) + elem_fwd + unfused * attn_fwd
     else:
         selective_s = unfused * attn_fwd
@@ -793,17 +793,18 @@ def op_level_selective(model: TransformerSpec, training: Training) -> bool:
     return rules_for(training.framework).selective_recompute == "op-level" and not model.is_mla and not model.is_moe
 
 
-def op_level_recomputed_gemm_flops(model: TransformerSpec, T: ArrayOrFloat, tp: ArrayOrFloat, kv: ArrayOrFloat) -> FloatArray:
+def op_level_recomputed_gemm_flops(model: TransformerSpec, T: ArrayOrFloat, tp: ArrayOrFloat) -> FloatArray:
     """Forward FLOPs of the matmuls that torchtitan's op-level policy recomputes in one layer.
 
     The policy counts ``aten.mm`` calls per layer and saves every odd-numbered one ("saves output
     of all compute ops, except every second mm").  A Llama-style layer calls Q, K, V, the output
     projection, then w1, w3, w2 (gated; fc1, fc2 ungated), so the even ones are the K projection,
     the output projection and the FFN's second matrix (w3 gated, fc2 ungated) —
-    [T,h]×[h,kv], [T,o/t]×[o/t,h] and an [h, f/t] matrix: 2·T·h·(kv + o/t + f/t) FLOPs.
+    [T,h]×[h,kv], [T,o/t]×[o/t,h] and an [h, f/t] matrix: 2·T·h·(kv + o/t + f/t) FLOPs (kv the
+    local K width, :func:`_kv_local`).
     """
     h, o, f = float(model.hidden_size), float(model.attn_out_size), float(model.ffn_hidden_size)
-    return np.asarray(2.0 * T * h * (kv + o / tp + f / tp), dtype=float)
+    return np.asarray(2.0 * T * h * (_kv_local(model, tp) + o / tp + f / tp), dtype=float)
 
 
 def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, frac: ArrayOrFloat | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:

@@ -421,7 +421,6 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
         return fraction * (per_layer - head)
     core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if training.attention == "unfused" else 0.0
     if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls of every layer
-        kv = float(model.kv_head_dim * model.num_kv_heads)
         tokens = float(training.global_batch_size) * s
-        return core + model.num_layers * float(op_level_recomputed_gemm_flops(model, tokens, 1.0, kv))
+        return core + model.num_layers * float(op_level_recomputed_gemm_flops(model, tokens, 1.0))
     return core
