@@ -96,6 +96,20 @@ def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
     assert cfg.training.global_batch_size == plan["training"]["global_batch_size"]
 
 
+def test_torchtitan_selective_recompute_is_its_op_level_checkpointing():
+    # what the cost model prices for recompute: selective under fsdp (layer_cost.op_level_selective)
+    import tomllib
+
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = ALL_PLANS["homogeneous"]()
+    plan["best"]["strategy"]["recompute"] = "selective"
+    art = render(plan, "torchtitan", PARAMS)
+    assert tomllib.loads(art.files["torchtitan.toml"])["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    ac = manager.ConfigManager().parse_args(_overrides(art)).activation_checkpoint
+    # torchtitan >= 0.3: the selective subcommand is the op-level policy (it has no layer option)
+    assert type(ac).__qualname__ == "SelectiveAC.Config" and hasattr(ac, "force_recompute_mm_shapes_by_fqns"), ac
+
+
 def test_torchtitan_toml_names_a_registered_flavor():
     import tomllib
 
