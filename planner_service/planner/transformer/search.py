@@ -4,16 +4,20 @@
    links merged; ``allowed_device_types`` filters them.
 2. For every non-empty subset of pools (one device type alone, or several together): enumerate
    the knob space (``space.enumerate_space``), cost every candidate with the cost model's
-   vectorised functions (``tables.evaluate_even``): exact step time for the near-even split,
+   vectorised functions (``tables.even_tables``): exact step time for the near-even split,
    a lower bound over all splits, and exact memory feasibility.
 3. Branch and bound: candidates whose lower bound beats the best exact time so far get an
    optimal stage split (``split_cpsat.solve_split``: exact enumeration for one pool, CP-SAT for the
    split and stage → pool assignment over several).  Stops when no bound can beat the
-   incumbent (the answer is then optimal under the cost model) or the time limit is hit.
-   One-pool candidates carry their exact objective from the cost tables; multi-pool ones are
-   estimated at once.
+   incumbent (the answer is then optimal under the cost model) or the time limit is hit.  A
+   one-pool split that cannot beat the objective the answers must beat is given up early
+   (``split_exact.single_pool_split``'s cutoff).  One-pool candidates carry their exact
+   objective from the cost tables; multi-pool ones are estimated at once.
 4. The best and top-k alternatives are (re-)checked with ``cost_model.estimate``; place ranks
    (``placement``), explain (``explain``).
+5. A memory-tight answer (or a faster tight candidate) starts the same search restricted to
+   safe candidates, seeded with the best safe answer and reusing the first search's costed
+   candidates (their verdict at the safe capacity is a comparison, not a new costing).
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ from planner_service.planner.transformer.space import (
 )
 from planner_service.planner.transformer.split_cpsat import WALL_GUARD_FACTOR, solve_split
 from planner_service.planner.transformer.tables import (
+    EvenTables,
     PoolCosts,
-    evaluate_even,
+    even_tables,
     pool_costs,
     pp_cross_node,
     stage_linear,
@@ -158,11 +163,24 @@ def _objective_value(objective: str, est: Estimate, cluster: Cluster, stage_grou
 _Pending = tuple[float, int, tuple[int, ...], list[PoolCosts], int, float | None]
 
 
+@dataclass(frozen=True)
+class _CostedPool:
+    """One pool's candidates and their costs, as ``_Search._costed_pool`` computed them at
+    ``fit_fraction`` (``dropped``: the layouts left out for not fitting)."""
+
+    fit_fraction: float
+    S: StrategyArrays
+    dropped: int
+    pcs: list[PoolCosts]
+    tables: EvenTables | None  # None when there is no candidate
+
+
 class _Search:
     """The state of one transformer search: the candidates found (in the order found), the
     incumbent objective, the candidates still to refine, and the counts the result reports."""
 
-    def __init__(self, request: PlanRequest, settings: SolverSettings, cluster: Cluster, pools: list[NodeGroup]) -> None:
+    def __init__(self, request: PlanRequest, settings: SolverSettings, cluster: Cluster, pools: list[NodeGroup],
+                 memo: dict[int, _CostedPool] | None = None) -> None:
         assert isinstance(request.model, TransformerSpec)
         self.request = request
         self.settings = settings
@@ -196,6 +214,14 @@ class _Search:
         self.refined: set[tuple[int, int]] = set()
         self.work_s = 0.0  # deterministic work spent by the refinements (s)
         self.best_objective = float(np.inf)  # the incumbent: the best exact objective so far
+        #: each single-pool subset's costed candidates, by subset id (``_costed_pool``)
+        self.memo: dict[int, _CostedPool] = {} if memo is None else memo
+
+    def seed(self, ev: Evaluated) -> None:
+        """Start from an estimated candidate (``search_transformer``'s ``incumbent``): kept as
+        found, its split not refined again."""
+        self.candidates[(ev.strategy.key(), ev.stage_groups)] = _Candidate(ev.objective, ev.strategy, ev.stage_groups, ev)
+        self.best_objective = min(self.best_objective, ev.objective)
 
     def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
         try:
@@ -258,27 +284,45 @@ class _Search:
             # needs an even split, and pinned uneven splits are single-pool only.
             keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
         S = S.take(np.nonzero(keep)[0])
-        if len(groups) == 1:  # one pool on a topology: every nesting order of the layouts that fit
-            S, dropped = feasible_then_expand(self.model, self.training, groups[0], S, self.fit_fraction)
-            self.enumerated += dropped
-            self.pruned += dropped
-        self.enumerated += len(S)
-        if len(S) == 0:
-            return
-        pcs = [pool_costs(self.model, self.training, g, S) for g in groups]
         if len(groups) == 1:
-            feasible, bound = self._cost_one_pool(si, subset, groups[0], S, pcs)
+            costed = self._costed_pool(si, groups[0], S)
+            self.enumerated += costed.dropped + len(costed.S)
+            self.pruned += costed.dropped
+            if costed.tables is None:  # no candidate
+                return
+            S = costed.S
+            feasible, bound = self._cost_one_pool(si, subset, groups[0], S, costed.pcs, costed.tables)
             # Block (partial) recompute of the layouts that fit only with full recompute: a
             # second, small pass under its own subset key (queued entries are keyed by it),
             # skipping layouts whose bound without recompute cannot enter the answers.
             S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned, bound, self._answer_threshold())
             if len(S2):
                 self.enumerated += len(S2)
-                self._cost_one_pool(-1 - si, subset, groups[0], S2, [pool_costs(self.model, self.training, groups[0], S2)])
-        else:
-            lbs = _hetero_lower_bounds(self.model, self.training, pcs, S, groups) * _objective_factor(self.request.objective, self.training, S, groups)
-            for j in np.argsort(lbs):
-                self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
+                pcs2 = [pool_costs(self.model, self.training, groups[0], S2)]
+                self._cost_one_pool(-1 - si, subset, groups[0], S2, pcs2, even_tables(self.model, self.training, pcs2[0]))
+            return
+        self.enumerated += len(S)
+        if len(S) == 0:
+            return
+        pcs = [pool_costs(self.model, self.training, g, S) for g in groups]
+        lbs = _hetero_lower_bounds(self.model, self.training, pcs, S, groups) * _objective_factor(self.request.objective, self.training, S, groups)
+        for j in np.argsort(lbs):
+            self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
+
+    def _costed_pool(self, si: int, g: NodeGroup, S: StrategyArrays) -> _CostedPool:
+        """One pool's candidates costed (``tables.even_tables``): on a topology every nesting
+        order of the layouts some split of which fits at the search's fit fraction.  Kept in the
+        memo shared with a later search of the same request (the safe search), which reuses them
+        when its fraction is no larger: the rows that fit it are among these, and the tables'
+        verdict at its capacity drops the others."""
+        known = self.memo.get(si)
+        if known is not None and known.fit_fraction >= self.fit_fraction:
+            return replace(known, dropped=0)
+        S, dropped = feasible_then_expand(self.model, self.training, g, S, self.fit_fraction)
+        pcs = [pool_costs(self.model, self.training, g, S)] if len(S) else []
+        tables = even_tables(self.model, self.training, pcs[0]) if pcs else None
+        self.memo[si] = costed = _CostedPool(self.fit_fraction, S, dropped, pcs, tables)
+        return costed
 
     def _answer_threshold(self) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far
@@ -292,12 +336,13 @@ class _Search:
         return ranked[k] if len(ranked) > k else float("inf")
 
     def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays,
-                       pcs: list[PoolCosts]) -> tuple[np.ndarray, np.ndarray]:
-        """Record and queue the candidates of one pool; returns which rows some split of which
-        fits, and each row's lower bound of the objective over all splits."""
+                       pcs: list[PoolCosts], tables: EvenTables) -> tuple[np.ndarray, np.ndarray]:
+        """Record and queue the candidates of one pool (``tables``: their costs); returns which
+        rows some split of which fits, and each row's lower bound of the objective over all
+        splits."""
         cap_bytes = g.device.memory_bytes * self.fit_fraction
         safe_bytes = g.device.memory_bytes * self.safe_fraction
-        ev_even = evaluate_even(self.model, self.training, pcs[0], cap_bytes, safe_bytes)
+        ev_even = tables.evaluate(cap_bytes, safe_bytes)
         feasible = ev_even.feasible
         lb = ev_even.lower_bound_s
         self.pruned += int((~feasible).sum())
@@ -417,7 +462,8 @@ class _Search:
         self.refinements += 1
         self.refined.add((si, j))
         budget_left_s = max(0.0, self.settings.time_limit_s - self.work_s)
-        res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s)
+        cutoff_s = self._answer_threshold() / factor_j if factor_j else float("inf")
+        res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s, cutoff_s)
         self.work_s += res[4] if res is not None else INFEASIBLE_WORK_S
         if res is None:
             return
@@ -475,8 +521,14 @@ def search_transformer(
     settings: SolverSettings,
     progress: Callable[[float], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
+    incumbent: Evaluated | None = None,
+    memo: dict[int, _CostedPool] | None = None,
 ) -> PlanResult:
-    """The transformer search over a parsed request (see the module docstring)."""
+    """The transformer search over a parsed request (see the module docstring).  ``incumbent``:
+    an estimated candidate of this request's space that its memory rule admits, recorded before
+    the search starts, so that branch and bound prunes against its objective from the first
+    refinement on (the safe search is seeded with the best safe answer of the first).  ``memo``:
+    a search of the same request's costed candidates (``_Search._costed_pool``)."""
     t0 = time.perf_counter()
     # Operator profiles are applied to the cluster's devices before planning (the service does
     # it for profile_id; the CLI for --profile), so the search sees calibrated devices.
@@ -485,7 +537,9 @@ def search_transformer(
     assert isinstance(request.model, TransformerSpec)
     check_pins(request.model, training, request.constraints.pinned)
     pools, dtype_warnings = _dtype_pools(cluster, training)
-    state = _Search(request, settings, cluster, pools)
+    state = _Search(request, settings, cluster, pools, memo)
+    if incumbent is not None:
+        state.seed(incumbent)
     subsets = [s for r in range(1, len(pools) + 1) for s in itertools.combinations(range(len(pools)), r)]
     for si, subset in enumerate(subsets):
         state.cost_subset(si, subset)
@@ -523,7 +577,7 @@ def search_transformer(
     faster_tight = any(e.prediction.tight and e.objective < best.objective * (1 - 1e-9) for e in picked)
     safe = None
     if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or faster_tight):
-        safe = _safe_search(request, settings, should_cancel)
+        safe = _safe_search(request, settings, should_cancel, next((e for e in picked if not e.prediction.tight), None), state.memo)
     if safe is None:
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
         nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
@@ -563,13 +617,17 @@ def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[st
     return ev.prediction if ev is not None else None
 
 
-def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None) -> PlanResult | None:
+def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None,
+                 incumbent: Evaluated | None, memo: dict[int, _CostedPool]) -> PlanResult | None:
     """The same search restricted to memory-safe candidates (every stage's p90 within usable
     memory), None when none is: run when the best candidate is tight, so that a safe plan ranks
-    first and is optimal among the safe ones."""
+    first and is optimal among the safe ones.  ``incumbent``: the first search's best safe
+    answer (its split optimised under the p10 verdict, and safe), which bounds the safe optimum
+    from above — the safe search starts from it instead of from its even splits.  ``memo``: the
+    first search's costed candidates, reused."""
     safe_request = replace(request, constraints=replace(request.constraints, tight_memory="reject"))
     try:
-        return search_transformer(safe_request, settings, None, should_cancel)
+        return search_transformer(safe_request, settings, None, should_cancel, incumbent, memo)
     except NoFeasiblePlan:
         return None
 
@@ -624,6 +682,7 @@ def _refine(
     capacity_fraction: float,
     settings: SolverSettings,
     budget_left_s: float,
+    cutoff_s: float = float("inf"),
 ) -> tuple[Strategy, tuple[str, ...], str, float, float, bool] | None:
     """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``):
     (strategy, stage groups, status, step time s, work s, whether the step time is exact)."""
@@ -655,6 +714,7 @@ def _refine(
         hint_layers,
         hint_pools,
         scale_ref_s=ref,
+        cutoff_s=cutoff_s,
     )
     if res is None:
         return None

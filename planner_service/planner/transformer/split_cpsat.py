@@ -86,14 +86,16 @@ def solve_split(
     hint_pools: Sequence[int] | None = None,
     scale_ref_s: float = 1.0,
     method: str = "auto",
+    cutoff_s: float = float("inf"),
 ) -> SplitResult | None:
     """Optimal stage split (and pool per stage).  ``lins[p]`` are pool p's coefficients for a
     pp-stage pipeline.  Returns None when no split fits.  ``method``: ``"auto"`` (exact
     enumeration for one pool, CP-SAT otherwise) or ``"cp-sat"``.  ``objective_s`` is the step
-    time in seconds (``combine_stages``' formula)."""
+    time in seconds (``combine_stages``' formula).  ``cutoff_s``: the exact one-pool enumeration
+    also returns None when no split is faster than it (the candidate cannot enter the answers)."""
     if len(lins) == 1 and method == "auto":
         try:
-            exact = single_pool_split(lins[0], capacities_bytes[0], num_layers, pp, m, vpp)
+            exact = single_pool_split(lins[0], capacities_bytes[0], num_layers, pp, m, vpp, cutoff_s=cutoff_s)
         except SplitBudgetExceeded:
             pass  # CP-SAT below
         else:

@@ -9,7 +9,8 @@ Shapes (documented seam between cost model and solver):
   objective is the cost model's step time exactly (up to integer scaling).
 * ``evaluate_even`` — for a pool and an array of N candidates: step time with the near-even
   layer split, a lower bound over *all* splits, and whether some split fits memory.  Arrays of
-  shape ``[N]``.
+  shape ``[N]``.  The costing (``even_tables``) does not depend on the memory capacity; the
+  verdict for a capacity (``EvenTables.evaluate``) is a few array comparisons.
 
 Every number comes from ``cost_model.transformer.stage_cost.stage_cost`` / ``combine_stages`` — the same
 functions ``cost_model.estimate`` uses.
@@ -166,21 +167,68 @@ def _stages_for_splits(
     return _SplitStages((first, mid, last), (False, True, False), V, p, N)
 
 
-def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float, safe_capacity_bytes: float | None = None) -> EvenEval:
-    """Evaluate every candidate in ``pc.S`` with the near-even split, bound all splits, and
-    decide memory feasibility exactly (stage memory is affine in its layer count, so a split
-    exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1).  ``safe_capacity_bytes``:
-    also the near-even step of the candidates whose every stage stays within it (the p90
-    bound of :mod:`cost_model.transformer.memory`), inf for the others."""
+@dataclass(frozen=True)
+class _EvenGroup:
+    """The candidates of one pipeline depth: their indices in ``pc.S`` and, per stage i and
+    candidate, the affine stage memory a_i + b_i·n (bytes) and the near-even split's costs."""
+
+    idx: np.ndarray
+    mem_a_bytes: np.ndarray  # [p, n]
+    mem_b_bytes: np.ndarray  # [p, n] (NaN when the pipeline is deeper than the layer count)
+    even_peak_bytes: np.ndarray  # [p, n]
+    even_step_s: np.ndarray  # [n]
+    lower_bound_s: np.ndarray  # [n]
+    #: the least-memory split's tightest stage (bytes): one layer per stage at least, and the
+    #: level of the continuous relaxation
+    least_peak_bytes: np.ndarray  # [n]
+
+
+@dataclass(frozen=True)
+class EvenTables:
+    """What :func:`evaluate_even` computes that does not depend on the memory capacity (every
+    ``stage_cost`` call): a search costs its candidates once and takes the verdict for each
+    capacity it asks about (the p10 and the p90 one) with :meth:`evaluate`."""
+
+    num_layers: int
+    N: int
+    groups: tuple[_EvenGroup, ...]
+
+    def evaluate(self, capacity_bytes: float, safe_capacity_bytes: float | None = None) -> EvenEval:
+        """The near-even step (inf where it does not fit ``capacity_bytes``), the bound over all
+        splits, whether some split fits (stage memory is affine in its layer count, so a split
+        exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1) and the least-memory
+        split's shortfall.  ``safe_capacity_bytes``: also the near-even step of the candidates
+        whose every stage stays within it (the p90 bound of :mod:`cost_model.transformer.memory`),
+        inf for the others."""
+        L, N = self.num_layers, self.N
+        step = np.full(N, np.inf)
+        lb = np.full(N, np.inf)
+        feasible = np.zeros(N, dtype=bool)
+        shortfall = np.zeros(N)
+        safe_step = np.full(N, np.inf)
+        for g in self.groups:
+            a, b = g.mem_a_bytes, g.mem_b_bytes
+            # (a NaN slope — stages of 0 layers — fails every comparison: infeasible)
+            k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
+            feas = (k >= 1).all(axis=0) & (np.clip(k, 0, L).sum(axis=0) >= L)
+            step[g.idx] = np.where((g.even_peak_bytes <= capacity_bytes).all(axis=0), g.even_step_s, np.inf)
+            if safe_capacity_bytes is not None:
+                safe_step[g.idx] = np.where((g.even_peak_bytes <= safe_capacity_bytes).all(axis=0), g.even_step_s, np.inf)
+            feasible[g.idx] = feas
+            worst_short = g.least_peak_bytes - capacity_bytes
+            shortfall[g.idx] = np.where(feas, 0.0, np.where(np.isnan(worst_short), np.inf, np.maximum(worst_short, 1.0)))
+            lb[g.idx] = g.lower_bound_s
+        return EvenEval(step, lb, feasible, shortfall, safe_step if safe_capacity_bytes is not None else None)
+
+
+def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> EvenTables:
+    """Cost every candidate in ``pc.S`` with the near-even split and at 0 layers per stage
+    (stage memory is affine in the layer count, so its slope is (memory of the split − memory
+    at 0 layers) / layers), and bound the step time over all splits."""
     S = pc.S
     L = model.num_layers
-    N = len(S)
-    step = np.full(N, np.inf)
-    lb = np.full(N, np.inf)
-    feasible = np.zeros(N, dtype=bool)
-    shortfall = np.zeros(N)
-    safe_step = np.full(N, np.inf)
     cross_all = pp_cross_node(S, pc.group.gpus_per_node)
+    groups = []
     for pp in np.unique(S.pp):
         idx = np.nonzero(S.pp == pp)[0]
         pcg = subset(pc, idx)
@@ -188,44 +236,37 @@ def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, cap
         p = int(pp)
         cross = cross_all[idx]
         split = even_split(L, p)
-        # The near-even split and 0 layers per stage in one pass: stage memory is affine in the
-        # layer count, so its slope is (memory of the split − memory at 0 layers) / layers.
         layer_rows = np.array([split, [0] * p], dtype=float)
         variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
         stages = variants.stage_cost(0)
         a = variants.stacked(1, attrgetter("peak_memory_bytes"))
-        # (pp above the layer count leaves stages of 0 layers: a NaN slope, and the candidate
-        # infeasible below, as every comparison with NaN is false)
+        # (pp above the layer count leaves stages of 0 layers: a NaN slope)
         with np.errstate(invalid="ignore", divide="ignore"):
             b = (stages.peak_memory_bytes - a) / np.array(split, dtype=float)[:, None]
-        k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
-        cap_layers = np.clip(k, 0, L).sum(axis=0)
-        min_one_ok = (k >= 1).all(axis=0)
-        # Shortfall of the least-memory split: one layer per stage at least, and the level M of
-        # the continuous relaxation (every stage at M: Σ (M − a_i)/b_i = L) — a lower bound of
-        # the tightest stage's peak over all splits (for pp = 1: the whole stage's peak).
-        with np.errstate(invalid="ignore", divide="ignore"):
+            # Least-memory split: every stage at the level M of the continuous relaxation
+            # (Σ (M − a_i)/b_i = L), one layer each at least — a lower bound of the tightest
+            # stage's peak over all splits (for pp = 1: the whole stage's peak).
             inv_b = 1.0 / np.maximum(b, 1e-9)
             level = (L + (a * inv_b).sum(axis=0)) / inv_b.sum(axis=0)
-        worst_short = np.maximum((a + b).max(axis=0), level) - capacity_bytes
         sum_t = stages.time_s.sum(axis=0)
-        fits_even = (stages.peak_memory_bytes <= capacity_bytes).all(axis=0)
-        sc = combine_stages(stages, Sg, _m(Sg, training))
-        step[idx] = np.where(fits_even, sc.step_time_s, np.inf)
-        if safe_capacity_bytes is not None:
-            safe_even = (stages.peak_memory_bytes <= safe_capacity_bytes).all(axis=0)
-            safe_step[idx] = np.where(safe_even, sc.step_time_s, np.inf)
-        feas = min_one_ok & (cap_layers >= L)
-        feasible[idx] = feas
-        shortfall[idx] = np.where(feas, 0.0, np.where(np.isnan(worst_short), np.inf, np.maximum(worst_short, 1.0)))
-        # Lower bound: pipeline ≥ (m − 1/v)·Σt/p + Σt/v (max ≥ mean; Σt is split-independent),
-        # optimizer ≥ its value for the mean parameter share of a middle stage.
         m = _m(Sg, training)
         v = Sg.vpp
-        # (the first middle stage; with no middle stage, a stage without embedding or head)
+        # Lower bound: pipeline ≥ (m − 1/v)·Σt/p + Σt/v (max ≥ mean; Σt is split-independent),
+        # optimizer ≥ its value for the mean parameter share of a middle stage (the first
+        # middle stage; with no middle stage, a stage without embedding or head).
         mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross).optimizer_s
-        lb[idx] = (m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s
-    return EvenEval(step, lb, feasible, shortfall, safe_step if safe_capacity_bytes is not None else None)
+        groups.append(_EvenGroup(
+            idx=idx, mem_a_bytes=a, mem_b_bytes=b, even_peak_bytes=stages.peak_memory_bytes,
+            even_step_s=combine_stages(stages, Sg, m).step_time_s,
+            lower_bound_s=(m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s,
+            least_peak_bytes=np.maximum((a + b).max(axis=0), level),
+        ))
+    return EvenTables(L, len(S), tuple(groups))
+
+
+def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float, safe_capacity_bytes: float | None = None) -> EvenEval:
+    """:func:`even_tables` of ``pc``'s candidates, evaluated at one capacity (and a safe one)."""
+    return even_tables(model, training, pc).evaluate(capacity_bytes, safe_capacity_bytes)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,25 @@ def test_exact_split_matches_enumerating_every_split(seed):
     assert fast.objective_s == pytest.approx(best, rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_cutoff_gives_up_only_splits_that_cannot_beat_it(seed):
+    rng = np.random.default_rng(300 + seed)
+    pp = int(rng.integers(2, 9))
+    L = int(rng.integers(pp, 41))
+    m = float(rng.choice([pp, 2 * pp, 16, 64]))
+    lin = random_instance(rng, pp, mem_tight=bool(rng.integers(0, 2)))
+    cap = float(rng.uniform(4e9, 40e9))
+    best = single_pool_split(lin, cap, L, pp, m, 1)
+    if best is None:
+        return
+    above = single_pool_split(lin, cap, L, pp, m, 1, cutoff_s=best.objective_s * (1 + 1e-9))
+    assert above is not None and above.layers == best.layers and above.pairs <= best.pairs
+    assert single_pool_split(lin, cap, L, pp, m, 1, cutoff_s=best.objective_s) is None
+    # through the solver entry point the search calls
+    assert solve_split([lin], [cap], [pp], L, pp, m, 1, 30.0, 1, cutoff_s=best.objective_s) is None
+    assert solve_split([lin], [cap], [pp], L, pp, m, 1, 30.0, 1, cutoff_s=np.inf).layers == best.layers
+
+
 def test_equal_stages_get_a_level_split():
     pp, L = 4, 10
     lin = StageLinear(*(np.full(pp, v) for v in (0.01, 0.1, 0.0, 0.06, 0.0, 0.01, 0.0, 0.048, 0.0, 0.001, 1e9, 1e8)), np.zeros(pp))

@@ -8,6 +8,7 @@ from helpers.bruteforce import brute_force
 from planner_service.planner import SolverSettings, plan
 from planner_service.planner.placement import ordered_nodes
 from planner_service.planner.request import parse_plan_request
+from planner_service.planner.transformer import search
 from planner_service.planner.transformer.search import normalise_cluster
 
 GPT_SMALL = {"transformer": {"n_layer": 4, "n_embd": 1024, "n_head": 16, "vocab_size": 32000, "n_positions": 2048}, "name": "gpt-4l"}
@@ -48,6 +49,31 @@ def _llama(o, preset="llama3-405b", nodes=64, pod=16, constraints=None):
 def _pod_crossers(result):
     entry = result.to_dict(alternative_ranks=False)["best"]
     return next(b for b in entry["topology"]["boundaries"] if b["boundary"] == "pod")["crossed_by"]
+
+
+def _answers(result):
+    return [(e.strategy, e.stage_groups, e.prediction.step_time_s) for e in (result.best, *result.alternatives)]
+
+
+def test_the_safe_search_reuses_the_first_searchs_costing_and_plans_the_same(monkeypatch):
+    """With full bisection a faster layout is memory-tight, so the safe search runs: it takes the
+    first search's costed candidates (no second costing of the main space) and its answers are
+    those of a safe search that costs everything again."""
+    req = parse_plan_request(_llama(1.0))
+    settings = SolverSettings(time_limit_s=20)
+    costed = []
+    real_tables, real_safe = search.even_tables, search._safe_search
+    monkeypatch.setattr(search, "even_tables", lambda model, training, pc: costed.append(len(pc.S)) or real_tables(model, training, pc))
+    shared = plan(req, settings)
+    assert any("memory-tight" in w for w in shared.warnings)  # the safe search ran
+    shared_costings = list(costed)
+    costed.clear()
+    monkeypatch.setattr(search, "_safe_search", lambda request, st, cancel, incumbent, memo: real_safe(request, st, cancel, incumbent, {}))
+    fresh = plan(req, settings)
+    assert _answers(shared) == _answers(fresh)
+    main = max(shared_costings)
+    assert shared_costings.count(main) == 1  # the main space is costed once
+    assert sum(costed) > sum(shared_costings)  # a safe search of its own costs its space again
 
 
 def test_oversubscribed_spine_moves_the_bandwidth_hungry_dimension_inside_a_pod():
