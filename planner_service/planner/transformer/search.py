@@ -550,7 +550,7 @@ def search_transformer(
 
     if not state.candidates:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
-    picked, incumbent_held = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
+    picked, incumbent_held, faster_tight = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
@@ -573,8 +573,6 @@ def search_transformer(
     # A tight answer faster than the best safe one: that safe one was found by a search whose
     # splits were optimised under the p10 verdict (a candidate's fastest split may be tight
     # where a slower split of it is safe), so the optimal safe plan is searched on its own.
-    # (the answers were estimated in objective order, so a faster tight one is among them)
-    faster_tight = any(e.prediction.tight and e.objective < best.objective * (1 - 1e-9) for e in picked)
     safe = None
     if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or faster_tight):
         safe = _safe_search(request, settings, should_cancel, next((e for e in picked if not e.prediction.tight), None), state.memo)
@@ -767,12 +765,15 @@ SAFE_LOOKAHEAD = 32
 def _pick_answers(
     candidates: list[_Candidate], evaluate: Callable[[Strategy, tuple[str, ...]], Evaluated | None], k: int,
     safe_first: bool = False,
-) -> tuple[list[Evaluated], bool]:
+) -> tuple[list[Evaluated], bool, bool]:
     """The best candidate and top-k alternatives that differ from it (and each other) in a
     structural knob, by objective; candidates not yet estimated are estimated here (a
     candidate ``estimate`` rejects is skipped).  ``safe_first``: candidates whose memory is
     tight (p90 over usable memory) rank after every safe one.  Returns (best first, whether the
-    lowest objective found survived its estimate).  Ties in the objective go to the lower peak
+    lowest objective found survived its estimate, whether an estimated candidate faster than the
+    best safe one — or any, when none is safe — is tight: then the safe plan was found under the
+    p10 verdict and the exact safe search must run; with k = 0 that candidate is not among the
+    answers).  Ties in the objective go to the lower peak
     memory (more headroom), then to the strategy's knobs in a fixed order, never to the order
     the candidates were found in."""
     ranked = sorted(candidates, key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
@@ -799,10 +800,11 @@ def _pick_answers(
                            repr(e.strategy.key()), e.stage_groups))
     safe_ones = [e for e in out if not e.prediction.tight]
     tight_ones = [e for e in out if e.prediction.tight]
+    faster_tight = bool(tight_ones) and (not safe_ones or tight_ones[0].objective < safe_ones[0].objective * (1 - 1e-9))
     if safe_first and safe_ones and tight_ones and k >= 1:
         # The fastest tight candidate stays as the last alternative (flagged), after the safe ones.
-        return [*safe_ones[:k], tight_ones[0]], held
-    return out[: k + 1], held
+        return [*safe_ones[:k], tight_ones[0]], held, faster_tight
+    return out[: k + 1], held, faster_tight
 
 
 def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]], fit_fraction: float = 1.0,

@@ -17,8 +17,15 @@ from cost_model.training import FRAMEWORKS, training_from_dict
 from cost_model.transformer.layer_cost import fragmentation_fraction
 from cost_model.transformer.memory import UNMEASURED_FRAGMENTATION, interval_basis, interval_GB, memory_fit
 from cost_model.transformer.moe import expert_tensor_parallel
+from cost_model.validation.published import cases
 from planner_service.planner import SolverSettings, plan
-from planner_service.planner.request import parse_constraints, parse_estimate_request, parse_plan_request
+from planner_service.planner.request import (
+    Constraints,
+    PlanRequest,
+    parse_constraints,
+    parse_estimate_request,
+    parse_plan_request,
+)
 
 SETTINGS = SolverSettings(time_limit_s=60.0, max_refinements=10_000)
 H100_NODE = {"name": "h100", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}
@@ -231,6 +238,21 @@ def test_tight_plans_rank_after_safe_ones_unless_asked():
     assert any(flags) or not by_objective.alternatives  # the tight one is kept as an alternative
     rejected = _tight_case("reject")
     assert not any(e.prediction.tight for e in [rejected.best, *rejected.alternatives])
+
+
+def test_the_best_safe_plan_does_not_depend_on_how_many_alternatives_are_asked_for():
+    """Megatron-Bridge's Llama 3 70B on 64 GB200 (MXFP8, its stated knobs pinned): the fastest
+    layouts are memory-tight, so the best safe one needs the exact safe search.  With top_k 0 the
+    tight candidate is not among the answers, yet the search must still see that it was faster
+    (a regression once answered full recompute of every layer, 10.3 s, instead of 8.5 s)."""
+    case = next(c for c in cases() if c.row_id == "megatron-bridge-26.04.01-DGX-GB200-LLAMA3_70B-MXFP8-64gpu-tp2pp4cp1")
+    pins = {"tp": 2, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "vpp": 5, "micro_batch_size": 1}
+    results = [plan(PlanRequest(case.model, case.training, case.cluster, Constraints(pinned=pins, max_devices=64), top_k=k), SETTINGS)
+               for k in (0, 3)]
+    assert not any(r.best.prediction.tight for r in results)
+    assert results[0].best.strategy == results[1].best.strategy
+    assert results[0].best.prediction.step_time_s == pytest.approx(results[1].best.prediction.step_time_s, rel=1e-12)
+    assert results[1].alternatives[-1].prediction.tight  # the faster tight layout, ranked last
 
 
 def test_a_config_whose_p10_exceeds_memory_does_not_fit():

@@ -105,7 +105,7 @@ def test_answers_are_reported_only_after_their_own_split_was_optimised():
     unrefined = [c for c in state.candidates.values() if c.source is not None]
     assert unrefined, "the one-pool candidates carry their even split, queued for refinement"
     state.refine_answers(req.top_k)
-    picked, _ = search_mod._pick_answers(list(state.candidates.values()), state.evaluate, req.top_k)
+    picked, _, _ = search_mod._pick_answers(list(state.candidates.values()), state.evaluate, req.top_k)
     by_key = {(c.strategy.key(), c.stage_groups): c for c in state.candidates.values()}
     for ev in picked:
         c = by_key[(ev.strategy.key(), ev.stage_groups)]
