@@ -74,6 +74,9 @@ class _Candidate:
     #: The queued refinement (subset id, candidate index) that would optimise this
     #: candidate's split; None when its split is already the optimal (or a pinned) one.
     source: tuple[int, int] | None = None
+    #: Known to be memory-safe (p90 within usable memory): estimated and not tight, or an even
+    #: split the tables found safe.  False: tight, or not known yet.
+    safe: bool = False
 
 
 #: Deterministic work charged for a refinement that finds no split.
@@ -220,7 +223,8 @@ class _Search:
     def seed(self, ev: Evaluated) -> None:
         """Start from an estimated candidate (``search_transformer``'s ``incumbent``): kept as
         found, its split not refined again."""
-        self.candidates[(ev.strategy.key(), ev.stage_groups)] = _Candidate(ev.objective, ev.strategy, ev.stage_groups, ev)
+        self.candidates[(ev.strategy.key(), ev.stage_groups)] = _Candidate(ev.objective, ev.strategy, ev.stage_groups, ev,
+                                                                           safe=not ev.prediction.tight)
         self.best_objective = min(self.best_objective, ev.objective)
 
     def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
@@ -242,14 +246,17 @@ class _Search:
                          objective=_objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
 
     def record(
-        self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None, source: tuple[int, int] | None = None
+        self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None, source: tuple[int, int] | None = None,
+        safe: bool = False,
     ) -> None:
         """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
         cost model's step time for this exact split, by the same functions ``estimate`` uses),
         and the candidate is estimated only if it ends up among the answers.  Otherwise it is
-        estimated now."""
+        estimated now.  ``safe``: the tables found it memory-safe."""
         key = (strategy.key(), stage_groups)
         if key in self.candidates:
+            if safe and not self.candidates[key].safe:
+                self.candidates[key] = replace(self.candidates[key], safe=True)
             return
         ev = None
         if objective is None:
@@ -257,7 +264,8 @@ class _Search:
             if ev is None:
                 return
             objective = ev.objective
-        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev, source)
+            safe = not ev.prediction.tight
+        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev, source, safe)
         self.best_objective = min(self.best_objective, objective)
 
     def cost_subset(self, si: int, subset: tuple[int, ...]) -> None:
@@ -324,11 +332,15 @@ class _Search:
         self.memo[si] = costed = _CostedPool(self.fit_fraction, S, dropped, pcs, tables)
         return costed
 
-    def _answer_threshold(self) -> float:
+    def _answer_threshold(self, safe_only: bool = False) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far
-        (the (top_k+1)-th best distinct layout's; inf while fewer are recorded)."""
+        (the (top_k+1)-th best distinct layout's; inf while fewer are recorded).  ``safe_only``:
+        among the candidates known to be safe — with tight candidates ranked after the safe
+        ones, k + 1 faster tight ones do not keep a slower safe one out of the answers."""
         best: dict[tuple[Any, ...], float] = {}
         for c in self.candidates.values():
+            if safe_only and not c.safe:
+                continue
             sh = _shape(c.strategy, c.stage_groups)
             best[sh] = min(best.get(sh, np.inf), c.objective)
         ranked = sorted(best.values())
@@ -397,7 +409,7 @@ class _Search:
         that a tight best has safe alternatives to rank before it."""
         for j in self._best_per_layout(S, safe_objective, shapes):
             known = None if self.fixed_split else float(safe_objective[j])
-            self.record(self._even_strategy(S, j), (g.name,) * int(S.pp[j]), known)
+            self.record(self._even_strategy(S, j), (g.name,) * int(S.pp[j]), known, safe=True)
 
     def _best_per_layout(self, S: StrategyArrays, objective: np.ndarray, shapes: np.ndarray) -> Iterator[int]:
         """Rows of the best finite ``objective`` of each distinct layout (``shapes`` row), best
@@ -456,13 +468,17 @@ class _Search:
                 progress(0.3 + 0.6 * self.refinements / max(len(pending), 1))
         return True
 
-    def refine(self, entry: _Pending) -> None:
-        """The optimal split of one queued candidate, recorded (and its work counted)."""
+    def refine(self, entry: _Pending, cutoff: bool = True) -> None:
+        """The optimal split of one queued candidate, recorded (and its work counted).
+        ``cutoff``: give up a one-pool split that cannot beat the answers so far."""
         _lb, si, subset, pcs, j, factor_j = entry
         self.refinements += 1
         self.refined.add((si, j))
         budget_left_s = max(0.0, self.settings.time_limit_s - self.work_s)
-        cutoff_s = self._answer_threshold() / factor_j if factor_j else float("inf")
+        # A split that cannot beat the answers is given up (the answers' own are refined
+        # without a cutoff, by refine_answers).
+        threshold = self._answer_threshold(safe_only=self.cons.tight_memory == "rank_after_safe") if cutoff else float("inf")
+        cutoff_s = threshold / factor_j if factor_j else float("inf")
         res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s, cutoff_s)
         self.work_s += res[4] if res is not None else INFEASIBLE_WORK_S
         if res is None:
@@ -498,7 +514,7 @@ class _Search:
             if not todo:
                 return
             for entry in todo:
-                self.refine(entry)
+                self.refine(entry, cutoff=False)
 
 
 def _dtype_pools(cluster: Cluster, training: Training) -> tuple[list[NodeGroup], list[str]]:

@@ -153,3 +153,24 @@ def test_cost_objective_uses_prices():
     assert cheap.to_dict()["objective_value"]["unit"] == "USD per million tokens"
     assert "A100-SXM4-80GB" in cheap.device_types
     assert fast.best_tokens_per_s >= cheap.best_tokens_per_s
+
+
+def test_the_refinement_cutoff_counts_only_safe_candidates_when_tight_ones_rank_after():
+    """With ``tight_memory: rank_after_safe`` k + 1 faster candidates that may be tight do not
+    set the objective a refinement must beat: a slower safe one can still be an answer."""
+    from dataclasses import replace
+
+    from planner_service.planner.transformer import search
+
+    req = parse_plan_request({"model": {"preset": "gpt3-125m"}, "training": {"global_batch_size": 64, "sequence_length": 2048},
+                              "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
+                              "top_k": 2})
+    cluster = search.normalise_cluster(req.cluster, None)
+    state = search._Search(req, SolverSettings(), cluster, list(cluster.node_groups))
+    state.cost_subset(0, (0,))
+    ranked = sorted(state.candidates.values(), key=lambda c: c.objective)
+    assert len({search._shape(c.strategy, c.stage_groups) for c in ranked}) == len(ranked) >= 3
+    # the three fastest are not known to be safe, the others are
+    state.candidates = {(c.strategy.key(), c.stage_groups): replace(c, safe=i >= 3) for i, c in enumerate(ranked)}
+    assert state._answer_threshold() == pytest.approx(ranked[2].objective)
+    assert state._answer_threshold(safe_only=True) > ranked[2].objective
