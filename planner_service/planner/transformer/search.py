@@ -74,9 +74,6 @@ class _Candidate:
     #: The queued refinement (subset id, candidate index) that would optimise this
     #: candidate's split; None when its split is already the optimal (or a pinned) one.
     source: tuple[int, int] | None = None
-    #: Known to be memory-safe (p90 within usable memory): estimated and not tight, or an even
-    #: split the tables found safe.  False: tight, or not known yet.
-    safe: bool = False
 
 
 #: Deterministic work charged for a refinement that finds no split.
@@ -223,8 +220,7 @@ class _Search:
     def seed(self, ev: Evaluated) -> None:
         """Start from an estimated candidate (``search_transformer``'s ``incumbent``): kept as
         found, its split not refined again."""
-        self.candidates[(ev.strategy.key(), ev.stage_groups)] = _Candidate(ev.objective, ev.strategy, ev.stage_groups, ev,
-                                                                           safe=not ev.prediction.tight)
+        self.candidates[(ev.strategy.key(), ev.stage_groups)] = _Candidate(ev.objective, ev.strategy, ev.stage_groups, ev)
         self.best_objective = min(self.best_objective, ev.objective)
 
     def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
@@ -246,17 +242,14 @@ class _Search:
                          objective=_objective_value(self.request.objective, est, self.cluster, stage_groups, strategy))
 
     def record(
-        self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None, source: tuple[int, int] | None = None,
-        safe: bool = False,
+        self, strategy: Strategy, stage_groups: tuple[str, ...], objective: float | None = None, source: tuple[int, int] | None = None
     ) -> None:
         """Keep a candidate.  ``objective`` given: the value from the search's cost tables (the
         cost model's step time for this exact split, by the same functions ``estimate`` uses),
         and the candidate is estimated only if it ends up among the answers.  Otherwise it is
-        estimated now.  ``safe``: the tables found it memory-safe."""
+        estimated now."""
         key = (strategy.key(), stage_groups)
         if key in self.candidates:
-            if safe and not self.candidates[key].safe:
-                self.candidates[key] = replace(self.candidates[key], safe=True)
             return
         ev = None
         if objective is None:
@@ -264,8 +257,7 @@ class _Search:
             if ev is None:
                 return
             objective = ev.objective
-            safe = not ev.prediction.tight
-        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev, source, safe)
+        self.candidates[key] = _Candidate(objective, strategy, stage_groups, ev, source)
         self.best_objective = min(self.best_objective, objective)
 
     def cost_subset(self, si: int, subset: tuple[int, ...]) -> None:
@@ -332,15 +324,13 @@ class _Search:
         self.memo[si] = costed = _CostedPool(self.fit_fraction, S, dropped, pcs, tables)
         return costed
 
-    def _answer_threshold(self, safe_only: bool = False) -> float:
+    def _answer_threshold(self) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far
-        (the (top_k+1)-th best distinct layout's; inf while fewer are recorded).  ``safe_only``:
-        among the candidates known to be safe — with tight candidates ranked after the safe
-        ones, k + 1 faster tight ones do not keep a slower safe one out of the answers."""
+        (the (top_k+1)-th best distinct layout's; inf while fewer are recorded).  With tight
+        candidates ranked after the safe ones, faster tight ones may keep a slower safe one out
+        of the answers here: then the safe search runs (``_pick_answers``' third value)."""
         best: dict[tuple[Any, ...], float] = {}
         for c in self.candidates.values():
-            if safe_only and not c.safe:
-                continue
             sh = _shape(c.strategy, c.stage_groups)
             best[sh] = min(best.get(sh, np.inf), c.objective)
         ranked = sorted(best.values())
@@ -409,7 +399,7 @@ class _Search:
         that a tight best has safe alternatives to rank before it."""
         for j in self._best_per_layout(S, safe_objective, shapes):
             known = None if self.fixed_split else float(safe_objective[j])
-            self.record(self._even_strategy(S, j), (g.name,) * int(S.pp[j]), known, safe=True)
+            self.record(self._even_strategy(S, j), (g.name,) * int(S.pp[j]), known)
 
     def _best_per_layout(self, S: StrategyArrays, objective: np.ndarray, shapes: np.ndarray) -> Iterator[int]:
         """Rows of the best finite ``objective`` of each distinct layout (``shapes`` row), best
@@ -477,22 +467,21 @@ class _Search:
         budget_left_s = max(0.0, self.settings.time_limit_s - self.work_s)
         # A split that cannot beat the answers is given up (the answers' own are refined
         # without a cutoff, by refine_answers).
-        threshold = self._answer_threshold(safe_only=self.cons.tight_memory == "rank_after_safe") if cutoff else float("inf")
+        threshold = self._answer_threshold() if cutoff else float("inf")
         cutoff_s = threshold / factor_j if factor_j else float("inf")
         res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s, cutoff_s)
-        self.work_s += res[4] if res is not None else INFEASIBLE_WORK_S
+        self.work_s += res.work_s if res is not None else INFEASIBLE_WORK_S
         if res is None:
             return
-        strategy, stage_groups, status, split_s, _work, exact = res
-        self.solver_statuses.append(status)
+        self.solver_statuses.append(res.status)
         # An exact split's objective is the cost model's step time (split_exact, the same
         # functions estimate uses): the candidate is estimated only if it is among the answers.
         # CP-SAT's integer-scaled objective, or a multi-pool cost objective: estimate now.
         if factor_j is not None:
-            known: float | None = split_s * factor_j
+            known: float | None = res.objective_s * factor_j
         else:
-            known = split_s if exact and self.request.objective != "cost" else None
-        self.record(strategy, stage_groups, known)
+            known = res.objective_s if res.exact and self.request.objective != "cost" else None
+        self.record(res.strategy, res.stage_groups, known)
 
     def refine_answers(self, k: int) -> None:
         """A candidate is only reported after its own split was optimised: the best and top-k
@@ -566,7 +555,7 @@ def search_transformer(
 
     if not state.candidates:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
-    picked, incumbent_held, faster_tight = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
+    picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
@@ -588,9 +577,10 @@ def search_transformer(
     }
     # A tight answer faster than the best safe one: that safe one was found by a search whose
     # splits were optimised under the p10 verdict (a candidate's fastest split may be tight
-    # where a slower split of it is safe), so the optimal safe plan is searched on its own.
+    # where a slower split of it is safe), so the optimal safe plan is searched on its own —
+    # as it is when tight candidates crowd the safe ones out of the answers.
     safe = None
-    if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or faster_tight):
+    if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or needs_safe_search):
         safe = _safe_search(request, settings, should_cancel, next((e for e in picked if not e.prediction.tight), None), state.memo)
     if safe is None:
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
@@ -687,6 +677,18 @@ def _hetero_lower_bounds(
     return bound
 
 
+@dataclass(frozen=True)
+class _Refined:
+    """One refinement's split (``_refine``)."""
+
+    strategy: Strategy
+    stage_groups: tuple[str, ...]
+    status: str
+    objective_s: float  # the step time of the split
+    work_s: float
+    exact: bool  # the step time is the cost model's (not CP-SAT's integer-scaled objective)
+
+
 def _refine(
     model: TransformerSpec,
     training: Training,
@@ -697,9 +699,9 @@ def _refine(
     settings: SolverSettings,
     budget_left_s: float,
     cutoff_s: float = float("inf"),
-) -> tuple[Strategy, tuple[str, ...], str, float, float, bool] | None:
-    """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``):
-    (strategy, stage groups, status, step time s, work s, whether the step time is exact)."""
+) -> _Refined | None:
+    """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``);
+    None when no split fits, or none beats ``cutoff_s``."""
     S = pcs[0].S
     pp = int(S.pp[j])
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
@@ -733,7 +735,7 @@ def _refine(
     if res is None:
         return None
     strategy = with_nesting(S, j, strategy_at(S, j, res.layers))
-    return strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s, res.exact
+    return _Refined(strategy, tuple(groups[p].name for p in res.pools), res.status, res.objective_s, res.work_s, res.exact)
 
 
 def _greedy_pools(groups: list[NodeGroup], stage_caps: list[int], pp: int, per_layer_s: list[float]) -> list[int]:
@@ -786,10 +788,11 @@ def _pick_answers(
     structural knob, by objective; candidates not yet estimated are estimated here (a
     candidate ``estimate`` rejects is skipped).  ``safe_first``: candidates whose memory is
     tight (p90 over usable memory) rank after every safe one.  Returns (best first, whether the
-    lowest objective found survived its estimate, whether an estimated candidate faster than the
-    best safe one — or any, when none is safe — is tight: then the safe plan was found under the
-    p10 verdict and the exact safe search must run; with k = 0 that candidate is not among the
-    answers).  Ties in the objective go to the lower peak
+    lowest objective found survived its estimate, whether the safe answers need the exact safe
+    search: an estimated candidate faster than the best safe one — or any, when none is safe —
+    is tight (the safe plan was found under the p10 verdict; with k = 0 that candidate is not
+    among the answers), or tight candidates leave fewer than k safe answers (the search's
+    cutoffs count tight candidates among the answers to beat).  Ties in the objective go to the lower peak
     memory (more headroom), then to the strategy's knobs in a fixed order, never to the order
     the candidates were found in."""
     ranked = sorted(candidates, key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
@@ -816,11 +819,12 @@ def _pick_answers(
                            repr(e.strategy.key()), e.stage_groups))
     safe_ones = [e for e in out if not e.prediction.tight]
     tight_ones = [e for e in out if e.prediction.tight]
-    faster_tight = bool(tight_ones) and (not safe_ones or tight_ones[0].objective < safe_ones[0].objective * (1 - 1e-9))
+    needs_safe_search = bool(tight_ones) and (
+        not safe_ones or tight_ones[0].objective < safe_ones[0].objective * (1 - 1e-9) or len(safe_ones) < k)
     if safe_first and safe_ones and tight_ones and k >= 1:
         # The fastest tight candidate stays as the last alternative (flagged), after the safe ones.
-        return [*safe_ones[:k], tight_ones[0]], held, faster_tight
-    return out[: k + 1], held, faster_tight
+        return [*safe_ones[:k], tight_ones[0]], held, needs_safe_search
+    return out[: k + 1], held, needs_safe_search
 
 
 def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]], fit_fraction: float = 1.0,

@@ -155,22 +155,30 @@ def test_cost_objective_uses_prices():
     assert fast.best_tokens_per_s >= cheap.best_tokens_per_s
 
 
-def test_the_refinement_cutoff_counts_only_safe_candidates_when_tight_ones_rank_after():
-    """With ``tight_memory: rank_after_safe`` k + 1 faster candidates that may be tight do not
-    set the objective a refinement must beat: a slower safe one can still be an answer."""
+def test_tight_candidates_that_crowd_out_safe_answers_call_for_the_safe_search():
+    """The refinements' cutoff counts every candidate among the answers to beat, tight ones too;
+    when tight candidates leave fewer than k safe answers (or one is faster than the best safe),
+    ``_pick_answers`` says the exact safe search must run."""
     from dataclasses import replace
 
     from planner_service.planner.transformer import search
 
     req = parse_plan_request({"model": {"preset": "gpt3-125m"}, "training": {"global_batch_size": 64, "sequence_length": 2048},
                               "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
-                              "top_k": 2})
+                              "top_k": 3})
     cluster = search.normalise_cluster(req.cluster, None)
     state = search._Search(req, SolverSettings(), cluster, list(cluster.node_groups))
     state.cost_subset(0, (0,))
-    ranked = sorted(state.candidates.values(), key=lambda c: c.objective)
-    assert len({search._shape(c.strategy, c.stage_groups) for c in ranked}) == len(ranked) >= 3
-    # the three fastest are not known to be safe, the others are
-    state.candidates = {(c.strategy.key(), c.stage_groups): replace(c, safe=i >= 3) for i, c in enumerate(ranked)}
-    assert state._answer_threshold() == pytest.approx(ranked[2].objective)
-    assert state._answer_threshold(safe_only=True) > ranked[2].objective
+    ranked = sorted(state.candidates.values(), key=lambda c: c.objective)[:4]
+    evaluated = [state.evaluate(c.strategy, c.stage_groups) for c in ranked]
+    assert all(e is not None and not e.prediction.tight for e in evaluated)
+
+    def pick(tight_at):
+        cands = [replace(c, evaluated=replace(e, prediction=replace(e.prediction, tight=i in tight_at)))
+                 for i, (c, e) in enumerate(zip(ranked, evaluated, strict=True))]
+        return search._pick_answers(cands, state.evaluate, 3, safe_first=True)
+
+    assert pick(set())[2] is False  # every answer safe
+    picked, _, needed = pick({1, 2})  # the fastest is safe, two slower ones tight: 2 safe answers < k
+    assert needed and not picked[0].prediction.tight and picked[-1].prediction.tight
+    assert pick({0})[2] is True  # a tight one faster than the best safe
