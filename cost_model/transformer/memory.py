@@ -26,9 +26,10 @@ large-model runs (:data:`UNMEASURED_FRAGMENTATION`), taken as if the whole peak 
 Units: the sweep's "Mem" figures and the devices' ``memory_GB`` are both compared as printed.
 Both are most likely binary (the sweep's largest figure is 79 on 80 GiB A100s, as nvidia-smi's
 MiB/1024 would read; HBM capacities are 2^30-byte multiples), so the fitted fraction also absorbs
-the 2^30/10^9 ratio and a verdict compares like with like.  Converting both to bytes was
-measured (bench/acceptance.py, fraction refitted to 0.31): peaks within 10% fell from 45/48 to
-44/47 and one measured BLOOM run was refused, so the file's convention is kept.
+the 2^30/10^9 ratio and a verdict compares like with like.  Converting both to bytes was tried
+once, by hand (a patched run of bench/acceptance.py's plans and fit, not kept as a benchmark:
+fraction refitted to 0.31): peaks within 10% fell from 45/48 to 44/47 and one measured BLOOM run
+was refused, so the file's convention is kept.
 
 Feasibility against a usable memory U (the device's memory × (1 − headroom); headroom 0 unless
 ``constraints.memory_headroom_fraction`` says otherwise — the interval is the margin):

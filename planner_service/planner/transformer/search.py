@@ -285,13 +285,14 @@ class _Search:
             keep &= (caps >= 1).all(axis=0) & (S.pp >= len(groups)) & (S.vpp == 1)
         S = S.take(np.nonzero(keep)[0])
         if len(groups) == 1:
-            costed = self._costed_pool(si, groups[0], S)
-            self.enumerated += costed.dropped + len(costed.S)
-            self.pruned += costed.dropped
+            costed, fresh = self._costed_pool(si, groups[0], S)
+            if fresh:  # (a reused costing's candidates were counted by the search that costed them)
+                self.enumerated += costed.dropped + len(costed.S)
+                self.pruned += costed.dropped
             if costed.tables is None:  # no candidate
                 return
             S = costed.S
-            feasible, bound = self._cost_one_pool(si, subset, groups[0], S, costed.pcs, costed.tables)
+            feasible, bound = self._cost_one_pool(si, subset, groups[0], S, costed.pcs, costed.tables, count=fresh)
             # Block (partial) recompute of the layouts that fit only with full recompute: a
             # second, small pass under its own subset key (queued entries are keyed by it),
             # skipping layouts whose bound without recompute cannot enter the answers.
@@ -309,20 +310,20 @@ class _Search:
         for j in np.argsort(lbs):
             self.pending.append((float(lbs[j]), si, subset, pcs, int(j), None))
 
-    def _costed_pool(self, si: int, g: NodeGroup, S: StrategyArrays) -> _CostedPool:
+    def _costed_pool(self, si: int, g: NodeGroup, S: StrategyArrays) -> tuple[_CostedPool, bool]:
         """One pool's candidates costed (``tables.even_tables``): on a topology every nesting
         order of the layouts some split of which fits at the search's fit fraction.  Kept in the
         memo shared with a later search of the same request (the safe search), which reuses them
         when its fraction is no larger: the rows that fit it are among these, and the tables'
-        verdict at its capacity drops the others."""
+        verdict at its capacity drops the others.  Also returns whether it was costed now."""
         known = self.memo.get(si)
         if known is not None and known.fit_fraction >= self.fit_fraction:
-            return replace(known, dropped=0)
+            return known, False
         S, dropped = feasible_then_expand(self.model, self.training, g, S, self.fit_fraction)
         pcs = [pool_costs(self.model, self.training, g, S)] if len(S) else []
         tables = even_tables(self.model, self.training, pcs[0]) if pcs else None
         self.memo[si] = costed = _CostedPool(self.fit_fraction, S, dropped, pcs, tables)
-        return costed
+        return costed, True
 
     def _answer_threshold(self) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far
@@ -338,7 +339,7 @@ class _Search:
         return ranked[k] if len(ranked) > k else float("inf")
 
     def _cost_one_pool(self, si: int, subset: tuple[int, ...], g: NodeGroup, S: StrategyArrays,
-                       pcs: list[PoolCosts], tables: EvenTables) -> tuple[np.ndarray, np.ndarray]:
+                       pcs: list[PoolCosts], tables: EvenTables, count: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Record and queue the candidates of one pool (``tables``: their costs); returns which
         rows some split of which fits, and each row's lower bound of the objective over all
         splits."""
@@ -347,7 +348,8 @@ class _Search:
         ev_even = tables.evaluate(cap_bytes, safe_bytes)
         feasible = ev_even.feasible
         lb = ev_even.lower_bound_s
-        self.pruned += int((~feasible).sum())
+        if count:  # (``count`` False: these candidates were counted by the search that costed them)
+            self.pruned += int((~feasible).sum())
         if not feasible.any():
             j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
             self.closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
@@ -467,8 +469,9 @@ class _Search:
         budget_left_s = max(0.0, self.settings.time_limit_s - self.work_s)
         # A split that cannot beat the answers is given up (the answers' own are refined
         # without a cutoff, by refine_answers).
-        threshold = self._answer_threshold() if cutoff else float("inf")
-        cutoff_s = threshold / factor_j if factor_j else float("inf")
+        # One pool only: a multi-pool entry has no objective factor (None), and its split's
+        # objective is not exactly the estimate's.
+        cutoff_s = self._answer_threshold() / factor_j if cutoff and factor_j else float("inf")
         res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s, cutoff_s)
         self.work_s += res.work_s if res is not None else INFEASIBLE_WORK_S
         if res is None:
@@ -597,8 +600,10 @@ def search_transformer(
         if tight:
             warnings.append(f"a faster layout ({tight[0].prediction.step_time_s:.4g} s per step) is memory-tight (its p90 peak "
                             "exceeds usable memory): ranked after the safe plans")
+        # The safe search re-examines the first one's candidates (its costing reused): only the
+        # candidates it costed anew and its refinements add to the counts, not its prunings of
+        # candidates already counted (pruned stays at most the candidates).
         search["candidates"] += safe.search["candidates"]
-        search["pruned"] += safe.search["pruned"]
         search["refined"] += safe.search["refined"]
         search["wall_time_s"] = round(time.perf_counter() - t0, 4)
     if progress:
