@@ -10,6 +10,7 @@ replaces a device's efficiency with one fitted to measurements of that device.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -285,18 +286,94 @@ def catalog() -> dict[str, DeviceSpec]:
 
 LOCAL_CPU = "local-cpu"
 
-_ALIASES = {
-    "a100": "A100-SXM4-80GB",
-    "a100-80gb": "A100-SXM4-80GB",
-    "a100-40gb": "A100-SXM4-40GB",
-    "h100": "H100-SXM5-80GB",
-    "h100-sxm": "H100-SXM5-80GB",
-    "h200": "H200-SXM-141GB",
-    "v100": "V100-SXM2-32GB",
-    "b200": "B200-SXM-192GB",
-    "gb200": "GB200-NVL72-186GB",
-    "gb300": "GB300-NVL72-288GB",
+#: Product names as nvidia-smi, rocm-smi, GPU Feature Discovery labels and Paddle's cluster
+#: JSON print them, and the short names people write in a cluster's ``device``, normalised by
+#: :func:`normalise_product` (upper case, vendor words dropped, words joined by "-"), → catalog
+#: id.  A name maps to exactly one entry: an export variant (H800, A800, H20) or another form
+#: factor (PCIe, NVL) is its own entry, never its sibling's; a bare name is the SXM part (the
+#: training part: ``A100`` is the SXM4 80 GB, ``H100`` the SXM5).
+PRODUCT_NAMES: dict[str, str] = {
+    "V100": "V100-SXM2-32GB",
+    "V100-SXM2-32GB": "V100-SXM2-32GB",
+    "A100": "A100-SXM4-80GB",
+    "A100-80GB": "A100-SXM4-80GB",
+    "A100-40GB": "A100-SXM4-40GB",
+    "A100-SXM4-40GB": "A100-SXM4-40GB",
+    "A100-SXM4-80GB": "A100-SXM4-80GB",
+    "A100-PCIE-40GB": "A100-PCIE-40GB",
+    "A100-40GB-PCIE": "A100-PCIE-40GB",
+    "A100-PCIE-80GB": "A100-PCIE-80GB",
+    "A100-80GB-PCIE": "A100-PCIE-80GB",
+    "A800": "A800-SXM4-80GB",
+    "A800-80GB": "A800-SXM4-80GB",
+    "A800-SXM4-80GB": "A800-SXM4-80GB",
+    "H100": "H100-SXM5-80GB",
+    "H100-SXM": "H100-SXM5-80GB",
+    "H100-80GB": "H100-SXM5-80GB",
+    "H100-80GB-HBM3": "H100-SXM5-80GB",
+    "H100-SXM5-80GB": "H100-SXM5-80GB",
+    "H100-PCIE": "H100-PCIE-80GB",
+    "H100-PCIE-80GB": "H100-PCIE-80GB",
+    "H100-NVL": "H100-NVL-94GB",
+    "H100-NVL-94GB": "H100-NVL-94GB",
+    "H800": "H800-SXM5-80GB",
+    "H800-80GB": "H800-SXM5-80GB",
+    "H800-80GB-HBM3": "H800-SXM5-80GB",
+    "H800-SXM5-80GB": "H800-SXM5-80GB",
+    "H200": "H200-SXM-141GB",
+    "H200-141GB": "H200-SXM-141GB",
+    "H200-141GB-HBM3E": "H200-SXM-141GB",
+    "H200-SXM-141GB": "H200-SXM-141GB",
+    "H20": "H20-96GB",
+    "H20-96GB": "H20-96GB",
+    "H20-96GB-HBM3": "H20-96GB",
+    "B200": "B200-SXM-192GB",
+    "B200-SXM-192GB": "B200-SXM-192GB",
+    "GB200": "GB200-NVL72-186GB",
+    "GB200-NVL72-186GB": "GB200-NVL72-186GB",
+    "GB300": "GB300-NVL72-288GB",
+    "GB300-NVL72-288GB": "GB300-NVL72-288GB",
+    "L40S": "L40S-48GB",
+    "L40S-48GB": "L40S-48GB",
+    "L4": "L4-24GB",
+    "L4-24GB": "L4-24GB",
+    "A10": "A10-24GB",
+    "A10-24GB": "A10-24GB",
+    "MI250X": "MI250X",
+    "MI250X-MI250": "MI250X",
+    "MI300X": "MI300X",
+    "MI300X-OAM": "MI300X",
 }
+_VENDOR_WORDS = {"NVIDIA", "TESLA", "AMD", "INSTINCT", "RADEON"}
+
+
+def normalise_product(product: str) -> str:
+    """A product name's key in :data:`PRODUCT_NAMES`: upper case, vendor words dropped, words
+    joined by "-" (``NVIDIA H100 80GB HBM3`` → ``H100-80GB-HBM3``)."""
+    words = [w for w in re.split(r"[\s_\-/]+", product.strip().upper()) if w and w not in _VENDOR_WORDS]
+    return "-".join(words)
+
+
+def catalog_id(name: str) -> str | None:
+    """The catalog id ``name`` names — the id itself (any case) or a product name of
+    :data:`PRODUCT_NAMES` — or None."""
+    cat = catalog()
+    stripped = name.strip()
+    if stripped in cat:
+        return stripped
+    for cid in cat:
+        if cid.lower() == stripped.lower():
+            return cid
+    mapped = PRODUCT_NAMES.get(normalise_product(stripped))
+    return mapped if mapped in cat else None
+
+
+def closest_catalog_ids(name: str, n: int = 3) -> list[str]:
+    """Catalog ids whose ids or product names look most like ``name`` (for error messages)."""
+    cat = catalog()
+    known = sorted(set(PRODUCT_NAMES) | {c for c in cat if c != LOCAL_CPU})
+    close = difflib.get_close_matches(normalise_product(name), known, n=n, cutoff=0.3)
+    return list(dict.fromkeys(PRODUCT_NAMES.get(c, c) for c in close))
 
 
 def _meminfo_GB() -> float:
@@ -343,17 +420,16 @@ def local_cpu_spec() -> DeviceSpec:
 
 
 def get_device(name: str, field_path: str = "device") -> DeviceSpec:
-    """Look a device up by catalog id (case-insensitive) or alias."""
-    cat = catalog()
-    if name in cat:
-        return cat[name]
-    lowered = {k.lower(): v for k, v in cat.items()}
-    if name.lower() in lowered:
-        return lowered[name.lower()]
-    if name.lower() in _ALIASES:
-        return cat[_ALIASES[name.lower()]]
+    """Look a device up by catalog id (case-insensitive) or product name (:data:`PRODUCT_NAMES`:
+    ``H800``, ``NVIDIA H100 80GB HBM3``, ``a100-40gb``)."""
+    cid = catalog_id(name) if isinstance(name, str) else None
+    if cid is not None:
+        return catalog()[cid]
+    close = closest_catalog_ids(name) if isinstance(name, str) else []
     raise UnknownName(
-        f"unknown device {name!r}; known devices: {', '.join(sorted(cat))} "
+        f"unknown device {name!r}"
+        + (f"; closest catalog entries: {', '.join(close)}" if close else "")
+        + f"; known devices: {', '.join(sorted(catalog()))} "
         "(or give an inline spec with memory_GB, memory_bandwidth_GBps and a *_tflops peak)",
         field=field_path,
     )

@@ -2,69 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cost_model.devices import catalog
+from cost_model.devices import catalog, catalog_id, closest_catalog_ids, normalise_product
 from cost_model.errors import InvalidCluster
-
-#: Product names as nvidia-smi, rocm-smi, GPU Feature Discovery labels and Paddle's cluster
-#: JSON print them, normalised by :func:`_normalise` (upper case, vendor words dropped, words
-#: joined by "-"), → catalog id.  A name maps to exactly one entry: an export variant (H800,
-#: A800, H20) or another form factor (PCIe, NVL) is its own entry, never its sibling's.
-PRODUCT_NAMES: dict[str, str] = {
-    "V100-SXM2-32GB": "V100-SXM2-32GB",
-    "A100-SXM4-40GB": "A100-SXM4-40GB",
-    "A100-SXM4-80GB": "A100-SXM4-80GB",
-    "A100-PCIE-40GB": "A100-PCIE-40GB",
-    "A100-40GB-PCIE": "A100-PCIE-40GB",
-    "A100-PCIE-80GB": "A100-PCIE-80GB",
-    "A100-80GB-PCIE": "A100-PCIE-80GB",
-    "A800-SXM4-80GB": "A800-SXM4-80GB",
-    "H100-80GB-HBM3": "H100-SXM5-80GB",
-    "H100-SXM5-80GB": "H100-SXM5-80GB",
-    "H100-PCIE": "H100-PCIE-80GB",
-    "H100-PCIE-80GB": "H100-PCIE-80GB",
-    "H100-NVL": "H100-NVL-94GB",
-    "H100-NVL-94GB": "H100-NVL-94GB",
-    "H800": "H800-SXM5-80GB",
-    "H800-80GB-HBM3": "H800-SXM5-80GB",
-    "H800-SXM5-80GB": "H800-SXM5-80GB",
-    "H200": "H200-SXM-141GB",
-    "H200-141GB-HBM3E": "H200-SXM-141GB",
-    "H200-SXM-141GB": "H200-SXM-141GB",
-    "H20": "H20-96GB",
-    "H20-96GB": "H20-96GB",
-    "H20-96GB-HBM3": "H20-96GB",
-    "B200": "B200-SXM-192GB",
-    "B200-SXM-192GB": "B200-SXM-192GB",
-    "GB200": "GB200-NVL72-186GB",
-    "GB200-NVL72-186GB": "GB200-NVL72-186GB",
-    "GB300": "GB300-NVL72-288GB",
-    "GB300-NVL72-288GB": "GB300-NVL72-288GB",
-    "L40S": "L40S-48GB",
-    "L40S-48GB": "L40S-48GB",
-    "L4": "L4-24GB",
-    "L4-24GB": "L4-24GB",
-    "A10": "A10-24GB",
-    "A10-24GB": "A10-24GB",
-    "MI250X": "MI250X",
-    "MI250X-MI250": "MI250X",
-    "MI300X": "MI300X",
-    "MI300X-OAM": "MI300X",
-}
-_VENDOR_WORDS = {"NVIDIA", "TESLA", "AMD", "INSTINCT", "RADEON"}
-
-
-def _normalise(product: str) -> str:
-    words = [w for w in re.split(r"[\s_\-/]+", product.strip().upper()) if w and w not in _VENDOR_WORDS]
-    return "-".join(words)
 
 
 def catalog_id_for(product: str, memory_MiB: float | None = None, field_path: str = "device") -> str:
-    """Map a GPU product string to its device-catalog id, exactly (:data:`PRODUCT_NAMES`).
+    """Map a GPU product string to its device-catalog id, exactly (:func:`cost_model.devices.catalog_id`,
+    :data:`cost_model.devices.PRODUCT_NAMES`).
 
     Accepts nvidia-smi names (``NVIDIA H100 80GB HBM3``, ``NVIDIA H100 NVL``, ``NVIDIA
     A800-SXM4-80GB``, ``Tesla V100-SXM2-32GB``), GPU Feature Discovery labels
@@ -73,19 +21,12 @@ def catalog_id_for(product: str, memory_MiB: float | None = None, field_path: st
     catalog does not describe is not taken for a sibling.  Anything else is an
     :class:`InvalidCluster` (HTTP 422) naming the product and the closest catalog entries.
     """
-    cat = catalog()
-    stripped = product.strip()
-    for cid in cat:
-        if cid.lower() == stripped.lower():
-            return _check_memory(cid, product, memory_MiB, field_path)
-    key = _normalise(stripped)
+    key = normalise_product(product)
     if "MIG" in key.split("-"):
         raise InvalidCluster(f"MIG slices ({product!r}) are not supported; give whole GPUs", field=field_path)
-    mapped = PRODUCT_NAMES.get(key)
-    if mapped is None or mapped not in cat:
-        known = sorted(set(PRODUCT_NAMES) | {c for c in cat if c != "local-cpu"})
-        close = difflib.get_close_matches(key, known, n=3, cutoff=0.3)
-        closest = list(dict.fromkeys(PRODUCT_NAMES.get(c, c) for c in close))
+    mapped = catalog_id(product)
+    if mapped is None:
+        closest = closest_catalog_ids(product)
         raise InvalidCluster(
             f"GPU product {product!r} matches no catalog device"
             + (f"; closest catalog entries: {', '.join(closest)}" if closest else "")

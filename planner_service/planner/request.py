@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
+from cost_model.devices import catalog_id
 from cost_model.errors import InvalidInput, PlannerError
 from cost_model.strategy import INT_FIELDS, RECOMPUTE, SPLIT_FLAGS, Strategy, strategy_from_dict
 from cost_model.training import Training, training_from_dict
@@ -141,7 +142,8 @@ def parse_constraints(value: Any) -> Constraints:
     if a is not None:
         if not isinstance(a, list) or not a or not all(isinstance(x, str) for x in a):
             raise InvalidInput("must be a non-empty list of device names", field="constraints.allowed_device_types")
-        out["allowed_device_types"] = tuple(a)
+        # a catalog device by any of its names (cost_model.devices.catalog_id); an inline device's name as given
+        out["allowed_device_types"] = tuple(dict.fromkeys(catalog_id(x) or x for x in a))
     return Constraints(**out)
 
 
