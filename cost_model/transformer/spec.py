@@ -444,6 +444,7 @@ FAMILIES: dict[str, str] = {
     "gemma": "gemma", "gemma2": "gemma", "gemma3_text": "gemma",
     "phimoe": "phimoe",
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
+    "gpt_neox": "gpt_neox", "bloom": "bloom", "opt": "opt", "gptj": "gptj",
 }
 
 #: Architectures the cost model cannot represent, by kind.
@@ -489,6 +490,13 @@ HARMLESS_FIELDS = frozenset({
     "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "early_stopping", "num_return_sequences",
     "tf_legacy_loss", "pruned_heads", "torch_compile", "mlp_only_layers", "decoder_sparse_step", "moe_layer_freq",
     "first_k_dense_replace", "rope_scaling", "rope_parameters", "rope_theta", "lm_head_bias",
+    # GPT-NeoX, BLOOM, OPT, GPT-J: a parallel residual, a partial rotary width, post-LN, fused
+    # kernels and fp32 softmax switches, dropout rates and init scales cost nothing the family does
+    # not already cost
+    "use_parallel_residual", "rotary_pct", "rotary_dim", "classifier_dropout", "slow_but_exact",
+    "masked_softmax_fusion", "offset_alibi", "attention_softmax_in_fp32", "bias_dropout_fusion",
+    "skip_bias_add", "skip_bias_add_qkv", "do_layer_norm_before", "_remove_final_layer_norm",
+    "layer_norm_elementwise_affine", "init_std", "layerdrop", "dropout", "activation_dropout", "rotary",
 })
 
 #: Fields the parser reads (shape, positions, biases, MoE, MLA, windows, MTP).
@@ -500,6 +508,7 @@ COSTED_FIELDS = frozenset({
     "num_ln_in_parallel_attn", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
     "moe_topk", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "q_lora_rank",
     "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "num_nextn_predict_layers",
+    "n_embed", "ffn_dim", "enable_bias", "word_embed_proj_dim", "rotary_emb_base",
 })
 
 
@@ -655,7 +664,7 @@ def _rope(cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
     raw_params, raw_scaling = cfg.get("rope_parameters"), cfg.get("rope_scaling")
     params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
     scaling: Mapping[str, Any] = raw_scaling if isinstance(raw_scaling, Mapping) else {}
-    theta = cfg.get("rope_theta", params.get("rope_theta"))
+    theta = cfg.get("rope_theta", params.get("rope_theta", cfg.get("rotary_emb_base")))  # GPT-NeoX: rotary_emb_base
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0):
         raise InvalidModel(f"must be a positive number, got {theta!r}", field=f"{path}.rope_theta")
     extra = {k: v for k, v in {**params, **scaling}.items() if k != "rope_theta" and isinstance(v, (str, int, float))}
@@ -708,6 +717,14 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "gelu_tanh"},
     "phimoe": {"gated": True, "norm": "layernorm", "tie": False, "act": "silu", "head_bias": True},
     "deepseek": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    # HF GPTNeoXForCausalLM: biased linears, rotary, untied embed_out
+    "gpt_neox": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu"},
+    # HF BloomForCausalLM: biased linears, ALiBi (no position table), lm_head tied to the embedding
+    "bloom": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu_tanh"},
+    # HF OPTForCausalLM: biased linears, a learned position table offset by 2 rows, ReLU, tied head
+    "opt": {"gated": False, "norm": "layernorm", "tie": True, "act": "relu"},
+    # HF GPTJForCausalLM: unbiased attention, biased MLP and lm_head, rotary, one shared norm
+    "gptj": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu_tanh"},
 }
 
 
@@ -725,8 +742,14 @@ def _size_label(params: int) -> str:
 
 
 def _biases(cfg: Mapping[str, Any], family: str, defaults: Mapping[str, Any], path: str) -> dict[str, Any]:
-    if family == "gpt2":
+    if family in ("gpt2", "bloom"):
         return {"bias": True}
+    if family == "gpt_neox":  # HF GPTNeoXConfig.attention_bias (default true); the MLP is always biased
+        return {"bias": True} if _bool_field(cfg, "attention_bias", path, True) else {"mlp_bias": True}
+    if family == "opt":
+        return {"bias": _bool_field(cfg, "enable_bias", path, True)}
+    if family == "gptj":
+        return {"mlp_bias": True, "head_bias": True}
     if family == "falcon":
         b = _bool_field(cfg, "bias", path, False)
         return {"qkv_bias": b, "out_bias": b, "mlp_bias": b}
@@ -746,6 +769,8 @@ def _norms_per_layer(cfg: Mapping[str, Any], family: str, model_type: str) -> in
         if cfg.get("new_decoder_architecture"):
             return int(cfg.get("num_ln_in_parallel_attn") or 2)
         return 1 if cfg.get("parallel_attn", True) else 2
+    if family == "gptj":  # GPTJBlock: attention and MLP read one ln_1
+        return 1
     return 4 if model_type in ("gemma2", "gemma3_text") else 2
 
 
@@ -763,12 +788,12 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     model_type, family, warnings = _family(cfg, path)
     defaults = _FAMILY_DEFAULTS[family]
     layers = _int_field(cfg, ("num_hidden_layers", "n_layer", "num_layers"), path)
-    hidden = _int_field(cfg, ("hidden_size", "n_embd", "d_model"), path)
+    hidden = _int_field(cfg, ("hidden_size", "n_embd", "n_embed", "d_model"), path)
     assert layers is not None and hidden is not None
     heads, kv, head_dim = _attention_heads(cfg, family, hidden, path)
     vocab = _int_field(cfg, ("vocab_size",), path, required=False, default=50257)
     inter = _int_field(cfg, ("intermediate_size",), path, required=False)
-    n_inner = _int_field(cfg, ("n_inner", "ffn_hidden_size"), path, required=False)
+    n_inner = _int_field(cfg, ("n_inner", "ffn_hidden_size", "ffn_dim"), path, required=False)
     # A plain shape dict without intermediate_size is GPT-style (4h, ungated, biases, learned
     # positions), as before families existed.
     gpt_style = family == "gpt2" or (family == "llama" and inter is None and "model_type" not in cfg)
@@ -786,8 +811,11 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     if family == "gpt2":
         positions = max_pos or 2048
         kw["position_embedding"] = "learned"
+    elif family == "opt":  # OPTLearnedPositionalEmbedding: max_position_embeddings + 2 rows
+        positions = (max_pos or 2048) + 2
+        kw["position_embedding"] = "learned"
     else:
-        alibi = _bool_field(cfg, "alibi", path, False)
+        alibi = family == "bloom" or _bool_field(cfg, "alibi", path, False)
         kw["position_embedding"] = "alibi" if alibi else "rope"
         if not alibi:
             kw.update(_rope(cfg, path))
@@ -813,6 +841,9 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         max_position_embeddings=max_pos or 0,
         **kw,
     )
+    proj = cfg.get("word_embed_proj_dim")
+    if family == "opt" and proj not in (None, hidden):
+        warnings.append(f"word_embed_proj_dim={proj}: OPT's project_in/project_out matrices ({proj}×{hidden} each) are not costed")
     if mtp:
         warnings.append(
             f"num_nextn_predict_layers={mtp}: the multi-token-prediction module(s) ({_size_label(spec.mtp_params())} "

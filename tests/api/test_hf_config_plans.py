@@ -34,3 +34,16 @@ def test_state_space_config_is_a_422_naming_model_type(client):
     assert r.status_code == 422
     err = r.json()["error"] if "error" in r.json() else r.json()
     assert "mamba" in json.dumps(err) and "supported" in json.dumps(err)
+
+
+def test_neox_config_plans_as_its_own_family_with_no_warnings(client):
+    """GPT-NeoX-20B's config.json (model_type gpt_neox) used to be costed as a Llama-style gated
+    FFN with a warning; it plans as NeoX: 20.55B parameters, nothing uncosted."""
+    cfg = json.loads((CONFIGS / "gpt-neox-20b.json").read_text())
+    body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 2048, "framework": "megatron-deepspeed"},
+            "cluster": CLUSTER, "top_k": 0}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    assert plan["model"]["name"] == "gpt_neox 20.6B" and plan["model"]["params"] == 20554567680
+    assert not any("gpt_neox" in w for w in plan["warnings"])

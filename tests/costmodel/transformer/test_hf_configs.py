@@ -41,6 +41,10 @@ CARDS = [
     ("mixtral-8x7b", 46.7, 12.9, 0.05, "Mistral AI 'Mixtral of experts' announcement: 46.7B total, 12.9B per token"),
     ("phi-3.5-moe", 41.9, 6.6, 0.05, "Phi-3.5-MoE-instruct model card: 6.6B active, 41.9B total (16×3.8B)"),
     ("gpt2", 0.124, None, 0.0005, "GPT-2 small, OpenAI 2019 (124M as counted by Hugging Face)"),
+    ("gpt-neox-20b", 20.55, None, 0.005, "Black et al. 2022 'GPT-NeoX-20B' Table 1: 20,554,567,680 parameters"),
+    ("bloom", 176.25, None, 0.005, "bigscience/bloom model card: 176,247,271,424 parameters (less the embedding LayerNorm, 28,672)"),
+    ("opt-66b", 66.0, None, 0.5, "Zhang et al. 2022 'OPT' Table 1: OPT-66B"),
+    ("gpt-j-6b", 6.053, None, 0.0, "EleutherAI/gpt-j-6b model card: 6,053,381,344 parameters"),
 ]
 
 
@@ -97,6 +101,46 @@ def test_head_dim_bias_and_norm_fields_are_costed():
     llama = from_hf_config(load("llama-3.1-8b"))
     assert llama.rope_theta == 500000.0 and dict(llama.rope_scaling)["rope_type"] == "llama3"
     assert not llama.tie_embeddings and llama.warnings == ()
+
+
+def test_gpt_neox_bloom_opt_and_gpt_j_are_their_own_families():
+    """The architectures of the calibration set's NeoX, BLOOM and OPT runs, read from their
+    config.json: ungated biased FFNs, LayerNorm, and each family's positions and tying."""
+    neox = from_hf_config(load("gpt-neox-20b"))
+    assert not neox.gated_ffn and neox.bias and not neox.tie_embeddings and neox.position_embedding == "rope"
+    assert neox.ffn_hidden_size == 24576 and neox.rope_theta == 10000.0 and neox.warnings == ()
+    bloom = from_hf_config(load("bloom"))
+    assert bloom.hidden_size == 14336 and bloom.num_layers == 70 and bloom.ffn_hidden_size == 4 * 14336
+    assert bloom.position_embedding == "alibi" and bloom.learned_positions == 0 and bloom.tie_embeddings and bloom.warnings == ()
+    opt = from_hf_config(load("opt-66b"))
+    assert opt.ffn_hidden_size == 36864 and opt.activation == "relu" and opt.tie_embeddings
+    assert opt.position_embedding == "learned" and opt.learned_positions == 2050 and opt.warnings == ()  # offset of 2
+    assert not from_hf_config({**load("opt-66b"), "enable_bias": False}).bias
+    projected = from_hf_config({**load("opt-66b"), "word_embed_proj_dim": 512})
+    assert any("word_embed_proj_dim=512" in w for w in projected.warnings)
+    gptj = from_hf_config(load("gpt-j-6b"))
+    assert gptj.norms_per_layer == 1 and gptj.position_embedding == "rope" and gptj.learned_positions == 0
+    assert gptj.mlp_bias and gptj.head_bias and not gptj.has_qkv_bias and not gptj.tie_embeddings and gptj.warnings == ()
+
+
+def test_bloom_and_neox_configs_cost_as_the_calibration_set_models():
+    """A BLOOM or NeoX run given as its config.json costs what the fidelity bench's model of the
+    same run costs (cost_model.validation.published.model_for), so the calibrated figures hold."""
+    from cost_model.validation.published import model_for
+
+    t = Training(global_batch_size=8, sequence_length=2048)
+    cases = [("bloom", "BLOOM176B_production", {"name": "bloom", "layers": 70, "hidden": 14336, "heads": 112, "vocab": 250880, "seq_len": 2048}),
+             ("gpt-neox-20b", "GPT-NeoX-20B", {"name": "neox", "layers": 44, "hidden": 6144, "heads": 64, "vocab": 50432, "seq_len": 2048})]
+    for name, group, row in cases:
+        hf, cal = from_hf_config(load(name)), model_for(group, row)
+        assert hf.total_params() == cal.total_params(), name
+        assert model_flops_per_step(hf, t) == pytest.approx(model_flops_per_step(cal, t), rel=1e-9), name
+        s = Strategy(dp=1, tp=8, micro_batch_size=1, recompute="full")
+        a, b = estimate(hf, t, simple_cluster("A100-SXM4-80GB", 1), s), estimate(cal, t, simple_cluster("A100-SXM4-80GB", 1), s)
+        assert a.peak_memory_GB == pytest.approx(b.peak_memory_GB, rel=1e-9), name
+        # NeoX's config says gelu_fast (tanh-approximated), the bench's model the exact GELU: the
+        # activation's elementwise cost is the only difference
+        assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-9 if name == "bloom" else 0.005), name
 
 
 def test_rope_parameters_spelling_of_transformers_v5():
