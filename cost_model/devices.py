@@ -14,7 +14,7 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -366,6 +366,13 @@ def catalog_id(name: str) -> str | None:
             return cid
     mapped = PRODUCT_NAMES.get(normalise_product(stripped))
     return mapped if mapped in cat else None
+
+
+def device_matches(device_name: str, names: Iterable[str]) -> bool:
+    """Whether a node group's device (its catalog id, or an inline device's own name) is one of
+    ``names`` (each a catalog id, a product name of :data:`PRODUCT_NAMES` or an inline name)."""
+    wanted = set(names)
+    return device_name in wanted or catalog_id(device_name) in {catalog_id(n) or n for n in wanted}
 
 
 def closest_catalog_ids(name: str, n: int = 3) -> list[str]:

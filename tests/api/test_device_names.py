@@ -106,3 +106,14 @@ def test_cli_estimate_takes_a_product_name(cli, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({**EST, "cluster": _cluster("H810")}))
     bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
     assert bad.exit_code == 2 and "closest catalog entries: H800-SXM5-80GB" in " ".join(bad.output.split())
+
+
+def test_allowed_device_types_admits_an_inline_device_by_its_own_name(client):
+    inline = {"name": "lab-gpu", "memory_GB": 80, "memory_bandwidth_GBps": 2000, "bf16_tflops": 300}
+    mixed = {"name": "m", "node_groups": [{"name": "x", "count": 1, "gpus_per_node": 8, "device": inline},
+                                          {"name": "h", "count": 1, "gpus_per_node": 8, "device": "NVIDIA H100 80GB HBM3"}]}
+    for allowed, device in ((["lab-gpu"], "lab-gpu"), (["h100"], "H100-SXM5-80GB")):
+        r = client.post("/v1/plans", json={"model": EST["model"], "training": EST["training"], "cluster": mixed,
+                                           "constraints": {"allowed_device_types": allowed}, "top_k": 0})
+        assert r.status_code == 201, r.text
+        assert r.json()["summary"]["device_types"] == [device]

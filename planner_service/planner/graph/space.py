@@ -147,7 +147,7 @@ def enumerate_meshes(graph: GraphSpec, training: Training, cluster: Cluster,
     pool = CpuPool.from_cluster(cluster)
     groups = gpu_groups(cluster)
     if cons.allowed_device_types:
-        groups = [g for g in groups if g.device.name in cons.allowed_device_types]
+        groups = [g for g in groups if cons.allows(g.device.name)]
     if not groups:
         raise NoFeasiblePlan("no GPU node group is available (CPU-only clusters cannot train an operator graph here)",
                              field="cluster.node_groups")

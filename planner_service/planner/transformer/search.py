@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from cost_model.cluster import Cluster, Node, NodeGroup
+from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.estimate import estimate, memory_verdict
 from cost_model.result import Estimate
@@ -89,7 +90,7 @@ def normalise_cluster(cluster: Cluster, allowed: tuple[str, ...] | None) -> Clus
 
     buckets: dict[tuple[Any, ...], list[NodeGroup]] = {}
     for g in cluster.node_groups:
-        if allowed and g.device.name not in allowed:
+        if allowed and not device_matches(g.device.name, allowed):
             continue
         if not cluster.available_nodes(g.name):
             continue
