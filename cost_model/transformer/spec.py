@@ -445,6 +445,7 @@ FAMILIES: dict[str, str] = {
     "phimoe": "phimoe",
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
     "gpt_neox": "gpt_neox", "bloom": "bloom", "opt": "opt", "gptj": "gptj",
+    "chatglm": "chatglm",
 }
 
 #: Architectures the cost model cannot represent, by kind.
@@ -497,6 +498,10 @@ HARMLESS_FIELDS = frozenset({
     "masked_softmax_fusion", "offset_alibi", "attention_softmax_in_fp32", "bias_dropout_fusion",
     "skip_bias_add", "skip_bias_add_qkv", "do_layer_norm_before", "_remove_final_layer_norm",
     "layer_norm_elementwise_affine", "init_std", "layerdrop", "dropout", "activation_dropout", "rotary",
+    # ChatGLM/GLM-4 (THUDM modeling_chatglm.py): query-key layer scaling, an fp32 residual, the
+    # rotary variant and its base ratio, the final norm's presence
+    "apply_query_key_layer_scaling", "fp32_residual_connection", "original_rope", "rope_ratio", "post_layer_norm",
+    "layernorm_epsilon",
 })
 
 #: Fields the parser reads (shape, positions, biases, MoE, MLA, windows, MTP).
@@ -509,6 +514,8 @@ COSTED_FIELDS = frozenset({
     "moe_topk", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "q_lora_rank",
     "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "num_nextn_predict_layers",
     "n_embed", "ffn_dim", "enable_bias", "word_embed_proj_dim", "rotary_emb_base",
+    "padded_vocab_size", "multi_query_attention", "multi_query_group_num", "kv_channels", "add_bias_linear",
+    "add_qkv_bias", "rmsnorm", "seq_length",
 })
 
 
@@ -573,7 +580,9 @@ def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str
     """(query heads, key/value heads, head dim) under every spelling of GQA/MQA."""
     heads = _int_field(cfg, ("num_attention_heads", "n_head"), path)
     assert heads is not None
-    if family == "falcon":
+    if family == "chatglm":  # multi_query_group_num groups when multi_query_attention
+        kv = _int_field(cfg, ("multi_query_group_num",), path, required=False, default=1) if cfg.get("multi_query_attention") else heads
+    elif family == "falcon":
         # HF FalconAttention: new_decoder_architecture reads num_kv_heads; else multi_query → 1.
         if cfg.get("new_decoder_architecture"):
             kv = _int_field(cfg, ("num_kv_heads",), path, required=False, default=heads)
@@ -584,7 +593,7 @@ def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str
         if kv is None:
             kv = 1 if cfg.get("multi_query") else heads
     assert kv is not None
-    head_dim = _int_field(cfg, ("head_dim",), path, required=False)
+    head_dim = _int_field(cfg, ("head_dim", "kv_channels"), path, required=False)
     if head_dim is None and family != "deepseek":
         if hidden % heads:
             raise InvalidModel(
@@ -725,6 +734,9 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "opt": {"gated": False, "norm": "layernorm", "tie": True, "act": "relu"},
     # HF GPTJForCausalLM: unbiased attention, biased MLP and lm_head, rotary, one shared norm
     "gptj": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu_tanh"},
+    # THUDM ChatGLM2/3, GLM-4 (modeling_chatglm.py): SwiGLU of ffn_hidden_size, multi-query groups,
+    # RMSNorm unless rmsnorm is false, a QKV bias (add_qkv_bias), untied output layer
+    "chatglm": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
 }
 
 
@@ -750,6 +762,9 @@ def _biases(cfg: Mapping[str, Any], family: str, defaults: Mapping[str, Any], pa
         return {"bias": _bool_field(cfg, "enable_bias", path, True)}
     if family == "gptj":
         return {"mlp_bias": True, "head_bias": True}
+    if family == "chatglm":
+        linear = _bool_field(cfg, "add_bias_linear", path, False)
+        return {"qkv_bias": linear or _bool_field(cfg, "add_qkv_bias", path, False), "out_bias": linear, "mlp_bias": linear}
     if family == "falcon":
         b = _bool_field(cfg, "bias", path, False)
         return {"qkv_bias": b, "out_bias": b, "mlp_bias": b}
@@ -791,8 +806,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     hidden = _int_field(cfg, ("hidden_size", "n_embd", "n_embed", "d_model"), path)
     assert layers is not None and hidden is not None
     heads, kv, head_dim = _attention_heads(cfg, family, hidden, path)
-    vocab = _int_field(cfg, ("vocab_size",), path, required=False, default=50257)
-    inter = _int_field(cfg, ("intermediate_size",), path, required=False)
+    vocab = _int_field(cfg, ("vocab_size", "padded_vocab_size"), path, required=False, default=50257)
+    inter = _int_field(cfg, ("intermediate_size", "ffn_hidden_size") if family == "chatglm" else ("intermediate_size",), path, required=False)
     n_inner = _int_field(cfg, ("n_inner", "ffn_hidden_size", "ffn_dim"), path, required=False)
     # A plain shape dict without intermediate_size is GPT-style (4h, ungated, biases, learned
     # positions), as before families existed.
@@ -807,7 +822,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     kw.update(_moe(cfg, family, layers, inter, path))
     kw.setdefault("ffn_hidden_size", ffn)
     positions = 0
-    max_pos = _int_field(cfg, ("n_positions", "max_position_embeddings"), path, required=False, default=0)
+    max_pos = _int_field(cfg, ("n_positions", "max_position_embeddings", "seq_length"), path, required=False, default=0)
     if family == "gpt2":
         positions = max_pos or 2048
         kw["position_embedding"] = "learned"
@@ -832,7 +847,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         gated_ffn=gated,
         tie_embeddings=tie,
         learned_positions=positions,
-        norm=defaults["norm"],
+        norm="layernorm" if family == "chatglm" and cfg.get("rmsnorm") is False else defaults["norm"],
         model_type=model_type,
         norms_per_layer=_norms_per_layer(cfg, family, model_type),
         qk_norm=bool(defaults.get("qk_norm")) or model_type == "gemma3_text",

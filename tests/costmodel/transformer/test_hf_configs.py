@@ -45,6 +45,7 @@ CARDS = [
     ("bloom", 176.25, None, 0.005, "bigscience/bloom model card: 176,247,271,424 parameters (less the embedding LayerNorm, 28,672)"),
     ("opt-66b", 66.0, None, 0.5, "Zhang et al. 2022 'OPT' Table 1: OPT-66B"),
     ("gpt-j-6b", 6.053, None, 0.0, "EleutherAI/gpt-j-6b model card: 6,053,381,344 parameters"),
+    ("chatglm3-6b", 6.24, None, 0.005, "THUDM/chatglm3-6b: 6,243,584,000 parameters (GLM team, ChatGLM3 release)"),
 ]
 
 
@@ -121,6 +122,17 @@ def test_gpt_neox_bloom_opt_and_gpt_j_are_their_own_families():
     gptj = from_hf_config(load("gpt-j-6b"))
     assert gptj.norms_per_layer == 1 and gptj.position_embedding == "rope" and gptj.learned_positions == 0
     assert gptj.mlp_bias and gptj.head_bias and not gptj.has_qkv_bias and not gptj.tie_embeddings and gptj.warnings == ()
+
+
+def test_chatglm_reads_its_own_field_names():
+    """THUDM's modeling_chatglm.py names: num_layers, padded_vocab_size, ffn_hidden_size (the
+    SwiGLU width), kv_channels, multi_query_group_num, add_qkv_bias, rmsnorm, seq_length."""
+    glm = from_hf_config(load("chatglm3-6b"))
+    assert glm.num_layers == 28 and glm.vocab_size == 65024 and glm.gated_ffn and glm.ffn_hidden_size == 13696
+    assert glm.num_kv_heads == 2 and glm.head_dim == 128 and glm.has_qkv_bias and not glm.has_out_bias
+    assert glm.norm == "rmsnorm" and glm.max_position_embeddings == 8192 and glm.warnings == ()
+    assert from_hf_config({**load("chatglm3-6b"), "multi_query_attention": False}).num_kv_heads == 32
+    assert from_hf_config({**load("chatglm3-6b"), "rmsnorm": False}).norm == "layernorm"
 
 
 def test_bloom_and_neox_configs_cost_as_the_calibration_set_models():
