@@ -289,59 +289,40 @@ LOCAL_CPU = "local-cpu"
 #: Product names as nvidia-smi, rocm-smi, GPU Feature Discovery labels and Paddle's cluster
 #: JSON print them, and the short names people write in a cluster's ``device``, normalised by
 #: :func:`normalise_product` (upper case, vendor words dropped, words joined by "-"), → catalog
-#: id.  A name maps to exactly one entry: an export variant (H800, A800, H20) or another form
-#: factor (PCIe, NVL) is its own entry, never its sibling's; a bare name is the SXM part (the
-#: training part: ``A100`` is the SXM4 80 GB, ``H100`` the SXM5).
+#: id; a catalog id itself, normalised, needs no entry (:func:`catalog_id`).  A name maps to
+#: exactly one entry: an export variant (H800, A800, H20) or another form factor (PCIe, NVL) is
+#: its own entry, never its sibling's; a bare name is the SXM part (the training part: ``A100``
+#: is the SXM4 80 GB, ``H100`` the SXM5).
 PRODUCT_NAMES: dict[str, str] = {
     "V100": "V100-SXM2-32GB",
-    "V100-SXM2-32GB": "V100-SXM2-32GB",
     "A100": "A100-SXM4-80GB",
     "A100-80GB": "A100-SXM4-80GB",
     "A100-40GB": "A100-SXM4-40GB",
-    "A100-SXM4-40GB": "A100-SXM4-40GB",
-    "A100-SXM4-80GB": "A100-SXM4-80GB",
-    "A100-PCIE-40GB": "A100-PCIE-40GB",
     "A100-40GB-PCIE": "A100-PCIE-40GB",
-    "A100-PCIE-80GB": "A100-PCIE-80GB",
     "A100-80GB-PCIE": "A100-PCIE-80GB",
     "A800": "A800-SXM4-80GB",
     "A800-80GB": "A800-SXM4-80GB",
-    "A800-SXM4-80GB": "A800-SXM4-80GB",
     "H100": "H100-SXM5-80GB",
     "H100-SXM": "H100-SXM5-80GB",
     "H100-80GB": "H100-SXM5-80GB",
     "H100-80GB-HBM3": "H100-SXM5-80GB",
-    "H100-SXM5-80GB": "H100-SXM5-80GB",
     "H100-PCIE": "H100-PCIE-80GB",
-    "H100-PCIE-80GB": "H100-PCIE-80GB",
     "H100-NVL": "H100-NVL-94GB",
-    "H100-NVL-94GB": "H100-NVL-94GB",
     "H800": "H800-SXM5-80GB",
     "H800-80GB": "H800-SXM5-80GB",
     "H800-80GB-HBM3": "H800-SXM5-80GB",
-    "H800-SXM5-80GB": "H800-SXM5-80GB",
     "H200": "H200-SXM-141GB",
     "H200-141GB": "H200-SXM-141GB",
     "H200-141GB-HBM3E": "H200-SXM-141GB",
-    "H200-SXM-141GB": "H200-SXM-141GB",
     "H20": "H20-96GB",
-    "H20-96GB": "H20-96GB",
     "H20-96GB-HBM3": "H20-96GB",
     "B200": "B200-SXM-192GB",
-    "B200-SXM-192GB": "B200-SXM-192GB",
     "GB200": "GB200-NVL72-186GB",
-    "GB200-NVL72-186GB": "GB200-NVL72-186GB",
     "GB300": "GB300-NVL72-288GB",
-    "GB300-NVL72-288GB": "GB300-NVL72-288GB",
     "L40S": "L40S-48GB",
-    "L40S-48GB": "L40S-48GB",
     "L4": "L4-24GB",
-    "L4-24GB": "L4-24GB",
     "A10": "A10-24GB",
-    "A10-24GB": "A10-24GB",
-    "MI250X": "MI250X",
     "MI250X-MI250": "MI250X",
-    "MI300X": "MI300X",
     "MI300X-OAM": "MI300X",
 }
 _VENDOR_WORDS = {"NVIDIA", "TESLA", "AMD", "INSTINCT", "RADEON"}
@@ -355,24 +336,24 @@ def normalise_product(product: str) -> str:
 
 
 def catalog_id(name: str) -> str | None:
-    """The catalog id ``name`` names — the id itself (any case) or a product name of
+    """The catalog id ``name`` names — the id itself in any case and spelling
+    :func:`normalise_product` folds (``NVIDIA A100-SXM4-80GB``), or a product name of
     :data:`PRODUCT_NAMES` — or None."""
     cat = catalog()
-    stripped = name.strip()
-    if stripped in cat:
-        return stripped
-    for cid in cat:
-        if cid.lower() == stripped.lower():
-            return cid
-    mapped = PRODUCT_NAMES.get(normalise_product(stripped))
+    if name in cat:
+        return name
+    key = normalise_product(name)
+    by_key = {normalise_product(cid): cid for cid in cat}
+    mapped = by_key.get(key) or PRODUCT_NAMES.get(key)
     return mapped if mapped in cat else None
 
 
 def device_matches(device_name: str, names: Iterable[str]) -> bool:
     """Whether a node group's device (its catalog id, or an inline device's own name) is one of
-    ``names`` (each a catalog id, a product name of :data:`PRODUCT_NAMES` or an inline name)."""
+    ``names`` — catalog ids (``parse_constraints`` resolves product names to them) or inline
+    names; an inline device named like a catalog part (``H100``) matches that part's id."""
     wanted = set(names)
-    return device_name in wanted or catalog_id(device_name) in {catalog_id(n) or n for n in wanted}
+    return device_name in wanted or catalog_id(device_name) in wanted
 
 
 def closest_catalog_ids(name: str, n: int = 3) -> list[str]:
@@ -429,10 +410,10 @@ def local_cpu_spec() -> DeviceSpec:
 def get_device(name: str, field_path: str = "device") -> DeviceSpec:
     """Look a device up by catalog id (case-insensitive) or product name (:data:`PRODUCT_NAMES`:
     ``H800``, ``NVIDIA H100 80GB HBM3``, ``a100-40gb``)."""
-    cid = catalog_id(name) if isinstance(name, str) else None
+    cid = catalog_id(name)
     if cid is not None:
         return catalog()[cid]
-    close = closest_catalog_ids(name) if isinstance(name, str) else []
+    close = closest_catalog_ids(name)
     raise UnknownName(
         f"unknown device {name!r}"
         + (f"; closest catalog entries: {', '.join(close)}" if close else "")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
-from cost_model.devices import catalog_id, device_matches
+from cost_model.devices import catalog_id
 from cost_model.errors import InvalidInput, PlannerError
 from cost_model.strategy import INT_FIELDS, RECOMPUTE, SPLIT_FLAGS, Strategy, strategy_from_dict
 from cost_model.training import Training, training_from_dict
@@ -44,12 +44,6 @@ class Constraints:
     #: after every safe one), ``by_objective`` (kept, flagged, ranked by the objective alone) or
     #: ``reject`` (only safe plans).
     tight_memory: str = "rank_after_safe"
-
-    def allows(self, device_name: str) -> bool:
-        """Whether ``allowed_device_types`` admits a node group of this device: by its catalog id
-        (the constraint's names are resolved to ids when parsed) or, for an inline device, by
-        its own name."""
-        return not self.allowed_device_types or device_matches(device_name, self.allowed_device_types)
 
     def headroom(self, graph: bool = False) -> float:
         """The headroom in force for a transformer (``graph=False``) or operator-graph model."""

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cost_model.cluster import Cluster
+from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, NoFeasiblePlan
 from cost_model.graph.evaluate import GraphEval, evaluate
 from cost_model.graph.ir import GraphSpec
@@ -147,7 +148,7 @@ def enumerate_meshes(graph: GraphSpec, training: Training, cluster: Cluster,
     pool = CpuPool.from_cluster(cluster)
     groups = gpu_groups(cluster)
     if cons.allowed_device_types:
-        groups = [g for g in groups if cons.allows(g.device.name)]
+        groups = [g for g in groups if device_matches(g.device.name, cons.allowed_device_types)]
     if not groups:
         raise NoFeasiblePlan("no GPU node group is available (CPU-only clusters cannot train an operator graph here)",
                              field="cluster.node_groups")
