@@ -513,10 +513,15 @@ COSTED_FIELDS = frozenset({
     "num_ln_in_parallel_attn", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
     "moe_topk", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "q_lora_rank",
     "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "num_nextn_predict_layers",
-    "n_embed", "ffn_dim", "enable_bias", "word_embed_proj_dim", "rotary_emb_base",
-    "padded_vocab_size", "multi_query_attention", "multi_query_group_num", "kv_channels", "add_bias_linear",
-    "add_qkv_bias", "rmsnorm", "seq_length",
+    "n_embed", "ffn_dim", "rotary_emb_base", "padded_vocab_size", "kv_channels", "seq_length",
 })
+
+#: Fields only one family's parser reads: under another family they are not costed and so are
+#: listed in the warnings like any unknown field.
+FAMILY_FIELDS: dict[str, frozenset[str]] = {
+    "opt": frozenset({"enable_bias", "word_embed_proj_dim"}),
+    "chatglm": frozenset({"multi_query_attention", "multi_query_group_num", "add_bias_linear", "add_qkv_bias", "rmsnorm"}),
+}
 
 
 def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, required: bool = True, default: int | None = None) -> int | None:
@@ -581,7 +586,8 @@ def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str
     heads = _int_field(cfg, ("num_attention_heads", "n_head"), path)
     assert heads is not None
     if family == "chatglm":  # multi_query_group_num groups when multi_query_attention
-        kv = _int_field(cfg, ("multi_query_group_num",), path, required=False, default=1) if cfg.get("multi_query_attention") else heads
+        multi_query = _bool_field(cfg, "multi_query_attention", path, False)
+        kv = _int_field(cfg, ("multi_query_group_num",), path, required=False, default=1) if multi_query else heads
     elif family == "falcon":
         # HF FalconAttention: new_decoder_architecture reads num_kv_heads; else multi_query → 1.
         if cfg.get("new_decoder_architecture"):
@@ -740,8 +746,8 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _unknown_fields(cfg: Mapping[str, Any]) -> list[str]:
-    known = HARMLESS_FIELDS | COSTED_FIELDS
+def _unknown_fields(cfg: Mapping[str, Any], family: str) -> list[str]:
+    known = HARMLESS_FIELDS | COSTED_FIELDS | FAMILY_FIELDS.get(family, frozenset())
     falsy_ok = ("is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size")
     return sorted(
         k for k, v in cfg.items()
@@ -847,7 +853,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         gated_ffn=gated,
         tie_embeddings=tie,
         learned_positions=positions,
-        norm="layernorm" if family == "chatglm" and cfg.get("rmsnorm") is False else defaults["norm"],
+        norm=defaults["norm"] if family != "chatglm" or _bool_field(cfg, "rmsnorm", path, True) else "layernorm",
         model_type=model_type,
         norms_per_layer=_norms_per_layer(cfg, family, model_type),
         qk_norm=bool(defaults.get("qk_norm")) or model_type == "gemma3_text",
@@ -864,7 +870,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
             f"num_nextn_predict_layers={mtp}: the multi-token-prediction module(s) ({_size_label(spec.mtp_params())} "
             "parameters, model.mtp_params) are not in the estimate's compute or memory"
         )
-    unknown = _unknown_fields(cfg)
+    unknown = _unknown_fields(cfg, family)
     if unknown:
         warnings.append(f"config fields the service does not know, not costed: {', '.join(unknown)}")
     label = name or cfg.get("name") or cfg.get("_name_or_path")

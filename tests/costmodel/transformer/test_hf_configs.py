@@ -133,6 +133,12 @@ def test_chatglm_reads_its_own_field_names():
     assert glm.norm == "rmsnorm" and glm.max_position_embeddings == 8192 and glm.warnings == ()
     assert from_hf_config({**load("chatglm3-6b"), "multi_query_attention": False}).num_kv_heads == 32
     assert from_hf_config({**load("chatglm3-6b"), "rmsnorm": False}).norm == "layernorm"
+    with pytest.raises(InvalidModel) as err:
+        from_hf_config({**load("chatglm3-6b"), "rmsnorm": "yes"})
+    assert err.value.field == "model.transformer.rmsnorm"
+    # a field only ChatGLM's parser reads is not costed for another family, so it is named
+    llama = from_hf_config({**load("llama-3.1-8b"), "add_bias_linear": True})
+    assert any("add_bias_linear" in w for w in llama.warnings)
 
 
 def test_bloom_and_neox_configs_cost_as_the_calibration_set_models():
