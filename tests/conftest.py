@@ -111,6 +111,16 @@ def make_client(settings_for) -> Iterator[Callable[..., Any]]:
         client.__exit__(None, None, None)
 
 
+@pytest.fixture(scope="session")
+def cli():
+    """The ``planner`` Typer app with every command registered (as ``planner`` runs it)."""
+    from planner_service.cli.main import _register_all, app
+
+    if not any(getattr(c, "name", None) == "launch" for c in app.registered_commands):
+        _register_all()
+    return app
+
+
 @pytest.fixture
 def client(make_client):
     return make_client()

@@ -89,14 +89,6 @@ def test_http_unknown_device_is_a_422_naming_the_field(client):
     assert err["field"] == "cluster.node_groups[0].device" and "H800-SXM5-80GB" in err["message"]
 
 
-@pytest.fixture(scope="module")
-def cli():
-    from planner_service.cli.main import _register_all, app
-
-    if not any(getattr(c, "name", None) == "launch" for c in app.registered_commands):
-        _register_all()
-    return app
-
 
 def test_cli_estimate_takes_a_product_name(cli, tmp_path):
     (tmp_path / "est.json").write_text(json.dumps({**EST, "cluster": _cluster("NVIDIA A800-SXM4-80GB")}))

@@ -12,15 +12,6 @@ from typer.testing import CliRunner
 from planner_service.settings import ServiceSettings
 
 
-@pytest.fixture(scope="module")
-def cli():
-    from planner_service.cli.main import _register_all, app
-
-    if not any(getattr(c, "name", None) == "launch" for c in app.registered_commands):
-        _register_all()
-    return app
-
-
 def _commands(cmd, prefix=()):
     subs = getattr(cmd, "commands", None) or {}
     if not subs:

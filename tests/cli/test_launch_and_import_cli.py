@@ -138,14 +138,6 @@ def test_saved_cluster_crud_and_plan_by_name(client):
 # --- CLI ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def cli():
-    from planner_service.cli.main import _register_all, app
-
-    if not any(getattr(c, "name", None) == "launch" for c in app.registered_commands):
-        _register_all()
-    return app
-
 
 def test_cli_launch_from_file(cli, tmp_path):
     plan_file = tmp_path / "plan.json"

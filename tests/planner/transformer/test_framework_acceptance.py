@@ -286,14 +286,6 @@ def test_http_pinned_rule_is_a_422_and_plans_carry_the_tight_flag(client):
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.memory_headroom_fraction"
 
 
-@pytest.fixture
-def cli():
-    from planner_service.cli.main import _register_all, app
-
-    if not any(getattr(c, "name", None) == "plan" for c in app.registered_commands):
-        _register_all()
-    return app
-
 
 def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
     bad = tmp_path / "bad.json"
