@@ -446,6 +446,7 @@ FAMILIES: dict[str, str] = {
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
     "gpt_neox": "gpt_neox", "bloom": "bloom", "opt": "opt", "gptj": "gptj",
     "chatglm": "chatglm",
+    "ernie4_5": "ernie", "ernie4_5_moe": "ernie",
 }
 
 #: Architectures the cost model cannot represent, by kind.
@@ -463,6 +464,7 @@ UNSUPPORTED: dict[str, tuple[str, ...]] = {
     "a multimodal model (vision/audio tower)": (
         "llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics", "idefics2", "idefics3", "paligemma",
         "gemma3", "clip", "siglip", "blip", "blip-2", "pixtral", "llama4", "qwen2_audio", "whisper",
+        "ernie4_5_moe_vl", "ernie4_5_vl_moe",
     ),
 }
 
@@ -507,10 +509,9 @@ HARMLESS_FIELDS = frozenset({
 #: Fields the parser reads (shape, positions, biases, MoE, MLA, windows, MTP).
 COSTED_FIELDS = frozenset({
     "num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head",
-    "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim", "intermediate_size",
+    "num_key_value_heads", "num_kv_heads", "multi_query", "head_dim", "intermediate_size",
     "n_inner", "ffn_hidden_size", "vocab_size", "n_positions", "max_position_embeddings", "hidden_act",
-    "hidden_activation", "activation_function", "attention_bias", "mlp_bias", "bias", "alibi", "parallel_attn",
-    "num_ln_in_parallel_attn", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+    "hidden_activation", "activation_function", "attention_bias", "mlp_bias", "alibi", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
     "moe_topk", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "q_lora_rank",
     "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "num_nextn_predict_layers",
     "n_embed", "ffn_dim", "rotary_emb_base", "padded_vocab_size", "kv_channels", "seq_length",
@@ -520,7 +521,14 @@ COSTED_FIELDS = frozenset({
 #: listed in the warnings like any unknown field.
 FAMILY_FIELDS: dict[str, frozenset[str]] = {
     "opt": frozenset({"enable_bias", "word_embed_proj_dim"}),
+    # HF FalconConfig: the one bias switch, the decoder variant and its norms
+    "falcon": frozenset({"bias", "new_decoder_architecture", "parallel_attn", "num_ln_in_parallel_attn"}),
     "chatglm": frozenset({"multi_query_attention", "multi_query_group_num", "add_bias_linear", "add_qkv_bias", "rmsnorm"}),
+    # ERNIE 4.5 (HF Ernie4_5Config / Ernie4_5_MoeConfig): one switch for every projection's bias,
+    # the MoE shape and layer range under its own names; moe_norm_min (a routing epsilon),
+    # moe_gate and moe_use_aux_free (routing rules) cost nothing
+    "ernie": frozenset({"use_bias", "moe_num_experts", "moe_k", "moe_num_shared_experts", "moe_layer_start_index",
+                        "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "moe_gate", "moe_use_aux_free"}),
 }
 
 
@@ -536,6 +544,16 @@ def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, require
     if required:
         raise InvalidModel(f"is required (one of: {', '.join(keys)})", field=f"{path}.{keys[0]}")
     return default
+
+
+def _layer_index(cfg: Mapping[str, Any], key: str, layers: int, path: str, default: int) -> int:
+    """A layer index in [0, layers), -1 meaning the last layer (ERNIE's MoE layer range)."""
+    val = cfg.get(key)
+    if val is None:
+        return default
+    if isinstance(val, bool) or not isinstance(val, int) or not -1 <= val < layers:
+        raise InvalidModel(f"must be a layer index from 0 to {layers - 1} (or -1: the last), got {val!r}", field=f"{path}.{key}")
+    return layers - 1 if val == -1 else val
 
 
 def _bool_field(cfg: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
@@ -615,6 +633,14 @@ def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str
 
 def _dense_layers(cfg: Mapping[str, Any], family: str, layers: int, path: str) -> tuple[int, ...]:
     """Indices of the dense (non-MoE) layers of an MoE model."""
+    if family == "ernie":
+        # HF Ernie4_5_MoeDecoderLayer: experts where (i + 1) % interval == 0 and start <= i <= end
+        # (end -1: the last layer).
+        start = _layer_index(cfg, "moe_layer_start_index", layers, path, default=0)
+        end = _layer_index(cfg, "moe_layer_end_index", layers, path, default=layers - 1)
+        interval = _int_field(cfg, ("moe_layer_interval",), path, required=False, default=1)
+        assert interval is not None
+        return tuple(i for i in range(layers) if not ((i + 1) % interval == 0 and start <= i <= end))
     if family == "deepseek":
         k = cfg.get("first_k_dense_replace") or 0
         freq = cfg.get("moe_layer_freq") or 1
@@ -631,11 +657,13 @@ def _dense_layers(cfg: Mapping[str, Any], family: str, layers: int, path: str) -
 
 
 def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, path: str) -> dict[str, Any]:
-    experts = _int_field(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), path, required=False, default=1)
+    ernie = family == "ernie"
+    experts = _int_field(cfg, ("moe_num_experts",) if ernie else ("num_local_experts", "num_experts", "n_routed_experts"), path,
+                         required=False, default=1)
     assert experts is not None
     if experts <= 1:
         return {}
-    top_k = _int_field(cfg, ("num_experts_per_tok", "moe_topk"), path, required=False, default=min(2, experts))
+    top_k = _int_field(cfg, ("moe_k",) if ernie else ("num_experts_per_tok", "moe_topk"), path, required=False, default=min(2, experts))
     assert top_k is not None
     if top_k > experts:
         raise InvalidModel(f"num_experts_per_tok {top_k} exceeds the {experts} experts", field=f"{path}.num_experts_per_tok")
@@ -643,7 +671,7 @@ def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, pa
     if expert_ffn is None:
         raise InvalidModel("is required for an MoE model (or moe_intermediate_size)", field=f"{path}.intermediate_size")
     shared = _int_field(cfg, ("shared_expert_intermediate_size",), path, required=False, default=0) or 0
-    n_shared = _int_field(cfg, ("n_shared_experts",), path, required=False, default=0) or 0
+    n_shared = _int_field(cfg, ("moe_num_shared_experts",) if ernie else ("n_shared_experts",), path, required=False, default=0) or 0
     shared += n_shared * expert_ffn
     dense = _dense_layers(cfg, family, layers, path)
     if len(dense) == layers:
@@ -743,6 +771,9 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # THUDM ChatGLM2/3, GLM-4 (modeling_chatglm.py): SwiGLU of ffn_hidden_size, multi-query groups,
     # RMSNorm unless rmsnorm is false, a QKV bias (add_qkv_bias), untied output layer
     "chatglm": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    # HF Ernie4_5 / Ernie4_5_Moe: Llama attention and SwiGLU MLPs, shared experts of
+    # moe_intermediate_size × moe_num_shared_experts, an fp32 router, tied embeddings by default
+    "ernie": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "silu"},
 }
 
 
@@ -774,6 +805,9 @@ def _biases(cfg: Mapping[str, Any], family: str, defaults: Mapping[str, Any], pa
     if family == "falcon":
         b = _bool_field(cfg, "bias", path, False)
         return {"qkv_bias": b, "out_bias": b, "mlp_bias": b}
+    if family == "ernie":  # use_bias: the q/k/v/o projections, every MLP's and the lm_head
+        b = _bool_field(cfg, "use_bias", path, False)
+        return {"qkv_bias": b, "out_bias": b, "mlp_bias": b, "head_bias": b}
     attn = _bool_field(cfg, "attention_bias", path, False)
     return {
         "qkv_bias": attn or bool(defaults.get("qkv_bias")),

@@ -47,3 +47,16 @@ def test_neox_config_plans_as_its_own_family_with_no_warnings(client):
     plan = r.json()
     assert plan["model"]["name"] == "gpt_neox 20.6B" and plan["model"]["params"] == 20554567680
     assert not any("gpt_neox" in w for w in plan["warnings"])
+
+
+def test_ernie_moe_config_plans_under_paddle_as_moe(client):
+    """ERNIE 4.5's MoE names (moe_num_experts, moe_k, ...) are read: a Paddle plan of
+    ERNIE-4.5-21B-A3B is an MoE plan with its active parameters, not a dense 21B model."""
+    cfg = json.loads((CONFIGS / "ernie-4.5-21b-a3b.json").read_text())
+    body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 4096, "framework": "paddle"},
+            "cluster": CLUSTER, "constraints": {"ep": 8}, "top_k": 0}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    assert plan["model"]["name"] == "ernie4_5_moe 21.8B" and 3.0e9 < plan["model"]["active_params"] < 4.0e9
+    assert plan["best"]["strategy"]["ep"] == 8 and plan["warnings"] == []

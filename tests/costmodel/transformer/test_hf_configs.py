@@ -1,5 +1,7 @@
-"""Real Hugging Face ``config.json`` files (tests/costmodel/transformer/hf_configs/, copied from
-the published model repositories' config.json) plan as the published models.
+"""Real Hugging Face ``config.json`` files (tests/costmodel/transformer/hf_configs/: the published
+model repositories' config.json, transcribed; ``ernie-4.5-21b-a3b.json`` is the defaults of
+transformers' ``Ernie4_5_MoeConfig``, whose docstring says they are baidu/ERNIE-4.5-21B-A3B-PT's)
+plan as the published models.
 
 Each case gives the model card's total (and for MoE active) parameter count and its source.
 Counts are checked to ±0.5%; a card that rounds to two significant figures ("37B active") is
@@ -139,6 +141,36 @@ def test_chatglm_reads_its_own_field_names():
     # a field only ChatGLM's parser reads is not costed for another family, so it is named
     llama = from_hf_config({**load("llama-3.1-8b"), "add_bias_linear": True})
     assert any("add_bias_linear" in w for w in llama.warnings)
+    # and Falcon's bias switch and decoder variant are Falcon's alone
+    llama = from_hf_config({**load("llama-3.1-8b"), "bias": True, "new_decoder_architecture": True})
+    assert not llama.has_mlp_bias and any("bias, new_decoder_architecture" in w for w in llama.warnings)
+
+
+def test_ernie_4_5_reads_its_own_moe_field_names():
+    """HF Ernie4_5_MoeConfig names the MoE moe_num_experts, moe_k, moe_num_shared_experts (shared
+    experts of moe_intermediate_size each) and its layer range moe_layer_start_index/_end_index
+    (-1: the last layer)/_interval; use_bias switches every projection's bias."""
+    ernie = from_hf_config(load("ernie-4.5-21b-a3b"))
+    assert ernie.is_moe and ernie.num_experts == 64 and ernie.experts_per_token == 6
+    assert ernie.ffn_hidden_size == 1536 and ernie.shared_expert_ffn_hidden_size == 2 * 1536
+    assert ernie.dense_layer_indices == (0,) and ernie.dense_ffn_hidden_size == 12288 and ernie.moe_layers == 27
+    assert ernie.tie_embeddings and ernie.gated_ffn and ernie.norm == "rmsnorm" and ernie.warnings == ()
+    assert not (ernie.has_qkv_bias or ernie.has_out_bias or ernie.has_mlp_bias or ernie.head_bias)
+    # Baidu names its models by truncated counts (21B total, 3B activated: model card)
+    assert 21.0 <= ernie.total_params() / 1e9 < 22.0 and 3.0 <= ernie.active_params() / 1e9 < 4.0
+    every_other = from_hf_config({**load("ernie-4.5-21b-a3b"), "moe_layer_interval": 2, "moe_layer_end_index": 25})
+    # MoE where (i + 1) % 2 == 0 and 1 <= i <= 25: layers 1, 3, ..., 25
+    assert every_other.moe_layers == 13
+    assert from_hf_config({**load("ernie-4.5-21b-a3b"), "use_bias": True}).has_mlp_bias
+    dense = from_hf_config({**load("ernie-4.5-21b-a3b"), "model_type": "ernie4_5", "moe_num_experts": None})
+    assert not dense.is_moe and dense.ffn_hidden_size == 12288
+    for bad in ({"moe_layer_start_index": 28}, {"moe_layer_end_index": -2}, {"moe_layer_start_index": [1, 1]}):
+        with pytest.raises(InvalidModel) as err:
+            from_hf_config({**load("ernie-4.5-21b-a3b"), **bad})
+        assert err.value.field == f"model.transformer.{next(iter(bad))}"
+    # ERNIE's names are not read for another family, so there they are named in the warnings
+    qwen = from_hf_config({**load("qwen3-30b-a3b"), "moe_k": 2})
+    assert qwen.experts_per_token == 8 and any("moe_k" in w for w in qwen.warnings)
 
 
 def test_bloom_and_neox_configs_cost_as_the_calibration_set_models():
@@ -243,6 +275,7 @@ def test_unknown_model_type_is_costed_llama_style_with_a_warning():
         ({"model_type": "llava", "text_config": {"model_type": "llama"}, "vision_config": {"model_type": "clip_vision_model"}},
          "multimodal"),
         ({"model_type": "custom_seq2seq", "is_encoder_decoder": True, "d_model": 512}, "encoder-decoder"),
+        ({"model_type": "ernie4_5_moe_vl", "hidden_size": 2560, "num_hidden_layers": 28}, "multimodal"),
     ],
 )
 def test_unsupported_architectures_are_refused_naming_model_type(cfg, kind):
