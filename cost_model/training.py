@@ -38,8 +38,8 @@ class Training:
     "eager"`` and ``torch.optim.Adam``): every elementwise step is its own operator — a pass over
     memory, a fresh tensor and one framework dispatch each.
 
-    Mixture of experts: ``moe_token_dispatcher`` (``alltoall``: NCCL all-to-all, Megatron-Core's
-    default; ``allgather``; ``deepep``: DeepEP's node-deduplicated dispatch/combine),
+    Mixture of experts: ``moe_token_dispatcher`` (``alltoall``: NCCL all-to-all, the default here — what Megatron-Core's MoE guide recommends with
+    expert parallelism, its CLI defaulting to ``allgather``; ``allgather``; ``deepep``: DeepEP's node-deduplicated dispatch/combine),
     ``moe_comm_overlap`` (Megatron-Core ``--overlap-moe-expert-parallel-comm``: a micro-batch's
     dispatch/combine runs under another's compute), ``moe_capacity_factor`` (token dropping
     with buffers padded to that many times the mean load; None: dropless).  Context

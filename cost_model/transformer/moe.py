@@ -264,8 +264,9 @@ def dispatch_time_s(
     """One dispatch — or one combine, the same volume back — of ``tokens`` tokens over ``ep``
     ranks (s).  Forward runs a dispatch and a combine, backward their two gradients: 4 per layer.
 
-    * ``alltoall`` (NCCL all-to-all, Megatron-Core's default): every (token, expert) slot is sent
-      on its own: T·k·h·eb bytes per rank (:func:`cost_model.comm.alltoall_time_s`: the remote
+    * ``alltoall`` (NCCL all-to-all: what Megatron-Core's MoE guide recommends with expert
+      parallelism and its MoE recipes set; its CLI defaults to allgather): every (token, expert)
+      slot is sent on its own: T·k·h·eb bytes per rank (:func:`cost_model.comm.alltoall_time_s`: the remote
       share over this GPU's NICs, the rest over NVLink), times the straggler ``load_factor`` —
       the slowest receiver sets the pace.
     * ``allgather``: all-gather the T·h tokens of the EP group (and reduce-scatter them back for
