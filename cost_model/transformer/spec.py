@@ -899,11 +899,6 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     proj = cfg.get("word_embed_proj_dim")
     if family == "opt" and proj not in (None, hidden):
         warnings.append(f"word_embed_proj_dim={proj}: OPT's project_in/project_out matrices ({proj}×{hidden} each) are not costed")
-    if mtp:
-        warnings.append(
-            f"num_nextn_predict_layers={mtp}: the multi-token-prediction module(s) ({_size_label(spec.mtp_params())} "
-            "parameters, model.mtp_params) are not in the estimate's compute or memory"
-        )
     unknown = _unknown_fields(cfg, family)
     if unknown:
         warnings.append(f"config fields the service does not know, not costed: {', '.join(unknown)}")

@@ -164,6 +164,16 @@ class StageCost:
         return out
 
 
+def mtp_params_split(model: TransformerSpec) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of the multi-token-prediction modules
+    (:meth:`TransformerSpec.mtp_params`): each module's decoder layer is an MoE layer of the
+    model's kind, whose routed experts shard over EP like the decoder's."""
+    if not model.mtp_layers:
+        return 0.0, 0.0
+    routed = model.mtp_layers * (model.num_experts * model.expert_params() if model.is_moe else 0)
+    return float(model.mtp_params() - routed), float(routed)
+
+
 def stage_params(
     model: TransformerSpec, S: StrategyArrays, num_layers: ArrayOrFloat, has_embedding: bool, has_head: bool
 ) -> tuple[FloatArray, FloatArray]:
@@ -173,7 +183,8 @@ def stage_params(
     size, :func:`cost_model.transformer.moe.expert_tensor_parallel`).  The first stage holds the
     (vocab-parallel) embedding, the last the final norm and the head — a tied head still needs
     its own copy when the embedding lives on another stage (Megatron keeps both and
-    all-reduces their gradients).
+    all-reduces their gradients) — and the multi-token-prediction modules (Megatron-Core puts
+    them after the decoder, on the last stage: :func:`mtp_params_split`).
     """
     t = S.tp
     expert_total = model.routed_expert_params_per_layer()  # of the average layer (dense-first layers have none)
@@ -186,7 +197,9 @@ def stage_params(
         head: ArrayOrFloat = model.head_params()
         if model.tie_embeddings:
             head = head + np.where(S.pp > 1, model.vocab_size * model.hidden_size, 0.0)
-        dense = dense + head / t
+        mtp_dense, mtp_experts = mtp_params_split(model)
+        dense = dense + (head + mtp_dense) / t
+        experts = experts + mtp_experts / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep))
     return dense, experts
 
 
@@ -202,9 +215,17 @@ def stage_cost(
     m: ArrayOrFloat,
     cross_node_p2p: ArrayOrFloat | bool,
 ) -> StageCost:
-    """Cost of one pipeline stage holding ``num_layers`` decoder layers."""
+    """Cost of one pipeline stage holding ``num_layers`` decoder layers.
+
+    The last stage also runs the model's multi-token-prediction modules (DeepSeek-V3 §2.2,
+    Megatron-Core ``--mtp-num-layers``, which the Megatron launch sets from the config): per
+    module one more decoder layer of the model's kind (costed as its mean layer: time,
+    collectives, stored activations, ZeRO-3 unit), a [T, 2h]×[2h, h/t] projection and a second
+    output head and loss over the shared vocabulary (:func:`mtp_extra_s`)."""
     lc = dc.layer
-    n = np.asarray(num_layers, dtype=float)
+    n_decoder = np.asarray(num_layers, dtype=float)
+    mtp = float(model.mtp_layers) if has_head else 0.0
+    n = n_decoder + mtp
     # DeepSpeed's stage-3 hooks stretch every module's compute (calibration.sharded_compute_efficiency)
     hooks = sharded_compute_efficiency(training.framework)
     stretch: ArrayOrFloat = np.where(S.zero >= 3, 1.0 / hooks, 1.0) if hooks != 1.0 else 1.0
@@ -215,6 +236,8 @@ def stage_cost(
         extra = extra + dc.embedding_s
     if has_head:
         extra = extra + dc.head_s
+        if mtp:
+            extra = extra + mtp * mtp_extra_s(model, training, dc, S)
     extra = extra * stretch
     compute = fwd + bwd + extra
     recompute = n * lc.recompute_s * stretch
@@ -228,16 +251,16 @@ def stage_cost(
     # DeepSpeed's pipeline engine: a fixed cost per layer the stage runs, per micro-batch
     engine_s = pipeline_layer_overhead_s(training.framework)
     if engine_s:
-        pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n, 0.0)
+        pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n_decoder, 0.0)
 
-    dense, experts = stage_params(model, S, n, has_embedding, has_head)
+    dense, experts = stage_params(model, S, n_decoder, has_embedding, has_head)
     shard_dense = S.dp * S.cp
     shard_exp = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
     weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
-        weights = weights + (n * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
+        weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
@@ -246,8 +269,8 @@ def stage_cost(
     acts = acts + lc.recompute_working_bytes
     if has_embedding:
         acts = acts + dc.embedding_act_bytes * inflight
-    if has_head:
-        acts = acts + dc.head_act_bytes
+    if has_head:  # the logits each output head (the model's, the MTP modules') keeps for backward
+        acts = acts + dc.head_act_bytes * (1.0 + mtp)
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
     # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
     # parameters at stage3_max_live_parameters (default 1e9).
@@ -390,19 +413,39 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     return StepCost(step, pipeline, bottleneck, dp_exposed, optimizer, breakdown)
 
 
+def mtp_extra_s(model: TransformerSpec, training: Training, dc: DeviceCosts, S: StrategyArrays) -> FloatArray:
+    """Seconds per micro-batch of one multi-token-prediction module beyond its decoder layer:
+    the projection of the concatenated [T, 2h] normed hidden state and embedding to h
+    (Megatron-Core's column-parallel ``eh_proj``: forward and two backward GEMMs) and its own
+    output head and loss (the shared head's GEMMs and cross-entropy again, ``head_s``)."""
+    from cost_model.compute import gemm_time_s
+
+    h = float(model.hidden_size)
+    tokens = S.mbs * training.sequence_length / S.cp
+    proj: FloatArray = 3.0 * gemm_time_s(tokens, h / S.tp, 2.0 * h, dc.device, training.dtype)
+    return proj + dc.head_s
+
+
+def _layer_forward_flops(model: TransformerSpec, s: float) -> float:
+    """Forward FLOPs of the average decoder layer for one sequence: every GEMM weight a token
+    multiplies and the attention core's heads × width × keys (TransformerSpec: head_dim, MLA,
+    dense-first layers, windows)."""
+    return 2 * s * model.matmul_params_per_token() + 4 * s * model.attention_core_width(s)
+
+
 def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
     """Model FLOPs of one training step (forward + backward = 3× forward, no recompute),
     counting every GEMM (GQA, gated FFN, top-k experts, router) and the full s×s attention
     square, as Narayanan et al. 2021 Eq. 3 and Megatron-LM's MFU do.  For GPT shapes this
-    is exactly 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
+    is exactly 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)).  Multi-token-prediction modules count
+    as Megatron-LM's FLOP formula counts them: a decoder layer, the [2h, h] projection and an
+    output head each."""
     s = float(training.sequence_length)
     h = float(model.hidden_size)
-    # GEMM weights one token multiplies, and the attention core's heads × width × keys, of the
-    # average layer (TransformerSpec: head_dim, MLA, dense-first layers, windows).
-    per_token_layer = model.matmul_params_per_token()
-    layer_fwd = 2 * s * per_token_layer + 4 * s * model.attention_core_width(s)
+    layer_fwd = _layer_forward_flops(model, s)
     head_fwd = 2 * s * h * model.vocab_size
-    return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd)
+    mtp_fwd = model.mtp_layers * (layer_fwd + 2 * s * 2 * h * h + head_fwd)
+    return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd + mtp_fwd)
 
 
 def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0) -> float:
@@ -414,11 +457,8 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
     if recompute == "none":
         return 0.0
     s = float(training.sequence_length)
-    h = float(model.hidden_size)
-    if recompute == "full":
-        per_layer = model_flops_per_step(model, training) / 3.0
-        head = 2 * s * h * model.vocab_size * training.global_batch_size
-        return fraction * (per_layer - head)
+    if recompute == "full":  # every decoder layer's forward again (the MTP modules' included)
+        return fraction * training.global_batch_size * (model.num_layers + model.mtp_layers) * _layer_forward_flops(model, s)
     core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if training.attention == "unfused" else 0.0
     if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls of every layer
         tokens = float(training.global_batch_size) * s

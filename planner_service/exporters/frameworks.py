@@ -36,14 +36,28 @@ def megatron_reference() -> Mapping[str, Mapping[str, Any]]:
     return json.loads(text)["arguments"]
 
 
-def megatron_layout(chunks: tuple[int, ...]) -> str:
+def megatron_layout(chunks: tuple[int, ...], mtp_layers: int = 0) -> str:
     """``--pipeline-model-parallel-layout``: one entry per model chunk, ``|``-separated, with
-    ``E`` (embedding) in the first chunk, ``t`` per decoder layer and ``L`` (loss) in the last."""
+    ``E`` (embedding) in the first chunk, ``t`` per decoder layer and, in the last, ``m`` per
+    multi-token-prediction layer (``--mtp-num-layers``; where the cost model runs them) and
+    ``L`` (loss)."""
     parts = []
     for k, n in enumerate(chunks):
-        part = ("E" if k == 0 else "") + "t" * n + ("L" if k == len(chunks) - 1 else "")
+        last = k == len(chunks) - 1
+        part = ("E" if k == 0 else "") + "t" * n + ("m" * mtp_layers + "L" if last else "")
         parts.append(part)
     return "|".join(parts)
+
+
+def mtp_notes(view: PlanView) -> list[str]:
+    """For a launch that has no multi-token-prediction setting (DeepSpeed, Paddle Fleet,
+    torchtitan; Megatron's is ``--mtp-num-layers``): the plan costs the model's MTP modules, so
+    say that the launch leaves them to the model code."""
+    m = view.transformer
+    if m is None or not m.mtp_layers:
+        return []
+    return [f"the plan costs {m.mtp_layers} multi-token-prediction module(s) on the last stage (model.mtp_params); this launch "
+            "has no setting for them: the model code must build and train them, or plan without num_nextn_predict_layers"]
 
 
 def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
@@ -142,8 +156,9 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
             args.append(("--num-virtual-stages-per-pipeline-rank", str(view.vpp)))
         elif not uniform:
             if "--pipeline-model-parallel-layout" in ref:
-                args.append(("--pipeline-model-parallel-layout", megatron_layout(chunks)))
-                notes.append("uneven stages: --pipeline-model-parallel-layout " + megatron_layout(chunks))
+                mtp = view.transformer.mtp_layers if view.transformer is not None else 0
+                args.append(("--pipeline-model-parallel-layout", megatron_layout(chunks, mtp)))
+                notes.append("uneven stages: --pipeline-model-parallel-layout " + megatron_layout(chunks, mtp))
             else:  # pragma: no cover - older reference without the layout flag
                 middle = chunks[1:-1]
                 if view.vpp > 1 or len(set(middle)) > 1:
@@ -394,7 +409,7 @@ def render_deepspeed_config(view: PlanView, params: LaunchParams) -> Artifact:
         ) + "\n"
     launch = render_deepspeed(view, params, extra_entry_args=["--deepspeed_config", "ds_config.json"])
     files.update(launch.files)
-    return Artifact("deepspeed-config", files, "ds_config.json", tuple(notes + list(launch.notes)))
+    return Artifact("deepspeed-config", files, "ds_config.json", tuple(notes + mtp_notes(view) + list(launch.notes)))
 
 
 FLEET_ORDER = ["pp", "sharding", "dp", "sep", "mp"]
@@ -527,6 +542,7 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
     notes = [
         "hybrid_configs.order is outermost-first and matches the plan's rank order (pp, dp, cp, tp)",
         "seg_method lists boundaries over [embedding, decoder layers..., head]",
+        *mtp_notes(view),
         *launch.notes,
     ]
     if view.cp > 1:
@@ -712,7 +728,7 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     }
     if flavor_module is not None:
         files["torchtitan_flavor.py"] = flavor_module
-    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *launch.notes]
+    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *mtp_notes(view), *launch.notes]
     if int(view.s("zero_stage", 0)) in (1, 2):
         notes.append("ZeRO 1/2 has no exact torchtitan equivalent: FSDP with reshard_after_forward=never")
     return Artifact("torchtitan", files, "torchtitan.toml", tuple(notes))

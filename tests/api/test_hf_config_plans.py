@@ -60,3 +60,37 @@ def test_ernie_moe_config_plans_under_paddle_as_moe(client):
     plan = r.json()
     assert plan["model"]["name"] == "ernie4_5_moe 21.8B" and 3.0e9 < plan["model"]["active_params"] < 4.0e9
     assert plan["best"]["strategy"]["ep"] == 8 and plan["warnings"] == []
+
+
+def test_mtp_module_is_costed_and_launched_as_megatron_runs_it(client):
+    """A DeepSeek-style config with num_nextn_predict_layers plans with the MTP module costed
+    (slower than the same model without it) and the Megatron launch trains it
+    (--mtp-num-layers; the layout places it on the last stage); a launch with no MTP setting
+    says so in its notes."""
+    base = {**json.loads((CONFIGS / "deepseek-v3.json").read_text()), "num_hidden_layers": 8, "n_routed_experts": 16,
+            "first_k_dense_replace": 1}
+    base.pop("quantization_config", None)
+    training = {"global_batch_size": 32, "sequence_length": 4096, "framework": "megatron-core"}
+    constraints = {"tp": 1, "pp": 2, "ep": 8, "micro_batch_size": 1, "recompute": "full", "zero_stage": 1, "layers_per_stage": [5, 3]}
+    steps = {}
+    for mtp in (1, None):
+        body = {"model": {"transformer": {**base, "num_nextn_predict_layers": mtp}}, "training": training, "cluster": CLUSTER,
+                "constraints": constraints, "top_k": 0}
+        r = client.post("/v1/plans", json=body)
+        assert r.status_code == 201, r.text
+        steps[mtp] = r.json()
+    with_mtp, without = steps[1], steps[None]
+    assert with_mtp["model"]["mtp_params"] > 0 and "mtp_params" not in without["model"]
+    assert with_mtp["best"]["prediction"]["step_time_s"] > without["best"]["prediction"]["step_time_s"]
+    last_with, last_without = with_mtp["best"]["prediction"]["peak_memory_GB"][-1], without["best"]["prediction"]["peak_memory_GB"][-1]
+    assert last_with > last_without
+    art = client.get(f"/v1/plans/{with_mtp['id']}/launch?target=megatron&format=json").json()
+    args = art["files"][art["primary"]]
+    assert "--mtp-num-layers 1" in args and "tttmL" in args  # the last chunk: 3 decoder layers, MTP, loss
+    body = {"model": {"transformer": {**base, "num_nextn_predict_layers": 1}}, "cluster": CLUSTER, "top_k": 0,
+            "training": {**training, "framework": "fsdp"}, "constraints": {"tp": 1, "pp": 1, "ep": 8, "zero_stage": 3}}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    art = client.get(f"/v1/plans/{r.json()['id']}/launch?target=torchtitan&format=json")
+    assert art.status_code == 200, art.text
+    assert any("multi-token-prediction" in n for n in art.json()["notes"])

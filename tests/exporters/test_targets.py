@@ -403,6 +403,7 @@ def test_megatron_uneven_stages_use_pipeline_layout():
     assert "--pipeline-model-parallel-layout" not in words and "--use-distributed-optimizer" in words
     assert words[words.index("--num-query-groups") + 1] == "8" and "--swiglu" in words
     assert megatron_layout((2, 1)) == "Ett|tL"
+    assert megatron_layout((2, 1), mtp_layers=1) == "Ett|tmL"  # the MTP layer after the decoder, on the last stage
 
 
 @pytest.mark.parametrize("plan_name", PLAN_NAMES)

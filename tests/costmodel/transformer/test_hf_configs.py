@@ -210,7 +210,7 @@ def test_deepseek_v3_mla_shared_experts_dense_first_layers_and_mtp():
     assert ds.ffn_hidden_size == 2048 and ds.shared_expert_ffn_hidden_size == 2048 and ds.experts_per_token == 8
     assert ds.mtp_layers == 1 and 11e9 < ds.mtp_params() < 12.5e9
     assert sum(layer.params for layer in ds.layer_graph()) == ds.total_params()
-    assert any("multi-token-prediction" in w for w in ds.warnings)
+    assert not any("nextn" in w for w in ds.warnings)  # costed (test_mtp_modules_are_costed_on_the_last_stage)
     assert any("quantization_config" in w for w in ds.warnings)
 
 
@@ -225,7 +225,7 @@ def test_flops_per_token_follow_the_architecture():
     # Forward GEMM FLOPs per token are twice the active matmul weights; for a model with
     # uniform layers that is 2·(active params − embedding − norms − biases) per layer.
     training = Training(global_batch_size=1, sequence_length=4096)
-    ds = from_hf_config(load("deepseek-v3"))
+    ds = from_hf_config({**load("deepseek-v3"), "num_nextn_predict_layers": None})  # MTP: test_mtp_modules_...
     flops = model_flops_per_step(ds, training)
     per_token_gemm = ds.num_layers * ds.matmul_params_per_token() + ds.vocab_size * ds.hidden_size
     # 6 × active matmul params per token (Kaplan et al. 2020's 6N), plus attention
@@ -244,11 +244,42 @@ def test_non_uniform_models_estimate_end_to_end():
     est = estimate(ds, Training(global_batch_size=4096, sequence_length=4096), simple_cluster("H100-SXM5-80GB", 128),
                    Strategy(dp=2, tp=8, pp=8, ep=2, micro_batch_size=1, zero_stage=1, recompute="full",
                             layers_per_stage=(7, 8, 8, 8, 8, 8, 8, 6)))
-    assert est.step_time_s > 0 and any("multi-token-prediction" in w for w in est.warnings)
+    assert est.step_time_s > 0 and not any("nextn" in w for w in est.warnings)
     gemma = from_hf_config(load("gemma-2-27b"))
     est = estimate(gemma, Training(global_batch_size=64, sequence_length=8192), simple_cluster("H100-SXM5-80GB", 1),
                    Strategy(dp=1, tp=8, micro_batch_size=1, recompute="full"))
     assert est.step_time_s > 0
+
+
+def test_mtp_modules_are_costed_on_the_last_stage():
+    """DeepSeek-V3's multi-token-prediction module (num_nextn_predict_layers, trained by the
+    Megatron launch's --mtp-num-layers) runs after the decoder on the last stage: one more MoE
+    layer, the [2h, h] projection and a second head and loss — in its time, memory (parameters,
+    their gradients and optimizer state, its logits) and FLOPs; the other stages do not change."""
+    with_mtp = from_hf_config(load("deepseek-v3"))
+    without = from_hf_config({**load("deepseek-v3"), "num_nextn_predict_layers": None})
+    training = Training(global_batch_size=1024, sequence_length=4096)
+    cluster = simple_cluster("H100-SXM5-80GB", 256)
+    strategy = Strategy(dp=16, tp=1, pp=16, ep=16, micro_batch_size=1, zero_stage=1, recompute="full",
+                        layers_per_stage=(3,) + (4,) * 14 + (2,))
+    a, b = estimate(with_mtp, training, cluster, strategy), estimate(without, training, cluster, strategy)
+    first, last = (slice(0, 15), -1)
+    assert [s.forward_s for s in a.stages[first]] == [s.forward_s for s in b.stages[first]]
+    assert [s.peak_memory_GB for s in a.stages[first]] == [s.peak_memory_GB for s in b.stages[first]]
+    # the last stage: its 2 decoder layers and head, plus the MTP module's layer, projection and head
+    layer_s = (b.stages[1].forward_s + b.stages[1].backward_s) / 4
+    extra_s = a.stages[last].forward_s + a.stages[last].backward_s - b.stages[last].forward_s - b.stages[last].backward_s
+    assert layer_s < extra_s < 3 * layer_s
+    extra_weights = a.stages[last].memory_GB["weights"] - b.stages[last].memory_GB["weights"]
+    # 11.6B MTP parameters: dense part over tp=1, routed experts over ep=16, 2 bytes each
+    dense, routed = with_mtp.mtp_params() - 256 * with_mtp.expert_params(), 256 * with_mtp.expert_params()
+    assert extra_weights == pytest.approx(2 * (dense + routed / 16) / 1e9, rel=1e-6)
+    assert a.stages[last].memory_GB["activations"] > b.stages[last].memory_GB["activations"]
+    # FLOPs as Megatron-LM counts MTP: the layer, the projection and the head again, ×3
+    s, h = 4096, with_mtp.hidden_size
+    added = model_flops_per_step(with_mtp, training) - model_flops_per_step(without, training)
+    layer = (model_flops_per_step(without, training) / 3 / 1024 - 2 * s * h * with_mtp.vocab_size) / with_mtp.num_layers
+    assert added == pytest.approx(3 * 1024 * (layer + 2 * s * 2 * h * h + 2 * s * h * with_mtp.vocab_size), rel=1e-9)
 
 
 def test_unknown_fields_are_listed_and_harmless_ones_are_not():
