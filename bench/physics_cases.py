@@ -168,7 +168,8 @@ def sliding_window() -> dict[str, Any]:
 
 
 def mla_flops() -> dict[str, Any]:
-    model = _config("deepseek-v3")
+    # the main model: its multi-token-prediction module adds a layer, a projection and a head
+    model = replace(_config("deepseek-v3"), mtp_layers=0)
     s = 4096
     tr = Training(global_batch_size=1, sequence_length=s)
     per_token = model_flops_per_step(model, tr) / s

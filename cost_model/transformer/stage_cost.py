@@ -422,8 +422,8 @@ def mtp_extra_s(model: TransformerSpec, training: Training, dc: DeviceCosts, S: 
 
     h = float(model.hidden_size)
     tokens = S.mbs * training.sequence_length / S.cp
-    proj: FloatArray = 3.0 * gemm_time_s(tokens, h / S.tp, 2.0 * h, dc.device, training.dtype)
-    return proj + dc.head_s
+    out: FloatArray = 3.0 * gemm_time_s(tokens, h / S.tp, 2.0 * h, dc.device, training.dtype) + dc.head_s
+    return out
 
 
 def _layer_forward_flops(model: TransformerSpec, s: float) -> float:
