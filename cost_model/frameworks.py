@@ -24,16 +24,22 @@ Sources, per framework:
 * ``megatron-deepspeed`` — Megatron-DeepSpeed (BLOOM, MT-NLG): Megatron-LM's tensor and
   sequence parallelism inside DeepSpeed's pipeline engine (``PipelineModule``: plain 1F1B, no
   virtual stages) and ZeRO optimizer; ZeRO-2/3 are not supported with pipeline parallelism
-  (DeepSpeed: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"); no
-  ring context parallelism (Ulysses is an all-to-all scheme the cost model does not cost);
-  DeepSpeed-MoE expert parallelism over the data-parallel ranks (ep divides dp); no FP8 recipe.
+  (DeepSpeed: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"); context
+  parallelism is DeepSpeed-Ulysses (``--ds-sequence-parallel-size``; Jacobs et al. 2023): the
+  all-to-all exchange (``a2a``) alone, the heads divisible by its degree, and — DeepSpeed's
+  tutorial, ``docs/_tutorials/ds-sequence.md`` — not with Megatron's tensor or pipeline
+  parallelism; DeepSpeed-MoE expert parallelism over the data-parallel ranks (ep divides dp);
+  no FP8 recipe.
 * ``deepspeed`` — DeepSpeed without Megatron: ZeRO stages 0–3 and its pipeline engine, no
-  tensor, sequence or context parallelism; DeepSpeed-MoE as above; no FP8 recipe.
+  tensor or sequence parallelism, DeepSpeed-Ulysses (``deepspeed.sequence.layer.
+  DistributedAttention``) as above, without a pipeline; DeepSpeed-MoE as above; no FP8 recipe.
 * ``fsdp`` — PyTorch FSDP (FSDP1 ``ShardingStrategy``: NO_SHARD = 0, SHARD_GRAD_OP = 2,
   FULL_SHARD = 3, HYBRID_SHARD = 3 sharded inside a node and replicated across; FSDP2
   ``fully_shard(reshard_after_forward=False)`` = 2, ``True`` = 3; no stage-1-only mode) with
   torchtitan's DTensor tensor parallelism (its TP always shards the norms' sequence: sequence
-  parallelism), context parallelism, ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
+  parallelism), context parallelism (PyTorch's ring attention, ``context_parallel_rotate_method``
+  ``allgather`` — its default, the K/V all-gather Llama 3 §3.3.2 also describes — or
+  ``alltoall``, the ring's round-by-round K/V rotation: ``p2p`` here), ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
   stages; FSDP with a pipeline is supported, ZeRO-2 semantics across micro-batches) and expert
   parallelism over dp·cp; FP8 through torchao float8 (tensorwise / rowwise scaling);
   ``recompute: selective`` is torchtitan's op-level selective activation checkpointing
@@ -44,7 +50,8 @@ Sources, per framework:
   attention core.
 * ``paddle`` — PaddlePaddle fleet ``hybrid_configs``: ``mp_degree`` (tensor, with
   ``sequence_parallel``), ``pp_degree`` with ``virtual_pp_degree`` (interleaved), ``sep_degree``
-  (context), ``sharding_degree`` with stages 1–3 (stage 2/3 not with a pipeline), expert
+  (context: segment parallelism, the all-to-all of DeepSpeed-Ulysses — Paddle's
+  ``ContextParallel(backend="all2all")`` docs), ``sharding_degree`` with stages 1–3 (stage 2/3 not with a pipeline), expert
   parallelism over the data-parallel ranks; no FP8 recipe in fleet.
 """
 
@@ -80,6 +87,11 @@ class FrameworkRules:
     #: tensor-list gathers, its pipeline engine — the cost terms and fitted constants of
     #: ``cost_model.transformer.calibration`` named ``*.megatron-deepspeed``
     deepspeed_engine: bool = False
+    #: the context-parallel exchanges it has (``training.cp_comm_type``), its default first
+    cp_exchanges: tuple[str, ...] = ("p2p", "allgather", "a2a")
+    #: whether context parallelism combines with tensor / pipeline parallelism
+    cp_with_tp: bool = True
+    cp_with_pp: bool = True
     #: what ``recompute: selective`` means: ``attention-core`` — Megatron's selective recompute
     #: (Korthikanti et al. 2022 §4.2: the attention core alone, nothing with fused attention);
     #: ``op-level`` — torchtitan's op-level selective checkpointing (every other matmul output
@@ -95,27 +107,27 @@ RULES: dict[str, FrameworkRules] = {
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
     "megatron-deepspeed": FrameworkRules(
-        name="megatron-deepspeed", tensor_parallel=True, sequence_parallel=True, context_parallel=False, pipeline_parallel=True,
+        name="megatron-deepspeed", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False, deepspeed_engine=True,
+        ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_tp=False, cp_with_pp=False,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "deepspeed": FrameworkRules(
-        name="deepspeed", tensor_parallel=False, sequence_parallel=False, context_parallel=False, pipeline_parallel=True,
+        name="deepspeed", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False, deepspeed_engine=True,
+        ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_pp=False,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "fsdp": FrameworkRules(
         name="fsdp", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
-        ep_folding=False, fp8=True, selective_recompute="op-level",
+        ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather", "p2p"),
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
     "paddle": FrameworkRules(
         name="paddle", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False,
+        ep_folding=False, fp8=False, cp_exchanges=("a2a",),
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -157,7 +169,11 @@ def layout_rule_violation(
     if sequence_parallel and tp > 1 and not r.sequence_parallel:
         return "sequence_parallel", f"{framework}: no sequence parallelism"
     if cp > 1 and not r.context_parallel:
-        return "cp", f"{framework}: no context parallelism (cp must be 1; DeepSpeed's Ulysses all-to-all is not ring context parallelism)"
+        return "cp", f"{framework}: no context parallelism (cp must be 1)"
+    if cp > 1 and tp > 1 and not r.cp_with_tp:
+        return "cp", f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with tensor parallelism (cp={cp} needs tp=1)"
+    if cp > 1 and pp > 1 and not r.cp_with_pp:
+        return "cp", f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with pipeline parallelism (cp={cp} needs pp=1)"
     if pp > 1 and not r.pipeline_parallel:
         return "pp", f"{framework}: no pipeline parallelism"
     if vpp > 1 and not r.interleaved_pipeline:
@@ -212,6 +228,10 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
     for key, bad, why in checks:
         if bad:
             return key, f"{framework}: {why}"
+    rule = layout_rule_violation(framework, tp=pinned.get("tp", 1), pp=pinned.get("pp", 1), vpp=1, cp=pinned.get("cp", 1), ep=1, dp=1,
+                                 zero_stage=min(r.zero_stages), sequence_parallel=False)
+    if rule is not None and rule[0] == "cp":  # context parallelism against pinned tp / pp
+        return rule
     if pinned.get("recompute_num_layers") and not r.block_recompute:
         return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
     if "zero_stage" in pinned:
@@ -222,6 +242,22 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
         if z >= 2 and pinned.get("pp", 1) > 1 and not r.sharding_with_pipeline:
             return "zero_stage", f"{framework}: zero_stage={z} cannot be combined with the pinned pp={pinned['pp']} (sharding stage ≥ 2 conflicts with pipeline gradient accumulation)"
     return None
+
+
+def cp_exchange(framework: str, cp_comm_type: str | None) -> str:
+    """The context-parallel exchange a framework runs: ``cp_comm_type`` when given, else the
+    framework's own (the first of its ``cp_exchanges``)."""
+    return cp_comm_type or rules_for(framework).cp_exchanges[0]
+
+
+def cp_exchange_rule_violation(framework: str, cp_comm_type: str | None) -> str | None:
+    """Reason when the framework has no such context-parallel exchange, else None."""
+    exchanges = rules_for(framework).cp_exchanges
+    if cp_comm_type is None or cp_comm_type in exchanges:
+        return None
+    return (f"{framework}: no {cp_comm_type!r} context-parallel exchange; it has {', '.join(exchanges)} "
+            "(megatron-core: p2p ring, allgather, a2a; fsdp: allgather and p2p, torchtitan's context_parallel_rotate_method "
+            "allgather / alltoall; DeepSpeed-Ulysses and Paddle's sep_degree: a2a)")
 
 
 def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:
@@ -236,6 +272,8 @@ __all__ = [
     "BLOCK_RECOMPUTE_MISSING",
     "RULES",
     "FrameworkRules",
+    "cp_exchange",
+    "cp_exchange_rule_violation",
     "dtype_rule_violation",
     "ep_group_divisor",
     "layout_rule_violation",

@@ -258,8 +258,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         )
     if training.sequence_length % s.cp:
         raise InvalidStrategy(f"cp={s.cp} does not divide sequence_length {training.sequence_length}", field=f"{f}.cp")
-    if s.cp > 1 and (training.sequence_length // s.cp) % 2 and training.attention == "flash":
-        pass  # load-balanced causal CP wants 2·cp chunks; odd chunks still work, just unbalanced
+    if s.cp > 1 and training.cp_exchange == "a2a" and model.num_heads % (s.tp * s.cp):
+        raise InvalidStrategy(
+            f"cp={s.cp}: the all-to-all (Ulysses) exchange hands each rank whole heads, and tp·cp = {s.tp * s.cp} does not divide "
+            f"the {model.num_heads} attention heads", field=f"{f}.cp")
     if s.ep > 1:
         if not model.is_moe:
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")

@@ -44,7 +44,9 @@ class Training:
     dispatch/combine runs under another's compute), ``moe_capacity_factor`` (token dropping
     with buffers padded to that many times the mean load; None: dropless).  Context
     parallelism: ``cp_comm_type`` (Megatron-Core ``--cp-comm-type``: ``p2p`` ring, ``allgather``,
-    ``a2a`` Ulysses-style).
+    ``a2a`` Ulysses-style), of the exchanges the framework has; omitted, the framework's own
+    (:data:`cost_model.frameworks.RULES` ``cp_exchanges``: Megatron-Core's ring, torchtitan's
+    all-gather, DeepSpeed-Ulysses' and Paddle's segment-parallel all-to-all).
     """
 
     global_batch_size: int
@@ -60,11 +62,20 @@ class Training:
     moe_token_dispatcher: str = "alltoall"
     moe_comm_overlap: bool = False
     moe_capacity_factor: float | None = None
-    cp_comm_type: str = "p2p"
+    #: None: the framework's own exchange (:func:`cost_model.frameworks.cp_exchange`)
+    cp_comm_type: str | None = None
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.sequence_length
+
+    @property
+    def cp_exchange(self) -> str:
+        """The context-parallel exchange costed: ``cp_comm_type`` when given, else the
+        framework's default (:func:`cost_model.frameworks.cp_exchange`)."""
+        from cost_model.frameworks import cp_exchange
+
+        return cp_exchange(self.framework, self.cp_comm_type)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,7 +97,7 @@ class Training:
 
 
 #: Defaults of the MoE / context-parallel knobs (``to_dict`` writes only those that differ).
-_MOE_CP_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": "p2p"}
+_MOE_CP_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None}
 
 
 def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
@@ -123,18 +134,13 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not 1.0 <= val <= 64.0:
             raise InvalidTraining(f"must be a number from 1 to 64 (times the mean expert load), got {val!r}", field=f"{field_path}.moe_capacity_factor")
         out["moe_capacity_factor"] = float(val)
-    from cost_model.frameworks import dtype_rule_violation
+    from cost_model.frameworks import cp_exchange_rule_violation, dtype_rule_violation
 
-    why = dtype_rule_violation(out.get("framework", "megatron-core"), out.get("dtype", "bf16"))
+    framework = out.get("framework", "megatron-core")
+    why = dtype_rule_violation(framework, out.get("dtype", "bf16"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.dtype")
+    why = cp_exchange_rule_violation(framework, out.get("cp_comm_type"))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.cp_comm_type")
     return Training(**out)
-
-
-def framework_rule_violation(framework: str, *, pp: int, vpp: int, cp: int, zero_stage: int, tp: int) -> tuple[str, str] | None:
-    """(``strategy.<field>``, reason) when ``framework`` cannot run the layout, else None — the
-    rule tables of :mod:`cost_model.frameworks` (kept for callers of the older signature)."""
-    from cost_model.frameworks import layout_rule_violation
-
-    rule = layout_rule_violation(framework, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=1, dp=1, zero_stage=zero_stage, sequence_parallel=False)
-    return None if rule is None else (f"strategy.{rule[0]}", rule[1])

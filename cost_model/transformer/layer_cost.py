@@ -648,13 +648,13 @@ def _layer_parallel_comm(
     kv_block = 2 * b * sc * kv * eb
     qkv_bytes, out_bytes = T * (g.q / t + 2 * kv) * eb, T * g.o / t * eb
     cp_fwd, cp_bwd = cp_layer_comm_s(
-        training.cp_comm_type, cp=c, tp=t, local_seq=sc, window=g.s, kv_block_bytes=kv_block,
+        training.cp_exchange, cp=c, tp=t, local_seq=sc, window=g.s, kv_block_bytes=kv_block,
         qkv_bytes=qkv_bytes, out_bytes=out_bytes, links=links,
         attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd, overlap=overlap,
         per_node=None if S.nest is None else members_in(gpn, cp_axes),
         ring_send_extra_s=(p2p_extra_s(links, cp_axes, kv_block), p2p_extra_s(links, cp_axes, 2 * kv_block)),
     )
-    extra_f, extra_b = _cp_topology_extra_s(training.cp_comm_type, links, cp_axes, c, kv_block, qkv_bytes, out_bytes)
+    extra_f, extra_b = _cp_topology_extra_s(training.cp_exchange, links, cp_axes, c, kv_block, qkv_bytes, out_bytes)
     cp_fwd, cp_bwd = cp_fwd + extra_f, cp_bwd + extra_b
     cp_exposed = cp_fwd + cp_bwd + frac * cp_fwd
 

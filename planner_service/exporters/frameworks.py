@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from cost_model.frameworks import cp_exchange
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, q
@@ -80,9 +81,21 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
         etp = int(expert_tensor_parallel(view.tp, view.cp, view.dp, view.ep))
         if etp != view.tp:
             out.append(("--expert-tensor-parallel-size", str(etp)))
-    if view.cp > 1 and tr.get("cp_comm_type", "p2p") != "p2p":  # p2p is Megatron's default
-        out.append(("--cp-comm-type", str(tr["cp_comm_type"])))
+    exchange = cp_exchange(str(tr.get("framework", "megatron-core")), tr.get("cp_comm_type"))
+    if view.cp > 1 and exchange != "p2p" and tr.get("framework", "megatron-core") == "megatron-core":  # p2p is Megatron's default
+        out.append(("--cp-comm-type", exchange))
     return out
+
+
+def ulysses_notes(view: PlanView) -> list[str]:
+    """How a DeepSpeed-engine launch runs the plan's context parallelism: DeepSpeed-Ulysses
+    (:mod:`cost_model.frameworks`), whose degree is a model-code setting, not a ds_config or
+    Megatron-LM flag."""
+    if view.cp <= 1:
+        return []
+    return [f"cp={view.cp} is DeepSpeed-Ulysses sequence parallelism over groups of {view.cp} consecutive ranks "
+            f"(Megatron-DeepSpeed: --ds-sequence-parallel-size {view.cp}; otherwise deepspeed.sequence.layer.DistributedAttention "
+            f"over such a group); batch sizes count the {view.dp} data-parallel ranks"]
 
 
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
@@ -92,8 +105,11 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     args: list[tuple[str, str | None]] = [
         ("--tensor-model-parallel-size", str(view.tp)),
         ("--pipeline-model-parallel-size", str(view.pp)),
-        ("--context-parallel-size", str(view.cp)),
     ]
+    if view.training.get("framework") == "megatron-deepspeed":  # Megatron-LM's CP is not Megatron-DeepSpeed's
+        notes += ulysses_notes(view)
+    else:
+        args.append(("--context-parallel-size", str(view.cp)))
     if view.ep > 1:
         args.append(("--expert-model-parallel-size", str(view.ep)))
         if view.tp > 1 and not view.s("sequence_parallel", False):
@@ -341,15 +357,9 @@ def _layer_boundaries(chunks: tuple[int, ...]) -> list[int]:
 
 def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
     """``ds_config.json``: batch sizes over the data-parallel ranks (world ÷ tp·pp, DeepSpeed's
-    mpu view), ZeRO, precision, activation checkpointing and the pipeline stages.  DeepSpeed
-    has no ring context parallelism, so a plan with cp > 1 is refused."""
-    if view.cp > 1:
-        raise InvalidPlan(
-            f"the plan uses context parallelism (cp={view.cp}), which DeepSpeed does not have (its Ulysses "
-            "sequence parallelism is a different all-to-all scheme); re-plan with constraints {\"cp\": 1} for this target",
-            field="plan.best.strategy.cp",
-        )
-    notes: list[str] = []
+    mpu view), ZeRO, precision, activation checkpointing and the pipeline stages.  Context
+    parallelism is DeepSpeed-Ulysses, set up by the model code (:func:`ulysses_notes`)."""
+    notes: list[str] = ulysses_notes(view)
     dp = view.dp
     mbs = view.micro_batch_size
     gas = view.num_microbatches
@@ -546,7 +556,7 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
         *launch.notes,
     ]
     if view.cp > 1:
-        notes.append("context parallelism maps to sep_degree (Paddle's sequence parallel axis)")
+        notes.append("context parallelism maps to sep_degree (Paddle's segment parallelism: the all-to-all exchange the plan costs)")
     return Artifact("paddle-fleet", files, "fleet_strategy.json", tuple(notes))
 
 
@@ -657,6 +667,9 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
         "context_parallel_degree": view.cp,
         "expert_parallel_degree": view.ep,
     }
+    if view.cp > 1:  # the exchange costed: all-gather K/V (torchtitan's default) or the ring's rotation
+        exchange = cp_exchange("fsdp", view.training.get("cp_comm_type"))
+        parallelism["context_parallel_rotate_method"] = "alltoall" if exchange == "p2p" else "allgather"
     if view.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if view.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = view.micro_batch_size

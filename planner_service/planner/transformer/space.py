@@ -8,7 +8,8 @@ dp·cp (tp·cp·dp under Megatron-Core's MoE parallel folding); pp ≤ layers; p
 layers when vpp > 1 and the micro-batch count is a multiple of pp; dp·micro_batch divides the
 global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can run
 (:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
-framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported).
+framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported,
+DeepSpeed-Ulysses without TP or a pipeline; the all-to-all exchange with tp·cp dividing the heads).
 Sequence parallelism only with tp > 1; selective recompute only where it differs from none
 (unfused attention; torchtitan's op-level checkpointing, where it is its own trade-off).  Partial (block) recompute — the first N layers of each model chunk — is
 searched where the framework has it (:func:`block_recompute_candidates`), for the layouts that
@@ -74,6 +75,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     cp = pins.get("cp")
     if cp is not None and training.sequence_length % cp:
         raise InvalidStrategy(f"cp={cp} does not divide sequence_length {training.sequence_length}", field="constraints.cp")
+    if cp is not None and cp > 1 and training.cp_exchange == "a2a" and model.num_heads % (cp * pins.get("tp", 1)):
+        raise InvalidStrategy(f"cp={cp}: the all-to-all (Ulysses) exchange hands each rank whole heads, and tp·cp = "
+                              f"{pins.get('tp', 1) * cp} does not divide the {model.num_heads} attention heads", field="constraints.cp")
     if ep is not None and ep > 1 and "tp" in pins and "dp" in pins and ("cp" in pins or not rules_for(training.framework).context_parallel):
         group = ep_group_divisor(training.framework, tp=pins["tp"], dp=pins["dp"], cp=pins.get("cp", 1))
         if group % ep:
@@ -152,9 +156,12 @@ def enumerate_space(
     eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe and rules.expert_parallel else [1])
 
     outer: list[tuple[int, int, int, int, int]] = []
+    a2a = training.cp_exchange == "a2a"
     for tp, cp, pp in itertools.product(tps, cps, pps):
         base = tp * cp * pp
         if base > max_gpus or pp > units:
+            continue
+        if cp > 1 and ((tp > 1 and not rules.cp_with_tp) or (pp > 1 and not rules.cp_with_pp) or (a2a and model.num_heads % (tp * cp))):
             continue
         for dp in dps:
             if base * dp > max_gpus:

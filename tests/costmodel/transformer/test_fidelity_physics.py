@@ -38,7 +38,9 @@ def test_framework_is_parsed_and_part_of_the_request():
     ("framework", "strategy", "field"),
     [
         ("megatron-deepspeed", Strategy(dp=2, tp=2, pp=2, vpp=2, micro_batch_size=1), "strategy.vpp"),
-        ("deepspeed", Strategy(dp=2, tp=1, pp=1, cp=4, micro_batch_size=1), "strategy.cp"),
+        ("deepspeed", Strategy(dp=2, tp=1, pp=2, cp=4, micro_batch_size=1), "strategy.cp"),  # Ulysses: no pipeline
+        ("megatron-deepspeed", Strategy(dp=2, tp=2, cp=2, micro_batch_size=1), "strategy.cp"),  # nor Megatron's TP
+        ("deepspeed", Strategy(dp=1, tp=1, cp=64, micro_batch_size=1), "strategy.cp"),  # a2a: 32 heads over 64 ranks
         ("deepspeed", Strategy(dp=4, tp=2, micro_batch_size=1), "strategy.tp"),
         ("fsdp", Strategy(dp=8, micro_batch_size=1, zero_stage=1), "strategy.zero_stage"),
     ],

@@ -55,7 +55,7 @@ def _plan(body):
 
 def test_every_framework_has_one_rule_table():
     assert set(RULES) == set(FRAMEWORKS)
-    assert not rules_for("deepspeed").tensor_parallel and not rules_for("deepspeed").context_parallel
+    assert not rules_for("deepspeed").tensor_parallel and rules_for("deepspeed").cp_exchanges == ("a2a",)  # Ulysses only
     assert not rules_for("megatron-deepspeed").interleaved_pipeline and not rules_for("deepspeed").interleaved_pipeline
     assert 1 not in rules_for("fsdp").zero_stages and rules_for("fsdp").sharding_with_pipeline
     assert rules_for("megatron-core").ep_folding and not rules_for("megatron-deepspeed").ep_folding
@@ -64,8 +64,8 @@ def test_every_framework_has_one_rule_table():
 @pytest.mark.parametrize(
     ("framework", "layout", "field"),
     [
-        ("deepspeed", {"cp": 2}, "cp"),
-        ("megatron-deepspeed", {"cp": 2, "tp": 2}, "cp"),
+        ("deepspeed", {"cp": 2, "pp": 2}, "cp"),  # DeepSpeed-Ulysses: not with a pipeline
+        ("megatron-deepspeed", {"cp": 2, "tp": 2}, "cp"),  # nor with Megatron's TP
         ("megatron-deepspeed", {"pp": 2, "vpp": 2}, "vpp"),
         ("deepspeed", {"tp": 2}, "tp"),
         ("fsdp", {"zero_stage": 1}, "zero_stage"),
@@ -90,7 +90,15 @@ def test_moe_parallel_folding_in_megatron_core():
 
 
 def test_pinned_rules_and_fp8_recipes():
-    assert pinned_rule_violation("deepspeed", {"cp": 4}) == ("cp", "deepspeed: no context parallelism (cp must be 1)")
+    assert pinned_rule_violation("deepspeed", {"cp": 4}) is None  # DeepSpeed-Ulysses
+    rule = pinned_rule_violation("deepspeed", {"cp": 4, "pp": 2})
+    assert rule is not None and rule[0] == "cp" and "Ulysses" in rule[1]
+    with pytest.raises(InvalidInput) as exc:  # Ulysses is an all-to-all: no ring under DeepSpeed
+        training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "deepspeed", "cp_comm_type": "p2p"})
+    assert exc.value.field == "training.cp_comm_type" and "a2a" in str(exc.value)
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "deepspeed"}).cp_exchange == "a2a"
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "fsdp"}).cp_exchange == "allgather"
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048}).cp_exchange == "p2p"
     assert pinned_rule_violation("megatron-core", {"recompute": "selective", "sequence_parallel": True, "tp": 1}) is None
     with pytest.raises(InvalidInput) as exc:
         training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "dtype": "fp8", "framework": "megatron-deepspeed"})
@@ -100,7 +108,7 @@ def test_pinned_rules_and_fp8_recipes():
 
 @pytest.mark.parametrize(
     ("framework", "pins", "field"),
-    [("deepspeed", {"cp": 2}, "constraints.cp"), ("megatron-deepspeed", {"vpp": 2, "pp": 2}, "constraints.vpp"),
+    [("deepspeed", {"cp": 2, "pp": 2}, "constraints.cp"), ("megatron-deepspeed", {"vpp": 2, "pp": 2}, "constraints.vpp"),
      ("fsdp", {"zero_stage": 1}, "constraints.zero_stage"), ("deepspeed", {"tp": 2}, "constraints.tp")],
 )
 def test_a_pinned_field_the_framework_cannot_run_is_refused_naming_it(framework, pins, field):
@@ -109,12 +117,31 @@ def test_a_pinned_field_the_framework_cannot_run_is_refused_naming_it(framework,
     assert exc.value.field == field and framework in str(exc.value)
 
 
-def test_plans_for_deepspeed_never_use_cp_interleaving_or_tp():
+def test_plans_for_deepspeed_never_use_interleaving_tp_or_ulysses_with_a_pipeline():
     res = _plan(_body({"preset": "llama2-7b"}, "deepspeed", nodes=({**H100_NODE, "count": 2},), gbs=128, seq=8192, constraints={}))
     res = res.to_dict()
     for e in [res["best"], *res["alternatives"]]:
         s = e["strategy"]
-        assert s["cp"] == 1 and s["vpp"] == 1 and s["tp"] == 1 and not (s["zero_stage"] >= 2 and s["pp"] > 1)
+        assert s["vpp"] == 1 and s["tp"] == 1 and not (s["zero_stage"] >= 2 and s["pp"] > 1) and not (s["cp"] > 1 and s["pp"] > 1)
+
+
+def test_deepspeed_ulysses_is_planned_costed_as_all_to_all_and_launched():
+    """DeepSpeed-Ulysses (cp under deepspeed / megatron-deepspeed): costed as the a2a exchange,
+    refused where the heads do not divide, and launched with its degree named in the notes."""
+    body = _body({"preset": "llama2-7b"}, "deepspeed", nodes=({**H100_NODE, "count": 2},), gbs=16, seq=65536,
+                 constraints={"cp": 8, "zero_stage": 3})
+    res = _plan(body).to_dict()
+    best = res["best"]
+    assert best["strategy"]["cp"] == 8 and best["strategy"]["pp"] == 1 and best["prediction"]["breakdown_s"]["cp_comm"] > 0
+    ring = _plan(_body({"preset": "llama2-7b"}, "megatron-core", nodes=({**H100_NODE, "count": 2},), gbs=16, seq=65536,
+                       constraints={"cp": 8, "zero_stage": 1, "tp": 1, "pp": 1})).to_dict()
+    a2a = _plan(_body({"preset": "llama2-7b"}, "megatron-core", nodes=({**H100_NODE, "count": 2},), gbs=16, seq=65536,
+                      constraints={"cp": 8, "zero_stage": 1, "tp": 1, "pp": 1}, cp_comm_type="a2a")).to_dict()
+    assert a2a["best"]["prediction"]["breakdown_s"]["cp_comm"] != ring["best"]["prediction"]["breakdown_s"]["cp_comm"]
+    with pytest.raises(InvalidStrategy) as exc:  # 32 heads over cp=64 ranks: Ulysses hands out whole heads
+        _plan(_body({"preset": "llama2-7b"}, "deepspeed", nodes=({**H100_NODE, "count": 8},), gbs=64, seq=131072,
+                    constraints={"cp": 64, "zero_stage": 3}))
+    assert exc.value.field == "constraints.cp" and "heads" in str(exc.value)
 
 
 # ---- synthetic acceptance cases (the failure classes of the independent check) ------------------
@@ -289,7 +316,7 @@ def test_http_pinned_rule_is_a_422_and_plans_carry_the_tight_flag(client):
 
 def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(_body({"preset": "gpt3-125m"}, "deepspeed", nodes=(A100_NODE,), constraints={"cp": 2}, seq=2048)))
+    bad.write_text(json.dumps(_body({"preset": "gpt3-125m"}, "deepspeed", nodes=(A100_NODE,), constraints={"cp": 2, "pp": 2}, seq=2048)))
     res = CliRunner().invoke(cli, ["plan", str(bad)])
     assert res.exit_code == 2 and "constraints.cp" in res.output
     good = tmp_path / "good.json"

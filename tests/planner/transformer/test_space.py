@@ -45,6 +45,10 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         ep_ranks = tp * cp * dp if r.ep_folding else dp * cp  # MoE parallel folding (megatron-core)
         if tp * cp * pp * dp > max_gpus or pp > L or ep_ranks % ep or (B // dp) % mbs:
             continue
+        # context parallelism: DeepSpeed-Ulysses without TP / a pipeline; all-to-all hands out whole heads
+        if cp > 1 and ((tp > 1 and not r.cp_with_tp) or (pp > 1 and not r.cp_with_pp)
+                       or (training.cp_exchange == "a2a" and model.num_heads % (tp * cp))):
+            continue
         m = B // dp // mbs
         if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
             continue
