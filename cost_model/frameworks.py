@@ -168,12 +168,9 @@ def layout_rule_violation(
         return "tp", f"{framework}: no tensor parallelism (tp must be 1; use megatron-deepspeed for Megatron's TP under DeepSpeed)"
     if sequence_parallel and tp > 1 and not r.sequence_parallel:
         return "sequence_parallel", f"{framework}: no sequence parallelism"
-    if cp > 1 and not r.context_parallel:
-        return "cp", f"{framework}: no context parallelism (cp must be 1)"
-    if cp > 1 and tp > 1 and not r.cp_with_tp:
-        return "cp", f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with tensor parallelism (cp={cp} needs tp=1)"
-    if cp > 1 and pp > 1 and not r.cp_with_pp:
-        return "cp", f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with pipeline parallelism (cp={cp} needs pp=1)"
+    why = context_parallel_violation(framework, cp=cp, tp=tp, pp=pp)
+    if why is not None:
+        return "cp", why
     if pp > 1 and not r.pipeline_parallel:
         return "pp", f"{framework}: no pipeline parallelism"
     if vpp > 1 and not r.interleaved_pipeline:
@@ -218,7 +215,6 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
     pinned = dict(pins)
     checks: list[tuple[str, bool, str]] = [
         ("tp", pinned.get("tp", 1) > 1 and not r.tensor_parallel, "no tensor parallelism (tp must be 1)"),
-        ("cp", pinned.get("cp", 1) > 1 and not r.context_parallel, "no context parallelism (cp must be 1)"),
         ("pp", pinned.get("pp", 1) > 1 and not r.pipeline_parallel, "no pipeline parallelism"),
         ("vpp", pinned.get("vpp", 1) > 1 and not r.interleaved_pipeline, "its pipeline engine has no interleaved schedule (vpp must be 1)"),
         ("ep", pinned.get("ep", 1) > 1 and not r.expert_parallel, "no expert parallelism"),
@@ -228,10 +224,9 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
     for key, bad, why in checks:
         if bad:
             return key, f"{framework}: {why}"
-    rule = layout_rule_violation(framework, tp=pinned.get("tp", 1), pp=pinned.get("pp", 1), vpp=1, cp=pinned.get("cp", 1), ep=1, dp=1,
-                                 zero_stage=min(r.zero_stages), sequence_parallel=False)
-    if rule is not None and rule[0] == "cp":  # context parallelism against pinned tp / pp
-        return rule
+    cp_why = context_parallel_violation(framework, cp=pinned.get("cp", 1), tp=pinned.get("tp", 1), pp=pinned.get("pp", 1))
+    if cp_why is not None:
+        return "cp", cp_why
     if pinned.get("recompute_num_layers") and not r.block_recompute:
         return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
     if "zero_stage" in pinned:
@@ -241,6 +236,28 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
             return "zero_stage", f"{framework}: no zero_stage {z}; its sharding stages are {names}"
         if z >= 2 and pinned.get("pp", 1) > 1 and not r.sharding_with_pipeline:
             return "zero_stage", f"{framework}: zero_stage={z} cannot be combined with the pinned pp={pinned['pp']} (sharding stage ≥ 2 conflicts with pipeline gradient accumulation)"
+    return None
+
+
+def context_parallel_violation(framework: str, *, cp: int, tp: int, pp: int, exchange: str | None = None,
+                               heads: int | None = None) -> str | None:
+    """Reason when ``framework`` cannot run context parallelism of degree ``cp`` beside ``tp``
+    and ``pp`` (the framework's rules), or when the ``a2a`` exchange cannot hand every one of the
+    tp·cp ranks whole heads (``heads`` given: the model's attention heads); else None.  The one
+    check behind :func:`layout_rule_violation`, :func:`pinned_rule_violation`, the strategy
+    validation and the search space."""
+    if cp <= 1:
+        return None
+    r = rules_for(framework)
+    if not r.context_parallel:
+        return f"{framework}: no context parallelism (cp must be 1)"
+    if tp > 1 and not r.cp_with_tp:
+        return f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with tensor parallelism (cp={cp} needs tp=1)"
+    if pp > 1 and not r.cp_with_pp:
+        return f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with pipeline parallelism (cp={cp} needs pp=1)"
+    if heads is not None and cp_exchange(framework, exchange) == "a2a" and heads % (tp * cp):
+        return (f"cp={cp}: the all-to-all (Ulysses) exchange hands each rank whole heads, and tp·cp = {tp * cp} does not divide "
+                f"the {heads} attention heads")
     return None
 
 
@@ -272,6 +289,7 @@ __all__ = [
     "BLOCK_RECOMPUTE_MISSING",
     "RULES",
     "FrameworkRules",
+    "context_parallel_violation",
     "cp_exchange",
     "cp_exchange_rule_violation",
     "dtype_rule_violation",

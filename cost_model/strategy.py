@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import layout_rule_violation
+from cost_model.frameworks import context_parallel_violation, layout_rule_violation
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 
@@ -258,10 +258,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         )
     if training.sequence_length % s.cp:
         raise InvalidStrategy(f"cp={s.cp} does not divide sequence_length {training.sequence_length}", field=f"{f}.cp")
-    if s.cp > 1 and training.cp_exchange == "a2a" and model.num_heads % (s.tp * s.cp):
-        raise InvalidStrategy(
-            f"cp={s.cp}: the all-to-all (Ulysses) exchange hands each rank whole heads, and tp·cp = {s.tp * s.cp} does not divide "
-            f"the {model.num_heads} attention heads", field=f"{f}.cp")
+    why = context_parallel_violation(training.framework, cp=s.cp, tp=s.tp, pp=s.pp, exchange=training.cp_comm_type, heads=model.num_heads)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.cp")
     if s.ep > 1:
         if not model.is_moe:
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")

@@ -8,6 +8,7 @@ from typing import Any
 
 from cost_model.devices import DTYPES
 from cost_model.errors import InvalidTraining
+from cost_model.frameworks import cp_exchange, cp_exchange_rule_violation, dtype_rule_violation
 
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")
@@ -73,8 +74,6 @@ class Training:
     def cp_exchange(self) -> str:
         """The context-parallel exchange costed: ``cp_comm_type`` when given, else the
         framework's default (:func:`cost_model.frameworks.cp_exchange`)."""
-        from cost_model.frameworks import cp_exchange
-
         return cp_exchange(self.framework, self.cp_comm_type)
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,8 +133,6 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not 1.0 <= val <= 64.0:
             raise InvalidTraining(f"must be a number from 1 to 64 (times the mean expert load), got {val!r}", field=f"{field_path}.moe_capacity_factor")
         out["moe_capacity_factor"] = float(val)
-    from cost_model.frameworks import cp_exchange_rule_violation, dtype_rule_violation
-
     framework = out.get("framework", "megatron-core")
     why = dtype_rule_violation(framework, out.get("dtype", "bf16"))
     if why is not None:

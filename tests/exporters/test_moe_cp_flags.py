@@ -8,7 +8,7 @@ import json
 import shlex
 from pathlib import Path
 
-from helpers.plans import _ranks, homogeneous_plan
+from helpers.plans import _ranks, cp_plan, homogeneous_plan
 from planner_service.exporters import LaunchParams, render
 from planner_service.exporters.frameworks import megatron_reference
 
@@ -57,26 +57,10 @@ def test_cp_comm_type_only_when_not_the_ring():
     assert "--cp-comm-type" not in flags({}, cp=2, dp=1)
 
 
-def _cp_plan(framework: str, pp: int = 2, **training) -> dict:
-    plan = homogeneous_plan()  # dp 2 · tp 4 · pp 2 over two hosts; here tp 1, cp 4
-    plan["training"].update({"framework": framework, **training})
-    plan["best"]["strategy"].update({"tp": 1, "cp": 4, "pp": pp})
-    if pp == 1:
-        plan["best"]["strategy"]["layers_per_stage"] = [sum(plan["best"]["strategy"]["layers_per_stage"])]
-    s = plan["best"]["strategy"]
-    hosts = ["node7", "node66"]
-    plan["best"]["ranks"] = _ranks(s["dp"], s["tp"], s["pp"], s["cp"],
-                                   lambda p, d, c, t: (hosts[(d * s["cp"] + c) // 4 if s["pp"] == 1 else p],
-                                                                      ((d * s["cp"] + c) * s["tp"] + t) % (4 if s["pp"] == 1 else 8),
-                                                                      "h100", "H100-SXM5-80GB"))
-    plan["best"].pop("stages")
-    return plan
-
-
 def test_deepspeed_context_parallelism_launches_as_ulysses():
     """Under DeepSpeed's engine cp is DeepSpeed-Ulysses: no Megatron-LM --context-parallel-size
     (Megatron-DeepSpeed has none), its degree named in the notes of both launch targets."""
-    plan = _cp_plan("megatron-deepspeed", pp=1)
+    plan = cp_plan("megatron-deepspeed", pp=1)
     art = render(plan, "megatron", PARAMS)
     assert "--context-parallel-size" not in art.files["megatron_args.sh"] and "--cp-comm-type" not in art.files["megatron_args.sh"]
     assert any("--ds-sequence-parallel-size 4" in n for n in art.notes)
@@ -89,8 +73,8 @@ def test_torchtitan_rotate_method_is_the_exchange_costed():
     import tomllib
 
     toml = lambda plan: tomllib.loads(render(plan, "torchtitan", PARAMS).files["torchtitan.toml"])["parallelism"]  # noqa: E731
-    assert toml(_cp_plan("fsdp"))["context_parallel_rotate_method"] == "allgather"  # torchtitan's default, costed as allgather
-    assert toml(_cp_plan("fsdp", cp_comm_type="p2p"))["context_parallel_rotate_method"] == "alltoall"  # the ring's rotation
+    assert toml(cp_plan("fsdp"))["context_parallel_rotate_method"] == "allgather"  # torchtitan's default, costed as allgather
+    assert toml(cp_plan("fsdp", cp_comm_type="p2p"))["context_parallel_rotate_method"] == "alltoall"  # the ring's rotation
 
 
 def test_fp4_training_launches_transformer_engine_nvfp4():

@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from helpers.launch_sim import plan_mapping
-from helpers.plans import ALL_PLANS
+from helpers.plans import ALL_PLANS, cp_plan
 from planner_service.exporters import LaunchParams, render
 
 PARAMS = LaunchParams(image="img", command="train.py --config cfg.yaml", smoke_test=False)
@@ -50,10 +50,17 @@ def test_deepspeed_runner_accepts_the_command_and_hostfile(plan_name, tmp_path, 
 @pytest.mark.parametrize("plan_name", list(ALL_PLANS))
 def test_deepspeed_config_loads_with_the_plans_mpu_sizes(plan_name, monkeypatch):
     config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
-    plan = ALL_PLANS[plan_name]()
+    _check_deepspeed_config(config, ALL_PLANS[plan_name](), monkeypatch)
+
+
+def test_deepspeed_config_of_a_ulysses_plan_loads_over_its_data_parallel_ranks(monkeypatch):
+    # cp is DeepSpeed-Ulysses: the sequence-parallel ranks share samples, so batch sizes count dp alone
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    _check_deepspeed_config(config, cp_plan("deepspeed", pp=1), monkeypatch)
+
+
+def _check_deepspeed_config(config, plan, monkeypatch):
     s = plan["best"]["strategy"]
-    if s.get("cp", 1) > 1:
-        pytest.skip("deepspeed-config refuses context parallelism")
     ds = json.loads(render(plan, "deepspeed-config", PARAMS).files["ds_config.json"])
 
     class Mpu:  # what DeepSpeed asks of Megatron's mpu
@@ -94,6 +101,14 @@ def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
     layers = [sum(1 for m in part if m.startswith("layers.")) for part in par.module_fqns_per_model_part]
     assert layers == s["layers_per_stage"]
     assert cfg.training.global_batch_size == plan["training"]["global_batch_size"]
+
+
+@pytest.mark.parametrize(("cp_comm_type", "rotate"), [(None, "allgather"), ("p2p", "alltoall")])
+def test_torchtitan_config_manager_accepts_the_context_parallel_exchange(cp_comm_type, rotate):
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = cp_plan("fsdp", **({"cp_comm_type": cp_comm_type} if cp_comm_type else {}))
+    par = manager.ConfigManager().parse_args(_overrides(render(plan, "torchtitan", PARAMS))).parallelism
+    assert par.context_parallel_degree == 4 and par.context_parallel_rotate_method == rotate
 
 
 def test_torchtitan_selective_recompute_is_its_op_level_checkpointing():

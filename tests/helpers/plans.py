@@ -5,6 +5,7 @@
 * ``mixed_plan``: H100 + A100 nodes, tp=2, pp=2, dp=4, uneven layers (the H100 stage gets more).
 * ``interleaved_plan``: pipeline neighbours on one host, so hosts hold non-contiguous rank
   blocks (node7 holds ranks 0-3 and 8-11); vpp=2 with uneven chunks.
+* ``cp_plan``: the homogeneous plan as context parallelism (tp=1, cp=4) under a framework.
 """
 
 from __future__ import annotations
@@ -153,3 +154,22 @@ ALL_PLANS = {"homogeneous": homogeneous_plan, "mixed": mixed_plan, "interleaved"
 def uneven_gpu_plan() -> dict[str, Any]:
     return mixed_plan(a100_gpus=4)
 
+
+def cp_plan(framework: str, pp: int = 2, **training: Any) -> dict[str, Any]:
+    """``homogeneous_plan`` with tp=1, cp=4 (dp 2, ``pp`` stages) under ``framework``, ranks in
+    order on node7 then node66, 8 per host."""
+    plan = homogeneous_plan()
+    plan["training"].update({"framework": framework, **training})
+    s = plan["best"]["strategy"]
+    s.update({"tp": 1, "cp": 4, "pp": pp})
+    if pp == 1:
+        s["layers_per_stage"] = [sum(s["layers_per_stage"])]
+    hosts = ["node7", "node66"]
+
+    def place(p: int, d: int, c: int, t: int) -> tuple[str, int, str, str]:
+        rank = (p * s["dp"] + d) * s["cp"] + c
+        return hosts[rank // 8], rank % 8, "h100", "H100-SXM5-80GB"
+
+    plan["best"]["ranks"] = _ranks(s["dp"], s["tp"], s["pp"], s["cp"], place)
+    plan["best"].pop("stages")
+    return plan

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import ep_group_divisor, pinned_rule_violation, rules_for
+from cost_model.frameworks import context_parallel_violation, ep_group_divisor, pinned_rule_violation, rules_for
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
@@ -75,9 +75,10 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     cp = pins.get("cp")
     if cp is not None and training.sequence_length % cp:
         raise InvalidStrategy(f"cp={cp} does not divide sequence_length {training.sequence_length}", field="constraints.cp")
-    if cp is not None and cp > 1 and training.cp_exchange == "a2a" and model.num_heads % (cp * pins.get("tp", 1)):
-        raise InvalidStrategy(f"cp={cp}: the all-to-all (Ulysses) exchange hands each rank whole heads, and tp·cp = "
-                              f"{pins.get('tp', 1) * cp} does not divide the {model.num_heads} attention heads", field="constraints.cp")
+    why = context_parallel_violation(training.framework, cp=cp or 1, tp=pins.get("tp", 1), pp=pins.get("pp", 1),
+                                     exchange=training.cp_comm_type, heads=model.num_heads)
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.cp")
     if ep is not None and ep > 1 and "tp" in pins and "dp" in pins and ("cp" in pins or not rules_for(training.framework).context_parallel):
         group = ep_group_divisor(training.framework, tp=pins["tp"], dp=pins["dp"], cp=pins.get("cp", 1))
         if group % ep:
@@ -156,12 +157,11 @@ def enumerate_space(
     eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe and rules.expert_parallel else [1])
 
     outer: list[tuple[int, int, int, int, int]] = []
-    a2a = training.cp_exchange == "a2a"
     for tp, cp, pp in itertools.product(tps, cps, pps):
         base = tp * cp * pp
         if base > max_gpus or pp > units:
             continue
-        if cp > 1 and ((tp > 1 and not rules.cp_with_tp) or (pp > 1 and not rules.cp_with_pp) or (a2a and model.num_heads % (tp * cp))):
+        if context_parallel_violation(training.framework, cp=cp, tp=tp, pp=pp, exchange=training.cp_comm_type, heads=model.num_heads):
             continue
         for dp in dps:
             if base * dp > max_gpus:
