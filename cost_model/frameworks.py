@@ -37,9 +37,9 @@ Sources, per framework:
   FULL_SHARD = 3, HYBRID_SHARD = 3 sharded inside a node and replicated across; FSDP2
   ``fully_shard(reshard_after_forward=False)`` = 2, ``True`` = 3; no stage-1-only mode) with
   torchtitan's DTensor tensor parallelism (its TP always shards the norms' sequence: sequence
-  parallelism), context parallelism (PyTorch's ring attention, ``context_parallel_rotate_method``
-  ``allgather`` — its default, the K/V all-gather Llama 3 §3.3.2 also describes — or
-  ``alltoall``, the ring's round-by-round K/V rotation: ``p2p`` here), ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
+  parallelism), context parallelism (the K/V all-gather, ``allgather`` — torchtitan 0.3's only
+  exchange, its ``context_parallel_rotate_method`` gone; Llama 3 §3.3.2 describes the same),
+  ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
   stages; FSDP with a pipeline is supported, ZeRO-2 semantics across micro-batches) and expert
   parallelism over dp·cp; FP8 through torchao float8 (tensorwise / rowwise scaling);
   ``recompute: selective`` is torchtitan's op-level selective activation checkpointing
@@ -121,7 +121,7 @@ RULES: dict[str, FrameworkRules] = {
     "fsdp": FrameworkRules(
         name="fsdp", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
-        ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather", "p2p"),
+        ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",),
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
     "paddle": FrameworkRules(
@@ -273,8 +273,8 @@ def cp_exchange_rule_violation(framework: str, cp_comm_type: str | None) -> str 
     if cp_comm_type is None or cp_comm_type in exchanges:
         return None
     return (f"{framework}: no {cp_comm_type!r} context-parallel exchange; it has {', '.join(exchanges)} "
-            "(megatron-core: p2p ring, allgather, a2a; fsdp: allgather and p2p, torchtitan's context_parallel_rotate_method "
-            "allgather / alltoall; DeepSpeed-Ulysses and Paddle's sep_degree: a2a)")
+            "(megatron-core: p2p ring, allgather, a2a; fsdp: torchtitan's K/V allgather; DeepSpeed-Ulysses and Paddle's "
+            "sep_degree: a2a)")
 
 
 def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:

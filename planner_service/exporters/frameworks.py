@@ -667,9 +667,6 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
         "context_parallel_degree": view.cp,
         "expert_parallel_degree": view.ep,
     }
-    if view.cp > 1:  # the exchange costed: all-gather K/V (torchtitan's default) or the ring's rotation
-        exchange = cp_exchange("fsdp", view.training.get("cp_comm_type"))
-        parallelism["context_parallel_rotate_method"] = "alltoall" if exchange == "p2p" else "allgather"
     if view.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if view.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = view.micro_batch_size

@@ -8,6 +8,10 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
+from cost_model.errors import InvalidInput
+from cost_model.training import training_from_dict
 from helpers.plans import _ranks, cp_plan, homogeneous_plan
 from planner_service.exporters import LaunchParams, render
 from planner_service.exporters.frameworks import megatron_reference
@@ -69,12 +73,14 @@ def test_deepspeed_context_parallelism_launches_as_ulysses():
     assert json.loads(art.files["ds_config.json"])["train_micro_batch_size_per_gpu"] >= 1
 
 
-def test_torchtitan_rotate_method_is_the_exchange_costed():
-    import tomllib
-
-    toml = lambda plan: tomllib.loads(render(plan, "torchtitan", PARAMS).files["torchtitan.toml"])["parallelism"]  # noqa: E731
-    assert toml(cp_plan("fsdp"))["context_parallel_rotate_method"] == "allgather"  # torchtitan's default, costed as allgather
-    assert toml(cp_plan("fsdp", cp_comm_type="p2p"))["context_parallel_rotate_method"] == "alltoall"  # the ring's rotation
+def test_torchtitan_context_parallelism_is_its_all_gather():
+    # torchtitan 0.3 has one exchange (no rotate-method option): what fsdp costs, and all it accepts
+    plan = cp_plan("fsdp")
+    assert "rotate" not in render(plan, "torchtitan", PARAMS).files["torchtitan.toml"]
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "fsdp"}).cp_exchange == "allgather"
+    with pytest.raises(InvalidInput) as exc:
+        training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "fsdp", "cp_comm_type": "p2p"})
+    assert exc.value.field == "training.cp_comm_type"
 
 
 def test_fp4_training_launches_transformer_engine_nvfp4():

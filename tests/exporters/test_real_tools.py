@@ -103,12 +103,10 @@ def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
     assert cfg.training.global_batch_size == plan["training"]["global_batch_size"]
 
 
-@pytest.mark.parametrize(("cp_comm_type", "rotate"), [(None, "allgather"), ("p2p", "alltoall")])
-def test_torchtitan_config_manager_accepts_the_context_parallel_exchange(cp_comm_type, rotate):
+def test_torchtitan_config_manager_accepts_a_context_parallel_plan():
     manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
-    plan = cp_plan("fsdp", **({"cp_comm_type": cp_comm_type} if cp_comm_type else {}))
-    par = manager.ConfigManager().parse_args(_overrides(render(plan, "torchtitan", PARAMS))).parallelism
-    assert par.context_parallel_degree == 4 and par.context_parallel_rotate_method == rotate
+    par = manager.ConfigManager().parse_args(_overrides(render(cp_plan("fsdp"), "torchtitan", PARAMS))).parallelism
+    assert par.context_parallel_degree == 4 and par.tensor_parallel_degree == 1
 
 
 def test_torchtitan_selective_recompute_is_its_op_level_checkpointing():
