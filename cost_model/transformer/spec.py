@@ -250,6 +250,10 @@ class TransformerSpec:
         h = self.hidden_size
         return self.mtp_layers * (layer + 2 * h * h + 3 * self.norm_params())
 
+    def mtp_routed_expert_params(self) -> int:
+        """The routed experts of the MTP modules' MoE layers (the part of :meth:`mtp_params` EP shards)."""
+        return self.mtp_layers * self.num_experts * self.expert_params() if self.is_moe else 0
+
     def layer_variants(self) -> tuple[tuple[float, TransformerSpec], ...]:
         """(fraction of the decoder layers, uniform spec) pairs that cover the model: MoE vs
         dense FFN and windowed vs global attention (assumed independent).  One pair, the model
@@ -656,14 +660,22 @@ def _dense_layers(cfg: Mapping[str, Any], family: str, layers: int, path: str) -
     return tuple(i for i in range(layers) if i in only or (i + 1) % step)
 
 
+#: The config names of an MoE's expert count, top-k and shared-expert count: every family's
+#: spellings, or ERNIE 4.5's own (its names are known only for it: ``FAMILY_FIELDS``).
+_MOE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "": {"experts": ("num_local_experts", "num_experts", "n_routed_experts"), "top_k": ("num_experts_per_tok", "moe_topk"),
+         "shared_experts": ("n_shared_experts",)},
+    "ernie": {"experts": ("moe_num_experts",), "top_k": ("moe_k",), "shared_experts": ("moe_num_shared_experts",)},
+}
+
+
 def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, path: str) -> dict[str, Any]:
-    ernie = family == "ernie"
-    experts = _int_field(cfg, ("moe_num_experts",) if ernie else ("num_local_experts", "num_experts", "n_routed_experts"), path,
-                         required=False, default=1)
+    names = _MOE_NAMES.get(family, _MOE_NAMES[""])
+    experts = _int_field(cfg, names["experts"], path, required=False, default=1)
     assert experts is not None
     if experts <= 1:
         return {}
-    top_k = _int_field(cfg, ("moe_k",) if ernie else ("num_experts_per_tok", "moe_topk"), path, required=False, default=min(2, experts))
+    top_k = _int_field(cfg, names["top_k"], path, required=False, default=min(2, experts))
     assert top_k is not None
     if top_k > experts:
         raise InvalidModel(f"num_experts_per_tok {top_k} exceeds the {experts} experts", field=f"{path}.num_experts_per_tok")
@@ -671,7 +683,7 @@ def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, pa
     if expert_ffn is None:
         raise InvalidModel("is required for an MoE model (or moe_intermediate_size)", field=f"{path}.intermediate_size")
     shared = _int_field(cfg, ("shared_expert_intermediate_size",), path, required=False, default=0) or 0
-    n_shared = _int_field(cfg, ("moe_num_shared_experts",) if ernie else ("n_shared_experts",), path, required=False, default=0) or 0
+    n_shared = _int_field(cfg, names["shared_experts"], path, required=False, default=0) or 0
     shared += n_shared * expert_ffn
     dense = _dense_layers(cfg, family, layers, path)
     if len(dense) == layers:

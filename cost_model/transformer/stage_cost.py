@@ -113,6 +113,8 @@ class DeviceCosts:
     head_flops: np.ndarray
     embedding_act_bytes: np.ndarray
     head_act_bytes: np.ndarray
+    #: one multi-token-prediction module beyond its decoder layer (:func:`mtp_extra_s`); 0 without MTP
+    mtp_s: np.ndarray | float = 0.0
 
 
 def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays) -> DeviceCosts:
@@ -126,7 +128,8 @@ def device_costs(model: TransformerSpec, training: Training, device: DeviceSpec,
     head_training = replace(training, dtype="bf16") if training.dtype in NARROW_DTYPES else training
     head_device = calibrated_device(device, training.framework, head_training.dtype)
     emb_s, head_s, head_flops, emb_act, head_act = embedding_head_costs(model, head_training, head_device, links, S)
-    return DeviceCosts(gemm_device, links, lc, emb_s, head_s, head_flops, emb_act, head_act)
+    mtp_s = mtp_extra_s(model, training, gemm_device, S, head_s) if model.mtp_layers else 0.0
+    return DeviceCosts(gemm_device, links, lc, emb_s, head_s, head_flops, emb_act, head_act, mtp_s)
 
 
 @dataclass(frozen=True)
@@ -164,16 +167,6 @@ class StageCost:
         return out
 
 
-def mtp_params_split(model: TransformerSpec) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of the multi-token-prediction modules
-    (:meth:`TransformerSpec.mtp_params`): each module's decoder layer is an MoE layer of the
-    model's kind, whose routed experts shard over EP like the decoder's."""
-    if not model.mtp_layers:
-        return 0.0, 0.0
-    routed = model.mtp_layers * (model.num_experts * model.expert_params() if model.is_moe else 0)
-    return float(model.mtp_params() - routed), float(routed)
-
-
 def stage_params(
     model: TransformerSpec, S: StrategyArrays, num_layers: ArrayOrFloat, has_embedding: bool, has_head: bool
 ) -> tuple[FloatArray, FloatArray]:
@@ -184,7 +177,7 @@ def stage_params(
     (vocab-parallel) embedding, the last the final norm and the head — a tied head still needs
     its own copy when the embedding lives on another stage (Megatron keeps both and
     all-reduces their gradients) — and the multi-token-prediction modules (Megatron-Core puts
-    them after the decoder, on the last stage: :func:`mtp_params_split`).
+    them after the decoder, on the last stage; their routed experts shard over EP like the decoder's).
     """
     t = S.tp
     expert_total = model.routed_expert_params_per_layer()  # of the average layer (dense-first layers have none)
@@ -197,8 +190,8 @@ def stage_params(
         head: ArrayOrFloat = model.head_params()
         if model.tie_embeddings:
             head = head + np.where(S.pp > 1, model.vocab_size * model.hidden_size, 0.0)
-        mtp_dense, mtp_experts = mtp_params_split(model)
-        dense = dense + (head + mtp_dense) / t
+        mtp_experts = model.mtp_routed_expert_params()
+        dense = dense + (head + model.mtp_params() - mtp_experts) / t
         experts = experts + mtp_experts / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep))
     return dense, experts
 
@@ -236,8 +229,7 @@ def stage_cost(
         extra = extra + dc.embedding_s
     if has_head:
         extra = extra + dc.head_s
-        if mtp:
-            extra = extra + mtp * mtp_extra_s(model, training, dc, S)
+        extra = extra + mtp * dc.mtp_s
     extra = extra * stretch
     compute = fwd + bwd + extra
     recompute = n * lc.recompute_s * stretch
@@ -413,7 +405,7 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     return StepCost(step, pipeline, bottleneck, dp_exposed, optimizer, breakdown)
 
 
-def mtp_extra_s(model: TransformerSpec, training: Training, dc: DeviceCosts, S: StrategyArrays) -> FloatArray:
+def mtp_extra_s(model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, head_s: ArrayOrFloat) -> FloatArray:
     """Seconds per micro-batch of one multi-token-prediction module beyond its decoder layer:
     the projection of the concatenated [T, 2h] normed hidden state and embedding to h
     (Megatron-Core's column-parallel ``eh_proj``: forward and two backward GEMMs) and its own
@@ -422,7 +414,7 @@ def mtp_extra_s(model: TransformerSpec, training: Training, dc: DeviceCosts, S: 
 
     h = float(model.hidden_size)
     tokens = S.mbs * training.sequence_length / S.cp
-    out: FloatArray = 3.0 * gemm_time_s(tokens, h / S.tp, 2.0 * h, dc.device, training.dtype) + dc.head_s
+    out: FloatArray = 3.0 * gemm_time_s(tokens, h / S.tp, 2.0 * h, device, training.dtype) + head_s
     return out
 
 

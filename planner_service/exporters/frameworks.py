@@ -81,9 +81,10 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
         etp = int(expert_tensor_parallel(view.tp, view.cp, view.dp, view.ep))
         if etp != view.tp:
             out.append(("--expert-tensor-parallel-size", str(etp)))
-    exchange = cp_exchange(str(tr.get("framework", "megatron-core")), tr.get("cp_comm_type"))
-    if view.cp > 1 and exchange != "p2p" and tr.get("framework", "megatron-core") == "megatron-core":  # p2p is Megatron's default
-        out.append(("--cp-comm-type", exchange))
+    if view.cp > 1 and tr.get("framework", "megatron-core") == "megatron-core":  # Megatron-DeepSpeed's CP is Ulysses
+        exchange = cp_exchange("megatron-core", tr.get("cp_comm_type"))
+        if exchange != "p2p":  # Megatron's default
+            out.append(("--cp-comm-type", exchange))
     return out
 
 
