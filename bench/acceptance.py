@@ -4,7 +4,7 @@ and refuse what really ran out of memory?
 Every end-to-end row of cost_model/data/published_runs.json (cost_model/validation/published.py
 turns a row into a model, training — with its ``framework`` — and cluster, and lists the
 layouts its stated knobs allow) is planned with **every knob the row fixes pinned**: each of tp,
-pp, dp, cp, ep, micro_batch_size, vpp, sequence_parallel, recompute, zero_stage and
+pp, dp, cp, ep, micro_batch_size, vpp, sequence_parallel, recompute, zero_stage, dp_shard (0: a stated ZeRO stage shards over every dp rank) and
 layers_per_stage whose value the source states (or its documented convention fixes, e.g. no
 sequence parallelism before 2022) — the planner fills the rest, as a platform engineer
 reproducing the run would ask it to.  Reported:
@@ -59,7 +59,7 @@ OUT = ROOT / "bench" / "results" / "acceptance.json"
 INTERVAL = ROOT / "cost_model" / "data" / "memory_interval.json"
 SETTINGS = SolverSettings(time_limit_s=10.0, max_refinements=2000)
 #: Strategy fields that can be pinned, and their constraint names.
-PIN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "layers_per_stage") + SPLIT_FLAGS
+PIN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "dp_shard", "layers_per_stage") + SPLIT_FLAGS
 
 
 def pins_of(case: PublishedCase) -> dict[str, Any]:

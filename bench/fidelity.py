@@ -142,6 +142,14 @@ def physics_cases() -> list[dict]:
     hgx = estimate(llama70, t70, simple_cluster("B200-SXM-192GB", 8), s70)
     out.append({"physics": "NVL72: Llama 3 70B tp16 inside one GB200 NVL72 rack vs across 8-GPU HGX B200 nodes, TP communication (s per step)",
                 "result": {"GB200 NVL72": round(rack.breakdown_s["tp_comm"], 2), "HGX B200": round(hgx.breakdown_s["tp_comm"], 2)}})
+    hsdp = {}
+    for nodes in (4, 128):
+        th = Training(global_batch_size=8 * nodes, sequence_length=8192, framework="fsdp")
+        for shard, name in ((0, "full"), (8, "HSDP")):
+            est = estimate(llama8, th, simple_cluster("H100-SXM5-80GB", nodes), Strategy(dp=8 * nodes, zero_stage=3, recompute="selective", dp_shard=shard))
+            hsdp[f"{nodes * 8} GPUs {name}"] = round(est.step_time_s, 3)
+    out.append({"physics": "HSDP (FSDP sharded within a node, replicated across) vs full sharding: Llama 3 8B, ZeRO-3, 8192 tokens per GPU, H100, step (s)",
+                "result": hsdp})
     return out
 
 

@@ -20,7 +20,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``planner_searches_ep``: the plan for Qwen3-235B-A22B on 16 × 8 H100 (EP is a searched knob);
 * ``selective_recompute_by_framework``: Llama-2 13B under FSDP FULL_SHARD on 8 H100, 2 × 4096
   tokens per micro-batch: no recompute, torchtitan's op-level selective checkpointing and full
-  recompute (step and peak), against Megatron's selective recompute with FlashAttention (= none).
+  recompute (step and peak), against Megatron's selective recompute with FlashAttention (= none);
+* ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
+  4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
+  (sharded within a node, replicated across) — step, exposed DP time and the state each holds.
 
 Run: python bench/physics_cases.py   (writes bench/results/physics_cases.json)
 """
@@ -204,9 +207,24 @@ def selective_recompute_by_framework() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP FULL_SHARD dp 8 on 8 H100, micro-batch 2 x 4096", "rows": rows}
 
 
+def hsdp_vs_full_shard() -> dict[str, Any]:
+    model = from_hf_config({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}, name="llama3-8b")
+    rows = []
+    for nodes in (4, 16, 64, 128):
+        dp = 8 * nodes
+        tr = Training(global_batch_size=dp, sequence_length=8192, framework="fsdp")
+        for shard in (0, 8):
+            est = estimate(model, tr, simple_cluster(H100, nodes), Strategy(dp=dp, zero_stage=3, recompute="selective", dp_shard=shard))
+            m = est.to_dict()["memory_breakdown_GB"][0]
+            rows.append(_row(est, nodes=nodes, dp=dp, sharding="full" if not shard else f"HSDP {shard}x{dp // shard}",
+                             state_GB=round(m["weights"] + m["gradients"] + m["optimizer_state"], 2)))
+    return {"model": model.name, "layout": "FSDP ZeRO-3, op-level selective recompute, 1 x 8192 tokens per GPU", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework)}
+                                  selective_recompute_by_framework, hsdp_vs_full_shard)}
 
 
 def main() -> None:

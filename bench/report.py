@@ -98,6 +98,15 @@ def physics() -> str | None:
         f"fsdp {rc} {sel_row('fsdp', rc)['step_time_s']:.2f} s at {sel_row('fsdp', rc)['peak_memory_GB']:.1f} GB" for rc in ("none", "selective", "full"))
         + f" — torchtitan's op-level checkpointing keeps about half the activations; Megatron's selective recompute with FlashAttention "
         f"is no recompute ({sel_row('megatron-core', 'selective')['peak_memory_GB']:.1f} GB).")
+    hs = d.get("hsdp_vs_full_shard")
+    if hs:
+        by = {(r["nodes"], r["sharding"].split()[0]): r for r in hs["rows"]}
+        nodes = sorted({r["nodes"] for r in hs["rows"]})
+        out.append(f"* **HSDP vs full sharding** ({hs['model']}, {hs['layout']}, dp = all GPUs): step full / HSDP "
+                   + ", ".join(f"{n} nodes {by[(n, 'full')]['step_time_s']:.2f} / {by[(n, 'HSDP')]['step_time_s']:.2f} s" for n in nodes)
+                   + f" — full sharding's per-micro-batch rings span every rank (exposed DP {by[(nodes[0], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f}"
+                   f" → {by[(nodes[-1], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f} s), HSDP's stay in a node at the price of"
+                   f" {by[(nodes[-1], 'HSDP')]['state_GB']:.1f} GB of model state per GPU instead of {by[(nodes[-1], 'full')]['state_GB']:.2f} GB.")
     return "\n".join(out)
 
 

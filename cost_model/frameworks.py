@@ -97,6 +97,16 @@ class FrameworkRules:
     #: ``op-level`` — torchtitan's op-level selective checkpointing (every other matmul output
     #: and the attention output saved, everything else recomputed)
     selective_recompute: str = "attention-core"
+    #: the sharding stages at which the ZeRO state may shard over only part of the data-parallel
+    #: ranks and replicate across the rest (``dp_shard`` < dp: HSDP), and what the framework
+    #: calls it
+    partial_sharding_stages: tuple[int, ...] = ()
+    partial_sharding_name: str = ""
+
+
+#: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
+DEEPSPEED_NO_MICS = ("MiCS, DeepSpeed's ZeRO-3 over part of the dp ranks, was removed (deepspeedai/DeepSpeed issue 8489; "
+                     "DeepSpeed 0.19 refuses zero_optimization.mics_shard_size)")
 
 
 RULES: dict[str, FrameworkRules] = {
@@ -104,30 +114,35 @@ RULES: dict[str, FrameworkRules] = {
         name="megatron-core", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True,
+        partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
     "megatron-deepspeed": FrameworkRules(
         name="megatron-deepspeed", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_tp=False, cp_with_pp=False,
+        partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "deepspeed": FrameworkRules(
         name="deepspeed", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_pp=False,
+        partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "fsdp": FrameworkRules(
         name="fsdp", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",),
+        partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
     "paddle": FrameworkRules(
         name="paddle", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, cp_exchanges=("a2a",),
+        partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -158,7 +173,7 @@ def ep_group_divisor(framework: str, *, tp: int, dp: int, cp: int) -> int:
 
 def layout_rule_violation(
     framework: str, *, tp: int, pp: int, vpp: int, cp: int, ep: int, dp: int, zero_stage: int, sequence_parallel: bool,
-    recompute_num_layers: int = 0,
+    recompute_num_layers: int = 0, dp_shard: int = 0,
 ) -> tuple[str, str] | None:
     """(strategy field, reason naming the rule) when ``framework`` cannot run the layout."""
     r = rules_for(framework)
@@ -192,6 +207,37 @@ def layout_rule_violation(
                      "tensor, context and data-parallel ranks)") if r.ep_folding else (
                      f"dp·cp = {dp}·{cp} = {group} (experts are spread over the data-parallel ranks)")
             return "ep", f"ep={ep} must divide {where}"
+    shard_why = partial_sharding_violation(framework, dp=dp, dp_shard=dp_shard, zero_stage=zero_stage)
+    if shard_why is not None:
+        return "dp_shard", shard_why
+    return None
+
+
+def partial_sharding_violation(framework: str, *, dp: int | None, dp_shard: int, zero_stage: int | None) -> str | None:
+    """Reason when the ZeRO state cannot shard over ``dp_shard`` of the ``dp`` data-parallel
+    ranks (replicated over the dp/dp_shard groups: HSDP) under ``framework`` at ``zero_stage``;
+    None when it can or ``dp_shard`` is 0 / dp (the whole group, the default).  ``dp`` or
+    ``zero_stage`` None (not pinned): the rules that need it are left for the layout.  Where it
+    exists: Megatron-Core's partial distributed optimizer (stage 1, ``--num-distributed-
+    optimizer-instances``), FSDP's HYBRID_SHARD / FSDP2's 2-D (replicate, shard) mesh (stages
+    2–3, torchtitan ``data_parallel_replicate_degree``), Paddle's ``sharding_degree`` beside
+    ``dp_degree`` (stages 1–3).  Not DeepSpeed: its MiCS (Zhang et al. 2022, "MiCS: near-linear
+    scaling for training gigantic model on public cloud"; ``mics_shard_size``) was removed
+    (:data:`DEEPSPEED_NO_MICS`)."""
+    if dp_shard == 0 or dp_shard == dp:
+        return None
+    r = rules_for(framework)
+    if not r.partial_sharding_stages:
+        why = f": {r.partial_sharding_name}" if r.partial_sharding_name else ""
+        return f"{framework}: no partial sharding (the ZeRO state shards over all dp ranks; omit dp_shard){why}"
+    if dp is not None and dp % dp_shard:
+        return f"dp_shard={dp_shard} must divide dp={dp} (the state shards over dp_shard ranks, replicated dp/dp_shard times)"
+    if zero_stage == 0:
+        return f"dp_shard={dp_shard} shards the ZeRO state, but zero_stage is 0 (nothing is sharded)"
+    if zero_stage is not None and zero_stage not in r.partial_sharding_stages:
+        stages = ", ".join(str(z) for z in r.partial_sharding_stages)
+        return (f"{framework}: sharding over part of the data-parallel ranks ({r.partial_sharding_name}) exists at zero_stage "
+                f"{stages}, not {zero_stage}")
     return None
 
 
@@ -236,6 +282,10 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
             return "zero_stage", f"{framework}: no zero_stage {z}; its sharding stages are {names}"
         if z >= 2 and pinned.get("pp", 1) > 1 and not r.sharding_with_pipeline:
             return "zero_stage", f"{framework}: zero_stage={z} cannot be combined with the pinned pp={pinned['pp']} (sharding stage ≥ 2 conflicts with pipeline gradient accumulation)"
+    shard_why = partial_sharding_violation(framework, dp=pinned.get("dp"), dp_shard=pinned.get("dp_shard", 0),
+                                           zero_stage=pinned.get("zero_stage"))
+    if shard_why is not None:
+        return "dp_shard", shard_why
     return None
 
 
@@ -287,6 +337,7 @@ def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:
 
 __all__ = [
     "BLOCK_RECOMPUTE_MISSING",
+    "DEEPSPEED_NO_MICS",
     "RULES",
     "FrameworkRules",
     "context_parallel_violation",
@@ -295,6 +346,7 @@ __all__ = [
     "dtype_rule_violation",
     "ep_group_divisor",
     "layout_rule_violation",
+    "partial_sharding_violation",
     "pinned_rule_violation",
     "rules_for",
     "sequence_parallel_noop",

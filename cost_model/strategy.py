@@ -136,6 +136,13 @@ class Strategy:
     #: (Megatron-Core ``--recompute-method block --recompute-num-layers N``); the other layers
     #: keep their activations.  0: every layer (``--recompute-method uniform``).
     recompute_num_layers: int = 0
+    #: ZeRO / FSDP sharding over only ``dp_shard`` of the dp data-parallel ranks (with the cp
+    #: ranks), the state replicated over the dp/dp_shard such groups and their gradients
+    #: all-reduced across them: HSDP (FSDP HYBRID_SHARD, torchtitan
+    #: ``data_parallel_shard_degree``), Megatron-Core's partial distributed optimizer, Paddle's
+    #: ``sharding_degree`` beside ``dp_degree``.  0: all dp ranks (full sharding).
+    #: The shard group is the innermost dp_shard·cp ranks of the data-parallel group.
+    dp_shard: int = 0
     #: Nesting order of the parallel dimensions over the GPUs, inner to outer (tp first);
     #: None: Megatron-LM's (tp, cp, dp, pp).  ``cost_model.topology``.
     nesting: tuple[str, ...] | None = None
@@ -160,7 +167,7 @@ class Strategy:
             del out["nesting"]
         else:
             out["nesting"] = list(self.nesting)
-        for flag in (*SPLIT_FLAGS, "recompute_num_layers"):  # written only when set: requests and plans without them unchanged
+        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard"):  # written only when set: requests and plans without them unchanged
             if not out[flag]:
                 del out[flag]
         return out
@@ -214,6 +221,11 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if isinstance(rnl, bool) or not isinstance(rnl, int) or not 0 <= rnl <= 1_000_000:
             raise InvalidStrategy(f"must be a non-negative integer (0: every layer), got {rnl!r}", field=f"{field_path}.recompute_num_layers")
         out["recompute_num_layers"] = rnl
+    shard = data.get("dp_shard")
+    if shard is not None:
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= 1_000_000:
+            raise InvalidStrategy(f"must be a non-negative integer (0: all dp ranks), got {shard!r}", field=f"{field_path}.dp_shard")
+        out["dp_shard"] = shard
     if "zero_stage" in data and data["zero_stage"] is not None:
         z = data["zero_stage"]
         if isinstance(z, bool) or z not in (0, 1, 2, 3):
@@ -240,6 +252,23 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         nesting_code(nesting, f"{field_path}.nesting")
         out["nesting"] = None if tuple(nesting) == MEGATRON_NESTING else tuple(nesting)
     return Strategy(**out)
+
+
+def expert_sharding_violation(model: TransformerSpec, s: Strategy) -> str | None:
+    """Reason when an MoE model's expert weights cannot follow a partial sharding: they shard
+    over their EDP replicas (:func:`cost_model.transformer.moe.expert_data_parallel`), which the
+    dp/dp_shard replica groups must divide (each replica group then shards the experts over
+    EDP·dp_shard/dp ranks); else None."""
+    if not s.dp_shard or not model.is_moe:
+        return None
+    from cost_model.transformer.moe import expert_data_parallel
+
+    edp = round(float(expert_data_parallel(s.tp, s.cp, s.dp, s.ep)))
+    replicas = s.dp // s.dp_shard
+    if edp % replicas:
+        return (f"dp_shard={s.dp_shard}: the experts' {edp} data-parallel replicas (tp·cp·dp/(ep·etp)) cannot split into "
+                f"dp/dp_shard = {replicas} replica groups")
+    return None
 
 
 def validate_strategy(model: TransformerSpec, training: Training, strategy: Strategy, num_devices: int | None = None, field_path: str = "strategy") -> Strategy:
@@ -336,9 +365,14 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     # What the framework can run (cost_model.frameworks: one rule table per framework).
     rule = layout_rule_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, dp=s.dp,
                                  zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel,
-                                 recompute_num_layers=s.recompute_num_layers)
+                                 recompute_num_layers=s.recompute_num_layers, dp_shard=s.dp_shard)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
+    if s.dp_shard == s.dp:  # the whole group: full sharding, one spelling
+        s = replace(s, dp_shard=0)
+    why = expert_sharding_violation(model, s)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.dp_shard")
     if num_devices is not None and s.num_devices != num_devices:
         raise InvalidStrategy(
             f"dp·tp·pp·cp = {s.dp}·{s.tp}·{s.pp}·{s.cp} = {s.num_devices} but the cluster has {num_devices} devices",

@@ -244,19 +244,47 @@ def data_axes(S: StrategyArrays) -> Axes:
     return [inner, outer]
 
 
+def zero_shard_ranks(S: StrategyArrays) -> FloatArray:
+    """Ranks the ZeRO / FSDP state shards over: dp_shard·cp under a partial sharding
+    (``Strategy.dp_shard``), else the whole dp·cp group."""
+    if S.dp_shard is None:
+        out: FloatArray = S.dp * S.cp
+        return out
+    partial: FloatArray = np.where(S.dp_shard > 0, S.dp_shard, S.dp) * S.cp
+    return partial
+
+
+def zero_replicas(S: StrategyArrays) -> FloatArray:
+    """Copies of the sharded ZeRO state (dp/dp_shard; 1 under full sharding)."""
+    out: FloatArray = S.dp * S.cp / zero_shard_ranks(S)
+    return out
+
+
+def split_axes(axes: Axes, inner: FloatArray) -> tuple[Axes, Axes]:
+    """A group's axes split into its innermost ``inner`` members (consecutive in the nesting)
+    and the rest (the copies of that inner group)."""
+    if len(axes) == 1:
+        n, s = axes[0]
+        return [(inner, s)], [(np.maximum(n / inner, 1.0), s * inner)]
+    (n1, s1), (n2, s2) = axes
+    in_first = inner <= n1
+    head: Axes = [(np.where(in_first, inner, n1), s1), (np.where(in_first, 1.0, inner / n1), s2)]
+    rest: Axes = [(np.where(in_first, n1 / inner, 1.0), s1 * inner), (np.where(in_first, n2, n1 * n2 / inner), np.where(in_first, s2, s2 * inner / n1))]
+    return head, rest
+
+
 def expert_axes(S: StrategyArrays) -> tuple[Axes, Axes]:
     """(EP group, expert-data-parallel group): EP takes the innermost ``ep`` members of the data
     axes (Megatron-Core: experts over consecutive data-parallel ranks), the expert-DP group the
     rest."""
-    axes = data_axes(S)
-    if len(axes) == 1:
-        n, s = axes[0]
-        return [(S.ep, s)], [(np.maximum(n / S.ep, 1.0), s * S.ep)]
-    (n1, s1), (n2, s2) = axes
-    in_first = S.ep <= n1
-    ep_axes: Axes = [(np.where(in_first, S.ep, n1), s1), (np.where(in_first, 1.0, S.ep / n1), s2)]
-    edp_axes: Axes = [(np.where(in_first, n1 / S.ep, 1.0), s1 * S.ep), (np.where(in_first, n2, n1 * n2 / S.ep), np.where(in_first, s2, s2 * S.ep / n1))]
-    return ep_axes, edp_axes
+    return split_axes(data_axes(S), S.ep)
+
+
+def shard_axes(S: StrategyArrays) -> tuple[Axes, Axes]:
+    """(ZeRO shard group, its replica group) of a partially sharded data-parallel group
+    (``Strategy.dp_shard``, HSDP): the shard group is the innermost dp_shard·cp members of the
+    dp·cp axes, the replicas the rest; the whole group and a single replica without it."""
+    return split_axes(data_axes(S), zero_shard_ranks(S))
 
 
 def members_in(domain_gpus: ArrayOrFloat, axes: Axes) -> FloatArray:

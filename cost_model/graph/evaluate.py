@@ -222,6 +222,8 @@ def estimate_graph(
             raise InvalidStrategy(f"{key} must be 1 for operator graphs (got {getattr(strategy, key)})", field=f"strategy.{key}")
     if getattr(strategy, "recompute", "none") != "none":
         raise InvalidStrategy("recompute is not modelled for operator graphs; use 'none'", field="strategy.recompute")
+    if getattr(strategy, "dp_shard", 0):
+        raise InvalidStrategy("operator graphs shard ZeRO over the whole data-parallel group (omit dp_shard)", field="strategy.dp_shard")
     dp, t, pp, mbs = strategy.dp, strategy.tp, strategy.pp, strategy.micro_batch_size
     if dp * t * pp > cluster.total_gpus:
         raise InvalidStrategy(f"dp·tp·pp = {dp * t * pp} devices but the cluster has {cluster.total_gpus} available", field="strategy.dp")

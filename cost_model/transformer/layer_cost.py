@@ -33,7 +33,6 @@ from cost_model.comm import (
     Links,
     allreduce_time_s,
     p2p_time_s,
-    ranks_per_node,
     reduce_scatter_time_s,
 )
 from cost_model.compute import (
@@ -51,13 +50,16 @@ from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
     alltoall_extra_s,
-    data_axes,
     dimension_axes,
     expert_axes,
     hierarchical_collective_extra_s,
     members_in,
     nesting_code,
     p2p_extra_s,
+    shard_axes,
+    split_axes,
+    zero_replicas,
+    zero_shard_ranks,
 )
 from cost_model.training import Training
 from cost_model.transformer.context_parallel import cp_layer_comm_s
@@ -141,6 +143,9 @@ class StrategyArrays:
     #: Strategy.recompute_num_layers (full recompute of the first N layers of each model chunk;
     #: 0 every layer); None: every layer for all candidates
     recompute_layers: np.ndarray | None = None
+    #: Strategy.dp_shard (ZeRO state sharded over dp_shard·cp ranks, replicated over the rest;
+    #: 0 the whole group); None: full sharding for all candidates
+    dp_shard: np.ndarray | None = None
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -160,6 +165,7 @@ class StrategyArrays:
             zero=col(lambda s: s.zero_stage),
             nest=col(lambda s: nesting_code(s.nesting)) if any(s.nesting is not None for s in strategies) else None,
             recompute_layers=col(lambda s: s.recompute_num_layers) if any(s.recompute_num_layers for s in strategies) else None,
+            dp_shard=col(lambda s: s.dp_shard) if any(s.dp_shard for s in strategies) else None,
         )
 
     def __len__(self) -> int:
@@ -986,8 +992,10 @@ def sharded_step_comm_s(
     flat rings over the dp·cp ranks (``reduce_scatter_time_s(..., flat=True)``: n−1 latency
     steps each), at the framework's ``sharded_collective_efficiency`` of the ring bus bandwidth.  Per GPU the
     volume is ≈ the whole model state whatever the dp size, and the latency grows with it — so
-    this term does not fall as dp grows.  ``ranks``/``stride``: another sharding group (an MoE's
-    expert weights shard over their EDP replicas, ep·etp global ranks apart).
+    this term does not fall as dp grows.  Under a partial sharding (HSDP, ``Strategy.dp_shard``)
+    the rings span the shard group alone — dp_shard·cp ranks, inside a node when it fits there
+    (:func:`cost_model.topology.shard_axes`).  ``ranks``/``stride``: another sharding group (an
+    MoE's expert weights shard over their EDP replicas, ep·etp global ranks apart).
 
     ``bandwidth_messages``: how many of the collectives carry the layer's bytes (0: all, evenly).
     DeepSpeed gathers every tensor on its own, but the bytes are in the weight matrices (QKV,
@@ -998,13 +1006,13 @@ def sharded_step_comm_s(
     from cost_model.transformer.calibration import sharded_collective_efficiency
 
     gb = 4.0 if training.dtype == "fp32" else 2.0
-    n = S.dp * S.cp if ranks is None else np.asarray(ranks, dtype=float)
+    n = zero_shard_ranks(S) if ranks is None else np.asarray(ranks, dtype=float)
     gpn = links.gpus_per_node
     if ranks is None:
-        axes = data_axes(S)
+        axes = shard_axes(S)[0]
     else:
-        axes = [(n, S.tp if stride is None else np.asarray(stride, dtype=float))] if S.nest is None else _expert_axes(S)[1]
-    per_node = ranks_per_node(n, S.tp if stride is None else stride, gpn) if S.nest is None else members_in(gpn, axes)
+        axes = [(n, S.tp if stride is None else np.asarray(stride, dtype=float))] if S.nest is None else split_axes(_expert_axes(S)[1], n)[0]
+    per_node = members_in(gpn, axes)
     k = float(collectives_per_layer)
     kb = float(bandwidth_messages) if 0 < bandwidth_messages <= collectives_per_layer else k
     chunk = layer_params_per_gpu * gb / kb
@@ -1045,7 +1053,7 @@ def deepspeed_gather_copy_out_s(
     if not runs_deepspeed_engine(training.framework):
         return np.zeros(len(S))
     gb = 4.0 if training.dtype == "fp32" else 2.0
-    n = S.dp * S.cp
+    n = zero_shard_ranks(S)
     per_gather = memory_bound_time_s(2.0 * np.asarray(layer_params_per_gpu, dtype=float) * gb, device,
                                      kernels=float(collectives_per_layer) * n)
     out: FloatArray = np.asarray(gathers_per_layer, dtype=float) * layers * per_gather * (n > 1)
@@ -1054,7 +1062,7 @@ def deepspeed_gather_copy_out_s(
 
 def sharded_microbatch_exposed_s(
     comm_s: ArrayOrFloat, zero_stage: ArrayOrFloat, forward_s: ArrayOrFloat, backward_s: ArrayOrFloat, overlap: ArrayOrFloat,
-    passes: ArrayOrFloat = 3.0,
+    passes: ArrayOrFloat = 3.0, backward_only_s: ArrayOrFloat = 0.0,
 ) -> FloatArray:
     """Seconds a micro-batch's ZeRO-2/3 (FSDP) traffic adds to its compute.
 
@@ -1062,7 +1070,8 @@ def sharded_microbatch_exposed_s(
     forward all-gathers (one of the ``passes`` equal collectives per layer that
     :func:`sharded_step_comm_s` prices) are prefetched a layer ahead under the forward, the
     rest — the recompute's and the backward's all-gathers and the gradient reduce-scatters (all
-    of ZeRO-2's per-micro-batch reduce-scatter) — under the backward (with recompute).  Within a phase a layer waits for the
+    of ZeRO-2's per-micro-batch reduce-scatter, and ``backward_only_s``: HSDP's all-reduce of the
+    gradient shards across replicas, :func:`replica_sync_s`) — under the backward (with recompute).  Within a phase a layer waits for the
     slower of its compute and its prefetched collectives, so the phase takes ≈ max(compute,
     collectives): ``exposed = Σ_phase max(0, comm_phase − overlap·compute_phase)``
     (Rajbhandari et al. 2021 ZeRO-Infinity §6 "overlap-centric design"; PyTorch FSDP, Zhao et
@@ -1084,12 +1093,48 @@ def sharded_microbatch_exposed_s(
     comm = np.asarray(comm_s, dtype=float)
     fwd_share = np.where(np.asarray(zero_stage) >= 3, 1.0 / np.asarray(passes, dtype=float), 0.0)
     comm_f = comm * fwd_share
-    comm_b = comm - comm_f
+    comm_b = comm - comm_f + np.asarray(backward_only_s, dtype=float)
     o = np.asarray(overlap, dtype=float)
     hidden_f = np.minimum(comm_f, o * np.asarray(forward_s, dtype=float))
     hidden_b = np.minimum(comm_b, o * np.asarray(backward_s, dtype=float))
     slowdown = current().get("overlap_compute_slowdown")
     out: FloatArray = (comm_f - hidden_f) + (comm_b - hidden_b) + slowdown * (hidden_f + hidden_b)
+    return out
+
+
+def replica_sync_per_microbatch(framework: str) -> bool:
+    """Whether a partially sharded (HSDP) framework all-reduces the gradient shards across its
+    replicas with every micro-batch's reduce-scatter (FSDP: the post-backward hook of each
+    backward reduces over the shard group and then all-reduces over the replicate group —
+    FSDP2 ``fully_shard`` on a 2-D mesh, torchtitan without deferring it) or once per step at
+    the gradient-accumulation boundary (Megatron-Core's partial distributed optimizer; Paddle's
+    dp group over sharding; the "2-hop" synchronisation of Zhang et al. 2022, MiCS, §3.3)."""
+    return framework == "fsdp"
+
+
+def replica_sync_s(
+    params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0
+) -> FloatArray:
+    """Seconds of one all-reduce of this GPU's gradient shards across the replicas of a partial
+    (HSDP) sharding: 2·(R−1)/R·(P/n_s)·b/β over the R = dp/dp_shard replicas, each carrying the
+    1/n_s shard that the reduce-scatter inside its shard group of n_s ranks left (dense weights
+    over dp_shard·cp, experts over EDP/R); the replicas are the outer members of the dp·cp
+    group (:func:`cost_model.topology.shard_axes`), so this ring is the one that crosses nodes.
+    0 under full sharding (R = 1).  Zhao et al. 2023 (PyTorch FSDP) §3.2.2 hybrid sharding;
+    Zhang et al. 2022 (MiCS) §3.3."""
+    if S.dp_shard is None:
+        return np.zeros(len(S))
+    gb = 4.0 if training.dtype == "fp32" else 2.0
+    R = zero_replicas(S)
+    gpn = links.gpus_per_node
+    shard_n = zero_shard_ranks(S)
+    rep = shard_axes(S)[1]
+    dense = np.asarray(params_per_gpu, dtype=float) * gb / shard_n
+    edp = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
+    experts = np.asarray(expert_params_per_gpu, dtype=float) * gb / np.maximum(edp / R, 1.0)
+    size = dense + experts
+    out: FloatArray = np.where(R > 1, allreduce_time_s(R, size, links, members_in(gpn, rep))
+                               + hierarchical_collective_extra_s(links, rep, size, 2.0), 0.0)
     return out
 
 
@@ -1110,17 +1155,22 @@ def dp_gradient_comm_s(
     * 3 — weights are sharded too: every micro-batch all-gathers them for forward and again for
       backward and reduce-scatters its gradients (3R per micro-batch).
 
+    Under a partial sharding (HSDP, ``Strategy.dp_shard``) R is over the shard group
+    (dp_shard·cp ranks) and the replicas all-reduce their gradient shards on top
+    (:func:`replica_sync_s`), per micro-batch or per step (:func:`replica_sync_per_microbatch`).
+
     Gradients are reduced in the training dtype (16-bit) or fp32 for fp32 training.
     """
     gb = 4.0 if training.dtype == "fp32" else 2.0
-    n = S.dp * S.cp
-    axes = data_axes(S)
-    edp_axes = _expert_axes(S)[1]
+    n = zero_shard_ranks(S)
+    axes = shard_axes(S)[0]
     gpn = links.gpus_per_node
-    per_node = ranks_per_node(n, S.tp, gpn) if S.nest is None else members_in(gpn, axes)
-    # Expert weights sync over their EDP replicas, ep·etp global ranks apart (parallel folding).
-    n_e = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
-    per_node_e = ranks_per_node(n_e, expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep) * S.ep, gpn) if S.nest is None else members_in(gpn, edp_axes)
+    per_node = members_in(gpn, axes)
+    # Expert weights sync over their EDP replicas, ep·etp global ranks apart (parallel folding);
+    # under HSDP over their share of the shard group.
+    n_e = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep) / zero_replicas(S), 1.0)
+    edp_axes = split_axes(_expert_axes(S)[1], n_e)[0]
+    per_node_e = members_in(gpn, edp_axes)
     rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
         n_e, expert_params_per_gpu * gb, links, per_node_e
     )
@@ -1128,8 +1178,12 @@ def dp_gradient_comm_s(
     rs = rs + hierarchical_collective_extra_s(links, axes, params_per_gpu * gb, 1.0) + hierarchical_collective_extra_s(
         links, edp_axes, expert_params_per_gpu * gb, 1.0
     )
-    per_step = np.where(S.zero >= 3, 0.0, np.where(S.zero == 2, rs, 2.0 * rs))
-    per_microbatch = np.where(S.zero >= 3, 3.0 * rs, np.where(S.zero == 2, rs, 0.0))
+    sync = replica_sync_s(params_per_gpu, training, S, links, expert_params_per_gpu)
+    each_mb = replica_sync_per_microbatch(training.framework)
+    step_sync = 0.0 * sync if each_mb else sync
+    mb_sync = sync if each_mb else 0.0 * sync
+    per_step = np.where(S.zero >= 3, step_sync, np.where(S.zero == 2, rs + step_sync, 2.0 * rs + np.where(S.zero == 1, sync, 0.0)))
+    per_microbatch = np.where(S.zero >= 3, 3.0 * rs + mb_sync, np.where(S.zero == 2, rs + mb_sync, 0.0))
     return per_step, per_microbatch
 
 
@@ -1177,9 +1231,10 @@ def optimizer_step_s(
     """Optimizer update: a memory-bound pass over this GPU's shard of the model state
     (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
     parameter tensors a for-loop optimizer iterates over; ``shard``: the ranks the state is
-    sharded over, dp·cp under ZeRO ≥ 1 by default — EDP for expert weights)."""
+    sharded over, dp_shard·cp (dp·cp under full sharding) under ZeRO ≥ 1 by default — EDP for
+    expert weights)."""
     if shard is None:
-        shard = np.where(S.zero >= 1, S.dp * S.cp, 1.0)
+        shard = np.where(S.zero >= 1, zero_shard_ranks(S), 1.0)
     per_param = optimizer_bytes_per_param(training)
     return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
 

@@ -16,6 +16,7 @@ from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
 from cost_model.frameworks import runs_deepspeed_engine
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
+from cost_model.topology import zero_replicas, zero_shard_ranks
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
     calibrated_device,
@@ -39,6 +40,8 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_tensors_per_layer,
     pp_p2p_s,
+    replica_sync_per_microbatch,
+    replica_sync_s,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
@@ -246,8 +249,10 @@ def stage_cost(
         pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n_decoder, 0.0)
 
     dense, experts = stage_params(model, S, n_decoder, has_embedding, has_head)
-    shard_dense = S.dp * S.cp
-    shard_exp = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
+    # ZeRO shards over dp·cp (dp_shard·cp under HSDP), experts over their EDP replicas (their
+    # share of each HSDP replica group)
+    shard_dense = zero_shard_ranks(S)
+    shard_exp = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep) / zero_replicas(S), 1.0)
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
     weights = dense * w_d + experts * w_e
@@ -296,12 +301,17 @@ def stage_cost(
     if runs_deepspeed_engine(training.framework):  # its tensor-list gathers copy out per rank
         sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
                                                         per_unit, np.asarray(passes) - 1.0)
+    # HSDP under FSDP: the replicas' all-reduce of the gradient shards runs with every
+    # micro-batch's reduce-scatter, in the backward (layer_cost.replica_sync_per_microbatch;
+    # dp_gradient_comm_s has it in ZeRO-2's per-micro-batch term, the stage-3 gathers here not)
+    mb_sync = replica_sync_s(dense, training, S, dc.links, experts) if replica_sync_per_microbatch(training.framework) else 0.0
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).
     overlap = dp_overlap_fraction(training, dc.device)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
-    dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes)
+    dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
+                                                 backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

@@ -60,7 +60,7 @@ def describe_strategy(req: EstimateRequest) -> str:
         parts.append("sequence parallel")
     if s.recompute != "none":
         parts.append(f"{s.recompute} recompute" + (f" of the first {s.recompute_num_layers} layers of each chunk" if s.recompute_num_layers else ""))
-    parts.append(f"ZeRO-{s.zero_stage}")
+    parts.append(f"ZeRO-{s.zero_stage}" + (f" sharded over {s.dp_shard} of the dp ranks (HSDP, {s.dp // s.dp_shard} replicas)" if s.dp_shard else ""))
     if s.layers_per_stage:
         parts.append("layers per stage " + "/".join(str(n) for n in s.layers_per_stage))
     return f"{req.model.name} on {req.cluster.name} with {', '.join(parts)}"

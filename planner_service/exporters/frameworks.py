@@ -149,6 +149,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     zero = int(view.s("zero_stage", 0))
     if zero == 1:
         args.append(("--use-distributed-optimizer", None))
+        if view.dp_replicas > 1:  # partial distributed optimizer: sharded inside each instance
+            args.append(("--num-distributed-optimizer-instances", str(view.dp_replicas)))
     elif zero in (2, 3):
         args += [
             ("--use-megatron-fsdp", None),
@@ -423,17 +425,17 @@ def render_deepspeed_config(view: PlanView, params: LaunchParams) -> Artifact:
     return Artifact("deepspeed-config", files, "ds_config.json", tuple(notes + mtp_notes(view) + list(launch.notes)))
 
 
-FLEET_ORDER = ["pp", "sharding", "dp", "sep", "mp"]
+FLEET_ORDER = ["pp", "dp", "sharding", "sep", "mp"]  # the sharding group inside dp: HSDP shards within, replicates across
 
 
 def fleet_config(view: PlanView) -> dict[str, Any]:
     chunks = view.require_layers("paddle-fleet")
     zero = int(view.s("zero_stage", 0))
     hybrid: dict[str, Any] = {
-        "dp_degree": 1 if zero > 0 else view.dp,
+        "dp_degree": view.dp_replicas if zero > 0 else view.dp,
         "mp_degree": view.tp,
         "pp_degree": view.pp,
-        "sharding_degree": view.dp if zero > 0 else 1,
+        "sharding_degree": view.dp_shard if zero > 0 else 1,
         "sep_degree": view.cp,
         "order": FLEET_ORDER,
     }
@@ -659,8 +661,8 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
             names += ["norm", "output"]
         parts.append(names)
     parallelism: dict[str, Any] = {
-        "data_parallel_replicate_degree": view.dp if zero == 0 else 1,
-        "data_parallel_shard_degree": 1 if zero == 0 else view.dp,
+        "data_parallel_replicate_degree": view.dp if zero == 0 else view.dp_replicas,
+        "data_parallel_shard_degree": 1 if zero == 0 else view.dp_shard,
         "fsdp_reshard_after_forward": "never" if zero in (1, 2) else "default",
         "tensor_parallel_degree": view.tp,
         "enable_sequence_parallel": bool(view.s("sequence_parallel", False)) if view.tp > 1 else None,

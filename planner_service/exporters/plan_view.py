@@ -135,6 +135,17 @@ class PlanView:
         return int(self.s("dp", 1))
 
     @property
+    def dp_shard(self) -> int:
+        """The data-parallel ranks the ZeRO state shards over (HSDP: fewer than dp; dp itself
+        under full sharding)."""
+        return int(self.s("dp_shard", 0)) or self.dp
+
+    @property
+    def dp_replicas(self) -> int:
+        """Copies of the sharded state (dp/dp_shard; 1 under full sharding)."""
+        return self.dp // self.dp_shard
+
+    @property
     def tp(self) -> int:
         return int(self.s("tp", 1))
 

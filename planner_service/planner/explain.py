@@ -7,9 +7,14 @@ service can explain again after a replan picks a different candidate as the best
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
-KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "nesting")
+from cost_model.strategy import Strategy
+
+KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "nesting")
+#: What a stored strategy that omits a knob means (dp_shard, recompute_num_layers: 0).
+KNOB_DEFAULTS: dict[str, Any] = {f.name: getattr(Strategy(), f.name) for f in fields(Strategy)}
 
 
 def _devices(entry: Mapping[str, Any]) -> list[str]:
@@ -18,7 +23,11 @@ def _devices(entry: Mapping[str, Any]) -> list[str]:
 
 def _knob_diff(best: Mapping[str, Any], alt: Mapping[str, Any]) -> str:
     bs, as_ = best["strategy"], alt["strategy"]
-    parts = [f"{k}={as_.get(k)}" for k in KNOBS if as_.get(k) != bs.get(k)]
+
+    def knob(s: Mapping[str, Any], k: str) -> Any:  # omitted from a stored strategy: its default
+        return s.get(k, KNOB_DEFAULTS.get(k))
+
+    parts = [f"{k}={knob(as_, k)}" for k in KNOBS if knob(as_, k) != knob(bs, k)]
     if _devices(alt) != _devices(best):
         parts.append("on " + "+".join(_devices(alt)))
     return ", ".join(parts) or "different stage split"

@@ -65,7 +65,7 @@
     parts.push(`mbs${s.micro_batch_size}`);
     if (s.sequence_parallel) parts.push("SP");
     if (s.recompute && s.recompute !== "none") parts.push(`recompute:${s.recompute}` + (s.recompute_num_layers ? `(${s.recompute_num_layers}/chunk)` : ""));
-    parts.push(`ZeRO-${s.zero_stage}`);
+    parts.push(`ZeRO-${s.zero_stage}` + (s.dp_shard ? `(shard ${s.dp_shard}×${s.dp / s.dp_shard})` : ""));
     return parts.join(" ");
   }
 
@@ -1302,7 +1302,7 @@
           ["context parallel (cp)", s.cp], ["expert parallel (ep)", s.ep], ["virtual stages (vpp)", s.vpp],
           ["micro-batch size", s.micro_batch_size], ["micro-batches per step", pred.num_microbatches],
           ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute_num_layers ? `${s.recompute}, first ${s.recompute_num_layers} layers of each chunk (block)` : s.recompute],
-          ["ZeRO stage", s.zero_stage],
+          ["ZeRO stage", s.dp_shard ? `${s.zero_stage}, sharded over ${s.dp_shard} dp ranks, ${s.dp / s.dp_shard} replicas (HSDP)` : s.zero_stage],
           ["layers per stage", s.layers_per_stage ? s.layers_per_stage.join(", ") : "even"],
         ].map(([k, v]) => h("div", { "data-knob": k }, h("dt", {}, k), h("dd", {}, String(v))))
       )

@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from helpers.launch_sim import plan_mapping
-from helpers.plans import ALL_PLANS, cp_plan
+from helpers.plans import ALL_PLANS, cp_plan, hsdp_plan
 from planner_service.exporters import LaunchParams, render
 
 PARAMS = LaunchParams(image="img", command="train.py --config cfg.yaml", smoke_test=False)
@@ -79,6 +79,21 @@ def _check_deepspeed_config(config, plan, monkeypatch):
     assert cfg.world_size == s["dp"]
     assert cfg.train_batch_size == cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * s["dp"]
     assert cfg.zero_optimization_stage == s.get("zero_stage", 0)
+    return cfg
+
+
+def test_deepspeed_refuses_partial_sharding_as_the_planner_does(monkeypatch):
+    # DeepSpeed removed MiCS (ZeRO-3 over part of the dp ranks): its config refuses the key, and
+    # the planner refuses dp_shard under deepspeed for the reason it gives
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    from cost_model.frameworks import partial_sharding_violation
+
+    ds = json.loads(render(hsdp_plan("deepspeed", 3), "deepspeed-config", PARAMS).files["ds_config.json"])
+    assert "mics_shard_size" not in ds["zero_optimization"]
+    monkeypatch.setattr(config.dist, "get_rank", lambda *a, **k: 0)
+    with pytest.raises(config.DeepSpeedConfigError, match="mics_shard_size"):
+        config.DeepSpeedConfig({**ds, "zero_optimization": {**ds["zero_optimization"], "mics_shard_size": 8}})
+    assert "MiCS" in partial_sharding_violation("deepspeed", dp=16, dp_shard=8, zero_stage=3)
 
 
 def _overrides(art) -> list[str]:
@@ -107,6 +122,12 @@ def test_torchtitan_config_manager_accepts_a_context_parallel_plan():
     manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
     par = manager.ConfigManager().parse_args(_overrides(render(cp_plan("fsdp"), "torchtitan", PARAMS))).parallelism
     assert par.context_parallel_degree == 4 and par.tensor_parallel_degree == 1
+
+
+def test_torchtitan_config_manager_accepts_an_hsdp_plan():
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    par = manager.ConfigManager().parse_args(_overrides(render(hsdp_plan("fsdp", 3), "torchtitan", PARAMS))).parallelism
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (2, 8)
 
 
 def test_torchtitan_selective_recompute_is_its_op_level_checkpointing():

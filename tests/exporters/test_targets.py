@@ -463,7 +463,7 @@ def test_paddle_fleet_strategy_accepts_config_when_installed(tmp_path):
     strategy = mod.build_strategy(mod.load_config(str(tmp_path / "fleet_strategy.json")))
     assert strategy.hybrid_configs["mp_degree"] == 2 and strategy.hybrid_configs["pp_degree"] == 2
     assert strategy.hybrid_configs["sharding_degree"] == 4  # zero_stage 1 → sharding over the dp ranks
-    assert strategy.hybrid_parallel_order == ["pp", "sharding", "dp", "sep", "mp"]
+    assert strategy.hybrid_parallel_order == ["pp", "dp", "sharding", "sep", "mp"]
     assert strategy.pipeline_configs["accumulate_steps"] == 16
 
 

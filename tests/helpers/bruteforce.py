@@ -22,7 +22,8 @@ def compositions(total: int, parts: int):
 def brute_force(model, training, cluster, headroom=0.0, pins=None):
     """Minimum step time over every valid strategy, split and contiguous placement of stages on
     node groups (each stage on one group; one group's stages consecutive) and, on a cluster with
-    a topology, every nesting order of a one-group placement — among those whose memory is safe
+    a topology, every nesting order of a one-group placement, and node-local HSDP (dp_shard) where
+    the framework shards over part of dp — among those whose memory is safe
     (p90 within usable memory) when any is, else among the tight ones (p10 within), as the
     planner ranks them.  ``pins``: knobs held fixed (Strategy field names), as the planner's
     constraints pin them."""
@@ -70,9 +71,14 @@ def brute_force(model, training, cluster, headroom=0.0, pins=None):
                                                 # block recompute depths: searched on one pool, for megatron-core
                                                 depths = [0] + (block_recompute_depths(L, pp * vpp) if rc == "full" and len(set(placement)) == 1
                                                                 and rules_for(training.framework).block_recompute and "recompute" not in pins else [])
-                                                for nest, depth in itertools.product(nests, depths):
+                                                # HSDP: the node-local shard group beside full sharding, where the framework has it
+                                                gpn = min(g.gpus_per_node for g in groups if g.name in placement)
+                                                node_shard = gpn // (tp * cp) if gpn % (tp * cp) == 0 else 0
+                                                shards = [0] + ([node_shard] if zero in rules_for(training.framework).partial_sharding_stages
+                                                                and 0 < node_shard < dp and dp % node_shard == 0 else [])
+                                                for nest, depth, shard in itertools.product(nests, depths, shards):
                                                     st = Strategy(**knobs, layers_per_stage=split, nesting=None if nest == MEGATRON_NESTING else nest,
-                                                                  recompute_num_layers=depth)
+                                                                  recompute_num_layers=depth, dp_shard=shard)
                                                     try:
                                                         est = estimate(model, training, cluster, st, stage_groups=placement)
                                                     except PlannerError:

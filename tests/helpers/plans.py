@@ -173,3 +173,21 @@ def cp_plan(framework: str, pp: int = 2, **training: Any) -> dict[str, Any]:
     plan["best"]["ranks"] = _ranks(s["dp"], s["tp"], s["pp"], s["cp"], place)
     plan["best"].pop("stages")
     return plan
+
+
+def hsdp_plan(framework: str, zero_stage: int, dp_shard: int = 8) -> dict[str, Any]:
+    """``homogeneous_plan`` as HSDP: tp=pp=cp=1, dp=16 over both hosts, the ZeRO state sharded
+    over the ``dp_shard`` ranks of each host and replicated across them, under ``framework``."""
+    plan = homogeneous_plan()
+    plan["training"]["framework"] = framework
+    s = plan["best"]["strategy"]
+    s.update({"tp": 1, "pp": 1, "cp": 1, "dp": 16, "sequence_parallel": False, "zero_stage": zero_stage, "dp_shard": dp_shard,
+              "layers_per_stage": [sum(s["layers_per_stage"])]})
+    hosts = ["node7", "node66"]
+
+    def place(p: int, d: int, c: int, t: int) -> tuple[str, int, str, str]:
+        return hosts[d // 8], d % 8, "h100", "H100-SXM5-80GB"
+
+    plan["best"]["ranks"] = _ranks(s["dp"], s["tp"], s["pp"], s["cp"], place)
+    plan["best"].pop("stages")
+    return plan

@@ -90,6 +90,8 @@ def _checked_pins(cons: Constraints) -> dict[str, Any]:
                                field=f"constraints.{k}")
     if pins.get("recompute") not in (None, "none"):
         raise InvalidInput("recompute is not modelled for operator graphs; use 'none'", field="constraints.recompute")
+    if pins.get("dp_shard"):
+        raise InvalidInput("operator graphs shard ZeRO over the whole data-parallel group (omit dp_shard)", field="constraints.dp_shard")
     zero = pins.get("zero_stage")
     pins["zero_stage"] = 1 if zero is None else zero
     if pins["zero_stage"] not in (0, 1):

@@ -31,6 +31,7 @@ from cost_model.frameworks import context_parallel_violation, ep_group_divisor, 
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
+from cost_model.transformer.moe import expert_data_parallel
 from cost_model.transformer.spec import TransformerSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -202,6 +203,7 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
+    cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
     if "sequence_parallel" in pins:
         # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
@@ -211,6 +213,7 @@ def enumerate_space(
         return _empty()
     f = {k: v.astype(float) for k, v in cols.items() if k != "sp"}
     rl = pins.get("recompute_num_layers")
+    shard = f["dp_shard"] if f["dp_shard"].any() else None
     return StrategyArrays(
         dp=f["dp"],
         tp=f["tp"],
@@ -223,15 +226,59 @@ def enumerate_space(
         recompute=f["recompute"],
         zero=f["zero"],
         recompute_layers=np.where(f["recompute"] == RECOMPUTE_CODE["full"], float(rl), 0.0) if rl else None,
+        dp_shard=shard,
     )
+
+
+def _partial_sharding(model: TransformerSpec, training: Training, cols: dict[str, np.ndarray], gpus_per_node: int,
+                      pins: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The ``dp_shard`` column (0: the ZeRO state shards over every dp rank).  Pinned: every row
+    where the framework shards over part of dp at the row's stage (others dropped).  Else each
+    such row spanning more than a node gets an HSDP twin that shards within a node —
+    dp_shard = gpus_per_node/(tp·cp), the state replicated across nodes — beside full sharding:
+    neither dominates (HSDP keeps the per-micro-batch gathers on NVLink and their latency
+    flat in dp, full sharding holds dp/dp_shard times less state and syncs no replicas)."""
+    stages = np.array(rules_for(training.framework).partial_sharding_stages or (-1,))
+    partial = np.isin(cols["zero"], stages)
+    dp = cols["dp"]
+    if "dp_shard" in pins and pins["dp_shard"]:
+        shard = int(pins["dp_shard"])
+        keep = (dp == shard) | (partial & (dp % shard == 0))
+        cols = _keep(cols, keep)
+        cols["dp_shard"] = np.where(cols["dp"] == shard, 0, shard).astype(np.int64)
+        return _keep(cols, _experts_split(model, cols))
+    cols["dp_shard"] = np.zeros(len(dp), dtype=np.int64)
+    if "dp_shard" in pins or not rules_for(training.framework).partial_sharding_stages:
+        return cols
+    inner = cols["tp"] * cols["cp"]
+    node_shard = np.where(gpus_per_node % inner == 0, gpus_per_node // np.maximum(inner, 1), 0)
+    twin = partial & (node_shard > 0) & (node_shard < dp) & (dp % np.maximum(node_shard, 1) == 0)
+    if not twin.any():
+        return cols
+    extra = {k: v[twin] for k, v in cols.items()}
+    extra["dp_shard"] = node_shard[twin]
+    extra = _keep(extra, _experts_split(model, extra))
+    return {k: np.concatenate([cols[k], extra[k]]) for k in cols}
+
+
+def _experts_split(model: TransformerSpec, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows whose experts' EDP replicas split into the dp/dp_shard replica groups
+    (:func:`cost_model.strategy.expert_sharding_violation`)."""
+    if not model.is_moe:
+        return np.ones(len(cols["dp"]), dtype=bool)
+    edp = np.round(expert_data_parallel(cols["tp"], cols["cp"], cols["dp"], cols["ep"])).astype(np.int64)
+    replicas = np.where(cols["dp_shard"] > 0, cols["dp"] // np.maximum(cols["dp_shard"], 1), 1)
+    return np.asarray(edp % replicas == 0)
 
 
 def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
     """One row per candidate of the knobs that make it a distinct layout (not its split): dp, tp,
-    pp, cp, ep, vpp, micro-batch, ZeRO stage, sequence parallelism, nesting order and — with
+    pp, cp, ep, vpp, micro-batch, ZeRO stage, sequence parallelism, nesting order, ZeRO shard
+    group (dp_shard) and — with
     ``recompute`` — the recompute mode and block depth."""
     n = len(S)
-    cols = [S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), S.nest if S.nest is not None else np.zeros(n)]
+    cols = [S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), S.nest if S.nest is not None else np.zeros(n),
+            S.dp_shard if S.dp_shard is not None else np.zeros(n)]
     if recompute:
         cols += [S.recompute, S.recompute_layers if S.recompute_layers is not None else np.zeros(n)]
     return np.stack(cols, axis=1)
@@ -310,5 +357,6 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         zero_stage=int(S.zero[i]),
         layers_per_stage=layers_per_stage,
         recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None else 0,
+        dp_shard=int(S.dp_shard[i]) if S.dp_shard is not None else 0,
     )
 

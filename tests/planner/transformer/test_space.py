@@ -8,6 +8,7 @@ import pytest
 
 from cost_model.frameworks import rules_for
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE
+from cost_model.transformer.moe import expert_data_parallel
 from planner_service.planner.request import parse_plan_request
 from planner_service.planner.transformer.space import (
     CP_CHOICES,
@@ -19,7 +20,9 @@ from planner_service.planner.transformer.space import (
 
 
 def reference_rows(model, training, max_gpus, gpn, pins):
-    """(dp, tp, pp, cp, ep, vpp, mbs, sp, recompute, zero) by the documented rules, knob by knob."""
+    """(dp, tp, pp, cp, ep, vpp, mbs, sp, recompute, zero, dp_shard) by the documented rules, knob
+    by knob: every layout with full sharding (dp_shard 0), then — where the framework shards over
+    part of dp at the row's stage and dp spans more than a node — its node-local HSDP twin."""
     L, B, s = model.num_layers, training.global_batch_size, training.sequence_length
     r = rules_for(training.framework)
 
@@ -62,8 +65,27 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         sps = [pins["sequence_parallel"]] if "sequence_parallel" in pins else [tp > 1 and r.sequence_parallel]
         for z in zeros:
             for sp in sps:
-                rows.append((dp, tp, pp, cp, ep, vpp, mbs, sp, RECOMPUTE_CODE[rc], z))
-    return rows
+                rows.append((dp, tp, pp, cp, ep, vpp, mbs, sp, RECOMPUTE_CODE[rc], z, 0))
+    twins = []
+    for row in rows:
+        dp, tp, pp, cp, ep, z = row[0], row[1], row[2], row[3], row[4], row[9]
+        shard = gpn // (tp * cp) if gpn % (tp * cp) == 0 else 0
+        if "dp_shard" in pins or z not in r.partial_sharding_stages or not 0 < shard < dp or dp % shard:
+            continue
+        if model.is_moe:  # the experts' EDP replicas split into the dp/shard replica groups
+            edp = round(float(expert_data_parallel(tp, cp, dp, ep)))
+            if edp % (dp // shard):
+                continue
+        twins.append((*row[:10], shard))
+    return rows + twins
+
+
+COLUMNS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero")
+
+
+def _rows(S):
+    shard = S.dp_shard.tolist() if S.dp_shard is not None else [0.0] * len(S)
+    return list(zip(*(getattr(S, f).tolist() for f in COLUMNS), shard, strict=True))
 
 
 MODELS = {
@@ -87,7 +109,7 @@ def test_enumeration_equals_the_rules_row_by_row(preset, max_gpus):
                               "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]}})
     for pins in PINS:
         S = enumerate_space(req.model, req.training, max_gpus, 8, pins)
-        got = list(zip(*(getattr(S, f).tolist() for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero")), strict=True))
+        got = _rows(S)
         assert got == [tuple(float(v) if not isinstance(v, bool) else v for v in r) for r in reference_rows(req.model, req.training, max_gpus, 8, pins)], pins
         assert S.sp.dtype == np.bool_
 
@@ -99,7 +121,7 @@ def test_enumeration_follows_each_frameworks_rules(preset, framework):
     r = rules_for(framework)
     for pins in [{}, {"sequence_parallel": False}, {"micro_batch_size": 3}]:
         S = enumerate_space(req.model, req.training, 64, 8, pins)
-        got = list(zip(*(getattr(S, f).tolist() for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero")), strict=True))
+        got = _rows(S)
         assert got == [tuple(float(v) if not isinstance(v, bool) else v for v in row) for row in reference_rows(req.model, req.training, 64, 8, pins)], pins
         assert len(S) > 0 or "micro_batch_size" in pins
         if not r.interleaved_pipeline:
