@@ -153,12 +153,15 @@ def test_torchtitan_toml_names_a_registered_flavor():
     assert "8B" in llama.llama3_configs
 
 
-@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+PADDLE_PLANS = {**ALL_PLANS, "hsdp": lambda: hsdp_plan("paddle", 2)}
+
+
+@pytest.mark.parametrize("plan_name", list(PADDLE_PLANS))
 def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp_path):
     pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
     import importlib.util
 
-    plan = ALL_PLANS[plan_name]()
+    plan = PADDLE_PLANS[plan_name]()
     s = plan["best"]["strategy"]
     art = render(plan, "paddle-fleet", PARAMS)
     (tmp_path / "fleet_strategy.json").write_text(art.files["fleet_strategy.json"])
@@ -171,6 +174,9 @@ def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp
     hc = strategy.hybrid_configs
     assert (hc["mp_degree"], hc["pp_degree"]) == (s["tp"], s["pp"])
     assert hc["dp_degree"] * hc["sharding_degree"] == s["dp"]
+    if s.get("dp_shard"):  # HSDP: sharded over dp_shard ranks inside each dp replica
+        assert (hc["sharding_degree"], hc["dp_degree"]) == (s["dp_shard"], s["dp"] // s["dp_shard"])
+        assert strategy.hybrid_parallel_order.index("sharding") > strategy.hybrid_parallel_order.index("dp")
     assert strategy.pipeline_configs["accumulate_steps"] * strategy.pipeline_configs["micro_batch_size"] * s["dp"] == plan["training"]["global_batch_size"]
     assert strategy.pipeline_configs["schedule_mode"] == "1F1B"
     assert strategy.recompute == (s.get("recompute", "none") != "none")
