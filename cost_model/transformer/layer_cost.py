@@ -983,9 +983,12 @@ def sharded_step_comm_s(
     stride: ArrayOrFloat | None = None,
     bandwidth_messages: int = 0,
     passes: ArrayOrFloat = 3.0,
+    reduce_scatter: bool = True,
 ) -> FloatArray:
     """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers
-    ``passes`` collectives over its parameters (:func:`sharded_passes_per_microbatch`: an
+    ``passes`` collectives over its parameters — the all-gathers in the training dtype, the
+    gradient reduce-scatter (the last pass; none when ``reduce_scatter`` is false, all
+    gathers) at :func:`gradient_reduce_bytes` a value (:func:`sharded_passes_per_microbatch`: an
     all-gather before forward, again before backward, a reduce-scatter of its gradients, and
     DeepSpeed's re-gather for a recomputed forward; per micro-batch under gradient accumulation
     since the weights are not kept gathered).  Each is ``collectives_per_layer``
@@ -1005,7 +1008,7 @@ def sharded_step_comm_s(
     """
     from cost_model.transformer.calibration import sharded_collective_efficiency
 
-    gb = 4.0 if training.dtype == "fp32" else 2.0
+    gb = param_bytes(training)
     n = zero_shard_ranks(S) if ranks is None else np.asarray(ranks, dtype=float)
     gpn = links.gpus_per_node
     if ranks is None:
@@ -1015,11 +1018,22 @@ def sharded_step_comm_s(
     per_node = members_in(gpn, axes)
     k = float(collectives_per_layer)
     kb = float(bandwidth_messages) if 0 < bandwidth_messages <= collectives_per_layer else k
-    chunk = layer_params_per_gpu * gb / kb
-    one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
     alpha = (np.maximum(n, 1.0) - 1.0) * links.alpha_s
-    bandwidth_part = np.maximum(one - alpha, 0.0) / sharded_collective_efficiency(training.framework)
-    out: FloatArray = np.asarray(passes, dtype=float) * layers * (kb * bandwidth_part + k * alpha) * (n > 1)
+
+    def one_pass(bytes_per_value: float) -> FloatArray:  # one collective pass over a layer's parameters
+        chunk = layer_params_per_gpu * bytes_per_value / kb
+        one = reduce_scatter_time_s(n, chunk, links, per_node, flat=True) + hierarchical_collective_extra_s(links, axes, chunk, 1.0)
+        bandwidth_part = np.maximum(one - alpha, 0.0) / sharded_collective_efficiency(training.framework)
+        t: FloatArray = kb * bandwidth_part + k * alpha
+        return t
+
+    gather = one_pass(gb)
+    rb = gradient_reduce_bytes(training)
+    if reduce_scatter:
+        per_layer = (np.asarray(passes, dtype=float) - 1.0) * gather + (gather if rb == gb else one_pass(rb))
+    else:
+        per_layer = np.asarray(passes, dtype=float) * gather
+    out: FloatArray = layers * per_layer * (n > 1)
     return out
 
 
@@ -1062,13 +1076,13 @@ def deepspeed_gather_copy_out_s(
 
 def sharded_microbatch_exposed_s(
     comm_s: ArrayOrFloat, zero_stage: ArrayOrFloat, forward_s: ArrayOrFloat, backward_s: ArrayOrFloat, overlap: ArrayOrFloat,
-    passes: ArrayOrFloat = 3.0, backward_only_s: ArrayOrFloat = 0.0,
+    passes: ArrayOrFloat = 3.0, backward_only_s: ArrayOrFloat = 0.0, forward_s_comm: ArrayOrFloat | None = None,
 ) -> FloatArray:
     """Seconds a micro-batch's ZeRO-2/3 (FSDP) traffic adds to its compute.
 
     The traffic runs in two phases, each hidden behind that phase's own compute: ZeRO-3's
-    forward all-gathers (one of the ``passes`` equal collectives per layer that
-    :func:`sharded_step_comm_s` prices) are prefetched a layer ahead under the forward, the
+    forward all-gathers (``forward_s_comm``; by default one of the ``passes`` equal collectives
+    per layer that :func:`sharded_step_comm_s` prices) are prefetched a layer ahead under the forward, the
     rest — the recompute's and the backward's all-gathers and the gradient reduce-scatters (all
     of ZeRO-2's per-micro-batch reduce-scatter, and ``backward_only_s``: HSDP's all-reduce of the
     gradient shards across replicas, :func:`replica_sync_s`) — under the backward (with recompute).  Within a phase a layer waits for the
@@ -1091,8 +1105,10 @@ def sharded_microbatch_exposed_s(
     from cost_model.transformer.calibration import current
 
     comm = np.asarray(comm_s, dtype=float)
-    fwd_share = np.where(np.asarray(zero_stage) >= 3, 1.0 / np.asarray(passes, dtype=float), 0.0)
-    comm_f = comm * fwd_share
+    if forward_s_comm is None:
+        comm_f = comm * np.where(np.asarray(zero_stage) >= 3, 1.0 / np.asarray(passes, dtype=float), 0.0)
+    else:
+        comm_f = np.where(np.asarray(zero_stage) >= 3, np.asarray(forward_s_comm, dtype=float), 0.0)
     comm_b = comm - comm_f + np.asarray(backward_only_s, dtype=float)
     o = np.asarray(overlap, dtype=float)
     hidden_f = np.minimum(comm_f, o * np.asarray(forward_s, dtype=float))
@@ -1124,7 +1140,7 @@ def replica_sync_s(
     Zhang et al. 2022 (MiCS) §3.3."""
     if S.dp_shard is None:
         return np.zeros(len(S))
-    gb = 4.0 if training.dtype == "fp32" else 2.0
+    gb = gradient_reduce_bytes(training)
     R = zero_replicas(S)
     gpn = links.gpus_per_node
     shard_n = zero_shard_ranks(S)
@@ -1159,9 +1175,11 @@ def dp_gradient_comm_s(
     (dp_shard·cp ranks) and the replicas all-reduce their gradient shards on top
     (:func:`replica_sync_s`), per micro-batch or per step (:func:`replica_sync_per_microbatch`).
 
-    Gradients are reduced in the training dtype (16-bit) or fp32 for fp32 training.
+    Gradients are reduced at :func:`gradient_reduce_bytes` a value (Megatron-Core's fp32
+    main-gradient buffer under bf16), the updated weights all-gathered in the training dtype.
     """
-    gb = 4.0 if training.dtype == "fp32" else 2.0
+    gb = param_bytes(training)
+    rb = gradient_reduce_bytes(training)
     n = zero_shard_ranks(S)
     axes = shard_axes(S)[0]
     gpn = links.gpus_per_node
@@ -1171,20 +1189,48 @@ def dp_gradient_comm_s(
     n_e = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep) / zero_replicas(S), 1.0)
     edp_axes = split_axes(_expert_axes(S)[1], n_e)[0]
     per_node_e = members_in(gpn, edp_axes)
-    rs = reduce_scatter_time_s(n, params_per_gpu * gb, links, per_node) + reduce_scatter_time_s(
-        n_e, expert_params_per_gpu * gb, links, per_node_e
-    )
-    # Levels above the node (zero without a topology): cost_model.topology.
-    rs = rs + hierarchical_collective_extra_s(links, axes, params_per_gpu * gb, 1.0) + hierarchical_collective_extra_s(
-        links, edp_axes, expert_params_per_gpu * gb, 1.0
-    )
+
+    def ring(b: float) -> FloatArray:  # one reduce-scatter (or all-gather) of the state at b bytes a value
+        out: FloatArray = reduce_scatter_time_s(n, params_per_gpu * b, links, per_node) + reduce_scatter_time_s(
+            n_e, expert_params_per_gpu * b, links, per_node_e)
+        # Levels above the node (zero without a topology): cost_model.topology.
+        return out + hierarchical_collective_extra_s(links, axes, params_per_gpu * b, 1.0) + hierarchical_collective_extra_s(
+            links, edp_axes, expert_params_per_gpu * b, 1.0)
+
+    rs_w = ring(gb)  # weights (all-gather)
+    rs_g = rs_w if rb == gb else ring(rb)  # gradients (reduce-scatter; an all-reduce is two)
     sync = replica_sync_s(params_per_gpu, training, S, links, expert_params_per_gpu)
     each_mb = replica_sync_per_microbatch(training.framework)
     step_sync = 0.0 * sync if each_mb else sync
     mb_sync = sync if each_mb else 0.0 * sync
-    per_step = np.where(S.zero >= 3, step_sync, np.where(S.zero == 2, rs + step_sync, 2.0 * rs + np.where(S.zero == 1, sync, 0.0)))
-    per_microbatch = np.where(S.zero >= 3, 3.0 * rs + mb_sync, np.where(S.zero == 2, rs + mb_sync, 0.0))
+    per_step = np.where(S.zero >= 3, step_sync, np.where(S.zero == 2, rs_w + step_sync,
+                        np.where(S.zero == 1, rs_g + rs_w + sync, 2.0 * rs_g)))
+    per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
     return per_step, per_microbatch
+
+
+def param_bytes(training: Training) -> float:
+    """Bytes of a 16-bit (or fp32 under fp32 training) weight as the collectives move it."""
+    return 4.0 if training.dtype == "fp32" else 2.0
+
+
+def gradient_reduce_bytes(training: Training) -> float:
+    """Bytes per gradient value that data-parallel reductions move.  Megatron-Core under bf16
+    (and the FP8/FP4 recipes, whose gradients are bf16) accumulates into an fp32 main-gradient
+    buffer and reduces that buffer in fp32: Megatron-LM's ``arguments.py`` sets
+    ``accumulate_allreduce_grads_in_fp32`` for bf16 ("bfloat16 requires gradient accumulation
+    and all-reduce to be performed in fp32") unless ``--grad-reduce-in-bf16`` — 4.  fp16 runs
+    reduce fp16 (2), fp32 runs fp32 (4).  The other frameworks are costed at the 16-bit
+    training dtype (2: DeepSpeed's and Paddle's default communication dtype).  FSDP as
+    torchtitan 0.3 runs it reduces in fp32 too (``mixed_precision_reduce`` admits only
+    ``"float32"``), but costed so the published Llama 3 rows (whose paper also reduce-scatters in
+    fp32) come out ~27% slow even refitted: what else their FSDP does to that traffic is not
+    modelled, so FSDP stays at 2 until it is."""
+    if training.dtype in ("fp32", "fp16"):
+        return param_bytes(training)
+    if training.framework == "megatron-core":
+        return 4.0
+    return 2.0
 
 
 #: Operators per parameter tensor of PyTorch's single-tensor (for-loop) ``torch.optim.Adam``:

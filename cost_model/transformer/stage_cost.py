@@ -33,11 +33,13 @@ from cost_model.transformer.layer_cost import (
     dp_overlap_fraction,
     embedding_head_costs,
     fragmentation_fraction,
+    gradient_reduce_bytes,
     layer_costs,
     model_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
     op_level_selective,
     optimizer_step_s,
+    param_bytes,
     param_tensors_per_layer,
     pp_p2p_s,
     replica_sync_per_microbatch,
@@ -290,14 +292,21 @@ def stage_cost(
     # DeepSpeed's re-gather for a recomputed forward: decoder layers only, spread over the units
     layer_passes = sharded_passes_per_microbatch(model, training.framework, S)
     passes = layer_passes if isinstance(layer_passes, float) else 3.0 + (layer_passes - 3.0) * n / np.maximum(units, 1.0)
-    if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
-        sharded = sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
-                                      bandwidth_messages=matrices, passes=passes) + sharded_step_comm_s(
-            experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-            stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices, passes=layer_passes)
-    else:
-        sharded = sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
-                                      bandwidth_messages=matrices, passes=passes)
+
+    def sharded_traffic(all_passes: ArrayOrFloat, layer_all_passes: ArrayOrFloat, reduce_scatter: bool = True) -> FloatArray:
+        if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
+            return sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
+                                       bandwidth_messages=matrices, passes=all_passes, reduce_scatter=reduce_scatter) + sharded_step_comm_s(
+                experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
+                stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices, passes=layer_all_passes,
+                reduce_scatter=reduce_scatter)
+        return sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
+                                   bandwidth_messages=matrices, passes=all_passes, reduce_scatter=reduce_scatter)
+
+    sharded = sharded_traffic(passes, layer_passes)
+    # the forward's share: one all-gather pass — 1/passes of the traffic unless the gradients'
+    # reduce-scatter moves wider values than the gathers (Megatron-Core's fp32 main gradients)
+    forward_gathers = sharded_traffic(1.0, 1.0, reduce_scatter=False) if gradient_reduce_bytes(training) != param_bytes(training) else None
     if runs_deepspeed_engine(training.framework):  # its tensor-list gathers copy out per rank
         sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
                                                         per_unit, np.asarray(passes) - 1.0)
@@ -311,7 +320,7 @@ def stage_cost(
     overlap = dp_overlap_fraction(training, dc.device)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
-                                                 backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0))
+                                                 backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0), forward_s_comm=forward_gathers)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

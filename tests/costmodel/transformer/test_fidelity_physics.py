@@ -373,3 +373,37 @@ def test_interval_regime_falls_back_from_parallel_mix_to_framework_and_family_to
         other = prediction_intervals("fsdp", "hopper", 10.0, 50.0, parallel_mix(1, 3))
     assert (pp["interval_regime"], dp["interval_regime"], other["interval_regime"]) == ("megatron-core/ampere/pp", "megatron-core/ampere", "*")
     assert pp["step_time_s_p90"] == pytest.approx(10.0 / np.exp(-0.05))
+
+
+def test_megatron_reduces_bf16_gradients_from_its_fp32_main_grad_buffer():
+    """Megatron-Core under bf16 reduces its fp32 main gradients (4 B a value: twice fp16's
+    bytes) and all-gathers its weights in bf16; the others are costed at the 16-bit dtype."""
+    from cost_model.transformer.layer_cost import dp_gradient_comm_s, gradient_reduce_bytes
+
+    def tr(framework, dtype):
+        return Training(global_batch_size=64, sequence_length=2048, framework=framework, dtype=dtype)
+
+    assert gradient_reduce_bytes(tr("megatron-core", "bf16")) == 4.0 == gradient_reduce_bytes(tr("megatron-core", "fp8"))
+    assert gradient_reduce_bytes(tr("megatron-core", "fp16")) == 2.0
+    assert gradient_reduce_bytes(tr("deepspeed", "bf16")) == 2.0 == gradient_reduce_bytes(tr("paddle", "bf16"))
+    assert gradient_reduce_bytes(tr("fsdp", "bf16")) == 2.0 == gradient_reduce_bytes(tr("megatron-core", "fp16"))
+    links = Links.for_group(simple_cluster("A100-SXM4-80GB", 8).node_groups[0])
+    S = StrategyArrays.from_strategies([Strategy(dp=64, zero_stage=0), Strategy(dp=64, zero_stage=1)])
+    bf16 = dp_gradient_comm_s(5e9, tr("megatron-core", "bf16"), S, links)[0]
+    fp16 = dp_gradient_comm_s(5e9, tr("megatron-core", "fp16"), S, links)[0]
+    assert float(bf16[0] / fp16[0]) == pytest.approx(2.0, rel=0.05)  # all-reduce of fp32 vs fp16 gradients
+    assert float(bf16[1] / fp16[1]) == pytest.approx(1.5, rel=0.05)  # fp32 reduce-scatter + bf16 all-gather
+
+
+def test_zero3_reduce_scatters_wider_gradients_than_it_gathers_weights():
+    """Under Megatron-Core's FSDP (ZeRO-3) the per-layer reduce-scatter moves fp32 main
+    gradients, the two all-gathers bf16 weights: 2 gathers + 1 double-width reduce-scatter."""
+    tr = Training(global_batch_size=64, sequence_length=2048, framework="megatron-core")
+    links = Links.for_group(simple_cluster("H100-SXM5-80GB", 4).node_groups[0])
+    S = StrategyArrays.from_strategies([Strategy(dp=32, zero_stage=3)])
+    layer = 4e8
+    full = float(sharded_step_comm_s(layer, 32, tr, S, links)[0])
+    gather = float(sharded_step_comm_s(layer, 32, tr, S, links, passes=1.0, reduce_scatter=False)[0])
+    fp16 = float(sharded_step_comm_s(layer, 32, replace(tr, dtype="fp16"), S, links)[0])
+    assert full == pytest.approx(4 * gather, rel=0.05)  # 2 gathers + a reduce-scatter of twice the bytes
+    assert fp16 == pytest.approx(3 * gather, rel=0.05)
