@@ -255,20 +255,17 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
 
 
 def expert_sharding_violation(model: TransformerSpec, s: Strategy) -> str | None:
-    """Reason when an MoE model's expert weights cannot follow a partial sharding: they shard
-    over their EDP replicas (:func:`cost_model.transformer.moe.expert_data_parallel`), which the
-    dp/dp_shard replica groups must divide (each replica group then shards the experts over
-    EDP·dp_shard/dp ranks); else None."""
+    """Reason when an MoE model's expert weights cannot follow a partial sharding
+    (:func:`cost_model.transformer.moe.experts_split_into_replicas`); else None."""
     if not s.dp_shard or not model.is_moe:
         return None
-    from cost_model.transformer.moe import expert_data_parallel
+    from cost_model.transformer.moe import expert_data_parallel, experts_split_into_replicas
 
+    if bool(experts_split_into_replicas(s.tp, s.cp, s.dp, s.ep, s.dp_shard)):
+        return None
     edp = round(float(expert_data_parallel(s.tp, s.cp, s.dp, s.ep)))
-    replicas = s.dp // s.dp_shard
-    if edp % replicas:
-        return (f"dp_shard={s.dp_shard}: the experts' {edp} data-parallel replicas (tp·cp·dp/(ep·etp)) cannot split into "
-                f"dp/dp_shard = {replicas} replica groups")
-    return None
+    return (f"dp_shard={s.dp_shard}: the experts' {edp} data-parallel replicas (tp·cp·dp/(ep·etp)) cannot split into "
+            f"dp/dp_shard = {s.dp // s.dp_shard} replica groups")
 
 
 def validate_strategy(model: TransformerSpec, training: Training, strategy: Strategy, num_devices: int | None = None, field_path: str = "strategy") -> Strategy:

@@ -985,10 +985,31 @@ def sharded_step_comm_s(
     passes: ArrayOrFloat = 3.0,
     reduce_scatter: bool = True,
 ) -> FloatArray:
-    """ZeRO-3 / FSDP traffic of one micro-batch (seconds): for each of ``layers`` layers
-    ``passes`` collectives over its parameters — the all-gathers in the training dtype, the
-    gradient reduce-scatter (the last pass; none when ``reduce_scatter`` is false, all
-    gathers) at :func:`gradient_reduce_bytes` a value (:func:`sharded_passes_per_microbatch`: an
+    """ZeRO-3 / FSDP traffic of one micro-batch (seconds): ``passes`` − 1 all-gathers and one
+    gradient reduce-scatter (``reduce_scatter`` false: ``passes`` all-gathers) of each of
+    ``layers`` layers, from :func:`sharded_passes_s`."""
+    gather, reduce = sharded_passes_s(layer_params_per_gpu, layers, training, S, links, collectives_per_layer, ranks, stride,
+                                      bandwidth_messages)
+    p = np.asarray(passes, dtype=float)
+    out: FloatArray = (p - 1.0) * gather + reduce if reduce_scatter else p * gather
+    return out
+
+
+def sharded_passes_s(
+    layer_params_per_gpu: ArrayOrFloat,
+    layers: ArrayOrFloat,
+    training: Training,
+    S: StrategyArrays,
+    links: Links,
+    collectives_per_layer: int = 1,
+    ranks: ArrayOrFloat | None = None,
+    stride: ArrayOrFloat | None = None,
+    bandwidth_messages: int = 0,
+) -> tuple[FloatArray, FloatArray]:
+    """(one all-gather pass, the reduce-scatter pass) of ZeRO-3 / FSDP over ``layers`` layers,
+    seconds per micro-batch: the gathers in the training dtype, the gradient reduce-scatter at
+    :func:`gradient_reduce_bytes` a value.  A micro-batch runs
+    :func:`sharded_passes_per_microbatch` of them over each layer's parameters (an
     all-gather before forward, again before backward, a reduce-scatter of its gradients, and
     DeepSpeed's re-gather for a recomputed forward; per micro-batch under gradient accumulation
     since the weights are not kept gathered).  Each is ``collectives_per_layer``
@@ -1029,12 +1050,9 @@ def sharded_step_comm_s(
 
     gather = one_pass(gb)
     rb = gradient_reduce_bytes(training)
-    if reduce_scatter:
-        per_layer = (np.asarray(passes, dtype=float) - 1.0) * gather + (gather if rb == gb else one_pass(rb))
-    else:
-        per_layer = np.asarray(passes, dtype=float) * gather
-    out: FloatArray = layers * per_layer * (n > 1)
-    return out
+    reduce = gather if rb == gb else one_pass(rb)
+    on = layers * (n > 1)
+    return on * gather, on * reduce
 
 
 def deepspeed_gather_copy_out_s(
@@ -1066,7 +1084,7 @@ def deepspeed_gather_copy_out_s(
     """
     if not runs_deepspeed_engine(training.framework):
         return np.zeros(len(S))
-    gb = 4.0 if training.dtype == "fp32" else 2.0
+    gb = param_bytes(training)
     n = zero_shard_ranks(S)
     per_gather = memory_bound_time_s(2.0 * np.asarray(layer_params_per_gpu, dtype=float) * gb, device,
                                      kernels=float(collectives_per_layer) * n)
@@ -1156,8 +1174,9 @@ def replica_sync_s(
 
 def dp_gradient_comm_s(
     params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0
-) -> tuple[FloatArray, FloatArray]:
-    """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds).
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds, the HSDP
+    replicas' all-reduce within each micro-batch — part of the second, 0 unless FSDP HSDP).
 
     One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
     2R (ring; DP groups span dp·cp ranks with TP ranks in between; expert weights sync over
@@ -1200,13 +1219,12 @@ def dp_gradient_comm_s(
     rs_w = ring(gb)  # weights (all-gather)
     rs_g = rs_w if rb == gb else ring(rb)  # gradients (reduce-scatter; an all-reduce is two)
     sync = replica_sync_s(params_per_gpu, training, S, links, expert_params_per_gpu)
-    each_mb = replica_sync_per_microbatch(training.framework)
-    step_sync = 0.0 * sync if each_mb else sync
-    mb_sync = sync if each_mb else 0.0 * sync
+    none = np.zeros_like(sync)
+    step_sync, mb_sync = (none, sync) if replica_sync_per_microbatch(training.framework) else (sync, none)
     per_step = np.where(S.zero >= 3, step_sync, np.where(S.zero == 2, rs_w + step_sync,
                         np.where(S.zero == 1, rs_g + rs_w + sync, 2.0 * rs_g)))
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
-    return per_step, per_microbatch
+    return per_step, per_microbatch, mb_sync
 
 
 def param_bytes(training: Training) -> float:

@@ -74,6 +74,17 @@ def expert_data_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, e
     return out
 
 
+def experts_split_into_replicas(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, dp_shard: ArrayOrFloat) -> np.ndarray:
+    """Whether the experts' EDP replicas (:func:`expert_data_parallel`) split evenly into the
+    dp/dp_shard replica groups of a partial (HSDP) sharding, each group then sharding the
+    experts over EDP·dp_shard/dp ranks; true under full sharding (``dp_shard`` 0)."""
+    edp = np.round(expert_data_parallel(tp, cp, dp, ep)).astype(np.int64)
+    shard = _f(dp_shard)
+    replicas = np.where(shard > 0, np.round(_f(dp) / np.maximum(shard, 1.0)), 1.0).astype(np.int64)
+    out: np.ndarray = edp % replicas == 0
+    return out
+
+
 # ---- routing statistics --------------------------------------------------------------------------
 
 

@@ -42,12 +42,10 @@ from cost_model.transformer.layer_cost import (
     param_bytes,
     param_tensors_per_layer,
     pp_p2p_s,
-    replica_sync_per_microbatch,
-    replica_sync_s,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
-    sharded_step_comm_s,
+    sharded_passes_s,
 )
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -276,14 +274,14 @@ def stage_cost(
     live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)))
     if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
-    layer_full_w = live * (4.0 if training.dtype == "fp32" else 2.0)
+    layer_full_w = live * param_bytes(training)
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
     # The allocator's fragmentation of what is freed and reallocated during a step (not the
     # optimizer state, allocated once): layer_cost.fragmentation_fraction.
     workspace = WORKSPACE_BYTES + fragmentation_fraction() * (state - opt)
 
-    dp_comm, dp_mb = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    dp_comm, dp_mb, mb_sync = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
@@ -293,27 +291,25 @@ def stage_cost(
     layer_passes = sharded_passes_per_microbatch(model, training.framework, S)
     passes = layer_passes if isinstance(layer_passes, float) else 3.0 + (layer_passes - 3.0) * n / np.maximum(units, 1.0)
 
-    def sharded_traffic(all_passes: ArrayOrFloat, layer_all_passes: ArrayOrFloat, reduce_scatter: bool = True) -> FloatArray:
-        if model.is_moe:  # dense weights shard over dp·cp, experts over their EDP replicas
-            return sharded_step_comm_s(dense / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
-                                       bandwidth_messages=matrices, passes=all_passes, reduce_scatter=reduce_scatter) + sharded_step_comm_s(
-                experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-                stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices, passes=layer_all_passes,
-                reduce_scatter=reduce_scatter)
-        return sharded_step_comm_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.links, per_unit,
-                                   bandwidth_messages=matrices, passes=all_passes, reduce_scatter=reduce_scatter)
-
-    sharded = sharded_traffic(passes, layer_passes)
+    # one all-gather pass and the reduce-scatter pass of the stage's units (experts over their
+    # EDP replicas), each a micro-batch's worth: layer_cost.sharded_passes_s
+    gather, reduce = sharded_passes_s((dense if model.is_moe else dense + experts) / np.maximum(units, 1.0), units, training, S,
+                                      dc.links, per_unit, bandwidth_messages=matrices)
+    sharded = (passes - 1.0) * gather + reduce
+    if model.is_moe:
+        g_e, r_e = sharded_passes_s(experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
+                                    stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices)
+        gather = gather + g_e
+        sharded = sharded + (layer_passes - 1.0) * g_e + r_e
     # the forward's share: one all-gather pass — 1/passes of the traffic unless the gradients'
     # reduce-scatter moves wider values than the gathers (Megatron-Core's fp32 main gradients)
-    forward_gathers = sharded_traffic(1.0, 1.0, reduce_scatter=False) if gradient_reduce_bytes(training) != param_bytes(training) else None
+    forward_gathers = gather if gradient_reduce_bytes(training) != param_bytes(training) else None
     if runs_deepspeed_engine(training.framework):  # its tensor-list gathers copy out per rank
         sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
                                                         per_unit, np.asarray(passes) - 1.0)
     # HSDP under FSDP: the replicas' all-reduce of the gradient shards runs with every
-    # micro-batch's reduce-scatter, in the backward (layer_cost.replica_sync_per_microbatch;
+    # micro-batch's reduce-scatter, in the backward (mb_sync, layer_cost.replica_sync_per_microbatch;
     # dp_gradient_comm_s has it in ZeRO-2's per-micro-batch term, the stage-3 gathers here not)
-    mb_sync = replica_sync_s(dense, training, S, dc.links, experts) if replica_sync_per_microbatch(training.framework) else 0.0
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).

@@ -31,7 +31,7 @@ from cost_model.frameworks import context_parallel_violation, ep_group_divisor, 
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
-from cost_model.transformer.moe import expert_data_parallel
+from cost_model.transformer.moe import experts_split_into_replicas
 from cost_model.transformer.spec import TransformerSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -263,12 +263,10 @@ def _partial_sharding(model: TransformerSpec, training: Training, cols: dict[str
 
 def _experts_split(model: TransformerSpec, cols: dict[str, np.ndarray]) -> np.ndarray:
     """Rows whose experts' EDP replicas split into the dp/dp_shard replica groups
-    (:func:`cost_model.strategy.expert_sharding_violation`)."""
+    (:func:`cost_model.transformer.moe.experts_split_into_replicas`)."""
     if not model.is_moe:
         return np.ones(len(cols["dp"]), dtype=bool)
-    edp = np.round(expert_data_parallel(cols["tp"], cols["cp"], cols["dp"], cols["ep"])).astype(np.int64)
-    replicas = np.where(cols["dp_shard"] > 0, cols["dp"] // np.maximum(cols["dp_shard"], 1), 1)
-    return np.asarray(edp % replicas == 0)
+    return experts_split_into_replicas(cols["tp"], cols["cp"], cols["dp"], cols["ep"], cols["dp_shard"])
 
 
 def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
