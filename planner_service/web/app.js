@@ -290,6 +290,20 @@
       : "";
   }
 
+  /** What each training.framework can run (cost_model/frameworks.py RULES, in short). */
+  const FRAMEWORK_INFO = {
+    "megatron-core": "Megatron-Core with Transformer Engine: tp with sequence parallel, cp, interleaved pp (vpp), ep folded into tp·cp·dp, ZeRO 0–3 (2–3 without pp), dp_shard at stage 1, block recompute, FP8.",
+    "megatron-deepspeed": "Megatron TP/SP inside DeepSpeed's pipeline (no vpp) and ZeRO 0–3 (2–3 without pp); cp is DeepSpeed-Ulysses, without tp or pp; no dp_shard, no FP8.",
+    "deepspeed": "DeepSpeed alone: ZeRO 0–3 (2–3 without pp) and its pipeline (no vpp); no tp or sequence parallel; cp is Ulysses, without pp; no dp_shard, no FP8.",
+    fsdp: "PyTorch FSDP / torchtitan: ZeRO 0, 2, 3 (no stage 1, also with pp), HSDP through dp_shard, TP with sequence parallel, cp by K/V all-gather, interleaved pp, FP8 via torchao.",
+    paddle: "PaddlePaddle fleet: mp with sequence parallel, pp with vpp, cp as segment parallel (all-to-all), sharding 1–3 (2–3 without pp) with dp_shard; no FP8.",
+  };
+
+  function updateFrameworkInfo() {
+    const info = FRAMEWORK_INFO[$("#framework").value];
+    $("#framework-info").textContent = "Decides which layouts the search may propose and which pins it accepts. " + (info || "");
+  }
+
   function updateSavedInfo() {
     const c = state.clusters.find((x) => x.name === $("#saved-cluster").value);
     $("#saved-info").textContent = c ? clusterSummary(c.cluster) : "";
@@ -363,6 +377,41 @@
     return value;
   }
 
+  /** Constraint inputs: [element id, constraints key].  An empty input or "not pinned" leaves
+   *  the key out (the planner searches that knob). */
+  const CONSTRAINT_NUMBERS = [
+    ["#c-dp", "dp"], ["#c-tp", "tp"], ["#c-pp", "pp"], ["#c-cp", "cp"], ["#c-ep", "ep"], ["#c-vpp", "vpp"],
+    ["#c-mbs", "micro_batch_size"], ["#c-recompute-layers", "recompute_num_layers"], ["#c-dp-shard", "dp_shard"],
+    ["#c-max-tp", "max_tp"], ["#c-max-pp", "max_pp"], ["#c-max-devices", "max_devices"], ["#c-headroom", "memory_headroom_fraction"],
+  ];
+  const CONSTRAINT_CHOICES = [
+    ["#c-sp", "sequence_parallel", (v) => v === "true"],
+    ["#c-recompute", "recompute", (v) => v],
+    ["#c-zero", "zero_stage", Number],
+    ["#c-split-emb", "account_for_embedding_in_pipeline_split", (v) => v === "true"],
+    ["#c-split-loss", "account_for_loss_in_pipeline_split", (v) => v === "true"],
+    ["#c-tight", "tight_memory", (v) => v],
+  ];
+
+  function constraintsFromForm() {
+    const out = {};
+    for (const [id, key] of CONSTRAINT_NUMBERS) {
+      const v = num(id);
+      if (v !== undefined) out[key] = v;
+    }
+    for (const [id, key, parse] of CONSTRAINT_CHOICES) {
+      const v = $(id).value;
+      if (v !== "") out[key] = parse(v);
+    }
+    const layers = $("#c-layers").value.trim();
+    if (layers) {
+      const parts = layers.split(/[\s,]+/).filter(Boolean);
+      if (!parts.every((x) => /^\d+$/.test(x))) throw localError("constraints.layers_per_stage", "must be whole numbers separated by commas, one per stage (or per model chunk when interleaved)");
+      out.layers_per_stage = parts.map(Number);
+    }
+    return out;
+  }
+
   /** The POST /v1/plans body described by the form.  Empty optional inputs are left out, so the
    *  server's defaults apply and a missing required value is reported by the server, by field. */
   function requestFromForm() {
@@ -382,6 +431,8 @@
       dtype: $("#dtype").value,
       optimizer: $("#optimizer").value,
     };
+    // The default framework is left out, so a request that does not choose one is unchanged.
+    if ($("#framework").value !== "megatron-core") body.training.framework = $("#framework").value;
     const totalTokens = num("#total-tokens");
     if (totalTokens !== undefined) body.training.total_tokens = totalTokens;
     if (radioValue("cluster-kind") === "saved") {
@@ -400,11 +451,7 @@
         }),
       };
     }
-    const constraints = {};
-    for (const [id, key] of [["#c-tp", "tp"], ["#c-pp", "pp"], ["#c-max-tp", "max_tp"], ["#c-max-pp", "max_pp"], ["#c-headroom", "memory_headroom_fraction"]]) {
-      const v = num(id);
-      if (v !== undefined) constraints[key] = v;
-    }
+    const constraints = constraintsFromForm();
     if (Object.keys(constraints).length) body.constraints = constraints;
     body.objective = $("#objective").value;
     const topK = num("#top-k");
@@ -1533,6 +1580,7 @@
     $$('input[name="model-kind"], input[name="cluster-kind"]').forEach((el) => el.addEventListener("change", syncFormParts));
     $$('input[name="mode"]').forEach((el) => el.addEventListener("change", syncMode));
     $("#preset").addEventListener("change", updatePresetInfo);
+    $("#framework").addEventListener("change", updateFrameworkInfo);
     $("#saved-cluster").addEventListener("change", updateSavedInfo);
     $("#add-group").addEventListener("click", () => $("input", addGroup({ name: `g${$$("#groups tr").length}` })).focus());
     $("#filter-form").addEventListener("submit", submitFilters);
@@ -1551,6 +1599,7 @@
     }
     fillCatalogs();
     fillSavedClusters();
+    updateFrameworkInfo();
     addGroup({ name: "g0", device: "A100-SXM4-80GB", count: 1, gpus_per_node: 8 });
     syncFormParts();
     document.body.dataset.ready = "true";

@@ -1,6 +1,7 @@
 """The web page in headless Chromium against a real uvicorn server: compose and submit a plan,
 read the rendered plan, get launch files, list and page through stored plans, see 4xx errors
-next to the field they name, run a job, replan after a node failure.
+next to the field they name, run a job, replan after a node failure, choose the framework and
+pin strategy knobs from the form.
 
 Every wait is an explicit condition (WebDriverWait); nothing sleeps.  Skipped when Chromium,
 chromedriver or selenium are missing (see conftest.py).
@@ -337,3 +338,119 @@ def test_plans_list_pages_with_the_more_button(browser, live_server):
         wait(d).until(lambda d, before=before: len(all_css(d, "#plans-body tr")) > before or not more.is_displayed())
     shown = [tr.get_attribute("data-plan-id") for tr in all_css(d, "#plans-body tr")]
     assert shown == expected
+
+
+def form_body(driver) -> dict:
+    """The request body the form describes, as the "Request JSON" mode shows it (then back to
+    the form)."""
+    area = css(driver, "#request-json")
+    driver.execute_script("arguments[0].value = ''", area)  # the JSON mode fills an empty text area from the form
+    css(driver, 'input[name="mode"][value="json"]').click()
+    body = json.loads(area.get_attribute("value"))
+    css(driver, 'input[name="mode"][value="form"]').click()
+    driver.execute_script("arguments[0].value = ''", area)
+    return body
+
+
+def small_one_node_form(driver, live_server, framework: str | None = None) -> None:
+    """A fresh page with gpt3-125m on one node of 8 A100s, the constraints opened."""
+    open_page(driver, live_server.base)
+    Select(css(driver, "#preset")).select_by_value("gpt3-125m")
+    fill(css(driver, "#global-batch"), 64)
+    fill(css(driver, "#seq-len"), 2048)
+    if framework is not None:
+        Select(css(driver, "#framework")).select_by_value(framework)
+    css(driver, "#more-options summary").click()
+
+
+def test_default_form_leaves_framework_and_constraints_out_of_the_request(browser, live_server):
+    d = browser
+    open_page(d, live_server.base)
+    assert Select(css(d, "#framework")).first_selected_option.get_attribute("value") == "megatron-core"
+    assert "Megatron-Core with Transformer Engine" in css(d, "#framework-info").get_attribute("textContent")
+    body = form_body(d)
+    assert "framework" not in body["training"] and "constraints" not in body
+    # a framework's hint says what it can run, and changes with the choice
+    Select(css(d, "#framework")).select_by_value("fsdp")
+    assert "HSDP" in css(d, "#framework-info").get_attribute("textContent")
+    assert css(d, "#framework").get_attribute("aria-describedby") == "framework-info"
+
+    # every other pin reaches the body under its contract name, with its JSON type
+    css(d, "#more-options summary").click()
+    for sel, value in (("#c-dp", 4), ("#c-tp", 2), ("#c-pp", 1), ("#c-cp", 1), ("#c-ep", 1), ("#c-vpp", 1), ("#c-recompute-layers", 0), ("#c-dp-shard", 2), ("#c-max-devices", 8), ("#c-layers", "6, 6")):
+        fill(css(d, sel), value)
+    for sel, value in (("#c-sp", "true"), ("#c-split-emb", "false"), ("#c-split-loss", "true"), ("#c-recompute", "full"), ("#c-zero", "0")):
+        Select(css(d, sel)).select_by_value(value)
+    assert form_body(d)["constraints"] == {
+        "dp": 4, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "recompute_num_layers": 0, "dp_shard": 2, "max_devices": 8,
+        "layers_per_stage": [6, 6], "sequence_parallel": True, "account_for_embedding_in_pipeline_split": False,
+        "account_for_loss_in_pipeline_split": True, "recompute": "full", "zero_stage": 0,
+    }
+
+
+def test_framework_and_pins_from_the_form_are_planned_and_shown(browser, live_server, view_screenshot):
+    d = browser
+    small_one_node_form(d, live_server, "deepspeed")
+    Select(css(d, "#c-zero")).select_by_value("3")
+    fill(css(d, "#c-mbs"), 2)
+    Select(css(d, "#c-sp")).select_by_value("false")
+    Select(css(d, "#c-recompute")).select_by_value("none")
+    Select(css(d, "#c-tight")).select_by_value("reject")
+    shot = view_screenshot(css(d, "#plan-form"), "form-framework-and-pins")
+    assert shot.stat().st_size > 10_000
+    body = form_body(d)
+    assert body["training"]["framework"] == "deepspeed"
+    assert body["constraints"] == {"zero_stage": 3, "micro_batch_size": 2, "sequence_parallel": False, "recompute": "none", "tight_memory": "reject"}
+    css(d, "#force").click()
+    css(d, "#submit-plan").click()
+
+    plan_id = rendered_plan_id(d)
+    plan = api(live_server, "GET", f"/v1/plans/{plan_id}").json()
+    assert plan["training"]["framework"] == "deepspeed"
+    assert {k: plan["constraints"][k] for k in body["constraints"]} == body["constraints"]
+    strategy = plan["best"]["strategy"]
+    assert (strategy["zero_stage"], strategy["micro_batch_size"], strategy["sequence_parallel"], strategy["recompute"]) == (3, 2, False, "none")
+    assert strategy["tp"] == 1 and strategy["pp"] == 1  # deepspeed: no tp; ZeRO-3 not with a pipeline
+    knobs = pairs(d, "#strategy > div", "dt", "dd")
+    assert knobs["ZeRO stage"] == "3" and knobs["micro-batch size"] == "2"
+    assert knobs["sequence parallel"] == "no" and knobs["recompute"] == "none"
+    training = d.execute_script(
+        "return Array.from(document.querySelectorAll('[data-section=\"overview\"] dt'))"
+        ".find(dt => dt.textContent === 'Training').nextElementSibling.textContent"
+    )
+    assert training == "batch 64 × 2048 tokens, bf16, adam, deepspeed"
+    for a in plan["alternatives"]:  # the pins hold for every alternative too
+        assert (a["strategy"]["zero_stage"], a["strategy"]["micro_batch_size"]) == (3, 2)
+
+
+def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_server, view_screenshot):
+    d = browser
+    small_one_node_form(d, live_server, "deepspeed")
+    shard = css(d, "#c-dp-shard")
+    fill(shard, 2)
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#c-dp-shard[aria-invalid="true"]'))
+    assert css(d, "#form-error").text.startswith("constraints.dp_shard: deepspeed: no partial sharding")
+    note = css(d, "#" + shard.get_attribute("aria-describedby"))
+    assert "no partial sharding" in note.text and note.is_displayed()
+    assert d.switch_to.active_element == shard
+    view_screenshot(css(d, '#more-options fieldset[data-field="constraints"]'), "form-pin-error")
+
+    # FSDP has no ZeRO-1: the 422 names the zero_stage select, and the old note is gone.
+    fill(shard, "")
+    Select(css(d, "#framework")).select_by_value("fsdp")
+    zero = css(d, "#c-zero")
+    Select(zero).select_by_value("1")
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#c-zero[aria-invalid="true"]'))
+    assert css(d, "#form-error").text.startswith("constraints.zero_stage: fsdp: no zero_stage 1")
+    assert "SHARD_GRAD_OP" in css(d, "#" + zero.get_attribute("aria-describedby")).text
+    assert shard.get_attribute("aria-invalid") is None
+    assert d.switch_to.active_element == zero
+
+    # A layers-per-stage list that is not numbers is caught before sending.
+    Select(zero).select_by_value("")
+    fill(css(d, "#c-layers"), "6, six")
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#c-layers[aria-invalid="true"]'))
+    assert css(d, "#form-error").text.startswith("constraints.layers_per_stage: must be whole numbers")

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import re
 import tomllib
+from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
 
+from cost_model.strategy import RECOMPUTE
+from cost_model.training import FRAMEWORKS
 from planner_service.api.routes.web import ASSETS
 from planner_service.exporters import TARGETS
+from planner_service.planner.request import PINNABLE, TIGHT_MEMORY
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = resources.files("planner_service") / "web"
@@ -103,3 +107,63 @@ def test_package_data_ships_the_web_folder():
     assert "web/*" in config["tool"]["setuptools"]["package-data"]["planner_service"]
     for name in ("index.html", "app.js", "style.css"):
         assert (REPO / "planner_service" / "web" / name).is_file()
+
+
+class _Controls(HTMLParser):
+    """Every input/select/textarea of the page: its attributes, and a select's option values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controls: list[dict] = []
+        self._select: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("input", "select", "textarea"):
+            self.controls.append({"tag": tag, **a, "options": []})
+            if tag == "select":
+                self._select = self.controls[-1]
+        elif tag == "option" and self._select is not None:
+            self._select["options"].append(a.get("value"))
+
+    def handle_endtag(self, tag):
+        if tag == "select":
+            self._select = None
+
+
+def _page_controls() -> dict[str, dict]:
+    parser = _Controls()
+    parser.feed((WEB / "index.html").read_text())
+    return {c["data-field"]: c for c in parser.controls if c.get("data-field")}
+
+
+def test_framework_select_offers_exactly_the_contracts_frameworks_default_first():
+    select = _page_controls()["training.framework"]
+    assert select["tag"] == "select"
+    assert tuple(select["options"]) == FRAMEWORKS
+    # the script's per-framework hints name only frameworks the contract has
+    script = (WEB / "app.js").read_text()
+    block = re.search(r"const FRAMEWORK_INFO = \{(.*?)\n  \};", script, re.S).group(1)
+    keys = re.findall(r'^\s*"?([a-z-]+)"?:', block, re.M)
+    assert sorted(keys) == sorted(FRAMEWORKS)
+
+
+def test_constraints_fieldset_pins_every_pinnable_knob_with_the_contracts_values():
+    controls = _page_controls()
+    fields = {k.removeprefix("constraints."): c for k, c in controls.items() if k.startswith("constraints.")}
+    limits = {"max_tp", "max_pp", "max_devices", "memory_headroom_fraction", "tight_memory"}
+    # every pinnable knob has a control, and every control names a constraint the server knows
+    assert set(PINNABLE) <= set(fields), sorted(set(PINNABLE) - set(fields))
+    assert set(fields) <= set(PINNABLE) | limits | {"allowed_device_types"}, sorted(set(fields) - set(PINNABLE) - limits)
+    # each control's id is the one the script reads
+    script = (WEB / "app.js").read_text()
+    for c in fields.values():
+        assert f'"#{c["id"]}"' in script, c["id"]
+    # the choices are the contract's; "" (not pinned) leaves the key out
+    assert fields["recompute"]["options"] == ["", *RECOMPUTE]
+    assert fields["zero_stage"]["options"] == ["", "0", "1", "2", "3"]
+    assert fields["tight_memory"]["options"][0] == "" and set(fields["tight_memory"]["options"][1:]) <= set(TIGHT_MEMORY)
+    for flag in ("sequence_parallel", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        assert fields[flag]["options"] == ["", "true", "false"], flag
+    for knob in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute_num_layers", "dp_shard"):
+        assert fields[knob]["tag"] == "input" and fields[knob]["type"] == "number", knob
