@@ -48,8 +48,14 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model.errors import PlannerError  # noqa: E402
 from cost_model.strategy import SPLIT_FLAGS, Strategy  # noqa: E402
-from cost_model.transformer.layer_cost import FRAGMENTATION_BOUNDS, FRAGMENTATION_PRIOR, fragmentation_fraction  # noqa: E402
+from cost_model.transformer.layer_cost import (  # noqa: E402
+    FRAGMENTATION_BOUNDS,
+    FRAGMENTATION_PRIOR,
+    WORKSPACE_BYTES,
+    fragmentation_fraction,
+)
 from cost_model.transformer.memory import reload as reload_memory  # noqa: E402
+from cost_model.units import bytes_to_gb  # noqa: E402
 from cost_model.validation.fidelity import quantile  # noqa: E402
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows  # noqa: E402
 from planner_service.planner import SolverSettings, plan  # noqa: E402
@@ -101,7 +107,7 @@ def plan_row(case: PublishedCase) -> dict[str, Any]:
                    memory_error=round(predicted / case.measured_memory_GB - 1.0, 4))
         # the part of that peak that scales with the fragmentation fraction (stage_cost.workspace)
         worst = max((st[0], st[-1]), key=lambda s: s.peak_memory_GB)
-        out["fragmenting_GB"] = round(sum(worst.memory_GB.get(k, 0.0) for k in ("weights", "gradients", "activations")), 4)
+        out["fragmenting_GB"] = round((worst.memory_GB["workspace"] - bytes_to_gb(WORKSPACE_BYTES)) / fragmentation_fraction(), 4)
     if case.measured_step_s:
         out["measured_step_s"] = round(case.measured_step_s, 4)
         out["step_error"] = round(p.step_time_s / case.measured_step_s - 1.0, 4)

@@ -60,6 +60,42 @@ def dense_layer_params(model: TransformerSpec) -> float:
 #: keeps resident at once (DeepSpeed configuration docs).
 DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 
+#: DeepSpeed's ``zero_optimization.reduce_bucket_size`` default (elements): the size of the
+#: buffer its ZeRO optimizers copy gradients into on their way to the reduction (DeepSpeed
+#: configuration docs; ``runtime/zero/config.py``).  The planner's ``ds_config.json`` leaves it
+#: at the default and sets ``contiguous_gradients`` and ``overlap_comm``.
+DEEPSPEED_REDUCE_BUCKET_SIZE = 5e8
+
+
+def gradient_bucket_bytes(training: Training, S: StrategyArrays) -> FloatArray:
+    """Bytes of DeepSpeed's gradient buckets at the backward's peak, beyond the gradient memory
+    of :func:`model_state_bytes_per_param`.  They keep one size for the whole run, so they do
+    not fragment the caching allocator.
+
+    * DeepSpeed's ZeRO optimizer (``runtime/zero/stage_1_and_2.py``; the engine uses it for
+      stage 2 and for stage 1 outside bf16, where ``BF16_Optimizer`` runs instead) with
+      ``contiguous_gradients`` allocates, before every backward, an IPG bucket of
+      ``reduce_bucket_size`` elements in the training dtype, and a second one under
+      ``overlap_comm`` (double-buffering), held until the optimizer step releases them
+      (``_release_ipg_buffers``): 2·B·b.  Under the pipeline engine (``pp`` > 1) its one bucket
+      is made by ``reduce_gradients(pipeline_parallel=True)`` at the gradient-accumulation
+      boundary, after the last backward has freed the activations, and released by the step
+      that follows: nothing at the peak.
+    * DeepSpeed's stage 3 (``runtime/zero/stage3.py``) allocates one IPG flat buffer of
+      ``reduce_bucket_size`` elements once, at initialisation: B·b.
+
+    B = :data:`DEEPSPEED_REDUCE_BUCKET_SIZE`, b = :func:`param_bytes`.  Other frameworks add
+    nothing here: Megatron-Core's fp32 gradient buffer is counted as gradients; FSDP's
+    unsharded gradients of the unit in backward (and its reduce-scatter input) are not counted
+    (docs/frameworks.md says why)."""
+    z = np.asarray(S.zero)
+    if not runs_deepspeed_engine(training.framework):
+        return np.zeros(np.shape(z), dtype=float)
+    zero_optimizer = (z == 2) | ((z == 1) & (training.dtype != "bf16"))
+    buffers = np.where(zero_optimizer, np.where(np.asarray(S.pp) > 1, 0.0, 2.0), np.where(z >= 3, 1.0, 0.0))
+    out: FloatArray = buffers * DEEPSPEED_REDUCE_BUCKET_SIZE * param_bytes(training)
+    return out
+
 
 #: Bytes per parameter per micro-batch that a DeepSpeed-engine framework's gradient
 #: accumulation streams through HBM outside the weight-gradient GEMM (:func:`grad_accumulation_s`):
@@ -260,6 +296,8 @@ def stage_cost(
         weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
+    buckets = gradient_bucket_bytes(training, S)
+    grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
     acts = n * lc.activation_bytes * inflight
     # Working set of the layer being (re)computed in backward.
@@ -278,8 +316,9 @@ def stage_cost(
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
     state = weights + grads + opt + acts
     # The allocator's fragmentation of what is freed and reallocated during a step (not the
-    # optimizer state, allocated once): layer_cost.fragmentation_fraction.
-    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (state - opt)
+    # optimizer state, allocated once, nor DeepSpeed's fixed-size gradient buckets):
+    # layer_cost.fragmentation_fraction.
+    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (state - opt - buckets)
 
     dp_comm, dp_mb, mb_sync = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the

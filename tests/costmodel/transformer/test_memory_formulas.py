@@ -5,8 +5,10 @@ import pytest
 
 from cost_model import Strategy, Training, estimate, simple_cluster
 from cost_model.transformer.layer_cost import (
+    WORKSPACE_BYTES,
     StrategyArrays,
     activation_bytes,
+    fragmentation_fraction,
     model_state_bytes_per_param,
 )
 from cost_model.transformer.spec import TransformerSpec
@@ -134,3 +136,41 @@ def test_fsdp_selective_recomputes_the_even_matmuls_and_the_memory_bound_ops():
     assert 0.30 < share < (2 * 5120 + 13824) / (4 * 5120 + 3 * 13824)
     assert runs["none"].step_time_s < runs["selective"].step_time_s < runs["full"].step_time_s
     assert max(runs["full"].peak_memory_GB) < max(runs["selective"].peak_memory_GB) < max(runs["none"].peak_memory_GB)
+
+
+# ---- DeepSpeed's gradient buckets (stage_cost.gradient_bucket_bytes)
+
+
+@pytest.mark.parametrize(
+    "framework, zero, pp, dtype, expected",
+    [
+        ("deepspeed", 2, 1, "bf16", 2 * 5e8 * 2),  # IPG bucket double-buffered under overlap_comm
+        ("deepspeed", 1, 1, "fp16", 2 * 5e8 * 2),  # the ZeRO optimizer runs stage 1 outside bf16
+        ("deepspeed", 1, 1, "bf16", 0.0),  # BF16_Optimizer: no IPG bucket
+        ("megatron-deepspeed", 1, 4, "fp16", 0.0),  # the pipeline engine's one comes after the activations are freed
+        ("deepspeed", 3, 1, "bf16", 5e8 * 2),  # stage 3: one flat IPG buffer
+        ("deepspeed", 3, 1, "fp32", 5e8 * 4),
+        ("deepspeed", 0, 1, "bf16", 0.0),
+        ("megatron-core", 1, 1, "bf16", 0.0),  # its fp32 gradient buffer is counted as gradients
+        ("fsdp", 3, 1, "bf16", 0.0),
+        ("paddle", 2, 1, "bf16", 0.0),
+    ],
+)
+def test_deepspeed_reduce_buckets(framework, zero, pp, dtype, expected):
+    from cost_model.transformer.stage_cost import gradient_bucket_bytes
+
+    S = StrategyArrays.from_strategies([Strategy(dp=8 // pp, pp=pp, zero_stage=zero)])
+    assert float(gradient_bucket_bytes(Training(64, 2048, dtype=dtype, framework=framework), S)[0]) == pytest.approx(expected)
+
+
+def test_deepspeed_zero2_estimate_counts_the_buckets_once_and_does_not_fragment_them():
+    model = TransformerSpec("m", 8, 2048, 16, 16, 8192, 32000, bias=True, learned_positions=2048)
+    cl = simple_cluster("A100-SXM4-80GB", 1)
+    st = Strategy(dp=8, micro_batch_size=1, zero_stage=2)
+    ds = estimate(model, Training(64, 2048, framework="deepspeed"), cl, st).stages[0].memory_GB
+    params = model.total_params()
+    # DeepSpeed's ZeRO-2 keeps 16-bit gradient partitions (4/8 B a parameter as costed) plus 2 GB of buckets
+    assert ds["gradients"] == pytest.approx(params * 4 / 8 / 1e9 + 2.0, rel=1e-9)
+    # the allocator fragments what is reallocated during a step: not the optimizer state, not the buckets
+    reallocated_GB = ds["weights"] + ds["gradients"] - 2.0 + ds["activations"]
+    assert ds["workspace"] == pytest.approx(WORKSPACE_BYTES / 1e9 + fragmentation_fraction() * reallocated_GB, rel=1e-9)
