@@ -1312,6 +1312,13 @@
     return out;
   }
 
+  /** The request's pins and limits as "name value" pairs; the ones left unset are omitted. */
+  function constraintsSummary(constraints) {
+    const set = Object.entries(constraints || {}).filter(([, v]) => v !== null && v !== undefined);
+    if (!set.length) return "none: the search chose every knob";
+    return set.map(([k, v]) => `${k} ${Array.isArray(v) ? v.join("/") : v}`).join(", ");
+  }
+
   function renderPlan(plan) {
     const best = plan.best;
     const pred = best.prediction;
@@ -1365,6 +1372,7 @@
         ["Model", `${plan.model.name} (${fmt.params(plan.model.params)} parameters)`],
         ["Cluster", `${plan.cluster.name}: ${clusterSummary(plan.cluster)}; this plan uses ${best.ranks ? best.ranks.length : plan.summary.num_devices} GPUs`],
         ["Training", `batch ${plan.training.global_batch_size} × ${plan.training.sequence_length} tokens, ${plan.training.dtype}, ${plan.training.optimizer}` + (plan.training.framework ? `, ${plan.training.framework}` : "")],
+        ["Constraints", constraintsSummary(plan.constraints)],
         ["Objective", plan.objective],
         plan.parent_id ? ["Replan of", h("a", { href: "#/plans/" + encodeURIComponent(plan.parent_id) }, fmt.shortId(plan.parent_id))] : null,
         ["Request hash", h("code", { title: plan.request_hash }, plan.request_hash.slice(0, 16) + "…")],

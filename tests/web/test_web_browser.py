@@ -134,6 +134,11 @@ def test_submit_a_plan_see_it_find_it_in_the_list_and_get_launch_files(browser, 
     assert plan["model"]["name"] == "gpt3-125m" and plan["cluster"]["name"] == "web-one-node"
     assert plan["training"]["global_batch_size"] == 64 and plan["training"]["sequence_length"] == 2048
     assert css(d, "#flash").text == "Planned."
+    constraints = d.execute_script(
+        "return Array.from(document.querySelectorAll('[data-section=\"overview\"] dt'))"
+        ".find(dt => dt.textContent === 'Constraints').nextElementSibling.textContent"
+    )
+    assert constraints == "none: the search chose every knob"
 
     # Strategy knobs: exactly the stored plan's.
     knobs = pairs(d, "#strategy > div", "dt", "dd")
@@ -414,11 +419,16 @@ def test_framework_and_pins_from_the_form_are_planned_and_shown(browser, live_se
     knobs = pairs(d, "#strategy > div", "dt", "dd")
     assert knobs["ZeRO stage"] == "3" and knobs["micro-batch size"] == "2"
     assert knobs["sequence parallel"] == "no" and knobs["recompute"] == "none"
-    training = d.execute_script(
-        "return Array.from(document.querySelectorAll('[data-section=\"overview\"] dt'))"
-        ".find(dt => dt.textContent === 'Training').nextElementSibling.textContent"
-    )
-    assert training == "batch 64 × 2048 tokens, bf16, adam, deepspeed"
+    def overview(name: str) -> str:
+        return d.execute_script(
+            "return Array.from(document.querySelectorAll('[data-section=\"overview\"] dt'))"
+            ".find(dt => dt.textContent === arguments[0]).nextElementSibling.textContent", name
+        )
+
+    assert overview("Training") == "batch 64 × 2048 tokens, bf16, adam, deepspeed"
+    # the request's pins are shown with the plan, the unset limits left out
+    assert set(overview("Constraints").split(", ")) == {
+        "micro_batch_size 2", "recompute none", "sequence_parallel false", "zero_stage 3", "tight_memory reject"}
     for a in plan["alternatives"]:  # the pins hold for every alternative too
         assert (a["strategy"]["zero_stage"], a["strategy"]["micro_batch_size"]) == (3, 2)
 
