@@ -70,7 +70,7 @@ def _cell(value: object) -> str:
     """A physics case's figure as the README shows it (a dict by its keys, read back from JSON
     or not: ``384: 89.76, 768: 52.71``)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -150,6 +150,21 @@ def physics_cases() -> list[dict]:
             hsdp[f"{nodes * 8} GPUs {name}"] = round(est.step_time_s, 3)
     out.append({"physics": "HSDP (FSDP sharded within a node, replicated across) vs full sharding: Llama 3 8B, ZeRO-3, 8192 tokens per GPU, H100, step (s)",
                 "result": hsdp})
+    llama13 = get_preset("llama2-13b")
+    memory = {}
+    for framework, zero in (("fsdp", 3), ("deepspeed", 3), ("deepspeed", 2), ("megatron-core", 1)):
+        tm = Training(global_batch_size=64, sequence_length=4096, framework=framework)
+        est = estimate(llama13, tm, simple_cluster("A100-SXM4-80GB", 1), Strategy(dp=8, micro_batch_size=1, zero_stage=zero, recompute="full"))
+        m = est.stages[0].memory_GB
+        memory[f"{framework} ZeRO-{zero}"] = {
+            "state": round(m["weights"] + m["gradients"] + m["optimizer_state"], 1),
+            "activations incl. gathered layers": round(m["activations"], 1),
+            "allocator reserve + context": round(m["workspace"], 1),
+            "peak (p10-p90)": f"{est.peak_memory_GB[0]:.1f} ({est.peak_memory_GB_p10:.1f}-{est.peak_memory_GB_p90:.1f})",
+        }
+    out.append({"physics": "Memory as the allocator sees it: Llama 2 13B on 8 A100 80GB, 4096 tokens, full recompute, GB per GPU by framework "
+                           "(state after sharding incl. DeepSpeed's gradient buckets; the gathered layers of ZeRO-3; fragmentation reserve, CUDA context, NCCL)",
+                "result": memory})
     return out
 
 
