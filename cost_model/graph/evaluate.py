@@ -34,6 +34,7 @@ import numpy as np
 
 from cost_model.cluster import Cluster
 from cost_model.errors import InvalidStrategy
+from cost_model.frameworks import layout_rule_violation
 from cost_model.graph.assign import assignment_from_names, split_stages, stage_from_names
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import inflight, mesh_for, pick_group
@@ -225,6 +226,10 @@ def estimate_graph(
     if getattr(strategy, "dp_shard", 0):
         raise InvalidStrategy("operator graphs shard ZeRO over the whole data-parallel group (omit dp_shard)", field="strategy.dp_shard")
     dp, t, pp, mbs = strategy.dp, strategy.tp, strategy.pp, strategy.micro_batch_size
+    rule = layout_rule_violation(training.framework, tp=t, pp=pp, vpp=1, cp=1, ep=1, dp=dp,
+                                 zero_stage=getattr(strategy, "zero_stage", 0), sequence_parallel=False)
+    if rule is not None:  # the framework's rules hold for operator graphs as for transformer layers
+        raise InvalidStrategy(rule[1], field=f"strategy.{rule[0]}")
     if dp * t * pp > cluster.total_gpus:
         raise InvalidStrategy(f"dp·tp·pp = {dp * t * pp} devices but the cluster has {cluster.total_gpus} available", field="strategy.dp")
     if pp > graph.num_ops:

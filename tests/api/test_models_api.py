@@ -63,6 +63,18 @@ def test_json_graph_plans_through_the_api(client):
     assert plan.json()["best"]["strategy"]["op_shardings"]
 
 
+def test_a_graph_plan_keeps_to_its_framework_over_http(client):
+    body = {"model": {"graph": gpt_graph(layers=2, hidden=128, heads=4, vocab=512, positions=128)},
+            "training": {"global_batch_size": 32, "sequence_length": 128, "framework": "deepspeed"}, "cluster": CLUSTER}
+    plan = client.post("/v1/plans", json=body)
+    assert plan.status_code in (200, 201), plan.text
+    assert plan.json()["best"]["strategy"]["tp"] == 1  # DeepSpeed alone shards no operator
+    pinned = client.post("/v1/plans", json={**body, "constraints": {"tp": 2}})
+    assert pinned.status_code == 422
+    err = pinned.json()["error"]
+    assert err["field"] == "constraints.tp" and "deepspeed" in err["message"]
+
+
 @pytest.mark.parametrize(
     "payload,field",
     [

@@ -18,7 +18,8 @@ import numpy.typing as npt
 
 from cost_model.cluster import Cluster
 from cost_model.devices import device_matches
-from cost_model.errors import InvalidInput, NoFeasiblePlan
+from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan
+from cost_model.frameworks import layout_rule_violation, pinned_rule_violation, rules_for
 from cost_model.graph.evaluate import GraphEval, evaluate
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import CpuPool, GraphMesh, gpu_groups
@@ -81,8 +82,14 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def _checked_pins(cons: Constraints) -> dict[str, Any]:
-    """The pins an operator graph honours; others must be left at their defaults."""
+def _checked_pins(cons: Constraints, framework: str) -> dict[str, Any]:
+    """The pins an operator graph honours; others must be left at their defaults.  A pin the
+    framework cannot run is refused naming it (:func:`cost_model.frameworks.pinned_rule_violation`,
+    as for transformer models); ZeRO defaults to stage 1 where the framework has it, else 0
+    (FSDP: no stage 1; operator graphs cost stages 0 and 1)."""
+    rule = pinned_rule_violation(framework, cons.pinned)
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     pins = dict(cons.pinned)
     for k in ("cp", "ep", "vpp"):
         if pins.get(k) not in (None, 1):
@@ -93,7 +100,7 @@ def _checked_pins(cons: Constraints) -> dict[str, Any]:
     if pins.get("dp_shard"):
         raise InvalidInput("operator graphs shard ZeRO over the whole data-parallel group (omit dp_shard)", field="constraints.dp_shard")
     zero = pins.get("zero_stage")
-    pins["zero_stage"] = 1 if zero is None else zero
+    pins["zero_stage"] = (1 if 1 in rules_for(framework).zero_stages else 0) if zero is None else zero
     if pins["zero_stage"] not in (0, 1):
         raise InvalidInput(f"zero_stage={pins['zero_stage']}: operator graphs support ZeRO stages 0 and 1",
                            field="constraints.zero_stage")
@@ -130,12 +137,17 @@ def _group_meshes(grp: Any, gpus: int, training: Training, cons: Constraints, pi
                 pruned += 1
                 continue
             per = B // dp
+            zero = pins["zero_stage"] if dp * t > 1 else 0
+            if layout_rule_violation(training.framework, tp=t, pp=pp, vpp=1, cp=1, ep=1, dp=dp, zero_stage=zero,
+                                     sequence_parallel=False) is not None:
+                pruned += 1  # a layout the framework cannot run (e.g. tp > 1 under DeepSpeed alone)
+                continue
             for mbs in _micro_batches(per, pins["micro_batch_size"]):
                 mc = per // mbs
                 if pp > 1 and mc < pp:
                     pruned += 1
                     continue
-                meshes.append(GraphMesh(grp, t, dp, pp, mbs, mc, pins["zero_stage"] if dp * t > 1 else 0, pool))
+                meshes.append(GraphMesh(grp, t, dp, pp, mbs, mc, zero, pool))
     return meshes, pruned
 
 
@@ -145,7 +157,7 @@ def enumerate_meshes(graph: GraphSpec, training: Training, cluster: Cluster,
     """Outer candidates (node group, t, pp, dp, micro-batch, ZeRO) after divisibility, pins and
     limits; returns (meshes, number pruned, notes)."""
     cons = as_constraints(constraints)
-    pins = _checked_pins(cons)
+    pins = _checked_pins(cons, training.framework)
     notes: list[str] = []
     pool = CpuPool.from_cluster(cluster)
     groups = gpu_groups(cluster)

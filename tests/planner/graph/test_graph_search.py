@@ -257,3 +257,28 @@ def test_large_graphs_take_the_coarsened_path_and_still_improve_or_keep_the_gree
     assert out["search"]["operators"] == g.num_ops
     assert out["search"]["coarsened_nodes"] < g.num_ops / 2
     assert out["search"]["exact_reduction"] in (False, None)
+
+
+def test_the_framework_decides_what_an_operator_graph_may_run():
+    """training.framework holds for operator graphs as for transformer layers: DeepSpeed alone has
+    no tensor parallelism, FSDP no ZeRO stage 1 — the search keeps to what the framework runs,
+    a pin it cannot run is refused naming the pin, and so is such a strategy in an estimate."""
+    g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    ds = Training(32, 256, framework="deepspeed")
+    out = plan_graph(g, ds, cluster, None, top_k=3, time_limit_s=3).to_dict()
+    assert all(p["strategy"]["tp"] == 1 for p in [out["best"], *out["alternatives"]])
+    core = plan_graph(g, Training(32, 256), cluster, None, top_k=3, time_limit_s=3).to_dict()
+    assert core["search"]["candidates"] > out["search"]["candidates"]  # megatron-core may shard operators
+    with pytest.raises(InvalidInput) as ei:
+        plan_graph(g, ds, cluster, {"tp": 2}, top_k=0, time_limit_s=2)
+    assert ei.value.field == "constraints.tp" and "deepspeed" in str(ei.value)
+    fsdp = Training(32, 256, framework="fsdp")
+    out = plan_graph(g, fsdp, cluster, None, top_k=3, time_limit_s=3).to_dict()
+    assert {p["strategy"]["zero_stage"] for p in [out["best"], *out["alternatives"]]} == {0}
+    with pytest.raises(InvalidInput) as ei:
+        plan_graph(g, fsdp, cluster, {"zero_stage": 1}, top_k=0, time_limit_s=2)
+    assert ei.value.field == "constraints.zero_stage"
+    with pytest.raises(InvalidInput) as ei:
+        estimate_graph(g, ds, cluster, Strategy(dp=4, tp=2, micro_batch_size=1))
+    assert ei.value.field == "strategy.tp"
