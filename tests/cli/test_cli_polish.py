@@ -120,3 +120,22 @@ def test_exit_codes_as_documented(cli, tmp_path, args, code):
     args = [a.replace("{bad}", str(tmp_path / "bad.json")).replace("{plan}", str(tmp_path / "plan.json")) for a in args]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == code, res.output
+
+
+def test_an_onnx_plan_under_a_framework_that_cannot_run_the_pin_exits_2_naming_it(cli, tmp_path):
+    """`planner plan --onnx` holds the graph to training.framework: DeepSpeed alone shards no
+    operator, so a pinned tp is bad input (exit 2) and the message names constraints.tp."""
+    import json
+
+    from helpers.graphs import mlp_onnx
+
+    onnx_path = mlp_onnx(str(tmp_path / "mlp.onnx"), layers=2, width=64)
+    body = {"training": {"global_batch_size": 256, "sequence_length": 1, "framework": "deepspeed"},
+            "cluster": {"name": "one", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}}
+    (tmp_path / "req.json").write_text(json.dumps({**body, "constraints": {"tp": 2}}))
+    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "req.json"), "--onnx", onnx_path], terminal_width=200)
+    assert res.exit_code == 2 and "constraints.tp" in res.output and "deepspeed" in res.output, res.output
+    (tmp_path / "ok.json").write_text(json.dumps(body))
+    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "ok.json"), "--onnx", onnx_path, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["best"]["strategy"]["tp"] == 1
