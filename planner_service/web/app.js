@@ -393,6 +393,31 @@
     ["#c-tight", "tight_memory", (v) => v],
   ];
 
+  /** "More training options": [element id, training key, the contract's default (as the
+   *  select's value), parse].  A control at the default leaves its key out, so a request that
+   *  does not touch them is unchanged (same body, same hash). */
+  const TRAINING_CHOICES = [
+    ["#t-attention", "attention", "flash", (v) => v],
+    ["#t-fused-kernels", "fused_kernels", "true", (v) => v === "true"],
+    ["#t-tp-overlap", "tp_comm_overlap", "false", (v) => v === "true"],
+    ["#t-grad-overlap", "grad_reduce_overlap", "true", (v) => v === "true"],
+    ["#t-cp-comm", "cp_comm_type", "", (v) => v],
+    ["#t-moe-dispatcher", "moe_token_dispatcher", "alltoall", (v) => v],
+    ["#t-moe-overlap", "moe_comm_overlap", "false", (v) => v === "true"],
+  ];
+
+  function trainingOptionsFromForm() {
+    const out = {};
+    for (const [id, key, byDefault, parse] of TRAINING_CHOICES) {
+      const v = $(id).value;
+      if (v !== byDefault) out[key] = parse(v);
+    }
+    // empty: dropless (the contract's None), left out
+    const capacity = num("#t-moe-capacity");
+    if (capacity !== undefined) out.moe_capacity_factor = capacity;
+    return out;
+  }
+
   function constraintsFromForm() {
     const out = {};
     for (const [id, key] of CONSTRAINT_NUMBERS) {
@@ -435,6 +460,7 @@
     if ($("#framework").value !== "megatron-core") body.training.framework = $("#framework").value;
     const totalTokens = num("#total-tokens");
     if (totalTokens !== undefined) body.training.total_tokens = totalTokens;
+    Object.assign(body.training, trainingOptionsFromForm());
     if (radioValue("cluster-kind") === "saved") {
       body.cluster = $("#saved-cluster").value;
     } else {

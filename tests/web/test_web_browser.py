@@ -464,3 +464,75 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
     css(d, "#submit-plan").click()
     wait(d).until(present('#c-layers[aria-invalid="true"]'))
     assert css(d, "#form-error").text.startswith("constraints.layers_per_stage: must be whole numbers")
+
+
+TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "moe_token_dispatcher", "moe_comm_overlap", "moe_capacity_factor"}
+
+
+def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
+    d = browser
+    open_page(d, live_server.base)
+    details = css(d, "#training-options")
+    assert details.get_attribute("open") is None and not css(d, "#t-attention").is_displayed()
+    body = form_body(d)
+    assert not TRAINING_OPTION_KEYS & set(body["training"]), body["training"]
+    # the contract's defaults are what the controls show
+    shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value") for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-moe-dispatcher", "#t-moe-overlap")}
+    assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false"}
+    assert css(d, "#t-moe-capacity").get_attribute("value") == ""
+
+    # each changed control reaches the body under its contract name, with its JSON type
+    css(d, "#training-options summary").click()
+    assert css(d, "#t-attention").is_displayed()
+    view_screenshot(css(d, 'fieldset[data-field="training"]'), "form-training-options")
+    for sel, value in (("#t-tp-overlap", "true"), ("#t-grad-overlap", "false"), ("#t-moe-dispatcher", "deepep"), ("#t-moe-overlap", "true"), ("#t-cp-comm", "allgather")):
+        Select(css(d, sel)).select_by_value(value)
+    fill(css(d, "#t-moe-capacity"), 1.25)
+    training = form_body(d)["training"]
+    assert {k: training[k] for k in TRAINING_OPTION_KEYS & set(training)} == {
+        "tp_comm_overlap": True, "grad_reduce_overlap": False, "moe_token_dispatcher": "deepep", "moe_comm_overlap": True,
+        "cp_comm_type": "allgather", "moe_capacity_factor": 1.25}
+    # back at the defaults, the keys are gone again
+    for sel, value in (("#t-tp-overlap", "false"), ("#t-grad-overlap", "true"), ("#t-moe-dispatcher", "alltoall"), ("#t-moe-overlap", "false"), ("#t-cp-comm", "")):
+        Select(css(d, sel)).select_by_value(value)
+    fill(css(d, "#t-moe-capacity"), "")
+    assert not TRAINING_OPTION_KEYS & set(form_body(d)["training"])
+
+
+def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(browser, live_server, view_screenshot):
+    d = browser
+    small_one_node_form(d, live_server, "deepspeed")
+    css(d, "#training-options summary").click()
+    Select(css(d, "#t-attention")).select_by_value("unfused")
+    Select(css(d, "#t-fused-kernels")).select_by_value("false")
+    cp = css(d, "#t-cp-comm")
+    Select(cp).select_by_value("p2p")  # DeepSpeed's context parallelism is Ulysses' all-to-all only
+    assert {k: form_body(d)["training"].get(k) for k in ("attention", "fused_kernels", "cp_comm_type")} == {
+        "attention": "unfused", "fused_kernels": False, "cp_comm_type": "p2p"}
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#t-cp-comm[aria-invalid="true"]'))
+    assert css(d, "#form-error").text.startswith("training.cp_comm_type: deepspeed: no 'p2p' context-parallel exchange")
+    note = css(d, "#" + cp.get_attribute("aria-describedby"))
+    assert "a2a" in note.text and note.is_displayed()
+    assert d.switch_to.active_element == cp
+    view_screenshot(css(d, 'fieldset[data-field="training"]'), "form-training-option-error")
+
+    # a capacity factor out of range, the options collapsed: the 422 opens them at that input
+    Select(cp).select_by_value("a2a")
+    capacity = css(d, "#t-moe-capacity")
+    fill(capacity, 0.5)
+    css(d, "#training-options summary").click()
+    assert not capacity.is_displayed()
+    css(d, "#submit-plan").click()
+    wait(d).until(present('#t-moe-capacity[aria-invalid="true"]'))
+    assert css(d, "#form-error").text.startswith("training.moe_capacity_factor: must be a number from 1 to 64")
+    assert capacity.is_displayed() and cp.get_attribute("aria-invalid") is None
+
+    # a combination DeepSpeed has: planned, and stored with the request's options
+    fill(capacity, "")
+    css(d, "#submit-plan").click()
+    plan_id = rendered_plan_id(d)
+    training = api(live_server, "GET", f"/v1/plans/{plan_id}").json()["training"]
+    assert training["framework"] == "deepspeed" and training["attention"] == "unfused"
+    assert training["fused_kernels"] is False and training["cp_comm_type"] == "a2a"
+    assert "moe_capacity_factor" not in training

@@ -3,6 +3,7 @@ caching, nothing loaded from elsewhere, and the script only refers to elements t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from html.parser import HTMLParser
@@ -10,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from cost_model.strategy import RECOMPUTE
-from cost_model.training import FRAMEWORKS
+from cost_model.training import ATTENTION_IMPLS, CP_COMM_TYPES, FRAMEWORKS, MOE_DISPATCHERS, Training
 from planner_service.api.routes.web import ASSETS
 from planner_service.exporters import TARGETS
 from planner_service.planner.request import PINNABLE, TIGHT_MEMORY
@@ -167,3 +168,53 @@ def test_constraints_fieldset_pins_every_pinnable_knob_with_the_contracts_values
         assert fields[flag]["options"] == ["", "true", "false"], flag
     for knob in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute_num_layers", "dp_shard"):
         assert fields[knob]["tag"] == "input" and fields[knob]["type"] == "number", knob
+
+
+def _training_choices() -> dict[str, tuple[str, str]]:
+    """The script's TRAINING_CHOICES: {training key: (element id, default as the select's value)}."""
+    script = (WEB / "app.js").read_text()
+    block = re.search(r"const TRAINING_CHOICES = \[(.*?)\n  \];", script, re.S).group(1)
+    rows = re.findall(r'\["#([\w-]+)", "(\w+)", "([^"]*)",', block)
+    assert rows, "the TRAINING_CHOICES pattern no longer matches the script"
+    return {key: (ident, default) for ident, key, default in rows}
+
+
+def test_training_options_offer_the_contracts_choices_with_its_defaults():
+    controls = _page_controls()
+    fields = {k.removeprefix("training."): c for k, c in controls.items() if k.startswith("training.")}
+    # every Training field of the contract has a control (total_tokens lives with the objective)
+    contract = {f.name for f in dataclasses.fields(Training)}
+    assert contract <= set(fields), sorted(contract - set(fields))
+    assert set(fields) <= contract, sorted(set(fields) - contract)
+    # the choices are exactly the contract's, its default first
+    assert tuple(fields["attention"]["options"]) == ATTENTION_IMPLS
+    assert tuple(fields["moe_token_dispatcher"]["options"]) == MOE_DISPATCHERS
+    assert fields["cp_comm_type"]["options"] == ["", *CP_COMM_TYPES]  # "": the framework's own, omitted
+    defaults = {f.name: f.default for f in dataclasses.fields(Training)}
+    assert fields["attention"]["options"][0] == defaults["attention"]
+    assert fields["moe_token_dispatcher"]["options"][0] == defaults["moe_token_dispatcher"]
+    assert defaults["cp_comm_type"] is None
+    for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"):
+        assert fields[flag]["tag"] == "select", flag
+        assert fields[flag]["options"] == [str(defaults[flag]).lower(), str(not defaults[flag]).lower()], flag
+    capacity = fields["moe_capacity_factor"]
+    assert defaults["moe_capacity_factor"] is None
+    assert (capacity["tag"], capacity["type"], capacity["min"], capacity["max"]) == ("input", "number", "1", "64")
+    assert "value" not in capacity  # empty: dropless, left out of the request
+    # the script leaves a key out exactly when its control is at the contract's default
+    choices = _training_choices()
+    assert set(choices) == {"attention", "cp_comm_type", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"}
+    for key, (ident, default) in choices.items():
+        assert fields[key]["id"] == ident, key
+        assert default == fields[key]["options"][0], key
+        assert default == ("" if defaults[key] is None else str(defaults[key]).lower() if isinstance(defaults[key], bool) else defaults[key]), key
+    script = (WEB / "app.js").read_text()
+    assert f'num("#{capacity["id"]}")' in script
+    # the options sit in a collapsed block inside the Training fieldset
+    page = (WEB / "index.html").read_text()
+    training = re.search(r'<fieldset data-field="training">(.*?)</fieldset>', page, re.S).group(1)
+    details = re.search(r'<details id="training-options"[^>]*>(.*?)</details>', training, re.S)
+    assert details and "<summary>More training options</summary>" in details.group(1)
+    assert " open" not in re.search(r'<details id="training-options"[^>]*>', training).group(0)
+    for key in choices.keys() | {"moe_capacity_factor"}:
+        assert f'data-field="training.{key}"' in details.group(1), key
