@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cost_model.errors import InvalidGraph, InvalidStrategy
-from cost_model.graph.mesh import inflight
+from cost_model.graph.mesh import fixed_bytes, inflight
 from cost_model.graph.tables import CostTables, local_cost, op_times, p2p_boundary_vector, position_crossing_bytes
-from cost_model.transformer.layer_cost import WORKSPACE_BYTES, fragmentation_fraction
+from cost_model.transformer.layer_cost import fragmentation_fraction
 from cost_model.transformer.memory import static_for_fragmentation
 
 
@@ -151,7 +151,7 @@ def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: 
         return out
 
     cum_t = cum(op_times(tables, choice))
-    cap = (mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES) / (1 + fragmentation_fraction())
+    cap = (mesh.device.memory_bytes * (1.0 - headroom_fraction) - fixed_bytes(tables.training, mesh)) / (1 + fragmentation_fraction())
     cum_m = [cum(static + inflight(mesh, k) * act) for k in range(pp)]
 
     # p2p[k][c]: one crossing of boundary k|k+1 cut at chain c's start
@@ -218,6 +218,7 @@ def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence
     if pp > P - 1:
         return None
     cap = mesh.device.memory_bytes * (1.0 - headroom_fraction)
+    fixed = fixed_bytes(tables.training, mesh)
     crossing = position_crossing_bytes(tables)[pts]
     p2p = np.zeros((pp, P))  # p2p[k, j]: one crossing of boundary k|k+1 placed at pts[j]
     for k in range(pp - 1):
@@ -229,7 +230,7 @@ def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence
     def seg_cost(i_idx: np.ndarray, j: int, k: int) -> np.ndarray:
         s_, e_ = pts[i_idx], pts[j]
         fl = inflight(mesh, k)
-        mem = (cum_s[e_] - cum_s[s_] + fl * (cum_a[e_] - cum_a[s_])) * (1 + fragmentation_fraction()) + WORKSPACE_BYTES
+        mem = (cum_s[e_] - cum_s[s_] + fl * (cum_a[e_] - cum_a[s_])) * (1 + fragmentation_fraction()) + fixed
         tt = cum_t[e_] - cum_t[s_]
         if k > 0:
             tt = tt + p2p[k - 1][i_idx]

@@ -37,7 +37,7 @@ from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import layout_rule_violation
 from cost_model.graph.assign import assignment_from_names, split_stages, stage_from_names
 from cost_model.graph.ir import GraphSpec
-from cost_model.graph.mesh import inflight, mesh_for, pick_group
+from cost_model.graph.mesh import bucket_bytes, inflight, mesh_for, pick_group
 from cost_model.graph.tables import CostTables, build_tables, p2p_stage_times
 from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
@@ -144,19 +144,21 @@ def _stage_sums(tables: CostTables, choice: np.ndarray, stage: np.ndarray) -> _S
 
 def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> list[StageResult]:
     stages: list[StageResult] = []
+    buckets = bucket_bytes(tables.training, tables.mesh)  # DeepSpeed's gradient buckets, counted as gradients
     for k in range(tables.mesh.pp):
         fl = inflight(tables.mesh, k)
-        state = sums.weights_bytes[k] + sums.gradients_bytes[k] + sums.optimizer_state_bytes[k] + fl * sums.activation_bytes[k]
+        grads = sums.gradients_bytes[k] + buckets
+        state = sums.weights_bytes[k] + grads + sums.optimizer_state_bytes[k] + fl * sums.activation_bytes[k]
         # The allocator's fragmentation of what is freed during a step, not of the optimizer
-        # state (allocated once), as for transformer stages.
-        ws = WORKSPACE_BYTES + fragmentation_fraction() * (state - sums.optimizer_state_bytes[k])
+        # state (allocated once) nor of the fixed-size buckets, as for transformer stages.
+        ws = WORKSPACE_BYTES + fragmentation_fraction() * (state - sums.optimizer_state_bytes[k] - buckets)
         f, b, cf, cb = sums.fwd_s[k], sums.bwd_s[k], sums.comm_fwd_s[k], sums.comm_bwd_s[k]
         stages.append(StageResult(
             index=k, ops=tuple(int(i) for i in np.nonzero(stage == k)[0]),
             forward_s=float(f + cf), backward_s=float(b + cb), compute_s=float(f + b),
             bwd_compute_s=float(b), tp_comm_s=float(cf + cb), pp_comm_s=float(sums.p2p_s[k]),
             dp_comm_s=float(sums.sync_s[k]), optimizer_s=float(sums.opt_s[k]),
-            weights_bytes=float(sums.weights_bytes[k]), gradients_bytes=float(sums.gradients_bytes[k]),
+            weights_bytes=float(sums.weights_bytes[k]), gradients_bytes=float(grads),
             optimizer_state_bytes=float(sums.optimizer_state_bytes[k]), activation_bytes=float(sums.activation_bytes[k]),
             inflight=fl, workspace_bytes=ws, peak_bytes=state + ws,
         ))

@@ -12,6 +12,8 @@ from cost_model.devices import DeviceSpec
 from cost_model.errors import InvalidStrategy
 from cost_model.schedule import inflight_microbatches
 from cost_model.training import Training
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES
+from cost_model.transformer.stage_cost import gradient_bucket_bytes
 from cost_model.units import gbps_to_bytes_per_s
 
 
@@ -119,3 +121,19 @@ def mesh_for(training: Training, cluster: Cluster, dp: int, t: int, pp: int, mic
     g = group or pick_group(cluster, dp * t * pp, training.dtype)
     m = training.global_batch_size // (dp * micro_batch)
     return GraphMesh(g, t, dp, pp, micro_batch, m, zero_stage, CpuPool.from_cluster(cluster) if use_cpu else None)
+
+
+def fixed_bytes(training: Training, mesh: GraphMesh) -> float:
+    """Bytes every GPU of ``mesh`` holds beside its operators' model state and activations,
+    none of which fragments: the CUDA context, cuBLAS and NCCL reserve
+    (:data:`cost_model.transformer.layer_cost.WORKSPACE_BYTES`) and DeepSpeed's gradient buckets
+    (:func:`cost_model.transformer.stage_cost.gradient_bucket_bytes`, as for transformer
+    stages).  Every memory check of the operator-graph family adds these, so the solvers and
+    :func:`cost_model.graph.evaluate.evaluate` agree."""
+    return WORKSPACE_BYTES + bucket_bytes(training, mesh)
+
+
+def bucket_bytes(training: Training, mesh: GraphMesh) -> float:
+    """DeepSpeed's gradient buckets on a GPU of ``mesh`` (0 for other frameworks)."""
+    return float(gradient_bucket_bytes(training, mesh.zero_stage, mesh.pp))
+

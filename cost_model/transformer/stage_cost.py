@@ -67,7 +67,7 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 DEEPSPEED_REDUCE_BUCKET_SIZE = 5e8
 
 
-def gradient_bucket_bytes(training: Training, S: StrategyArrays) -> FloatArray:
+def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> FloatArray:
     """Bytes of DeepSpeed's gradient buckets at the backward's peak, beyond the gradient memory
     of :func:`model_state_bytes_per_param`.  They keep one size for the whole run, so they do
     not fragment the caching allocator.
@@ -88,11 +88,11 @@ def gradient_bucket_bytes(training: Training, S: StrategyArrays) -> FloatArray:
     nothing here: Megatron-Core's fp32 gradient buffer is counted as gradients; FSDP's
     unsharded gradients of the unit in backward (and its reduce-scatter input) are not counted
     (docs/frameworks.md says why)."""
-    z = np.asarray(S.zero)
+    z = np.asarray(zero_stage)
     if not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=float)
     zero_optimizer = (z == 2) | ((z == 1) & (training.dtype != "bf16"))
-    buffers = np.where(zero_optimizer, np.where(np.asarray(S.pp) > 1, 0.0, 2.0), np.where(z >= 3, 1.0, 0.0))
+    buffers = np.where(zero_optimizer, np.where(np.asarray(pp) > 1, 0.0, 2.0), np.where(z >= 3, 1.0, 0.0))
     out: FloatArray = buffers * DEEPSPEED_REDUCE_BUCKET_SIZE * param_bytes(training)
     return out
 
@@ -296,7 +296,7 @@ def stage_cost(
         weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
-    buckets = gradient_bucket_bytes(training, S)
+    buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
     acts = n * lc.activation_bytes * inflight

@@ -42,9 +42,9 @@ from collections.abc import Callable
 import numpy as np
 
 from cost_model.graph.evaluate import _OPTIMIZER_STEP_KERNELS
-from cost_model.graph.mesh import inflight
+from cost_model.graph.mesh import fixed_bytes, inflight
 from cost_model.graph.tables import CostTables, p2p_boundary_vector, position_crossing_bytes
-from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
+from cost_model.transformer.layer_cost import dp_overlap_fraction, fragmentation_fraction
 from cost_model.transformer.memory import static_for_fragmentation
 
 #: Bisection steps of the pipeline bound's bottleneck (2^-30 of the range).
@@ -151,7 +151,7 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     fl_min = min(inflight(mesh, k) for k in range(pp))
     state = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)
     mem = (state + fl_min * tables.activation_bytes) * (1 + fragmentation_fraction())
-    cap = mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES
+    cap = mesh.device.memory_bytes * (1.0 - headroom_fraction) - fixed_bytes(tables.training, mesh)
     if cap <= 0:
         return math.inf
     mem = np.where(mem > cap * (1 + 1e-9), np.inf, mem)  # a row that alone does not fit is no choice

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cost_model.graph.mesh import inflight
+from cost_model.graph.mesh import fixed_bytes, inflight
 from cost_model.graph.tables import CostTables, p2p_boundary_vector, position_crossing_bytes
-from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
+from cost_model.transformer.layer_cost import dp_overlap_fraction, fragmentation_fraction
 from planner_service.planner.cpsat import CpModel, IntScale, Solution, SolverParams, solve
 from planner_service.planner.graph.coarsen import Coarse, group_choice_from_ops, ops_from_groups
 
@@ -214,7 +214,7 @@ def mesh_data(tables: CostTables, coarse: Coarse, cuts: Sequence[int], headroom_
     ti = scale.time
     b_i = [ti(gr.bwd_s) for gr in groups]
     window = dp_overlap_fraction(tables.training, mesh.device)
-    cap_total = mesh.device.memory_bytes * (1.0 - headroom_fraction) - WORKSPACE_BYTES
+    cap_total = mesh.device.memory_bytes * (1.0 - headroom_fraction) - fixed_bytes(tables.training, mesh)
     pool = mesh.cpu
     cpu_memory = [(g, scale.cpu_memory_up(groups[g].cpu_mem_bytes)) for g in range(len(groups)) if groups[g].cpu_mem_bytes.any()]
     constant_s = 4 * mesh.device.efficiency.kernel_overhead_s  # evaluate() adds the optimizer's kernel launches

@@ -22,10 +22,10 @@ from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan
 from cost_model.frameworks import layout_rule_violation, pinned_rule_violation, rules_for
 from cost_model.graph.evaluate import GraphEval, evaluate
 from cost_model.graph.ir import GraphSpec
-from cost_model.graph.mesh import CpuPool, GraphMesh, gpu_groups
+from cost_model.graph.mesh import CpuPool, GraphMesh, fixed_bytes, gpu_groups
 from cost_model.graph.tables import CostTables
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import WORKSPACE_BYTES, model_state_bytes_per_param
+from cost_model.transformer.layer_cost import model_state_bytes_per_param
 from cost_model.units import bytes_to_gb
 from planner_service.planner.request import Constraints, parse_constraints
 
@@ -211,7 +211,7 @@ def memory_lower_bound_ok(training: Training, mesh: GraphMesh, headroom: float, 
     """Model state per GPU cannot shrink below :func:`state_bytes_lower_bound` × parameters /
     pp (tables may leave for CPU parameter servers)."""
     movable = movable_params if mesh.cpu is not None else 0.0
-    need = (params_total - movable) * state_bytes_lower_bound(training, mesh) / mesh.pp + WORKSPACE_BYTES
+    need = (params_total - movable) * state_bytes_lower_bound(training, mesh) / mesh.pp + fixed_bytes(training, mesh)
     return need <= mesh.device.memory_bytes * (1.0 - headroom)
 
 
@@ -224,7 +224,7 @@ def infeasible_message(graph: GraphSpec, training: Training, cluster: Cluster, m
     params = float(graph.total_params())
     best = min(meshes, key=lambda m: state_bytes_lower_bound(training, m) / m.pp)
     best_split = best.t * best.pp
-    need = bytes_to_gb(params * state_bytes_lower_bound(training, best) / best.pp) + bytes_to_gb(WORKSPACE_BYTES)
+    need = bytes_to_gb(params * state_bytes_lower_bound(training, best) / best.pp + fixed_bytes(training, best))
     cap = max(gr.device.memory_GB for gr in groups) * (1 - headroom)
     cpu = CpuPool.from_cluster(cluster)
     extra = ""

@@ -160,7 +160,7 @@ def test_deepspeed_reduce_buckets(framework, zero, pp, dtype, expected):
     from cost_model.transformer.stage_cost import gradient_bucket_bytes
 
     S = StrategyArrays.from_strategies([Strategy(dp=8 // pp, pp=pp, zero_stage=zero)])
-    assert float(gradient_bucket_bytes(Training(64, 2048, dtype=dtype, framework=framework), S)[0]) == pytest.approx(expected)
+    assert float(gradient_bucket_bytes(Training(64, 2048, dtype=dtype, framework=framework), S.zero, S.pp)[0]) == pytest.approx(expected)
 
 
 def test_deepspeed_zero2_estimate_counts_the_buckets_once_and_does_not_fragment_them():
