@@ -75,6 +75,18 @@ def text_of(element) -> str:
     return element.get_attribute("textContent")
 
 
+def submit_and_expect_error_at(driver, control, message_start: str, note_contains: str) -> None:
+    """Submit the form and check the 422 is shown at ``control``: marked invalid, the form's error
+    box starting with ``message_start``, the control's note (aria-describedby) showing
+    ``note_contains``, and focus moved to it."""
+    css(driver, "#submit-plan").click()
+    wait(driver).until(lambda _: control.get_attribute("aria-invalid") == "true")
+    assert css(driver, "#form-error").text.startswith(message_start)
+    note = css(driver, "#" + control.get_attribute("aria-describedby"))
+    assert note_contains in note.text and note.is_displayed()
+    assert driver.switch_to.active_element == control
+
+
 def pairs(driver, selector: str, key: str, value: str) -> dict[str, str]:
     """{text of ``key`` → text of ``value``} inside each element matching ``selector`` (one
     round trip to the browser)."""
@@ -438,12 +450,7 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
     small_one_node_form(d, live_server, "deepspeed")
     shard = css(d, "#c-dp-shard")
     fill(shard, 2)
-    css(d, "#submit-plan").click()
-    wait(d).until(present('#c-dp-shard[aria-invalid="true"]'))
-    assert css(d, "#form-error").text.startswith("constraints.dp_shard: deepspeed: no partial sharding")
-    note = css(d, "#" + shard.get_attribute("aria-describedby"))
-    assert "no partial sharding" in note.text and note.is_displayed()
-    assert d.switch_to.active_element == shard
+    submit_and_expect_error_at(d, shard, "constraints.dp_shard: deepspeed: no partial sharding", "no partial sharding")
     view_screenshot(css(d, '#more-options fieldset[data-field="constraints"]'), "form-pin-error")
 
     # FSDP has no ZeRO-1: the 422 names the zero_stage select, and the old note is gone.
@@ -509,12 +516,7 @@ def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(
     Select(cp).select_by_value("p2p")  # DeepSpeed's context parallelism is Ulysses' all-to-all only
     assert {k: form_body(d)["training"].get(k) for k in ("attention", "fused_kernels", "cp_comm_type")} == {
         "attention": "unfused", "fused_kernels": False, "cp_comm_type": "p2p"}
-    css(d, "#submit-plan").click()
-    wait(d).until(present('#t-cp-comm[aria-invalid="true"]'))
-    assert css(d, "#form-error").text.startswith("training.cp_comm_type: deepspeed: no 'p2p' context-parallel exchange")
-    note = css(d, "#" + cp.get_attribute("aria-describedby"))
-    assert "a2a" in note.text and note.is_displayed()
-    assert d.switch_to.active_element == cp
+    submit_and_expect_error_at(d, cp, "training.cp_comm_type: deepspeed: no 'p2p' context-parallel exchange", "a2a")
     view_screenshot(css(d, 'fieldset[data-field="training"]'), "form-training-option-error")
 
     # a capacity factor out of range, the options collapsed: the 422 opens them at that input
