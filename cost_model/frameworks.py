@@ -70,6 +70,8 @@ class FrameworkRules:
     ``sharding_name``: what the framework calls each stage (for messages and docs)."""
 
     name: str
+    #: what the framework is, for people (the page's hint, :func:`describe`)
+    title: str
     tensor_parallel: bool
     sequence_parallel: bool
     context_parallel: bool
@@ -111,35 +113,35 @@ DEEPSPEED_NO_MICS = ("MiCS, DeepSpeed's ZeRO-3 over part of the dp ranks, was re
 
 RULES: dict[str, FrameworkRules] = {
     "megatron-core": FrameworkRules(
-        name="megatron-core", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True,
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
     "megatron-deepspeed": FrameworkRules(
-        name="megatron-deepspeed", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        name="megatron-deepspeed", title="Megatron's TP/SP inside DeepSpeed's engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_tp=False, cp_with_pp=False,
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "deepspeed": FrameworkRules(
-        name="deepspeed", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
+        name="deepspeed", title="DeepSpeed alone", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_pp=False,
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
     "fsdp": FrameworkRules(
-        name="fsdp", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
     "paddle": FrameworkRules(
-        name="paddle", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
+        name="paddle", title="PaddlePaddle fleet", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, cp_exchanges=("a2a",),
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
@@ -157,6 +159,23 @@ BLOCK_RECOMPUTE_MISSING = (
 def rules_for(framework: str) -> FrameworkRules:
     """The rule table of ``framework`` (one of :data:`cost_model.training.FRAMEWORKS`)."""
     return RULES[framework]
+
+
+def describe(framework: str) -> str:
+    """One line, read off the rule table, of what ``framework`` can run (the page's hint under its
+    framework select), so the description cannot drift from the rules the search applies."""
+    r = rules_for(framework)
+    tp = "tp with sequence parallel" if r.tensor_parallel and r.sequence_parallel else ("tp" if r.tensor_parallel else "no tp")
+    cp_limits = [w for w, ok in (("tp", r.cp_with_tp), ("pp", r.cp_with_pp)) if not ok]
+    cp = f"cp by {'/'.join(r.cp_exchanges)}" + (f" (not with {' or '.join(cp_limits)})" if cp_limits else "") if r.context_parallel else "no cp"
+    pp = ("pp with interleaving (vpp)" if r.interleaved_pipeline else "pp without interleaving") if r.pipeline_parallel else "no pp"
+    zero = "ZeRO " + ", ".join(f"{z} {r.sharding_name[z]}" for z in r.zero_stages)
+    zero += " (2–3 also with pp)" if r.sharding_with_pipeline else " (2–3 without pp)"
+    shard = (f"dp_shard at stage {'/'.join(str(z) for z in r.partial_sharding_stages)}: {r.partial_sharding_name}"
+             if r.partial_sharding_stages else "no dp_shard")
+    ep = ("ep folded into tp·cp·dp" if r.ep_folding else "ep over dp·cp") if r.expert_parallel else "no ep"
+    extras = [x for x, ok in (("block recompute", r.block_recompute), ("FP8", r.fp8)) if ok] or ["no FP8"]
+    return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
 
 
 def runs_deepspeed_engine(framework: str) -> bool:
@@ -343,6 +362,7 @@ __all__ = [
     "context_parallel_violation",
     "cp_exchange",
     "cp_exchange_rule_violation",
+    "describe",
     "dtype_rule_violation",
     "ep_group_divisor",
     "layout_rule_violation",

@@ -290,14 +290,15 @@
       : "";
   }
 
-  /** What each training.framework can run (cost_model/frameworks.py RULES, in short). */
-  const FRAMEWORK_INFO = {
-    "megatron-core": "Megatron-Core with Transformer Engine: tp with sequence parallel, cp, interleaved pp (vpp), ep folded into tp·cp·dp, ZeRO 0–3 (2–3 without pp), dp_shard at stage 1, block recompute, FP8.",
-    "megatron-deepspeed": "Megatron TP/SP inside DeepSpeed's pipeline (no vpp) and ZeRO 0–3 (2–3 without pp); cp is DeepSpeed-Ulysses, without tp or pp; no dp_shard, no FP8.",
-    "deepspeed": "DeepSpeed alone: ZeRO 0–3 (2–3 without pp) and its pipeline (no vpp); no tp or sequence parallel; cp is Ulysses, without pp; no dp_shard, no FP8.",
-    fsdp: "PyTorch FSDP / torchtitan: ZeRO 0, 2, 3 (no stage 1, also with pp), HSDP through dp_shard, TP with sequence parallel, cp by K/V all-gather, interleaved pp, FP8 via torchao.",
-    paddle: "PaddlePaddle fleet: mp with sequence parallel, pp with vpp, cp as segment parallel (all-to-all), sharding 1–3 (2–3 without pp) with dp_shard; no FP8.",
-  };
+  /** What each training.framework can run: written into the page by the server from the rule
+   *  table the search applies (cost_model.frameworks.describe). */
+  const FRAMEWORK_INFO = (() => {
+    try {
+      return JSON.parse($('meta[name="planner-frameworks"]').content);
+    } catch {
+      return {}; // the page opened without the server (the placeholder is not JSON)
+    }
+  })();
 
   function updateFrameworkInfo() {
     const info = FRAMEWORK_INFO[$("#framework").value];

@@ -4,12 +4,15 @@ caching, nothing loaded from elsewhere, and the script only refers to elements t
 from __future__ import annotations
 
 import dataclasses
+import html
+import json
 import re
 import tomllib
 from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
 
+from cost_model.frameworks import describe
 from cost_model.strategy import RECOMPUTE
 from cost_model.training import ATTENTION_IMPLS, CP_COMM_TYPES, FRAMEWORKS, MOE_DISPATCHERS, Training
 from planner_service.api.routes.web import ASSETS
@@ -138,15 +141,17 @@ def _page_controls() -> dict[str, dict]:
     return {c["data-field"]: c for c in parser.controls if c.get("data-field")}
 
 
-def test_framework_select_offers_exactly_the_contracts_frameworks_default_first():
+def test_framework_select_offers_exactly_the_contracts_frameworks_default_first(web_client):
     select = _page_controls()["training.framework"]
     assert select["tag"] == "select"
     assert tuple(select["options"]) == FRAMEWORKS
-    # the script's per-framework hints name only frameworks the contract has
-    script = (WEB / "app.js").read_text()
-    block = re.search(r"const FRAMEWORK_INFO = \{(.*?)\n  \};", script, re.S).group(1)
-    keys = re.findall(r'^\s*"?([a-z-]+)"?:', block, re.M)
-    assert sorted(keys) == sorted(FRAMEWORKS)
+    # the per-framework hints name only frameworks the contract has: the server writes them into
+    # the page from the rule table the search applies
+    page = web_client.get("/").text
+    content = re.search(r'<meta name="planner-frameworks" content="([^"]*)">', page).group(1)
+    hints = json.loads(html.unescape(content))
+    assert sorted(hints) == sorted(FRAMEWORKS)
+    assert all(hints[f] == describe(f) for f in FRAMEWORKS)
 
 
 def test_constraints_fieldset_pins_every_pinnable_knob_with_the_contracts_values():

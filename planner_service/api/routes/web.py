@@ -4,18 +4,21 @@ The page is plain HTML, CSS and JavaScript shipped as package data (no build ste
 fetched from elsewhere); it talks to the same /v1 API as every other client.  Only the files
 listed in ``ASSETS`` are served, so no request path reaches the file system.  The list of launch
 targets is written into the page from :data:`planner_service.exporters.TARGETS`, so the page
-offers exactly the targets the server can render.
+offers exactly the targets the server can render, and what each training framework can run
+from :func:`cost_model.frameworks.describe`, so its hint is the rule table the search applies.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
+import json
 from importlib import resources
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
+from cost_model.frameworks import RULES, describe
 from planner_service.exporters import TARGETS
 from planner_service.storage.errors import NotFound
 
@@ -34,6 +37,7 @@ CONTENT_SECURITY_POLICY = (
 )
 
 _TARGETS_PLACEHOLDER = "__LAUNCH_TARGETS__"
+_FRAMEWORKS_PLACEHOLDER = "__FRAMEWORKS__"
 
 
 def _read(name: str) -> bytes:
@@ -54,6 +58,7 @@ def _respond(request: Request, body: bytes, media_type: str, headers: dict[str, 
 def index(request: Request) -> Response:
     page = _read("index.html").decode("utf-8")
     page = page.replace(_TARGETS_PLACEHOLDER, html.escape(",".join(TARGETS), quote=True))
+    page = page.replace(_FRAMEWORKS_PLACEHOLDER, html.escape(json.dumps({f: describe(f) for f in RULES}), quote=True))
     return _respond(
         request,
         page.encode("utf-8"),
