@@ -972,24 +972,11 @@ def sharded_passes_per_microbatch(
     return out
 
 
-def sharded_step_comm_s(
-    layer_params_per_gpu: ArrayOrFloat,
-    layers: ArrayOrFloat,
-    training: Training,
-    S: StrategyArrays,
-    links: Links,
-    collectives_per_layer: int = 1,
-    ranks: ArrayOrFloat | None = None,
-    stride: ArrayOrFloat | None = None,
-    bandwidth_messages: int = 0,
-    passes: ArrayOrFloat = 3.0,
-    reduce_scatter: bool = True,
-) -> FloatArray:
+def sharded_step_comm_s(*args: Any, passes: ArrayOrFloat = 3.0, reduce_scatter: bool = True, **kwargs: Any) -> FloatArray:
     """ZeRO-3 / FSDP traffic of one micro-batch (seconds): ``passes`` − 1 all-gathers and one
-    gradient reduce-scatter (``reduce_scatter`` false: ``passes`` all-gathers) of each of
-    ``layers`` layers, from :func:`sharded_passes_s`."""
-    gather, reduce = sharded_passes_s(layer_params_per_gpu, layers, training, S, links, collectives_per_layer, ranks, stride,
-                                      bandwidth_messages)
+    gradient reduce-scatter (``reduce_scatter`` false: ``passes`` all-gathers) of each layer;
+    the other arguments are :func:`sharded_passes_s`'s, whose two passes it combines."""
+    gather, reduce = sharded_passes_s(*args, **kwargs)
     p = np.asarray(passes, dtype=float)
     out: FloatArray = (p - 1.0) * gather + reduce if reduce_scatter else p * gather
     return out

@@ -33,7 +33,6 @@ from cost_model.transformer.layer_cost import (
     dp_overlap_fraction,
     embedding_head_costs,
     fragmentation_fraction,
-    gradient_reduce_bytes,
     layer_costs,
     model_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
@@ -340,12 +339,11 @@ def stage_cost(
                                     stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices)
         gather = gather + g_e
         sharded = sharded + (layer_passes - 1.0) * g_e + r_e
-    # the forward's share: one all-gather pass — 1/passes of the traffic unless the gradients'
-    # reduce-scatter moves wider values than the gathers (Megatron-Core's fp32 main gradients)
-    forward_gathers = gather if gradient_reduce_bytes(training) != param_bytes(training) else None
-    if runs_deepspeed_engine(training.framework):  # its tensor-list gathers copy out per rank
-        sharded = sharded + deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device,
-                                                        per_unit, np.asarray(passes) - 1.0)
+    # DeepSpeed's tensor-list gathers copy their output out per rank (0 elsewhere), each pass
+    copy_out = deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device, per_unit, 1.0)
+    sharded = sharded + (np.asarray(passes) - 1.0) * copy_out
+    # the forward's share: one all-gather pass (with its copies)
+    forward_gathers = gather + copy_out
     # HSDP under FSDP: the replicas' all-reduce of the gradient shards runs with every
     # micro-batch's reduce-scatter, in the backward (mb_sync, layer_cost.replica_sync_per_microbatch;
     # dp_gradient_comm_s has it in ZeRO-2's per-micro-batch term, the stage-3 gathers here not)
