@@ -70,7 +70,9 @@ validation falls back to when the held-out source is the only one that informs i
   (batched isend/irecv, the block's own checkpointing inside one module) has none.  Prior
   0.01 s.  (Fitted per stage instead, as a first version did, it left the BLOOM sweep's thin
   24- and 48-stage pipelines and MT-NLG's 3-layer stages 15–35% too slow and its 2-stage ones
-  too fast.)
+  too fast.)  The engine's per-micro-batch gradient accumulation, which follows the stage's parameters
+  rather than its layer count (BF16_Optimizer's fp32 accumulation above all), is priced on its
+  own (``stage_cost.grad_accumulation_s``), not folded in here.
 * ``sharded_compute_efficiency[framework]`` — the fraction of its compute rate a layer keeps
   under DeepSpeed's ZeRO stage 3 (``megatron-deepspeed``, ``deepspeed``; zero_stage 3): every
   submodule's forward and backward runs between stage-3 pre/post hooks that coordinate the

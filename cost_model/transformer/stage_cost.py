@@ -100,12 +100,24 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
 #: accumulation streams through HBM outside the weight-gradient GEMM (:func:`grad_accumulation_s`):
 #: autograd's ``AccumulateGrad`` adds each micro-batch's new gradient into ``.grad`` in place
 #: (read 2 + 2, write 2 bytes in 16-bit training; 4 + 4 + 4 in fp32), which DeepSpeed's ZeRO-1/2
-#: optimizers reduce at the step (GPT-NeoX, MT-NLG).  DeepSpeed's BF16_Optimizer (BLOOM's
-#: production run) adds an fp32 copy per micro-batch (``update_hp_grads``: 12 bytes more); the
-#: request cannot tell the two apart, so the common 16-bit form is costed.  Megatron-Core: 0
+#: optimizers reduce at the step (GPT-NeoX, MT-NLG).  Megatron-Core: 0
 #: (``gradient_accumulation_fusion`` accumulates into the fp32 ``main_grad`` inside the wgrad
 #: GEMM); FSDP / ZeRO-3: 0 (gradients are reduce-scattered per micro-batch).
 GRAD_ACCUMULATION_BYTES_PER_PARAM = {"bf16": 6.0, "fp16": 6.0, "fp8": 6.0, "fp4": 6.0, "fp32": 12.0}
+#: Bytes per parameter per micro-batch of DeepSpeed's ``BF16_Optimizer`` (bf16 at ZeRO stage ≤ 1,
+#: the optimizer :func:`cost_model.transformer.layer_cost.model_state_bytes_per_param` holds the
+#: memory of), which keeps the accumulated gradient in fp32 outside ``.grad``: before each
+#: backward ``clear_lp_grads`` zeroes the bf16 gradients (write 2), autograd adds into them
+#: (read 2 + 2, write 2), and after it ``update_hp_grads`` adds them into the fp32 buffer,
+#: ``hp_grad.add_(lp.grad.to(float32))`` (the cast reads 2 and writes a 4-byte temporary, the add
+#: reads 4 + 4 and writes 4): 26 bytes.  Source: DeepSpeed ``runtime/bf16_optimizer.py``
+#: (``_update_hp_grad``, ``clear_lp_grads``), ``runtime/pipe/engine.py`` (``_exec_backward_pass``
+#: calls both around every micro-batch's backward), checked against DeepSpeed 0.19.8.
+BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM = 2.0 + 6.0 + 18.0
+#: Kernels per parameter tensor per micro-batch: ``AccumulateGrad``'s add; under BF16_Optimizer
+#: also the cast and the fp32 add of ``update_hp_grads``' per-parameter loop (the zeroing is one
+#: ``_foreach_zero_`` over the group, not counted per tensor).
+BF16_OPTIMIZER_KERNELS_PER_TENSOR = 3.0
 
 
 #: Bytes per decoder linear-layer parameter that FP4 training holds besides the BF16 weight: the
@@ -121,9 +133,12 @@ FP4_WEIGHT_CACHE_BYTES = 2.0 * BYTES_PER_ELEMENT["fp4"]
 
 def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors: ArrayOrFloat) -> FloatArray:
     """Seconds per micro-batch of the gradient-accumulation pass a DeepSpeed-engine framework
-    runs after each backward (:data:`GRAD_ACCUMULATION_BYTES_PER_PARAM`): a memory-bound
-    stream over the GPU's parameters, one in-place add kernel per parameter tensor — zero for
-    Megatron-Core (fused into the wgrad GEMM) and for ZeRO-3/FSDP (reduce-scattered).
+    runs after each backward: a memory-bound stream over the GPU's parameters
+    (:data:`GRAD_ACCUMULATION_BYTES_PER_PARAM`, one in-place add kernel per parameter tensor; in
+    bf16 at ZeRO stage ≤ 1, DeepSpeed's ``BF16_Optimizer`` and its fp32 accumulation,
+    :data:`BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM` and
+    :data:`BF16_OPTIMIZER_KERNELS_PER_TENSOR`) — zero for Megatron-Core (fused into the wgrad
+    GEMM) and for ZeRO-3/FSDP (reduce-scattered).
 
     Source: PyTorch ``torch/csrc/autograd/functions/accumulate_grad.h`` (in-place
     ``variable_grad += new_grad``), DeepSpeed ``runtime/engine.py`` (gradients accumulate in
@@ -133,8 +148,10 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
 
     if not runs_deepspeed_engine(training.framework):
         return np.zeros_like(np.asarray(S.tp, dtype=float))
-    per_param = GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0)
-    t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * per_param, device, kernels=np.asarray(tensors, dtype=float))
+    bf16_optimizer = (S.zero <= 1) if training.dtype == "bf16" else np.zeros(np.shape(S.zero), dtype=bool)
+    per_param = np.where(bf16_optimizer, BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM, GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0))
+    kernels = np.asarray(tensors, dtype=float) * np.where(bf16_optimizer, BF16_OPTIMIZER_KERNELS_PER_TENSOR, 1.0)
+    t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * per_param, device, kernels=kernels)
     out: FloatArray = np.where(S.zero >= 3, 0.0, t)
     return out
 

@@ -385,6 +385,15 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
     dtype = view.training.get("dtype", "bf16")
     if dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
+        if zero == 1:
+            # DeepSpeed picks its BF16_Optimizer (fp32 gradient accumulation, the state sharded as
+            # ZeRO-1) only when asked for fp32 accumulation; the cost model prices that optimizer
+            # (layer_cost.model_state_bytes_per_param, stage_cost.grad_accumulation_s).
+            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        elif zero == 0 and view.pp == 1:
+            notes.append("bf16 at ZeRO stage 0 without a pipeline: DeepSpeed trains bf16 weights without an fp32 master "
+                         "copy (its DDP_BFLOAT16 path), where the plan priced BF16_Optimizer's fp32 state; plan zero_stage 1 "
+                         "for fp32 master weights")
     elif dtype == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if view.s("recompute", "none") != "none":

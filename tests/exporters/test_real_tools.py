@@ -96,6 +96,48 @@ def test_deepspeed_refuses_partial_sharding_as_the_planner_does(monkeypatch):
     assert "MiCS" in partial_sharding_violation("deepspeed", dp=16, dp_shard=8, zero_stage=3)
 
 
+def _bf16_deepspeed_plan(zero_stage: int, pp: int) -> dict:
+    """A bf16 megatron-deepspeed plan at ``zero_stage``: the homogeneous plan (pp 2), or with pp 1
+    data parallelism alone over its 16 GPUs."""
+    if pp == 1:
+        plan = hsdp_plan("megatron-deepspeed", zero_stage, dp_shard=16)
+        plan["best"]["strategy"].pop("dp_shard")
+        return plan
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"]["framework"] = "megatron-deepspeed"
+    plan["best"]["strategy"]["zero_stage"] = zero_stage
+    return plan
+
+
+def _deepspeed_optimizer(config, plan, monkeypatch) -> str:
+    """The optimizer wrapper DeepSpeed's engine picks for the plan's ds_config.json: its own
+    ``_do_optimizer_sanity_check`` on an engine that holds only the parsed config."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    engine = object.__new__(DeepSpeedEngine)  # no model, no process group: the selection reads the config alone
+    engine.__dict__.update(_config=cfg, pipeline_parallelism=plan["best"]["strategy"]["pp"] > 1, global_rank=0)
+    return str(engine._do_optimizer_sanity_check(torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))])))
+
+
+@pytest.mark.parametrize("zero_stage, pp, expected", [(1, 2, "bf16"), (1, 1, "bf16"), (0, 2, "bf16"), (2, 1, "zero_optimization")])
+def test_deepspeed_runs_the_bf16_optimizer_the_plan_priced(zero_stage, pp, expected, monkeypatch):
+    # bf16 at ZeRO stage <= 1 is priced as DeepSpeed's BF16_Optimizer (fp32 gradient buffer and
+    # accumulation: layer_cost.model_state_bytes_per_param, stage_cost.grad_accumulation_s); the
+    # emitted config must make DeepSpeed pick that optimizer, not its ZeRO optimizer's bf16 path
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    assert _deepspeed_optimizer(config, _bf16_deepspeed_plan(zero_stage, pp), monkeypatch) == expected
+
+
+def test_deepspeed_bf16_without_zero_or_pipeline_is_flagged(monkeypatch):
+    # DeepSpeed trains it without fp32 master weights (DDP_BFLOAT16): the config says so
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = _bf16_deepspeed_plan(0, 1)
+    assert _deepspeed_optimizer(config, plan, monkeypatch) == "ddp_bf16"
+    assert any("DDP_BFLOAT16" in n for n in render(plan, "deepspeed-config", PARAMS).notes)
+
+
 def _overrides(art) -> list[str]:
     text = art.files["torchtitan_overrides.txt"]
     return shlex.split("\n".join(x for x in text.splitlines() if not x.startswith("#")))

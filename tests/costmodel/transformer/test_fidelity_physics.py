@@ -310,20 +310,47 @@ def test_deepspeed_caps_the_gathered_parameters_fsdp_holds_two_units():
 
 
 def test_deepspeed_engine_accumulates_gradients_in_a_pass_per_microbatch():
-    """AccumulateGrad: 6 bytes per parameter per micro-batch through HBM in 16-bit training;
-    Megatron-Core fuses the accumulation into the wgrad GEMM (0)."""
-    from cost_model.transformer.stage_cost import GRAD_ACCUMULATION_BYTES_PER_PARAM, grad_accumulation_s
+    """AccumulateGrad: 6 bytes per parameter per micro-batch through HBM in 16-bit training (the
+    ZeRO optimizer's fp16 path); bf16 at stage ≤ 1 runs BF16_Optimizer, which also zeroes the
+    bf16 gradients and adds them into its fp32 buffer through a 4-byte cast: 26 bytes and three
+    kernels per tensor.  Megatron-Core fuses the accumulation into the wgrad GEMM (0)."""
+    from cost_model.transformer.stage_cost import (
+        BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM,
+        GRAD_ACCUMULATION_BYTES_PER_PARAM,
+        grad_accumulation_s,
+    )
 
     dev = simple_cluster("A100-SXM4-80GB", 1).node_groups[0].device
     S = StrategyArrays.from_strategies([Strategy(tp=4, pp=12, dp=8, zero_stage=1)])
     params = 3.7e9  # BLOOM-176B over tp·pp = 48
-    t = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed")
-    ds = float(grad_accumulation_s(params, t, dev, S, 72)[0])
-    stream = params * GRAD_ACCUMULATION_BYTES_PER_PARAM["bf16"] / (dev.memory_bandwidth_GBps * 1e9 * dev.efficiency.memory_fraction)
-    assert ds == pytest.approx(stream + 72 * dev.efficiency.kernel_overhead_s, rel=1e-6)  # one add per tensor
-    assert float(grad_accumulation_s(params, replace(t, framework="megatron-core"), dev, S, 72)[0]) == 0.0
+    rate = dev.memory_bandwidth_GBps * 1e9 * dev.efficiency.memory_fraction
+    launch = dev.efficiency.kernel_overhead_s
+    fp16 = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed", dtype="fp16")
+    ds = float(grad_accumulation_s(params, fp16, dev, S, 72)[0])
+    assert ds == pytest.approx(params * GRAD_ACCUMULATION_BYTES_PER_PARAM["fp16"] / rate + 72 * launch, rel=1e-6)  # one add per tensor
+    bf16 = replace(fp16, dtype="bf16")
+    assert BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM == 26.0
+    assert float(grad_accumulation_s(params, bf16, dev, S, 72)[0]) == pytest.approx(params * 26.0 / rate + 3 * 72 * launch, rel=1e-6)
+    S2 = StrategyArrays.from_strategies([Strategy(dp=8, zero_stage=2)])  # the ZeRO optimizer again
+    assert float(grad_accumulation_s(params, bf16, dev, S2, 72)[0]) == pytest.approx(ds, rel=1e-6)
+    assert float(grad_accumulation_s(params, replace(bf16, framework="megatron-core"), dev, S, 72)[0]) == 0.0
     S3 = StrategyArrays.from_strategies([Strategy(dp=384, zero_stage=3)])
-    assert float(grad_accumulation_s(params, replace(t, framework="deepspeed"), dev, S3, 72)[0]) == 0.0
+    assert float(grad_accumulation_s(params, replace(bf16, framework="deepspeed"), dev, S3, 72)[0]) == 0.0
+
+
+def test_bf16_optimizer_accumulation_is_the_measured_bf16_vs_fp16_gap_of_the_bloom_sweep():
+    """BLOOM's sweep ran two layouts first without, then with the BF16 optimizer (rows 068/071 and
+    069/070, tp 4 pp 12 dp 8, micro-batch 2, 128 micro-batches): +5.8 s and +5.6 s a step.  The
+    extra 20 bytes per parameter per micro-batch of BF16_Optimizer over the 4.1 B parameters of the
+    slowest stage (9 of the 106 layers of 1.8 B, over tp 4) predict that gap: 6.5 s, within 20%."""
+    from cost_model.transformer.stage_cost import grad_accumulation_s
+
+    dev = simple_cluster("A100-SXM4-80GB", 1).node_groups[0].device
+    S = StrategyArrays.from_strategies([Strategy(tp=4, pp=12, dp=8, zero_stage=1)])
+    params = 9 * 12 * 12288**2 / 4
+    t = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed")
+    gap = 128 * float(grad_accumulation_s(params, t, dev, S, 100)[0] - grad_accumulation_s(params, replace(t, dtype="fp16"), dev, S, 100)[0])
+    assert gap == pytest.approx((118.79 - 112.69 + 116.54 - 110.96) / 2, rel=0.2)
 
 
 def test_deepspeed_gather_bandwidth_is_set_by_the_weight_matrices_not_every_tensor():
