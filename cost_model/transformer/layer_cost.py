@@ -893,6 +893,20 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     return stored, full, working
 
 
+def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+    """Whether the stage trains under DeepSpeed's ``BF16_Optimizer`` (``runtime/bf16_optimizer.py``):
+    bf16 at ZeRO stage ≤ 1 under the DeepSpeed engine, as the planner's ``ds_config.json`` asks
+    for (``grad_accum_dtype`` fp32 at stage 1; at stage 0 its pipeline engine picks it).  It keeps
+    a full-size fp32 gradient buffer (:func:`model_state_bytes_per_param`), accumulates into it
+    every micro-batch (``stage_cost.grad_accumulation_s``) and has no IPG gradient buckets
+    (``stage_cost.gradient_bucket_bytes``)."""
+    z = np.asarray(zero_stage)
+    if training.dtype != "bf16" or not runs_deepspeed_engine(training.framework):
+        return np.zeros(np.shape(z), dtype=bool)
+    out: npt.NDArray[np.bool_] = z <= 1
+    return out
+
+
 def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes per parameter on one GPU for weights, gradients and optimizer state.
 
@@ -917,12 +931,11 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     if mixed and runs_deepspeed_engine(training.framework):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
     opt = np.where(z >= 1, o / shard, o)
-    if training.dtype == "bf16" and runs_deepspeed_engine(training.framework):
-        # DeepSpeed's BF16_Optimizer (``runtime/bf16_optimizer.py``), used for bf16 at stage ≤ 1:
-        # the bf16 gradients (2) are accumulated into a full-size fp32 gradient buffer (4,
-        # ``zeros_like(bf16_groups_flat, dtype=float32)``: "fp32 grad accumulation", not
-        # partitioned); the fp32 master weights and moments are partitioned as in ZeRO-1.
-        grads = np.where(z <= 1, 2.0 + 4.0, grads)
+    # DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`): the bf16 gradients (2) are accumulated
+    # into a full-size fp32 gradient buffer (4, ``zeros_like(bf16_groups_flat, dtype=float32)``:
+    # "fp32 grad accumulation", not partitioned); the fp32 master weights and moments are
+    # partitioned as in ZeRO-1.
+    grads = np.where(bf16_optimizer(training, z), 2.0 + 4.0, grads)
     if mixed and training.framework == "fsdp":
         # FSDP FULL_SHARD with MixedPrecision: the sharded flat parameter is the fp32 master
         # (4/shard; the 16-bit copy exists only unsharded, for the layers being computed), so

@@ -28,6 +28,7 @@ from cost_model.transformer.layer_cost import (
     WORKSPACE_BYTES,
     LayerCosts,
     StrategyArrays,
+    bf16_optimizer,
     deepspeed_gather_copy_out_s,
     dp_gradient_comm_s,
     dp_overlap_fraction,
@@ -72,7 +73,7 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     not fragment the caching allocator.
 
     * DeepSpeed's ZeRO optimizer (``runtime/zero/stage_1_and_2.py``; the engine uses it for
-      stage 2 and for stage 1 outside bf16, where ``BF16_Optimizer`` runs instead) with
+      stages 1–2 except where ``BF16_Optimizer`` runs, :func:`bf16_optimizer`) with
       ``contiguous_gradients`` allocates, before every backward, an IPG bucket of
       ``reduce_bucket_size`` elements in the training dtype, and a second one under
       ``overlap_comm`` (double-buffering), held until the optimizer step releases them
@@ -90,7 +91,7 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     z = np.asarray(zero_stage)
     if not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=float)
-    zero_optimizer = (z == 2) | ((z == 1) & (training.dtype != "bf16"))
+    zero_optimizer = ((z == 1) | (z == 2)) & ~bf16_optimizer(training, z)
     buffers = np.where(zero_optimizer, np.where(np.asarray(pp) > 1, 0.0, 2.0), np.where(z >= 3, 1.0, 0.0))
     out: FloatArray = buffers * DEEPSPEED_REDUCE_BUCKET_SIZE * param_bytes(training)
     return out
@@ -104,9 +105,8 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
 #: (``gradient_accumulation_fusion`` accumulates into the fp32 ``main_grad`` inside the wgrad
 #: GEMM); FSDP / ZeRO-3: 0 (gradients are reduce-scattered per micro-batch).
 GRAD_ACCUMULATION_BYTES_PER_PARAM = {"bf16": 6.0, "fp16": 6.0, "fp8": 6.0, "fp4": 6.0, "fp32": 12.0}
-#: Bytes per parameter per micro-batch of DeepSpeed's ``BF16_Optimizer`` (bf16 at ZeRO stage ≤ 1,
-#: the optimizer :func:`cost_model.transformer.layer_cost.model_state_bytes_per_param` holds the
-#: memory of), which keeps the accumulated gradient in fp32 outside ``.grad``: before each
+#: Bytes per parameter per micro-batch of DeepSpeed's ``BF16_Optimizer``
+#: (:func:`cost_model.transformer.layer_cost.bf16_optimizer`), which keeps the accumulated gradient in fp32 outside ``.grad``: before each
 #: backward ``clear_lp_grads`` zeroes the bf16 gradients (write 2), autograd adds into them
 #: (read 2 + 2, write 2), and after it ``update_hp_grads`` adds them into the fp32 buffer,
 #: ``hp_grad.add_(lp.grad.to(float32))`` (the cast reads 2 and writes a 4-byte temporary, the add
@@ -135,7 +135,7 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
     """Seconds per micro-batch of the gradient-accumulation pass a DeepSpeed-engine framework
     runs after each backward: a memory-bound stream over the GPU's parameters
     (:data:`GRAD_ACCUMULATION_BYTES_PER_PARAM`, one in-place add kernel per parameter tensor; in
-    bf16 at ZeRO stage ≤ 1, DeepSpeed's ``BF16_Optimizer`` and its fp32 accumulation,
+    DeepSpeed's ``BF16_Optimizer``, :func:`~cost_model.transformer.layer_cost.bf16_optimizer`, and its fp32 accumulation,
     :data:`BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM` and
     :data:`BF16_OPTIMIZER_KERNELS_PER_TENSOR`) — zero for Megatron-Core (fused into the wgrad
     GEMM) and for ZeRO-3/FSDP (reduce-scattered).
@@ -148,9 +148,9 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
 
     if not runs_deepspeed_engine(training.framework):
         return np.zeros_like(np.asarray(S.tp, dtype=float))
-    bf16_optimizer = (S.zero <= 1) if training.dtype == "bf16" else np.zeros(np.shape(S.zero), dtype=bool)
-    per_param = np.where(bf16_optimizer, BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM, GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0))
-    kernels = np.asarray(tensors, dtype=float) * np.where(bf16_optimizer, BF16_OPTIMIZER_KERNELS_PER_TENSOR, 1.0)
+    bf16_opt = bf16_optimizer(training, S.zero)
+    per_param = np.where(bf16_opt, BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM, GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0))
+    kernels = np.asarray(tensors, dtype=float) * np.where(bf16_opt, BF16_OPTIMIZER_KERNELS_PER_TENSOR, 1.0)
     t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * per_param, device, kernels=kernels)
     out: FloatArray = np.where(S.zero >= 3, 0.0, t)
     return out

@@ -126,8 +126,13 @@ def test_deepspeed_runs_the_bf16_optimizer_the_plan_priced(zero_stage, pp, expec
     # bf16 at ZeRO stage <= 1 is priced as DeepSpeed's BF16_Optimizer (fp32 gradient buffer and
     # accumulation: layer_cost.model_state_bytes_per_param, stage_cost.grad_accumulation_s); the
     # emitted config must make DeepSpeed pick that optimizer, not its ZeRO optimizer's bf16 path
+    from cost_model.training import Training
+    from cost_model.transformer.layer_cost import bf16_optimizer
+
     config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
     assert _deepspeed_optimizer(config, _bf16_deepspeed_plan(zero_stage, pp), monkeypatch) == expected
+    priced = bool(bf16_optimizer(Training(64, 8192, framework="megatron-deepspeed"), zero_stage))
+    assert priced == (expected == "bf16")  # what the cost model prices is what DeepSpeed runs
 
 
 def test_deepspeed_bf16_without_zero_or_pipeline_is_flagged(monkeypatch):
