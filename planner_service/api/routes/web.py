@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+from functools import cache
 from importlib import resources
 
 from fastapi import APIRouter, Request, Response
@@ -54,14 +55,21 @@ def _respond(request: Request, body: bytes, media_type: str, headers: dict[str, 
     return Response(body, media_type=media_type, headers=common)
 
 
-@router.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse, summary="The web page")
-def index(request: Request) -> Response:
+@cache
+def _index_page() -> bytes:
+    """index.html with the launch targets and the frameworks' hints written in: fixed for the
+    life of the process, so rendered once, not on every request."""
     page = _read("index.html").decode("utf-8")
     page = page.replace(_TARGETS_PLACEHOLDER, html.escape(",".join(TARGETS), quote=True))
     page = page.replace(_FRAMEWORKS_PLACEHOLDER, html.escape(json.dumps({f: describe(f) for f in RULES}), quote=True))
+    return page.encode("utf-8")
+
+
+@router.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse, summary="The web page")
+def index(request: Request) -> Response:
     return _respond(
         request,
-        page.encode("utf-8"),
+        _index_page(),
         "text/html; charset=utf-8",
         {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Referrer-Policy": "no-referrer"},
     )
