@@ -985,16 +985,6 @@ def sharded_passes_per_microbatch(
     return out
 
 
-def sharded_step_comm_s(*args: Any, passes: ArrayOrFloat = 3.0, reduce_scatter: bool = True, **kwargs: Any) -> FloatArray:
-    """ZeRO-3 / FSDP traffic of one micro-batch (seconds): ``passes`` − 1 all-gathers and one
-    gradient reduce-scatter (``reduce_scatter`` false: ``passes`` all-gathers) of each layer;
-    the other arguments are :func:`sharded_passes_s`'s, whose two passes it combines."""
-    gather, reduce = sharded_passes_s(*args, **kwargs)
-    p = np.asarray(passes, dtype=float)
-    out: FloatArray = (p - 1.0) * gather + reduce if reduce_scatter else p * gather
-    return out
-
-
 def sharded_passes_s(
     layer_params_per_gpu: ArrayOrFloat,
     layers: ArrayOrFloat,
@@ -1100,7 +1090,7 @@ def sharded_microbatch_exposed_s(
 
     The traffic runs in two phases, each hidden behind that phase's own compute: ZeRO-3's
     forward all-gathers (``forward_s_comm``; by default one of the ``passes`` equal collectives
-    per layer that :func:`sharded_step_comm_s` prices) are prefetched a layer ahead under the forward, the
+    per layer) are prefetched a layer ahead under the forward, the
     rest — the recompute's and the backward's all-gathers and the gradient reduce-scatters (all
     of ZeRO-2's per-micro-batch reduce-scatter, and ``backward_only_s``: HSDP's all-reduce of the
     gradient shards across replicas, :func:`replica_sync_s`) — under the backward (with recompute).  Within a phase a layer waits for the

@@ -18,9 +18,9 @@ from cost_model.transformer.layer_cost import (
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
-    sharded_step_comm_s,
 )
 from cost_model.transformer.spec import get_preset
+from helpers.collectives import sharded_step_comm_s
 
 GPT3 = get_preset("gpt3-175b")
 

@@ -17,8 +17,9 @@ from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import partial_sharding_violation, pinned_rule_violation
 from cost_model.strategy import strategy_from_dict, validate_strategy
 from cost_model.topology import shard_axes, zero_replicas, zero_shard_ranks
-from cost_model.transformer.layer_cost import StrategyArrays, replica_sync_s, sharded_step_comm_s
+from cost_model.transformer.layer_cost import StrategyArrays, replica_sync_s
 from cost_model.transformer.spec import get_preset, model_from_dict
+from helpers.collectives import sharded_step_comm_s
 
 LLAMA8B = model_from_dict({"transformer": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                                            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}})

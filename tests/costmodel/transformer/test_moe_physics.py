@@ -240,7 +240,7 @@ def test_mla_stores_its_latents():
 def test_zero3_gathers_expert_weights_over_their_edp_replicas_only():
     from cost_model.comm import reduce_scatter_time_s
     from cost_model.transformer.calibration import current
-    from cost_model.transformer.layer_cost import sharded_step_comm_s
+    from helpers.collectives import sharded_step_comm_s
 
     tr = Training(global_batch_size=64, sequence_length=4096)
     S = StrategyArrays.from_strategies([Strategy(dp=16, ep=8, zero_stage=3)])
