@@ -266,6 +266,7 @@
       h("option", { value: "" }, "any"),
       ...state.devices.map((d) => h("option", { value: d.name }, d.name))
     );
+    setChildren($("#c-devices"), ...state.devices.map((d) => h("option", { value: d.name }, d.name)));
     updatePresetInfo();
   }
 
@@ -429,6 +430,9 @@
       const v = $(id).value;
       if (v !== "") out[key] = parse(v);
     }
+    // none selected: every node group's device (the key left out)
+    const devices = Array.from($("#c-devices").selectedOptions, (o) => o.value);
+    if (devices.length) out.allowed_device_types = devices;
     const layers = $("#c-layers").value.trim();
     if (layers) {
       const parts = layers.split(/[\s,]+/).filter(Boolean);

@@ -303,6 +303,34 @@ def test_saved_cluster_and_constraints(browser, live_server):
     assert pairs(d, "#strategy > div", "dt", "dd")["tensor parallel (tp)"] == "2"
 
 
+def test_allowed_device_types_plan_on_the_selected_devices_only(browser, live_server, view_screenshot):
+    d = browser
+    small_one_node_form(d, live_server)
+    css(d, "#add-group").click()
+    second = all_css(d, "#groups tr")[1]
+    Select(css(second, '[data-key="device"]')).select_by_value("H100-SXM5-80GB")
+    fill(css(second, '[data-key="count"]'), 1)
+    fill(css(second, '[data-key="gpus_per_node"]'), 8)
+    devices = Select(css(d, "#c-devices"))
+    assert "H100-SXM5-80GB" in [o.get_attribute("value") for o in devices.options]
+    assert "constraints" not in form_body(d)  # none selected: the key is left out
+    devices.select_by_value("A100-SXM4-80GB")
+    assert view_screenshot(css(d, "#c-devices").find_element(By.XPATH, "./ancestor::fieldset[1]"), "form-allowed-devices").stat().st_size > 5_000
+    assert form_body(d)["constraints"] == {"allowed_device_types": ["A100-SXM4-80GB"]}
+    css(d, "#force").click()
+    css(d, "#submit-plan").click()
+
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert plan["constraints"]["allowed_device_types"] == ["A100-SXM4-80GB"]
+    assert plan["summary"]["device_types"] == ["A100-SXM4-80GB"]  # the faster H100 node is left out
+    assert {s["device"] for s in plan["best"]["prediction"]["stages"]} == {"A100-SXM4-80GB"}
+    constraints = d.execute_script(
+        "return Array.from(document.querySelectorAll('[data-section=\"overview\"] dt'))"
+        ".find(dt => dt.textContent === 'Constraints').nextElementSibling.textContent"
+    )
+    assert constraints == "allowed_device_types A100-SXM4-80GB"
+
+
 def test_deep_link_replan_with_a_node_down_shows_the_diff(browser, live_server):
     d = browser
     open_page(d, live_server.base, "#/plans/no-such-plan")
