@@ -43,6 +43,7 @@ from cost_model.transformer.layer_cost import (
     model_state_bytes_per_param,
     optimizer_bytes_per_param,
     optimizer_kernels,
+    optimizer_state_partitioned,
 )
 from cost_model.units import gbps_to_bytes_per_s
 
@@ -536,7 +537,7 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     stride = np.where(tables.sync_dpt, 1.0, float(t))
     per_node = ranks_per_node(sync_n, stride, links.gpus_per_node)  # type: ignore[no-untyped-call, unused-ignore]
     sync_s = np.where(sync_n > 1, allreduce_time_s(sync_n, params_dev * gbytes, nolat, per_node), 0.0)
-    opt_shard = np.where(mesh.zero_stage >= 1, sync_n, 1.0)
+    opt_shard = np.where(optimizer_state_partitioned(training, mesh.zero_stage), sync_n, 1.0)
     hbm_bytes_per_s = gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * device.efficiency.memory_fraction
     opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / hbm_bytes_per_s
     if not training.fused_kernels:  # a for-loop optimizer launches its kernels per parameter tensor

@@ -57,8 +57,8 @@ validation falls back to when the held-out source is the only one that informs i
   Blackwell's rows are all FP8/FP4 Megatron-Bridge rows: the same confound, so neither family
   is corrected.
 
-* ``pipeline_layer_overhead_s[framework]`` — fixed seconds per decoder layer per micro-batch of
-  DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``; pp > 1).  Its
+* ``pipeline_layer_overhead_s[framework]`` — fixed seconds per checkpointed decoder layer per
+  micro-batch of DeepSpeed's pipeline engine (``megatron-deepspeed``, ``deepspeed``; pp > 1).  Its
   ``PipelineModule`` runs a stage's layers one at a time from Python and checkpoints each on its
   own (``activation_checkpoint_interval`` 1, Megatron-DeepSpeed's default): per layer and
   micro-batch it saves and restores the CPU/CUDA RNG states, partitions the checkpointed input
@@ -67,8 +67,11 @@ validation falls back to when the held-out source is the only one that informs i
   with a blocking call each.  None of it scales with the micro-batch, so a smaller micro-batch
   pays it more often, and it follows the layers a stage holds (a deep pipeline of thin stages
   pays less per micro-batch than a shallow one of thick stages).  Megatron-Core's schedule
-  (batched isend/irecv, the block's own checkpointing inside one module) has none.  Prior
-  0.01 s.  (Fitted per stage instead, as a first version did, it left the BLOOM sweep's thin
+  (batched isend/irecv, the block's own checkpointing inside one module) has none.  Since the
+  per-layer work is the checkpoint's, a layer that is not checkpointed does not pay it: every
+  layer under full recompute (the engine has no partial recompute) and under selective
+  recompute (Megatron-DeepSpeed checkpoints the attention core through the same function), none
+  without recompute (every row it is fitted on recomputes every layer).  Prior 0.01 s.  (Fitted per stage instead, as a first version did, it left the BLOOM sweep's thin
   24- and 48-stage pipelines and MT-NLG's 3-layer stages 15–35% too slow and its 2-stage ones
   too fast.)  The engine's per-micro-batch gradient accumulation, which follows the stage's parameters
   rather than its layer count (BF16_Optimizer's fp32 accumulation above all), is priced on its

@@ -898,12 +898,22 @@ def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[
     bf16 at ZeRO stage ≤ 1 under the DeepSpeed engine, as the planner's ``ds_config.json`` asks
     for (``grad_accum_dtype`` fp32 at stage 1; at stage 0 its pipeline engine picks it).  It keeps
     a full-size fp32 gradient buffer (:func:`model_state_bytes_per_param`), accumulates into it
-    every micro-batch (``stage_cost.grad_accumulation_s``) and has no IPG gradient buckets
-    (``stage_cost.gradient_bucket_bytes``)."""
+    every micro-batch (``stage_cost.grad_accumulation_s``), has no IPG gradient buckets
+    (``stage_cost.gradient_bucket_bytes``), partitions its fp32 master weights and moments over
+    dp even at stage 0 (:func:`optimizer_state_partitioned`) and all-reduces its gradients before
+    all-gathering the updated weights (:func:`dp_gradient_comm_s`)."""
     z = np.asarray(zero_stage)
     if training.dtype != "bf16" or not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=bool)
     out: npt.NDArray[np.bool_] = z <= 1
+    return out
+
+
+def optimizer_state_partitioned(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+    """Whether the fp32 master weights and optimizer moments are partitioned over the
+    data-parallel ranks: ZeRO stage ≥ 1, and DeepSpeed's BF16_Optimizer at any stage
+    (:func:`bf16_optimizer`: it partitions them at stage 0 as at stage 1)."""
+    out: npt.NDArray[np.bool_] = (np.asarray(zero_stage) >= 1) | bf16_optimizer(training, zero_stage)
     return out
 
 
@@ -918,7 +928,9 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
 
     DeepSpeed's ZeRO-1/2 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
     keeps the gradients in the 16-bit training dtype (2) and an fp32 copy of its own partition
-    only (4/shard), where Megatron keeps a full fp32 gradient buffer.
+    only (4/shard), where Megatron keeps a full fp32 gradient buffer.  DeepSpeed's BF16_Optimizer
+    (:func:`bf16_optimizer`, stage 0 and 1) keeps bf16 gradients and a full fp32 buffer (2 + 4)
+    and partitions its fp32 master weights and moments over dp at either stage (12/shard).
     """
     mixed = training.dtype != "fp32"
     w = 2.0 if mixed else 4.0
@@ -930,11 +942,12 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     grads = np.where(z >= 2, g / shard, g)
     if mixed and runs_deepspeed_engine(training.framework):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
-    opt = np.where(z >= 1, o / shard, o)
+    opt = np.where(optimizer_state_partitioned(training, z), o / shard, o)
     # DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`): the bf16 gradients (2) are accumulated
     # into a full-size fp32 gradient buffer (4, ``zeros_like(bf16_groups_flat, dtype=float32)``:
     # "fp32 grad accumulation", not partitioned); the fp32 master weights and moments are
-    # partitioned as in ZeRO-1.
+    # partitioned over the data-parallel group at stage 0 as at stage 1 (its constructor
+    # narrows ``bf16_groups_flat`` into ``real_dp_world_size`` partitions whatever the stage).
     grads = np.where(bf16_optimizer(training, z), 2.0 + 4.0, grads)
     if mixed and training.framework == "fsdp":
         # FSDP FULL_SHARD with MixedPrecision: the sharded flat parameter is the fp32 master
@@ -1175,6 +1188,10 @@ def dp_gradient_comm_s(
     * 0 — gradients accumulate locally over the micro-batches and are all-reduced once: 2R per step;
     * 1 — Megatron's distributed optimizer: reduce-scatter of gradients + all-gather of the
       updated weights, once per step: 2R per step;
+    * 0 or 1 under DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`) — its pipeline engine
+      all-reduces the whole gradient buffer (``_bf16_reduce_grads`` → ``buffered_allreduce_fallback``,
+      cast to the engine's bf16 ``communication_data_type``), then the optimizer all-gathers the
+      bf16 weights of its partitioned step (``all_gather_dp_groups``): 3R per step;
     * 2 — gradients are kept only as shards, so every micro-batch's gradients are
       reduce-scattered (R per micro-batch) and the weights all-gathered once per step (R);
     * 3 — weights are sharded too: every micro-batch all-gathers them for forward and again for
@@ -1213,6 +1230,9 @@ def dp_gradient_comm_s(
     step_sync, mb_sync = (none, sync) if replica_sync_per_microbatch(training.framework) else (sync, none)
     per_step = np.where(S.zero >= 3, step_sync, np.where(S.zero == 2, rs_w + step_sync,
                         np.where(S.zero == 1, rs_g + rs_w + sync, 2.0 * rs_g)))
+    # BF16_Optimizer all-reduces its whole gradient buffer (cast to the bf16 communication dtype)
+    # and then all-gathers the bf16 weights its partitioned step updated: 3R at stage 0 and 1.
+    per_step = np.where(bf16_optimizer(training, S.zero), 2.0 * rs_g + rs_w + sync, per_step)
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
     return per_step, per_microbatch, mb_sync
 
@@ -1285,10 +1305,10 @@ def optimizer_step_s(
     """Optimizer update: a memory-bound pass over this GPU's shard of the model state
     (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
     parameter tensors a for-loop optimizer iterates over; ``shard``: the ranks the state is
-    sharded over, dp_shard·cp (dp·cp under full sharding) under ZeRO ≥ 1 by default — EDP for
-    expert weights)."""
+    sharded over, dp_shard·cp (dp·cp under full sharding) where
+    :func:`optimizer_state_partitioned` by default — EDP for expert weights)."""
     if shard is None:
-        shard = np.where(S.zero >= 1, zero_shard_ranks(S), 1.0)
+        shard = np.where(optimizer_state_partitioned(training, S.zero), zero_shard_ranks(S), 1.0)
     per_param = optimizer_bytes_per_param(training)
     return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
 

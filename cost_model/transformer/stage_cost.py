@@ -25,6 +25,7 @@ from cost_model.transformer.calibration import (
     sharded_prefetch_overlap,
 )
 from cost_model.transformer.layer_cost import (
+    RECOMPUTE_CODE,
     WORKSPACE_BYTES,
     LayerCosts,
     StrategyArrays,
@@ -38,6 +39,7 @@ from cost_model.transformer.layer_cost import (
     model_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
     op_level_selective,
+    optimizer_state_partitioned,
     optimizer_step_s,
     param_bytes,
     param_tensors_per_layer,
@@ -295,10 +297,13 @@ def stage_cost(
     forward_s = fwd + extra / 3.0 + comm / 2.0
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
-    # DeepSpeed's pipeline engine: a fixed cost per layer the stage runs, per micro-batch
+    # DeepSpeed's pipeline engine: a fixed cost per layer it checkpoints, per micro-batch (every
+    # layer under full recompute, which it runs for every layer, and under selective recompute,
+    # whose attention core goes through the same checkpoint function; none without recompute)
     engine_s = pipeline_layer_overhead_s(training.framework)
     if engine_s:
-        pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n_decoder, 0.0)
+        checkpointed = np.where(S.recompute == RECOMPUTE_CODE["none"], 0.0, 1.0)
+        pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n_decoder * checkpointed, 0.0)
 
     dense, experts = stage_params(model, S, n_decoder, has_embedding, has_head)
     # ZeRO shards over dp·cp (dp_shard·cp under HSDP), experts over their EDP replicas (their
@@ -378,10 +383,12 @@ def stage_cost(
     optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
     if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
         optimizer = optimizer_step_s(dense, training, dc.device, S, tensors) + optimizer_step_s(
-            experts, training, dc.device, S, 0.0, shard=np.where(S.zero >= 1, shard_exp, 1.0))
+            experts, training, dc.device, S, 0.0, shard=np.where(optimizer_state_partitioned(training, S.zero), shard_exp, 1.0))
     # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
-    # backward, on the compute stream.
-    backward_s = backward_s + grad_accumulation_s(dense + experts, training, dc.device, S, tensors)
+    # backward, on the compute stream (reported as compute, like the layers' other memory-bound work).
+    accumulate = grad_accumulation_s(dense + experts, training, dc.device, S, tensors)
+    backward_s = backward_s + accumulate
+    compute = compute + accumulate
     return StageCost(
         forward_s=forward_s,
         backward_s=backward_s,

@@ -246,20 +246,25 @@ def test_interval_bounds_are_the_swapped_error_quantiles():
     assert iv["interval_regime"] == "*"
 
 
-def test_deepspeed_pipeline_engine_pays_a_fixed_cost_per_layer_and_microbatch():
+def test_deepspeed_pipeline_engine_pays_a_fixed_cost_per_checkpointed_layer_and_microbatch():
     model = get_preset("gpt3-1.3b")  # 24 layers
     c = simple_cluster("A100-SXM4-80GB", 1)
-    extra = {}
+
+    def extra(pp: int, **knobs: object) -> float:
+        s = Strategy(dp=8 // (2 * pp), tp=2, pp=pp, micro_batch_size=1, zero_stage=1, **knobs)
+        core = estimate(model, Training(global_batch_size=64, sequence_length=2048), c, s)
+        mds = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed"), c, s)
+        return float(mds.breakdown_s["pp_comm"] - core.breakdown_s["pp_comm"])
+
     with using(Constants({**PRIORS, "pipeline_layer_overhead_s.megatron-deepspeed": 0.004})):
-        for pp in (2, 4):
-            s = Strategy(dp=8 // (2 * pp), tp=2, pp=pp, micro_batch_size=1, zero_stage=1)
-            core = estimate(model, Training(global_batch_size=64, sequence_length=2048), c, s)
-            mds = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed"), c, s)
-            extra[pp] = mds.breakdown_s["pp_comm"] - core.breakdown_s["pp_comm"]
-    # pp 2: 32 micro-batches through the bottleneck stage of 12 layers, each layer 4 ms more;
-    # pp 4: 64 micro-batches (dp 1) through 6 layers — the same per-step total, spread thinner
-    assert extra[2] == pytest.approx(32 * 12 * 0.004, rel=1e-6)
-    assert extra[4] == pytest.approx(64 * 6 * 0.004, rel=1e-6)
+        # pp 2: 32 micro-batches through the bottleneck stage of 12 layers, each layer 4 ms more;
+        # pp 4: 64 micro-batches (dp 1) through 6 layers — the same per-step total, spread thinner
+        assert extra(2, recompute="full") == pytest.approx(32 * 12 * 0.004, rel=1e-6)
+        assert extra(4, recompute="full") == pytest.approx(64 * 6 * 0.004, rel=1e-6)
+        # the cost is the checkpoint's: selective checkpoints every layer's attention core;
+        # without recompute no layer is checkpointed
+        assert extra(2, recompute="selective") == pytest.approx(32 * 12 * 0.004, rel=1e-6)
+        assert extra(2, recompute="none") == 0.0
 
 
 def test_deepspeed_stage3_hooks_stretch_compute_only_under_zero3():
@@ -273,10 +278,10 @@ def test_deepspeed_stage3_hooks_stretch_compute_only_under_zero3():
                 e = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework=fw), c, s)
                 out[fw, zero] = e.breakdown_s["compute"]
     with using(Constants(dict(PRIORS))):
-        base = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="deepspeed"), c,
-                        Strategy(dp=8, micro_batch_size=1, zero_stage=3)).breakdown_s["compute"]
-    assert out["deepspeed", 3] == pytest.approx(base / 0.8, rel=1e-6)  # the hooks: 1/0.8 of the compute time
-    assert out["deepspeed", 2] == pytest.approx(out["deepspeed", 3] * 0.8, rel=1e-6)  # no stage-3 hooks at ZeRO-2
+        base = {zero: estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="deepspeed"), c,
+                               Strategy(dp=8, micro_batch_size=1, zero_stage=zero)).breakdown_s["compute"] for zero in (2, 3)}
+    assert out["deepspeed", 3] == pytest.approx(base[3] / 0.8, rel=1e-6)  # the hooks: 1/0.8 of the compute time
+    assert out["deepspeed", 2] == pytest.approx(base[2], rel=1e-6)  # no stage-3 hooks at ZeRO-2
     assert out["fsdp", 3] == pytest.approx(out["fsdp", 2], rel=1e-6)  # FSDP's flat units: no per-module hooks
 
 
@@ -336,6 +341,13 @@ def test_deepspeed_engine_accumulates_gradients_in_a_pass_per_microbatch():
     assert float(grad_accumulation_s(params, replace(bf16, framework="megatron-core"), dev, S, 72)[0]) == 0.0
     S3 = StrategyArrays.from_strategies([Strategy(dp=384, zero_stage=3)])
     assert float(grad_accumulation_s(params, replace(bf16, framework="deepspeed"), dev, S3, 72)[0]) == 0.0
+    # the step's breakdown reports it as compute (work on the compute stream), not as a bubble
+    c = simple_cluster("A100-SXM4-80GB", 1)
+    gpt = get_preset("gpt3-1.3b")
+    s = Strategy(dp=8, micro_batch_size=1, zero_stage=1, recompute="full")
+    est = {fw: estimate(gpt, Training(global_batch_size=64, sequence_length=2048, framework=fw), c, s) for fw in ("megatron-deepspeed", "megatron-core")}
+    assert est["megatron-deepspeed"].breakdown_s["bubble"] == 0.0
+    assert est["megatron-deepspeed"].breakdown_s["compute"] > est["megatron-core"].breakdown_s["compute"]
 
 
 def test_bf16_optimizer_accumulation_is_the_measured_bf16_vs_fp16_gap_of_the_bloom_sweep():
@@ -351,6 +363,49 @@ def test_bf16_optimizer_accumulation_is_the_measured_bf16_vs_fp16_gap_of_the_blo
     t = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed")
     gap = 128 * float(grad_accumulation_s(params, t, dev, S, 100)[0] - grad_accumulation_s(params, replace(t, dtype="fp16"), dev, S, 100)[0])
     assert gap == pytest.approx((118.79 - 112.69 + 116.54 - 110.96) / 2, rel=0.2)
+
+
+def test_bf16_optimizer_partitions_its_fp32_state_at_stage_0_as_at_stage_1():
+    """BF16_Optimizer narrows its flat bf16 groups into dp partitions whatever the ZeRO stage, so
+    a DeepSpeed pipeline run at ZERO_STAGE=0 (BLOOM's setting) holds 12/dp bytes of fp32 master
+    weights and moments per parameter, not 12; fp16 at stage 0 (DeepSpeed's FP16 optimizer) and
+    Megatron-Core at stage 0 keep them whole."""
+    from cost_model.transformer.layer_cost import model_state_bytes_per_param, optimizer_state_partitioned
+
+    def states(framework: str, dtype: str, zero: int) -> tuple[float, float, float]:
+        t = Training(global_batch_size=64, sequence_length=2048, framework=framework, dtype=dtype)
+        w, g, o = model_state_bytes_per_param(t, zero, 8.0)
+        return float(w), float(g), float(o)
+
+    assert states("megatron-deepspeed", "bf16", 0) == states("megatron-deepspeed", "bf16", 1) == (2.0, 6.0, 1.5)
+    assert states("deepspeed", "bf16", 0) == (2.0, 6.0, 1.5)
+    assert states("megatron-deepspeed", "fp16", 0)[2] == states("megatron-core", "bf16", 0)[2] == 12.0
+    ds = Training(global_batch_size=64, sequence_length=2048, framework="deepspeed")
+    assert optimizer_state_partitioned(ds, np.array([0, 1, 2, 3])).tolist() == [True, True, True, True]
+    assert optimizer_state_partitioned(replace(ds, dtype="fp16"), np.array([0, 1])).tolist() == [False, True]
+    # and so does the whole estimate: stage 0 and stage 1 are the same run under BF16_Optimizer
+    c = simple_cluster("A100-SXM4-80GB", 8)
+    t = Training(global_batch_size=256, sequence_length=2048, framework="megatron-deepspeed")
+    z0, z1 = (estimate(GPT3, t, c, Strategy(tp=8, pp=4, dp=2, micro_batch_size=1, recompute="full", zero_stage=z)) for z in (0, 1))
+    assert z0.step_time_s == pytest.approx(z1.step_time_s, rel=1e-9)
+    assert [s.peak_memory_GB for s in z0.stages] == pytest.approx([s.peak_memory_GB for s in z1.stages], rel=1e-9)
+
+
+def test_bf16_optimizer_all_reduces_gradients_then_gathers_weights():
+    """BF16_Optimizer's engine all-reduces the whole gradient buffer (cast to bf16) and the
+    optimizer all-gathers the updated bf16 weights: 3 rings a step at stage 0 or 1, where
+    DeepSpeed's fp16 path all-reduces (2 rings, stage 0) or its ZeRO-1 optimizer reduce-scatters
+    and gathers (2 rings)."""
+    from cost_model.transformer.layer_cost import dp_gradient_comm_s
+
+    links = Links.for_group(simple_cluster("A100-SXM4-80GB", 8).node_groups[0])
+    S = StrategyArrays.from_strategies([Strategy(dp=64, zero_stage=0), Strategy(dp=64, zero_stage=1)])
+    t = Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed")
+    bf16 = dp_gradient_comm_s(5e9, t, S, links)[0]
+    fp16 = dp_gradient_comm_s(5e9, replace(t, dtype="fp16"), S, links)[0]
+    assert float(bf16[0]) == pytest.approx(float(bf16[1]), rel=1e-9)
+    assert float(bf16[0] / fp16[0]) == pytest.approx(1.5, rel=1e-6)
+    assert float(bf16[1] / fp16[1]) == pytest.approx(1.5, rel=1e-6)
 
 
 def test_deepspeed_gather_bandwidth_is_set_by_the_weight_matrices_not_every_tensor():
