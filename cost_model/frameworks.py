@@ -346,6 +346,22 @@ def cp_exchange_rule_violation(framework: str, cp_comm_type: str | None) -> str 
             "sep_degree: a2a)")
 
 
+def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str | None) -> str | None:
+    """Reason when ``grad_accum_dtype`` is given where it means nothing, else None.  It is
+    DeepSpeed's ``data_types.grad_accum_dtype`` under bf16: ``fp32`` at ZeRO stage 1 selects
+    DeepSpeed's BF16_Optimizer (fp32 accumulation, ``engine._do_optimizer_sanity_check``),
+    ``bf16`` its ZeRO optimizer.  Megatron-Core, FSDP and Paddle have no such setting
+    (Megatron accumulates bf16 gradients in fp32 main-gradient buffers by itself)."""
+    if grad_accum_dtype is None:
+        return None
+    if not runs_deepspeed_engine(framework):
+        return (f"{framework}: no grad_accum_dtype setting (it is DeepSpeed's data_types.grad_accum_dtype, for deepspeed "
+                "and megatron-deepspeed); leave it out")
+    if dtype != "bf16":
+        return f"grad_accum_dtype chooses how bf16 training accumulates its gradients; with {dtype} training leave it out"
+    return None
+
+
 def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:
     """Warning for ``sequence_parallel`` at tp=1: Megatron accepts it and does nothing
     (there is no tensor-parallel group to split the sequence over)."""

@@ -8,7 +8,12 @@ from typing import Any
 
 from cost_model.devices import DTYPES
 from cost_model.errors import InvalidTraining
-from cost_model.frameworks import cp_exchange, cp_exchange_rule_violation, dtype_rule_violation
+from cost_model.frameworks import (
+    cp_exchange,
+    cp_exchange_rule_violation,
+    dtype_rule_violation,
+    grad_accum_rule_violation,
+)
 
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")
@@ -22,6 +27,9 @@ FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddl
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 #: Context-parallel exchanges (``training.cp_comm_type``; cost_model.transformer.context_parallel).
 CP_COMM_TYPES = ("p2p", "allgather", "a2a")
+#: Gradient-accumulation dtypes of DeepSpeed's engine (``training.grad_accum_dtype``, its
+#: ``data_types.grad_accum_dtype``; cost_model.transformer.layer_cost.bf16_optimizer).
+GRAD_ACCUM_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,12 @@ class Training:
     ``a2a`` Ulysses-style), of the exchanges the framework has; omitted, the framework's own
     (:data:`cost_model.frameworks.RULES` ``cp_exchanges``: Megatron-Core's ring, torchtitan's
     all-gather, DeepSpeed-Ulysses' and Paddle's segment-parallel all-to-all).
+    ``grad_accum_dtype`` (``deepspeed``, ``megatron-deepspeed`` under bf16): DeepSpeed's
+    ``data_types.grad_accum_dtype``; ``fp32`` (omitted: what the planner's ``ds_config.json``
+    asks for) runs ZeRO stage 1 under its BF16_Optimizer (fp32 gradient accumulation), ``bf16``
+    (DeepSpeed's own default when a config leaves ``data_types`` out) under its ZeRO optimizer
+    (bf16 accumulation); at stage 0 its pipeline engine runs BF16_Optimizer either way
+    (:func:`cost_model.transformer.layer_cost.bf16_optimizer`).
     """
 
     global_batch_size: int
@@ -65,6 +79,8 @@ class Training:
     moe_capacity_factor: float | None = None
     #: None: the framework's own exchange (:func:`cost_model.frameworks.cp_exchange`)
     cp_comm_type: str | None = None
+    #: DeepSpeed's ``data_types.grad_accum_dtype`` under bf16; None: fp32, as the planner launches
+    grad_accum_dtype: str | None = None
 
     @property
     def tokens_per_step(self) -> int:
@@ -88,15 +104,16 @@ class Training:
             "fused_kernels": self.fused_kernels,
             "framework": self.framework,
             **({"total_tokens": self.total_tokens} if self.total_tokens is not None else {}),
-            **{k: v for k, v in self._moe_cp_fields().items() if v != _MOE_CP_DEFAULTS[k]},
+            **{k: v for k, v in self._optional_fields().items() if v != _OPTIONAL_DEFAULTS[k]},
         }
 
-    def _moe_cp_fields(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in _MOE_CP_DEFAULTS}
+    def _optional_fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _OPTIONAL_DEFAULTS}
 
 
-#: Defaults of the MoE / context-parallel knobs (``to_dict`` writes only those that differ).
-_MOE_CP_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None}
+#: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
+_OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
+                                     "grad_accum_dtype": None}
 
 
 def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
@@ -113,7 +130,8 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             raise InvalidTraining(f"must be at most {maximum}, got {val}", field=f"{field_path}.{key}")
         out[key] = val
     for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS),
-                         ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES)):
+                         ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES),
+                         ("grad_accum_dtype", GRAD_ACCUM_DTYPES)):
         if key in data:
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
@@ -140,4 +158,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = cp_exchange_rule_violation(framework, out.get("cp_comm_type"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.cp_comm_type")
+    why = grad_accum_rule_violation(framework, out.get("dtype", "bf16"), out.get("grad_accum_dtype"))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.grad_accum_dtype")
     return Training(**out)

@@ -894,18 +894,23 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
 
 
 def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[np.bool_]:
-    """Whether the stage trains under DeepSpeed's ``BF16_Optimizer`` (``runtime/bf16_optimizer.py``):
-    bf16 at ZeRO stage ≤ 1 under the DeepSpeed engine, as the planner's ``ds_config.json`` asks
-    for (``grad_accum_dtype`` fp32 at stage 1; at stage 0 its pipeline engine picks it).  It keeps
-    a full-size fp32 gradient buffer (:func:`model_state_bytes_per_param`), accumulates into it
-    every micro-batch (``stage_cost.grad_accumulation_s``), has no IPG gradient buckets
+    """Whether the stage trains under DeepSpeed's ``BF16_Optimizer`` (``runtime/bf16_optimizer.py``),
+    as DeepSpeed 0.19's ``engine._do_optimizer_sanity_check`` picks it under bf16: at ZeRO stage 0
+    (its pipeline engine; without a pipeline DeepSpeed runs ``DDP_BFLOAT16``, which the exported
+    config's notes name) and at stage 1 with fp32 gradient accumulation
+    (``data_types.grad_accum_dtype``: ``training.grad_accum_dtype``, fp32 unless given as bf16,
+    which the planner's ``ds_config.json`` writes); at stage 1 with bf16 accumulation (DeepSpeed's
+    own default when a config leaves ``data_types`` out), and at 2, it runs its ZeRO optimizer.
+    BF16_Optimizer keeps a full-size
+    fp32 gradient buffer (:func:`model_state_bytes_per_param`), accumulates into it every
+    micro-batch (``stage_cost.grad_accumulation_s``), has no IPG gradient buckets
     (``stage_cost.gradient_bucket_bytes``), partitions its fp32 master weights and moments over
     dp even at stage 0 (:func:`optimizer_state_partitioned`) and all-reduces its gradients before
     all-gathering the updated weights (:func:`dp_gradient_comm_s`)."""
     z = np.asarray(zero_stage)
     if training.dtype != "bf16" or not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=bool)
-    out: npt.NDArray[np.bool_] = z <= 1
+    out: npt.NDArray[np.bool_] = (z == 0) | ((z == 1) & (training.grad_accum_dtype != "bf16"))
     return out
 
 
@@ -929,7 +934,7 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     DeepSpeed's ZeRO-1/2 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
     keeps the gradients in the 16-bit training dtype (2) and an fp32 copy of its own partition
     only (4/shard), where Megatron keeps a full fp32 gradient buffer.  DeepSpeed's BF16_Optimizer
-    (:func:`bf16_optimizer`, stage 0 and 1) keeps bf16 gradients and a full fp32 buffer (2 + 4)
+    (:func:`bf16_optimizer`: stage 0, and 1 with fp32 accumulation) keeps bf16 gradients and a full fp32 buffer (2 + 4)
     and partitions its fp32 master weights and moments over dp at either stage (12/shard).
     """
     mixed = training.dtype != "fp32"

@@ -385,12 +385,17 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
     dtype = view.training.get("dtype", "bf16")
     if dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
+        accum = view.training.get("grad_accum_dtype")
         if zero == 1:
-            # DeepSpeed picks its BF16_Optimizer (fp32 gradient accumulation, the state sharded as
-            # ZeRO-1) only when asked for fp32 accumulation; the cost model prices that optimizer
-            # (layer_cost.model_state_bytes_per_param, stage_cost.grad_accumulation_s).
-            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
-        elif zero == 0 and view.pp == 1:
+            # At stage 1 DeepSpeed picks its BF16_Optimizer (fp32 accumulation) when asked for fp32
+            # accumulation, its ZeRO optimizer otherwise: the optimizer the plan priced
+            # (layer_cost.bf16_optimizer, from training.grad_accum_dtype; omitted: fp32).
+            cfg["data_types"] = {"grad_accum_dtype": accum or "fp32"}
+        elif accum:
+            notes.append(f"grad_accum_dtype {accum} is not written: DeepSpeed takes it at ZeRO stage 1 only (stage 0 under "
+                         "its pipeline engine runs BF16_Optimizer, fp32 accumulation, by itself; stages 2-3 their ZeRO "
+                         "optimizer), as the plan priced")
+        if zero == 0 and view.pp == 1:
             notes.append("bf16 at ZeRO stage 0 without a pipeline: DeepSpeed trains bf16 weights without an fp32 master "
                          "copy (its DDP_BFLOAT16 path), where the plan priced BF16_Optimizer's fp32 state; plan zero_stage 1 "
                          "for fp32 master weights")

@@ -404,6 +404,7 @@
     ["#t-tp-overlap", "tp_comm_overlap", "false", (v) => v === "true"],
     ["#t-grad-overlap", "grad_reduce_overlap", "true", (v) => v === "true"],
     ["#t-cp-comm", "cp_comm_type", "", (v) => v],
+    ["#t-grad-accum", "grad_accum_dtype", "", (v) => v],
     ["#t-moe-dispatcher", "moe_token_dispatcher", "alltoall", (v) => v],
     ["#t-moe-overlap", "moe_comm_overlap", "false", (v) => v === "true"],
   ];

@@ -96,16 +96,18 @@ def test_deepspeed_refuses_partial_sharding_as_the_planner_does(monkeypatch):
     assert "MiCS" in partial_sharding_violation("deepspeed", dp=16, dp_shard=8, zero_stage=3)
 
 
-def _bf16_deepspeed_plan(zero_stage: int, pp: int) -> dict:
+def _bf16_deepspeed_plan(zero_stage: int, pp: int, grad_accum_dtype: str | None = None) -> dict:
     """A bf16 megatron-deepspeed plan at ``zero_stage``: the homogeneous plan (pp 2), or with pp 1
     data parallelism alone over its 16 GPUs."""
     if pp == 1:
         plan = hsdp_plan("megatron-deepspeed", zero_stage, dp_shard=16)
         plan["best"]["strategy"].pop("dp_shard")
-        return plan
-    plan = ALL_PLANS["homogeneous"]()
-    plan["training"]["framework"] = "megatron-deepspeed"
-    plan["best"]["strategy"]["zero_stage"] = zero_stage
+    else:
+        plan = ALL_PLANS["homogeneous"]()
+        plan["training"]["framework"] = "megatron-deepspeed"
+        plan["best"]["strategy"]["zero_stage"] = zero_stage
+    if grad_accum_dtype:
+        plan["training"]["grad_accum_dtype"] = grad_accum_dtype
     return plan
 
 
@@ -121,17 +123,20 @@ def _deepspeed_optimizer(config, plan, monkeypatch) -> str:
     return str(engine._do_optimizer_sanity_check(torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))])))
 
 
-@pytest.mark.parametrize("zero_stage, pp, expected", [(1, 2, "bf16"), (1, 1, "bf16"), (0, 2, "bf16"), (2, 1, "zero_optimization")])
-def test_deepspeed_runs_the_bf16_optimizer_the_plan_priced(zero_stage, pp, expected, monkeypatch):
-    # bf16 at ZeRO stage <= 1 is priced as DeepSpeed's BF16_Optimizer (fp32 gradient buffer and
-    # accumulation: layer_cost.model_state_bytes_per_param, stage_cost.grad_accumulation_s); the
-    # emitted config must make DeepSpeed pick that optimizer, not its ZeRO optimizer's bf16 path
+@pytest.mark.parametrize("zero_stage, pp, accum, expected", [
+    (1, 2, None, "bf16"), (1, 1, None, "bf16"), (1, 2, "fp32", "bf16"), (1, 2, "bf16", "zero_optimization"), (1, 1, "bf16", "zero_optimization"),
+    (0, 2, None, "bf16"), (0, 2, "fp32", "bf16"), (2, 1, None, "zero_optimization"), (2, 1, "fp32", "zero_optimization")])
+def test_deepspeed_runs_the_optimizer_the_plan_priced(zero_stage, pp, accum, expected, monkeypatch):
+    # bf16 is priced as DeepSpeed's BF16_Optimizer (fp32 gradient buffer and accumulation, the
+    # state partitioned even at stage 0: layer_cost.bf16_optimizer) at stage 0 and at stage 1 with
+    # fp32 accumulation (training.grad_accum_dtype; omitted: fp32), as its ZeRO optimizer (bf16
+    # accumulation) otherwise; the emitted config must make DeepSpeed pick the optimizer the plan priced
     from cost_model.training import Training
     from cost_model.transformer.layer_cost import bf16_optimizer
 
     config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
-    assert _deepspeed_optimizer(config, _bf16_deepspeed_plan(zero_stage, pp), monkeypatch) == expected
-    priced = bool(bf16_optimizer(Training(64, 8192, framework="megatron-deepspeed"), zero_stage))
+    assert _deepspeed_optimizer(config, _bf16_deepspeed_plan(zero_stage, pp, accum), monkeypatch) == expected
+    priced = bool(bf16_optimizer(Training(64, 8192, framework="megatron-deepspeed", grad_accum_dtype=accum), zero_stage))
     assert priced == (expected == "bf16")  # what the cost model prices is what DeepSpeed runs
 
 

@@ -501,7 +501,8 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
     assert css(d, "#form-error").text.startswith("constraints.layers_per_stage: must be whole numbers")
 
 
-TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "moe_token_dispatcher", "moe_comm_overlap", "moe_capacity_factor"}
+TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
+                        "moe_comm_overlap", "moe_capacity_factor"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -512,8 +513,10 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     body = form_body(d)
     assert not TRAINING_OPTION_KEYS & set(body["training"]), body["training"]
     # the contract's defaults are what the controls show
-    shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value") for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-moe-dispatcher", "#t-moe-overlap")}
-    assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false"}
+    shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value")
+             for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-grad-accum", "#t-moe-dispatcher", "#t-moe-overlap")}
+    assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "",
+                     "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false"}
     assert css(d, "#t-moe-capacity").get_attribute("value") == ""
 
     # each changed control reaches the body under its contract name, with its JSON type
@@ -560,9 +563,17 @@ def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(
 
     # a combination DeepSpeed has: planned, and stored with the request's options
     fill(capacity, "")
+    Select(css(d, "#t-grad-accum")).select_by_value("bf16")  # DeepSpeed's data_types.grad_accum_dtype
     css(d, "#submit-plan").click()
     plan_id = rendered_plan_id(d)
     training = api(live_server, "GET", f"/v1/plans/{plan_id}").json()["training"]
     assert training["framework"] == "deepspeed" and training["attention"] == "unfused"
-    assert training["fused_kernels"] is False and training["cp_comm_type"] == "a2a"
+    assert training["fused_kernels"] is False and training["cp_comm_type"] == "a2a" and training["grad_accum_dtype"] == "bf16"
+
+    # Megatron-Core has no such setting: the 422 is shown next to that control
+    small_one_node_form(d, live_server, "megatron-core")
+    css(d, "#training-options summary").click()
+    accum = css(d, "#t-grad-accum")
+    Select(accum).select_by_value("fp32")
+    submit_and_expect_error_at(d, accum, "training.grad_accum_dtype: megatron-core: no grad_accum_dtype setting", "DeepSpeed")
     assert "moe_capacity_factor" not in training

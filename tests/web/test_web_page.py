@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cost_model.frameworks import describe
 from cost_model.strategy import RECOMPUTE
-from cost_model.training import ATTENTION_IMPLS, CP_COMM_TYPES, FRAMEWORKS, MOE_DISPATCHERS, Training
+from cost_model.training import ATTENTION_IMPLS, CP_COMM_TYPES, FRAMEWORKS, GRAD_ACCUM_DTYPES, MOE_DISPATCHERS, Training
 from planner_service.api.routes.web import ASSETS
 from planner_service.exporters import TARGETS
 from planner_service.planner.request import PINNABLE, TIGHT_MEMORY
@@ -195,10 +195,11 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert tuple(fields["attention"]["options"]) == ATTENTION_IMPLS
     assert tuple(fields["moe_token_dispatcher"]["options"]) == MOE_DISPATCHERS
     assert fields["cp_comm_type"]["options"] == ["", *CP_COMM_TYPES]  # "": the framework's own, omitted
+    assert fields["grad_accum_dtype"]["options"] == ["", *GRAD_ACCUM_DTYPES]  # "": omitted (fp32, as the planner launches)
     defaults = {f.name: f.default for f in dataclasses.fields(Training)}
     assert fields["attention"]["options"][0] == defaults["attention"]
     assert fields["moe_token_dispatcher"]["options"][0] == defaults["moe_token_dispatcher"]
-    assert defaults["cp_comm_type"] is None
+    assert defaults["cp_comm_type"] is None and defaults["grad_accum_dtype"] is None
     for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"):
         assert fields[flag]["tag"] == "select", flag
         assert fields[flag]["options"] == [str(defaults[flag]).lower(), str(not defaults[flag]).lower()], flag
@@ -208,7 +209,8 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert "value" not in capacity  # empty: dropless, left out of the request
     # the script leaves a key out exactly when its control is at the contract's default
     choices = _training_choices()
-    assert set(choices) == {"attention", "cp_comm_type", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"}
+    assert set(choices) == {"attention", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap",
+                            "fused_kernels", "moe_comm_overlap"}
     for key, (ident, default) in choices.items():
         assert fields[key]["id"] == ident, key
         assert default == fields[key]["options"][0], key

@@ -333,11 +333,16 @@ def test_deepspeed_engine_accumulates_gradients_in_a_pass_per_microbatch():
     fp16 = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed", dtype="fp16")
     ds = float(grad_accumulation_s(params, fp16, dev, S, 72)[0])
     assert ds == pytest.approx(params * GRAD_ACCUMULATION_BYTES_PER_PARAM["fp16"] / rate + 72 * launch, rel=1e-6)  # one add per tensor
-    bf16 = replace(fp16, dtype="bf16")
+    bf16 = replace(fp16, dtype="bf16", grad_accum_dtype="fp32")
     assert BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM == 26.0
     assert float(grad_accumulation_s(params, bf16, dev, S, 72)[0]) == pytest.approx(params * 26.0 / rate + 3 * 72 * launch, rel=1e-6)
     S2 = StrategyArrays.from_strategies([Strategy(dp=8, zero_stage=2)])  # the ZeRO optimizer again
     assert float(grad_accumulation_s(params, bf16, dev, S2, 72)[0]) == pytest.approx(ds, rel=1e-6)
+    # bf16 accumulation at stage 1 (DeepSpeed's own default without data_types) is its ZeRO optimizer
+    assert float(grad_accumulation_s(params, replace(bf16, grad_accum_dtype="bf16"), dev, S, 72)[0]) == pytest.approx(ds, rel=1e-6)
+    # omitted, fp32: as the planner's ds_config asks for
+    assert float(grad_accumulation_s(params, replace(bf16, grad_accum_dtype=None), dev, S, 72)[0]) == pytest.approx(
+        float(grad_accumulation_s(params, bf16, dev, S, 72)[0]), rel=1e-9)
     assert float(grad_accumulation_s(params, replace(bf16, framework="megatron-core"), dev, S, 72)[0]) == 0.0
     S3 = StrategyArrays.from_strategies([Strategy(dp=384, zero_stage=3)])
     assert float(grad_accumulation_s(params, replace(bf16, framework="deepspeed"), dev, S3, 72)[0]) == 0.0
@@ -360,8 +365,8 @@ def test_bf16_optimizer_accumulation_is_the_measured_bf16_vs_fp16_gap_of_the_blo
     dev = simple_cluster("A100-SXM4-80GB", 1).node_groups[0].device
     S = StrategyArrays.from_strategies([Strategy(tp=4, pp=12, dp=8, zero_stage=1)])
     params = 9 * 12 * 12288**2 / 4
-    t = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed")
-    gap = 128 * float(grad_accumulation_s(params, t, dev, S, 100)[0] - grad_accumulation_s(params, replace(t, dtype="fp16"), dev, S, 100)[0])
+    t = Training(global_batch_size=2048, sequence_length=2048, framework="megatron-deepspeed", grad_accum_dtype="fp32")
+    gap = 128 * float(grad_accumulation_s(params, t, dev, S, 100)[0] - grad_accumulation_s(params, replace(t, dtype="fp16", grad_accum_dtype=None), dev, S, 100)[0])
     assert gap == pytest.approx((118.79 - 112.69 + 116.54 - 110.96) / 2, rel=0.2)
 
 
@@ -372,20 +377,23 @@ def test_bf16_optimizer_partitions_its_fp32_state_at_stage_0_as_at_stage_1():
     Megatron-Core at stage 0 keep them whole."""
     from cost_model.transformer.layer_cost import model_state_bytes_per_param, optimizer_state_partitioned
 
-    def states(framework: str, dtype: str, zero: int) -> tuple[float, float, float]:
-        t = Training(global_batch_size=64, sequence_length=2048, framework=framework, dtype=dtype)
+    def states(framework: str, dtype: str, zero: int, accum: str | None = None) -> tuple[float, float, float]:
+        t = Training(global_batch_size=64, sequence_length=2048, framework=framework, dtype=dtype, grad_accum_dtype=accum)
         w, g, o = model_state_bytes_per_param(t, zero, 8.0)
         return float(w), float(g), float(o)
 
-    assert states("megatron-deepspeed", "bf16", 0) == states("megatron-deepspeed", "bf16", 1) == (2.0, 6.0, 1.5)
+    assert states("megatron-deepspeed", "bf16", 0) == states("megatron-deepspeed", "bf16", 1, "fp32") == (2.0, 6.0, 1.5)
     assert states("deepspeed", "bf16", 0) == (2.0, 6.0, 1.5)
+    assert states("deepspeed", "bf16", 1) == states("deepspeed", "bf16", 1, "fp32")  # omitted: fp32
+    # bf16 accumulation at stage 1, DeepSpeed's ZeRO optimizer: bf16 gradients and its fp32 partition
+    assert states("deepspeed", "bf16", 1, "bf16") == (2.0, 2.0 + 4.0 / 8, 1.5)
     assert states("megatron-deepspeed", "fp16", 0)[2] == states("megatron-core", "bf16", 0)[2] == 12.0
     ds = Training(global_batch_size=64, sequence_length=2048, framework="deepspeed")
     assert optimizer_state_partitioned(ds, np.array([0, 1, 2, 3])).tolist() == [True, True, True, True]
     assert optimizer_state_partitioned(replace(ds, dtype="fp16"), np.array([0, 1])).tolist() == [False, True]
     # and so does the whole estimate: stage 0 and stage 1 are the same run under BF16_Optimizer
     c = simple_cluster("A100-SXM4-80GB", 8)
-    t = Training(global_batch_size=256, sequence_length=2048, framework="megatron-deepspeed")
+    t = Training(global_batch_size=256, sequence_length=2048, framework="megatron-deepspeed", grad_accum_dtype="fp32")
     z0, z1 = (estimate(GPT3, t, c, Strategy(tp=8, pp=4, dp=2, micro_batch_size=1, recompute="full", zero_stage=z)) for z in (0, 1))
     assert z0.step_time_s == pytest.approx(z1.step_time_s, rel=1e-9)
     assert [s.peak_memory_GB for s in z0.stages] == pytest.approx([s.peak_memory_GB for s in z1.stages], rel=1e-9)
@@ -400,9 +408,9 @@ def test_bf16_optimizer_all_reduces_gradients_then_gathers_weights():
 
     links = Links.for_group(simple_cluster("A100-SXM4-80GB", 8).node_groups[0])
     S = StrategyArrays.from_strategies([Strategy(dp=64, zero_stage=0), Strategy(dp=64, zero_stage=1)])
-    t = Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed")
+    t = Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed", grad_accum_dtype="fp32")
     bf16 = dp_gradient_comm_s(5e9, t, S, links)[0]
-    fp16 = dp_gradient_comm_s(5e9, replace(t, dtype="fp16"), S, links)[0]
+    fp16 = dp_gradient_comm_s(5e9, replace(t, dtype="fp16", grad_accum_dtype=None), S, links)[0]
     assert float(bf16[0]) == pytest.approx(float(bf16[1]), rel=1e-9)
     assert float(bf16[0] / fp16[0]) == pytest.approx(1.5, rel=1e-6)
     assert float(bf16[1] / fp16[1]) == pytest.approx(1.5, rel=1e-6)

@@ -89,6 +89,19 @@ def test_moe_parallel_folding_in_megatron_core():
     assert layout_rule_violation("deepspeed", tp=1, pp=1, vpp=1, cp=1, ep=32, dp=16, zero_stage=1, sequence_parallel=False)[0] == "ep"
 
 
+def test_grad_accum_dtype_is_deepspeeds_setting_under_bf16_only():
+    base = {"global_batch_size": 8, "sequence_length": 2048}
+    t = training_from_dict({**base, "framework": "megatron-deepspeed", "grad_accum_dtype": "fp32"})
+    assert t.grad_accum_dtype == "fp32" and t.to_dict()["grad_accum_dtype"] == "fp32"
+    assert "grad_accum_dtype" not in training_from_dict({**base, "framework": "deepspeed"}).to_dict()  # omitted: fp32
+    for bad, words in (({"framework": "megatron-core", "grad_accum_dtype": "fp32"}, "no grad_accum_dtype setting"),
+                       ({"framework": "deepspeed", "dtype": "fp16", "grad_accum_dtype": "fp32"}, "bf16 training"),
+                       ({"framework": "deepspeed", "grad_accum_dtype": "fp16"}, "must be one of fp32, bf16")):
+        with pytest.raises(InvalidInput) as exc:
+            training_from_dict({**base, **bad})
+        assert exc.value.field == "training.grad_accum_dtype" and words in str(exc.value), bad
+
+
 def test_pinned_rules_and_fp8_recipes():
     assert pinned_rule_violation("deepspeed", {"cp": 4}) is None  # DeepSpeed-Ulysses
     rule = pinned_rule_violation("deepspeed", {"cp": 4, "pp": 2})
