@@ -57,10 +57,10 @@ class Training:
     (:data:`cost_model.frameworks.RULES` ``cp_exchanges``: Megatron-Core's ring, torchtitan's
     all-gather, DeepSpeed-Ulysses' and Paddle's segment-parallel all-to-all).
     ``grad_accum_dtype`` (``deepspeed``, ``megatron-deepspeed`` under bf16): DeepSpeed's
-    ``data_types.grad_accum_dtype``; ``fp32`` (omitted: what the planner's ``ds_config.json``
-    asks for) runs ZeRO stage 1 under its BF16_Optimizer (fp32 gradient accumulation), ``bf16``
-    (DeepSpeed's own default when a config leaves ``data_types`` out) under its ZeRO optimizer
-    (bf16 accumulation); at stage 0 its pipeline engine runs BF16_Optimizer either way
+    ``data_types.grad_accum_dtype``; ``fp32`` runs ZeRO stage 1 under its BF16_Optimizer (fp32
+    gradient accumulation), omitted or ``bf16`` (DeepSpeed's own default when a config leaves
+    ``data_types`` out) under its ZeRO optimizer (bf16 accumulation); at stage 0 its pipeline
+    engine runs BF16_Optimizer either way
     (:func:`cost_model.transformer.layer_cost.bf16_optimizer`).
     """
 
@@ -79,7 +79,7 @@ class Training:
     moe_capacity_factor: float | None = None
     #: None: the framework's own exchange (:func:`cost_model.frameworks.cp_exchange`)
     cp_comm_type: str | None = None
-    #: DeepSpeed's ``data_types.grad_accum_dtype`` under bf16; None: fp32, as the planner launches
+    #: DeepSpeed's ``data_types.grad_accum_dtype`` under bf16; None: DeepSpeed's default (bf16)
     grad_accum_dtype: str | None = None
 
     @property

@@ -897,10 +897,10 @@ def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[
     """Whether the stage trains under DeepSpeed's ``BF16_Optimizer`` (``runtime/bf16_optimizer.py``),
     as DeepSpeed 0.19's ``engine._do_optimizer_sanity_check`` picks it under bf16: at ZeRO stage 0
     (its pipeline engine; without a pipeline DeepSpeed runs ``DDP_BFLOAT16``, which the exported
-    config's notes name) and at stage 1 with fp32 gradient accumulation
-    (``data_types.grad_accum_dtype``: ``training.grad_accum_dtype``, fp32 unless given as bf16,
-    which the planner's ``ds_config.json`` writes); at stage 1 with bf16 accumulation (DeepSpeed's
-    own default when a config leaves ``data_types`` out), and at 2, it runs its ZeRO optimizer.
+    config's notes name) and at stage 1 when asked for fp32 gradient accumulation
+    (``training.grad_accum_dtype`` ``fp32``, which the planner's ``ds_config.json`` then writes as
+    ``data_types.grad_accum_dtype``); at stage 1 by default (bf16 accumulation: DeepSpeed's own
+    default when a config leaves ``data_types`` out), and at 2, it runs its ZeRO optimizer.
     BF16_Optimizer keeps a full-size
     fp32 gradient buffer (:func:`model_state_bytes_per_param`), accumulates into it every
     micro-batch (``stage_cost.grad_accumulation_s``), has no IPG gradient buckets
@@ -910,7 +910,7 @@ def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[
     z = np.asarray(zero_stage)
     if training.dtype != "bf16" or not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=bool)
-    out: npt.NDArray[np.bool_] = (z == 0) | ((z == 1) & (training.grad_accum_dtype != "bf16"))
+    out: npt.NDArray[np.bool_] = (z == 0) | ((z == 1) & (training.grad_accum_dtype == "fp32"))
     return out
 
 

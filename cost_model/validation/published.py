@@ -467,6 +467,9 @@ def _case(row: dict[str, Any]) -> PublishedCase | Unplannable:
         # gradients after the backward pass; FSDP and ZeRO-3 overlap by construction.
         grad_reduce_overlap=modern or framework_for(group, p) in ("fsdp", "deepspeed"),
         framework=framework_for(group, p),
+        # DeepSpeed's BF16_Optimizer where the row states fp32 gradient accumulation (BLOOM's
+        # "new BF16 optimizer"); otherwise DeepSpeed's default, bf16 accumulation
+        grad_accum_dtype="fp32" if dtype == "bf16" and "fp32 grad accumulation" in (p.get("precision") or "") else None,
     )
     nodes = max(1, math.ceil(n_gpus / gpn))
     fabric, nic_node_GBps = fabric_for(hw)

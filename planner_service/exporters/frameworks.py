@@ -386,11 +386,11 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
     if dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
         accum = view.training.get("grad_accum_dtype")
-        if zero == 1:
+        if zero == 1 and accum:
             # At stage 1 DeepSpeed picks its BF16_Optimizer (fp32 accumulation) when asked for fp32
-            # accumulation, its ZeRO optimizer otherwise: the optimizer the plan priced
-            # (layer_cost.bf16_optimizer, from training.grad_accum_dtype; omitted: fp32).
-            cfg["data_types"] = {"grad_accum_dtype": accum or "fp32"}
+            # accumulation, its ZeRO optimizer otherwise (its default): the optimizer the plan
+            # priced (layer_cost.bf16_optimizer, from training.grad_accum_dtype).
+            cfg["data_types"] = {"grad_accum_dtype": accum}
         elif accum:
             notes.append(f"grad_accum_dtype {accum} is not written: DeepSpeed takes it at ZeRO stage 1 only (stage 0 under "
                          "its pipeline engine runs BF16_Optimizer, fp32 accumulation, by itself; stages 2-3 their ZeRO "

@@ -124,13 +124,14 @@ def _deepspeed_optimizer(config, plan, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("zero_stage, pp, accum, expected", [
-    (1, 2, None, "bf16"), (1, 1, None, "bf16"), (1, 2, "fp32", "bf16"), (1, 2, "bf16", "zero_optimization"), (1, 1, "bf16", "zero_optimization"),
+    (1, 2, None, "zero_optimization"), (1, 1, None, "zero_optimization"), (1, 2, "fp32", "bf16"), (1, 1, "fp32", "bf16"), (1, 1, "bf16", "zero_optimization"),
     (0, 2, None, "bf16"), (0, 2, "fp32", "bf16"), (2, 1, None, "zero_optimization"), (2, 1, "fp32", "zero_optimization")])
 def test_deepspeed_runs_the_optimizer_the_plan_priced(zero_stage, pp, accum, expected, monkeypatch):
     # bf16 is priced as DeepSpeed's BF16_Optimizer (fp32 gradient buffer and accumulation, the
     # state partitioned even at stage 0: layer_cost.bf16_optimizer) at stage 0 and at stage 1 with
-    # fp32 accumulation (training.grad_accum_dtype; omitted: fp32), as its ZeRO optimizer (bf16
-    # accumulation) otherwise; the emitted config must make DeepSpeed pick the optimizer the plan priced
+    # fp32 accumulation asked for (training.grad_accum_dtype), as its ZeRO optimizer (bf16
+    # accumulation, DeepSpeed's default) otherwise; the emitted config must make DeepSpeed pick the
+    # optimizer the plan priced
     from cost_model.training import Training
     from cost_model.transformer.layer_cost import bf16_optimizer
 

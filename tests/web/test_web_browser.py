@@ -563,12 +563,12 @@ def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(
 
     # a combination DeepSpeed has: planned, and stored with the request's options
     fill(capacity, "")
-    Select(css(d, "#t-grad-accum")).select_by_value("bf16")  # DeepSpeed's data_types.grad_accum_dtype
+    Select(css(d, "#t-grad-accum")).select_by_value("fp32")  # DeepSpeed's data_types.grad_accum_dtype
     css(d, "#submit-plan").click()
     plan_id = rendered_plan_id(d)
     training = api(live_server, "GET", f"/v1/plans/{plan_id}").json()["training"]
     assert training["framework"] == "deepspeed" and training["attention"] == "unfused"
-    assert training["fused_kernels"] is False and training["cp_comm_type"] == "a2a" and training["grad_accum_dtype"] == "bf16"
+    assert training["fused_kernels"] is False and training["cp_comm_type"] == "a2a" and training["grad_accum_dtype"] == "fp32"
 
     # Megatron-Core has no such setting: the 422 is shown next to that control
     small_one_node_form(d, live_server, "megatron-core")

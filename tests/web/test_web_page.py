@@ -195,7 +195,7 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert tuple(fields["attention"]["options"]) == ATTENTION_IMPLS
     assert tuple(fields["moe_token_dispatcher"]["options"]) == MOE_DISPATCHERS
     assert fields["cp_comm_type"]["options"] == ["", *CP_COMM_TYPES]  # "": the framework's own, omitted
-    assert fields["grad_accum_dtype"]["options"] == ["", *GRAD_ACCUM_DTYPES]  # "": omitted (fp32, as the planner launches)
+    assert fields["grad_accum_dtype"]["options"] == ["", *GRAD_ACCUM_DTYPES]  # "": DeepSpeed's default, omitted
     defaults = {f.name: f.default for f in dataclasses.fields(Training)}
     assert fields["attention"]["options"][0] == defaults["attention"]
     assert fields["moe_token_dispatcher"]["options"][0] == defaults["moe_token_dispatcher"]

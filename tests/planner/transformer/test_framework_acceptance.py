@@ -93,7 +93,7 @@ def test_grad_accum_dtype_is_deepspeeds_setting_under_bf16_only():
     base = {"global_batch_size": 8, "sequence_length": 2048}
     t = training_from_dict({**base, "framework": "megatron-deepspeed", "grad_accum_dtype": "fp32"})
     assert t.grad_accum_dtype == "fp32" and t.to_dict()["grad_accum_dtype"] == "fp32"
-    assert "grad_accum_dtype" not in training_from_dict({**base, "framework": "deepspeed"}).to_dict()  # omitted: fp32
+    assert "grad_accum_dtype" not in training_from_dict({**base, "framework": "deepspeed"}).to_dict()  # omitted: DeepSpeed's default
     for bad, words in (({"framework": "megatron-core", "grad_accum_dtype": "fp32"}, "no grad_accum_dtype setting"),
                        ({"framework": "deepspeed", "dtype": "fp16", "grad_accum_dtype": "fp32"}, "bf16 training"),
                        ({"framework": "deepspeed", "grad_accum_dtype": "fp16"}, "must be one of fp32, bf16")):
