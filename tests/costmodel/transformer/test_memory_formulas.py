@@ -146,7 +146,8 @@ def test_fsdp_selective_recomputes_the_even_matmuls_and_the_memory_bound_ops():
     [
         ("deepspeed", 2, 1, "bf16", 2 * 5e8 * 2),  # IPG bucket double-buffered under overlap_comm
         ("deepspeed", 1, 1, "fp16", 2 * 5e8 * 2),  # the ZeRO optimizer runs stage 1 outside bf16
-        ("deepspeed", 1, 1, "bf16", 0.0),  # BF16_Optimizer: no IPG bucket
+        ("deepspeed", 1, 1, "bf16", 2 * 5e8 * 2),  # DeepSpeed's default at stage 1 under bf16: the ZeRO optimizer
+        ("deepspeed", 1, 1, "bf16/fp32", 0.0),  # fp32 accumulation asked for: BF16_Optimizer, no IPG bucket
         ("megatron-deepspeed", 1, 4, "fp16", 0.0),  # the pipeline engine's one comes after the activations are freed
         ("deepspeed", 3, 1, "bf16", 5e8 * 2),  # stage 3: one flat IPG buffer
         ("deepspeed", 3, 1, "fp32", 5e8 * 4),
@@ -160,7 +161,9 @@ def test_deepspeed_reduce_buckets(framework, zero, pp, dtype, expected):
     from cost_model.transformer.stage_cost import gradient_bucket_bytes
 
     S = StrategyArrays.from_strategies([Strategy(dp=8 // pp, pp=pp, zero_stage=zero)])
-    assert float(gradient_bucket_bytes(Training(64, 2048, dtype=dtype, framework=framework), S.zero, S.pp)[0]) == pytest.approx(expected)
+    dtype, _, accum = dtype.partition("/")  # "bf16/fp32": bf16 training with training.grad_accum_dtype fp32
+    training = Training(64, 2048, dtype=dtype, framework=framework, grad_accum_dtype=accum or None)
+    assert float(gradient_bucket_bytes(training, S.zero, S.pp)[0]) == pytest.approx(expected)
 
 
 def test_deepspeed_zero2_estimate_counts_the_buckets_once_and_does_not_fragment_them():
