@@ -26,6 +26,15 @@ runs from the last stage to the first, so stage ``i`` finishes ``i`` backward ch
 
     exposed_dp = max_i max(0, dp_i − window_i − i·bwd_i/v)
 
+The hidden part is not free: a collective that runs beside the backward holds SMs (NCCL's
+channels) and HBM bandwidth, so the compute it overlaps slows by a fraction ``s`` of the
+overlapped time (``overlap_compute_slowdown``, the constant of the per-micro-batch ZeRO-2/3
+traffic, :func:`cost_model.transformer.layer_cost.sharded_microbatch_exposed_s`).  Only the
+part hidden behind the window overlaps compute; what hides behind the drain runs while the
+stage is idle::
+
+    exposed_dp = max_i [max(0, dp_i − window_i − i·bwd_i/v) + s·min(dp_i, window_i)]
+
 and the step is ``pipeline + exposed_dp + optimizer`` (the optimizer step of the slowest
 stage, which every stage waits for).
 """
@@ -52,17 +61,26 @@ def pipeline_time_s(stage_times_s: Any, num_microbatches: Any, vpp: Any = 1) -> 
     return pipeline, bottleneck
 
 
-def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: Any = 1) -> Any:
+def exposed_dp_sync_each_s(dp_comm_s: Any, dp_window_s: Any, drain_s: Any, slowdown: float = 0.0) -> Any:
+    """Per stage, the seconds of its data-parallel sync the schedule does not hide:
+    ``max(0, dp − window − drain) + s·min(dp, window)`` (module docstring), elementwise.  The
+    split searches of the planner evaluate it on their own grids; :func:`exposed_dp_sync_s`
+    takes the maximum over the stages."""
+    dp = np.asarray(dp_comm_s, dtype=float)
+    window = np.asarray(dp_window_s, dtype=float)
+    return np.maximum(0.0, dp - window - np.asarray(drain_s, dtype=float)) + slowdown * np.minimum(dp, window)
+
+
+def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: Any = 1, slowdown: float = 0.0) -> Any:
     """Seconds of data-parallel gradient sync the schedule does not hide:
-    ``max_i max(0, dp_i − window_i − i·bwd_i/v)`` (module docstring).
+    ``max_i [max(0, dp_i − window_i − i·bwd_i/v) + s·min(dp_i, window_i)]`` (module docstring).
 
     ``dp_comm_s`` is each stage's sync, ``dp_window_s`` the part of its last backward the sync
-    overlaps with, ``backward_s`` its backward per micro-batch; stages along axis 0."""
-    dp = np.asarray(dp_comm_s, dtype=float)
+    overlaps with, ``backward_s`` its backward per micro-batch, ``slowdown`` the fraction of
+    the overlapped time the compute loses (``overlap_compute_slowdown``); stages along axis 0."""
     bwd = np.asarray(backward_s, dtype=float)
     index = np.arange(bwd.shape[0], dtype=float).reshape((-1,) + (1,) * (bwd.ndim - 1))
-    drain = index * bwd / vpp
-    return np.maximum(0.0, dp - dp_window_s - drain).max(axis=0)
+    return exposed_dp_sync_each_s(dp_comm_s, dp_window_s, index * bwd / vpp, slowdown).max(axis=0)
 
 
 def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1) -> Any:

@@ -96,11 +96,13 @@ validation falls back to when the held-out source is the only one that informs i
   and issued from module hooks on the compute stream's schedule, so less than FSDP's (which
   keeps the full window, 1).  Prior 1.
 
-* ``overlap_compute_slowdown`` — the fraction by which compute slows while a ZeRO-2/3 (FSDP)
+* ``overlap_compute_slowdown`` — the fraction by which compute slows while a data-parallel
   collective runs beside it: NCCL's channels hold SMs (a GEMM sized in full waves spills into
   a tail wave) and both stream through HBM, so the overlapped time costs this fraction of
-  itself (``layer_cost.sharded_microbatch_exposed_s``; Lee et al. 2025 characterise 10–40%
-  GEMM slowdowns under concurrent collectives).  Prior 0.15, bounds [0.02, 0.6].
+  itself — the per-micro-batch ZeRO-2/3 (FSDP) traffic (``layer_cost.sharded_microbatch_exposed_s``)
+  and the bucketed gradient sync a framework overlaps with the last backward at any ZeRO stage
+  (Megatron-Core's ``--overlap-grad-reduce``, :func:`cost_model.schedule.exposed_dp_sync_s`);
+  Lee et al. 2025 characterise 10–40% GEMM slowdowns under concurrent collectives.  Prior 0.15, bounds [0.02, 0.6].
 
 Constants are global: never per model, per row or per run.
 """
@@ -159,6 +161,11 @@ def pipeline_layer_overhead_s(framework: str) -> float:
     """Fixed seconds per decoder layer per micro-batch of the framework's pipeline engine (0 for
     Megatron-Core, FSDP and Paddle)."""
     return _deepspeed_engine("pipeline_layer_overhead_s", framework, 0.0)
+
+
+def overlap_compute_slowdown() -> float:
+    """Fraction of the overlapped time a kernel loses while a collective runs beside it."""
+    return current().get("overlap_compute_slowdown")
 
 
 def sharded_compute_efficiency(framework: str) -> float:

@@ -1128,7 +1128,7 @@ def sharded_microbatch_exposed_s(
     into a second wave, its MFU 80% → 47% — NVIDIA developer forum, "Compute-communication
     overlap causes severe GEMM performance degradation because of tail effect").
     """
-    from cost_model.transformer.calibration import current
+    from cost_model.transformer.calibration import overlap_compute_slowdown
 
     comm = np.asarray(comm_s, dtype=float)
     if forward_s_comm is None:
@@ -1139,8 +1139,7 @@ def sharded_microbatch_exposed_s(
     o = np.asarray(overlap, dtype=float)
     hidden_f = np.minimum(comm_f, o * np.asarray(forward_s, dtype=float))
     hidden_b = np.minimum(comm_b, o * np.asarray(backward_s, dtype=float))
-    slowdown = current().get("overlap_compute_slowdown")
-    out: FloatArray = (comm_f - hidden_f) + (comm_b - hidden_b) + slowdown * (hidden_f + hidden_b)
+    out: FloatArray = (comm_f - hidden_f) + (comm_b - hidden_b) + overlap_compute_slowdown() * (hidden_f + hidden_b)
     return out
 
 

@@ -20,6 +20,7 @@ from cost_model.topology import zero_replicas, zero_shard_ranks
 from cost_model.training import Training
 from cost_model.transformer.calibration import (
     calibrated_device,
+    overlap_compute_slowdown,
     pipeline_layer_overhead_s,
     sharded_compute_efficiency,
     sharded_prefetch_overlap,
@@ -441,14 +442,15 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021 (:mod:`cost_model.schedule`).  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
     reduction shares its compute cores) nor behind the pipeline drain for later stages (the
-    stage's own device is idle then, whatever kind it is), then the optimizer step of the
-    slowest stage.  ``stages`` is a list of per-stage costs or one stacked cost with
+    stage's own device is idle then, whatever kind it is), plus what the part hidden behind
+    the backward slows that backward (``overlap_compute_slowdown``), then the optimizer step
+    of the slowest stage.  ``stages`` is a list of per-stage costs or one stacked cost with
     [stages, candidates] arrays.
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
     pipeline, bottleneck = pipeline_time_s(st.time_s, m, S.vpp)  # time_s: [stages, candidates]
-    dp_exposed = exposed_dp_sync_s(st.dp_comm_s, st.dp_window_s, st.backward_s, S.vpp)
+    dp_exposed = exposed_dp_sync_s(st.dp_comm_s, st.dp_window_s, st.backward_s, S.vpp, overlap_compute_slowdown())
     optimizer = st.optimizer_s.max(axis=0)
     step = pipeline + dp_exposed + optimizer
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from cost_model.transformer.calibration import overlap_compute_slowdown
 from planner_service.planner.cpsat import CpModel, IntScale, IntVar, SolverParams, solve
 from planner_service.planner.transformer.split_exact import (
     MEMORY_UNIT_BYTES,
@@ -53,6 +54,8 @@ TIME_UNITS = 1e9  # the step time of the hint maps to ~1e9 integer units
 #: Deterministic work charged per threshold pair and per stage assignment of the exact
 #: enumerations (about their cost in seconds on one current core, measured by
 #: bench/reproducibility.py); a budget of work, unlike the clock, gives the same plan on any host.
+#: The overlap slowdown (``overlap_compute_slowdown``) enters the integer model as a multiple of 1/1000.
+SLOWDOWN_DENOMINATOR = 1000
 EXACT_PAIR_WORK_S = 2e-4
 EXACT_ASSIGNMENT_WORK_S = 1e-3
 #: A CP-SAT solve bounded by deterministic time also gets this many times as much wall-clock
@@ -225,6 +228,7 @@ class _SplitModel:
         """(v·m·T + Σ t_i − T + v·E + v·O), integer-scaled: T, E, O the maxima of the stage
         times, exposed DP syncs and optimizer steps (``combine_stages``)."""
         model, n, scale, horizon, v = self.model, self.n, self.scale, self.horizon, self.v
+        slowdown = round(overlap_compute_slowdown() * SLOWDOWN_DENOMINATOR)
         cross = self._cross_vars()
         t_vars, e_vars, o_vars = [], [], []
         for i in range(self.pp):
@@ -249,10 +253,19 @@ class _SplitModel:
             t = model.new_int_var(0, horizon, f"t{i}")
             model.add(t == sum(t_expr))
             t_vars.append(t)
-            # Exposed DP sync: dp − window − (i/v)·bwd (the drain), floored at 0 (combine_stages);
-            # multiplied through by v to stay integral.
+            # Exposed DP sync: dp − window − (i/v)·bwd (the drain), floored at 0, plus the
+            # slowdown s of the part hidden behind the backward, s·min(dp, window)
+            # (cost_model.schedule.exposed_dp_sync_s); multiplied through by v and by the
+            # slowdown's denominator to stay integral.
             e = model.new_int_var(0, horizon, f"e{i}")
-            model.add(v * e >= v * (sum(dp_expr) - sum(win_expr)) - i * sum(bwd_expr))
+            dp_var = model.new_int_var(0, horizon, f"dp{i}")
+            win_var = model.new_int_var(0, horizon, f"win{i}")
+            model.add(dp_var == sum(dp_expr))
+            model.add(win_var == sum(win_expr))
+            hidden = model.new_int_var(0, horizon, f"hid{i}")
+            model.add_min_equality(hidden, [dp_var, win_var])
+            model.add(SLOWDOWN_DENOMINATOR * v * e >= SLOWDOWN_DENOMINATOR * (v * (dp_var - win_var) - i * sum(bwd_expr)) + slowdown * v * hidden)
+            model.add(SLOWDOWN_DENOMINATOR * e >= slowdown * hidden)
             e_vars.append(e)
             o = model.new_int_var(0, horizon, f"o{i}")
             model.add(o == sum(opt_expr))

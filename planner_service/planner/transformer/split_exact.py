@@ -6,9 +6,13 @@ the cost model's step time (``cost_model.transformer.stage_cost.combine_stages``
     F(n) = (m − 1/v)·T + E + O + Σ_i t_i(n_i)/v,
     T = max_i t_i(n_i),  E = max(0, max_i e_i(n_i)),  O = max_i o_i(n_i),
 
-with t_i the stage time per micro-batch, e_i(n) = dp_i(n) − (window + i/v)·bwd_i(n) the DP
-gradient sync a stage leaves exposed and o_i its optimizer step.  Each of t_i, e_i (floored at
-0) and o_i is convex in n_i, so "value ≤ X" keeps an interval of layer counts per stage.
+with t_i the stage time per micro-batch, e_i(n) = max(0, dp_i(n) − (window + i/v)·bwd_i(n)) +
+s·min(dp_i(n), window·bwd_i(n)) the DP gradient sync a stage leaves exposed (with the slowdown
+of the part hidden behind its backward, ``cost_model.schedule``) and o_i its optimizer step.
+t_i and o_i are affine, and e_i is quasi-convex: where its first term is positive,
+dp > window·bwd so its second is s·window·bwd and e_i is affine; elsewhere it is
+s·min(dp, window·bwd), non-decreasing (dp and bwd grow with n).  So "value ≤ X" keeps an
+interval of layer counts per stage.
 
 Threshold enumeration: at an optimal split n*, (T, O, E) take values from the finite tables
 t_i(n), o_i(n), e_i(n).  For thresholds (X_T, X_O, X_E) the stages' allowed layer counts are
@@ -33,6 +37,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from cost_model.schedule import exposed_dp_sync_each_s
+from cost_model.transformer.calibration import overlap_compute_slowdown
 from planner_service.planner.transformer.tables import StageLinear
 
 MEMORY_UNIT_BYTES = 1e3
@@ -91,7 +97,7 @@ def split_objective_s(lin: StageLinear, layers: Sequence[int] | np.ndarray, m: f
     v = max(int(vpp), 1)
     t = lin.time_a + lin.time_b * n
     drain = np.arange(len(n)) / v
-    e = np.maximum(0.0, lin.dp_a + lin.dp_b * n - (lin.win_a + lin.win_b * n) - drain * (lin.bwd_a + lin.bwd_b * n))
+    e = exposed_dp_sync_each_s(lin.dp_a + lin.dp_b * n, lin.win_a + lin.win_b * n, drain * (lin.bwd_a + lin.bwd_b * n), overlap_compute_slowdown())
     o = lin.opt_a + lin.opt_b * n
     return float((m - 1.0 / v) * t.max() + e.max() + o.max() + t.sum() / v)
 
@@ -180,7 +186,7 @@ def single_pool_split(
     t = lin.time_a[:, None] + lin.time_b[:, None] * n
     drain = np.arange(pp, dtype=float)[:, None] / v
     win = lin.win_a[:, None] + lin.win_b[:, None] * n
-    e = np.maximum(0.0, lin.dp_a[:, None] + lin.dp_b[:, None] * n - win - drain * (lin.bwd_a[:, None] + lin.bwd_b[:, None] * n))
+    e = exposed_dp_sync_each_s(lin.dp_a[:, None] + lin.dp_b[:, None] * n, win, drain * (lin.bwd_a[:, None] + lin.bwd_b[:, None] * n), overlap_compute_slowdown())
     o = lin.opt_a[:, None] + lin.opt_b[:, None] * n
     c = lin.time_b / v  # linear part Σ c_i·n_i (+ Σ time_a / v)
     groups = _cost_groups(c)

@@ -15,6 +15,7 @@ from cost_model.graph.mesh import inflight, mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
+from cost_model.transformer.calibration import overlap_compute_slowdown
 from cost_model.transformer.layer_cost import dp_overlap_fraction
 from cost_model.transformer.stage_cost import StageCost, combine_stages
 from helpers.graphs import gpt_graph
@@ -45,6 +46,10 @@ def test_dp_sync_hides_behind_its_window_and_the_drain_of_later_stages():
     assert exposed_dp_sync_s(dp, window, bwd) == pytest.approx(0.8)
     assert exposed_dp_sync_s(dp, window, bwd, 3) == pytest.approx(0.8)
     assert exposed_dp_sync_s(np.zeros(3), window, bwd) == 0.0
+    # what hides behind the window slows that backward by the slowdown fraction: stage 0's
+    # 0.8 + 0.1·0.2; stage 2 hides 0.2 behind its window and 0.6 behind the drain (idle)
+    assert exposed_dp_sync_s(dp, window, bwd, 1, 0.1) == pytest.approx(0.8 + 0.1 * 0.2)
+    assert exposed_dp_sync_s(np.array([0.1, 0.0, 0.0]), window, bwd, 1, 0.5) == pytest.approx(0.5 * 0.1)
 
 
 def test_graph_evaluate_uses_the_schedule_formula():
@@ -60,7 +65,9 @@ def test_graph_evaluate_uses_the_schedule_formula():
     m = mesh.num_microbatches
     assert ev.pipeline_s == pytest.approx(m * max(times) + sum(times) - max(times), rel=1e-12)
     w = dp_overlap_fraction(training, mesh.device)
-    exposed = max(max(0.0, s.dp_comm_s - (w + s.index) * s.bwd_compute_s) for s in ev.stages)
+    slow = overlap_compute_slowdown()
+    exposed = max(max(0.0, s.dp_comm_s - (w + s.index) * s.bwd_compute_s) + slow * min(s.dp_comm_s, w * s.bwd_compute_s) for s in ev.stages)
+    assert exposed > max(max(0.0, s.dp_comm_s - (w + s.index) * s.bwd_compute_s) for s in ev.stages)  # the hidden part costs
     assert ev.dp_exposed_s == pytest.approx(exposed, rel=1e-12, abs=1e-15)
     assert ev.step_time_s == pytest.approx(ev.pipeline_s + ev.dp_exposed_s + ev.optimizer_s, rel=1e-12)
 
@@ -82,7 +89,7 @@ def test_transformer_combine_stages_uses_the_schedule_formula():
     times = np.stack([st.time_s for st in stages])
     pipeline, bottleneck = pipeline_time_s(times, m, vpp)
     exposed = exposed_dp_sync_s(np.stack([st.dp_comm_s for st in stages]), np.stack([st.dp_window_s for st in stages]),
-                                np.stack([st.backward_s for st in stages]), vpp)
+                                np.stack([st.backward_s for st in stages]), vpp, overlap_compute_slowdown())
     assert np.array_equal(step.pipeline_s, pipeline) and np.array_equal(step.bottleneck_index, bottleneck)
     assert np.array_equal(step.dp_exposed_s, exposed)
     for c in range(n_cand):  # the formula written out, per candidate
