@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_model.comm import Links, allgather_time_s, allreduce_time_s, p2p_time_s, ranks_per_node
+from cost_model.comm import Links, allgather_time_s, p2p_time_s, ranks_per_node, reduce_scatter_time_s
 from cost_model.compute import FLASH_BACKWARD_RATIO, flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from cost_model.graph.analysis import GraphAnalysis, analyse, op_classes
 from cost_model.graph.ir import DTYPE_BYTES, INDEX_DTYPES, GraphSpec
@@ -40,10 +40,13 @@ from cost_model.graph.op_cost import OpCost, graph_op_costs, saved_input_slots
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     eager_attention_elementwise_s,
+    gradient_reduce_bytes,
     model_state_bytes_per_param,
     optimizer_bytes_per_param,
     optimizer_kernels,
     optimizer_state_partitioned,
+    param_bytes,
+    step_sync_ring_passes,
 )
 from cost_model.units import gbps_to_bytes_per_s
 
@@ -64,7 +67,8 @@ class CostTables:
     * ``fwd_s``/``bwd_s``: compute of the op's shard (with memory-bound fusion);
     * ``comm_fwd_s``/``comm_bwd_s``: collectives inside the op (all-to-all of embedding rows,
       vocab-parallel loss statistics);
-    * ``sync_s``: data-parallel gradient synchronisation of its weights (bandwidth term);
+    * ``sync_s``: the once-per-step data-parallel sync of its weights (bandwidth term; gradient
+      and weight passes by ZeRO stage and optimizer, ``layer_cost.step_sync_ring_passes``);
     * ``opt_s``: optimizer update of its weight shard (bandwidth term);
     * ``weights_bytes``/``gradients_bytes``/``optimizer_state_bytes``: model state;
       ``activation_bytes``: saved activations per micro-batch (each saved tensor counted once,
@@ -530,13 +534,20 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     sync_n = np.where(tables.sync_dpt, mesh.dp * t, mesh.dp).astype(float)
     w_pp, g_pp, o_pp = (np.broadcast_to(np.asarray(x, dtype=float), (n_rows,))
                         for x in model_state_bytes_per_param(training, mesh.zero_stage, sync_n))
-    gbytes = float(_activation_elt_bytes(training.dtype))
-    # Bandwidth term of the ring all-reduce over sync_n ranks (its latency is paid per bucket,
-    # not per operator, and is negligible next to the volume).
+    # Bandwidth term of the step's ring passes over sync_n ranks (their latency is paid per
+    # bucket, not per operator, and is negligible next to the volume): the gradients at the
+    # bytes the framework reduces them in, the updated weights at the training dtype's, as many
+    # passes of each as the ZeRO stage and the optimizer make (the transformer path's rule).
     nolat = Links(links.intra_GBps, links.inter_GBps, links.gpus_per_node, 0.0)
     stride = np.where(tables.sync_dpt, 1.0, float(t))
     per_node = ranks_per_node(sync_n, stride, links.gpus_per_node)  # type: ignore[no-untyped-call, unused-ignore]
-    sync_s = np.where(sync_n > 1, allreduce_time_s(sync_n, params_dev * gbytes, nolat, per_node), 0.0)
+    grad_passes, weight_passes = step_sync_ring_passes(training, mesh.zero_stage)
+
+    def ring(value_bytes: float) -> np.ndarray:
+        out: np.ndarray = np.where(sync_n > 1, reduce_scatter_time_s(sync_n, params_dev * value_bytes, nolat, per_node), 0.0)
+        return out
+
+    sync_s = grad_passes * ring(gradient_reduce_bytes(training)) + weight_passes * ring(param_bytes(training))
     opt_shard = np.where(optimizer_state_partitioned(training, mesh.zero_stage), sync_n, 1.0)
     hbm_bytes_per_s = gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * device.efficiency.memory_fraction
     opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / hbm_bytes_per_s

@@ -1201,6 +1201,8 @@ def dp_gradient_comm_s(
     * 3 — weights are sharded too: every micro-batch all-gathers them for forward and again for
       backward and reduce-scatters its gradients (3R per micro-batch).
 
+    The once-per-step passes are :func:`step_sync_ring_passes`'s, shared with the operator-graph path.
+
     Under a partial sharding (HSDP, ``Strategy.dp_shard``) R is over the shard group
     (dp_shard·cp ranks) and the replicas all-reduce their gradient shards on top
     (:func:`replica_sync_s`), per micro-batch or per step (:func:`replica_sync_per_microbatch`).
@@ -1232,13 +1234,33 @@ def dp_gradient_comm_s(
     sync = replica_sync_s(params_per_gpu, training, S, links, expert_params_per_gpu)
     none = np.zeros_like(sync)
     step_sync, mb_sync = (none, sync) if replica_sync_per_microbatch(training.framework) else (sync, none)
-    per_step = np.where(S.zero >= 3, step_sync, np.where(S.zero == 2, rs_w + step_sync,
-                        np.where(S.zero == 1, rs_g + rs_w + sync, 2.0 * rs_g)))
-    # BF16_Optimizer all-reduces its whole gradient buffer (cast to the bf16 communication dtype)
-    # and then all-gathers the bf16 weights its partitioned step updated: 3R at stage 0 and 1.
-    per_step = np.where(bf16_optimizer(training, S.zero), 2.0 * rs_g + rs_w + sync, per_step)
+    grad_passes, weight_passes = step_sync_ring_passes(training, S.zero)
+    # HSDP's replica all-reduce: with the per-step reduction of ZeRO 1 (and BF16_Optimizer's), and
+    # at ZeRO 2-3 once per step unless the framework runs it with every micro-batch
+    replicas = np.where(S.zero >= 2, step_sync, np.where((S.zero == 1) | bf16_optimizer(training, S.zero), sync, 0.0))
+    per_step = grad_passes * rs_g + weight_passes * rs_w + replicas
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
     return per_step, per_microbatch, mb_sync
+
+
+def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat) -> tuple[FloatArray, FloatArray]:
+    """(gradient, weight) ring passes of the once-per-step data-parallel sync, in reduce-scatter
+    (or all-gather) passes R of :func:`dp_gradient_comm_s` (an all-reduce is two):
+
+    * ZeRO 0 — the gradients all-reduced: (2, 0);
+    * 1 — the gradients reduce-scattered, the updated weights all-gathered: (1, 1);
+    * DeepSpeed's BF16_Optimizer at 0 or 1 (:func:`bf16_optimizer`) — the gradient buffer
+      all-reduced, then the weights its partitioned step updated all-gathered: (2, 1);
+    * 2 — the weights all-gathered (the gradients go with every micro-batch): (0, 1);
+    * 3 — nothing once per step: (0, 0).
+
+    One rule for the transformer path (:func:`dp_gradient_comm_s`) and the operator-graph path
+    (``cost_model.graph.tables.for_mesh``)."""
+    z = np.asarray(zero_stage)
+    bf16 = bf16_optimizer(training, z)
+    grads: FloatArray = np.where(bf16, 2.0, np.where(z >= 2, 0.0, np.where(z == 1, 1.0, 2.0)))
+    weights: FloatArray = np.where(bf16 | (z == 1) | (z == 2), 1.0, 0.0)
+    return grads, weights
 
 
 def param_bytes(training: Training) -> float:
