@@ -35,6 +35,9 @@ stage is idle::
 
     exposed_dp = max_i [max(0, dp_i − window_i − i·bwd_i/v) + s·min(dp_i, window_i)]
 
+(The operator-graph path takes s = 0: its search's CP-SAT model and lower bounds price the
+exposed sync linearly, and the step time it reports must be the one they optimise.)
+
 and the step is ``pipeline + exposed_dp + optimizer`` (the optimizer step of the slowest
 stage, which every stage waits for).
 """

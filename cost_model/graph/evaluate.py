@@ -42,7 +42,6 @@ from cost_model.graph.tables import CostTables, build_tables, p2p_stage_times
 from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
 from cost_model.training import Training
-from cost_model.transformer.calibration import overlap_compute_slowdown
 from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
 from cost_model.units import bytes_to_gb, flops_to_tflops, s_to_ms
 
@@ -182,7 +181,10 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
     pipeline_s, _ = pipeline_time_s(all_times, m)
     pipeline = float(pipeline_s)
     window_frac = dp_overlap_fraction(tables.training, mesh.device)
-    dp_exposed = float(exposed_dp_sync_s(sums.sync_s, window_frac * sums.bwd_s, sums.bwd_s, slowdown=overlap_compute_slowdown()))
+    # Without the overlap slowdown of the transformer path (combine_stages): the graph search's
+    # CP-SAT model and its lower bounds price the exposed sync linearly, and this must be the
+    # step time they optimise.
+    dp_exposed = float(exposed_dp_sync_s(sums.sync_s, window_frac * sums.bwd_s, sums.bwd_s))
     optimizer = max(float(max(sums.opt_s)), sums.cpu_opt_s) + _OPTIMIZER_STEP_KERNELS * mesh.device.efficiency.kernel_overhead_s
     step = pipeline + dp_exposed + optimizer
     cap = mesh.device.memory_bytes
