@@ -533,7 +533,7 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     n_rows = len(params_dev)
     sync_n = np.where(tables.sync_dpt, mesh.dp * t, mesh.dp).astype(float)
     w_pp, g_pp, o_pp = (np.broadcast_to(np.asarray(x, dtype=float), (n_rows,))
-                        for x in model_state_bytes_per_param(training, mesh.zero_stage, sync_n))
+                        for x in model_state_bytes_per_param(training, mesh.zero_stage, sync_n, mesh.pp))
     # Bandwidth term of the step's ring passes over sync_n ranks (their latency is paid per
     # bucket, not per operator, and is negligible next to the volume): the gradients at the
     # bytes the framework reduces them in, the updated weights at the training dtype's, as many
@@ -541,14 +541,14 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     nolat = Links(links.intra_GBps, links.inter_GBps, links.gpus_per_node, 0.0)
     stride = np.where(tables.sync_dpt, 1.0, float(t))
     per_node = ranks_per_node(sync_n, stride, links.gpus_per_node)  # type: ignore[no-untyped-call, unused-ignore]
-    grad_passes, weight_passes = step_sync_ring_passes(training, mesh.zero_stage)
+    grad_passes, weight_passes = step_sync_ring_passes(training, mesh.zero_stage, mesh.pp)
 
     def ring(value_bytes: float) -> np.ndarray:
         out: np.ndarray = np.where(sync_n > 1, reduce_scatter_time_s(sync_n, params_dev * value_bytes, nolat, per_node), 0.0)
         return out
 
     sync_s = grad_passes * ring(gradient_reduce_bytes(training)) + weight_passes * ring(param_bytes(training))
-    opt_shard = np.where(optimizer_state_partitioned(training, mesh.zero_stage), sync_n, 1.0)
+    opt_shard = np.where(optimizer_state_partitioned(training, mesh.zero_stage, mesh.pp), sync_n, 1.0)
     hbm_bytes_per_s = gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * device.efficiency.memory_fraction
     opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / hbm_bytes_per_s
     if not training.fused_kernels:  # a for-loop optimizer launches its kernels per parameter tensor

@@ -893,36 +893,39 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     return stored, full, working
 
 
-def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
     """Whether the stage trains under DeepSpeed's ``BF16_Optimizer`` (``runtime/bf16_optimizer.py``),
     as DeepSpeed 0.19's ``engine._do_optimizer_sanity_check`` picks it under bf16: at ZeRO stage 0
-    (its pipeline engine; without a pipeline DeepSpeed runs ``DDP_BFLOAT16``, which the exported
-    config's notes name) and at stage 1 when asked for fp32 gradient accumulation
-    (``training.grad_accum_dtype`` ``fp32``, which the planner's ``ds_config.json`` then writes as
-    ``data_types.grad_accum_dtype``); at stage 1 by default (bf16 accumulation: DeepSpeed's own
-    default when a config leaves ``data_types`` out), and at 2, it runs its ZeRO optimizer.
-    BF16_Optimizer keeps a full-size
+    with a pipeline (pp > 1: its pipeline engine; without one DeepSpeed runs ``DDP_BFLOAT16``, its
+    ``FP16_Optimizer`` in bf16 — unpartitioned fp32 master weights and moments, bf16 gradients
+    accumulated in ``.grad`` and all-reduced, priced as stage 0 is elsewhere) and at stage 1 when
+    asked for fp32 gradient accumulation (``training.grad_accum_dtype`` ``fp32``, which the
+    planner's ``ds_config.json`` then writes as ``data_types.grad_accum_dtype``); at stage 1 by
+    default (bf16 accumulation: DeepSpeed's own default when a config leaves ``data_types`` out),
+    and at 2, it runs its ZeRO optimizer.  BF16_Optimizer keeps a full-size
     fp32 gradient buffer (:func:`model_state_bytes_per_param`), accumulates into it every
     micro-batch (``stage_cost.grad_accumulation_s``), has no IPG gradient buckets
     (``stage_cost.gradient_bucket_bytes``), partitions its fp32 master weights and moments over
     dp even at stage 0 (:func:`optimizer_state_partitioned`) and all-reduces its gradients before
-    all-gathering the updated weights (:func:`dp_gradient_comm_s`)."""
+    all-gathering the updated weights (:func:`step_sync_ring_passes`)."""
     z = np.asarray(zero_stage)
     if training.dtype != "bf16" or not runs_deepspeed_engine(training.framework):
-        return np.zeros(np.shape(z), dtype=bool)
-    out: npt.NDArray[np.bool_] = (z == 0) | ((z == 1) & (training.grad_accum_dtype == "fp32"))
+        return np.zeros(np.broadcast(z, np.asarray(pp)).shape, dtype=bool)
+    out: npt.NDArray[np.bool_] = ((z == 0) & (np.asarray(pp) > 1)) | ((z == 1) & (training.grad_accum_dtype == "fp32"))
     return out
 
 
-def optimizer_state_partitioned(training: Training, zero_stage: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+def optimizer_state_partitioned(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
     """Whether the fp32 master weights and optimizer moments are partitioned over the
     data-parallel ranks: ZeRO stage ≥ 1, and DeepSpeed's BF16_Optimizer at any stage
     (:func:`bf16_optimizer`: it partitions them at stage 0 as at stage 1)."""
-    out: npt.NDArray[np.bool_] = (np.asarray(zero_stage) >= 1) | bf16_optimizer(training, zero_stage)
+    out: npt.NDArray[np.bool_] = (np.asarray(zero_stage) >= 1) | bf16_optimizer(training, zero_stage, pp)
     return out
 
 
-def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> tuple[FloatArray, FloatArray, FloatArray]:
+def model_state_bytes_per_param(
+    training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat, pp: ArrayOrFloat
+) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes per parameter on one GPU for weights, gradients and optimizer state.
 
     Mixed precision with Adam (Rajbhandari et al. 2020; Megatron docs): 16-bit weights (2),
@@ -934,7 +937,7 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     DeepSpeed's ZeRO-1/2 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
     keeps the gradients in the 16-bit training dtype (2) and an fp32 copy of its own partition
     only (4/shard), where Megatron keeps a full fp32 gradient buffer.  DeepSpeed's BF16_Optimizer
-    (:func:`bf16_optimizer`: stage 0, and 1 with fp32 accumulation) keeps bf16 gradients and a full fp32 buffer (2 + 4)
+    (:func:`bf16_optimizer`: stage 0 under a pipeline (``pp`` > 1), and 1 with fp32 accumulation) keeps bf16 gradients and a full fp32 buffer (2 + 4)
     and partitions its fp32 master weights and moments over dp at either stage (12/shard).
     """
     mixed = training.dtype != "fp32"
@@ -947,13 +950,13 @@ def model_state_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, sh
     grads = np.where(z >= 2, g / shard, g)
     if mixed and runs_deepspeed_engine(training.framework):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
-    opt = np.where(optimizer_state_partitioned(training, z), o / shard, o)
+    opt = np.where(optimizer_state_partitioned(training, z, pp), o / shard, o)
     # DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`): the bf16 gradients (2) are accumulated
     # into a full-size fp32 gradient buffer (4, ``zeros_like(bf16_groups_flat, dtype=float32)``:
     # "fp32 grad accumulation", not partitioned); the fp32 master weights and moments are
     # partitioned over the data-parallel group at stage 0 as at stage 1 (its constructor
     # narrows ``bf16_groups_flat`` into ``real_dp_world_size`` partitions whatever the stage).
-    grads = np.where(bf16_optimizer(training, z), 2.0 + 4.0, grads)
+    grads = np.where(bf16_optimizer(training, z, pp), 2.0 + 4.0, grads)
     if mixed and training.framework == "fsdp":
         # FSDP FULL_SHARD with MixedPrecision: the sharded flat parameter is the fp32 master
         # (4/shard; the 16-bit copy exists only unsharded, for the layers being computed), so
@@ -1234,22 +1237,22 @@ def dp_gradient_comm_s(
     sync = replica_sync_s(params_per_gpu, training, S, links, expert_params_per_gpu)
     none = np.zeros_like(sync)
     step_sync, mb_sync = (none, sync) if replica_sync_per_microbatch(training.framework) else (sync, none)
-    grad_passes, weight_passes = step_sync_ring_passes(training, S.zero)
+    grad_passes, weight_passes = step_sync_ring_passes(training, S.zero, S.pp)
     # HSDP's replica all-reduce: with the per-step reduction of ZeRO 1 (and BF16_Optimizer's), and
     # at ZeRO 2-3 once per step unless the framework runs it with every micro-batch
-    replicas = np.where(S.zero >= 2, step_sync, np.where((S.zero == 1) | bf16_optimizer(training, S.zero), sync, 0.0))
+    replicas = np.where(S.zero >= 2, step_sync, np.where((S.zero == 1) | bf16_optimizer(training, S.zero, S.pp), sync, 0.0))
     per_step = grad_passes * rs_g + weight_passes * rs_w + replicas
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
     return per_step, per_microbatch, mb_sync
 
 
-def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat) -> tuple[FloatArray, FloatArray]:
+def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> tuple[FloatArray, FloatArray]:
     """(gradient, weight) ring passes of the once-per-step data-parallel sync, in reduce-scatter
     (or all-gather) passes R of :func:`dp_gradient_comm_s` (an all-reduce is two):
 
     * ZeRO 0 — the gradients all-reduced: (2, 0);
     * 1 — the gradients reduce-scattered, the updated weights all-gathered: (1, 1);
-    * DeepSpeed's BF16_Optimizer at 0 or 1 (:func:`bf16_optimizer`) — the gradient buffer
+    * DeepSpeed's BF16_Optimizer at 0 (with a pipeline) or 1 (:func:`bf16_optimizer`) — the gradient buffer
       all-reduced, then the weights its partitioned step updated all-gathered: (2, 1);
     * 2 — the weights all-gathered (the gradients go with every micro-batch): (0, 1);
     * 3 — nothing once per step: (0, 0).
@@ -1257,7 +1260,7 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat) -> tuple
     One rule for the transformer path (:func:`dp_gradient_comm_s`) and the operator-graph path
     (``cost_model.graph.tables.for_mesh``)."""
     z = np.asarray(zero_stage)
-    bf16 = bf16_optimizer(training, z)
+    bf16 = bf16_optimizer(training, z, pp)
     grads: FloatArray = np.where(bf16, 2.0, np.where(z >= 2, 0.0, np.where(z == 1, 1.0, 2.0)))
     weights: FloatArray = np.where(bf16 | (z == 1) | (z == 2), 1.0, 0.0)
     return grads, weights
@@ -1334,7 +1337,7 @@ def optimizer_step_s(
     sharded over, dp_shard·cp (dp·cp under full sharding) where
     :func:`optimizer_state_partitioned` by default — EDP for expert weights)."""
     if shard is None:
-        shard = np.where(optimizer_state_partitioned(training, S.zero), zero_shard_ranks(S), 1.0)
+        shard = np.where(optimizer_state_partitioned(training, S.zero, S.pp), zero_shard_ranks(S), 1.0)
     per_param = optimizer_bytes_per_param(training)
     return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
 

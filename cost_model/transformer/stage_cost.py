@@ -94,7 +94,7 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     z = np.asarray(zero_stage)
     if not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=float)
-    zero_optimizer = ((z == 1) | (z == 2)) & ~bf16_optimizer(training, z)
+    zero_optimizer = ((z == 1) | (z == 2)) & ~bf16_optimizer(training, z, pp)
     buffers = np.where(zero_optimizer, np.where(np.asarray(pp) > 1, 0.0, 2.0), np.where(z >= 3, 1.0, 0.0))
     out: FloatArray = buffers * DEEPSPEED_REDUCE_BUCKET_SIZE * param_bytes(training)
     return out
@@ -151,7 +151,7 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
 
     if not runs_deepspeed_engine(training.framework):
         return np.zeros_like(np.asarray(S.tp, dtype=float))
-    bf16_opt = bf16_optimizer(training, S.zero)
+    bf16_opt = bf16_optimizer(training, S.zero, S.pp)
     per_param = np.where(bf16_opt, BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM, GRAD_ACCUMULATION_BYTES_PER_PARAM.get(training.dtype, 6.0))
     kernels = np.asarray(tensors, dtype=float) * np.where(bf16_opt, BF16_OPTIMIZER_KERNELS_PER_TENSOR, 1.0)
     t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * per_param, device, kernels=kernels)
@@ -311,8 +311,8 @@ def stage_cost(
     # share of each HSDP replica group)
     shard_dense = zero_shard_ranks(S)
     shard_exp = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep) / zero_replicas(S), 1.0)
-    w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense)
-    w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp)
+    w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense, S.pp)
+    w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp, S.pp)
     weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
         weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
@@ -384,7 +384,7 @@ def stage_cost(
     optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
     if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
         optimizer = optimizer_step_s(dense, training, dc.device, S, tensors) + optimizer_step_s(
-            experts, training, dc.device, S, 0.0, shard=np.where(optimizer_state_partitioned(training, S.zero), shard_exp, 1.0))
+            experts, training, dc.device, S, 0.0, shard=np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_exp, 1.0))
     # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
     # backward, on the compute stream (reported as compute, like the layers' other memory-bound work).
     accumulate = grad_accumulation_s(dense + experts, training, dc.device, S, tensors)

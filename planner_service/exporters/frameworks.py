@@ -395,10 +395,6 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
             notes.append(f"grad_accum_dtype {accum} is not written: DeepSpeed takes it at ZeRO stage 1 only (stage 0 under "
                          "its pipeline engine runs BF16_Optimizer, fp32 accumulation, by itself; stages 2-3 their ZeRO "
                          "optimizer), as the plan priced")
-        if zero == 0 and view.pp == 1:
-            notes.append("bf16 at ZeRO stage 0 without a pipeline: DeepSpeed trains bf16 weights without an fp32 master "
-                         "copy (its DDP_BFLOAT16 path), where the plan priced BF16_Optimizer's fp32 state; plan zero_stage 1 "
-                         "for fp32 master weights")
     elif dtype == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if view.s("recompute", "none") != "none":

@@ -125,28 +125,22 @@ def _deepspeed_optimizer(config, plan, monkeypatch) -> str:
 
 @pytest.mark.parametrize("zero_stage, pp, accum, expected", [
     (1, 2, None, "zero_optimization"), (1, 1, None, "zero_optimization"), (1, 2, "fp32", "bf16"), (1, 1, "fp32", "bf16"), (1, 1, "bf16", "zero_optimization"),
-    (0, 2, None, "bf16"), (0, 2, "fp32", "bf16"), (2, 1, None, "zero_optimization"), (2, 1, "fp32", "zero_optimization")])
+    (0, 2, None, "bf16"), (0, 2, "fp32", "bf16"), (0, 1, None, "ddp_bf16"), (2, 1, None, "zero_optimization"),
+    (2, 1, "fp32", "zero_optimization")])
 def test_deepspeed_runs_the_optimizer_the_plan_priced(zero_stage, pp, accum, expected, monkeypatch):
     # bf16 is priced as DeepSpeed's BF16_Optimizer (fp32 gradient buffer and accumulation, the
-    # state partitioned even at stage 0: layer_cost.bf16_optimizer) at stage 0 and at stage 1 with
-    # fp32 accumulation asked for (training.grad_accum_dtype), as its ZeRO optimizer (bf16
-    # accumulation, DeepSpeed's default) otherwise; the emitted config must make DeepSpeed pick the
-    # optimizer the plan priced
+    # state partitioned even at stage 0: layer_cost.bf16_optimizer) at stage 0 under a pipeline and
+    # at stage 1 with fp32 accumulation asked for (training.grad_accum_dtype), as its ZeRO optimizer
+    # (bf16 accumulation, DeepSpeed's default) at stages 1-2 otherwise, and at stage 0 without a
+    # pipeline as its FP16 optimizer in bf16 (DDP_BFLOAT16, whole fp32 state); the emitted config
+    # must make DeepSpeed pick the optimizer the plan priced
     from cost_model.training import Training
     from cost_model.transformer.layer_cost import bf16_optimizer
 
     config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
     assert _deepspeed_optimizer(config, _bf16_deepspeed_plan(zero_stage, pp, accum), monkeypatch) == expected
-    priced = bool(bf16_optimizer(Training(64, 8192, framework="megatron-deepspeed", grad_accum_dtype=accum), zero_stage))
+    priced = bool(bf16_optimizer(Training(64, 8192, framework="megatron-deepspeed", grad_accum_dtype=accum), zero_stage, pp))
     assert priced == (expected == "bf16")  # what the cost model prices is what DeepSpeed runs
-
-
-def test_deepspeed_bf16_without_zero_or_pipeline_is_flagged(monkeypatch):
-    # DeepSpeed trains it without fp32 master weights (DDP_BFLOAT16): the config says so
-    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
-    plan = _bf16_deepspeed_plan(0, 1)
-    assert _deepspeed_optimizer(config, plan, monkeypatch) == "ddp_bf16"
-    assert any("DDP_BFLOAT16" in n for n in render(plan, "deepspeed-config", PARAMS).notes)
 
 
 def _overrides(art) -> list[str]:

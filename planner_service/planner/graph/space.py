@@ -195,7 +195,7 @@ def state_bytes_lower_bound(training: Training, mesh: GraphMesh) -> float:
     replicas) or replicated along t (ZeRO-1 over all dp·t replicas)."""
 
     def total(shard: int) -> float:
-        w, g, o = model_state_bytes_per_param(training, mesh.zero_stage, shard)
+        w, g, o = model_state_bytes_per_param(training, mesh.zero_stage, shard, mesh.pp)
         return float(np.asarray(w)) + float(np.asarray(g)) + float(np.asarray(o))
 
     return min(total(mesh.dp) / mesh.t, total(mesh.dp * mesh.t))

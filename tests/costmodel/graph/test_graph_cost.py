@@ -172,26 +172,29 @@ def test_eager_gpt_graph_matches_the_transformer_path(gpt13, attention):
 
 
 @pytest.mark.parametrize(
-    ("framework", "zero", "accum", "ratio"),
+    ("framework", "zero", "accum", "pp", "ratio"),
     [
         # Megatron-Core bf16 reduces gradients from its fp32 buffer (4 B) and gathers bf16 weights
         # (2 B): ZeRO-1 is RS(4) + AG(2) = 0.75 of ZeRO-0's all-reduce 2·RS(4)
-        ("megatron-core", 1, None, 0.75),
-        # DeepSpeed's BF16_Optimizer (stage 0, or 1 with fp32 accumulation): all-reduce + all-gather
-        # = 3 passes at 2 B against the ZeRO optimizer's RS + AG at stage 1
-        ("deepspeed", 0, None, 1.5),
-        ("deepspeed", 1, "fp32", 1.5),
+        ("megatron-core", 1, None, 1, 0.75),
+        # DeepSpeed's BF16_Optimizer (stage 0 under a pipeline, or 1 with fp32 accumulation):
+        # all-reduce + all-gather = 3 passes at 2 B against the ZeRO optimizer's RS + AG at stage 1
+        ("deepspeed", 0, None, 2, 1.5),
+        ("deepspeed", 1, "fp32", 1, 1.5),
+        # stage 0 without a pipeline (DDP_BFLOAT16): one all-reduce, 2 passes as RS + AG
+        ("deepspeed", 0, None, 1, 1.0),
     ],
 )
-def test_graph_step_sync_follows_the_transformer_paths_ring_passes(gpt13, framework, zero, accum, ratio):
+def test_graph_step_sync_follows_the_transformer_paths_ring_passes(gpt13, framework, zero, accum, pp, ratio):
     """The graph path's once-per-step DP sync makes the ring passes the transformer path makes
     (``layer_cost.step_sync_ring_passes``), each at the bytes the framework moves."""
     cluster = simple_cluster("A100-SXM4-80GB", 2)
     training = Training(global_batch_size=64, sequence_length=2048, framework=framework, grad_accum_dtype=accum)
     reference = Training(global_batch_size=64, sequence_length=2048, framework=framework)
     ref_zero = 0 if framework == "megatron-core" else 1  # ZeRO-0 all-reduce / the ZeRO optimizer's RS + AG
-    sync = build_tables(gpt13, training, mesh_for(training, cluster, dp=16, t=1, pp=1, micro_batch=1, zero_stage=zero)).sync_s
-    base = build_tables(gpt13, reference, mesh_for(reference, cluster, dp=16, t=1, pp=1, micro_batch=1, zero_stage=ref_zero)).sync_s
+    dp = 16 // pp
+    sync = build_tables(gpt13, training, mesh_for(training, cluster, dp=dp, t=1, pp=pp, micro_batch=1, zero_stage=zero)).sync_s
+    base = build_tables(gpt13, reference, mesh_for(reference, cluster, dp=dp, t=1, pp=pp, micro_batch=1, zero_stage=ref_zero)).sync_s
     weighted = sync > 0
     assert weighted.any()
     assert sync[weighted] == pytest.approx(ratio * base[weighted], rel=1e-9)

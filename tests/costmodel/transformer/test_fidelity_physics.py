@@ -371,23 +371,27 @@ def test_bf16_optimizer_accumulation_is_the_measured_bf16_vs_fp16_gap_of_the_blo
 def test_bf16_optimizer_partitions_its_fp32_state_at_stage_0_as_at_stage_1():
     """BF16_Optimizer narrows its flat bf16 groups into dp partitions whatever the ZeRO stage, so
     a DeepSpeed pipeline run at ZERO_STAGE=0 (BLOOM's setting) holds 12/dp bytes of fp32 master
-    weights and moments per parameter, not 12; fp16 at stage 0 (DeepSpeed's FP16 optimizer) and
+    weights and moments per parameter, not 12; fp16 at stage 0 (DeepSpeed's FP16 optimizer),
+    bf16 at stage 0 without a pipeline (its DDP_BFLOAT16: the FP16 optimizer in bf16) and
     Megatron-Core at stage 0 keep them whole."""
     from cost_model.transformer.layer_cost import model_state_bytes_per_param, optimizer_state_partitioned
 
-    def states(framework: str, dtype: str, zero: int, accum: str | None = None) -> tuple[float, float, float]:
+    def states(framework: str, dtype: str, zero: int, accum: str | None = None, pp: int = 2) -> tuple[float, float, float]:
         t = Training(global_batch_size=64, sequence_length=2048, framework=framework, dtype=dtype, grad_accum_dtype=accum)
-        w, g, o = model_state_bytes_per_param(t, zero, 8.0)
+        w, g, o = model_state_bytes_per_param(t, zero, 8.0, pp)
         return float(w), float(g), float(o)
 
     assert states("megatron-deepspeed", "bf16", 0) == states("megatron-deepspeed", "bf16", 1, "fp32") == (2.0, 6.0, 1.5)
-    assert states("deepspeed", "bf16", 0) == (2.0, 6.0, 1.5)
+    assert states("deepspeed", "bf16", 0) == states("deepspeed", "bf16", 1, "fp32", pp=1) == (2.0, 6.0, 1.5)
     # DeepSpeed's default at stage 1, its ZeRO optimizer: bf16 gradients and its fp32 partition
     assert states("deepspeed", "bf16", 1) == states("deepspeed", "bf16", 1, "bf16") == (2.0, 2.0 + 4.0 / 8, 1.5)
     assert states("megatron-deepspeed", "fp16", 0)[2] == states("megatron-core", "bf16", 0)[2] == 12.0
+    # without a pipeline, stage 0 under bf16 is DDP_BFLOAT16: whole fp32 state, as fp16's
+    assert states("deepspeed", "bf16", 0, pp=1) == states("deepspeed", "fp16", 0, pp=1) == (2.0, 4.0, 12.0)
     ds = Training(global_batch_size=64, sequence_length=2048, framework="deepspeed")
-    assert optimizer_state_partitioned(ds, np.array([0, 1, 2, 3])).tolist() == [True, True, True, True]
-    assert optimizer_state_partitioned(replace(ds, dtype="fp16"), np.array([0, 1])).tolist() == [False, True]
+    assert optimizer_state_partitioned(ds, np.array([0, 1, 2, 3]), 2).tolist() == [True, True, True, True]
+    assert optimizer_state_partitioned(ds, np.array([0, 1, 2, 3]), 1).tolist() == [False, True, True, True]
+    assert optimizer_state_partitioned(replace(ds, dtype="fp16"), np.array([0, 1]), 2).tolist() == [False, True]
     # and so does the whole estimate: stage 0 and stage 1 are the same run under BF16_Optimizer
     c = simple_cluster("A100-SXM4-80GB", 8)
     t = Training(global_batch_size=256, sequence_length=2048, framework="megatron-deepspeed", grad_accum_dtype="fp32")
@@ -398,19 +402,22 @@ def test_bf16_optimizer_partitions_its_fp32_state_at_stage_0_as_at_stage_1():
 
 def test_bf16_optimizer_all_reduces_gradients_then_gathers_weights():
     """BF16_Optimizer's engine all-reduces the whole gradient buffer (cast to bf16) and the
-    optimizer all-gathers the updated bf16 weights: 3 rings a step at stage 0 or 1, where
-    DeepSpeed's fp16 path all-reduces (2 rings, stage 0) or its ZeRO-1 optimizer reduce-scatters
-    and gathers (2 rings)."""
+    optimizer all-gathers the updated bf16 weights: 3 rings a step at stage 0 (under a pipeline)
+    or 1, where DeepSpeed's fp16 path all-reduces (2 rings, stage 0) or its ZeRO-1 optimizer
+    reduce-scatters and gathers (2 rings); bf16 at stage 0 without a pipeline runs the fp16 path
+    (DDP_BFLOAT16)."""
     from cost_model.transformer.layer_cost import dp_gradient_comm_s
 
     links = Links.for_group(simple_cluster("A100-SXM4-80GB", 8).node_groups[0])
-    S = StrategyArrays.from_strategies([Strategy(dp=64, zero_stage=0), Strategy(dp=64, zero_stage=1)])
+    S = StrategyArrays.from_strategies([Strategy(dp=32, pp=2, zero_stage=0), Strategy(dp=32, pp=2, zero_stage=1),
+                                        Strategy(dp=32, zero_stage=0)])
     t = Training(global_batch_size=64, sequence_length=2048, framework="megatron-deepspeed", grad_accum_dtype="fp32")
     bf16 = dp_gradient_comm_s(5e9, t, S, links)[0]
     fp16 = dp_gradient_comm_s(5e9, replace(t, dtype="fp16", grad_accum_dtype=None), S, links)[0]
     assert float(bf16[0]) == pytest.approx(float(bf16[1]), rel=1e-9)
     assert float(bf16[0] / fp16[0]) == pytest.approx(1.5, rel=1e-6)
     assert float(bf16[1] / fp16[1]) == pytest.approx(1.5, rel=1e-6)
+    assert float(bf16[2]) == pytest.approx(float(fp16[2]), rel=1e-9)
 
 
 def test_deepspeed_gather_bandwidth_is_set_by_the_weight_matrices_not_every_tensor():

@@ -96,7 +96,7 @@ def test_fused_attention_drops_the_s_squared_terms():
     ],
 )
 def test_zero_stage_state_bytes(zero, expected):
-    w, g, o = model_state_bytes_per_param(Training(8, 2048), np.array([zero]), np.array([8.0]))
+    w, g, o = model_state_bytes_per_param(Training(8, 2048), np.array([zero]), np.array([8.0]), 1)
     assert (float(w[0]), float(g[0]), float(o[0])) == pytest.approx(expected)
 
 
