@@ -64,7 +64,7 @@ def pipeline_time_s(stage_times_s: Any, num_microbatches: Any, vpp: Any = 1) -> 
     return pipeline, bottleneck
 
 
-def exposed_dp_sync_each_s(dp_comm_s: Any, dp_window_s: Any, drain_s: Any, slowdown: float = 0.0) -> Any:
+def exposed_dp_sync_each_s(dp_comm_s: Any, dp_window_s: Any, drain_s: Any, slowdown: float) -> Any:
     """Per stage, the seconds of its data-parallel sync the schedule does not hide:
     ``max(0, dp − window − drain) + s·min(dp, window)`` (module docstring), elementwise.  The
     split searches of the planner evaluate it on their own grids; :func:`exposed_dp_sync_s`
@@ -74,7 +74,7 @@ def exposed_dp_sync_each_s(dp_comm_s: Any, dp_window_s: Any, drain_s: Any, slowd
     return np.maximum(0.0, dp - window - np.asarray(drain_s, dtype=float)) + slowdown * np.minimum(dp, window)
 
 
-def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: Any = 1, slowdown: float = 0.0) -> Any:
+def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: Any, slowdown: float) -> Any:
     """Seconds of data-parallel gradient sync the schedule does not hide:
     ``max_i [max(0, dp_i − window_i − i·bwd_i/v) + s·min(dp_i, window_i)]`` (module docstring).
 

@@ -59,8 +59,8 @@ class Training:
     ``grad_accum_dtype`` (``deepspeed``, ``megatron-deepspeed`` under bf16): DeepSpeed's
     ``data_types.grad_accum_dtype``; ``fp32`` runs ZeRO stage 1 under its BF16_Optimizer (fp32
     gradient accumulation), omitted or ``bf16`` (DeepSpeed's own default when a config leaves
-    ``data_types`` out) under its ZeRO optimizer (bf16 accumulation); at stage 0 its pipeline
-    engine runs BF16_Optimizer either way
+    ``data_types`` out) under its ZeRO optimizer (bf16 accumulation); at stage 0 DeepSpeed
+    ignores it: BF16_Optimizer under its pipeline engine, its FP16 optimizer in bf16 without one
     (:func:`cost_model.transformer.layer_cost.bf16_optimizer`).
     """
 

@@ -184,7 +184,7 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
     # Without the overlap slowdown of the transformer path (combine_stages): the graph search's
     # CP-SAT model and its lower bounds price the exposed sync linearly, and this must be the
     # step time they optimise.
-    dp_exposed = float(exposed_dp_sync_s(sums.sync_s, window_frac * sums.bwd_s, sums.bwd_s))
+    dp_exposed = float(exposed_dp_sync_s(sums.sync_s, window_frac * sums.bwd_s, sums.bwd_s, 1, slowdown=0.0))
     optimizer = max(float(max(sums.opt_s)), sums.cpu_opt_s) + _OPTIMIZER_STEP_KERNELS * mesh.device.efficiency.kernel_overhead_s
     step = pipeline + dp_exposed + optimizer
     cap = mesh.device.memory_bytes

@@ -1238,9 +1238,10 @@ def dp_gradient_comm_s(
     none = np.zeros_like(sync)
     step_sync, mb_sync = (none, sync) if replica_sync_per_microbatch(training.framework) else (sync, none)
     grad_passes, weight_passes = step_sync_ring_passes(training, S.zero, S.pp)
-    # HSDP's replica all-reduce: with the per-step reduction of ZeRO 1 (and BF16_Optimizer's), and
-    # at ZeRO 2-3 once per step unless the framework runs it with every micro-batch
-    replicas = np.where(S.zero >= 2, step_sync, np.where((S.zero == 1) | bf16_optimizer(training, S.zero, S.pp), sync, 0.0))
+    # HSDP's replica all-reduce: with ZeRO 1's per-step reduction, and at ZeRO 2-3 once per step
+    # unless the framework runs it with every micro-batch (none at stage 0, nothing is sharded;
+    # none under DeepSpeed, which has no partial sharding: frameworks.partial_sharding_violation)
+    replicas = np.where(S.zero >= 2, step_sync, np.where(S.zero == 1, sync, 0.0))
     per_step = grad_passes * rs_g + weight_passes * rs_w + replicas
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
     return per_step, per_microbatch, mb_sync

@@ -100,7 +100,7 @@ def affects(name: str, case: PublishedCase) -> bool:
     if name == "pipeline_layer_overhead_s.megatron-deepspeed":
         return runs_deepspeed_engine(fw) and any(s.pp > 1 for s in case.candidates)
     if name == "overlap_compute_slowdown":  # per-micro-batch ZeRO-2/3 traffic or an overlapped step sync
-        return case.training.grad_reduce_overlap and any(s.zero_stage >= 2 or s.dp * s.cp > 1 for s in case.candidates)
+        return case.training.grad_reduce_overlap and any(s.dp * s.cp > 1 for s in case.candidates)
     if name == "misaligned_gemm_fraction":
         return case.training.attention == "unfused" and case.model.head_dim % 8 != 0
     return False

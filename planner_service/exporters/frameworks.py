@@ -392,9 +392,9 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
             # priced (layer_cost.bf16_optimizer, from training.grad_accum_dtype).
             cfg["data_types"] = {"grad_accum_dtype": accum}
         elif accum:
-            notes.append(f"grad_accum_dtype {accum} is not written: DeepSpeed takes it at ZeRO stage 1 only (stage 0 under "
-                         "its pipeline engine runs BF16_Optimizer, fp32 accumulation, by itself; stages 2-3 their ZeRO "
-                         "optimizer), as the plan priced")
+            notes.append(f"grad_accum_dtype {accum} is not written: DeepSpeed takes it at ZeRO stage 1 only (stage 0 runs "
+                         "BF16_Optimizer, fp32 accumulation, under its pipeline engine and its FP16 optimizer in bf16 without "
+                         "one; stages 2-3 their ZeRO optimizer), as the plan priced")
     elif dtype == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if view.s("recompute", "none") != "none":

@@ -43,9 +43,9 @@ def test_dp_sync_hides_behind_its_window_and_the_drain_of_later_stages():
     window = np.array([0.2, 0.2, 0.2])
     bwd = np.array([0.3, 0.3, 0.3])
     # stage k hides window + k·bwd/v: 0.2, 0.5, 0.8 → exposed 0.8, 0.5, 0.2
-    assert exposed_dp_sync_s(dp, window, bwd) == pytest.approx(0.8)
-    assert exposed_dp_sync_s(dp, window, bwd, 3) == pytest.approx(0.8)
-    assert exposed_dp_sync_s(np.zeros(3), window, bwd) == 0.0
+    assert exposed_dp_sync_s(dp, window, bwd, 1, 0.0) == pytest.approx(0.8)
+    assert exposed_dp_sync_s(dp, window, bwd, 3, 0.0) == pytest.approx(0.8)
+    assert exposed_dp_sync_s(np.zeros(3), window, bwd, 1, 0.0) == 0.0
     # what hides behind the window slows that backward by the slowdown fraction: stage 0's
     # 0.8 + 0.1·0.2; stage 2 hides 0.2 behind its window and 0.6 behind the drain (idle)
     assert exposed_dp_sync_s(dp, window, bwd, 1, 0.1) == pytest.approx(0.8 + 0.1 * 0.2)
