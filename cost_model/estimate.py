@@ -266,6 +266,13 @@ def estimate(
     )
 
 
+def peak_over_usable(stages: Sequence[StageEstimate], headroom_fraction: float) -> bool:
+    """Whether some stage's predicted peak (the interval's centre) exceeds its usable memory,
+    memory × (1 − headroom): a layout that fits then only at the low end of its interval — more
+    likely to run out of memory than not."""
+    return any(s.peak_memory_GB > s.memory_capacity_GB * (1.0 - headroom_fraction) + 1e-9 for s in stages)
+
+
 def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float, framework: str) -> tuple[bool, bool, str | None]:
     """(fits, tight, warning) of the stages against their memory × (1 − headroom): fits when
     every stage's p10 peak is within it, tight when it fits but some stage's p90 is not
@@ -282,5 +289,6 @@ def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float, fr
     if not fits:
         return False, False, (f"does not fit: stage {worst.index} needs {worst.peak_memory_GB:.1f} GB per GPU "
                               f"(p10 {p10:.1f} GB), {room}")
+    odds = "more likely than not to run out of memory" if worst.peak_memory_GB > usable + 1e-9 else "may run out of memory"
     return True, True, (f"memory tight: stage {worst.index} peaks at {worst.peak_memory_GB:.1f} GB per GPU "
-                        f"(p10–p90 {p10:.1f}–{p90:.1f} GB), {room}: may run out of memory")
+                        f"(p10–p90 {p10:.1f}–{p90:.1f} GB), {room}: {odds}")

@@ -114,7 +114,7 @@ class PlanCreate(_Strict):
     )
     constraints: dict[str, Any] | None = Field(
         default=None,
-        description="Pinned strategy fields (tp, pp, ...), max_tp, max_pp, memory_headroom_fraction (0..0.9; default: the predicted peak memory interval is the margin), allowed_device_types, max_devices, tight_memory (rank_after_safe | by_objective | reject).",
+        description="Pinned strategy fields (tp, pp, ...), max_tp, max_pp, memory_headroom_fraction (0..0.9; default: the predicted peak memory interval is the margin), allowed_device_types, max_devices, tight_memory (rank_after_safe | by_objective | reject | reject_unlikely).",
     )
     objective: str = Field(default="throughput", description="throughput | cost | time_to_train")
     top_k: int = Field(default=3, description="How many alternative plans to keep (0-50).")

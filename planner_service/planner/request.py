@@ -20,7 +20,7 @@ from cost_model.training import Training, training_from_dict
 from cost_model.transformer.spec import model_from_dict
 
 OBJECTIVES = ("throughput", "cost", "time_to_train")
-TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject")
+TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject", "reject_unlikely")
 #: Headroom of operator-graph plans when the request gives none.
 GRAPH_DEFAULT_HEADROOM = 0.1
 PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "layers_per_stage") + SPLIT_FLAGS
@@ -41,8 +41,10 @@ class Constraints:
     allowed_device_types: tuple[str, ...] | None = None
     max_devices: int | None = None
     #: Candidates whose p90 peak exceeds usable memory: ``rank_after_safe`` (kept, flagged,
-    #: after every safe one), ``by_objective`` (kept, flagged, ranked by the objective alone) or
-    #: ``reject`` (only safe plans).
+    #: after every safe one; with none safe, those whose predicted peak exceeds usable memory
+    #: after those whose predicted peak is within it), ``by_objective`` (kept, flagged, ranked
+    #: by the objective alone), ``reject`` (only safe plans) or ``reject_unlikely`` (only those
+    #: whose predicted peak is within usable memory).
     tight_memory: str = "rank_after_safe"
 
     def headroom(self, graph: bool = False) -> float:

@@ -17,7 +17,11 @@
    (``placement``), explain (``explain``).
 5. A memory-tight answer (or a faster tight candidate) starts the same search restricted to
    safe candidates, seeded with the best safe answer and reusing the first search's costed
-   candidates (their verdict at the safe capacity is a comparison, not a new costing).
+   candidates (their verdict at the safe capacity is a comparison, not a new costing).  When
+   no candidate is safe and the best one's predicted peak is over usable memory (it fits only
+   at the interval's low end), the same search restricted to candidates whose predicted peak
+   is within it (``tight_memory: reject_unlikely``) gives the best: a layout more likely to
+   run than not before one that fits only if the allocator fragments at its least.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import numpy as np
 from cost_model.cluster import Cluster, Node, NodeGroup
 from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
-from cost_model.estimate import estimate, memory_verdict
+from cost_model.estimate import estimate, memory_verdict, peak_over_usable
 from cost_model.result import Estimate
 from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
@@ -193,9 +197,11 @@ class _Search:
         self.headroom = self.cons.headroom()
         # Memory feasibility from the predicted peak's interval (cost_model.transformer.memory):
         # a stage fits when its p10 is within usable memory (peak ≤ usable·fit_factor), safely
-        # when its p90 is (peak ≤ usable·safe_factor); ``tight_memory: reject`` keeps safe only.
+        # when its p90 is (peak ≤ usable·safe_factor); ``tight_memory: reject`` keeps safe only,
+        # ``reject_unlikely`` those whose predicted peak itself is within usable memory.
         self.safe_fraction = (1 - self.headroom) * safe_capacity_factor(self.training.framework)
-        self.fit_fraction = self.safe_fraction if self.cons.tight_memory == "reject" else (1 - self.headroom) * fit_capacity_factor(self.training.framework)
+        self.fit_fraction = {"reject": self.safe_fraction, "reject_unlikely": 1 - self.headroom}.get(
+            self.cons.tight_memory, (1 - self.headroom) * fit_capacity_factor(self.training.framework))
         self.pinned_lps = self.cons.pinned.get("layers_per_stage")
         #: pinned embedding/loss split flags (cost_model.strategy.pipeline_split): the split is
         #: fixed by the layout, as a pinned layers_per_stage is, and estimated exactly
@@ -230,7 +236,8 @@ class _Search:
         except PlannerError:
             return None
         fits, tight, memory_warning = memory_verdict(est.stages, self.headroom, self.training.framework)
-        if not fits or (tight and self.cons.tight_memory == "reject"):
+        if not fits or (tight and self.cons.tight_memory == "reject") or (
+                self.cons.tight_memory == "reject_unlikely" and peak_over_usable(est.stages, self.headroom)):
             # what the search reports if nothing fits (the stage furthest over, its device)
             worst = max(est.stages, key=lambda st: st.peak_memory_GB - st.memory_capacity_GB)
             self.closest_peak.append((gb_to_bytes(worst.peak_memory_GB), worst.device))
@@ -583,29 +590,44 @@ def search_transformer(
     # splits were optimised under the p10 verdict (a candidate's fastest split may be tight
     # where a slower split of it is safe), so the optimal safe plan is searched on its own —
     # as it is when tight candidates crowd the safe ones out of the answers.
-    safe = None
+    safe, fallback = None, None
     if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or needs_safe_search):
         safe = _safe_search(request, settings, should_cancel, next((e for e in picked if not e.prediction.tight), None), state.memo)
-    if safe is None:
+        if safe is None and peak_over_usable(best.prediction.stages, state.headroom):
+            # Nothing is safe and the best fits only at the interval's low end: the best of
+            # those whose predicted peak fits comes first, if any does.
+            fallback = _safe_search(request, settings, should_cancel,
+                                    next((e for e in picked if not peak_over_usable(e.prediction.stages, state.headroom)), None),
+                                    state.memo, level="reject_unlikely")
+    first = safe or fallback
+    if first is None:
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
         nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
     else:
-        # The optimal safe plan first, then its safe alternatives, then the tight ones.
-        shapes = {_shape(e.strategy, e.stage_groups) for e in (safe.best, *safe.alternatives)}
-        tight = [e for e in picked if e.prediction.tight and _shape(e.strategy, e.stage_groups) not in shapes]
-        # The fastest tight candidate stays among the alternatives (flagged), after the safe ones.
-        keep_tight = min(len(tight), 1 if request.top_k else 0)
-        best, alternatives = safe.best, [*safe.alternatives[: request.top_k - keep_tight], *tight][: request.top_k]
-        # the safe plan's own warnings (its placement's among them) and nesting comparison
-        warnings, nesting = list(safe.warnings), safe.nesting
-        if tight:
-            warnings.append(f"a faster layout ({tight[0].prediction.step_time_s:.4g} s per step) is memory-tight (its p90 peak "
+        # The optimal safe plan (else the optimal one whose predicted peak fits) first, then
+        # its alternatives of the same kind, then the rest.
+        shapes = {_shape(e.strategy, e.stage_groups) for e in (first.best, *first.alternatives)}
+        if safe is not None:
+            rest = [e for e in picked if e.prediction.tight and _shape(e.strategy, e.stage_groups) not in shapes]
+        else:
+            rest = [e for e in picked if peak_over_usable(e.prediction.stages, state.headroom) and _shape(e.strategy, e.stage_groups) not in shapes]
+        # The fastest of the rest stays among the alternatives (flagged), after the first kind.
+        keep_rest = min(len(rest), 1 if request.top_k else 0)
+        best, alternatives = first.best, [*first.alternatives[: request.top_k - keep_rest], *rest][: request.top_k]
+        # the first plan's own warnings (its placement's among them) and nesting comparison
+        warnings, nesting = list(first.warnings), first.nesting
+        if rest and safe is not None:
+            warnings.append(f"a faster layout ({rest[0].prediction.step_time_s:.4g} s per step) is memory-tight (its p90 peak "
                             "exceeds usable memory): ranked after the safe plans")
-        # The safe search re-examines the first one's candidates (its costing reused): only the
-        # candidates it costed anew and its refinements add to the counts, not its prunings of
-        # candidates already counted (pruned stays at most the candidates).
-        search["candidates"] += safe.search["candidates"]
-        search["refined"] += safe.search["refined"]
+        elif rest:
+            warnings.append(f"no layout fits safely; a faster one ({rest[0].prediction.step_time_s:.4g} s per step) fits only at the "
+                            "low end of its peak's interval (its predicted peak exceeds usable memory): ranked after those "
+                            "whose predicted peak fits")
+        # The second search re-examines the first one's candidates (its costing reused): only
+        # the candidates it costed anew and its refinements add to the counts, not its
+        # prunings of candidates already counted (pruned stays at most the candidates).
+        search["candidates"] += first.search["candidates"]
+        search["refined"] += first.search["refined"]
         search["wall_time_s"] = round(time.perf_counter() - t0, 4)
     if progress:
         progress(1.0)
@@ -628,14 +650,16 @@ def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[st
 
 
 def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None,
-                 incumbent: Evaluated | None, memo: dict[int, _CostedPool]) -> PlanResult | None:
+                 incumbent: Evaluated | None, memo: dict[int, _CostedPool], level: str = "reject") -> PlanResult | None:
     """The same search restricted to memory-safe candidates (every stage's p90 within usable
     memory), None when none is: run when the best candidate is tight, so that a safe plan ranks
     first and is optimal among the safe ones.  ``incumbent``: the first search's best safe
     answer (its split optimised under the p10 verdict, and safe), which bounds the safe optimum
     from above — the safe search starts from it instead of from its even splits.  ``memo``: the
-    first search's costed candidates, reused."""
-    safe_request = replace(request, constraints=replace(request.constraints, tight_memory="reject"))
+    first search's costed candidates, reused.  ``level``: the ``tight_memory`` rule of the
+    restricted search — ``reject`` (safe), or ``reject_unlikely`` (predicted peak within usable
+    memory) when nothing is safe."""
+    safe_request = replace(request, constraints=replace(request.constraints, tight_memory=level))
     try:
         return search_transformer(safe_request, settings, None, should_cancel, incumbent, memo)
     except NoFeasiblePlan:

@@ -280,6 +280,36 @@ def test_tight_plans_rank_after_safe_ones_unless_asked():
     assert not any(e.prediction.tight for e in [rejected.best, *rejected.alternatives])
 
 
+#: Qwen2.5-32B (its config.json): FSDP on 8 H100 80GB keeps 16 B a parameter of sharded state
+#: (≈ 66 GB per GPU), so no layout fits safely and the fastest fit only at their interval's low end.
+QWEN25_32B = {"model_type": "qwen2", "num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8,
+              "intermediate_size": 27648, "vocab_size": 152064, "tie_word_embeddings": False}
+
+
+def _over(e, headroom=0.0):
+    return any(s.peak_memory_GB > s.memory_capacity_GB * (1 - headroom) for s in e.prediction.stages)
+
+
+def test_with_nothing_safe_a_layout_whose_predicted_peak_fits_ranks_before_faster_ones_that_fit_only_at_p10():
+    def on(rule):
+        return _plan(_body({"transformer": QWEN25_32B}, "fsdp", constraints={"tight_memory": rule}, gbs=8))
+
+    by_objective = on("by_objective")
+    with pytest.raises(NoFeasiblePlan):
+        on("reject")
+    likely = on("reject_unlikely")
+    # the case is the one meant: the fastest layout is over usable memory at its predicted peak
+    assert _over(by_objective.best) and by_objective.best.prediction.fits
+    assert not any(_over(e) for e in [likely.best, *likely.alternatives])
+    assert likely.best.prediction.step_time_s > by_objective.best.prediction.step_time_s
+    ranked = on("rank_after_safe")
+    assert ranked.best.strategy == likely.best.strategy and not _over(ranked.best)
+    flags = [_over(e) for e in [ranked.best, *ranked.alternatives]]
+    assert flags == sorted(flags) and flags[-1]  # the faster p10-only layout kept last, flagged by its peak
+    assert any("fits only at the low end" in w for w in ranked.warnings)
+    assert parse_constraints({"tight_memory": "reject_unlikely"}).tight_memory == "reject_unlikely"
+
+
 def test_the_best_safe_plan_does_not_depend_on_how_many_alternatives_are_asked_for():
     """Megatron-Bridge's Llama 3 70B on 64 GB200 (MXFP8, its stated knobs pinned): the fastest
     layouts are memory-tight, so the best safe one needs the exact safe search.  With top_k 0 the
