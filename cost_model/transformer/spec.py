@@ -451,6 +451,10 @@ FAMILIES: dict[str, str] = {
     "gpt_neox": "gpt_neox", "bloom": "bloom", "opt": "opt", "gptj": "gptj",
     "chatglm": "chatglm",
     "ernie4_5": "ernie", "ernie4_5_moe": "ernie",
+    "deepseek": "deepseek",
+    "starcoder2": "starcoder2", "phi": "phi", "qwen": "qwen", "internlm2": "internlm2",
+    "olmo2": "olmo2", "olmoe": "olmo2", "granite": "granite", "minicpm": "minicpm", "cohere": "cohere",
+    "nemotron": "nemotron", "stablelm": "stablelm", "glm": "glm", "glm4": "glm", "gpt_oss": "gpt_oss",
 }
 
 #: Architectures the cost model cannot represent, by kind.
@@ -533,6 +537,32 @@ FAMILY_FIELDS: dict[str, frozenset[str]] = {
     # moe_gate and moe_use_aux_free (routing rules) cost nothing
     "ernie": frozenset({"use_bias", "moe_num_experts", "moe_k", "moe_num_shared_experts", "moe_layer_start_index",
                         "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "moe_gate", "moe_use_aux_free"}),
+    # HF Starcoder2Config: one bias switch for every linear layer; the residual and embedding
+    # dropout of a biased (GPT-style) model are costed with it; BigCode's checkpoints also carry
+    # mlp_type and norm_type, which HF's Starcoder2 does not read (always c_fc/c_proj, LayerNorm)
+    "starcoder2": frozenset({"use_bias", "residual_dropout", "embedding_dropout", "mlp_type", "norm_type"}),
+    # HF PhiConfig: the rotary width and an optional per-head q/k LayerNorm
+    "phi": frozenset({"partial_rotary_factor", "qk_layernorm"}),
+    # Qwen-1 (remote code modeling_qwen.py): the projections' bias switch; the rest are dtype and
+    # kernel switches, dropout rates, and inference-time context extension (dynamic NTK, log-n
+    # query scaling past seq_length)
+    "qwen": frozenset({"no_bias", "bf16", "fp16", "fp32", "use_flash_attn", "use_dynamic_ntk", "use_logn_attn",
+                       "emb_dropout_prob", "attn_dropout_prob", "softmax_in_fp32", "use_cache_quantization",
+                       "use_cache_kernel", "onnx_safe"}),
+    "internlm2": frozenset({"bias"}),  # remote code: the packed wqkv's and wo's bias
+    # Gemma-2's checkpoints repeat sliding_window (which is read) as sliding_window_size
+    "gemma": frozenset({"sliding_window_size"}),
+    "olmo2": frozenset({"clip_qkv"}),  # OLMoE: a clamp of q, k and v (elementwise)
+    # HF GraniteConfig: scalar scales of the residual branches, the attention scores and the logits
+    "granite": frozenset({"attention_multiplier", "residual_multiplier", "logits_scaling"}),
+    "minicpm": frozenset({"scale_emb", "dim_model_base", "scale_depth"}),  # remote code: μP scales
+    "cohere": frozenset({"logit_scale", "use_qk_norm"}),
+    "nemotron": frozenset({"partial_rotary_factor", "norm_eps"}),
+    "stablelm": frozenset({"use_qkv_bias", "qk_layernorm", "use_parallel_residual", "partial_rotary_factor"}),
+    "glm": frozenset({"partial_rotary_factor"}),
+    # HF GptOssConfig: the experts' clamped SwiGLU constants (elementwise); the original
+    # checkpoint's config.json also spells top-k experts_per_token and names its pre-YaRN length
+    "gpt_oss": frozenset({"swiglu_limit", "swiglu_alpha", "experts_per_token", "initial_context_length"}),
 }
 
 
@@ -786,6 +816,27 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # HF Ernie4_5 / Ernie4_5_Moe: Llama attention and SwiGLU MLPs, shared experts of
     # moe_intermediate_size × moe_num_shared_experts, an fp32 router, tied embeddings by default
     "ernie": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "silu"},
+    # HF Starcoder2: c_fc → GELU → c_proj, biased LayerNorms, GQA with RoPE, tied by default
+    "starcoder2": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu_tanh"},
+    # HF Phi (1, 1.5, 2): one LayerNorm feeding attention and MLP in parallel, fc1 → GELU → fc2,
+    # biases on every projection and on the LM head, untied
+    "phi": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu_tanh", "head_bias": True},
+    # Qwen-1 (modeling_qwen.py): SwiGLU over w1/w2 of intermediate_size // 2, a biased c_attn
+    "qwen": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qkv_bias": True},
+    "internlm2": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    # HF Olmo2 / OLMoE: full-width RMSNorm of q and k, always on
+    "olmo2": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qk_norm": True},
+    "granite": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "minicpm": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "silu"},
+    # HF Cohere: one weight-only LayerNorm feeding attention and MLP in parallel, tied
+    "cohere": {"gated": True, "norm": "layernorm", "tie": True, "act": "silu"},
+    # HF Nemotron: up_proj → squared ReLU → down_proj (no gate), LayerNorm1P
+    "nemotron": {"gated": False, "norm": "layernorm", "tie": False, "act": "relu2"},
+    "stablelm": {"gated": True, "norm": "layernorm", "tie": False, "act": "silu"},
+    # HF Glm / Glm4: fused gate_up_proj, biased q/k/v (attention_bias, default true), o_proj unbiased
+    "glm": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    # HF GptOss: biased attention projections (attention_bias, default true), biased experts
+    "gpt_oss": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
 }
 
 
@@ -820,6 +871,23 @@ def _biases(cfg: Mapping[str, Any], family: str, defaults: Mapping[str, Any], pa
     if family == "ernie":  # use_bias: the q/k/v/o projections, every MLP's and the lm_head
         b = _bool_field(cfg, "use_bias", path, False)
         return {"qkv_bias": b, "out_bias": b, "mlp_bias": b, "head_bias": b}
+    if family == "starcoder2":  # use_bias: q/k/v/o, c_fc and c_proj, and the LayerNorms
+        return {"bias": _bool_field(cfg, "use_bias", path, True)}
+    if family == "phi":  # every projection and the LM head, no switch
+        return {"bias": True, "head_bias": True}
+    if family == "qwen":  # c_attn always; c_proj and the MLP unless no_bias (default true)
+        linear = not _bool_field(cfg, "no_bias", path, True)
+        return {"qkv_bias": True, "out_bias": linear, "mlp_bias": linear}
+    if family == "internlm2":
+        b = _bool_field(cfg, "bias", path, True)
+        return {"qkv_bias": b, "out_bias": b}
+    if family == "stablelm":  # q/k/v only
+        return {"qkv_bias": _bool_field(cfg, "use_qkv_bias", path, False)}
+    if family == "glm":  # q/k/v by attention_bias (default true); o_proj never
+        return {"qkv_bias": _bool_field(cfg, "attention_bias", path, True)}
+    if family == "gpt_oss":  # q/k/v/o by attention_bias (default true); the experts always
+        b = _bool_field(cfg, "attention_bias", path, True)
+        return {"qkv_bias": b, "out_bias": b, "mlp_bias": True}
     attn = _bool_field(cfg, "attention_bias", path, False)
     return {
         "qkv_bias": attn or bool(defaults.get("qkv_bias")),
@@ -836,9 +904,11 @@ def _norms_per_layer(cfg: Mapping[str, Any], family: str, model_type: str) -> in
         if cfg.get("new_decoder_architecture"):
             return int(cfg.get("num_ln_in_parallel_attn") or 2)
         return 1 if cfg.get("parallel_attn", True) else 2
-    if family == "gptj":  # GPTJBlock: attention and MLP read one ln_1
+    if family in ("gptj", "phi", "cohere"):  # attention and MLP in parallel read one norm
         return 1
-    return 4 if model_type in ("gemma2", "gemma3_text") else 2
+    if family == "stablelm" and cfg.get("use_parallel_residual"):
+        return 1
+    return 4 if model_type in ("gemma2", "gemma3_text", "glm4") else 2
 
 
 def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: str = "model.transformer") -> TransformerSpec:
@@ -867,6 +937,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     if gpt_style:
         family, defaults = "gpt2", _FAMILY_DEFAULTS["gpt2"]
     gated = defaults["gated"]
+    if family == "qwen" and inter is not None:  # modeling_qwen.QWenMLP: w1, w2 of intermediate_size // 2
+        inter //= 2
     ffn = inter if gated else (n_inner or inter or 4 * hidden)
     if ffn is None:
         raise InvalidModel("is required (the FFN width)", field=f"{path}.intermediate_size")
@@ -902,7 +974,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         norm=defaults["norm"] if family != "chatglm" or _bool_field(cfg, "rmsnorm", path, True) else "layernorm",
         model_type=model_type,
         norms_per_layer=_norms_per_layer(cfg, family, model_type),
-        qk_norm=bool(defaults.get("qk_norm")) or model_type == "gemma3_text",
+        qk_norm=bool(defaults.get("qk_norm")) or model_type == "gemma3_text" or any(
+            _bool_field(cfg, k, path, False) for k in ("qk_layernorm", "use_qk_norm") if k in FAMILY_FIELDS.get(family, ())),
         activation=_activation(cfg, defaults["act"]),
         mtp_layers=mtp,
         max_position_embeddings=max_pos or 0,

@@ -48,6 +48,10 @@ CARDS = [
     ("opt-66b", 66.0, None, 0.5, "Zhang et al. 2022 'OPT' Table 1: OPT-66B"),
     ("gpt-j-6b", 6.053, None, 0.0, "EleutherAI/gpt-j-6b model card: 6,053,381,344 parameters"),
     ("chatglm3-6b", 6.24, None, 0.005, "THUDM/chatglm3-6b: 6,243,584,000 parameters (GLM team, ChatGLM3 release)"),
+    ("starcoder2-15b", 15.958, None, 0.0, "bigcode/starcoder2-15b: 15,957,889,024 parameters (its safetensors)"),
+    ("phi-2", 2.7797, None, 0.0, "microsoft/phi-2: 2,779,683,840 parameters (its safetensors; 2.7B on the card)"),
+    ("qwen-7b", 7.7213, None, 0.0, "Qwen/Qwen-7B: 7,721,324,544 parameters (its safetensors; 7.7B on the card)"),
+    ("deepseek-moe-16b", 16.4, 2.8, 0.05, "Dai et al. 2024 'DeepSeekMoE': DeepSeekMoE 16B, 16.4B total, 2.8B activated"),
 ]
 
 
@@ -288,7 +292,7 @@ def test_unknown_fields_are_listed_and_harmless_ones_are_not():
     assert len(spec.warnings) == 1 and "my_new_attention_trick" in spec.warnings[0] and "pad_token_id" not in spec.warnings[0]
     for name, _, _, _, _ in CARDS:
         spec = from_hf_config(load(name))
-        assert not any("do not know" in w for w in spec.warnings if name != "deepseek-v3"), (name, spec.warnings)
+        assert not any("does not know" in w for w in spec.warnings if name != "deepseek-v3"), (name, spec.warnings)
 
 
 def test_unknown_model_type_is_costed_llama_style_with_a_warning():
@@ -323,3 +327,46 @@ def test_plans_are_named_by_name_then_name_or_path_then_architecture_and_size():
     assert from_hf_config({**cfg, "_name_or_path": "x", "name": "mine"}).name == "mine"
     assert from_hf_config(load("llama-3.1-405b")).name == "llama 405.9B"
     assert from_hf_config(load("gpt2")).name == "gpt2 124M"
+
+
+def test_more_families_read_what_their_modelling_code_fixes():
+    """Families added from the Hugging Face modelling code (and the remote code of Qwen-1,
+    DeepSeek-MoE, InternLM2, MiniCPM): each fixes what its config.json leaves implicit."""
+    sc = from_hf_config(load("starcoder2-15b"))  # c_fc → GELU → c_proj, biased, untied here
+    assert not sc.gated_ffn and sc.bias and sc.norm == "layernorm" and not sc.tie_embeddings and sc.local_attention_layers == 40
+    phi = from_hf_config(load("phi-2"))  # one shared LayerNorm, biased projections and LM head
+    assert not phi.gated_ffn and phi.bias and phi.head_bias and phi.norms_per_layer == 1
+    qwen = from_hf_config(load("qwen-7b"))  # w1, w2 of intermediate_size // 2; only c_attn biased
+    assert qwen.gated_ffn and qwen.ffn_hidden_size == 11008 and qwen.has_qkv_bias and not qwen.has_out_bias and not qwen.mlp_bias
+    ds = from_hf_config(load("deepseek-moe-16b"))
+    assert ds.num_experts == 64 and ds.experts_per_token == 6 and ds.dense_layer_indices == (0,)
+    assert ds.shared_expert_ffn_hidden_size == 2 * 1408 and ds.dense_ffn_hidden_size == 10944
+    for spec in (sc, phi, qwen, ds):
+        assert not spec.warnings, spec.warnings
+    base = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 4, "num_attention_heads": 16, "vocab_size": 32000}
+    internlm2 = from_hf_config({**base, "model_type": "internlm2", "bias": False})
+    assert not internlm2.has_qkv_bias and from_hf_config({**base, "model_type": "internlm2"}).has_out_bias
+    assert from_hf_config({**base, "model_type": "olmo2"}).qk_norm and from_hf_config({**base, "model_type": "olmoe", "num_experts": 8}).is_moe
+    cohere = from_hf_config({**base, "model_type": "cohere", "logit_scale": 0.0625})
+    assert cohere.norms_per_layer == 1 and cohere.norm == "layernorm" and cohere.tie_embeddings and not cohere.qk_norm
+    assert from_hf_config({**base, "model_type": "cohere", "use_qk_norm": True}).qk_norm
+    glm4 = from_hf_config({**base, "model_type": "glm4", "partial_rotary_factor": 0.5})
+    assert glm4.norms_per_layer == 4 and glm4.has_qkv_bias and not glm4.has_out_bias
+    assert not from_hf_config({**base, "model_type": "nemotron"}).gated_ffn
+    assert from_hf_config({**base, "model_type": "stablelm", "use_parallel_residual": True}).norms_per_layer == 1
+    oss = from_hf_config({**base, "model_type": "gpt_oss", "num_local_experts": 32, "num_experts_per_tok": 4, "swiglu_limit": 7.0})
+    assert oss.is_moe and oss.has_qkv_bias and oss.has_out_bias and oss.mlp_bias
+    granite = from_hf_config({**base, "model_type": "granite", "attention_multiplier": 0.0078125, "residual_multiplier": 0.22})
+    minicpm = from_hf_config({**base, "model_type": "minicpm", "scale_emb": 12, "scale_depth": 1.4, "dim_model_base": 256})
+    assert minicpm.tie_embeddings
+    for spec in (internlm2, cohere, glm4, oss, granite, minicpm):
+        assert not spec.warnings, spec.warnings
+
+
+def test_an_ungated_family_costs_two_ffn_matrices():
+    """StarCoder2 run as a Llama-style decoder would cost a third FFN matrix: 1.5× its FFN."""
+    sc = load("starcoder2-15b")
+    t = Training(global_batch_size=8, sequence_length=4096)
+    own = model_flops_per_step(from_hf_config(sc), t)
+    as_llama = model_flops_per_step(from_hf_config({**sc, "model_type": "llama"}), t)
+    assert as_llama > 1.25 * own
