@@ -84,7 +84,12 @@ validation falls back to when the held-out source is the only one that informs i
   stream's critical path.  FSDP wraps whole units in one flat buffer and pays no per-module
   hook of this kind (1).  Prior 1.  (Folded into the framework's kernel efficiency, as a first
   version did, Narayanan's ZeRO-3 rows dragged the kernel constant of the ZeRO-1 pipeline runs
-  of BLOOM and MT-NLG with them.)
+  of BLOOM and MT-NLG with them.)  One source fits it: Narayanan et al. 2021 Table 2 (DeepSpeed
+  of 2021, fp16, 175B and 530B on 384–2,240 A100s), to about 0.67 — more than per-module hook
+  work alone explains for layers that large (milliseconds of CPU work per module against tens
+  of milliseconds of GEMMs), so the fitted value also carries whatever else that stage 3 paid
+  beside compute, and a small model's ZeRO-3 step under today's DeepSpeed may run faster than
+  it says; with one source, its leave-one-source-out value is the prior.
 * ``misaligned_gemm_fraction`` — the rate of a 16-bit GEMM whose reduction dimension is not a
   multiple of 8 elements (e.g. a head dimension of 108) relative to the aligned one: cuBLAS's
   tensor-core kernels need 16-byte aligned rows; the fallback runs far below them (NVIDIA's
