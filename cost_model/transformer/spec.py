@@ -791,17 +791,19 @@ def _activation(cfg: Mapping[str, Any], default: str) -> str:
     return act
 
 
+#: A Llama-style decoder: SwiGLU FFN, RMSNorm, untied head, SiLU.
+_LLAMA: dict[str, Any] = {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"}
 #: What each family's architecture has that its config.json does not say (HF modelling code):
 #: gated FFN, norm, tied-embedding default, norms per layer, default activation.
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu_new"},
     "falcon": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu"},
-    "llama": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
-    "qwen2": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qkv_bias": True},
-    "qwen3": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qk_norm": True},
+    "llama": _LLAMA,
+    "qwen2": {**_LLAMA, "qkv_bias": True},
+    "qwen3": {**_LLAMA, "qk_norm": True},
     "gemma": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "gelu_tanh"},
-    "phimoe": {"gated": True, "norm": "layernorm", "tie": False, "act": "silu", "head_bias": True},
-    "deepseek": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "phimoe": {**_LLAMA, "norm": "layernorm", "head_bias": True},
+    "deepseek": _LLAMA,
     # HF GPTNeoXForCausalLM: biased linears, rotary, untied embed_out
     "gpt_neox": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu"},
     # HF BloomForCausalLM: biased linears, ALiBi (no position table), lm_head tied to the embedding
@@ -812,31 +814,31 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gptj": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu_tanh"},
     # THUDM ChatGLM2/3, GLM-4 (modeling_chatglm.py): SwiGLU of ffn_hidden_size, multi-query groups,
     # RMSNorm unless rmsnorm is false, a QKV bias (add_qkv_bias), untied output layer
-    "chatglm": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "chatglm": _LLAMA,
     # HF Ernie4_5 / Ernie4_5_Moe: Llama attention and SwiGLU MLPs, shared experts of
     # moe_intermediate_size × moe_num_shared_experts, an fp32 router, tied embeddings by default
-    "ernie": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "silu"},
+    "ernie": {**_LLAMA, "tie": True},
     # HF Starcoder2: c_fc → GELU → c_proj, biased LayerNorms, GQA with RoPE, tied by default
     "starcoder2": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu_tanh"},
     # HF Phi (1, 1.5, 2): one LayerNorm feeding attention and MLP in parallel, fc1 → GELU → fc2,
     # biases on every projection and on the LM head, untied
     "phi": {"gated": False, "norm": "layernorm", "tie": False, "act": "gelu_tanh", "head_bias": True},
     # Qwen-1 (modeling_qwen.py): SwiGLU over w1/w2 of intermediate_size // 2, a biased c_attn
-    "qwen": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qkv_bias": True},
-    "internlm2": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "qwen": {**_LLAMA, "qkv_bias": True},
+    "internlm2": _LLAMA,
     # HF Olmo2 / OLMoE: full-width RMSNorm of q and k, always on
-    "olmo2": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu", "qk_norm": True},
-    "granite": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
-    "minicpm": {"gated": True, "norm": "rmsnorm", "tie": True, "act": "silu"},
+    "olmo2": {**_LLAMA, "qk_norm": True},
+    "granite": _LLAMA,
+    "minicpm": {**_LLAMA, "tie": True},
     # HF Cohere: one weight-only LayerNorm feeding attention and MLP in parallel, tied
-    "cohere": {"gated": True, "norm": "layernorm", "tie": True, "act": "silu"},
+    "cohere": {**_LLAMA, "norm": "layernorm", "tie": True},
     # HF Nemotron: up_proj → squared ReLU → down_proj (no gate), LayerNorm1P
     "nemotron": {"gated": False, "norm": "layernorm", "tie": False, "act": "relu2"},
-    "stablelm": {"gated": True, "norm": "layernorm", "tie": False, "act": "silu"},
+    "stablelm": {**_LLAMA, "norm": "layernorm"},
     # HF Glm / Glm4: fused gate_up_proj, biased q/k/v (attention_bias, default true), o_proj unbiased
-    "glm": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "glm": _LLAMA,
     # HF GptOss: biased attention projections (attention_bias, default true), biased experts
-    "gpt_oss": {"gated": True, "norm": "rmsnorm", "tie": False, "act": "silu"},
+    "gpt_oss": _LLAMA,
 }
 
 
