@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import context_parallel_violation, layout_rule_violation
+from cost_model.frameworks import context_parallel_violation, layout_rule_violation, rules_for
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 
@@ -152,6 +152,11 @@ class Strategy:
     #: (:func:`pipeline_split`).
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    #: The experts' tensor-parallel size, Megatron-Core's ``--expert-tensor-parallel-size``
+    #: (MoE parallel folding: the experts run ETP-way tensor parallel over EP ranks carved out
+    #: of tp·cp·dp, ETP·EP·EDP = TP·CP·DP).  0: Megatron-Core's default — TP, or under folding
+    #: the largest that fits (:func:`cost_model.transformer.moe.expert_tensor_parallel`).
+    etp: int = 0
 
     @property
     def num_devices(self) -> int:
@@ -167,7 +172,7 @@ class Strategy:
             del out["nesting"]
         else:
             out["nesting"] = list(self.nesting)
-        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard"):  # written only when set: requests and plans without them unchanged
+        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard", "etp"):  # written only when set: requests and plans without them unchanged
             if not out[flag]:
                 del out[flag]
         return out
@@ -226,6 +231,11 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= 1_000_000:
             raise InvalidStrategy(f"must be a non-negative integer (0: all dp ranks), got {shard!r}", field=f"{field_path}.dp_shard")
         out["dp_shard"] = shard
+    etp = data.get("etp")
+    if etp is not None:
+        if isinstance(etp, bool) or not isinstance(etp, int) or not 0 <= etp <= 1_000_000:
+            raise InvalidStrategy(f"must be a non-negative integer (0: the framework's default), got {etp!r}", field=f"{field_path}.etp")
+        out["etp"] = etp
     if "zero_stage" in data and data["zero_stage"] is not None:
         z = data["zero_stage"]
         if isinstance(z, bool) or z not in (0, 1, 2, 3):
@@ -261,11 +271,30 @@ def expert_sharding_violation(model: TransformerSpec, s: Strategy) -> str | None
         return None
     from cost_model.transformer.moe import expert_data_parallel, experts_split_into_replicas
 
-    if bool(experts_split_into_replicas(s.tp, s.cp, s.dp, s.ep, s.dp_shard)):
+    if bool(experts_split_into_replicas(s.tp, s.cp, s.dp, s.ep, s.dp_shard, s.etp)):
         return None
-    edp = round(float(expert_data_parallel(s.tp, s.cp, s.dp, s.ep)))
+    edp = round(float(expert_data_parallel(s.tp, s.cp, s.dp, s.ep, s.etp)))
     return (f"dp_shard={s.dp_shard}: the experts' {edp} data-parallel replicas (tp·cp·dp/(ep·etp)) cannot split into "
             f"dp/dp_shard = {s.dp // s.dp_shard} replica groups")
+
+
+def expert_tensor_parallel_violation(model: TransformerSpec, framework: str, etp: int, layout: Strategy | None = None) -> str | None:
+    """Why a pinned ``etp`` cannot run, else None: only Megatron-Core sets the experts' tensor
+    parallelism apart from TP (``--expert-tensor-parallel-size``, its MoE parallel folding); the
+    experts must exist and ETP must divide each expert's FFN width (its matrices split
+    column-/row-wise as a dense FFN's under TP); with a ``layout``, its EP × ETP blocks must tile
+    the tp·cp·dp ranks of a stage (ETP·EP·EDP = TP·CP·DP)."""
+    if not model.is_moe:
+        return f"etp={etp} needs a mixture-of-experts model; {model.name} is dense"
+    if not rules_for(framework).ep_folding:
+        return f"{framework}: the experts' tensor parallelism follows tp (etp is Megatron-Core's --expert-tensor-parallel-size)"
+    if model.ffn_hidden_size % etp:
+        return f"etp={etp} does not divide the experts' FFN width {model.ffn_hidden_size}"
+    if layout is not None:
+        ranks = layout.tp * layout.cp * layout.dp
+        if ranks % (layout.ep * etp):
+            return f"ep·etp = {layout.ep}·{etp} does not divide tp·cp·dp = {ranks} (the expert blocks must tile a stage's ranks)"
+    return None
 
 
 def validate_strategy(model: TransformerSpec, training: Training, strategy: Strategy, num_devices: int | None = None, field_path: str = "strategy") -> Strategy:
@@ -292,6 +321,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")
         if model.num_experts % s.ep:
             raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
+    if s.etp:
+        why = expert_tensor_parallel_violation(model, training.framework, s.etp, s)
+        if why is not None:
+            raise InvalidStrategy(why, field=f"{f}.etp")
     if s.vpp > 1 and s.pp == 1:
         raise InvalidStrategy("vpp > 1 (interleaved pipeline) needs pp > 1", field=f"{f}.vpp")
     emb, loss = s.account_for_embedding_in_pipeline_split, s.account_for_loss_in_pipeline_split

@@ -146,6 +146,9 @@ class StrategyArrays:
     #: Strategy.dp_shard (ZeRO state sharded over dp_shard·cp ranks, replicated over the rest;
     #: 0 the whole group); None: full sharding for all candidates
     dp_shard: np.ndarray | None = None
+    #: Strategy.etp (the experts' tensor-parallel size; 0 Megatron-Core's default rule,
+    #: :func:`cost_model.transformer.moe.expert_tensor_parallel`); None: the rule for all
+    etp: np.ndarray | None = None
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -166,10 +169,16 @@ class StrategyArrays:
             nest=col(lambda s: nesting_code(s.nesting)) if any(s.nesting is not None for s in strategies) else None,
             recompute_layers=col(lambda s: s.recompute_num_layers) if any(s.recompute_num_layers for s in strategies) else None,
             dp_shard=col(lambda s: s.dp_shard) if any(s.dp_shard for s in strategies) else None,
+            etp=col(lambda s: s.etp) if any(s.etp for s in strategies) else None,
         )
 
     def __len__(self) -> int:
         return len(self.dp)
+
+    @property
+    def etp_pin(self) -> np.ndarray | float:
+        """The ``etp`` column, or 0 (the default rule for every candidate) when none pins it."""
+        return 0.0 if self.etp is None else self.etp
 
     def take(self, index: npt.ArrayLike) -> StrategyArrays:
         cols: dict[str, Any] = {k: None if getattr(self, k) is None else getattr(self, k)[index] for k in self.__dataclass_fields__}
@@ -686,8 +695,8 @@ def _expert_axes(S: StrategyArrays) -> tuple[Axes, Axes]:
     :func:`cost_model.topology.expert_axes`."""
     if S.nest is not None:
         return expert_axes(S)
-    etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)
-    return [(S.ep, etp)], [(expert_data_parallel(S.tp, S.cp, S.dp, S.ep), etp * S.ep)]
+    etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
+    return [(S.ep, etp)], [(expert_data_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), etp * S.ep)]
 
 
 def _cp_topology_extra_s(
@@ -743,7 +752,7 @@ def _moe_ffn(model: TransformerSpec, training: Training, device: DeviceSpec, lin
         top_k=float(model.experts_per_token), shared_ffn_hidden=float(model.shared_expert_ffn_hidden_size), tokens=g.T,
         tp=S.tp, cp=S.cp, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, device=device, links=links, dtype=training.dtype,
         act_bytes=g.eb, dispatcher=training.moe_token_dispatcher, capacity_factor=training.moe_capacity_factor,
-        ep_per_node=None if S.nest is None else members_in(links.gpus_per_node, _expert_axes(S)[0]),
+        ep_per_node=None if S.nest is None else members_in(links.gpus_per_node, _expert_axes(S)[0]), etp=S.etp_pin,
     )
 
 
@@ -872,7 +881,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
             hidden=h, num_experts=float(model.num_experts), top_k=float(model.experts_per_token),
             shared_ffn_hidden=float(model.shared_expert_ffn_hidden_size), gated=model.gated_ffn, tokens=sc * b,
             tp=t, cp=c, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, act_bytes=eb, saved_input_bytes=gi,
-            capacity_factor=training.moe_capacity_factor,
+            capacity_factor=training.moe_capacity_factor, etp=S.etp_pin,
         )
     full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
     stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
@@ -1174,7 +1183,7 @@ def replica_sync_s(
     shard_n = zero_shard_ranks(S)
     rep = shard_axes(S)[1]
     dense = np.asarray(params_per_gpu, dtype=float) * gb / shard_n
-    edp = expert_data_parallel(S.tp, S.cp, S.dp, S.ep)
+    edp = expert_data_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
     experts = np.asarray(expert_params_per_gpu, dtype=float) * gb / np.maximum(edp / R, 1.0)
     size = dense + experts
     out: FloatArray = np.where(R > 1, allreduce_time_s(R, size, links, members_in(gpn, rep))
@@ -1221,7 +1230,7 @@ def dp_gradient_comm_s(
     per_node = members_in(gpn, axes)
     # Expert weights sync over their EDP replicas, ep·etp global ranks apart (parallel folding);
     # under HSDP over their share of the shard group.
-    n_e = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep) / zero_replicas(S), 1.0)
+    n_e = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin) / zero_replicas(S), 1.0)
     edp_axes = split_axes(_expert_axes(S)[1], n_e)[0]
     per_node_e = members_in(gpn, edp_axes)
 

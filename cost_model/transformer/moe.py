@@ -53,32 +53,37 @@ def _f(x: ArrayOrFloat) -> FloatArray:
 # ---- parallel folding ----------------------------------------------------------------------------
 
 
-def expert_tensor_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat) -> FloatArray:
-    """ETP, the tensor-parallel size of the experts (dimensionless): TP when ``ep`` divides
-    dp·cp (Megatron-Core's default ``expert_tensor_parallel_size = tensor_model_parallel_size``);
-    under parallel folding, when EP also spans TP ranks, the EP × ETP group must fit in tp·cp·dp,
-    so ETP = gcd(tp, tp·cp·dp/ep) (Liu et al. 2025 §3: ETP·EP·EDP = TP·CP·DP) — e.g. 1 for ep 32
-    over tp 2 × dp 16.  The same rule as the planner's folding acceptance
-    (``cost_model.frameworks.expert_tensor_parallel`` where that module exists)."""
+def expert_tensor_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat = 0.0) -> FloatArray:
+    """ETP, the tensor-parallel size of the experts (dimensionless): ``etp`` where given (> 0:
+    Megatron-Core's ``--expert-tensor-parallel-size``, ``Strategy.etp``); else TP when ``ep``
+    divides dp·cp (Megatron-Core's default ``expert_tensor_parallel_size =
+    tensor_model_parallel_size``), and under parallel folding, when EP also spans TP ranks, the
+    EP × ETP group must fit in tp·cp·dp, so ETP = gcd(tp, tp·cp·dp/ep) (Liu et al. 2025 §3:
+    ETP·EP·EDP = TP·CP·DP) — e.g. 1 for ep 32 over tp 2 × dp 16.  The same rule as the
+    planner's folding acceptance (``cost_model.frameworks.expert_tensor_parallel`` where that
+    module exists)."""
     tp, cp, dp, ep = _f(tp), _f(cp), _f(dp), _f(ep)
     rest = np.maximum(np.round(tp * cp * dp / np.maximum(ep, 1.0)), 1.0).astype(np.int64)
-    out: FloatArray = np.gcd(np.round(tp).astype(np.int64), rest).astype(float)
+    derived = np.gcd(np.round(tp).astype(np.int64), rest).astype(float)
+    pinned = _f(etp)
+    out: FloatArray = np.where(pinned > 0, pinned, derived)
     return out
 
 
-def expert_data_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat) -> FloatArray:
+def expert_data_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat = 0.0) -> FloatArray:
     """EDP = tp·cp·dp/(ep·etp): the replicas of each expert shard, over which its gradients are
     reduced and (distributed optimizer / ZeRO) its optimizer state is sharded (dimensionless, ≥ 1)."""
-    etp = expert_tensor_parallel(tp, cp, dp, ep)
+    etp = expert_tensor_parallel(tp, cp, dp, ep, etp)
     out: FloatArray = np.maximum(_f(tp) * _f(cp) * _f(dp) / (np.maximum(_f(ep), 1.0) * etp), 1.0)
     return out
 
 
-def experts_split_into_replicas(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, dp_shard: ArrayOrFloat) -> np.ndarray:
+def experts_split_into_replicas(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, dp_shard: ArrayOrFloat,
+                                etp: ArrayOrFloat = 0.0) -> np.ndarray:
     """Whether the experts' EDP replicas (:func:`expert_data_parallel`) split evenly into the
     dp/dp_shard replica groups of a partial (HSDP) sharding, each group then sharding the
     experts over EDP·dp_shard/dp ranks; true under full sharding (``dp_shard`` 0)."""
-    edp = np.round(expert_data_parallel(tp, cp, dp, ep)).astype(np.int64)
+    edp = np.round(expert_data_parallel(tp, cp, dp, ep, etp)).astype(np.int64)
     shard = _f(dp_shard)
     replicas = np.where(shard > 0, np.round(_f(dp) / np.maximum(shard, 1.0)), 1.0).astype(np.int64)
     out: np.ndarray = edp % replicas == 0
@@ -332,6 +337,7 @@ def moe_activation_bytes(
     act_bytes: float,
     saved_input_bytes: float,
     capacity_factor: float | None = None,
+    etp: ArrayOrFloat = 0.0,
 ) -> FloatArray:
     """Bytes an MoE FFN stores for backward per micro-batch beyond the dense FFN's terms
     (``layer_cost.activation_bytes`` already counts the layer input and the k experts' hidden
@@ -343,7 +349,7 @@ def moe_activation_bytes(
     t = _f(tp)
     T = _f(tokens)
     T_loc = local_tokens(T, t, sequence_parallel)
-    etp = expert_tensor_parallel(t, cp, dp, ep)
+    etp = expert_tensor_parallel(t, cp, dp, ep, etp)
     lf = expert_load_factor(T_loc * top_k, ep, capacity_factor)
     R = received_slots(T_loc, top_k, lf, etp, sequence_parallel)
     fm = 3.0 if gated else 2.0
@@ -395,6 +401,7 @@ def moe_ffn_costs(
     dispatcher: str = "alltoall",
     capacity_factor: float | None = None,
     ep_per_node: ArrayOrFloat | None = None,
+    etp: ArrayOrFloat = 0.0,
 ) -> MoeFfnCost:
     """Cost of one MoE FFN (module docstring; each term's formula in its function).
 
@@ -407,13 +414,14 @@ def moe_ffn_costs(
     dense layer's T·h; with ETP = 1 the experts need none.  Shared experts run tensor-parallel
     on the full T tokens like a dense FFN (one all-gather + reduce-scatter, or all-reduce, of
     T·h per pass).  ``ep_per_node``: EP ranks per node when the ranks are not in Megatron's
-    order (a topology's nesting order; default: ep ranks etp apart).
+    order (a topology's nesting order; default: ep ranks etp apart).  ``etp``: a pinned ETP
+    (:func:`expert_tensor_parallel`; 0: the default rule).
     """
     t, c, d, e = _f(tp), _f(cp), _f(dp), _f(ep)
     sp = np.asarray(sequence_parallel, dtype=bool)
     T = _f(tokens)
     fm = 3.0 if gated else 2.0
-    etp = expert_tensor_parallel(t, c, d, e)
+    etp = expert_tensor_parallel(t, c, d, e, etp)
     T_loc = local_tokens(T, t, sp)
     lf = expert_load_factor(T_loc * top_k, e, capacity_factor)
     M = tokens_per_expert(T, top_k, num_experts, e, etp, t) * lf

@@ -241,7 +241,7 @@ def stage_params(
     expert_total = model.routed_expert_params_per_layer()  # of the average layer (dense-first layers have none)
     dense_layer = dense_layer_params(model)
     dense = num_layers * dense_layer / t
-    experts = num_layers * expert_total / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep))
+    experts = num_layers * expert_total / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep, S.etp_pin))
     if has_embedding:
         dense = dense + model.embedding_params() / t
     if has_head:
@@ -250,7 +250,7 @@ def stage_params(
             head = head + np.where(S.pp > 1, model.vocab_size * model.hidden_size, 0.0)
         mtp_experts = model.mtp_routed_expert_params()
         dense = dense + (head + model.mtp_params() - mtp_experts) / t
-        experts = experts + mtp_experts / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep))
+        experts = experts + mtp_experts / (S.ep * expert_tensor_parallel(t, S.cp, S.dp, S.ep, S.etp_pin))
     return dense, experts
 
 
@@ -310,7 +310,7 @@ def stage_cost(
     # ZeRO shards over dp·cp (dp_shard·cp under HSDP), experts over their EDP replicas (their
     # share of each HSDP replica group)
     shard_dense = zero_shard_ranks(S)
-    shard_exp = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep) / zero_replicas(S), 1.0)
+    shard_exp = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin) / zero_replicas(S), 1.0)
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense, S.pp)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp, S.pp)
     weights = dense * w_d + experts * w_e
@@ -331,7 +331,7 @@ def stage_cost(
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
     # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
     # parameters at stage3_max_live_parameters (default 1e9).
-    live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep)))
+    live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)))
     if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
     layer_full_w = live * param_bytes(training)
@@ -359,7 +359,7 @@ def stage_cost(
     sharded = (passes - 1.0) * gather + reduce
     if model.is_moe:
         g_e, r_e = sharded_passes_s(experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-                                    stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep), bandwidth_messages=matrices)
+                                    stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
         gather = gather + g_e
         sharded = sharded + (layer_passes - 1.0) * g_e + r_e
     # DeepSpeed's tensor-list gathers copy their output out per rank (0 elsewhere), each pass

@@ -64,8 +64,9 @@ def mtp_notes(view: PlanView) -> list[str]:
 def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
     """The MoE and context-parallel flags the plan was costed with (``training``'s
     ``moe_token_dispatcher``, ``moe_comm_overlap``, ``moe_capacity_factor``, ``cp_comm_type``),
-    and ``--expert-tensor-parallel-size`` when EP is folded across the TP ranks (ep ∤ dp·cp:
-    ETP = gcd(tp, tp·cp·dp/ep), cost_model.transformer.moe.expert_tensor_parallel).  The dispatcher is always written:
+    and ``--expert-tensor-parallel-size`` when the experts' tensor parallelism differs from TP:
+    pinned (``strategy.etp``), or EP folded across the TP ranks (ep ∤ dp·cp: ETP = gcd(tp,
+    tp·cp·dp/ep), cost_model.transformer.moe.expert_tensor_parallel).  The dispatcher is always written:
     Megatron-LM's default is ``allgather``, the cost model's ``alltoall``."""
     out: list[tuple[str, str | None]] = []
     tr = view.training
@@ -78,7 +79,9 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
             out.append(("--overlap-moe-expert-parallel-comm", None))
         if tr.get("moe_capacity_factor") is not None:
             out += [("--moe-expert-capacity-factor", str(tr["moe_capacity_factor"])), ("--moe-pad-expert-input-to-capacity", None)]
-        etp = int(expert_tensor_parallel(view.tp, view.cp, view.dp, view.ep))
+    pinned = int(view.s("etp", 0))
+    if view.ep > 1 or pinned:
+        etp = int(expert_tensor_parallel(view.tp, view.cp, view.dp, view.ep, pinned))
         if etp != view.tp:
             out.append(("--expert-tensor-parallel-size", str(etp)))
     if view.cp > 1 and tr.get("framework", "megatron-core") == "megatron-core":  # Megatron-DeepSpeed's CP is Ulysses

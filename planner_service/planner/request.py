@@ -23,7 +23,7 @@ OBJECTIVES = ("throughput", "cost", "time_to_train")
 TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject", "reject_unlikely")
 #: Headroom of operator-graph plans when the request gives none.
 GRAPH_DEFAULT_HEADROOM = 0.1
-PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "layers_per_stage") + SPLIT_FLAGS
+PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "etp", "layers_per_stage") + SPLIT_FLAGS
 
 ModelResolver = Callable[[str], Mapping[str, Any]]
 ClusterResolver = Callable[[str], Mapping[str, Any]]

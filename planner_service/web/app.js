@@ -61,6 +61,7 @@
     const parts = [`dp${s.dp}`, `tp${s.tp}`, `pp${s.pp}`];
     if (s.cp > 1) parts.push(`cp${s.cp}`);
     if (s.ep > 1) parts.push(`ep${s.ep}`);
+    if (s.etp) parts.push(`etp${s.etp}`);
     if (s.vpp > 1) parts.push(`vpp${s.vpp}`);
     parts.push(`mbs${s.micro_batch_size}`);
     if (s.sequence_parallel) parts.push("SP");
@@ -383,7 +384,7 @@
    *  the key out (the planner searches that knob). */
   const CONSTRAINT_NUMBERS = [
     ["#c-dp", "dp"], ["#c-tp", "tp"], ["#c-pp", "pp"], ["#c-cp", "cp"], ["#c-ep", "ep"], ["#c-vpp", "vpp"],
-    ["#c-mbs", "micro_batch_size"], ["#c-recompute-layers", "recompute_num_layers"], ["#c-dp-shard", "dp_shard"],
+    ["#c-mbs", "micro_batch_size"], ["#c-recompute-layers", "recompute_num_layers"], ["#c-dp-shard", "dp_shard"], ["#c-etp", "etp"],
     ["#c-max-tp", "max_tp"], ["#c-max-pp", "max_pp"], ["#c-max-devices", "max_devices"], ["#c-headroom", "memory_headroom_fraction"],
   ];
   const CONSTRAINT_CHOICES = [
@@ -1385,7 +1386,9 @@
       h("dl", { class: "knobs", id: "strategy" },
         [
           ["data parallel (dp)", s.dp], ["tensor parallel (tp)", s.tp], ["pipeline parallel (pp)", s.pp],
-          ["context parallel (cp)", s.cp], ["expert parallel (ep)", s.ep], ["virtual stages (vpp)", s.vpp],
+          ["context parallel (cp)", s.cp], ["expert parallel (ep)", s.ep],
+          ...(s.etp || s.ep > 1 ? [["experts' tensor parallel (etp)", s.etp ? s.etp : "the framework's default"]] : []),
+          ["virtual stages (vpp)", s.vpp],
           ["micro-batch size", s.micro_batch_size], ["micro-batches per step", pred.num_microbatches],
           ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute_num_layers ? `${s.recompute}, first ${s.recompute_num_layers} layers of each chunk (block)` : s.recompute],
           ["ZeRO stage", s.dp_shard ? `${s.zero_stage}, sharded over ${s.dp_shard} dp ranks, ${s.dp / s.dp_shard} replicas (HSDP)` : s.zero_stage],

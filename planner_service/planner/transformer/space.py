@@ -28,7 +28,7 @@ import numpy as np
 
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import context_parallel_violation, ep_group_divisor, pinned_rule_violation, rules_for
-from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
+from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
 from cost_model.transformer.moe import experts_split_into_replicas
@@ -73,6 +73,14 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
             raise InvalidStrategy(f"ep={ep} needs a mixture-of-experts model; {model.name} is dense", field="constraints.ep")
         if model.num_experts % ep:
             raise InvalidStrategy(f"ep={ep} does not divide the {model.num_experts} experts", field="constraints.ep")
+    etp = pins.get("etp")
+    if etp:
+        # the layout's tiling is checked here when it is pinned whole, else row by row
+        whole = {"tp", "dp", "ep"} <= set(pins) and ("cp" in pins or not rules_for(training.framework).context_parallel)
+        layout = Strategy(tp=pins["tp"], cp=pins.get("cp", 1), dp=pins["dp"], ep=pins["ep"]) if whole else None
+        why = expert_tensor_parallel_violation(model, training.framework, etp, layout)
+        if why is not None:
+            raise InvalidStrategy(why, field="constraints.etp")
     cp = pins.get("cp")
     if cp is not None and training.sequence_length % cp:
         raise InvalidStrategy(f"cp={cp} does not divide sequence_length {training.sequence_length}", field="constraints.cp")
@@ -204,6 +212,11 @@ def enumerate_space(
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
+    if pins.get("etp"):
+        # A pinned expert tensor parallelism: the rows whose EP × ETP blocks tile tp·cp·dp.
+        etp = int(pins["etp"])
+        cols = _keep(cols, (cols["tp"] * cols["cp"] * cols["dp"]) % (cols["ep"] * etp) == 0)
+        cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
     if "sequence_parallel" in pins:
         # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
@@ -215,6 +228,7 @@ def enumerate_space(
     rl = pins.get("recompute_num_layers")
     shard = f["dp_shard"] if f["dp_shard"].any() else None
     return StrategyArrays(
+        etp=f.get("etp"),
         dp=f["dp"],
         tp=f["tp"],
         pp=f["pp"],
@@ -266,7 +280,7 @@ def _experts_split(model: TransformerSpec, cols: dict[str, np.ndarray]) -> np.nd
     (:func:`cost_model.transformer.moe.experts_split_into_replicas`)."""
     if not model.is_moe:
         return np.ones(len(cols["dp"]), dtype=bool)
-    return experts_split_into_replicas(cols["tp"], cols["cp"], cols["dp"], cols["ep"], cols["dp_shard"])
+    return experts_split_into_replicas(cols["tp"], cols["cp"], cols["dp"], cols["ep"], cols["dp_shard"], cols.get("etp", 0.0))
 
 
 def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
@@ -356,5 +370,6 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         layers_per_stage=layers_per_stage,
         recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None else 0,
         dp_shard=int(S.dp_shard[i]) if S.dp_shard is not None else 0,
+        etp=int(S.etp[i]) if S.etp is not None else 0,
     )
 

@@ -275,3 +275,48 @@ def test_dense_first_layers_are_costed_as_dense_ffns_weighted_by_their_count():
         want = 3 / 61 * getattr(dense_only, field)[0] + 58 / 61 * getattr(moe_only, field)[0]
         assert float(getattr(mixed, field)[0]) == pytest.approx(float(want), rel=1e-12)
     assert float(dense_only.ep_comm_s[0]) == 0.0 < float(mixed.ep_comm_s[0])
+
+
+MIXTRAL = training_from_dict({"global_batch_size": 128, "sequence_length": 4096})
+
+
+def test_a_pinned_expert_tensor_parallelism_overrides_megatron_cores_rule():
+    """Strategy.etp (Megatron-Core's --expert-tensor-parallel-size).  Mixtral 8x7B, tp 2, ep 8,
+    dp 8 on two 8-GPU nodes: by default ETP = TP = 2, so the EP ranks sit 2 apart and the
+    all-to-all spans both nodes; ETP = 1 keeps each EP group inside a node, drops the experts'
+    TP all-gather/reduce-scatter of the k·T routed tokens, and holds twice the expert weights a
+    GPU (E/(ep·etp) expert shards)."""
+    assert moe.expert_tensor_parallel(2.0, 1.0, 8.0, 8.0) == 2.0 and moe.expert_tensor_parallel(2.0, 1.0, 8.0, 8.0, 1.0) == 1.0
+    assert moe.expert_data_parallel(2.0, 1.0, 8.0, 8.0, 1.0) == 2.0
+    from cost_model.transformer.spec import get_preset
+
+    model, cluster = get_preset("mixtral-8x7b"), simple_cluster("H100-SXM5-80GB", 2)
+    layout = Strategy(dp=8, tp=2, ep=8, micro_batch_size=1, zero_stage=1, sequence_parallel=True, recompute="full")
+    default, one = (estimate(model, MIXTRAL, cluster, replace(layout, etp=e)) for e in (0, 1))
+    assert estimate(model, MIXTRAL, cluster, replace(layout, etp=2)).step_time_s == default.step_time_s
+    assert one.breakdown_s["ep_comm"] < 0.5 * default.breakdown_s["ep_comm"]
+    assert one.breakdown_s["tp_comm"] < default.breakdown_s["tp_comm"]
+    expert_weights = model.routed_expert_params_per_layer() * model.num_layers * 2 / 1e9  # bf16 GB, whole model
+    grown = one.stages[0].memory_GB["weights"] - default.stages[0].memory_GB["weights"]
+    assert grown == pytest.approx(expert_weights / 8 - expert_weights / 16, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("framework", "preset", "layout", "words"),
+    [
+        ("fsdp", "mixtral-8x7b", {"dp": 16, "ep": 8, "etp": 1, "zero_stage": 3}, "follows tp"),
+        ("megatron-core", "llama3-8b", {"dp": 16, "etp": 1}, "dense"),
+        ("megatron-core", "mixtral-8x7b", {"dp": 8, "tp": 2, "ep": 8, "etp": 4}, "does not divide tp·cp·dp"),
+        ("megatron-core", "mixtral-8x7b", {"dp": 8, "tp": 2, "ep": 8, "etp": 3}, "FFN width"),
+    ],
+)
+def test_an_expert_tensor_parallelism_that_cannot_run_names_the_field(framework, preset, layout, words):
+    from cost_model.errors import InvalidStrategy
+    from cost_model.strategy import strategy_from_dict
+    from cost_model.transformer.spec import get_preset
+
+    training = training_from_dict({"global_batch_size": 128, "sequence_length": 4096, "framework": framework})
+    with pytest.raises(InvalidStrategy) as e:
+        estimate(get_preset(preset), training, simple_cluster("H100-SXM5-80GB", 2), strategy_from_dict(layout))
+    assert e.value.field == "strategy.etp" and words in str(e.value)
+    assert "etp" not in Strategy(dp=2).to_dict() and Strategy(dp=2, etp=1).to_dict()["etp"] == 1

@@ -221,6 +221,24 @@ def test_ep32_folded_across_tp2_dp16_is_accepted_for_megatron_core():
     assert exc.value.field == "constraints.ep" and "dp·cp" in str(exc.value)
 
 
+def test_a_pinned_expert_tensor_parallelism_is_planned_launched_and_refused_where_it_cannot_run(client):
+    """Megatron-Core's --expert-tensor-parallel-size as a pin: ETP 1 under tp 2 (the common
+    fine-grained MoE layout) is what the plan costs and what its Megatron launch writes; a value
+    the experts cannot split by, or another framework, is a 422 naming constraints.etp."""
+    nodes = ({**H100_NODE, "count": 2},)
+    body = _body({"preset": "mixtral-8x7b"}, "megatron-core", nodes=nodes, constraints={"tp": 2, "ep": 8, "etp": 1}, gbs=128)
+    resp = client.post("/v1/plans", json=body)
+    assert resp.status_code == 201, resp.text
+    plan_json = resp.json()
+    assert plan_json["best"]["strategy"]["etp"] == 1 and plan_json["best"]["strategy"]["tp"] == 2
+    art = client.get(f"/v1/plans/{plan_json['id']}/launch", params={"target": "megatron"}).json()
+    words = art["files"]["megatron_args.sh"].split()
+    assert words[words.index("--expert-tensor-parallel-size") + 1] == "1"
+    for framework, etp, words in (("megatron-core", 3, "FFN width"), ("fsdp", 1, "follows tp")):
+        bad = client.post("/v1/plans", json=_body({"preset": "mixtral-8x7b"}, framework, nodes=nodes, constraints={"etp": etp}, gbs=128))
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.etp" and words in bad.text, bad.text
+
+
 # ---- memory feasibility from the interval ----------------------------------------------------
 
 
