@@ -211,12 +211,12 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
-    cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
     if pins.get("etp"):
         # A pinned expert tensor parallelism: the rows whose EP × ETP blocks tile tp·cp·dp.
         etp = int(pins["etp"])
         cols = _keep(cols, (cols["tp"] * cols["cp"] * cols["dp"]) % (cols["ep"] * etp) == 0)
         cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
+    cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
     if "sequence_parallel" in pins:
         # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
