@@ -1374,8 +1374,10 @@
         ["Peak memory (max stage)", fmt.gb(peak) + (pred.peak_memory_GB_p10 != null && pred.peak_memory_GB_p90 != null
           ? ` (p10–p90 ${fmt.gb(pred.peak_memory_GB_p10)}–${fmt.gb(pred.peak_memory_GB_p90)}`
             + (pred.memory_interval_basis === "fragmentation-bounds" ? ", no measured peaks for this framework: bounded" : "") + ")" : "")],
-        // Memory against the interval: tight = the p90 peak exceeds usable memory (kept, flagged).
-        ["Memory", pred.tight ? "tight: may run out of memory" : "fits"],
+        // Memory against the interval: tight = the p90 peak exceeds usable memory (kept, flagged);
+        // over the device's memory at the predicted peak itself, more likely than not to run out.
+        ["Memory", !pred.tight ? "fits" : best.stages.some((st) => st.peak_memory_GB > st.memory_capacity_GB)
+          ? "tight: more likely than not to run out of memory" : "tight: may run out of memory"],
         ...derived(plan),
       ].map(([k, v]) => h("div", { class: "card" }, h("div", { class: "card-label" }, k), h("div", { class: "card-value" }, v)))
     );
