@@ -74,7 +74,7 @@ def render_plan(result: PlanResult, d: dict) -> None:
     t.add_row("Throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
     t.add_row("MFU", f"{p['mfu'] * 100:.1f}%")
     t.add_row("Peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}" + _interval(p))
-    t.add_row("Memory", memory_word(p))
+    t.add_row("Memory", memory_word(p, best["stages"]))
     t.add_row("Search", f"{d['search']['candidates']} candidates, {d['search']['pruned']} pruned, solver {d['search']['solver_status']}, {d['search']['wall_time_s']:.2f} s")
     console.print(t)
     st = Table(title="Pipeline stages")
@@ -109,11 +109,16 @@ def _interval(p: dict) -> str:
     return f" (p10–p90 {lo:.1f}–{hi:.1f}, {p.get('peak_memory_quantity', 'max_reserved')}{', ' + basis if basis else ''})"
 
 
-def memory_word(p: dict) -> str:
-    """``fits`` / ``tight`` (p90 over usable memory: may run out) / ``does not fit``."""
+def memory_word(p: dict, stages: list[dict] | None = None) -> str:
+    """``fits`` / ``tight`` (p90 over usable memory: may run out; over the device's memory at
+    the predicted peak itself: more likely than not) / ``does not fit``."""
     if not p.get("fits", True):
         return "[red]does not fit[/red]"
-    return "[yellow]tight[/yellow] (p90 above usable memory: may run out of memory)" if p.get("tight") else "fits"
+    if not p.get("tight"):
+        return "fits"
+    if any(st["peak_memory_GB"] > st["memory_capacity_GB"] for st in stages or ()):
+        return "[yellow]tight[/yellow] (predicted peak above the device's memory: more likely than not to run out)"
+    return "[yellow]tight[/yellow] (p90 above usable memory: may run out of memory)"
 
 
 def _run_with_progress(body: dict, settings: SolverSettings, profile: dict | None = None) -> tuple[PlanResult, dict]:

@@ -395,6 +395,19 @@ def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
     assert res.exit_code == 2 and "re-plan with training.framework" in res.output
 
 
+def test_cli_says_how_likely_a_tight_plan_is_to_run_out(cli, tmp_path):
+    """Qwen2.5-32B under FSDP on 8 H100: the default answer's predicted peak fits (tight: may
+    run out); ranked by the objective alone, the fastest one's predicted peak does not."""
+    words = {}
+    for rule in ("rank_after_safe", "by_objective"):
+        req = tmp_path / f"{rule}.json"
+        req.write_text(json.dumps(_body({"transformer": QWEN25_32B}, "fsdp", constraints={"tight_memory": rule}, gbs=8)))
+        res = CliRunner().invoke(cli, ["plan", str(req)])
+        assert res.exit_code == 0, res.output
+        words[rule] = " ".join(res.output.split())
+    assert "may run out of memory" in words["rank_after_safe"] and "more likely than not" in words["by_objective"]
+
+
 def test_cli_plans_fsdp_selective_and_launches_it_as_torchtitans_op_level_checkpointing(cli, tmp_path):
     req = tmp_path / "req.json"
     req.write_text(json.dumps(_body({"preset": "llama2-13b"}, "fsdp", constraints={
