@@ -261,23 +261,31 @@ def zero_replicas(S: StrategyArrays) -> FloatArray:
 
 
 def split_axes(axes: Axes, inner: FloatArray) -> tuple[Axes, Axes]:
-    """A group's axes split into its innermost ``inner`` members (consecutive in the nesting)
-    and the rest (the copies of that inner group)."""
-    if len(axes) == 1:
-        n, s = axes[0]
-        return [(inner, s)], [(np.maximum(n / inner, 1.0), s * inner)]
-    (n1, s1), (n2, s2) = axes
-    in_first = inner <= n1
-    head: Axes = [(np.where(in_first, inner, n1), s1), (np.where(in_first, 1.0, inner / n1), s2)]
-    rest: Axes = [(np.where(in_first, n1 / inner, 1.0), s1 * inner), (np.where(in_first, n2, n1 * n2 / inner), np.where(in_first, s2, s2 * inner / n1))]
+    """A group's axes (inner first) split into its innermost ``inner`` members (consecutive in
+    the nesting) and the rest (the copies of that inner group): each axis gives the inner group
+    as many of its members as the group still needs, the rest keep the remainder of it."""
+    head: Axes = []
+    rest: Axes = []
+    remaining = np.asarray(inner, dtype=float)
+    for n, s in axes:
+        take = np.clip(remaining, 1.0, np.maximum(n, 1.0))
+        head.append((take, s))
+        rest.append((np.maximum(n / take, 1.0), s * take))
+        remaining = remaining / take
     return head, rest
 
 
 def expert_axes(S: StrategyArrays) -> tuple[Axes, Axes]:
-    """(EP group, expert-data-parallel group): EP takes the innermost ``ep`` members of the data
-    axes (Megatron-Core: experts over consecutive data-parallel ranks), the expert-DP group the
-    rest."""
-    return split_axes(data_axes(S), S.ep)
+    """(EP group, expert-data-parallel group) as axes.  Megatron-Core orders the expert ranks of
+    a stage as it orders tp·cp·dp — ETP innermost, then EP, then EDP (MoE parallel folding, Liu
+    et al. 2025; ETP = TP by default, so EP is then the innermost ``ep`` members of the data
+    axes): the tensor axis and the data axes, less their innermost ETP members, split into the
+    innermost ``ep`` and the rest."""
+    from cost_model.transformer.moe import expert_tensor_parallel
+
+    etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
+    rest = split_axes([(S.tp, strides(S)["tp"]), *data_axes(S)], etp)[1]
+    return split_axes(rest, S.ep)
 
 
 def shard_axes(S: StrategyArrays) -> tuple[Axes, Axes]:

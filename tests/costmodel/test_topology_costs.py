@@ -189,3 +189,24 @@ def test_nesting_changes_which_group_crosses_the_pod():
     # Megatron's order keeps each 64-GPU dp·tp group in one 64-GPU pod; dp outermost spreads it
     assert dp_outer.breakdown_s["dp_comm_exposed"] > megatron.breakdown_s["dp_comm_exposed"]
     assert dp_outer.step_time_s > megatron.step_time_s
+
+
+@pytest.mark.parametrize(("tp", "dp", "ep", "etp"), [(2, 8, 8, 0), (2, 8, 8, 1), (2, 16, 32, 0), (4, 8, 16, 2), (8, 4, 1, 1)])
+def test_expert_groups_placed_by_a_nesting_order_match_megatrons_order(tp, dp, ep, etp):
+    """The expert groups of a layout placed by a nesting order (here Megatron's own, written
+    out) sit as the Megatron-order formula puts them — ETP innermost, then EP, then EDP —
+    under parallel folding (ep spanning tensor ranks) and a pinned ETP alike."""
+    from dataclasses import replace
+
+    from cost_model.topology import expert_axes, group_size
+    from cost_model.transformer.layer_cost import StrategyArrays
+    from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
+
+    S = StrategyArrays.from_strategies([Strategy(dp=dp, tp=tp, ep=ep, etp=etp)])
+    e = float(expert_tensor_parallel(tp, 1, dp, ep, etp))
+    ep_axes, edp_axes = expert_axes(replace(S, nest=np.zeros(1)))
+    assert float(group_size(ep_axes)[0]) == ep and float(group_size(edp_axes)[0]) == float(expert_data_parallel(tp, 1, dp, ep, etp))
+    for gpus in (1, 2, 4, 8, 16, 64):
+        assert float(members_in(gpus, ep_axes)[0]) == float(members_in(gpus, [(np.array([float(ep)]), np.array([e]))])[0]), gpus
+        assert float(members_in(gpus, edp_axes)[0]) == float(
+            members_in(gpus, [(expert_data_parallel(tp, 1, dp, ep, etp), np.array([e * ep]))])[0]), gpus
