@@ -56,6 +56,14 @@ def test_deepep_overlap_capacity_and_folding():
     assert all(k in known for k in f)
 
 
+def test_a_pinned_expert_tensor_parallelism_is_written_as_costed():
+    """strategy.etp under tp 4: written when it differs from tp (Megatron's default), one of
+    Megatron's own flags; a pinned etp equal to tp writes nothing."""
+    f = flags({}, ep=2, etp=1)
+    assert f["--expert-tensor-parallel-size"] == "1" and all(k in megatron_reference() for k in f)
+    assert "--expert-tensor-parallel-size" not in flags({}, ep=2, etp=4)
+
+
 def test_cp_comm_type_only_when_not_the_ring():
     assert flags({"cp_comm_type": "a2a"}, cp=2, dp=1)["--cp-comm-type"] == "a2a"
     assert "--cp-comm-type" not in flags({}, cp=2, dp=1)
