@@ -592,13 +592,13 @@ def search_transformer(
     # as it is when tight candidates crowd the safe ones out of the answers.
     safe, fallback = None, None
     if request.constraints.tight_memory == "rank_after_safe" and (best.prediction.tight or needs_safe_search):
-        safe = _safe_search(request, settings, should_cancel, next((e for e in picked if not e.prediction.tight), None), state.memo)
+        safe = _restricted_search(request, settings, should_cancel, next((e for e in picked if not e.prediction.tight), None), state.memo)
         if safe is None and peak_over_usable(best.prediction.stages, state.headroom):
             # Nothing is safe and the best fits only at the interval's low end: the best of
             # those whose predicted peak fits comes first, if any does.
-            fallback = _safe_search(request, settings, should_cancel,
-                                    next((e for e in picked if not peak_over_usable(e.prediction.stages, state.headroom)), None),
-                                    state.memo, level="reject_unlikely")
+            fallback = _restricted_search(request, settings, should_cancel,
+                                          next((e for e in picked if not peak_over_usable(e.prediction.stages, state.headroom)), None),
+                                          state.memo, level="reject_unlikely")
     first = safe or fallback
     if first is None:
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
@@ -649,8 +649,8 @@ def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[st
     return ev.prediction if ev is not None else None
 
 
-def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None,
-                 incumbent: Evaluated | None, memo: dict[int, _CostedPool], level: str = "reject") -> PlanResult | None:
+def _restricted_search(request: PlanRequest, settings: SolverSettings, should_cancel: Callable[[], bool] | None,
+                       incumbent: Evaluated | None, memo: dict[int, _CostedPool], level: str = "reject") -> PlanResult | None:
     """The same search restricted to memory-safe candidates (every stage's p90 within usable
     memory), None when none is: run when the best candidate is tight, so that a safe plan ranks
     first and is optimal among the safe ones.  ``incumbent``: the first search's best safe
@@ -659,9 +659,9 @@ def _safe_search(request: PlanRequest, settings: SolverSettings, should_cancel: 
     first search's costed candidates, reused.  ``level``: the ``tight_memory`` rule of the
     restricted search — ``reject`` (safe), or ``reject_unlikely`` (predicted peak within usable
     memory) when nothing is safe."""
-    safe_request = replace(request, constraints=replace(request.constraints, tight_memory=level))
+    restricted = replace(request, constraints=replace(request.constraints, tight_memory=level))
     try:
-        return search_transformer(safe_request, settings, None, should_cancel, incumbent, memo)
+        return search_transformer(restricted, settings, None, should_cancel, incumbent, memo)
     except NoFeasiblePlan:
         return None
 

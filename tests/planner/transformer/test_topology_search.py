@@ -62,13 +62,14 @@ def test_the_safe_search_reuses_the_first_searchs_costing_and_plans_the_same(mon
     req = parse_plan_request(_llama(1.0))
     settings = SolverSettings(time_limit_s=20)
     costed = []
-    real_tables, real_safe = search.even_tables, search._safe_search
+    real_tables, real_safe = search.even_tables, search._restricted_search
     monkeypatch.setattr(search, "even_tables", lambda model, training, pc: costed.append(len(pc.S)) or real_tables(model, training, pc))
     shared = plan(req, settings)
     assert any("memory-tight" in w for w in shared.warnings)  # the safe search ran
     shared_costings = list(costed)
     costed.clear()
-    monkeypatch.setattr(search, "_safe_search", lambda request, st, cancel, incumbent, memo: real_safe(request, st, cancel, incumbent, {}))
+    monkeypatch.setattr(search, "_restricted_search",
+                        lambda request, st, cancel, incumbent, memo, **kw: real_safe(request, st, cancel, incumbent, {}, **kw))
     fresh = plan(req, settings)
     assert _answers(shared) == _answers(fresh)
     main = max(shared_costings)
