@@ -19,7 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cost_model.transformer.calibration import PRIORS  # noqa: E402
-from cost_model.validation.calibration_fit import RECENTRE_ITERATIONS, RESPONSE_GRID, SEARCH_GRID, run  # noqa: E402
+from cost_model.validation.calibration_fit import (  # noqa: E402
+    RECENTRE_ITERATIONS,
+    RESPONSE_GRID,
+    SEARCH_GRID,
+    informing_sources,
+    run,
+)
 
 OUT = ROOT / "cost_model" / "data" / "calibration.json"
 
@@ -27,10 +33,14 @@ OUT = ROOT / "cost_model" / "data" / "calibration.json"
 def document(result) -> dict:
     data = (ROOT / "cost_model" / "data" / "published_runs.json").read_bytes()
     rows = sorted(result.tables.base)
+    informed = informing_sources(result.cases)
     return {
         "constants": result.constants,
         "priors": dict(PRIORS),
         "step_time_log_interval": {k: list(v) for k, v in result.intervals.items()},
+        # constants one source informs: an estimate's interval spans the step at their priors
+        # (cost_model.transformer.calibration.single_source_spread)
+        "single_source_constants": {name: srcs[0] for name, srcs in informed.items() if len(srcs) == 1},
         "provenance": {
             "script": "bench/calibrate.py (cost_model/validation/calibration_fit.py)",
             "data": "cost_model/data/published_runs.json",
@@ -44,6 +54,7 @@ def document(result) -> dict:
             "search_grid_points": len(SEARCH_GRID),
             "intervals": "split-conformal q10/q90 (the floor((n+1)*0.1)-th and ceil((n+1)*0.9)-th order statistics) of log(1 + leave-one-source-out error) per framework/device-family(/parallel-mix) regime with >= 5 rows from >= 2 sources; * pooled",
             "cv_constants": result.cv_constants,
+            "informing_sources": informed,
         },
     }
 

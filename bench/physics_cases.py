@@ -23,7 +23,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   recompute (step and peak), against Megatron's selective recompute with FlashAttention (= none);
 * ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
   4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
-  (sharded within a node, replicated across) — step, exposed DP time and the state each holds.
+  (sharded within a node, replicated across) — step, exposed DP time and the state each holds;
+* ``deepspeed_stage3_single_source``: Llama-2 7B under DeepSpeed on 8 A100, ZeRO-2 against
+  ZeRO-3: the stage-3 constants rest on one source, so the ZeRO-3 step-time interval spans the
+  step at their priors.
 
 Run: python bench/physics_cases.py   (writes bench/results/physics_cases.json)
 """
@@ -222,9 +225,31 @@ def hsdp_vs_full_shard() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP ZeRO-3, op-level selective recompute, 1 x 8192 tokens per GPU", "rows": rows}
 
 
+def deepspeed_stage3_single_source() -> dict[str, Any]:
+    """DeepSpeed ZeRO-2 against ZeRO-3 on one node: the stage-3 constants rest on one source, so
+    the ZeRO-3 interval spans the step at their priors (calibration.single_source_spread)."""
+    from cost_model.transformer import calibration as cal
+
+    model = get_preset("llama2-7b")
+    cl = simple_cluster("A100-SXM4-80GB", 1)
+    tr = Training(global_batch_size=32, sequence_length=4096, framework="deepspeed")
+    rows = []
+    for zero in (2, 3):
+        strategy = Strategy(dp=8, micro_batch_size=4, zero_stage=zero, recompute="full")
+        est = estimate(model, tr, cl, strategy)
+        spread = cal.single_source_spread(model, tr, cl, strategy)
+        at_priors = None
+        if spread is not None:
+            with cal.using(spread[0]):
+                at_priors = round(estimate(model, tr, cl, strategy, spread_single_source=False).step_time_s, 4)
+        rows.append(_row(est, zero_stage=zero, step_time_s_p10=round(est.step_time_s_p10, 4), step_time_s_p90=round(est.step_time_s_p90, 4),
+                         single_source_constants=sorted(spread[1]) if spread else [], step_time_s_at_priors=at_priors))
+    return {"model": model.name, "layout": "DeepSpeed dp 8 on 8 A100 80GB, micro-batch 4 x 4096, full recompute", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework, hsdp_vs_full_shard)}
+                                  selective_recompute_by_framework, hsdp_vs_full_shard, deepspeed_stage3_single_source)}
 
 
 def main() -> None:

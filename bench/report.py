@@ -107,6 +107,13 @@ def physics() -> str | None:
                    + f" — full sharding's per-micro-batch rings span every rank (exposed DP {by[(nodes[0], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f}"
                    f" → {by[(nodes[-1], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f} s), HSDP's stay in a node at the price of"
                    f" {by[(nodes[-1], 'HSDP')]['state_GB']:.1f} GB of model state per GPU instead of {by[(nodes[-1], 'full')]['state_GB']:.2f} GB.")
+    ds = d.get("deepspeed_stage3_single_source")
+    if ds:
+        z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
+        out.append(f"* **DeepSpeed ZeRO-3 on one source** ({ds['model']}, {ds['layout']}): ZeRO-2 {z2['step_time_s']:.2f} s "
+                   f"(p10–p90 {z2['step_time_s_p10']:.2f}–{z2['step_time_s_p90']:.2f}); ZeRO-3 {z3['step_time_s']:.2f} s at the stage-3 constants "
+                   f"fitted on Narayanan et al. 2021's ZeRO-3 runs alone, {z3['step_time_s_at_priors']:.2f} s at their priors, so its interval is "
+                   f"{z3['step_time_s_p10']:.2f}–{z3['step_time_s_p90']:.2f} s and its estimate says why.")
     return "\n".join(out)
 
 

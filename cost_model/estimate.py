@@ -24,7 +24,7 @@ from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
-from cost_model.transformer.calibration import parallel_mix, prediction_intervals
+from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
 from cost_model.transformer.layer_cost import StrategyArrays, recompute_fraction
 from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
@@ -162,6 +162,7 @@ def estimate(
     strategy: Strategy,
     profile: Mapping[str, Any] | None = None,
     stage_groups: Sequence[str] | None = None,
+    spread_single_source: bool = True,
 ) -> Estimate:
     """Predict step time, throughput, MFU and memory for one strategy (contract v1).
 
@@ -169,7 +170,13 @@ def estimate(
     ``tokens_per_s``, ``model_tflops_per_gpu``, ``peak_memory_GB``).  Stage costs come from
     ``cost_model.transformer.stage_cost`` (per-layer compute, communication and memory), the step
     from its ``combine_stages`` (the 1F1B/interleaved schedule of Narayanan et al. 2021); MFU as
-    in Megatron-LM (model FLOPs over the mean peak of the devices used)."""
+    in Megatron-LM (model FLOPs over the mean peak of the devices used).
+
+    The step-time interval is the regime's cross-validated one, widened to take in the step at
+    the priors of any constant fitted on a single source that prices this run
+    (:func:`cost_model.transformer.calibration.single_source_spread`), with a warning naming
+    them; ``spread_single_source=False`` skips that second costing (the calibration benches,
+    whose intervals are cross-validation's own)."""
     cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):
         from cost_model.graph.evaluate import estimate_graph
@@ -198,7 +205,8 @@ def estimate(
     S = StrategyArrays.from_strategies([strategy])
     m = strategy.num_microbatches(training)
     ranges = strategy.stage_layer_ranges()
-    stage_costs = _stage_costs(model, training, slots, S, [sum(b - a + 1 for a, b in r) for r in ranges], m)
+    layers = [sum(b - a + 1 for a, b in r) for r in ranges]
+    stage_costs = _stage_costs(model, training, slots, S, layers, m)
     stage_results = []
     for i, slot in enumerate(slots):
         st = stage_costs[i]
@@ -241,6 +249,18 @@ def estimate(
     breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
     bottleneck = max(breakdown, key=lambda k: breakdown[k])
     profile_ids = tuple(sorted({slot.group.device.profile_id for slot in slots if slot.group.device.profile_id}))
+    intervals = prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
+                                     parallel_mix(strategy.pp, strategy.zero_stage))
+    if spread_single_source and intervals.get("step_time_s_p10") is not None:
+        spread = single_source_spread(model, training, cluster, strategy)
+        if spread is not None:
+            with using(spread[0]):
+                alt_slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
+                alt_s = float(combine_stages(_stage_costs(model, training, alt_slots, S, layers, m), S, m).step_time_s[0])
+            if abs(alt_s / step_s - 1.0) > SINGLE_SOURCE_SPREAD_MIN:
+                intervals["step_time_s_p10"] = min(intervals["step_time_s_p10"], alt_s)
+                intervals["step_time_s_p90"] = max(intervals["step_time_s_p90"], alt_s)
+                warnings.append(_single_source_warning(spread[1], step_s, alt_s))
     return Estimate(
         step_time_s=step_s,
         tokens_per_s=training.tokens_per_step / step_s,
@@ -261,9 +281,22 @@ def estimate(
         active_params=float(model.active_params()),
         tight=tight,
         peak_memory_quantity=PEAK_MEMORY_QUANTITY,
-        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
-                               parallel_mix(strategy.pp, strategy.zero_stage)),
+        **intervals,
     )
+
+
+#: The relative difference below which the step at the single-source constants' priors is
+#: taken as the same step (the interval is not widened, no warning).
+SINGLE_SOURCE_SPREAD_MIN = 0.01
+
+
+def _single_source_warning(names: Mapping[str, str], step_s: float, alt_s: float) -> str:
+    by_source: dict[str, list[str]] = {}
+    for name, source in names.items():
+        by_source.setdefault(source, []).append(name)
+    rests = "; ".join(f"{', '.join(ns)} on {src}" for src, ns in sorted(by_source.items()))
+    return (f"the step time rests on constants fitted on a single source ({rests}): at their priors, what cross-validation "
+            f"predicts runs of other sources with, it is {alt_s:.3g} s rather than {step_s:.3g} s, and the p10–p90 interval spans both")
 
 
 def peak_over_usable(stages: Sequence[StageEstimate], headroom_fraction: float) -> bool:

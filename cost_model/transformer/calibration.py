@@ -89,7 +89,8 @@ validation falls back to when the held-out source is the only one that informs i
   work alone explains for layers that large (milliseconds of CPU work per module against tens
   of milliseconds of GEMMs), so the fitted value also carries whatever else that stage 3 paid
   beside compute, and a small model's ZeRO-3 step under today's DeepSpeed may run faster than
-  it says; with one source, its leave-one-source-out value is the prior.
+  it says; with one source, its leave-one-source-out value is the prior, and an estimate it
+  prices has a step-time interval that spans the step at the prior (:func:`single_source_spread`).
 * ``misaligned_gemm_fraction`` — the rate of a 16-bit GEMM whose reduction dimension is not a
   multiple of 8 elements (e.g. a head dimension of 108) relative to the aligned one: cuBLAS's
   tensor-core kernels need 16-byte aligned rows; the fallback runs far below them (NVIDIA's
@@ -116,7 +117,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -150,6 +151,41 @@ def _deepspeed_engine(name: str, framework: str, otherwise: float) -> float:
     """Constant ``name`` of DeepSpeed's engine (``name.megatron-deepspeed``, which ``deepspeed``
     shares) for a DeepSpeed framework; ``otherwise`` for the frameworks that lack that part."""
     return current().get(f"{name}.{DEEPSPEED}") if runs_deepspeed_engine(framework) else otherwise
+
+
+#: The constants of DeepSpeed's stage 3 (its collectives, prefetch and hooks).
+DEEPSPEED_STAGE3 = frozenset({"sharded_collective_efficiency.megatron-deepspeed", "sharded_prefetch_overlap.megatron-deepspeed",
+                              "sharded_compute_efficiency.megatron-deepspeed"})
+
+
+def constant_applies(name: str, model: Any, training: Any, cluster: Any, strategies: Iterable[Any]) -> bool:
+    """Whether constant ``name`` can change the cost of ``model`` trained as ``training`` on
+    ``cluster`` under any of ``strategies`` — the part of the step each constant prices (module
+    docstring).  The fit uses it to tabulate only the rows a constant moves
+    (``calibration_fit.affects``), the estimate to name the constants its step rests on
+    (:func:`single_source_spread`)."""
+    fw = training.framework
+    strategies = tuple(strategies)
+    group = cluster.node_groups[0]
+    if name == "framework_gemm_efficiency.megatron-deepspeed":
+        return runs_deepspeed_engine(fw)
+    if name.startswith("framework_gemm_efficiency."):
+        return bool(fw == name.split(".", 1)[1])
+    if name.startswith("fabric_fraction."):
+        return bool(group.fabric == name.split(".", 1)[1] and cluster.total_gpus > group.gpus_per_node)
+    if name == "sharded_collective_efficiency":
+        return not runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in strategies)
+    if name in DEEPSPEED_STAGE3:
+        return runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in strategies)
+    if name == "fp8_gemm_efficiency":
+        return training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibrated_device)
+    if name == "pipeline_layer_overhead_s.megatron-deepspeed":
+        return runs_deepspeed_engine(fw) and any(s.pp > 1 for s in strategies)
+    if name == "overlap_compute_slowdown":  # per-micro-batch ZeRO-2/3 traffic or an overlapped step sync
+        return bool(training.grad_reduce_overlap) and any(s.dp * s.cp > 1 for s in strategies)
+    if name == "misaligned_gemm_fraction":
+        return bool(training.attention == "unfused" and model.head_dim % 8 != 0)
+    return False
 
 
 def sharded_prefetch_overlap(framework: str) -> float:
@@ -186,6 +222,8 @@ class Constants:
 
     values: Mapping[str, float] = field(default_factory=lambda: dict(PRIORS))
     intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: constant → the one source that informs it (``calibration_fit.informing_sources``)
+    single_source: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> float:
         return float(self.values.get(name, PRIORS.get(name, 1.0)))
@@ -205,7 +243,8 @@ def _stored() -> Constants:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return Constants()
-    return Constants({**PRIORS, **data.get("constants", {})}, {k: (float(v[0]), float(v[1])) for k, v in data.get("step_time_log_interval", {}).items()})
+    return Constants({**PRIORS, **data.get("constants", {})}, {k: (float(v[0]), float(v[1])) for k, v in data.get("step_time_log_interval", {}).items()},
+                     {k: str(v) for k, v in data.get("single_source_constants", {}).items()})
 
 
 _override: list[Constants] = []
@@ -284,6 +323,26 @@ def step_interval_log(framework: str, device_family: str, mix: str | None = None
     iv = current().intervals
     key = regime_key(iv, framework, device_family, mix)
     return iv[key] if key is not None else None
+
+
+def single_source_spread(model: Any, training: Any, cluster: Any, strategy: Any) -> tuple[Constants, dict[str, str]] | None:
+    """The constants in force with every constant that (a) only one source of the calibration
+    set informs, (b) was fitted away from its prior and (c) prices part of this run
+    (:func:`constant_applies`) put back at its prior, and those constants → their source; None
+    when there is none.
+
+    Leave-one-source-out cross-validation predicts a run of any other source at exactly those
+    priors (``calibration_fit``: a constant only the held-out source informs falls back to its
+    prior), so the step-time residuals behind the regime intervals say nothing about how far
+    the fitted value carries beyond its source.  The estimate's interval therefore spans the
+    step at both values (``cost_model.estimate``): e.g. DeepSpeed's stage-3 constants, fitted on
+    Narayanan et al. 2021's ZeRO-3 runs of 2021's DeepSpeed alone."""
+    c = current()
+    names = {n: src for n, src in sorted(c.single_source.items())
+             if n in PRIORS and abs(c.get(n) - PRIORS[n]) > 1e-9 and constant_applies(n, model, training, cluster, (strategy,))}
+    if not names:
+        return None
+    return Constants({**c.values, **{n: PRIORS[n] for n in names}}, c.intervals), names
 
 
 def prediction_intervals(framework: str, device_family: str, step_time_s: float, peak_memory_GB: float, mix: str | None = None) -> dict[str, Any]:

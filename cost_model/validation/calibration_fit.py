@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_model.devices import NARROW_DTYPES
-from cost_model.frameworks import runs_deepspeed_engine
-from cost_model.transformer.calibration import PRIORS, Constants, using
+from cost_model.transformer.calibration import PRIORS, Constants, constant_applies, using
 from cost_model.validation.fidelity import RowResult, conformal_quantile, evaluate_case
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows, measured
 
@@ -76,34 +74,22 @@ LOWER_BOUND = {
 }
 
 
-#: The constants of DeepSpeed's stage 3 (its collectives, prefetch and hooks).
-DEEPSPEED_STAGE3 = frozenset({"sharded_collective_efficiency.megatron-deepspeed", "sharded_prefetch_overlap.megatron-deepspeed",
-                              "sharded_compute_efficiency.megatron-deepspeed"})
-
-
 def affects(name: str, case: PublishedCase) -> bool:
-    """Whether constant ``name`` can change the prediction of ``case``."""
-    fw = case.training.framework
-    group = case.cluster.node_groups[0]
-    if name == "framework_gemm_efficiency.megatron-deepspeed":
-        return runs_deepspeed_engine(fw)
-    if name.startswith("framework_gemm_efficiency."):
-        return fw == name.split(".", 1)[1]
-    if name.startswith("fabric_fraction."):
-        return group.fabric == name.split(".", 1)[1] and case.cluster.total_gpus > group.gpus_per_node
-    if name == "sharded_collective_efficiency":
-        return not runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in case.candidates)
-    if name in DEEPSPEED_STAGE3:
-        return runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in case.candidates)
-    if name == "fp8_gemm_efficiency":
-        return case.training.dtype in NARROW_DTYPES  # FP8 and FP4 (calibration.calibrated_device)
-    if name == "pipeline_layer_overhead_s.megatron-deepspeed":
-        return runs_deepspeed_engine(fw) and any(s.pp > 1 for s in case.candidates)
-    if name == "overlap_compute_slowdown":  # per-micro-batch ZeRO-2/3 traffic or an overlapped step sync
-        return case.training.grad_reduce_overlap and any(s.dp * s.cp > 1 for s in case.candidates)
-    if name == "misaligned_gemm_fraction":
-        return case.training.attention == "unfused" and case.model.head_dim % 8 != 0
-    return False
+    """Whether constant ``name`` can change the prediction of ``case`` (any of its candidates)."""
+    return constant_applies(name, case.model, case.training, case.cluster, case.candidates)
+
+
+def informing_sources(cases: Sequence[PublishedCase | Unplannable]) -> dict[str, list[str]]:
+    """The sources whose measured rows each constant of :data:`PRIORS` can move (:func:`affects`):
+    what the fit learns that constant from.  A constant with a single source falls back to its
+    prior when that source is held out, so a run of any other source is predicted at the prior
+    in cross-validation (``cost_model.transformer.calibration.single_source_spread``)."""
+    out: dict[str, set[str]] = {name: set() for name in PRIORS}
+    for case in measured(cases):
+        for name in PRIORS:
+            if affects(name, case):
+                out[name].add(case.source)
+    return {name: sorted(srcs) for name, srcs in sorted(out.items())}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from cost_model.validation.published import PublishedCase, Unplannable, all_rows
 def _cost(case: PublishedCase, strategy: Strategy) -> Estimate | None:
     """The estimate of one candidate, or None when it breaks a rule of the cost model."""
     try:
-        return estimate(case.model, case.training, case.cluster, strategy)
+        return estimate(case.model, case.training, case.cluster, strategy, spread_single_source=False)
     except PlannerError:
         return None
 
@@ -121,7 +121,7 @@ def _why_not(case: PublishedCase) -> str:
     rule = "no candidate is valid"
     for strategy in _least_memory_pool(case.candidates):
         try:
-            est = estimate(case.model, case.training, case.cluster, strategy)
+            est = estimate(case.model, case.training, case.cluster, strategy, spread_single_source=False)
         except PlannerError as exc:
             rule = str(exc)
             continue

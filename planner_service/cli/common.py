@@ -19,6 +19,14 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def step_interval(p10: float | None, p90: float | None, regime: str | None) -> str:
+    """`` (p10–p90 a–b s, regime r)`` after a step time, or nothing where the cost model has no
+    interval (an uncalibrated regime: operator graphs, CPU profiles)."""
+    if p10 is None or p90 is None:
+        return ""
+    return f"  (p10–p90 {p10:.4g}–{p90:.4g} s" + (f", regime {regime}" if regime else "") + ")"
+
+
 def read_json_file(path: Path) -> Any:
     try:
         text = path.read_text()

@@ -27,6 +27,7 @@ from planner_service.cli.common import (
     fail,
     read_json_file,
     run_batch,
+    step_interval,
 )
 from planner_service.cli.progress import batch_progress
 from planner_service.planner.request import EstimateRequest, parse_estimate_request
@@ -69,7 +70,7 @@ def describe_strategy(req: EstimateRequest) -> str:
 
 def render_estimate(est: Estimate, title: str) -> None:
     t = Table(title=title, show_header=False)
-    t.add_row("Step time", f"{est.step_time_s:.4g} s")
+    t.add_row("Step time", f"{est.step_time_s:.4g} s" + step_interval(est.step_time_s_p10, est.step_time_s_p90, est.interval_regime))
     t.add_row("Throughput", f"{est.tokens_per_s:,.0f} tokens/s  ({est.samples_per_s:.3g} samples/s)")
     t.add_row("Model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f}  (MFU {est.mfu * 100:.1f}%)")
     t.add_row("Hardware TFLOP/s per GPU", f"{est.hardware_tflops_per_gpu:.1f}")

@@ -28,6 +28,7 @@ from planner_service.cli.common import (
     fail,
     read_json_file,
     run_batch,
+    step_interval,
 )
 from planner_service.cli.progress import batch_progress
 from planner_service.planner import PlanResult, SolverSettings, plan
@@ -70,7 +71,7 @@ def render_plan(result: PlanResult, d: dict) -> None:
     knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("layers_per_stage", "op_shardings") and v is not None)
     t.add_row("Strategy", knobs)
     t.add_row("Devices", f"{p['num_devices']} ({', '.join(result.device_types)})")
-    t.add_row("Step time", f"{p['step_time_s']:.4g} s")
+    t.add_row("Step time", f"{p['step_time_s']:.4g} s" + step_interval(p.get("step_time_s_p10"), p.get("step_time_s_p90"), p.get("interval_regime")))
     t.add_row("Throughput", f"{p['tokens_per_s']:,.0f} tokens/s")
     t.add_row("MFU", f"{p['mfu'] * 100:.1f}%")
     t.add_row("Peak memory (GB, tightest stage)", f"{max(p['peak_memory_GB']):.1f}" + _interval(p))

@@ -139,3 +139,21 @@ def test_an_onnx_plan_under_a_framework_that_cannot_run_the_pin_exits_2_naming_i
     res = CliRunner().invoke(cli, ["plan", str(tmp_path / "ok.json"), "--onnx", onnx_path, "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["best"]["strategy"]["tp"] == 1
+
+
+def test_estimate_prints_the_step_interval_and_why_it_is_wide(cli, tmp_path):
+    """The table's step time carries its p10–p90 interval and regime; a DeepSpeed ZeRO-3 step,
+    whose stage-3 constants one source informs, is printed with the interval that spans their
+    priors and the warning that says so (the same figures as the JSON)."""
+    import json
+
+    est = {"model": {"preset": "llama2-7b"}, "training": {"global_batch_size": 32, "sequence_length": 4096, "framework": "deepspeed"},
+           "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
+           "strategy": {"dp": 8, "zero_stage": 3, "micro_batch_size": 4, "recompute": "full"}}
+    (tmp_path / "est.json").write_text(json.dumps(est))
+    as_json = json.loads(CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"]).stdout)
+    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json")], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"p10–p90 {as_json['step_time_s_p10']:.4g}–{as_json['step_time_s_p90']:.4g} s, regime {as_json['interval_regime']}" in text
+    assert "fitted on a single source" in text and "Narayanan2021_Table2" in text

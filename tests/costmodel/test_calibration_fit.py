@@ -81,3 +81,22 @@ def test_regime_intervals_are_signed_per_regime_and_symmetric_when_pooled():
     q = round(conformal_quantile([abs(math.log1p(e)) for e in errs.values()], 0.8), 4)
     lo, hi = iv["megatron-core/ampere"]
     assert iv["*"] == (-q, q) and q > 0 and hi < -lo  # the regime keeps its low bias; the pooled does not
+
+
+# ---- constants one source informs: the estimate's interval spans their priors ----------------
+
+def test_the_stored_single_source_constants_are_what_the_calibration_writes():
+    """calibration.json's ``single_source_constants`` is the fit's own bookkeeping
+    (``informing_sources``), not a hand-kept list: DeepSpeed's stage-3 trio rests on Narayanan
+    et al. 2021's ZeRO-3 runs alone, the kernel constant of DeepSpeed's engine on four sources."""
+    from cost_model.transformer.calibration import stored_document
+    from cost_model.validation.calibration_fit import informing_sources
+
+    informed = informing_sources(list(all_rows()))
+    stored = stored_document()["single_source_constants"]
+    assert stored == {n: s[0] for n, s in informed.items() if len(s) == 1}
+    for name in ("sharded_compute_efficiency.megatron-deepspeed", "sharded_collective_efficiency.megatron-deepspeed",
+                 "sharded_prefetch_overlap.megatron-deepspeed"):
+        assert stored[name] == "Narayanan2021_Table2"
+    assert len(informed["framework_gemm_efficiency.megatron-deepspeed"]) > 1
+    assert "framework_gemm_efficiency.megatron-deepspeed" not in stored
