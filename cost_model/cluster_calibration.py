@@ -175,7 +175,7 @@ def predicted_step_s(run: ObservedRun, values: Mapping[str, float]) -> float:
     from cost_model.estimate import estimate
 
     cluster = apply_constants(run.cluster, values, run.training.framework)
-    est = estimate(run.model, run.training, cluster, run.strategy, stage_groups=run.stage_groups)
+    est = estimate(run.model, run.training, cluster, run.strategy, stage_groups=run.stage_groups, spread_single_source=False)
     return float(est.step_time_s)
 
 

@@ -290,12 +290,17 @@ def estimate(
 SINGLE_SOURCE_SPREAD_MIN = 0.01
 
 
+#: How the warning of a step-time interval widened for single-source constants begins (a
+#: cluster calibration, whose own residuals replace the interval, drops it: service.plans).
+SINGLE_SOURCE_WARNING = "the step time rests on constants fitted on a single source"
+
+
 def _single_source_warning(names: Mapping[str, str], step_s: float, alt_s: float) -> str:
     by_source: dict[str, list[str]] = {}
     for name, source in names.items():
         by_source.setdefault(source, []).append(name)
     rests = "; ".join(f"{', '.join(ns)} on {src}" for src, ns in sorted(by_source.items()))
-    return (f"the step time rests on constants fitted on a single source ({rests}): at their priors, what cross-validation "
+    return (f"{SINGLE_SOURCE_WARNING} ({rests}): at their priors, what cross-validation "
             f"predicts runs of other sources with, it is {alt_s:.3g} s rather than {step_s:.3g} s, and the p10–p90 interval spans both")
 
 

@@ -250,3 +250,23 @@ def test_a_suggestion_whose_search_finds_nothing_answers_why(make_client):
     s = r.json()
     assert s["suggest"] is False and s["suggested"] is None and len(calls) == 2
     assert s["reason"].startswith("no plan at the latest calibration") and "90 GB" in s["reason"]
+
+
+def test_a_cluster_calibration_replaces_the_single_source_spread(client):
+    """A DeepSpeed ZeRO-3 plan at the public calibration carries a step interval widened to the
+    stage-3 constants' priors (one source informs them) and says so; once the cluster has a
+    calibration of its own, its residuals bound the step: the interval is the cluster's and the
+    warning goes."""
+    from cost_model.estimate import SINGLE_SOURCE_WARNING
+
+    cluster = {"name": "ds-lab", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}
+    body = {"model": {"preset": "llama2-7b"}, "training": {"global_batch_size": 32, "sequence_length": 4096, "framework": "deepspeed"},
+            "cluster": cluster, "constraints": {"zero_stage": 3, "dp": 8, "micro_batch_size": 4, "recompute": "full"}}
+    public = _plan(client, **body)["best"]["prediction"]
+    assert public["interval_regime"] == "*"
+    assert any(w.startswith(SINGLE_SOURCE_WARNING) for w in public["warnings"])
+    add_calibration(client, "default", "ds-lab")
+    calibrated = _plan(client, **body)["best"]["prediction"]
+    assert calibrated["interval_regime"] == "cluster:ds-lab@v1"
+    assert not any(w.startswith(SINGLE_SOURCE_WARNING) for w in calibrated["warnings"])
+    assert calibrated["step_time_s_p10"] < calibrated["step_time_s"] < calibrated["step_time_s_p90"]
