@@ -511,12 +511,15 @@ class PlanService:
         except PlannerError:
             return
         regime = f"cluster:{cal.cluster_key}@v{cal.version}"
+        # the cluster's own runs, not the public sources, now bound the step (the plan's
+        # warnings repeat its best prediction's)
+        if isinstance(stored.get("warnings"), list):
+            stored["warnings"] = [w for w in stored["warnings"] if not str(w).startswith(SINGLE_SOURCE_WARNING)]
         for cand in [best, *stored.get("alternatives", [])]:
             p = cand.get("prediction") or {}
             if isinstance(p.get("step_time_s"), (int, float)):
                 p["step_time_s_p10"], p["step_time_s_p90"] = (float(p["step_time_s"]) * f for f in (math.exp(-Z80 * sd), math.exp(Z80 * sd)))
                 p["interval_regime"] = regime
-                # the cluster's own runs, not the public sources, now bound the step
                 if isinstance(p.get("warnings"), list):
                     p["warnings"] = [w for w in p["warnings"] if not str(w).startswith(SINGLE_SOURCE_WARNING)]
 
