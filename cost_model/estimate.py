@@ -257,7 +257,8 @@ def estimate(
             with using(spread[0]):
                 alt_slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
                 alt_s = float(combine_stages(_stage_costs(model, training, alt_slots, S, layers, m), S, m).step_time_s[0])
-            if abs(alt_s / step_s - 1.0) > SINGLE_SOURCE_SPREAD_MIN:
+            # the interval takes the step at the priors in; the warning only where that widens it
+            if abs(alt_s / step_s - 1.0) > SINGLE_SOURCE_SPREAD_MIN and not intervals["step_time_s_p10"] <= alt_s <= intervals["step_time_s_p90"]:
                 intervals["step_time_s_p10"] = min(intervals["step_time_s_p10"], alt_s)
                 intervals["step_time_s_p90"] = max(intervals["step_time_s_p90"], alt_s)
                 warnings.append(_single_source_warning(spread[1], step_s, alt_s))
@@ -286,7 +287,8 @@ def estimate(
 
 
 #: The relative difference below which the step at the single-source constants' priors is
-#: taken as the same step (the interval is not widened, no warning).
+#: taken as the same step (the interval is not widened, no warning; nor is it where the regime's
+#: interval already holds that step).
 SINGLE_SOURCE_SPREAD_MIN = 0.01
 
 

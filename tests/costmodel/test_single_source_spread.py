@@ -60,3 +60,23 @@ def test_constants_fitted_nowhere_else_are_not_spread_under_cross_validations_ow
     with cal.using(cal.Constants(dict(cal.current().values))):
         est = estimate(MODEL, DEEPSPEED, CLUSTER, _strategy(3))
     assert not [w for w in est.warnings if "single source" in w]
+
+
+def test_no_warning_where_the_regimes_interval_already_holds_the_step_at_the_priors():
+    """FP8 GEMMs rest on Megatron-Bridge's rows alone, but the fitted value is close enough to its
+    prior that the Hopper pipeline regime's interval already holds the step at the prior: the
+    interval is the regime's and nothing is said."""
+    model = get_preset("llama3-70b")
+    training = training_from_dict({"global_batch_size": 128, "sequence_length": 8192, "dtype": "fp8"})
+    cluster = cluster_from_dict({"name": "c", "node_groups": [{"name": "h", "count": 8, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]})
+    strategy = Strategy(dp=4, tp=4, pp=4, vpp=5, micro_batch_size=1, sequence_parallel=True, recompute="full")
+    spread = cal.single_source_spread(model, training, cluster, strategy)
+    assert spread is not None and set(spread[1]) == {"fp8_gemm_efficiency"}
+    est = estimate(model, training, cluster, strategy)
+    plain = estimate(model, training, cluster, strategy, spread_single_source=False)
+    with cal.using(spread[0]):
+        at_prior = estimate(model, training, cluster, strategy, spread_single_source=False).step_time_s
+    assert abs(at_prior / est.step_time_s - 1.0) > 0.01
+    assert plain.step_time_s_p10 <= at_prior <= plain.step_time_s_p90
+    assert (est.step_time_s_p10, est.step_time_s_p90) == (plain.step_time_s_p10, plain.step_time_s_p90)
+    assert not [w for w in est.warnings if "single source" in w]
