@@ -1366,7 +1366,9 @@
       "div",
       { class: "cards", "data-section": "prediction" },
       [
-        ["Step time", fmt.time(pred.step_time_s)],
+        // the interval from the regime's cross-validated residuals (or the cluster's own fit)
+        ["Step time", fmt.time(pred.step_time_s) + (pred.step_time_s_p10 != null && pred.step_time_s_p90 != null
+          ? ` (p10–p90 ${fmt.time(pred.step_time_s_p10)}–${fmt.time(pred.step_time_s_p90)})` : "")],
         ["Tokens/s", fmt.int(pred.tokens_per_s)],
         ["Samples/s", pred.samples_per_s.toFixed(1)],
         ["MFU", fmt.pct(pred.mfu)],

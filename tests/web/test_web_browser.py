@@ -164,6 +164,8 @@ def test_submit_a_plan_see_it_find_it_in_the_list_and_get_launch_files(browser, 
     cards = pairs(d, ".card", ".card-label", ".card-value")
     assert cards["Tokens/s"] == f"{round(plan['best']['prediction']['tokens_per_s']):,}"
     assert cards["MFU"] == f"{plan['best']['prediction']['mfu'] * 100:.1f}%"
+    # The step time carries its p10–p90 interval, as the memory card does.
+    assert re.fullmatch(r"\S+ \S+ \(p10–p90 \S+ \S+–\S+ \S+\)", cards["Step time"]), cards["Step time"]
     # The memory interval says when no peak was measured under the plan's framework.
     bounded = plan["best"]["prediction"]["memory_interval_basis"] == "fragmentation-bounds"
     assert ("no measured peaks for this framework" in cards["Peak memory (max stage)"]) == bounded
