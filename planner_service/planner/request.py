@@ -42,7 +42,8 @@ class Constraints:
     max_devices: int | None = None
     #: Candidates whose p90 peak exceeds usable memory: ``rank_after_safe`` (kept, flagged,
     #: after every safe one; with none safe, those whose predicted peak exceeds usable memory
-    #: after those whose predicted peak is within it), ``by_objective`` (kept, flagged, ranked
+    #: after those whose predicted peak is within it; with none of those, the one that needs the
+    #: least memory the first alternative), ``by_objective`` (kept, flagged, ranked
     #: by the objective alone), ``reject`` (only safe plans) or ``reject_unlikely`` (only those
     #: whose predicted peak is within usable memory).
     tight_memory: str = "rank_after_safe"

@@ -21,7 +21,9 @@
    no candidate is safe and the best one's predicted peak is over usable memory (it fits only
    at the interval's low end), the same search restricted to candidates whose predicted peak
    is within it (``tight_memory: reject_unlikely``) gives the best: a layout more likely to
-   run than not before one that fits only if the allocator fragments at its least.
+   run than not before one that fits only if the allocator fragments at its least.  When no
+   candidate's predicted peak is within it either, the one that needs the least memory
+   (``_least_memory_answer``) is the first alternative, named in a warning.
 """
 
 from __future__ import annotations
@@ -600,9 +602,29 @@ def search_transformer(
                                           next((e for e in picked if not peak_over_usable(e.prediction.stages, state.headroom)), None),
                                           state.memo, level="reject_unlikely")
     first = safe or fallback
+    least = None
+    if (first is None and request.constraints.tight_memory == "rank_after_safe"
+            and peak_over_usable(best.prediction.stages, state.headroom)):
+        # Nothing's predicted peak fits (the restricted search found none): the layout that
+        # needs the least memory has the best odds of running.  It joins the alternatives, first
+        # among them, rather than replacing the best: a run tuned to the edge of memory often
+        # fits where the prediction is over it (a measured peak is within ±10–15% of the
+        # predicted one), and then the fastest layout is the one that ran.
+        least = _least_memory_answer(state)
+        if least is not None and _over_usable(least, state.headroom) < _over_usable(best, state.headroom) - 1e-9:
+            others = [e for e in alternatives if _shape(e.strategy, e.stage_groups) != _shape(least.strategy, least.stage_groups)]
+            alternatives = [least, *others][: request.top_k]
+        else:
+            least = None
     if first is None:
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
         nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
+        if least is not None:
+            where = "the first alternative" if request.top_k else "ask for alternatives (top_k) to see it"
+            warnings.append(
+                f"no layout's predicted peak fits usable memory: the one that needs the least "
+                f"({max(least.prediction.peak_memory_GB):.1f} GB per GPU against {max(best.prediction.peak_memory_GB):.1f} GB, "
+                f"{least.prediction.step_time_s:.4g} s per step) has the best odds of running: {where}")
     else:
         # The optimal safe plan (else the optimal one whose predicted peak fits) first, then
         # its alternatives of the same kind, then the rest.
@@ -642,6 +664,41 @@ def search_transformer(
         extra={"total_tokens": training.total_tokens} if training.total_tokens else {},
         nesting=nesting,
     )
+
+
+#: How many of the layouts with the least memory bound over splits are estimated (their even
+#: split) when the least-memory answer is looked for.
+LEAST_MEMORY_CANDIDATES = 4
+
+
+def _over_usable(ev: Evaluated, headroom: float) -> float:
+    """The tightest stage's predicted peak over its usable memory (memory × (1 − headroom))."""
+    return max(st.peak_memory_GB / (st.memory_capacity_GB * (1.0 - headroom)) for st in ev.prediction.stages)
+
+
+def _least_memory_answer(state: _Search) -> Evaluated | None:
+    """The single-pool layout, of those the search costed (every one some split of which fits
+    at the p10 verdict), whose predicted peak is the least over usable memory: the
+    :data:`LEAST_MEMORY_CANDIDATES` with the lowest least-memory bound over splits
+    (``tables.EvenTables``, relative to their pool's memory), each estimated at its even split,
+    the lowest of them.  None when none is estimated as fitting."""
+    ranked: list[tuple[float, int, StrategyArrays, int]] = []
+    for si, costed in state.memo.items():
+        if costed.tables is None or not 0 <= si < len(state.pools):
+            continue
+        usable = gb_to_bytes(state.pools[si].device.memory_GB * (1.0 - state.headroom))
+        for g in costed.tables.groups:
+            ratio = np.where(np.isnan(g.least_peak_bytes), np.inf, g.least_peak_bytes / usable)
+            for k in np.argsort(ratio, kind="stable")[:LEAST_MEMORY_CANDIDATES]:
+                if np.isfinite(ratio[k]):
+                    ranked.append((float(ratio[k]), si, costed.S, int(g.idx[k])))
+    ranked.sort(key=lambda r: r[0])
+    found: list[Evaluated] = []
+    for _ratio, si, S, j in ranked[:LEAST_MEMORY_CANDIDATES]:
+        ev = state.evaluate(state._even_strategy(S, j), (state.pools[si].name,) * int(S.pp[j]))
+        if ev is not None:
+            found.append(ev)
+    return min(found, key=lambda e: (_over_usable(e, state.headroom), e.objective), default=None)
 
 
 def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:

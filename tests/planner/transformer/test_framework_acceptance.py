@@ -328,6 +328,41 @@ def test_with_nothing_safe_a_layout_whose_predicted_peak_fits_ranks_before_faste
     assert parse_constraints({"tight_memory": "reject_unlikely"}).tight_memory == "reject_unlikely"
 
 
+def _peak_over_usable(e):
+    return max(s.peak_memory_GB / s.memory_capacity_GB for s in e.prediction.stages)
+
+
+def test_with_no_predicted_peak_within_memory_the_layout_needing_least_is_the_first_alternative():
+    """Llama 3 70B under FSDP on 16 H100: its sharded state alone is ≈ 70 GB per GPU, so no
+    layout's predicted peak fits 80 GB (``reject_unlikely`` finds none).  The best stays the
+    fastest layout that fits at p10 (a run tuned to the edge of memory often fits where the
+    prediction is over it); the layout that needs the least memory, the best odds of running,
+    is the first alternative, and the warning names it.  Ranked by the objective alone, neither."""
+    nodes = ({"name": "g", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"},)
+
+    def on(rule, **extra):
+        return _plan({**_body({"preset": "llama3-70b"}, "fsdp", nodes=nodes, constraints={"tight_memory": rule}), **extra})
+
+    with pytest.raises(NoFeasiblePlan):
+        on("reject_unlikely")
+    by_objective = on("by_objective")
+    ranked = on("rank_after_safe")
+    answers = [ranked.best, *ranked.alternatives]
+    assert all(_over(e) and e.prediction.fits for e in answers)
+    assert ranked.best.strategy == by_objective.best.strategy
+    least = ranked.alternatives[0]
+    # the least memory of every answer, and less than the fastest's, at a slower step
+    assert _peak_over_usable(least) == min(_peak_over_usable(e) for e in answers) < _peak_over_usable(ranked.best)
+    assert least.prediction.step_time_s > ranked.best.prediction.step_time_s
+    assert least.strategy not in [e.strategy for e in by_objective.alternatives]
+    (note,) = [w for w in ranked.warnings if "needs the least" in w]
+    assert f"{max(least.prediction.peak_memory_GB):.1f} GB per GPU" in note and "first alternative" in note
+    assert not any("needs the least" in w for w in by_objective.warnings)
+    none_asked = on("rank_after_safe", top_k=0)
+    assert none_asked.best.strategy == ranked.best.strategy and not none_asked.alternatives
+    assert any("ask for alternatives" in w for w in none_asked.warnings)
+
+
 def test_the_best_safe_plan_does_not_depend_on_how_many_alternatives_are_asked_for():
     """Megatron-Bridge's Llama 3 70B on 64 GB200 (MXFP8, its stated knobs pinned): the fastest
     layouts are memory-tight, so the best safe one needs the exact safe search.  With top_k 0 the
