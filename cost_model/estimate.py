@@ -175,7 +175,7 @@ def estimate(
     The step-time interval is the regime's cross-validated one, widened to take in the step at
     the priors of any constant fitted on a single source that prices this run
     (:func:`cost_model.transformer.calibration.single_source_spread`), with a warning naming
-    them; ``spread_single_source=False`` skips that second costing (the calibration benches,
+    them where that widens it; ``spread_single_source=False`` skips that second costing (the calibration benches,
     whose intervals are cross-validation's own)."""
     cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):

@@ -166,13 +166,13 @@ def constant_applies(name: str, model: Any, training: Any, cluster: Any, strateg
     (:func:`single_source_spread`)."""
     fw = training.framework
     strategies = tuple(strategies)
-    group = cluster.node_groups[0]
     if name == "framework_gemm_efficiency.megatron-deepspeed":
         return runs_deepspeed_engine(fw)
     if name.startswith("framework_gemm_efficiency."):
         return bool(fw == name.split(".", 1)[1])
-    if name.startswith("fabric_fraction."):
-        return bool(group.fabric == name.split(".", 1)[1] and cluster.total_gpus > group.gpus_per_node)
+    if name.startswith("fabric_fraction."):  # a node group on that fabric, and traffic between nodes
+        fabric = name.split(".", 1)[1]
+        return any(g.fabric == fabric for g in cluster.node_groups) and cluster.total_gpus > min(g.gpus_per_node for g in cluster.node_groups)
     if name == "sharded_collective_efficiency":
         return not runs_deepspeed_engine(fw) and any(s.zero_stage >= 3 for s in strategies)
     if name in DEEPSPEED_STAGE3:
