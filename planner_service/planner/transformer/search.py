@@ -611,7 +611,8 @@ def search_transformer(
         # fits where the prediction is over it (a measured peak is within ±10–15% of the
         # predicted one), and then the fastest layout is the one that ran.
         least = _least_memory_answer(state)
-        if least is not None and _over_usable(least, state.headroom) < _over_usable(best, state.headroom) - 1e-9:
+        if (least is not None and _over_usable(least, state.headroom) < _over_usable(best, state.headroom) - 1e-9
+                and _shape(least.strategy, least.stage_groups) != _shape(best.strategy, best.stage_groups)):
             others = [e for e in alternatives if _shape(e.strategy, e.stage_groups) != _shape(least.strategy, least.stage_groups)]
             alternatives = [least, *others][: request.top_k]
         else:
