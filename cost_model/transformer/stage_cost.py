@@ -79,8 +79,9 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
       stages 1–2 except where ``BF16_Optimizer`` runs, :func:`bf16_optimizer`) with
       ``contiguous_gradients`` allocates, before every backward, an IPG bucket of
       ``reduce_bucket_size`` elements in the training dtype, and a second one under
-      ``overlap_comm`` (double-buffering), held until the optimizer step releases them
-      (``_release_ipg_buffers``): 2·B·b.  Under the pipeline engine (``pp`` > 1) its one bucket
+      ``overlap_comm`` (double-buffering; the planner's ``ds_config.json`` sets it from
+      ``training.grad_reduce_overlap``), held until the optimizer step releases them
+      (``_release_ipg_buffers``): 2·B·b, B·b without the overlap.  Under the pipeline engine (``pp`` > 1) its one bucket
       is made by ``reduce_gradients(pipeline_parallel=True)`` at the gradient-accumulation
       boundary, after the last backward has freed the activations, and released by the step
       that follows: nothing at the peak.
@@ -95,7 +96,8 @@ def gradient_bucket_bytes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     if not runs_deepspeed_engine(training.framework):
         return np.zeros(np.shape(z), dtype=float)
     zero_optimizer = ((z == 1) | (z == 2)) & ~bf16_optimizer(training, z, pp)
-    buffers = np.where(zero_optimizer, np.where(np.asarray(pp) > 1, 0.0, 2.0), np.where(z >= 3, 1.0, 0.0))
+    ipg = 2.0 if training.grad_reduce_overlap else 1.0
+    buffers = np.where(zero_optimizer, np.where(np.asarray(pp) > 1, 0.0, ipg), np.where(z >= 3, 1.0, 0.0))
     out: FloatArray = buffers * DEEPSPEED_REDUCE_BUCKET_SIZE * param_bytes(training)
     return out
 

@@ -382,7 +382,10 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         "wall_clock_breakdown": False,
     }
     zero = int(view.s("zero_stage", 0))
-    cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0, "contiguous_gradients": zero > 0}
+    # overlap_comm: the gradient reduction (and stage 3's fetches) overlapped with compute, as
+    # costed (training.grad_reduce_overlap, default true; stage_cost.gradient_bucket_bytes)
+    overlap = bool(view.training.get("grad_reduce_overlap", True))
+    cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0 and overlap, "contiguous_gradients": zero > 0}
     if zero > 1 and view.pp > 1:
         notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only; the plan asks for stage " + str(zero))
     dtype = view.training.get("dtype", "bf16")

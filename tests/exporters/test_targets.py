@@ -418,6 +418,19 @@ def test_deepspeed_config_batch_identity(plan_name):
     assert parts[0] == 0 and parts[-1] == sum(s["layers_per_stage"]) + 2 and len(parts) == s["pp"] + 1
 
 
+def test_deepspeed_overlap_comm_follows_the_costed_overlap():
+    """``ds_config.json``'s ``overlap_comm`` is the plan's ``training.grad_reduce_overlap`` (what
+    the cost model priced: the reduction overlapped with backward, DeepSpeed's double-buffered IPG
+    bucket), not always on."""
+    for overlap in (True, False, None):
+        plan = ALL_PLANS["homogeneous"]()
+        plan["best"]["strategy"]["zero_stage"] = 1
+        if overlap is not None:
+            plan["training"]["grad_reduce_overlap"] = overlap
+        cfg = json.loads(render(plan, "deepspeed-config", PARAMS).files["ds_config.json"])
+        assert cfg["zero_optimization"]["overlap_comm"] is (overlap is not False), overlap
+
+
 def test_deepspeed_config_keys_are_deepspeeds_when_installed():
     consts = pytest.importorskip("deepspeed.runtime.constants")
     known = {v for v in vars(consts).values() if isinstance(v, str)}

@@ -166,6 +166,17 @@ def test_deepspeed_reduce_buckets(framework, zero, pp, dtype, expected):
     assert float(gradient_bucket_bytes(training, S.zero, S.pp)[0]) == pytest.approx(expected)
 
 
+def test_without_overlap_comm_deepspeeds_ipg_bucket_is_not_double_buffered():
+    """``grad_reduce_overlap: false`` is DeepSpeed's ``overlap_comm: false`` (the planner's
+    ds_config.json writes it so): one IPG bucket at stages 1–2, stage 3's flat buffer as before."""
+    from cost_model.transformer.stage_cost import gradient_bucket_bytes
+
+    for zero, expected in ((2, 5e8 * 2), (1, 5e8 * 2), (3, 5e8 * 2)):
+        S = StrategyArrays.from_strategies([Strategy(dp=8, zero_stage=zero)])
+        training = Training(64, 2048, framework="deepspeed", grad_reduce_overlap=False)
+        assert float(gradient_bucket_bytes(training, S.zero, S.pp)[0]) == pytest.approx(expected)
+
+
 def test_deepspeed_zero2_estimate_counts_the_buckets_once_and_does_not_fragment_them():
     model = TransformerSpec("m", 8, 2048, 16, 16, 8192, 32000, bias=True, learned_positions=2048)
     cl = simple_cluster("A100-SXM4-80GB", 1)
