@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import context_parallel_violation, layout_rule_violation, rules_for
 from cost_model.training import Training
+from cost_model.transformer.moe import expert_blocks_tile
 from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -292,7 +293,7 @@ def expert_tensor_parallel_violation(model: TransformerSpec, framework: str, etp
         return f"etp={etp} does not divide the experts' FFN width {model.ffn_hidden_size}"
     if layout is not None:
         ranks = layout.tp * layout.cp * layout.dp
-        if ranks % (layout.ep * etp):
+        if not expert_blocks_tile(layout.tp, layout.cp, layout.dp, layout.ep, etp):
             return f"ep·etp = {layout.ep}·{etp} does not divide tp·cp·dp = {ranks} (the expert blocks must tile a stage's ranks)"
     return None
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,13 @@ def expert_tensor_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat,
     pinned = _f(etp)
     out: FloatArray = np.where(pinned > 0, pinned, derived)
     return out
+
+
+def expert_blocks_tile(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat) -> Any:
+    """Whether EP × ETP blocks tile a stage's tp·cp·dp ranks (ETP·EP·EDP = TP·CP·DP, Liu et al.
+    2025 §3): the rule a pinned ``etp`` must meet — one predicate for the search space's row mask
+    and for the message of :func:`cost_model.strategy.expert_tensor_parallel_violation`."""
+    return np.mod(np.asarray(tp) * np.asarray(cp) * np.asarray(dp), np.asarray(ep) * np.asarray(etp)) == 0
 
 
 def expert_data_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat = 0.0) -> FloatArray:

@@ -31,7 +31,7 @@ from cost_model.frameworks import context_parallel_violation, ep_group_divisor, 
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
-from cost_model.transformer.moe import experts_split_into_replicas
+from cost_model.transformer.moe import expert_blocks_tile, experts_split_into_replicas
 from cost_model.transformer.spec import TransformerSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -214,7 +214,7 @@ def enumerate_space(
     if pins.get("etp"):
         # A pinned expert tensor parallelism: the rows whose EP × ETP blocks tile tp·cp·dp.
         etp = int(pins["etp"])
-        cols = _keep(cols, (cols["tp"] * cols["cp"] * cols["dp"]) % (cols["ep"] * etp) == 0)
+        cols = _keep(cols, expert_blocks_tile(cols["tp"], cols["cp"], cols["dp"], cols["ep"], etp))
         cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
     if "sequence_parallel" in pins:
