@@ -175,8 +175,9 @@ def estimate(
     The step-time interval is the regime's cross-validated one, widened to take in the step at
     the priors of any constant fitted on a single source that prices this run
     (:func:`cost_model.transformer.calibration.single_source_spread`), with a warning naming
-    them where that widens it; ``spread_single_source=False`` skips that second costing (the calibration benches,
-    whose intervals are cross-validation's own)."""
+    them where that widens it (:func:`with_single_source_spread`); ``spread_single_source=False``
+    skips that second costing: the calibration benches, whose intervals are cross-validation's
+    own, and the planner's search, which spreads its answers only."""
     cluster = apply_profile_to_cluster(cluster, profile)
     if not isinstance(model, TransformerSpec):
         from cost_model.graph.evaluate import estimate_graph
@@ -205,8 +206,7 @@ def estimate(
     S = StrategyArrays.from_strategies([strategy])
     m = strategy.num_microbatches(training)
     ranges = strategy.stage_layer_ranges()
-    layers = [sum(b - a + 1 for a, b in r) for r in ranges]
-    stage_costs = _stage_costs(model, training, slots, S, layers, m)
+    stage_costs = _stage_costs(model, training, slots, S, [sum(b - a + 1 for a, b in r) for r in ranges], m)
     stage_results = []
     for i, slot in enumerate(slots):
         st = stage_costs[i]
@@ -249,20 +249,7 @@ def estimate(
     breakdown = {k: float(v[0]) for k, v in step.breakdown_s.items()}
     bottleneck = max(breakdown, key=lambda k: breakdown[k])
     profile_ids = tuple(sorted({slot.group.device.profile_id for slot in slots if slot.group.device.profile_id}))
-    intervals = prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
-                                     parallel_mix(strategy.pp, strategy.zero_stage))
-    if spread_single_source and intervals.get("step_time_s_p10") is not None:
-        spread = single_source_spread(model, training, cluster, strategy)
-        if spread is not None:
-            with using(spread[0]):
-                alt_slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
-                alt_s = float(combine_stages(_stage_costs(model, training, alt_slots, S, layers, m), S, m).step_time_s[0])
-            # the interval takes the step at the priors in; the warning only where that widens it
-            if abs(alt_s / step_s - 1.0) > SINGLE_SOURCE_SPREAD_MIN and not intervals["step_time_s_p10"] <= alt_s <= intervals["step_time_s_p90"]:
-                intervals["step_time_s_p10"] = min(intervals["step_time_s_p10"], alt_s)
-                intervals["step_time_s_p90"] = max(intervals["step_time_s_p90"], alt_s)
-                warnings.append(_single_source_warning(spread[1], step_s, alt_s))
-    return Estimate(
+    est = Estimate(
         step_time_s=step_s,
         tokens_per_s=training.tokens_per_step / step_s,
         samples_per_s=training.global_batch_size / step_s,
@@ -282,8 +269,31 @@ def estimate(
         active_params=float(model.active_params()),
         tight=tight,
         peak_memory_quantity=PEAK_MEMORY_QUANTITY,
-        **intervals,
+        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
+                               parallel_mix(strategy.pp, strategy.zero_stage)),
     )
+    return with_single_source_spread(est, model, training, cluster, strategy, stage_groups) if spread_single_source else est
+
+
+def with_single_source_spread(est: Estimate, model: TransformerSpec, training: Training, cluster: Cluster, strategy: Strategy,
+                              stage_groups: Sequence[str] | None = None) -> Estimate:
+    """``est`` with its step-time interval widened to take in the step at the priors of the
+    constants fitted on a single source that price this run
+    (:func:`cost_model.transformer.calibration.single_source_spread`: what leave-one-source-out
+    cross-validation predicts another source's run with), and a warning naming them where that
+    widens it; ``est`` itself when none does.  A second costing of the strategy: the planner
+    applies it to its answers only, not to every candidate it estimates."""
+    if est.step_time_s_p10 is None or est.step_time_s_p90 is None:
+        return est
+    spread = single_source_spread(model, training, cluster, strategy)
+    if spread is None:
+        return est
+    with using(spread[0]):
+        alt_s = estimate(model, training, cluster, strategy, stage_groups=stage_groups, spread_single_source=False).step_time_s
+    if abs(alt_s / est.step_time_s - 1.0) <= SINGLE_SOURCE_SPREAD_MIN or est.step_time_s_p10 <= alt_s <= est.step_time_s_p90:
+        return est
+    return dataclasses.replace(est, step_time_s_p10=min(est.step_time_s_p10, alt_s), step_time_s_p90=max(est.step_time_s_p90, alt_s),
+                               warnings=(*est.warnings, _single_source_warning(spread[1], est.step_time_s, alt_s)))
 
 
 #: The relative difference below which the step at the single-source constants' priors is

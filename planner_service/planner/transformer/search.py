@@ -39,7 +39,7 @@ import numpy as np
 from cost_model.cluster import Cluster, Node, NodeGroup
 from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
-from cost_model.estimate import estimate, memory_verdict, peak_over_usable
+from cost_model.estimate import estimate, memory_verdict, peak_over_usable, with_single_source_spread
 from cost_model.result import Estimate
 from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
@@ -234,7 +234,8 @@ class _Search:
 
     def evaluate(self, strategy: Strategy, stage_groups: tuple[str, ...]) -> Evaluated | None:
         try:
-            est = estimate(self.model, self.training, self.cluster, strategy, stage_groups=stage_groups)
+            # the single-source spread of the interval is for the answers (``_spread``)
+            est = estimate(self.model, self.training, self.cluster, strategy, stage_groups=stage_groups, spread_single_source=False)
         except PlannerError:
             return None
         fits, tight, memory_warning = memory_verdict(est.stages, self.headroom, self.training.framework)
@@ -572,6 +573,7 @@ def search_transformer(
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
+    picked = [_spread(state, e) for e in picked]
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
@@ -611,6 +613,7 @@ def search_transformer(
         # fits where the prediction is over it (a measured peak is within ±10–15% of the
         # predicted one), and then the fastest layout is the one that ran.
         least = _least_memory_answer(state)
+        least = _spread(state, least) if least is not None else None
         if (least is not None and _over_usable(least, state.headroom) < _over_usable(best, state.headroom) - 1e-9
                 and _shape(least.strategy, least.stage_groups) != _shape(best.strategy, best.stage_groups)):
             others = [e for e in alternatives if _shape(e.strategy, e.stage_groups) != _shape(least.strategy, least.stage_groups)]
@@ -700,6 +703,13 @@ def _least_memory_answer(state: _Search) -> Evaluated | None:
         if ev is not None:
             found.append(ev)
     return min(found, key=lambda e: (_over_usable(e, state.headroom), e.objective), default=None)
+
+
+def _spread(state: _Search, ev: Evaluated) -> Evaluated:
+    """An answer with its step-time interval spread over the single-source constants' priors
+    (``cost_model.estimate.with_single_source_spread``), which the search's estimates skip."""
+    return replace(ev, prediction=with_single_source_spread(ev.prediction, state.model, state.training, state.cluster, ev.strategy,
+                                                            ev.stage_groups or None))
 
 
 def _estimate_or_none(state: _Search, strategy: Strategy, stage_groups: tuple[str, ...]) -> Estimate | None:
