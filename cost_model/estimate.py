@@ -302,8 +302,7 @@ def with_single_source_spread(est: Estimate, model: TransformerSpec, training: T
 SINGLE_SOURCE_SPREAD_MIN = 0.01
 
 
-#: How the warning of a step-time interval widened for single-source constants begins (a
-#: cluster calibration, whose own residuals replace the interval, drops it: service.plans).
+#: How the warning of a step-time interval widened for single-source constants begins.
 SINGLE_SOURCE_WARNING = "the step time rests on constants fitted on a single source"
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
 
@@ -60,9 +59,8 @@ def expert_tensor_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat,
     divides dp·cp (Megatron-Core's default ``expert_tensor_parallel_size =
     tensor_model_parallel_size``), and under parallel folding, when EP also spans TP ranks, the
     EP × ETP group must fit in tp·cp·dp, so ETP = gcd(tp, tp·cp·dp/ep) (Liu et al. 2025 §3:
-    ETP·EP·EDP = TP·CP·DP) — e.g. 1 for ep 32 over tp 2 × dp 16.  The same rule as the
-    planner's folding acceptance (``cost_model.frameworks.expert_tensor_parallel`` where that
-    module exists)."""
+    ETP·EP·EDP = TP·CP·DP) — e.g. 1 for ep 32 over tp 2 × dp 16, the folding the planner
+    accepts (``cost_model.frameworks.ep_group_divisor``)."""
     tp, cp, dp, ep = _f(tp), _f(cp), _f(dp), _f(ep)
     rest = np.maximum(np.round(tp * cp * dp / np.maximum(ep, 1.0)), 1.0).astype(np.int64)
     derived = np.gcd(np.round(tp).astype(np.int64), rest).astype(float)
@@ -71,11 +69,12 @@ def expert_tensor_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat,
     return out
 
 
-def expert_blocks_tile(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat) -> Any:
+def expert_blocks_tile(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat) -> np.ndarray:
     """Whether EP × ETP blocks tile a stage's tp·cp·dp ranks (ETP·EP·EDP = TP·CP·DP, Liu et al.
     2025 §3): the rule a pinned ``etp`` must meet — one predicate for the search space's row mask
     and for the message of :func:`cost_model.strategy.expert_tensor_parallel_violation`."""
-    return np.mod(np.asarray(tp) * np.asarray(cp) * np.asarray(dp), np.asarray(ep) * np.asarray(etp)) == 0
+    out: np.ndarray = np.asarray(np.mod(_f(tp) * _f(cp) * _f(dp), _f(ep) * _f(etp)) == 0)
+    return out
 
 
 def expert_data_parallel(tp: ArrayOrFloat, cp: ArrayOrFloat, dp: ArrayOrFloat, ep: ArrayOrFloat, etp: ArrayOrFloat = 0.0) -> FloatArray:

@@ -75,6 +75,10 @@ class PlanRequest:
     objective: str = "throughput"
     top_k: int = 3
     profile_id: str | None = None
+    #: Widen the answers' step-time intervals over the single-source constants' priors
+    #: (``cost_model.estimate.with_single_source_spread``); off when the cluster's own
+    #: calibration from observed runs gives the interval (``service.observed.calibrated_request``).
+    spread_single_source: bool = True
 
 
 @dataclass(frozen=True)

@@ -344,10 +344,12 @@ def raise_unknown(key: str) -> None:
 
 
 def calibrated_request(req: PlanRequest, calibration: StoredCalibration | None) -> PlanRequest:
-    """``req`` with its cluster's devices scaled by ``calibration``'s constants."""
+    """``req`` with its cluster's devices scaled by ``calibration``'s constants; its answers'
+    step-time intervals are then the cluster fit's (``calibrated_interval``), not the public
+    regime's spread over the single-source constants."""
     if calibration is None:
         return req
-    return replace(req, cluster=apply_constants(req.cluster, calibration.constants, req.training.framework))
+    return replace(req, cluster=apply_constants(req.cluster, calibration.constants, req.training.framework), spread_single_source=False)
 
 
 def calibrated_interval(req: PlanRequest, calibration: StoredCalibration, strategy: Any, stage_groups: tuple[str, ...] | None,

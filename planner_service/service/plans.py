@@ -24,7 +24,6 @@ from typing import Any
 
 from cost_model.cluster_calibration import Z80
 from cost_model.errors import InvalidInput, PlannerError, UnknownName
-from cost_model.estimate import SINGLE_SOURCE_WARNING
 from cost_model.graph.ir import GraphSpec
 from cost_model.spec import ModelSpec
 from cost_model.transformer.spec import TransformerSpec
@@ -511,17 +510,11 @@ class PlanService:
         except PlannerError:
             return
         regime = f"cluster:{cal.cluster_key}@v{cal.version}"
-        # the cluster's own runs, not the public sources, now bound the step (the plan's
-        # warnings repeat its best prediction's)
-        if isinstance(stored.get("warnings"), list):
-            stored["warnings"] = [w for w in stored["warnings"] if not str(w).startswith(SINGLE_SOURCE_WARNING)]
         for cand in [best, *stored.get("alternatives", [])]:
             p = cand.get("prediction") or {}
             if isinstance(p.get("step_time_s"), (int, float)):
                 p["step_time_s_p10"], p["step_time_s_p90"] = (float(p["step_time_s"]) * f for f in (math.exp(-Z80 * sd), math.exp(Z80 * sd)))
                 p["interval_regime"] = regime
-                if isinstance(p.get("warnings"), list):
-                    p["warnings"] = [w for w in p["warnings"] if not str(w).startswith(SINGLE_SOURCE_WARNING)]
 
     @staticmethod
     def _stored_result(

@@ -707,7 +707,10 @@ def _least_memory_answer(state: _Search) -> Evaluated | None:
 
 def _spread(state: _Search, ev: Evaluated) -> Evaluated:
     """An answer with its step-time interval spread over the single-source constants' priors
-    (``cost_model.estimate.with_single_source_spread``), which the search's estimates skip."""
+    (``cost_model.estimate.with_single_source_spread``), which the search's estimates skip;
+    as it is where the request asks for none (a cluster calibrated by its own runs)."""
+    if not state.request.spread_single_source:
+        return ev
     return replace(ev, prediction=with_single_source_spread(ev.prediction, state.model, state.training, state.cluster, ev.strategy,
                                                             ev.stage_groups or None))
 
