@@ -315,11 +315,17 @@ def _single_source_warning(names: Mapping[str, str], step_s: float, alt_s: float
             f"predicts runs of other sources with, it is {alt_s:.3g} s rather than {step_s:.3g} s, and the p10–p90 interval spans both")
 
 
+def usable_memory_ratio(stages: Sequence[StageEstimate], headroom_fraction: float) -> float:
+    """The tightest stage's predicted peak (the interval's centre) over its usable memory,
+    memory × (1 − headroom)."""
+    return max(s.peak_memory_GB / (s.memory_capacity_GB * (1.0 - headroom_fraction)) for s in stages)
+
+
 def peak_over_usable(stages: Sequence[StageEstimate], headroom_fraction: float) -> bool:
-    """Whether some stage's predicted peak (the interval's centre) exceeds its usable memory,
-    memory × (1 − headroom): a layout that fits then only at the low end of its interval — more
-    likely to run out of memory than not."""
-    return any(s.peak_memory_GB > s.memory_capacity_GB * (1.0 - headroom_fraction) + 1e-9 for s in stages)
+    """Whether some stage's predicted peak exceeds its usable memory
+    (:func:`usable_memory_ratio` above 1): a layout that fits then only at the low end of its
+    interval — more likely to run out of memory than not."""
+    return usable_memory_ratio(stages, headroom_fraction) > 1.0 + 1e-9
 
 
 def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float, framework: str) -> tuple[bool, bool, str | None]:

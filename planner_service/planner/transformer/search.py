@@ -39,7 +39,13 @@ import numpy as np
 from cost_model.cluster import Cluster, Node, NodeGroup
 from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
-from cost_model.estimate import estimate, memory_verdict, peak_over_usable, with_single_source_spread
+from cost_model.estimate import (
+    estimate,
+    memory_verdict,
+    peak_over_usable,
+    usable_memory_ratio,
+    with_single_source_spread,
+)
 from cost_model.result import Estimate
 from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
@@ -614,7 +620,7 @@ def search_transformer(
         # predicted one), and then the fastest layout is the one that ran.
         least = _least_memory_answer(state)
         least = _spread(state, least) if least is not None else None
-        if (least is not None and _over_usable(least, state.headroom) < _over_usable(best, state.headroom) - 1e-9
+        if (least is not None and usable_memory_ratio(least.prediction.stages, state.headroom) < usable_memory_ratio(best.prediction.stages, state.headroom) - 1e-9
                 and _shape(least.strategy, least.stage_groups) != _shape(best.strategy, best.stage_groups)):
             others = [e for e in alternatives if _shape(e.strategy, e.stage_groups) != _shape(least.strategy, least.stage_groups)]
             alternatives = [least, *others][: request.top_k]
@@ -675,11 +681,6 @@ def search_transformer(
 LEAST_MEMORY_CANDIDATES = 4
 
 
-def _over_usable(ev: Evaluated, headroom: float) -> float:
-    """The tightest stage's predicted peak over its usable memory (memory × (1 − headroom))."""
-    return max(st.peak_memory_GB / (st.memory_capacity_GB * (1.0 - headroom)) for st in ev.prediction.stages)
-
-
 def _least_memory_answer(state: _Search) -> Evaluated | None:
     """The single-pool layout, of those the search costed (every one some split of which fits
     at the p10 verdict), whose predicted peak is the least over usable memory: the
@@ -702,7 +703,7 @@ def _least_memory_answer(state: _Search) -> Evaluated | None:
         ev = state.evaluate(state._even_strategy(S, j), (state.pools[si].name,) * int(S.pp[j]))
         if ev is not None:
             found.append(ev)
-    return min(found, key=lambda e: (_over_usable(e, state.headroom), e.objective), default=None)
+    return min(found, key=lambda e: (usable_memory_ratio(e.prediction.stages, state.headroom), e.objective), default=None)
 
 
 def _spread(state: _Search, ev: Evaluated) -> Evaluated:
