@@ -228,7 +228,7 @@ def hsdp_vs_full_shard() -> dict[str, Any]:
 def deepspeed_stage3_single_source() -> dict[str, Any]:
     """DeepSpeed ZeRO-2 against ZeRO-3 on one node: the stage-3 constants rest on one source, so
     the ZeRO-3 interval spans the step at their priors (calibration.single_source_spread)."""
-    from cost_model.transformer import calibration as cal
+    from cost_model.estimate import step_at_single_source_priors
 
     model = get_preset("llama2-7b")
     cl = simple_cluster("A100-SXM4-80GB", 1)
@@ -237,13 +237,10 @@ def deepspeed_stage3_single_source() -> dict[str, Any]:
     for zero in (2, 3):
         strategy = Strategy(dp=8, micro_batch_size=4, zero_stage=zero, recompute="full")
         est = estimate(model, tr, cl, strategy)
-        spread = cal.single_source_spread(model, tr, cl, strategy)
-        at_priors = None
-        if spread is not None:
-            with cal.using(spread[0]):
-                at_priors = round(estimate(model, tr, cl, strategy, spread_single_source=False).step_time_s, 4)
+        at_priors = step_at_single_source_priors(model, tr, cl, strategy)
         rows.append(_row(est, zero_stage=zero, step_time_s_p10=round(est.step_time_s_p10, 4), step_time_s_p90=round(est.step_time_s_p90, 4),
-                         single_source_constants=sorted(spread[1]) if spread else [], step_time_s_at_priors=at_priors))
+                         single_source_constants=sorted(at_priors[1]) if at_priors else [],
+                         step_time_s_at_priors=round(at_priors[0], 4) if at_priors else None))
     return {"model": model.name, "layout": "DeepSpeed dp 8 on 8 A100 80GB, micro-batch 4 x 4096, full recompute", "rows": rows}
 
 

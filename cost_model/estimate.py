@@ -285,15 +285,26 @@ def with_single_source_spread(est: Estimate, model: TransformerSpec, training: T
     applies it to its answers only, not to every candidate it estimates."""
     if est.step_time_s_p10 is None or est.step_time_s_p90 is None:
         return est
-    spread = single_source_spread(model, training, cluster, strategy)
-    if spread is None:
+    at_priors = step_at_single_source_priors(model, training, cluster, strategy, stage_groups)
+    if at_priors is None:
         return est
-    with using(spread[0]):
-        alt_s = estimate(model, training, cluster, strategy, stage_groups=stage_groups, spread_single_source=False).step_time_s
+    alt_s, names = at_priors
     if abs(alt_s / est.step_time_s - 1.0) <= SINGLE_SOURCE_SPREAD_MIN or est.step_time_s_p10 <= alt_s <= est.step_time_s_p90:
         return est
     return dataclasses.replace(est, step_time_s_p10=min(est.step_time_s_p10, alt_s), step_time_s_p90=max(est.step_time_s_p90, alt_s),
-                               warnings=(*est.warnings, _single_source_warning(spread[1], est.step_time_s, alt_s)))
+                               warnings=(*est.warnings, _single_source_warning(names, est.step_time_s, alt_s)))
+
+
+def step_at_single_source_priors(model: TransformerSpec, training: Training, cluster: Cluster, strategy: Strategy,
+                                 stage_groups: Sequence[str] | None = None) -> tuple[float, dict[str, str]] | None:
+    """(the step time with the single-source constants that price this run at their priors,
+    those constants → their source), None when no such constant prices it
+    (:func:`cost_model.transformer.calibration.single_source_spread`)."""
+    spread = single_source_spread(model, training, cluster, strategy)
+    if spread is None:
+        return None
+    with using(spread[0]):
+        return estimate(model, training, cluster, strategy, stage_groups=stage_groups, spread_single_source=False).step_time_s, spread[1]
 
 
 #: The relative difference below which the step at the single-source constants' priors is
