@@ -192,7 +192,7 @@ def estimate(
             field="strategy.dp",
         )
     warnings = list(getattr(model, "warnings", ()))  # what the model's config.json held that is not costed
-    sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel)
+    sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel, training.framework)
     if sp_noop:
         warnings.append(sp_noop)
     if strategy.num_devices < total:

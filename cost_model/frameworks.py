@@ -362,12 +362,18 @@ def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str 
     return None
 
 
-def sequence_parallel_noop(tp: int, sequence_parallel: bool) -> str | None:
+def sequence_parallel_noop(tp: int, sequence_parallel: bool, framework: str = "megatron-core") -> str | None:
     """Warning for ``sequence_parallel`` at tp=1: Megatron accepts it and does nothing
-    (there is no tensor-parallel group to split the sequence over)."""
-    if sequence_parallel and tp == 1:
-        return "sequence_parallel has no effect at tp=1 (Megatron runs it as a no-op); costed without it"
-    return None
+    (there is no tensor-parallel group to split the sequence over).  A framework without tensor
+    parallelism (DeepSpeed) never has one; its own "sequence parallelism", DeepSpeed-Ulysses, is
+    context parallelism (``cp``), which the warning points to."""
+    if not (sequence_parallel and tp == 1):
+        return None
+    if not rules_for(framework).tensor_parallel:
+        return (f"sequence_parallel has no effect under {framework}: it splits the norms and dropout over the "
+                "tensor-parallel group, which it has none of (DeepSpeed-Ulysses sequence parallelism is cp); "
+                "costed without it")
+    return "sequence_parallel has no effect at tp=1 (Megatron runs it as a no-op); costed without it"
 
 
 __all__ = [
