@@ -20,8 +20,13 @@ there, not under another framework's allocation pattern (Transformer Engine's bu
 Megatron-Core's distributed optimizer, FSDP's unsharded copies).  For a framework without
 measured peaks (:data:`INTERVAL_BASES`: ``fragmentation-bounds``) the interval is widened by
 what that fraction could be instead: the reserved/allocated ratio of 1.1–1.3 PyTorch reports on
-large-model runs (:data:`UNMEASURED_FRAGMENTATION`), taken as if the whole peak fragmented
-(the peak with fraction g is at most P·(1+g)/(1+f)) — a bound, not a fit.
+large-model runs (:data:`UNMEASURED_FRAGMENTATION`), taken as if the whole peak fragmented — a
+bound, not a fit.  That range is a ratio of bytes, while the fitted fraction f also carries the
+printed figures' units (below: 1 + f = (1 + g)·10^9/2^30 for a true reserve g), so the range is
+put in f's convention first (:func:`fitted_convention`): the peak with true reserve g is
+P·(1 + g)·10^9/2^30/(1 + f).  (Compared as given, the range would have stood 7% above what it
+says — 1.1–1.3 read as the fitted fraction's 0.10–0.30 is a true 1.18–1.40 — and every
+framework's p10 with it.)
 
 Units: the sweep's "Mem" figures and the devices' ``memory_GB`` are both compared as printed.
 Both are most likely binary (the sweep's largest figure is 79 on 80 GiB A100s, as nvidia-smi's
@@ -48,6 +53,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.transformer.layer_cost import fragmentation_fraction
+from cost_model.units import BYTES_PER_GB, BYTES_PER_GIB
 
 PEAK_MEMORY_QUANTITY = "max_reserved"
 PEAK_MEMORY_QUANTITY_DESCRIPTION = (
@@ -87,6 +93,13 @@ def interval_basis(framework: str) -> str:
     return INTERVAL_BASES[0] if framework in measured else INTERVAL_BASES[1]
 
 
+def fitted_convention(true_fraction: float) -> float:
+    """A caching allocator's true reserve ``g`` (reserved/allocated − 1, a ratio of bytes) as the
+    fitted fraction would read it: ``(1 + g)·10^9/2^30 − 1``, since that fraction relates the
+    predicted bytes in GB to peaks printed in GiB (module docstring: Units)."""
+    return (1.0 + true_fraction) * BYTES_PER_GB / BYTES_PER_GIB - 1.0
+
+
 def log_interval(framework: str) -> tuple[float, float]:
     """(q10, q90) of log(predicted/measured) peak memory under ``framework``."""
     iv = stored_interval().get("log_interval")
@@ -94,7 +107,7 @@ def log_interval(framework: str) -> tuple[float, float]:
     if interval_basis(framework) == INTERVAL_BASES[0]:
         return q10, q90
     f = fragmentation_fraction()
-    lo, hi = UNMEASURED_FRAGMENTATION
+    lo, hi = (fitted_convention(g) for g in UNMEASURED_FRAGMENTATION)
     # a larger true fraction makes the prediction low (log ratio down), a smaller one high
     return q10 - math.log((1.0 + hi) / (1.0 + f)), q90 + math.log((1.0 + f) / (1.0 + lo))
 

@@ -15,7 +15,13 @@ from cost_model.estimate import estimate
 from cost_model.frameworks import RULES, layout_rule_violation, pinned_rule_violation, rules_for
 from cost_model.training import FRAMEWORKS, training_from_dict
 from cost_model.transformer.layer_cost import fragmentation_fraction
-from cost_model.transformer.memory import UNMEASURED_FRAGMENTATION, interval_basis, interval_GB, memory_fit
+from cost_model.transformer.memory import (
+    UNMEASURED_FRAGMENTATION,
+    fitted_convention,
+    interval_basis,
+    interval_GB,
+    memory_fit,
+)
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.validation.published import cases
 from planner_service.planner import SolverSettings, plan
@@ -184,23 +190,23 @@ def test_selective_recompute_pinned_with_flash_attention_is_costed():
 
 
 def test_fsdp_selective_is_torchtitans_op_level_checkpointing_and_fits_where_none_does_not():
-    # Llama-2 13B, FULL_SHARD over 8 H100, 2 × 4096 tokens per micro-batch: without recompute the
-    # activations alone are ~57 GB; torchtitan's op-level policy keeps about half of them.
+    # Llama-2 13B, FULL_SHARD over 8 H100, 2 × 5120 tokens per micro-batch: without recompute the
+    # activations alone are ~70 GB; torchtitan's op-level policy keeps about half of them.
     pins = {"dp": 8, "tp": 1, "pp": 1, "zero_stage": 3, "micro_batch_size": 2}
-    sel = _plan(_body({"preset": "llama2-13b"}, "fsdp", constraints={**pins, "recompute": "selective"}))
-    full = _plan(_body({"preset": "llama2-13b"}, "fsdp", constraints={**pins, "recompute": "full"}))
+    sel = _plan(_body({"preset": "llama2-13b"}, "fsdp", seq=5120, constraints={**pins, "recompute": "selective"}))
+    full = _plan(_body({"preset": "llama2-13b"}, "fsdp", seq=5120, constraints={**pins, "recompute": "full"}))
     assert sel.best.strategy.recompute == "selective" and sel.best.prediction.fits
     assert full.best.prediction.step_time_s > sel.best.prediction.step_time_s
     assert max(full.best.prediction.peak_memory_GB) < max(sel.best.prediction.peak_memory_GB) < 80
     with pytest.raises(NoFeasiblePlan) as exc:
-        _plan(_body({"preset": "llama2-13b"}, "fsdp", constraints={**pins, "recompute": "none"}))
+        _plan(_body({"preset": "llama2-13b"}, "fsdp", seq=5120, constraints={**pins, "recompute": "none"}))
     # the shortfall is the pinned layout's own peak (what estimate predicts for it), not a bound
     # at one layer per stage
-    req = parse_estimate_request({**_body({"preset": "llama2-13b"}, "fsdp"), "strategy": {**pins, "recompute": "none"}})
+    req = parse_estimate_request({**_body({"preset": "llama2-13b"}, "fsdp", seq=5120), "strategy": {**pins, "recompute": "none"}})
     est = estimate(req.model, req.training, req.cluster, req.strategy)
     assert f"needs at least {max(est.peak_memory_GB):.1f} GB" in str(exc.value), str(exc.value)
     # unpinned, the search weighs selective against full recompute and none for FSDP too
-    free = _plan(_body({"preset": "llama2-13b"}, "fsdp", constraints={"dp": 8, "tp": 1, "pp": 1, "zero_stage": 3}))
+    free = _plan(_body({"preset": "llama2-13b"}, "fsdp", seq=5120, constraints={"dp": 8, "tp": 1, "pp": 1, "zero_stage": 3}))
     assert free.best.prediction.fits
 
 
@@ -254,13 +260,17 @@ def test_memory_fit_follows_the_interval(framework):
 def test_a_framework_without_measured_peaks_gets_the_fragmentation_range():
     """The stored peaks were measured under Megatron-DeepSpeed only: that framework's interval is
     their residuals; another's is widened on both sides by what the allocator's fragmentation
-    could be instead (1.1–1.3 reserved/allocated, as if the whole peak fragmented)."""
+    could be instead (1.1–1.3 reserved/allocated, as if the whole peak fragmented), a true ratio
+    of bytes put in the fitted fraction's convention, which also carries the printed GiB."""
     assert interval_basis("megatron-deepspeed") == "measured-peaks"
     assert interval_basis("megatron-core") == interval_basis("fsdp") == "fragmentation-bounds"
     f = fragmentation_fraction()
     (mlo, mhi), (ulo, uhi) = interval_GB(70.0, "megatron-deepspeed"), interval_GB(70.0, "fsdp")
-    assert ulo == pytest.approx(mlo * (1 + UNMEASURED_FRAGMENTATION[0]) / (1 + f))
-    assert uhi == pytest.approx(mhi * (1 + UNMEASURED_FRAGMENTATION[1]) / (1 + f))
+    gib_per_gb = 1e9 / 2**30
+    assert ulo == pytest.approx(mlo * (1 + UNMEASURED_FRAGMENTATION[0]) * gib_per_gb / (1 + f))
+    assert uhi == pytest.approx(mhi * (1 + UNMEASURED_FRAGMENTATION[1]) * gib_per_gb / (1 + f))
+    # the fitted fraction read as a true reserve lies inside the range PyTorch reports
+    assert fitted_convention(UNMEASURED_FRAGMENTATION[0]) < f < fitted_convention(UNMEASURED_FRAGMENTATION[1])
 
 
 @pytest.mark.parametrize("value", [-0.1, 0.95, True, "x"])
@@ -310,7 +320,7 @@ def _over(e, headroom=0.0):
 
 def test_with_nothing_safe_a_layout_whose_predicted_peak_fits_ranks_before_faster_ones_that_fit_only_at_p10():
     def on(rule):
-        return _plan(_body({"transformer": QWEN25_32B}, "fsdp", constraints={"tight_memory": rule}, gbs=8))
+        return _plan(_body({"transformer": QWEN25_32B}, "fsdp", constraints={"tight_memory": rule}, gbs=8, seq=8192))
 
     by_objective = on("by_objective")
     with pytest.raises(NoFeasiblePlan):
@@ -431,12 +441,12 @@ def test_cli_refuses_a_pinned_field_and_shows_the_memory_verdict(cli, tmp_path):
 
 
 def test_cli_says_how_likely_a_tight_plan_is_to_run_out(cli, tmp_path):
-    """Qwen2.5-32B under FSDP on 8 H100: the default answer's predicted peak fits (tight: may
-    run out); ranked by the objective alone, the fastest one's predicted peak does not."""
+    """Qwen2.5-32B under FSDP on 8 H100 at 8192 tokens: the default answer's predicted peak fits
+    (tight: may run out); ranked by the objective alone, the fastest one's predicted peak does not."""
     words = {}
     for rule in ("rank_after_safe", "by_objective"):
         req = tmp_path / f"{rule}.json"
-        req.write_text(json.dumps(_body({"transformer": QWEN25_32B}, "fsdp", constraints={"tight_memory": rule}, gbs=8)))
+        req.write_text(json.dumps(_body({"transformer": QWEN25_32B}, "fsdp", constraints={"tight_memory": rule}, gbs=8, seq=8192)))
         res = CliRunner().invoke(cli, ["plan", str(req)])
         assert res.exit_code == 0, res.output
         words[rule] = " ".join(res.output.split())
@@ -486,3 +496,11 @@ def test_deepspeed_engine_frameworks_are_the_two_deepspeed_ones():
     from cost_model.frameworks import runs_deepspeed_engine
 
     assert {fw for fw in RULES if runs_deepspeed_engine(fw)} == {"deepspeed", "megatron-deepspeed"}
+
+
+def test_sequence_parallel_under_deepspeed_points_to_ulysses():
+    """DeepSpeed has no tensor parallelism, so the flag never does anything there; its own
+    sequence parallelism (Ulysses) is cp, and the warning says so rather than blaming tp=1."""
+    res = _plan(_body({"preset": "llama2-7b"}, "deepspeed", constraints={"sequence_parallel": True}))
+    assert res.best.strategy.tp == 1
+    assert any("under deepspeed" in w and "Ulysses" in w and "cp" in w for w in res.warnings), res.warnings
