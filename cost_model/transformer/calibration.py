@@ -304,8 +304,8 @@ def regime(framework: str, device_family: str, mix: str | None = None) -> str:
     return f"{framework}/{device_family}" + (f"/{mix}" if mix else "")
 
 
-#: Used when a regime has too few cross-validated rows: the pooled CV residuals, symmetric
-#: (calibration_fit.regime_intervals).
+#: Used when a regime has too few cross-validated rows: a symmetric bound over the sources' CV
+#: residuals (calibration_fit.pooled_interval).
 POOLED = "*"
 
 

@@ -62,7 +62,8 @@ def test_constants_no_row_informs_keep_the_centre(zero3):
 
 def test_regime_intervals_are_signed_per_regime_and_symmetric_when_pooled():
     """A regime with rows of two sources gets its own signed (q10, q90); the pooled fallback —
-    for a regime whose bias is unknown in sign — is ± the 80th percentile of |log(1 + error)|."""
+    for a regime whose bias is unknown in sign — is ± the 80% bound, across sources, of each
+    source's 80% bound of |log(1 + error)|."""
     from cost_model.strategy import Strategy
     from cost_model.validation.fidelity import RowResult, conformal_quantile
 
@@ -78,9 +79,30 @@ def test_regime_intervals_are_signed_per_regime_and_symmetric_when_pooled():
     own = [math.log1p(e) for e in errors]
     assert iv["megatron-core/ampere"] == (round(conformal_quantile(own, 0.1), 4), round(conformal_quantile(own, 0.9), 4))
     assert "fsdp/ampere" not in iv  # one source, one row: falls back to the pooled interval
-    q = round(conformal_quantile([abs(math.log1p(e)) for e in errs.values()], 0.8), 4)
+    per_source = [conformal_quantile([abs(math.log1p(errs[r.row_id])) for r in rows if r.source == s], 0.8) for s in "ABC"]
+    q = round(conformal_quantile(per_source, 0.8), 4)
     lo, hi = iv["megatron-core/ampere"]
     assert iv["*"] == (-q, q) and q > 0 and hi < -lo  # the regime keeps its low bias; the pooled does not
+
+
+def test_the_pooled_fallback_is_bounded_over_sources_not_set_by_the_largest():
+    """A new regime is a new group: one source with many tight rows does not narrow its
+    interval below what the other sources' errors say (pooling rows, it would: 50 rows at ±1%
+    against two sources at 15%)."""
+    from cost_model.strategy import Strategy
+    from cost_model.validation.fidelity import RowResult, conformal_quantile
+
+    def row(i: int, source: str, error: float) -> RowResult:
+        return RowResult(row_id=f"r{i}", group=source, source=source, status="ok", framework="megatron-core", device_family="ampere",
+                         measured_step_s=1.0, predicted_step_s=1.0 + error, fits=True, failure=None,
+                         strategy=Strategy(dp=8), estimate=None)
+
+    rows = [row(i, "big", 0.01 if i % 2 else -0.01) for i in range(50)] + [row(100, "B", 0.15), row(101, "C", -0.15)]
+    errs = {r.row_id: r.predicted_step_s - 1.0 for r in rows}
+    lo, hi = regime_intervals(rows, errs)["*"]
+    assert hi == -lo == round(abs(math.log1p(-0.15)), 4)
+    pooled_rows = conformal_quantile([abs(math.log1p(e)) for e in errs.values()], 0.8)
+    assert pooled_rows < 0.02 < hi
 
 
 # ---- constants one source informs: the estimate's interval spans their priors ----------------

@@ -76,7 +76,7 @@ def test_no_warning_where_the_regimes_interval_already_holds_the_step_at_the_pri
     plain = estimate(model, training, cluster, strategy, spread_single_source=False)
     with cal.using(spread[0]):
         at_prior = estimate(model, training, cluster, strategy, spread_single_source=False).step_time_s
-    assert abs(at_prior / est.step_time_s - 1.0) > 0.01
+    assert abs(at_prior / est.step_time_s - 1.0) > 0.005  # the prior moves the step (fitted 0.91, prior 0.9)
     assert plain.step_time_s_p10 <= at_prior <= plain.step_time_s_p90
     assert (est.step_time_s_p10, est.step_time_s_p90) == (plain.step_time_s_p10, plain.step_time_s_p90)
     assert not [w for w in est.warnings if "single source" in w]
