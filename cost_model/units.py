@@ -58,6 +58,11 @@ def mib_to_bytes(mib: Num) -> Num:
     return mib * BYTES_PER_MIB
 
 
+def bytes_to_gib(n_bytes: Num) -> Num:
+    """Bytes → GiB (2^30 bytes)."""
+    return n_bytes / BYTES_PER_GIB
+
+
 def gbps_to_bytes_per_s(gbps: Num) -> Num:
     """GB/s (1e9 bytes per second) → bytes per second."""
     return gbps * BYTES_PER_GB

@@ -53,7 +53,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.transformer.layer_cost import fragmentation_fraction
-from cost_model.units import BYTES_PER_GB, BYTES_PER_GIB
+from cost_model.units import BYTES_PER_GB, BYTES_PER_GIB, bytes_to_gib, gb_to_bytes
 
 PEAK_MEMORY_QUANTITY = "max_reserved"
 PEAK_MEMORY_QUANTITY_DESCRIPTION = (
@@ -91,6 +91,14 @@ def interval_basis(framework: str) -> str:
     file: the prior) covers none."""
     measured = stored_interval().get("frameworks") or ()
     return INTERVAL_BASES[0] if framework in measured else INTERVAL_BASES[1]
+
+
+def as_printed_GB(measured_GB: float) -> float:
+    """A peak measured in GB of 10^9 bytes (what the observation parsers store, converting the
+    MiB/GiB the allocator prints) as predicted peaks and the catalog's device memories are
+    compared: as printed, binary (module docstring: Units) — ``measured_GB``·10^9/2^30.  A log's
+    "max reserved: 74,000 MiB" on an "80 GB" GPU is 77.6 GB of bytes but 72.3 against the 80."""
+    return float(bytes_to_gib(gb_to_bytes(measured_GB)))
 
 
 def fitted_convention(true_fraction: float) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from cost_model.errors import InvalidInput, PlannerError
+from cost_model.transformer.memory import as_printed_GB
 from planner_service.cli.common import EXIT_BAD_INPUT, console, err_console, fail
 from planner_service.cli.launch import DEFAULT_SERVER_ENV
 
@@ -101,9 +102,11 @@ def register(app: typer.Typer) -> None:
                       f"({o['warmup_dropped']} warm-up, {o['outliers_dropped']} outliers dropped)")
         console.print(f"  step time observed {o['step_time_s']:.4g} s, predicted {p.get('step_time_s') or float('nan'):.4g} s "
                       f"({_pct(o.get('step_error_fraction'))})")
-        if o.get("peak_memory_reserved_GB") or o.get("peak_memory_allocated_GB"):
-            console.print(f"  peak memory observed {o.get('peak_memory_reserved_GB') or o.get('peak_memory_allocated_GB'):.1f} GB, "
-                          f"predicted {p.get('peak_memory_GB') or float('nan'):.1f} GB")
+        observed_GB = o.get("peak_memory_reserved_GB") or o.get("peak_memory_allocated_GB")
+        if observed_GB:
+            # predictions are in the units the allocator prints (binary; cost_model.transformer.memory)
+            console.print(f"  peak memory observed {as_printed_GB(observed_GB):.1f} GiB as printed ({observed_GB:.1f} GB), "
+                          f"predicted {p.get('peak_memory_GB') or float('nan'):.1f}")
         if c:
             console.print(f"  cluster {c['cluster']!r} recalibrated: version {c['version']} from {c['n_observations']} observation(s)")
 

@@ -38,6 +38,7 @@ from cost_model.cluster_calibration import (
 )
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.strategy import strategy_from_dict
+from cost_model.transformer.memory import as_printed_GB
 from planner_service.observations import check_matches, parse_log, plan_facts, summarize
 from planner_service.planner.request import PlanRequest
 from planner_service.storage.observations import ObservationStore, StoredCalibration, StoredObservation
@@ -268,9 +269,13 @@ class ObservationService:
         if not peaks or not cap:
             return None
         peak = max(peaks)
+        # the device's memory and the prediction are in the units the allocator prints (binary):
+        # compare the observed bytes in them, not in GB of 10^9 (memory.as_printed_GB)
+        printed = as_printed_GB(peak)
         predicted = _predicted(plan).get("peak_memory_GB")
-        return {"observed_peak_GB": peak, "capacity_GB": cap, "fraction": peak / cap, "predicted_peak_GB": predicted,
-                "observed_over_predicted": peak / predicted if predicted else None, "tight": peak / cap >= MEMORY_TIGHT_FRACTION}
+        return {"observed_peak_GB": peak, "observed_peak_as_printed_GB": printed, "capacity_GB": cap, "fraction": printed / cap,
+                "predicted_peak_GB": predicted, "observed_over_predicted": printed / predicted if predicted else None,
+                "tight": printed / cap >= MEMORY_TIGHT_FRACTION}
 
     def recalibrated_overrides(self, plan: StoredPlan) -> dict[str, Any]:
         """Request changes a re-plan at the latest calibration makes: more memory headroom when
@@ -325,7 +330,8 @@ class ObservationService:
                             "calibration_version": latest.version if latest else 0}
         same = {k: v for k, v in new_strategy.items() if k != "layers_per_stage"} == {k: v for k, v in basis["strategy"].items() if k != "layers_per_stage"}
         if mem and mem["tight"] and not same:
-            out.update(suggest=True, reason=f"observed peak memory {mem['observed_peak_GB']:.1f} GB is {mem['fraction']:.0%} of the device's "
+            out.update(suggest=True, reason=f"observed peak memory {mem['observed_peak_as_printed_GB']:.1f} GiB as the allocator prints it "
+                                            f"({mem['observed_peak_GB']:.1f} GB) is {mem['fraction']:.0%} of the device's "
                                             f"{mem['capacity_GB']:.0f} GB; a layout with memory headroom "
                                             f"{overrides.get('constraints', {}).get('memory_headroom_fraction')} fits with room")
         elif not same and improvement > band:

@@ -34,7 +34,16 @@
 
   const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-  const fmt = {
+  // Observed peaks are stored in GB of 10^9 bytes; predictions and device memories are in the
+// units the allocator prints (binary: an "80 GB" GPU holds 80 GiB), so the observed peak is
+// shown in those too (cost_model.transformer.memory.as_printed_GB).
+function observedPeak(observedGB, predictedGB) {
+  if (observedGB == null) return `observed –, predicted ${fmt.gb(predictedGB)}`;
+  const printed = observedGB * 1e9 / 2 ** 30;
+  return `observed ${printed.toFixed(1)} GiB as printed (${fmt.gb(observedGB)}), predicted ${fmt.gb(predictedGB)}`;
+}
+
+const fmt = {
     int: (n) => (n === null || n === undefined ? "–" : Math.round(n).toLocaleString("en-US")),
     pct: (f, d = 1) => (f === null || f === undefined ? "–" : (f * 100).toFixed(d) + "%"),
     gb: (x) => (x === null || x === undefined ? "–" : x.toFixed(x < 10 ? 2 : 1) + " GB"),
@@ -1586,7 +1595,7 @@
         ["Observed step", `${fmt.time(obs.step_time_s)} (${obs.observations} run${obs.observations === 1 ? "" : "s"}, ${obs.format})`],
         ["Predicted step", `${fmt.time(obs.predicted_step_time_s)} (80%: ${fmt.time(obs.predicted_step_time_s_p10)} – ${fmt.time(obs.predicted_step_time_s_p90)})`],
         ["Error", `${fmt.pct(obs.step_error_fraction)}${obs.within_interval === false ? " — outside the interval" : ""}`],
-        ["Peak memory", `observed ${fmt.gb(obs.peak_memory_reserved_GB ?? obs.peak_memory_allocated_GB)}, predicted ${fmt.gb(obs.predicted_peak_memory_GB)}`],
+        ["Peak memory", observedPeak(obs.peak_memory_reserved_GB ?? obs.peak_memory_allocated_GB, obs.predicted_peak_memory_GB)],
         ["Costed with", `calibration version ${cal.version ?? 0} (${cal.source || "public"})`],
       ]),
       observedPlot(obs),

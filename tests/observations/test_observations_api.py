@@ -144,13 +144,16 @@ def test_suggestion_and_recalibrated_replan(make_client):
     plan = _plan(client)
     s = client.get(f"/v1/plans/{plan['id']}/suggestion").json()
     assert s["suggest"] is False and s["latest_calibration_version"] == 0 and "no calibration" in s["reason"]
-    # observed memory at 97% of the 80 GB device: tight → a layout planned with more headroom is offered and notified
+    # observed memory at 97% of the 80 GB device (77.6 GiB as the allocator prints it, 83.3 GB of
+    # 10^9 bytes): tight → a layout planned with more headroom is offered and notified
     step = plan["best"]["prediction"]["step_time_s"]
     r = client.post(f"/v1/plans/{plan['id']}/observations",
-                    json={"log": _steps_log(step, 1.0, peak_GB=77.6), "callback_url": "https://hooks.example/planner"})
+                    json={"log": _steps_log(step, 1.0, peak_GB=77.6 * 2**30 / 1e9), "callback_url": "https://hooks.example/planner"})
     assert r.status_code == 201, r.text
     s = client.get(f"/v1/plans/{plan['id']}/suggestion").json()
     assert s["memory"]["tight"] is True and s["latest_calibration_version"] == 1
+    assert s["memory"]["fraction"] == pytest.approx(77.6 / 80) and s["memory"]["observed_peak_as_printed_GB"] == pytest.approx(77.6)
+    assert "77.6 GiB" in s["reason"]
     assert s["suggested"]["request_changes"]["constraints"]["memory_headroom_fraction"] > 0.1
     assert s["suggest"] is True and "memory" in s["reason"] and s["suggested"]["strategy"] != plan["best"]["strategy"]
     assert len(sent) == 1 and sent[0][0] == "https://hooks.example/planner" and sent[0][1]["event"] == "plan.suggestion"
@@ -273,3 +276,15 @@ def test_a_cluster_calibration_replaces_the_single_source_spread(client):
     assert calibrated["interval_regime"] == "cluster:ds-lab@v1"
     assert not any(w.startswith(SINGLE_SOURCE_WARNING) for w in calibrated["warnings"] + calibrated_plan["warnings"])
     assert calibrated["step_time_s_p10"] < calibrated["step_time_s"] < calibrated["step_time_s_p90"]
+
+
+def test_observed_memory_is_compared_with_the_device_in_the_units_the_allocator_prints(client):
+    """77.6 GB of 10^9 bytes is 72.3 GiB: 90% of an "80 GB" GPU, whose 80 is binary as the
+    allocator and nvidia-smi print it — not the 97% that comparing 77.6 with 80 would say."""
+    plan = _plan(client)
+    step = plan["best"]["prediction"]["step_time_s"]
+    r = client.post(f"/v1/plans/{plan['id']}/observations", json={"log": _steps_log(step, 1.0, peak_GB=77.6)})
+    assert r.status_code == 201, r.text
+    mem = client.get(f"/v1/plans/{plan['id']}/suggestion").json()["memory"]
+    assert mem["observed_peak_GB"] == pytest.approx(77.6)
+    assert mem["fraction"] == pytest.approx(77.6e9 / 2**30 / 80) and mem["tight"] is False

@@ -62,3 +62,15 @@ def test_observe_refusals_exit_2(cli, client, tmp_path):
     assert r.exit_code == 2 and "--server" in r.output
     r = CliRunner().invoke(cli, ["replan", plan["id"], "--server", "http://planner"])
     assert r.exit_code == 2
+
+
+def test_observe_prints_the_peak_in_the_units_of_the_prediction(cli, client, tmp_path):
+    """The log's peak is stored in GB of 10^9 bytes; the CLI prints it as the allocator does (GiB),
+    the units the prediction beside it is in."""
+    plan = client.post("/v1/plans", json=small_request()).json()
+    step = plan["best"]["prediction"]["step_time_s"]
+    log = tmp_path / "steps.csv"
+    log.write_text("step,step_time_ms,max_reserved_GB\n" + "\n".join(f"{i},{step * 1e3:.3f},24.0" for i in range(1, 11)) + "\n")
+    r = CliRunner().invoke(cli, ["observe", plan["id"], str(log), "--server", "http://planner"])
+    assert r.exit_code == 0, r.output
+    assert "peak memory observed 22.4 GiB as printed (24.0 GB)" in " ".join(r.output.split())

@@ -79,3 +79,16 @@ console.log(JSON.stringify({{
     assert d["residuals"][0][1] < d["residuals"][2][1] < d["residuals"][1][1]  # positive error drawn higher
     assert d["versions"] == ["v0", "v1"] and d["publics"] == 3
     assert not re.search(r"innerHTML|insertAdjacentHTML", _extract(APP.read_text(), "function observedSection("))
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_the_observed_peak_is_shown_in_the_units_predictions_are_in():
+    """Observed peaks are stored in GB of 10^9 bytes; the page shows them in GiB as the allocator
+    prints them (the units of the prediction beside them) and in GB."""
+    src = APP.read_text()
+    script = "\n".join(_extract(src, s) for s in ("const fmt = {", "function observedPeak(")) + """
+console.log(JSON.stringify([observedPeak(77.6, 72.0), observedPeak(null, 72.0)]));
+"""
+    out = json.loads(subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True).stdout)
+    assert out[0] == "observed 72.3 GiB as printed (77.6 GB), predicted 72.0 GB"
+    assert out[1] == "observed –, predicted 72.0 GB"
