@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from cost_model.devices import family_of
 from cost_model.errors import InvalidInput
 from planner_service.exporters.plan_view import (
     GroupInfo,
@@ -156,11 +157,41 @@ def nccl_env(group: GroupInfo | None, params: LaunchParams) -> dict[str, str]:
 
 
 def job_env(view: PlanView, params: LaunchParams, node: NodeSlot | None = None) -> dict[str, str]:
-    """Environment of one node's processes: NCCL for its group, then the user's extras."""
+    """Environment of one node's processes: NCCL for its group, then the framework's
+    requirements and the user's extras (:func:`launch_env`)."""
     group = view.group_of(node) if node is not None else None
     env = nccl_env(group, params)
-    env.update(params.env)
+    env.update(launch_env(view, params))
     return env
+
+
+def framework_env(view: PlanView) -> dict[str, str]:
+    """Environment the plan's framework requires of its layout, on every node of every launcher
+    (the user's ``env`` wins: :func:`launch_env`).  Megatron-LM and Megatron-DeepSpeed:
+
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor or context parallelism on GPUs before
+    Blackwell: one hardware work queue keeps a TP/CP collective ahead of the GEMM it overlaps,
+    and Megatron-LM's ``validate_args`` asserts the variable (``megatron/training/arguments.py``:
+    "Using tensor model parallelism or context parallelism require setting the environment
+    variable CUDA_DEVICE_MAX_CONNECTIONS to 1"; Megatron-DeepSpeed raises the same for sequence
+    parallelism and its asynchronous TP all-reduce), so a launch without it does not start.
+    Blackwell lifted the requirement; under Megatron-FSDP (ZeRO 2/3) and with the MoE
+    expert-parallel overlap Megatron only warns, as those want more connections, so it is left
+    unset there."""
+    if view.training.get("framework", "megatron-core") not in ("megatron-core", "megatron-deepspeed"):
+        return {}
+    model_parallel = view.tp > 1 or (view.cp > 1 and view.training.get("framework") != "megatron-deepspeed")
+    pre_blackwell = any(family_of(d) != "blackwell" for d in view.device_types)
+    fsdp = view.training.get("framework", "megatron-core") == "megatron-core" and int(view.s("zero_stage", 0)) in (2, 3)
+    if model_parallel and pre_blackwell and not fsdp and not view.training.get("moe_comm_overlap"):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def launch_env(view: PlanView, params: LaunchParams) -> dict[str, str]:
+    """What every process of the job gets beyond NCCL's settings: the framework's requirements
+    (:func:`framework_env`), then the user's ``env`` over them."""
+    return {**framework_env(view), **params.env}
 
 
 def export_lines(env: Mapping[str, str], indent: str = "") -> list[str]:

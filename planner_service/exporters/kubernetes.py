@@ -41,6 +41,7 @@ from planner_service.exporters.common import (
     Artifact,
     LaunchParams,
     k8s_name,
+    launch_env,
     nccl_env,
     paddle_rank_lines,
     paddle_smoke_script,
@@ -165,7 +166,7 @@ def node_script(view: PlanView, params: LaunchParams, mode: str) -> str:
         *_group_env_lines(view, params),
         'export PLAN_NODE_NAME="$host" PLAN_NODE_RANK="$node_rank"',
     ]
-    for k, v in params.env.items():
+    for k, v in launch_env(view, params).items():
         lines.append(f"export {k}={q(v)}")
     if wrap:
         lines.append('if [[ "${1:-}" == *.py ]]; then set -- python -u "$@"; fi')

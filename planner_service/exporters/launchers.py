@@ -22,6 +22,7 @@ from planner_service.exporters.common import (
     LaunchParams,
     export_lines,
     job_env,
+    launch_env,
     nccl_env,
     paddle_smoke_script,
     python_command,
@@ -274,7 +275,7 @@ def deepspeed_env_file(view: PlanView, params: LaunchParams) -> str:
         env["NCCL_SOCKET_IFNAME"] = ifname
     if hca:
         env["NCCL_IB_HCA"] = hca
-    env.update(params.env)
+    env.update(launch_env(view, params))
     return "".join(f"{k}={v}\n" for k, v in env.items())
 
 

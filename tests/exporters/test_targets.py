@@ -598,3 +598,41 @@ def test_launch_params_builder_shared_by_route_and_cli():
     with pytest.raises(InvalidInput) as e:
         launch_params(env=["NOEQUALS"])
     assert e.value.field == "env"
+
+
+def test_megatron_launch_exports_what_megatron_asserts_for_tensor_parallelism(tmp_path):
+    """Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before
+    Blackwell: the homogeneous plan (tp 4, H100) exports it on every node and says why; without
+    model parallelism, under Megatron-FSDP, on Blackwell, or where the user set it, it is left alone."""
+    plan, art = _render("homogeneous", "megatron")
+    launch = art.files["launch_megatron.sh"]
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in launch
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n and "Blackwell" in n for n in art.notes)
+
+    def variant(**strategy):
+        p = json.loads(json.dumps(plan))
+        p["best"]["strategy"].update(strategy)
+        return p
+
+    def exported(p, **kw):
+        files = render(p, "megatron", LaunchParams(**{**PARAMS.__dict__, **kw})).files
+        return [line.strip() for line in files["launch_megatron.sh"].splitlines() if "CUDA_DEVICE_MAX_CONNECTIONS" in line]
+
+    no_tp = variant(tp=1, dp=8, sequence_parallel=False)
+    for r in no_tp["best"]["ranks"]:
+        r["tp"], r["dp"] = 0, r["dp"] * 4 + r["tp"]
+    assert exported(no_tp) == []
+    assert exported(variant(zero_stage=3)) == []  # Megatron-FSDP: a warning in Megatron, not an assert
+    blackwell = json.loads(json.dumps(plan).replace("H100-SXM5-80GB", "B200-HGX-180GB"))
+    assert exported(blackwell) == []
+    user = exported(plan, env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    assert user and all(line.endswith("CUDA_DEVICE_MAX_CONNECTIONS=8") for line in user)
+    assert exported(plan) and all(line.endswith("CUDA_DEVICE_MAX_CONNECTIONS=1") for line in exported(plan))
+    # every launcher of the plan carries it: Slurm's job script, DeepSpeed's runner for Megatron-DeepSpeed
+    assert " CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun " in render(plan, "slurm", PARAMS).files["job.sbatch"]
+    mds = json.loads(json.dumps(plan))
+    mds["training"]["framework"] = "megatron-deepspeed"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1\n" in render(mds, "deepspeed", PARAMS).files[".deepspeed_env"]
+    fsdp = json.loads(json.dumps(plan))
+    fsdp["training"]["framework"] = "fsdp"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in render(fsdp, "torchtitan", PARAMS).files["launch_torchtitan.sh"]
