@@ -183,7 +183,8 @@ def framework_env(view: PlanView) -> dict[str, str]:
     model_parallel = view.tp > 1 or (view.cp > 1 and view.training.get("framework") != "megatron-deepspeed")
     pre_blackwell = any(family_of(d) != "blackwell" for d in view.device_types)
     fsdp = view.training.get("framework", "megatron-core") == "megatron-core" and int(view.s("zero_stage", 0)) in (2, 3)
-    if model_parallel and pre_blackwell and not fsdp and not view.training.get("moe_comm_overlap"):
+    ep_overlap = bool(view.training.get("moe_comm_overlap")) and view.ep > 1  # the flag is written only with ep > 1
+    if model_parallel and pre_blackwell and not fsdp and not ep_overlap:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return {}
 

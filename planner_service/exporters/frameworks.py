@@ -62,6 +62,12 @@ def mtp_notes(view: PlanView) -> list[str]:
             "has no setting for them: the model code must build and train them, or plan without num_nextn_predict_layers"]
 
 
+#: The request's ``cp_comm_type`` as Megatron-Core passes it to Transformer Engine, which names
+#: the K/V all-gather exchange ``all_gather`` (``TransformerConfig.cp_comm_type``; anything else
+#: is "Unsupported communication type" at the first forward).
+MEGATRON_CP_COMM_TYPES = {"allgather": "all_gather"}
+
+
 def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
     """The MoE and context-parallel flags the plan was costed with (``training``'s
     ``moe_token_dispatcher``, ``moe_comm_overlap``, ``moe_capacity_factor``, ``cp_comm_type``),
@@ -88,7 +94,7 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
     if view.cp > 1 and tr.get("framework", "megatron-core") == "megatron-core":  # Megatron-DeepSpeed's CP is Ulysses
         exchange = cp_exchange("megatron-core", tr.get("cp_comm_type"))
         if exchange != "p2p":  # Megatron's default
-            out.append(("--cp-comm-type", exchange))
+            out.append(("--cp-comm-type", MEGATRON_CP_COMM_TYPES.get(exchange, exchange)))
     return out
 
 
@@ -139,6 +145,12 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     else:
         notes.append("the plan's model has no transformer shape: add its Megatron model arguments by hand")
     dtype = view.training.get("dtype", "bf16")
+    if view.transformer is not None and view.transformer.is_moe:
+        if dtype in ("fp16", "fp32"):
+            notes.append(f"Megatron's grouped GEMM for the experts is bf16-only: under {dtype} the experts run one GEMM "
+                         "each (--moe-grouped-gemm left out), which the plan's step time does not price")
+        else:
+            args.append(("--moe-grouped-gemm", None))
     if dtype == "bf16":
         args.append(("--bf16", None))
     elif dtype == "fp16":
@@ -159,6 +171,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args += [
             ("--use-megatron-fsdp", None),
             ("--data-parallel-sharding-strategy", "optim_grads" if zero == 2 else "optim_grads_params"),
+            # validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format"
+            ("--ckpt-format", "fsdp_dtensor"),
         ]
         notes.append(f"ZeRO stage {zero} maps to Megatron-FSDP; check your Megatron-LM version supports it with pp={view.pp}")
     if view.dp > 1:
@@ -254,6 +268,11 @@ def _megatron_position_args(m: TransformerSpec) -> tuple[list[tuple[str, str | N
                 args.append((flag, str(int(value)) if flag.endswith("embeddings") else str(float(value))))
     elif kind:
         notes.append(f"RoPE scaling {kind!r} ({scaling}) has no Megatron-LM flag: apply it in the model provider")
+    if m.is_mla and kind != "yarn":
+        # MLATransformerConfig defaults to rope_type "yarn" (scaling factor 40): plain RoPE must be
+        # asked for, and its fused kernel is YaRN-only for MLA ("apply_rope_fusion for MLA only
+        # works with YARN RoPE")
+        args += [("--rope-type", "rope"), ("--no-rope-fusion", None)]
     return args, notes
 
 
@@ -303,7 +322,8 @@ def megatron_model_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]
             args.append(("--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_hidden_size)))
         if m.dense_layer_indices:
             args.append(("--moe-layer-freq", _moe_layer_freq(m)))
-        args.append(("--moe-grouped-gemm", None))
+        if m.experts_per_token == 1:  # TransformerConfig: "Please use --moe-router-pre-softmax when topk is 1."
+            args.append(("--moe-router-pre-softmax", None))
     if m.mtp_layers:
         args.append(("--mtp-num-layers", str(m.mtp_layers)))
     return args, notes

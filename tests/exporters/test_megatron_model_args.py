@@ -119,3 +119,18 @@ def test_megatron_flags_carry_rope_biases_tying_and_moe_shapes():
     falcon = megatron_flags(load("falcon-7b"))
     assert falcon["--position-embedding-type"] == "rope" and falcon["--num-query-groups"] == "1"
     assert "--untie-embeddings-and-output-weights" not in falcon and "--swiglu" not in falcon
+
+
+def test_flags_megatron_would_refuse_or_misread_are_written_its_way():
+    """MLA without YaRN scaling asks for plain RoPE (MLATransformerConfig defaults to YaRN) and
+    turns off the YaRN-only fused kernel; top-1 routing gets the pre-softmax router Megatron
+    requires for topk 1; the bf16-only grouped GEMM is written for MoE models."""
+    load = lambda n: json.loads((CONFIGS / f"{n}.json").read_text())  # noqa: E731
+    plain = {k: v for k, v in load("deepseek-v3").items() if k != "rope_scaling"}
+    ds = megatron_flags(plain)
+    assert ds["--rope-type"] == "rope" and "--no-rope-fusion" in ds
+    assert megatron_flags(load("deepseek-v3"))["--rope-type"] == "yarn" and "--no-rope-fusion" not in megatron_flags(load("deepseek-v3"))
+    top1 = megatron_flags({**load("mixtral-8x7b"), "num_experts_per_tok": 1})
+    assert "--moe-router-pre-softmax" in top1 and "--moe-grouped-gemm" in top1
+    assert "--moe-router-pre-softmax" not in megatron_flags(load("mixtral-8x7b"))
+    assert all(k in megatron_reference() for k in {**ds, **top1})

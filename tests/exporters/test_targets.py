@@ -397,6 +397,7 @@ def test_megatron_uneven_stages_use_pipeline_layout():
     assert [s.count("t") for s in layout.split("|")] == [9, 8, 7, 8]
     assert "--num-virtual-stages-per-pipeline-rank" not in words
     assert "--use-megatron-fsdp" in words  # zero_stage 3
+    assert words[words.index("--ckpt-format") + 1] == "fsdp_dtensor"  # "Megatron FSDP only supports fsdp_dtensor"
     # even split: no layout
     _, art = _render("homogeneous", "megatron")
     words = _megatron_args(art.files["megatron_args.sh"])
