@@ -330,6 +330,78 @@ def context_parallel_violation(framework: str, *, cp: int, tp: int, pp: int, exc
     return None
 
 
+def expert_parallel_dtype_violation(framework: str, dtype: str, ep: int) -> str | None:
+    """Reason when ``framework`` cannot run expert parallelism ``ep`` in ``dtype``, else None:
+    Megatron-LM refuses it under fp16 (``validate_args``: "Expert parallelism is not supported
+    with fp16 training.")."""
+    if ep > 1 and dtype == "fp16" and framework == "megatron-core":
+        return "megatron-core: expert parallelism is not supported with fp16 training (Megatron-LM validate_args); use bf16 or ep=1"
+    return None
+
+
+def moe_training_violation(framework: str, dtype: str, dispatcher: str, capacity_factor: float | None,
+                           comm_overlap: bool) -> tuple[str, str] | None:
+    """(training field, reason) when the MoE settings are a combination Megatron-Core refuses at
+    start-up, else None.  Its DeepEP (flex) dispatcher does not pad expert inputs to a capacity
+    ("Flex token dispatcher with deepep backend does not support
+    moe_pad_expert_input_to_capacity"), which is how a capacity factor is run and costed here;
+    the expert-parallel all-to-all overlap needs the alltoall or flex dispatcher and a 16-bit
+    model (``TransformerConfig``: "overlap_moe_expert_parallel_comm is supported with
+    alltoall/flex token dispatcher", "... only supported with bf16 or fp16 model")."""
+    if framework != "megatron-core":
+        return None
+    if capacity_factor is not None and dispatcher == "deepep":
+        return ("moe_capacity_factor", "megatron-core: its DeepEP dispatcher does not pad expert inputs to a capacity, which a "
+                "capacity factor runs and is costed as; use moe_token_dispatcher alltoall with it, or leave it out")
+    if comm_overlap and dispatcher == "allgather":
+        return "moe_comm_overlap", "megatron-core: the expert-parallel overlap needs the alltoall or deepep dispatcher, not allgather"
+    if comm_overlap and dtype == "fp32":
+        return "moe_comm_overlap", "megatron-core: the expert-parallel overlap needs a bf16, fp16, fp8 or fp4 model, not fp32"
+    return None
+
+
+def moe_overlap_layout_violation(framework: str, comm_overlap: bool, *, ep: int, pp: int, vpp: int,
+                                 recompute: str) -> tuple[str, str] | None:
+    """(strategy field, reason) when Megatron-Core's expert-parallel all-to-all overlap
+    (``training.moe_comm_overlap``, ``--overlap-moe-expert-parallel-comm``, written with ep > 1)
+    cannot run the layout, else None.  With a pipeline it runs only in the interleaved schedule
+    (``TransformerConfig``: "virtual_pipeline_model_parallel_size must be specified when
+    pipeline_model_parallel_size > 1"); full recompute it runs only through its own
+    per-module path (no recompute method or layer count, dropout 0), which is not what the
+    cost model prices as full recompute."""
+    if framework != "megatron-core" or not comm_overlap or ep <= 1:
+        return None
+    if pp > 1 and vpp == 1:
+        return "vpp", ("megatron-core: the expert-parallel overlap (moe_comm_overlap) with a pipeline needs the interleaved "
+                       "schedule (vpp ≥ 2)")
+    if recompute == "full":
+        return "recompute", ("megatron-core: the expert-parallel overlap (moe_comm_overlap) takes no full recompute of the "
+                             "kind costed here (a recompute method and layer count); use selective or none")
+    return None
+
+
+def cp_sequence_multiple(framework: str, cp: int) -> int:
+    """What ``sequence_length`` must be a multiple of under context parallelism of degree ``cp``:
+    2·cp under Megatron-Core, which cuts each sequence into 2·cp chunks and gives rank i chunks
+    i and 2·cp − 1 − i so that causal attention's work is balanced (Megatron-LM
+    ``validate_args``: "seq-length should be a multiple of 2 * context-parallel-size"); cp
+    elsewhere (Ulysses and Paddle's sep cut it into cp parts)."""
+    if cp <= 1:
+        return 1
+    return 2 * cp if framework == "megatron-core" else cp
+
+
+def cp_sequence_violation(framework: str, cp: int, sequence_length: int) -> str | None:
+    """Reason when ``sequence_length`` cannot be split for context parallelism ``cp``, else None."""
+    k = cp_sequence_multiple(framework, cp)
+    if sequence_length % k == 0:
+        return None
+    if k == cp:
+        return f"cp={cp} does not divide sequence_length {sequence_length}"
+    return (f"{framework} cuts each sequence into 2·cp = {k} chunks for load-balanced causal attention: "
+            f"sequence_length {sequence_length} is not a multiple of {k}")
+
+
 def cp_exchange(framework: str, cp_comm_type: str | None) -> str:
     """The context-parallel exchange a framework runs: ``cp_comm_type`` when given, else the
     framework's own (the first of its ``cp_exchanges``)."""
@@ -383,11 +455,16 @@ __all__ = [
     "FrameworkRules",
     "context_parallel_violation",
     "cp_exchange",
+    "cp_sequence_multiple",
+    "cp_sequence_violation",
     "cp_exchange_rule_violation",
     "describe",
     "dtype_rule_violation",
+    "expert_parallel_dtype_violation",
     "ep_group_divisor",
     "layout_rule_violation",
+    "moe_overlap_layout_violation",
+    "moe_training_violation",
     "partial_sharding_violation",
     "pinned_rule_violation",
     "rules_for",

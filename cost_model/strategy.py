@@ -14,7 +14,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import context_parallel_violation, layout_rule_violation, rules_for
+from cost_model.frameworks import (
+    context_parallel_violation,
+    cp_sequence_violation,
+    expert_parallel_dtype_violation,
+    layout_rule_violation,
+    moe_overlap_layout_violation,
+    rules_for,
+)
 from cost_model.training import Training
 from cost_model.transformer.moe import expert_blocks_tile
 from cost_model.transformer.spec import TransformerSpec
@@ -312,11 +319,19 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             "(KV heads can only be split or replicated evenly)",
             field=f"{f}.tp",
         )
-    if training.sequence_length % s.cp:
-        raise InvalidStrategy(f"cp={s.cp} does not divide sequence_length {training.sequence_length}", field=f"{f}.cp")
+    why = cp_sequence_violation(training.framework, s.cp, training.sequence_length)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.cp")
     why = context_parallel_violation(training.framework, cp=s.cp, tp=s.tp, pp=s.pp, exchange=training.cp_comm_type, heads=model.num_heads)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.cp")
+    why = expert_parallel_dtype_violation(training.framework, training.dtype, s.ep)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.ep")
+    overlap_rule = moe_overlap_layout_violation(training.framework, training.moe_comm_overlap, ep=s.ep, pp=s.pp, vpp=s.vpp,
+                                                recompute=s.recompute)
+    if overlap_rule is not None:
+        raise InvalidStrategy(overlap_rule[1], field=f"{f}.{overlap_rule[0]}")
     if s.ep > 1:
         if not model.is_moe:
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")

@@ -13,6 +13,7 @@ from cost_model.frameworks import (
     cp_exchange_rule_violation,
     dtype_rule_violation,
     grad_accum_rule_violation,
+    moe_training_violation,
 )
 
 OPTIMIZERS = ("adam", "sgd")
@@ -161,4 +162,8 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = grad_accum_rule_violation(framework, out.get("dtype", "bf16"), out.get("grad_accum_dtype"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.grad_accum_dtype")
+    moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
+                                     out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
+    if moe_why is not None:
+        raise InvalidTraining(moe_why[1], field=f"{field_path}.{moe_why[0]}")
     return Training(**out)

@@ -41,7 +41,7 @@ CASES = [
     (with_("strategy.pp", 64), "strategy.pp", "exceeds"),
     (with_("strategy.dp", 8), "strategy.dp", "cluster has 16"),
     (with_("strategy.micro_batch_size", 3), "strategy.micro_batch_size", "not divisible"),
-    (with_("strategy.cp", 3), "strategy.cp", "does not divide sequence_length"),
+    (with_("strategy.cp", 3), "strategy.cp", "sequence_length"),
     (with_("strategy.ep", 2), "strategy.ep", "mixture-of-experts"),
     (with_("strategy.recompute", "some"), "strategy.recompute", "one of"),
     (with_("strategy.zero_stage", 4), "strategy.zero_stage", "0, 1, 2 or 3"),

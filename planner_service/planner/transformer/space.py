@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import context_parallel_violation, ep_group_divisor, pinned_rule_violation, rules_for
+from cost_model.frameworks import (
+    context_parallel_violation,
+    cp_sequence_violation,
+    ep_group_divisor,
+    expert_parallel_dtype_violation,
+    moe_overlap_layout_violation,
+    pinned_rule_violation,
+    rules_for,
+)
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
@@ -71,6 +79,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if ep is not None and ep > 1:
         if not model.is_moe:
             raise InvalidStrategy(f"ep={ep} needs a mixture-of-experts model; {model.name} is dense", field="constraints.ep")
+        why = expert_parallel_dtype_violation(training.framework, training.dtype, ep)
+        if why is not None:
+            raise InvalidStrategy(why, field="constraints.ep")
         if model.num_experts % ep:
             raise InvalidStrategy(f"ep={ep} does not divide the {model.num_experts} experts", field="constraints.ep")
     etp = pins.get("etp")
@@ -82,8 +93,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if why is not None:
             raise InvalidStrategy(why, field="constraints.etp")
     cp = pins.get("cp")
-    if cp is not None and training.sequence_length % cp:
-        raise InvalidStrategy(f"cp={cp} does not divide sequence_length {training.sequence_length}", field="constraints.cp")
+    why = cp_sequence_violation(training.framework, cp, training.sequence_length) if cp is not None else None
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.cp")
     why = context_parallel_violation(training.framework, cp=cp or 1, tp=pins.get("tp", 1), pp=pins.get("pp", 1),
                                      exchange=training.cp_comm_type, heads=model.num_heads)
     if why is not None:
@@ -148,7 +160,8 @@ def enumerate_space(
     if not rules.tensor_parallel:
         tps = [1]
     tps = _pin(pins, "tp", tps)
-    cps = _pin(pins, "cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024) and (c == 1 or rules.context_parallel)])
+    cps = _pin(pins, "cp", [c for c in CP_CHOICES if cp_sequence_violation(training.framework, c, s) is None
+                            and (c == 1 or s // c >= 1024) and (c == 1 or rules.context_parallel)])
     units = L + split_units(pins)  # the embedding/loss counted as layers when pinned so
     pps = pp_choices(L) if rules.pipeline_parallel else [1]
     if units != L:  # Megatron-Core splits layers + flags evenly over pp·vpp chunks (pp > 1)
@@ -163,7 +176,8 @@ def enumerate_space(
     rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if selective else []))
     if pins.get("recompute_num_layers"):
         rcs = ["full"]
-    eps = _pin(pins, "ep", _divisors(model.num_experts) if model.is_moe and rules.expert_parallel else [1])
+    ep_ok = model.is_moe and rules.expert_parallel and expert_parallel_dtype_violation(training.framework, training.dtype, 2) is None
+    eps = _pin(pins, "ep", _divisors(model.num_experts) if ep_ok else [1])
 
     outer: list[tuple[int, int, int, int, int]] = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
@@ -197,6 +211,10 @@ def enumerate_space(
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & even_chunks & (m % pp_col == 0)))
     cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
+    if moe_overlap_layout_violation(training.framework, training.moe_comm_overlap, ep=2, pp=1, vpp=1, recompute="full"):
+        # Megatron-Core's EP overlap: interleaved with a pipeline, no full recompute (where ep > 1)
+        moe_rows = cols["ep"] > 1
+        cols = _keep(cols, ~(moe_rows & (((cols["pp"] > 1) & (cols["vpp"] == 1)) | (cols["recompute"] == RECOMPUTE_CODE["full"]))))
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
     else:

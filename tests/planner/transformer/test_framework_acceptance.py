@@ -504,3 +504,75 @@ def test_sequence_parallel_under_deepspeed_points_to_ulysses():
     res = _plan(_body({"preset": "llama2-7b"}, "deepspeed", constraints={"sequence_parallel": True}))
     assert res.best.strategy.tp == 1
     assert any("under deepspeed" in w and "Ulysses" in w and "cp" in w for w in res.warnings), res.warnings
+
+
+def test_megatron_core_context_parallelism_needs_the_sequence_in_2cp_chunks():
+    """Megatron-Core balances causal attention by cutting each sequence into 2·cp chunks
+    (validate_args asserts seq-length % (2·cp) == 0): 4100 tokens over cp=4 is refused there,
+    naming the rule, and never proposed by the search; Ulysses (DeepSpeed) needs only cp | seq."""
+    def body(framework, cp):
+        return {**_body({"preset": "llama2-7b"}, framework, seq=4100, gbs=8), "strategy": {"dp": 2, "cp": cp, "micro_batch_size": 1}}
+
+    with pytest.raises(InvalidStrategy) as exc:
+        req = parse_estimate_request(body("megatron-core", 4))
+        estimate(req.model, req.training, req.cluster, req.strategy)
+    assert exc.value.field == "strategy.cp" and "2·cp = 8" in str(exc.value)
+    req = parse_estimate_request(body("deepspeed", 4))
+    assert estimate(req.model, req.training, req.cluster, req.strategy).step_time_s > 0
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body({"preset": "llama2-7b"}, "megatron-core", seq=4100, gbs=8, constraints={"cp": 4}))
+    assert exc.value.field == "constraints.cp"
+    free = _plan(_body({"preset": "llama2-7b"}, "megatron-core", seq=4100, gbs=8))
+    assert all(4100 % (2 * e.strategy.cp) == 0 for e in [free.best, *free.alternatives] if e.strategy.cp > 1)
+
+
+def test_moe_settings_megatron_core_refuses_at_start_up_are_refused_here():
+    """fp16 with expert parallelism, a capacity factor under the DeepEP dispatcher (which cannot
+    pad to it) and the EP overlap under allgather or fp32 are refused, naming the field; the
+    search keeps fp16 MoE plans at ep=1."""
+    moe = {"preset": "mixtral-8x7b"}
+    nodes = ({**H100_NODE, "count": 2},)
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body(moe, "megatron-core", nodes=nodes, constraints={"ep": 8}, dtype="fp16"))
+    assert exc.value.field == "constraints.ep" and "fp16" in str(exc.value)
+    with pytest.raises(InvalidStrategy) as exc:
+        req = parse_estimate_request({**_body(moe, "megatron-core", nodes=nodes, dtype="fp16"),
+                                      "strategy": {"dp": 16, "ep": 8, "micro_batch_size": 1, "recompute": "full"}})
+        estimate(req.model, req.training, req.cluster, req.strategy)
+    assert exc.value.field == "strategy.ep"
+    fp16 = _plan(_body(moe, "megatron-core", nodes=nodes, dtype="fp16"))
+    assert all(e.strategy.ep == 1 for e in [fp16.best, *fp16.alternatives])
+    for training, field in (({"moe_token_dispatcher": "deepep", "moe_capacity_factor": 1.25}, "training.moe_capacity_factor"),
+                            ({"moe_token_dispatcher": "allgather", "moe_comm_overlap": True}, "training.moe_comm_overlap"),
+                            ({"dtype": "fp32", "moe_comm_overlap": True}, "training.moe_comm_overlap")):
+        with pytest.raises(InvalidInput) as exc:
+            training_from_dict({"global_batch_size": 8, "sequence_length": 4096, **training})
+        assert exc.value.field == field, training
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "moe_token_dispatcher": "alltoall",
+                               "moe_capacity_factor": 1.25, "moe_comm_overlap": True}).moe_capacity_factor == 1.25
+
+
+def test_megatron_core_ep_overlap_runs_interleaved_with_a_pipeline_and_without_full_recompute():
+    """--overlap-moe-expert-parallel-comm with pp > 1 needs vpp ≥ 2 and refuses the full recompute
+    the cost model prices: an estimate of either is refused naming the field, and the search
+    proposes neither."""
+    moe = {"preset": "mixtral-8x7b"}
+    nodes = ({**H100_NODE, "count": 4},)
+
+    def est(**strategy):
+        req = parse_estimate_request({**_body(moe, "megatron-core", nodes=nodes, moe_comm_overlap=True),
+                                      "strategy": {"dp": 8, "ep": 8, "micro_batch_size": 1, **strategy}})
+        return estimate(req.model, req.training, req.cluster, req.strategy)
+
+    with pytest.raises(InvalidStrategy) as exc:
+        est(pp=4, recompute="selective")
+    assert exc.value.field == "strategy.vpp"
+    with pytest.raises(InvalidStrategy) as exc:
+        est(pp=4, vpp=2, recompute="full")
+    assert exc.value.field == "strategy.recompute"
+    assert est(pp=4, vpp=2, recompute="selective").step_time_s > 0
+    res = _plan(_body(moe, "megatron-core", nodes=nodes, moe_comm_overlap=True))
+    for e in [res.best, *res.alternatives]:
+        s = e.strategy
+        if s.ep > 1:
+            assert s.recompute != "full" and (s.pp == 1 or s.vpp > 1), s
