@@ -163,6 +163,12 @@ def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
     layers = [sum(1 for m in part if m.startswith("layers.")) for part in par.module_fqns_per_model_part]
     assert layers == s["layers_per_stage"]
     assert cfg.training.global_batch_size == plan["training"]["global_batch_size"]
+    # torchtitan's own check of the degrees against the world the launch starts (ParallelDims._validate)
+    dims = pytest.importorskip("torchtitan.distributed.parallel_dims")
+    world = len(plan["best"]["ranks"])
+    dims.ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
+                      cp=par.context_parallel_degree, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
+                      ep=par.expert_parallel_degree, world_size=world)
 
 
 def test_torchtitan_config_manager_accepts_a_context_parallel_plan():
