@@ -184,6 +184,7 @@ def estimate(
 
         return estimate_graph(model, training, cluster, strategy)
     total = cluster.total_gpus
+    asked_etp = strategy.etp
     strategy = validate_strategy(model, training, strategy)
     if strategy.num_devices > total:
         raise InvalidStrategy(
@@ -195,6 +196,9 @@ def estimate(
     sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel, training.framework)
     if sp_noop:
         warnings.append(sp_noop)
+    if strategy.etp and not asked_etp:
+        warnings.append(f"{training.framework} runs the experts of a model with linear biases unsplit (etp={strategy.etp}, "
+                        "--expert-tensor-parallel-size): costed so")
     if strategy.num_devices < total:
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)

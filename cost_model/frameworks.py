@@ -360,6 +360,17 @@ def moe_training_violation(framework: str, dtype: str, dispatcher: str, capacity
     return None
 
 
+def required_expert_tensor_parallel(framework: str, is_moe: bool, linear_bias: bool) -> int | None:
+    """The experts' tensor parallelism a framework requires of a model, else None: Megatron-Core
+    runs biased linear layers in experts only unsplit ("Bias in Moe is only supported when
+    ETP==1", ``TransformerConfig``), so an MoE model with linear biases (gpt-oss; Megatron's
+    ``--add-bias-linear``, on when the output-projection and MLP biases both exist) runs at
+    ETP 1 whatever its TP — Megatron's default ETP is TP."""
+    if framework == "megatron-core" and is_moe and linear_bias:
+        return 1
+    return None
+
+
 def moe_overlap_layout_violation(framework: str, comm_overlap: bool, *, ep: int, pp: int, vpp: int,
                                  recompute: str) -> tuple[str, str] | None:
     """(strategy field, reason) when Megatron-Core's expert-parallel all-to-all overlap
@@ -464,6 +475,7 @@ __all__ = [
     "ep_group_divisor",
     "layout_rule_violation",
     "moe_overlap_layout_violation",
+    "required_expert_tensor_parallel",
     "moe_training_violation",
     "partial_sharding_violation",
     "pinned_rule_violation",

@@ -20,6 +20,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
+    required_expert_tensor_parallel,
     rules_for,
 )
 from cost_model.training import Training
@@ -337,6 +338,12 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")
         if model.num_experts % s.ep:
             raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
+    required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
+    if required is not None and s.etp not in (0, required):
+        raise InvalidStrategy(f"{training.framework} runs the experts of a model with linear biases at etp={required} only "
+                              "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')", field=f"{f}.etp")
+    if required is not None and not s.etp:
+        s = replace(s, etp=required)  # costed as the framework runs it; the estimate says so
     if s.etp:
         why = expert_tensor_parallel_violation(model, training.framework, s.etp, s)
         if why is not None:

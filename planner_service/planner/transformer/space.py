@@ -34,6 +34,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     moe_overlap_layout_violation,
     pinned_rule_violation,
+    required_expert_tensor_parallel,
     rules_for,
 )
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
@@ -85,6 +86,10 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if model.num_experts % ep:
             raise InvalidStrategy(f"ep={ep} does not divide the {model.num_experts} experts", field="constraints.ep")
     etp = pins.get("etp")
+    required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
+    if etp and required is not None and etp != required:
+        raise InvalidStrategy(f"{training.framework} runs the experts of a model with linear biases at etp={required} only "
+                              "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')", field="constraints.etp")
     if etp:
         # the layout's tiling is checked here when it is pinned whole, else row by row
         whole = {"tp", "dp", "ep"} <= set(pins) and ("cp" in pins or not rules_for(training.framework).context_parallel)
@@ -229,6 +234,10 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
+    required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
+    if required is not None and not pins.get("etp"):
+        # the framework's own ETP for this model (e.g. 1 for biased experts under Megatron-Core), which tiles every row
+        cols["etp"] = np.full(len(cols["dp"]), required, dtype=np.int64)
     if pins.get("etp"):
         # A pinned expert tensor parallelism: the rows whose EP × ETP blocks tile tp·cp·dp.
         etp = int(pins["etp"])

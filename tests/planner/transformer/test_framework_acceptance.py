@@ -576,3 +576,28 @@ def test_megatron_core_ep_overlap_runs_interleaved_with_a_pipeline_and_without_f
         s = e.strategy
         if s.ep > 1:
             assert s.recompute != "full" and (s.pp == 1 or s.vpp > 1), s
+
+
+#: gpt-oss-20b's shape (its config.json): an MoE whose linear layers, experts included, carry biases.
+GPT_OSS_20B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64,
+               "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32,
+               "num_experts_per_tok": 4, "vocab_size": 201088, "tie_word_embeddings": False, "attention_bias": True}
+
+
+def test_biased_experts_run_unsplit_under_megatron_core():
+    """Megatron-Core refuses an expert tensor parallelism above 1 for biased linear layers
+    ("Bias in Moe is only supported when ETP==1") and defaults ETP to TP: a gpt-oss plan is
+    costed, searched and launched at etp 1 whatever its tp, an estimate says so, and a pinned
+    etp 2 is refused naming the field."""
+    model = {"transformer": GPT_OSS_20B}
+    req = parse_estimate_request({**_body(model, "megatron-core"), "strategy": {"dp": 4, "tp": 2, "ep": 4, "micro_batch_size": 1}})
+    est = estimate(req.model, req.training, req.cluster, req.strategy)
+    assert any("etp=1" in w for w in est.warnings), est.warnings
+    res = _plan(_body(model, "megatron-core", constraints={"tp": 2}))
+    assert all(e.strategy.etp == 1 for e in [res.best, *res.alternatives])
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body(model, "megatron-core", constraints={"tp": 2, "etp": 2}))
+    assert exc.value.field == "constraints.etp"
+    # under FSDP the experts follow tp as before
+    fsdp = _plan(_body(model, "fsdp", constraints={"tp": 2}))
+    assert all(e.strategy.etp == 0 for e in [fsdp.best, *fsdp.alternatives])
