@@ -325,6 +325,11 @@ def megatron_model_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]
         if m.experts_per_token == 1:  # TransformerConfig: "Please use --moe-router-pre-softmax when topk is 1."
             args.append(("--moe-router-pre-softmax", None))
     if m.mtp_layers:
+        if ("--position-embedding-type", "yarn") in args:
+            # TransformerConfig: "Multi-Token Prediction (MTP) is not supported with yarn position embedding type."
+            raise InvalidPlan("Megatron-LM runs multi-token prediction only without YaRN position embeddings (MLA's YaRN "
+                              "aside): this model has both; launch it with another target or plan it without "
+                              "num_nextn_predict_layers", field="target")
         args.append(("--mtp-num-layers", str(m.mtp_layers)))
     return args, notes
 

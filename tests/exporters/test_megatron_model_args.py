@@ -134,3 +134,17 @@ def test_flags_megatron_would_refuse_or_misread_are_written_its_way():
     assert "--moe-router-pre-softmax" in top1 and "--moe-grouped-gemm" in top1
     assert "--moe-router-pre-softmax" not in megatron_flags(load("mixtral-8x7b"))
     assert all(k in megatron_reference() for k in {**ds, **top1})
+
+
+def test_mtp_with_plain_yarn_is_refused_for_the_megatron_launch():
+    """Megatron-Core refuses multi-token prediction with YaRN position embeddings (MLA's own
+    YaRN aside): the launch is a 422 naming the target, not a file that stops at start-up."""
+    from planner_service.exporters.plan_view import InvalidPlan
+
+    load = lambda n: json.loads((CONFIGS / f"{n}.json").read_text())  # noqa: E731
+    llama = {**load("llama-3.1-8b"), "num_nextn_predict_layers": 1,
+             "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}}
+    with pytest.raises(InvalidPlan) as exc:
+        megatron_flags(llama)
+    assert exc.value.field == "target" and "multi-token prediction" in str(exc.value)
+    assert megatron_flags(load("deepseek-v3"))["--mtp-num-layers"] == "1"  # MLA with YaRN: accepted
