@@ -734,6 +734,10 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     }
 
 
+#: Module names torchtitan 0.3's decoder spells differently from the TOML era's.
+TORCHTITAN_RENAMED = {"output": "lm_head"}
+
+
 def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: tuple[str, str, str | None] | None) -> list[str]:
     """The same settings as torchtitan >= 0.3 command-line words (its tyro parser): ``--module``/
     ``--config`` when a registered config builds the model, ``--section.key value``, booleans as
@@ -750,11 +754,16 @@ def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: t
             if isinstance(value, bool):
                 args.append(f"--{section}.{name}" if value else f"--{section}.no-{name}")
             elif key == "module_fqns_per_model_part":
-                args += [f"--{section}.{name}", *(",".join(part) for part in value)]
+                # torchtitan 0.3 names the output projection lm_head (the TOML era's "output"): a name
+                # its split does not know is dropped, and the last stage would have no head
+                args += [f"--{section}.{name}", *(",".join(TORCHTITAN_RENAMED.get(m, m) for m in part) for part in value)]
             else:
                 args += [f"--{section}.{name}", str(value)]
-    if sections["parallelism"].get("pipeline_parallel_degree", 1) > 1:
-        args.append("--training.disable-cuda-graphs")  # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet"
+    par = sections["parallelism"]
+    if par.get("pipeline_parallel_degree", 1) > 1 or par.get("expert_parallel_degree", 1) > 1:
+        # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet", and only expert-parallel
+        # dispatchers without CPU synchronisation (not the registered configs' all-to-all)
+        args.append("--training.disable-cuda-graphs")
     args.append(f"activation-checkpoint:{sections['activation_checkpoint']['mode']}")
     return args
 
@@ -772,9 +781,15 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
         model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
                        "pass --module/--config of one you register before these arguments"]
     if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
-        model_notes.append("torchtitan's mixed precision takes bfloat16 or float32 parameters only")
+        raise InvalidPlan(f"torchtitan's mixed precision takes bfloat16 or float32 parameters only, not the plan's "
+                          f"{view.training.get('dtype')}: plan it in bf16 for this target", field="target")
+    if view.training.get("dtype") in ("fp8", "fp4"):
+        model_notes.append("torchtitan >= 0.3 turns FP8 on in a config function (a Float8LinearConverter in the Trainer "
+                           "config's converters, as its llama3_debugmodel_float8 does): these arguments alone train in bf16, "
+                           "so register one for this model, as the plan's step time assumes FP8 GEMMs")
     params = params.with_default_command("-m torchtitan.train")
-    launch = render_torchrun(view, params, entry=params.command_words + ["--job.config_file", '"$PLAN_DIR/torchtitan.toml"'])
+    # the launch runs the installed torchtitan (>= 0.3): its command-line configuration, not the TOML
+    launch = render_torchrun(view, params, entry=params.command_words + [q(w) for w in overrides])
     files = {
         "torchtitan.toml": toml_text,
         "torchtitan_overrides.txt": "# torchtitan >= 0.3 (Python configs, after PR #2386): python -m torchtitan.train $(cat this file)\n"

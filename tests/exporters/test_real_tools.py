@@ -236,3 +236,40 @@ def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp
     assert strategy.amp == (plan["training"].get("dtype", "bf16") != "fp32")
     assert cfg["sharding_stage"] == s.get("zero_stage", 0) and cfg["amp_level"] in ("O0", "O2")
     assert callable(mod.wrap) and callable(mod.auto_cast)
+
+
+@pytest.mark.parametrize("plan_name", list(ALL_PLANS))
+def test_torchtitan_launch_runs_the_installed_torchtitans_arguments(plan_name):
+    """launch_torchtitan.sh passes the arguments torchtitan >= 0.3 takes (not the TOML era's
+    --job.config_file), and every module a pipeline part names is one of the model's own (0.3's
+    head is lm_head: a name its split does not know is dropped, leaving the last stage headless)."""
+    import torch
+
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    art = render(ALL_PLANS[plan_name](), "torchtitan", LaunchParams(image="img", smoke_test=False))
+    line = next(x for x in art.files["launch_torchtitan.sh"].splitlines() if "-m torchtitan.train" in x)
+    words = shlex.split(line)
+    args = words[words.index("torchtitan.train") + 1:]
+    assert "--job.config_file" not in args and args == _overrides(art)
+    cfg = manager.ConfigManager().parse_args(args)
+    with torch.device("meta"):
+        children = {name for name, _ in cfg.model_spec.model.build().named_children()}
+    for part in cfg.parallelism.module_fqns_per_model_part or []:
+        assert {m.split(".")[0] for m in part} <= children, part
+
+
+def test_torchtitan_refuses_fp16_and_turns_cuda_graphs_off_for_experts():
+    from planner_service.exporters.plan_view import InvalidPlan
+
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"].update(framework="fsdp", dtype="fp16")
+    with pytest.raises(InvalidPlan) as exc:
+        render(plan, "torchtitan", PARAMS)
+    assert exc.value.field == "target" and "bfloat16 or float32" in str(exc.value)
+    from helpers.plans import _ranks
+
+    moe = ALL_PLANS["homogeneous"]()
+    moe["best"]["strategy"].update(ep=2, pp=1, dp=4, layers_per_stage=[32])
+    moe["best"]["ranks"] = _ranks(4, 4, 1, 1, lambda p, d, c, t: ("node7" if d < 2 else "node66", (d % 2) * 4 + t, "h100", "H100-SXM5-80GB"))
+    moe["best"].pop("stages")
+    assert "--training.disable-cuda-graphs" in _overrides(render(moe, "torchtitan", PARAMS))
