@@ -391,26 +391,57 @@ def moe_overlap_layout_violation(framework: str, comm_overlap: bool, *, ep: int,
     return None
 
 
-def cp_sequence_multiple(framework: str, cp: int) -> int:
-    """What ``sequence_length`` must be a multiple of under context parallelism of degree ``cp``:
-    2·cp under Megatron-Core, which cuts each sequence into 2·cp chunks and gives rank i chunks
-    i and 2·cp − 1 − i so that causal attention's work is balanced (Megatron-LM
-    ``validate_args``: "seq-length should be a multiple of 2 * context-parallel-size"); cp
-    elsewhere (Ulysses and Paddle's sep cut it into cp parts)."""
+def cp_sequence_multiple(framework: str, cp: int, tp: int = 1, sequence_parallel: bool = False) -> int:
+    """What ``sequence_length`` must be a multiple of for context parallelism ``cp`` (and, under
+    torchtitan, sequence parallelism over ``tp``).  Megatron-Core cuts each sequence into 2·cp
+    chunks and gives rank i chunks i and 2·cp − 1 − i so that causal attention's work is
+    balanced (Megatron-LM ``validate_args``: "seq-length should be a multiple of 2 * context-
+    parallel-size"); torchtitan (``fsdp``) balances the same way and also shards the sequence
+    over the TP ranks under sequence parallelism ("Training sequence length ... must be
+    divisible by" tp·2·cp, its trainer); Ulysses and Paddle's sep cut it into cp parts."""
+    if framework == "fsdp":
+        return (2 * cp if cp > 1 else 1) * (tp if sequence_parallel and tp > 1 else 1)
     if cp <= 1:
         return 1
     return 2 * cp if framework == "megatron-core" else cp
 
 
-def cp_sequence_violation(framework: str, cp: int, sequence_length: int) -> str | None:
-    """Reason when ``sequence_length`` cannot be split for context parallelism ``cp``, else None."""
-    k = cp_sequence_multiple(framework, cp)
+def cp_sequence_violation(framework: str, cp: int, sequence_length: int, tp: int = 1, sequence_parallel: bool = False) -> str | None:
+    """Reason when ``sequence_length`` cannot be split for context parallelism ``cp`` (and
+    torchtitan's sequence parallelism over ``tp``), else None."""
+    k = cp_sequence_multiple(framework, cp, tp, sequence_parallel)
     if sequence_length % k == 0:
         return None
     if k == cp:
         return f"cp={cp} does not divide sequence_length {sequence_length}"
-    return (f"{framework} cuts each sequence into 2·cp = {k} chunks for load-balanced causal attention: "
-            f"sequence_length {sequence_length} is not a multiple of {k}")
+    how = "2·cp" if k == 2 * cp else ("tp (sequence parallel)" if cp == 1 else "2·cp·tp (sequence parallel)")
+    return (f"{framework} cuts each sequence into {how} = {k} chunks (load-balanced causal attention"
+            f"{', sharded over the TP ranks' if k != 2 * cp else ''}): sequence_length {sequence_length} is not a multiple of {k}")
+
+
+def torchtitan_layout_violation(framework: str, *, tp: int, pp: int, vpp: int, ep: int, cp: int, zero_stage: int,
+                                num_microbatches: int, kv_heads: int, tied_embeddings: bool) -> tuple[str, str] | None:
+    """(strategy field, reason) when torchtitan — what ``fsdp`` runs TP, PP, CP and EP with —
+    refuses the layout at start-up, else None: tensor parallelism splits the key/value heads
+    and never replicates them ("tensor_parallel_degree must divide n_kv_heads"); its
+    ``torch.distributed.pipelining`` 1F1B needs at least one micro-batch per stage ("Number of
+    microbatches must be greater than or equal to the number of stages"); a pipeline cannot
+    tie the embedding and the head ("Weight tying is not supported with Pipeline Parallel");
+    experts shard over dp_shard·cp·tp, so without data-parallel sharding (ZeRO 0) ep must
+    divide cp·tp (``ParallelDims``: efsdp = dp_shard·cp·tp/ep)."""
+    if framework != "fsdp":
+        return None
+    if tp > 1 and kv_heads % tp:
+        return "tp", f"fsdp (torchtitan): tp={tp} must divide the {kv_heads} key/value heads (it splits them, never replicates)"
+    if pp > 1 and vpp == 1 and num_microbatches < pp:
+        return "micro_batch_size", (f"fsdp (torchtitan): its 1F1B schedule needs at least one micro-batch per stage: "
+                                    f"{num_microbatches} micro-batches for pp={pp}")
+    if pp > 1 and tied_embeddings:
+        return "pp", "fsdp (torchtitan): a pipeline cannot tie the embedding and the output head (the model ties them)"
+    if ep > 1 and zero_stage == 0 and (cp * tp) % ep:
+        return "zero_stage", (f"fsdp (torchtitan): experts shard over dp_shard·cp·tp; with zero_stage 0 there is no dp_shard, "
+                              f"and ep={ep} does not divide cp·tp = {cp * tp}")
+    return None
 
 
 def cp_exchange(framework: str, cp_comm_type: str | None) -> str:
@@ -476,6 +507,7 @@ __all__ = [
     "layout_rule_violation",
     "moe_overlap_layout_violation",
     "required_expert_tensor_parallel",
+    "torchtitan_layout_violation",
     "moe_training_violation",
     "partial_sharding_violation",
     "pinned_rule_violation",

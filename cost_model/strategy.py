@@ -22,6 +22,7 @@ from cost_model.frameworks import (
     moe_overlap_layout_violation,
     required_expert_tensor_parallel,
     rules_for,
+    torchtitan_layout_violation,
 )
 from cost_model.training import Training
 from cost_model.transformer.moe import expert_blocks_tile
@@ -320,9 +321,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             "(KV heads can only be split or replicated evenly)",
             field=f"{f}.tp",
         )
-    why = cp_sequence_violation(training.framework, s.cp, training.sequence_length)
+    why = cp_sequence_violation(training.framework, s.cp, training.sequence_length, s.tp, s.sequence_parallel)
     if why is not None:
-        raise InvalidStrategy(why, field=f"{f}.cp")
+        raise InvalidStrategy(why, field=f"{f}.cp" if s.cp > 1 else f"{f}.tp")
     why = context_parallel_violation(training.framework, cp=s.cp, tp=s.tp, pp=s.pp, exchange=training.cp_comm_type, heads=model.num_heads)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.cp")
@@ -419,6 +420,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     rule = layout_rule_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, dp=s.dp,
                                  zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel,
                                  recompute_num_layers=s.recompute_num_layers, dp_shard=s.dp_shard)
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
+    rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,
+                                       num_microbatches=m, kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     if s.dp_shard == s.dp:  # the whole group: full sharding, one spelling

@@ -36,6 +36,7 @@ from cost_model.frameworks import (
     pinned_rule_violation,
     required_expert_tensor_parallel,
     rules_for,
+    torchtitan_layout_violation,
 )
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
 from cost_model.training import Training
@@ -76,6 +77,11 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     tp = pins.get("tp")
     if tp is not None and tp > 1 and model.num_heads % tp:
         raise InvalidStrategy(f"tp={tp} does not divide the {model.num_heads} attention heads", field="constraints.tp")
+    # torchtitan's checks that a single pinned knob can break (the rest wait for whole rows)
+    rule = torchtitan_layout_violation(training.framework, tp=tp or 1, pp=pins.get("pp", 1), vpp=2, ep=1, cp=1, zero_stage=1,
+                                       num_microbatches=1 << 30, kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     ep = pins.get("ep")
     if ep is not None and ep > 1:
         if not model.is_moe:
@@ -234,6 +240,7 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
+    cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
     required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
     if required is not None and not pins.get("etp"):
         # the framework's own ETP for this model (e.g. 1 for biased experts under Megatron-Core), which tiles every row
@@ -269,6 +276,27 @@ def enumerate_space(
         recompute_layers=np.where(f["recompute"] == RECOMPUTE_CODE["full"], float(rl), 0.0) if rl else None,
         dp_shard=shard,
     )
+
+
+def _start_up_rules_hold(model: TransformerSpec, training: Training, cols: dict[str, np.ndarray], global_batch: int,
+                         sequence_parallel: bool) -> np.ndarray:
+    """Row mask: the layout passes the checks the framework runs at start-up that need the whole
+    row — torchtitan's (:func:`cost_model.frameworks.torchtitan_layout_violation`) and the
+    sequence split over cp (and tp under sequence parallelism) — each distinct layout checked once."""
+    if len(cols["dp"]) == 0:
+        return np.zeros(0, dtype=bool)
+    m = global_batch // cols["dp"] // cols["mbs"]
+    keys = np.stack([cols["tp"], cols["pp"], cols["vpp"], cols["ep"], cols["cp"], cols["zero"], m], axis=1)
+    layouts, index = np.unique(keys, axis=0, return_inverse=True)
+    fw, seq = training.framework, training.sequence_length
+    ok = np.array([
+        torchtitan_layout_violation(fw, tp=int(tp), pp=int(pp), vpp=int(vpp), ep=int(ep), cp=int(cp), zero_stage=int(z),
+                                    num_microbatches=int(mb), kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings) is None
+        and cp_sequence_violation(fw, int(cp), seq, int(tp), sequence_parallel) is None
+        for tp, pp, vpp, ep, cp, z, mb in layouts
+    ])
+    out: np.ndarray = ok[np.asarray(index).reshape(-1)]
+    return out
 
 
 def _partial_sharding(model: TransformerSpec, training: Training, cols: dict[str, np.ndarray], gpus_per_node: int,

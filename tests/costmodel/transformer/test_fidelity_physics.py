@@ -53,7 +53,7 @@ def test_framework_rules_name_the_field(framework, strategy, field):
 
 
 def test_fsdp_runs_gradient_sharding_with_a_pipeline_megatron_does_not():
-    model = get_preset("gpt3-1.3b")
+    model = get_preset("llama2-7b")  # untied: torchtitan's pipeline cannot tie embedding and head
     s = Strategy(dp=4, pp=2, micro_batch_size=1, zero_stage=2)
     est = estimate(model, Training(global_batch_size=64, sequence_length=2048, framework="fsdp"), simple_cluster("A100-SXM4-80GB", 1), s)
     assert est.step_time_s > 0

@@ -601,3 +601,37 @@ def test_biased_experts_run_unsplit_under_megatron_core():
     # under FSDP the experts follow tp as before
     fsdp = _plan(_body(model, "fsdp", constraints={"tp": 2}))
     assert all(e.strategy.etp == 0 for e in [fsdp.best, *fsdp.alternatives])
+
+
+def test_fsdp_layouts_torchtitan_refuses_at_start_up_are_refused_and_never_searched():
+    """Under fsdp (torchtitan): tp splits the KV heads and never replicates them, 1F1B needs a
+    micro-batch per stage, a pipeline cannot tie embedding and head, experts without dp sharding
+    shard over cp·tp only, and sequence parallelism shards the sequence over tp too."""
+    def est(model, gbs=64, seq=4096, **strategy):
+        req = parse_estimate_request({**_body(model, "fsdp", nodes=({**H100_NODE, "count": 2},), gbs=gbs, seq=seq),
+                                      "strategy": {"micro_batch_size": 1, "recompute": "full", **strategy}})
+        return estimate(req.model, req.training, req.cluster, req.strategy)
+
+    qwen3 = {"transformer": {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024, "num_attention_heads": 16,
+                             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+                             "tie_word_embeddings": True}}
+    cases = [
+        ({"preset": "llama3-70b"}, {"dp": 1, "tp": 16, "zero_stage": 3}, {}, "strategy.tp"),  # 8 KV heads
+        ({"preset": "llama3-8b"}, {"dp": 4, "pp": 4, "zero_stage": 3}, {"gbs": 8}, "strategy.micro_batch_size"),  # 2 < 4
+        (qwen3, {"dp": 8, "pp": 2, "zero_stage": 3}, {}, "strategy.pp"),  # tied
+        ({"preset": "mixtral-8x7b"}, {"dp": 8, "ep": 8, "zero_stage": 0}, {}, "strategy.zero_stage"),
+        ({"preset": "llama3-8b"}, {"dp": 4, "tp": 4, "sequence_parallel": True, "zero_stage": 3}, {"seq": 4098}, "strategy.tp"),
+    ]
+    for model, strategy, training, field in cases:
+        with pytest.raises(InvalidStrategy) as exc:
+            est(model, **training, **strategy)
+        assert exc.value.field == field, (strategy, exc.value.field)
+        assert "torchtitan" in str(exc.value) or "sequence parallel" in str(exc.value), (strategy, exc.value)
+    assert est({"preset": "llama3-8b"}, gbs=8, dp=2, pp=4, zero_stage=3).step_time_s > 0  # 4 micro-batches for 4 stages
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body(qwen3, "fsdp", constraints={"pp": 2}))
+    assert exc.value.field == "constraints.pp"
+    free = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=({**H100_NODE, "count": 2},), gbs=8))
+    for e in [free.best, *free.alternatives]:
+        s = e.strategy
+        assert 8 % s.tp == 0 and (s.pp == 1 or s.vpp > 1 or 8 // (s.dp * s.micro_batch_size) >= s.pp), s
