@@ -229,6 +229,30 @@ def layout_rule_violation(
     shard_why = partial_sharding_violation(framework, dp=dp, dp_shard=dp_shard, zero_stage=zero_stage)
     if shard_why is not None:
         return "dp_shard", shard_why
+    why = interleaved_schedule_violation(framework, pp=pp, vpp=vpp)
+    if why is not None:
+        return "vpp", why
+    why = sharding_group_violation(framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp)
+    if why is not None:
+        return "zero_stage", why
+    return None
+
+
+def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str | None:
+    """Reason when the framework's interleaved schedule cannot run ``vpp`` chunks over ``pp``
+    stages, else None: Paddle's needs more than two stages (``PipelineParallelWithInterleave``
+    and its FthenB variant: "virtual pipeline must run under pp degree > 2")."""
+    if framework == "paddle" and vpp > 1 and pp <= 2:
+        return "paddle: its interleaved schedule needs pp > 2 ('virtual pipeline must run under pp degree > 2'); vpp must be 1"
+    return None
+
+
+def sharding_group_violation(framework: str, *, zero_stage: int, shard_ranks: int) -> str | None:
+    """Reason when sharding stage ``zero_stage`` cannot run over ``shard_ranks`` ranks, else
+    None: Paddle's stage 2/3 (``group_sharded_parallel``) refuses a group of one ("Training must
+    be distributed, ranks must be greater than 1")."""
+    if framework == "paddle" and zero_stage >= 2 and shard_ranks <= 1:
+        return "paddle: sharding stage 2/3 needs a sharding group of more than one rank; with one, use zero_stage 0 or 1"
     return None
 
 
@@ -504,9 +528,11 @@ __all__ = [
     "dtype_rule_violation",
     "expert_parallel_dtype_violation",
     "ep_group_divisor",
+    "interleaved_schedule_violation",
     "layout_rule_violation",
     "moe_overlap_layout_violation",
     "required_expert_tensor_parallel",
+    "sharding_group_violation",
     "torchtitan_layout_violation",
     "moe_training_violation",
     "partial_sharding_violation",

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.frameworks import cp_exchange
+from cost_model.frameworks import cp_exchange, runs_deepspeed_engine
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, framework_env, q
@@ -412,10 +412,19 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
     zero = int(view.s("zero_stage", 0))
     # overlap_comm: the gradient reduction (and stage 3's fetches) overlapped with compute, as
     # costed (training.grad_reduce_overlap, default true; stage_cost.gradient_bucket_bytes)
-    overlap = bool(view.training.get("grad_reduce_overlap", True))
-    cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0 and overlap, "contiguous_gradients": zero > 0}
+    # overlap_comm: the gradient reduction (and stage 3's fetches) overlapped with compute, as
+    # costed (training.grad_reduce_overlap, default true; stage_cost.gradient_bucket_bytes); the
+    # pipeline engine turns it off ("Pipeline parallelism does not support overlapped
+    # communication"), and the plan is costed so (layer_cost.dp_overlap_fraction)
+    overlap = bool(view.training.get("grad_reduce_overlap", True)) and view.pp == 1
     if zero > 1 and view.pp > 1:
+        # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" —
+        # refused for a plan made for DeepSpeed's engine, noted for one rendered from another framework's
+        if runs_deepspeed_engine(view.training.get("framework", "megatron-core")):
+            raise InvalidPlan(f"DeepSpeed's pipeline engine runs ZeRO stage 0-1 only; the plan has stage {zero} with pp={view.pp}",
+                              field="target")
         notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only; the plan asks for stage " + str(zero))
+    cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0 and overlap, "contiguous_gradients": zero > 0}
     dtype = view.training.get("dtype", "bf16")
     if dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}
@@ -602,6 +611,15 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
     ]
     if view.cp > 1:
         notes.append("context parallelism maps to sep_degree (Paddle's segment parallelism: the all-to-all exchange the plan costs)")
+    if view.ep > 1:
+        notes.append(f"expert parallelism {view.ep}: Paddle 3's fleet builds expert groups only with the moe_sharding and ep "
+                     "axes in its order (and dp_degree 1, all data parallelism as sharding); hybrid_configs.ep_degree alone is "
+                     "ignored, so set the MoE layers' expert groups in the model code (PaddleNLP's MoE) as the plan costs them")
+    zero = int(view.s("zero_stage", 0))
+    if zero >= 2 and (view.tp > 1 or view.cp > 1 or view.dp_replicas > 1):
+        notes.append(f"sharding stage {zero} with tensor/segment parallelism or replicas: fleet_init.wrap shards through "
+                     "group_sharded_parallel, which applies no TP/segment wrapper and no replica all-reduce; run this layout "
+                     "with PaddleNLP's Trainer (sharding with tensor_parallel_degree / sep_parallel_degree) instead")
     return Artifact("paddle-fleet", files, "fleet_strategy.json", tuple(notes))
 
 

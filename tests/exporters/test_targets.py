@@ -423,9 +423,14 @@ def test_deepspeed_overlap_comm_follows_the_costed_overlap():
     """``ds_config.json``'s ``overlap_comm`` is the plan's ``training.grad_reduce_overlap`` (what
     the cost model priced: the reduction overlapped with backward, DeepSpeed's double-buffered IPG
     bucket), not always on."""
+    from helpers.plans import _ranks
+
     for overlap in (True, False, None):
         plan = ALL_PLANS["homogeneous"]()
-        plan["best"]["strategy"]["zero_stage"] = 1
+        # without a pipeline (DeepSpeed's pipeline engine turns overlap_comm off: test below)
+        plan["best"]["strategy"].update(zero_stage=1, pp=1, dp=4, layers_per_stage=[32])
+        plan["best"]["ranks"] = _ranks(4, 4, 1, 1, lambda p, d, c, t: ("node7" if d < 2 else "node66", (d % 2) * 4 + t, "h100", "H100-SXM5-80GB"))
+        plan["best"].pop("stages")
         if overlap is not None:
             plan["training"]["grad_reduce_overlap"] = overlap
         cfg = json.loads(render(plan, "deepspeed-config", PARAMS).files["ds_config.json"])
@@ -637,3 +642,18 @@ def test_megatron_launch_exports_what_megatron_asserts_for_tensor_parallelism(tm
     fsdp = json.loads(json.dumps(plan))
     fsdp["training"]["framework"] = "fsdp"
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in render(fsdp, "torchtitan", PARAMS).files["launch_torchtitan.sh"]
+
+
+def test_deepspeed_config_follows_the_pipeline_engine():
+    """DeepSpeed's pipeline engine turns overlap_comm off and refuses ZeRO 2/3: the config says
+    overlap_comm false with pp > 1, and a stage-2 pipeline plan is a 422 naming the target."""
+    from planner_service.exporters.plan_view import InvalidPlan
+
+    plan = homogeneous_plan()  # pp 2
+    plan["training"]["framework"] = "megatron-deepspeed"
+    cfg = json.loads(render(plan, "deepspeed-config", PARAMS).files["ds_config.json"])
+    assert cfg["zero_optimization"] == {"stage": 1, "overlap_comm": False, "contiguous_gradients": True}
+    plan["best"]["strategy"]["zero_stage"] = 2
+    with pytest.raises(InvalidPlan) as exc:
+        render(plan, "deepspeed-config", PARAMS)
+    assert exc.value.field == "target" and "ZeRO stage 0-1" in str(exc.value)

@@ -32,10 +32,12 @@ from cost_model.frameworks import (
     cp_sequence_violation,
     ep_group_divisor,
     expert_parallel_dtype_violation,
+    interleaved_schedule_violation,
     moe_overlap_layout_violation,
     pinned_rule_violation,
     required_expert_tensor_parallel,
     rules_for,
+    sharding_group_violation,
     torchtitan_layout_violation,
 )
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
@@ -251,6 +253,9 @@ def enumerate_space(
         cols = _keep(cols, expert_blocks_tile(cols["tp"], cols["cp"], cols["dp"], cols["ep"], etp))
         cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
+    if sharding_group_violation(training.framework, zero_stage=2, shard_ranks=1) is not None:
+        shard_ranks = np.where(cols["dp_shard"] > 0, cols["dp_shard"], cols["dp"])
+        cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks <= 1)))
     if "sequence_parallel" in pins:
         # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
@@ -293,6 +298,7 @@ def _start_up_rules_hold(model: TransformerSpec, training: Training, cols: dict[
         torchtitan_layout_violation(fw, tp=int(tp), pp=int(pp), vpp=int(vpp), ep=int(ep), cp=int(cp), zero_stage=int(z),
                                     num_microbatches=int(mb), kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings) is None
         and cp_sequence_violation(fw, int(cp), seq, int(tp), sequence_parallel) is None
+        and interleaved_schedule_violation(fw, pp=int(pp), vpp=int(vpp)) is None
         for tp, pp, vpp, ep, cp, z, mb in layouts
     ])
     out: np.ndarray = ok[np.asarray(index).reshape(-1)]

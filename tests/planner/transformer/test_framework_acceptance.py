@@ -635,3 +635,32 @@ def test_fsdp_layouts_torchtitan_refuses_at_start_up_are_refused_and_never_searc
     for e in [free.best, *free.alternatives]:
         s = e.strategy
         assert 8 % s.tp == 0 and (s.pp == 1 or s.vpp > 1 or 8 // (s.dp * s.micro_batch_size) >= s.pp), s
+
+
+def test_paddle_and_deepspeed_layouts_their_engines_refuse_are_refused_and_never_searched():
+    """Paddle's interleaved schedule needs pp > 2 and its stage-2/3 sharding a group of more than
+    one rank; DeepSpeed's pipeline engine reduces gradients without overlap, as costed."""
+    nodes = ({**H100_NODE, "count": 2},)
+
+    def est(framework, **strategy):
+        req = parse_estimate_request({**_body({"preset": "llama2-7b"}, framework, nodes=nodes),
+                                      "strategy": {"micro_batch_size": 1, "recompute": "full", **strategy}})
+        return estimate(req.model, req.training, req.cluster, req.strategy)
+
+    with pytest.raises(InvalidStrategy) as exc:
+        est("paddle", dp=8, pp=2, vpp=2, zero_stage=1)
+    assert exc.value.field == "strategy.vpp" and "pp > 2" in str(exc.value)
+    assert est("paddle", dp=4, pp=4, vpp=2, zero_stage=1).step_time_s > 0
+    with pytest.raises(InvalidStrategy) as exc:
+        est("paddle", dp=1, tp=8, zero_stage=3)
+    assert exc.value.field == "strategy.zero_stage"
+    res = _plan(_body({"preset": "llama2-7b"}, "paddle", nodes=nodes))
+    for e in [res.best, *res.alternatives]:
+        s = e.strategy
+        assert (s.vpp == 1 or s.pp > 2) and (s.zero_stage < 2 or (s.dp_shard or s.dp) > 1), s
+    # DeepSpeed's pipeline engine turns overlap_comm off: the sync is exposed whatever the request says
+    on = est("deepspeed", dp=8, pp=2, zero_stage=1)
+    req = parse_estimate_request({**_body({"preset": "llama2-7b"}, "deepspeed", nodes=nodes, grad_reduce_overlap=False),
+                                  "strategy": {"micro_batch_size": 1, "recompute": "full", "dp": 8, "pp": 2, "zero_stage": 1}})
+    off = estimate(req.model, req.training, req.cluster, req.strategy)
+    assert on.step_time_s == pytest.approx(off.step_time_s)

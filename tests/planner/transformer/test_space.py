@@ -55,6 +55,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         m = B // dp // mbs
         if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
             continue
+        if vpp > 1 and training.framework == "paddle" and pp <= 2:  # Paddle's interleaved schedule: pp > 2
+            continue
         if "zero_stage" in pins:
             zeros = [pins["zero_stage"]]
         elif r.sharding_with_pipeline:
@@ -62,6 +64,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         else:
             zeros = [1] if pp > 1 else [1, 2, 3]
         zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
+        if training.framework == "paddle":  # its stage 2/3 needs a sharding group of more than one rank
+            zeros = [z for z in zeros if z < 2 or dp > 1]
         sps = [pins["sequence_parallel"]] if "sequence_parallel" in pins else [tp > 1 and r.sequence_parallel]
         for z in zeros:
             for sp in sps:
@@ -71,6 +75,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         dp, tp, pp, cp, ep, z = row[0], row[1], row[2], row[3], row[4], row[9]
         shard = gpn // (tp * cp) if gpn % (tp * cp) == 0 else 0
         if "dp_shard" in pins or z not in r.partial_sharding_stages or not 0 < shard < dp or dp % shard:
+            continue
+        if training.framework == "paddle" and z >= 2 and shard == 1:
             continue
         if model.is_moe:  # the experts' EDP replicas split into the dp/shard replica groups
             edp = round(float(expert_data_parallel(tp, cp, dp, ep)))
