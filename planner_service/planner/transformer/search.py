@@ -579,7 +579,6 @@ def search_transformer(
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
-    picked = [_spread(state, e) for e in picked]
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
@@ -627,6 +626,10 @@ def search_transformer(
         else:
             least = None
     if first is None:
+        # the answers are this search's own: their intervals spread here (a restricted search's
+        # answers were spread by it), so the candidates it replaces are not costed twice
+        best = _spread(state, best)
+        alternatives = [e if e is least else _spread(state, e) for e in alternatives]
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
         nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
         if least is not None:
@@ -645,6 +648,7 @@ def search_transformer(
             rest = [e for e in picked if peak_over_usable(e.prediction.stages, state.headroom) and _shape(e.strategy, e.stage_groups) not in shapes]
         # The fastest of the rest stays among the alternatives (flagged), after the first kind.
         keep_rest = min(len(rest), 1 if request.top_k else 0)
+        rest = [_spread(state, e) for e in rest[: request.top_k]]
         best, alternatives = first.best, [*first.alternatives[: request.top_k - keep_rest], *rest][: request.top_k]
         # the first plan's own warnings (its placement's among them) and nesting comparison
         warnings, nesting = list(first.warnings), first.nesting
