@@ -180,7 +180,7 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
     all_times = times + ([cpu_stage] if cpu_stage > 0 else [])
     pipeline_s, _ = pipeline_time_s(all_times, m)
     pipeline = float(pipeline_s)
-    window_frac = dp_overlap_fraction(tables.training, mesh.device)
+    window_frac = dp_overlap_fraction(tables.training, mesh.device, mesh.pp)
     # Without the overlap slowdown of the transformer path (combine_stages): the graph search's
     # CP-SAT model and its lower bounds price the exposed sync linearly, and this must be the
     # step time they optimise.

@@ -112,17 +112,27 @@ TP_OVERLAP_MAX_HIDDEN = 0.8
 DP_OVERLAP_WINDOW = 0.8
 
 
-def dp_overlap_fraction(training: Training, device: DeviceSpec) -> float:
-    """Fraction of a stage's backward pass that hides its DP gradient reduction.
+def dp_reduction_overlaps(framework: str, grad_reduce_overlap: bool, pp: Any = 1) -> Any:
+    """Whether the DP gradient reduction runs overlapped with backward (elementwise over ``pp``):
+    as ``grad_reduce_overlap`` (``Training``'s) asks, except under DeepSpeed's pipeline engine (pp > 1),
+    which turns ``overlap_comm`` off ("Pipeline parallelism does not support overlapped
+    communication", ``runtime/engine.py``) and reduces after the last micro-batch — what the
+    cost model prices and ``ds_config.json`` says."""
+    pipeline_off = np.asarray(pp) > 1 if runs_deepspeed_engine(framework) else False
+    return np.logical_and(grad_reduce_overlap, np.logical_not(pipeline_off))
 
-    ``DP_OVERLAP_WINDOW`` when the framework overlaps the reduction with backward
-    (``training.grad_reduce_overlap``), scaled by the device's ``comm_overlap_fraction``: the
+
+def dp_overlap_fraction(training: Training, device: DeviceSpec, pp: Any = 1) -> Any:
+    """Fraction of a stage's backward pass that hides its DP gradient reduction (elementwise
+    over ``pp``).
+
+    ``DP_OVERLAP_WINDOW`` where the reduction is overlapped with backward
+    (:func:`dp_reduction_overlaps`), scaled by the device's ``comm_overlap_fraction``: the
     reduction hides only where it runs beside the compute (GPUs, 1), not where it shares the
     cores that compute (CPUs, 0: the all-reduce adds to the step).  0 without overlap.
     """
-    if not training.grad_reduce_overlap:
-        return 0.0
-    return DP_OVERLAP_WINDOW * device.efficiency.comm_overlap_fraction
+    out = np.where(dp_reduction_overlaps(training.framework, training.grad_reduce_overlap, pp), DP_OVERLAP_WINDOW * device.efficiency.comm_overlap_fraction, 0.0)
+    return float(out) if out.ndim == 0 else out
 
 
 @dataclass(frozen=True)

@@ -375,9 +375,7 @@ def stage_cost(
     dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).
-    # DeepSpeed's pipeline engine reduces the gradients after the last micro-batch with
-    # overlap_comm turned off ("Pipeline parallelism does not support overlapped communication")
-    overlap = np.where((S.pp > 1) & runs_deepspeed_engine(training.framework), 0.0, dp_overlap_fraction(training, dc.device))
+    overlap = dp_overlap_fraction(training, dc.device, S.pp)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
                                                  backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0), forward_s_comm=forward_gathers)

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.frameworks import cp_exchange, runs_deepspeed_engine
+from cost_model.transformer.layer_cost import dp_reduction_overlaps
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.common import Artifact, LaunchParams, framework_env, q
@@ -411,12 +412,10 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
     }
     zero = int(view.s("zero_stage", 0))
     # overlap_comm: the gradient reduction (and stage 3's fetches) overlapped with compute, as
-    # costed (training.grad_reduce_overlap, default true; stage_cost.gradient_bucket_bytes)
-    # overlap_comm: the gradient reduction (and stage 3's fetches) overlapped with compute, as
-    # costed (training.grad_reduce_overlap, default true; stage_cost.gradient_bucket_bytes); the
-    # pipeline engine turns it off ("Pipeline parallelism does not support overlapped
-    # communication"), and the plan is costed so (layer_cost.dp_overlap_fraction)
-    overlap = bool(view.training.get("grad_reduce_overlap", True)) and view.pp == 1
+    # costed (training.grad_reduce_overlap, default true; stage_cost.gradient_bucket_bytes) —
+    # off under the pipeline engine, which turns it off itself (layer_cost.dp_reduction_overlaps)
+    overlap = bool(dp_reduction_overlaps(view.training.get("framework", "megatron-core"),
+                                         bool(view.training.get("grad_reduce_overlap", True)), view.pp))
     if zero > 1 and view.pp > 1:
         # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" —
         # refused for a plan made for DeepSpeed's engine, noted for one rendered from another framework's

@@ -145,7 +145,7 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
         edge_total = reparametrised_edge_s(tables, own) if tables.edges else edge_min
     stage_time = own + edge_min + tables.cpu_s + tables.cpu_comm_s  # valid per stage
     opt = tables.opt_s + tables.cpu_opt_s
-    window = dp_overlap_fraction(tables.training, mesh.device)
+    window = dp_overlap_fraction(tables.training, mesh.device, pp)
     b = (tables.sync_s - (window + pp - 1) * tables.bwd_s) / pp
     starts = tables.row_start[:-1]
     fl_min = min(inflight(mesh, k) for k in range(pp))

@@ -213,7 +213,7 @@ def mesh_data(tables: CostTables, coarse: Coarse, cuts: Sequence[int], headroom_
                           mesh.cpu.memory_bytes if mesh.cpu is not None else 1.0)
     ti = scale.time
     b_i = [ti(gr.bwd_s) for gr in groups]
-    window = dp_overlap_fraction(tables.training, mesh.device)
+    window = dp_overlap_fraction(tables.training, mesh.device, mesh.pp)
     cap_total = mesh.device.memory_bytes * (1.0 - headroom_fraction) - fixed_bytes(tables.training, mesh)
     pool = mesh.cpu
     cpu_memory = [(g, scale.cpu_memory_up(groups[g].cpu_mem_bytes)) for g in range(len(groups)) if groups[g].cpu_mem_bytes.any()]
