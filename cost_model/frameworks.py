@@ -238,6 +238,12 @@ def layout_rule_violation(
     return None
 
 
+#: The frameworks some whole-layout start-up rule concerns beyond the rule table's own
+#: (:func:`torchtitan_layout_violation`, :func:`cp_sequence_violation` with tp,
+#: :func:`interleaved_schedule_violation`): the search checks its rows against them only there.
+WHOLE_LAYOUT_RULE_FRAMEWORKS = frozenset({"fsdp", "paddle"})
+
+
 def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str | None:
     """Reason when the framework's interleaved schedule cannot run ``vpp`` chunks over ``pp``
     stages, else None: Paddle's needs more than two stages (``PipelineParallelWithInterleave``
@@ -395,6 +401,16 @@ def required_expert_tensor_parallel(framework: str, is_moe: bool, linear_bias: b
     return None
 
 
+def required_expert_tensor_parallel_violation(framework: str, is_moe: bool, linear_bias: bool, etp: int) -> str | None:
+    """Reason when an asked ``etp`` (0: not asked) is not the one the framework requires of the
+    model (:func:`required_expert_tensor_parallel`), else None."""
+    required = required_expert_tensor_parallel(framework, is_moe, linear_bias)
+    if required is None or etp in (0, required):
+        return None
+    return (f"{framework} runs the experts of a model with linear biases at etp={required} only "
+            "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')")
+
+
 def moe_overlap_layout_violation(framework: str, comm_overlap: bool, *, ep: int, pp: int, vpp: int,
                                  recompute: str) -> tuple[str, str] | None:
     """(strategy field, reason) when Megatron-Core's expert-parallel all-to-all overlap
@@ -515,6 +531,7 @@ def sequence_parallel_noop(tp: int, sequence_parallel: bool, framework: str = "m
 
 
 __all__ = [
+    "WHOLE_LAYOUT_RULE_FRAMEWORKS",
     "BLOCK_RECOMPUTE_MISSING",
     "DEEPSPEED_NO_MICS",
     "RULES",
@@ -532,6 +549,7 @@ __all__ = [
     "layout_rule_violation",
     "moe_overlap_layout_violation",
     "required_expert_tensor_parallel",
+    "required_expert_tensor_parallel_violation",
     "sharding_group_violation",
     "torchtitan_layout_violation",
     "moe_training_violation",

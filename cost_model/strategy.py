@@ -21,6 +21,7 @@ from cost_model.frameworks import (
     layout_rule_violation,
     moe_overlap_layout_violation,
     required_expert_tensor_parallel,
+    required_expert_tensor_parallel_violation,
     rules_for,
     torchtitan_layout_violation,
 )
@@ -339,10 +340,11 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             raise InvalidStrategy(f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense", field=f"{f}.ep")
         if model.num_experts % s.ep:
             raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
-    required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
-    if required is not None and s.etp not in (0, required):
-        raise InvalidStrategy(f"{training.framework} runs the experts of a model with linear biases at etp={required} only "
-                              "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')", field=f"{f}.etp")
+    linear_bias = model.has_out_bias and model.has_mlp_bias
+    why = required_expert_tensor_parallel_violation(training.framework, model.is_moe, linear_bias, s.etp)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.etp")
+    required = required_expert_tensor_parallel(training.framework, model.is_moe, linear_bias)
     if required is not None and not s.etp:
         s = replace(s, etp=required)  # costed as the framework runs it; the estimate says so
     if s.etp:

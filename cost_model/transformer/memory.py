@@ -53,7 +53,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.transformer.layer_cost import fragmentation_fraction
-from cost_model.units import BYTES_PER_GB, BYTES_PER_GIB, bytes_to_gib, gb_to_bytes
+from cost_model.units import bytes_to_gib, gb_to_bytes
 
 PEAK_MEMORY_QUANTITY = "max_reserved"
 PEAK_MEMORY_QUANTITY_DESCRIPTION = (
@@ -105,7 +105,7 @@ def fitted_convention(true_fraction: float) -> float:
     """A caching allocator's true reserve ``g`` (reserved/allocated − 1, a ratio of bytes) as the
     fitted fraction would read it: ``(1 + g)·10^9/2^30 − 1``, since that fraction relates the
     predicted bytes in GB to peaks printed in GiB (module docstring: Units)."""
-    return (1.0 + true_fraction) * BYTES_PER_GB / BYTES_PER_GIB - 1.0
+    return as_printed_GB(1.0 + true_fraction) - 1.0
 
 
 def log_interval(framework: str) -> tuple[float, float]:

@@ -178,11 +178,13 @@ def framework_env(view: PlanView) -> dict[str, str]:
     Blackwell lifted the requirement; under Megatron-FSDP (ZeRO 2/3) and with the MoE
     expert-parallel overlap Megatron only warns, as those want more connections, so it is left
     unset there."""
-    if view.training.get("framework", "megatron-core") not in ("megatron-core", "megatron-deepspeed"):
+    framework = view.training.get("framework", "megatron-core")
+    if framework not in ("megatron-core", "megatron-deepspeed"):
         return {}
-    model_parallel = view.tp > 1 or (view.cp > 1 and view.training.get("framework") != "megatron-deepspeed")
+    # Megatron-DeepSpeed's cp is Ulysses, not Megatron's context parallelism
+    model_parallel = view.tp > 1 or (view.cp > 1 and framework == "megatron-core")
     pre_blackwell = any(family_of(d) != "blackwell" for d in view.device_types)
-    fsdp = view.training.get("framework", "megatron-core") == "megatron-core" and int(view.s("zero_stage", 0)) in (2, 3)
+    fsdp = framework == "megatron-core" and int(view.s("zero_stage", 0)) in (2, 3)
     ep_overlap = bool(view.training.get("moe_comm_overlap")) and view.ep > 1  # the flag is written only with ep > 1
     if model_parallel and pre_blackwell and not fsdp and not ep_overlap:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}

@@ -28,6 +28,7 @@ import numpy as np
 
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import (
+    WHOLE_LAYOUT_RULE_FRAMEWORKS,
     context_parallel_violation,
     cp_sequence_violation,
     ep_group_divisor,
@@ -36,6 +37,7 @@ from cost_model.frameworks import (
     moe_overlap_layout_violation,
     pinned_rule_violation,
     required_expert_tensor_parallel,
+    required_expert_tensor_parallel_violation,
     rules_for,
     sharding_group_violation,
     torchtitan_layout_violation,
@@ -94,10 +96,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if model.num_experts % ep:
             raise InvalidStrategy(f"ep={ep} does not divide the {model.num_experts} experts", field="constraints.ep")
     etp = pins.get("etp")
-    required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
-    if etp and required is not None and etp != required:
-        raise InvalidStrategy(f"{training.framework} runs the experts of a model with linear biases at etp={required} only "
-                              "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')", field="constraints.etp")
+    why = required_expert_tensor_parallel_violation(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias, etp or 0)
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.etp")
     if etp:
         # the layout's tiling is checked here when it is pinned whole, else row by row
         whole = {"tp", "dp", "ep"} <= set(pins) and ("cp" in pins or not rules_for(training.framework).context_parallel)
@@ -242,7 +243,8 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
-    cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
+    if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them
+        cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
     required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
     if required is not None and not pins.get("etp"):
         # the framework's own ETP for this model (e.g. 1 for biased experts under Megatron-Core), which tiles every row
