@@ -468,7 +468,11 @@ def torchtitan_layout_violation(framework: str, *, tp: int, pp: int, vpp: int, e
     microbatches must be greater than or equal to the number of stages"); a pipeline cannot
     tie the embedding and the head ("Weight tying is not supported with Pipeline Parallel");
     experts shard over dp_shard·cp·tp, so without data-parallel sharding (ZeRO 0) ep must
-    divide cp·tp (``ParallelDims``: efsdp = dp_shard·cp·tp/ep)."""
+    divide cp·tp (``ParallelDims``: efsdp = dp_shard·cp·tp/ep); and its FSDP mesh is
+    dp_shard·cp (``ParallelDims.fsdp_enabled`` is ``dp_shard > 1 or cp > 1``: the parameters
+    shard over the context-parallel ranks whatever dp_shard is), so with cp > 1 there is no
+    unsharded (ZeRO 0) layout — what runs is stage 2/3 over the cp ranks (``dp_shard`` 1 keeps
+    the dp ranks as replicas)."""
     if framework != "fsdp":
         return None
     if tp > 1 and kv_heads % tp:
@@ -478,6 +482,10 @@ def torchtitan_layout_violation(framework: str, *, tp: int, pp: int, vpp: int, e
                                     f"{num_microbatches} micro-batches for pp={pp}")
     if pp > 1 and tied_embeddings:
         return "pp", "fsdp (torchtitan): a pipeline cannot tie the embedding and the output head (the model ties them)"
+    if cp > 1 and zero_stage == 0:
+        return "zero_stage", (f"fsdp (torchtitan): with cp={cp} it shards the parameters over the context-parallel ranks "
+                              "(its FSDP mesh is dp_shard·cp), so zero_stage 0 does not run; use zero_stage 2 or 3 "
+                              "(dp_shard 1 shards over cp alone and keeps the dp ranks as replicas)")
     if ep > 1 and zero_stage == 0 and (cp * tp) % ep:
         return "zero_stage", (f"fsdp (torchtitan): experts shard over dp_shard·cp·tp; with zero_stage 0 there is no dp_shard, "
                               f"and ep={ep} does not divide cp·tp = {cp * tp}")

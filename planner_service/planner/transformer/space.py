@@ -81,8 +81,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     tp = pins.get("tp")
     if tp is not None and tp > 1 and model.num_heads % tp:
         raise InvalidStrategy(f"tp={tp} does not divide the {model.num_heads} attention heads", field="constraints.tp")
-    # torchtitan's checks that a single pinned knob can break (the rest wait for whole rows)
-    rule = torchtitan_layout_violation(training.framework, tp=tp or 1, pp=pins.get("pp", 1), vpp=2, ep=1, cp=1, zero_stage=1,
+    # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
+    rule = torchtitan_layout_violation(training.framework, tp=tp or 1, pp=pins.get("pp", 1), vpp=2, ep=1, cp=pins.get("cp", 1),
+                                       zero_stage=pins.get("zero_stage", 1),
                                        num_microbatches=1 << 30, kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")

@@ -606,7 +606,8 @@ def test_biased_experts_run_unsplit_under_megatron_core():
 def test_fsdp_layouts_torchtitan_refuses_at_start_up_are_refused_and_never_searched():
     """Under fsdp (torchtitan): tp splits the KV heads and never replicates them, 1F1B needs a
     micro-batch per stage, a pipeline cannot tie embedding and head, experts without dp sharding
-    shard over cp·tp only, and sequence parallelism shards the sequence over tp too."""
+    shard over cp·tp only, sequence parallelism shards the sequence over tp too, and the FSDP
+    mesh takes in the cp ranks (no unsharded layout with cp > 1)."""
     def est(model, gbs=64, seq=4096, **strategy):
         req = parse_estimate_request({**_body(model, "fsdp", nodes=({**H100_NODE, "count": 2},), gbs=gbs, seq=seq),
                                       "strategy": {"micro_batch_size": 1, "recompute": "full", **strategy}})
@@ -621,6 +622,7 @@ def test_fsdp_layouts_torchtitan_refuses_at_start_up_are_refused_and_never_searc
         (qwen3, {"dp": 8, "pp": 2, "zero_stage": 3}, {}, "strategy.pp"),  # tied
         ({"preset": "mixtral-8x7b"}, {"dp": 8, "ep": 8, "zero_stage": 0}, {}, "strategy.zero_stage"),
         ({"preset": "llama3-8b"}, {"dp": 4, "tp": 4, "sequence_parallel": True, "zero_stage": 3}, {"seq": 4098}, "strategy.tp"),
+        ({"preset": "llama3-8b"}, {"dp": 8, "cp": 2, "zero_stage": 0}, {}, "strategy.zero_stage"),  # FSDP mesh is dp_shard·cp
     ]
     for model, strategy, training, field in cases:
         with pytest.raises(InvalidStrategy) as exc:
@@ -631,6 +633,13 @@ def test_fsdp_layouts_torchtitan_refuses_at_start_up_are_refused_and_never_searc
     with pytest.raises(InvalidStrategy) as exc:
         _plan(_body(qwen3, "fsdp", constraints={"pp": 2}))
     assert exc.value.field == "constraints.pp"
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body({"preset": "llama3-8b"}, "fsdp", constraints={"cp": 2, "zero_stage": 0}))
+    assert exc.value.field == "constraints.zero_stage" and "dp_shard·cp" in str(exc.value)
+    # cp over the replicas alone: ZeRO-3 sharded over the cp ranks (dp_shard 1), what torchtitan runs
+    assert est({"preset": "llama3-8b"}, dp=8, cp=2, zero_stage=3, dp_shard=1).step_time_s > 0
+    with_cp = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=({**H100_NODE, "count": 2},), constraints={"cp": 2}))
+    assert all(e.strategy.zero_stage > 0 for e in [with_cp.best, *with_cp.alternatives])
     free = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=({**H100_NODE, "count": 2},), gbs=8))
     for e in [free.best, *free.alternatives]:
         s = e.strategy
