@@ -184,7 +184,7 @@ class StageEstimate(_Open):
     device: str
     forward_s: float | None = Field(description="Forward time of one micro-batch, s")
     backward_s: float | None = Field(description="Backward time of one micro-batch, s")
-    peak_memory_GB: float | None = Field(description="Peak memory per GPU of the stage, GB (1e9 bytes)")
+    peak_memory_GB: float | None = Field(description="Peak memory per GPU of the stage, GB as the allocator prints them (binary, compared with the device's nominal memory; docs/frameworks.md)")
 
 
 class Prediction(_Open):

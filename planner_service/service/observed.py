@@ -233,6 +233,7 @@ class ObservationService:
         p = _predicted(plan)
         step = s["step_time_s"]
         lo, hi = p.get("step_time_s_p10"), p.get("step_time_s_p90")
+        peak = s.get("peak_memory_reserved_GB") or s.get("peak_memory_allocated_GB")
         return {
             "observations": len(obs),
             "latest_observation_id": last.id,
@@ -242,6 +243,8 @@ class ObservationService:
             "step_time_s_p90": s.get("step_time_s_p90"),
             "peak_memory_allocated_GB": s.get("peak_memory_allocated_GB"),
             "peak_memory_reserved_GB": s.get("peak_memory_reserved_GB"),
+            # the peak (reserved, else allocated) in the units predictions are in (as printed, binary)
+            "peak_memory_as_printed_GB": as_printed_GB(peak) if isinstance(peak, (int, float)) else None,
             "tokens_per_s": s.get("tokens_per_s"),
             "predicted_step_time_s": p.get("step_time_s"),
             "predicted_step_time_s_p10": lo,

@@ -36,11 +36,10 @@
 
   // Observed peaks are stored in GB of 10^9 bytes; predictions and device memories are in the
 // units the allocator prints (binary: an "80 GB" GPU holds 80 GiB), so the observed peak is
-// shown in those too (cost_model.transformer.memory.as_printed_GB).
-function observedPeak(observedGB, predictedGB) {
+// shown in those too, as the service converted it (peak_memory_as_printed_GB).
+function observedPeak(printedGB, observedGB, predictedGB) {
   if (observedGB == null) return `observed –, predicted ${fmt.gb(predictedGB)}`;
-  const printed = observedGB * 1e9 / 2 ** 30;
-  return `observed ${printed.toFixed(1)} GiB as printed (${fmt.gb(observedGB)}), predicted ${fmt.gb(predictedGB)}`;
+  return `observed ${printedGB.toFixed(1)} GiB as printed (${fmt.gb(observedGB)}), predicted ${fmt.gb(predictedGB)}`;
 }
 
 const fmt = {
@@ -1595,7 +1594,8 @@ const fmt = {
         ["Observed step", `${fmt.time(obs.step_time_s)} (${obs.observations} run${obs.observations === 1 ? "" : "s"}, ${obs.format})`],
         ["Predicted step", `${fmt.time(obs.predicted_step_time_s)} (80%: ${fmt.time(obs.predicted_step_time_s_p10)} – ${fmt.time(obs.predicted_step_time_s_p90)})`],
         ["Error", `${fmt.pct(obs.step_error_fraction)}${obs.within_interval === false ? " — outside the interval" : ""}`],
-        ["Peak memory", observedPeak(obs.peak_memory_reserved_GB ?? obs.peak_memory_allocated_GB, obs.predicted_peak_memory_GB)],
+        ["Peak memory", observedPeak(obs.peak_memory_as_printed_GB, obs.peak_memory_reserved_GB ?? obs.peak_memory_allocated_GB,
+          obs.predicted_peak_memory_GB)],
         ["Costed with", `calibration version ${cal.version ?? 0} (${cal.source || "public"})`],
       ]),
       observedPlot(obs),

@@ -73,6 +73,7 @@ def test_observation_flows_back_and_recalibrates(client):
     seen = after["observed"]
     assert seen["observations"] == 1 and seen["step_time_s"] == pytest.approx(obs["observed"]["step_time_s"])
     assert seen["predicted_step_time_s"] == pytest.approx(step) and seen["step_error_fraction"] == pytest.approx(step / seen["step_time_s"] - 1)
+    assert seen["peak_memory_as_printed_GB"] == pytest.approx(10.0)  # the log's 10,240 MiB, as predictions are compared
     assert client.get(f"/v1/plans/{plan['id']}/observations").json()["items"][0]["id"] == obs["id"]
 
     cal = client.get("/v1/clusters/one-node/calibration").json()

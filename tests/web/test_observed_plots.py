@@ -87,7 +87,7 @@ def test_the_observed_peak_is_shown_in_the_units_predictions_are_in():
     prints them (the units of the prediction beside them) and in GB."""
     src = APP.read_text()
     script = "\n".join(_extract(src, s) for s in ("const fmt = {", "function observedPeak(")) + """
-console.log(JSON.stringify([observedPeak(77.6, 72.0), observedPeak(null, 72.0)]));
+console.log(JSON.stringify([observedPeak(72.27, 77.6, 72.0), observedPeak(null, null, 72.0)]));
 """
     out = json.loads(subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True).stdout)
     assert out[0] == "observed 72.3 GiB as printed (77.6 GB), predicted 72.0 GB"
