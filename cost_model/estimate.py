@@ -21,7 +21,7 @@ from cost_model.comm import Links
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import sequence_parallel_noop
 from cost_model.result import Estimate, StageEstimate
-from cost_model.strategy import Strategy, validate_strategy
+from cost_model.strategy import Strategy, uneven_split_warning, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
@@ -184,7 +184,7 @@ def estimate(
 
         return estimate_graph(model, training, cluster, strategy)
     total = cluster.total_gpus
-    asked_etp = strategy.etp
+    asked_etp, asked_split = strategy.etp, strategy.layers_per_stage
     strategy = validate_strategy(model, training, strategy)
     if strategy.num_devices > total:
         raise InvalidStrategy(
@@ -196,6 +196,9 @@ def estimate(
     sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel, training.framework)
     if sp_noop:
         warnings.append(sp_noop)
+    uneven = uneven_split_warning(model.num_layers, asked_split, strategy)
+    if uneven:
+        warnings.append(uneven)
     if strategy.etp and not asked_etp:
         warnings.append(f"{training.framework} runs the experts of a model with linear biases unsplit (etp={strategy.etp}, "
                         "--expert-tensor-parallel-size): costed so")

@@ -45,6 +45,21 @@ def even_split(total: int, parts: int) -> tuple[int, ...]:
     return tuple(q + (1 if i < r else 0) for i in range(parts))
 
 
+def uneven_split_warning(num_layers: int, asked: tuple[int, ...] | None, resolved: Strategy) -> str | None:
+    """Warning when a strategy that gave no ``layers_per_stage`` (``asked``) and counts neither
+    the embedding nor the loss as a layer got a near-even split (``resolved``, validated) because
+    pp does not divide the decoder layers (the first ``L mod pp`` stages one layer more), else
+    None: each framework runs such a split (Megatron-Core with ``--pipeline-model-parallel-layout``,
+    which the launch writes; DeepSpeed's and Paddle's partitioners and torchtitan's split by
+    themselves), but a source's own split may differ."""
+    split = resolved.layers_per_stage
+    flags = resolved.account_for_embedding_in_pipeline_split or resolved.account_for_loss_in_pipeline_split
+    if asked is not None or flags or not split or len(set(split)) == 1:
+        return None
+    return (f"pp={len(split)} does not divide the {num_layers} layers: costed with the near-even split "
+            f"{list(split)} (give layers_per_stage for another)")
+
+
 def pipeline_split(num_layers: int, chunks: int, *, embedding: bool, loss: bool) -> tuple[int, ...] | None:
     """Decoder layers per model chunk (pp·vpp chunks, model order) when the embedding and/or
     the loss count as a layer of the split; None when ``num_layers + embedding + loss`` is not
@@ -388,11 +403,13 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             )
         s = replace(s, layers_per_stage=split)
     else:
-        if model.num_layers % chunks:
+        if model.num_layers % chunks and s.vpp > 1:
+            # (pp alone: the near-even split, as the search's rows and every framework's own splitter —
+            # Megatron-Core through --pipeline-model-parallel-layout; estimate warns, uneven_split_warning)
             raise InvalidStrategy(
-                f"pp·vpp = {s.pp}·{s.vpp} = {chunks} does not divide the {model.num_layers} layers "
-                "(give layers_per_stage for an uneven split, or count the embedding and the loss as layers: "
-                "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)",
+                f"pp·vpp = {s.pp}·{s.vpp} = {chunks} does not divide the {model.num_layers} layers: the interleaved "
+                "schedule's model chunks are costed even (give layers_per_stage for an uneven split, or count the "
+                "embedding and the loss as layers: account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)",
                 field=f"{f}.pp",
             )
         s = replace(s, layers_per_stage=even_split(model.num_layers, chunks))

@@ -37,7 +37,6 @@ CASES = [
     (with_("strategy.tp", 3), "strategy.tp", "does not divide the 32 attention heads"),
     (with_("strategy.tp", 0), "strategy.tp", "positive integer"),
     (with_("strategy.tp", "8"), "strategy.tp", "positive integer"),
-    (with_("strategy.pp", 5), "strategy.pp", "does not divide the 32 layers"),
     (with_("strategy.pp", 64), "strategy.pp", "exceeds"),
     (with_("strategy.dp", 8), "strategy.dp", "cluster has 16"),
     (with_("strategy.micro_batch_size", 3), "strategy.micro_batch_size", "not divisible"),
@@ -81,3 +80,26 @@ def test_bad_input_names_field_and_reason(body, field, reason):
 
 def test_table_is_large_enough():
     assert len(CASES) >= 20
+
+
+def test_pp_that_does_not_divide_the_layers_is_costed_with_the_near_even_split_and_says_so(client):
+    """A layout every framework runs (Megatron-Core through --pipeline-model-parallel-layout, the
+    others' own splitters) is costed, not refused: pp=5 over 32 layers takes 7, 7, 6, 6, 6 and
+    the answer names the split; a given layers_per_stage is costed as given, silently."""
+    body = {**GOOD, "strategy": {"dp": 2, "tp": 1, "pp": 5, "micro_batch_size": 1}, "cluster": {
+        "name": "c", "node_groups": [{"name": "h", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]}}
+    req = parse_estimate_request(body)
+    est = estimate(req.model, req.training, req.cluster, req.strategy)
+    assert [st.last_layer - st.first_layer + 1 for st in est.stages] == [7, 7, 6, 6, 6]
+    assert any("near-even split [7, 7, 6, 6, 6]" in w for w in est.warnings), est.warnings
+    given = parse_estimate_request({**body, "strategy": {**body["strategy"], "layers_per_stage": [6, 6, 6, 7, 7]}})
+    est2 = estimate(given.model, given.training, given.cluster, given.strategy)
+    assert not any("near-even" in w for w in est2.warnings) and est2.step_time_s > 0
+    resp = client.post("/v1/estimate", json=body)
+    assert resp.status_code == 200, resp.text
+    assert any("near-even split" in w for w in resp.json()["warnings"])
+    # the interleaved schedule's chunks stay even
+    with pytest.raises(PlannerError) as e:
+        bad = parse_estimate_request({**body, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 3}})
+        estimate(bad.model, bad.training, bad.cluster, bad.strategy)
+    assert e.value.field == "strategy.pp" and "interleaved" in e.value.message
