@@ -478,6 +478,25 @@ def render_deepspeed_config(view: PlanView, params: LaunchParams) -> Artifact:
 
 
 FLEET_ORDER = ["pp", "dp", "sharding", "sep", "mp"]  # the sharding group inside dp: HSDP shards within, replicates across
+#: With expert parallelism: Paddle 3's EPHybridCommunicateGroup takes the expert topology
+#: (pipe, moe_sharding, expert) and the dense one (data, pipe, moe_sharding, dense_sharding, sep,
+#: model) from this order; the expert groups are then ep consecutive ranks, as the plan's.
+FLEET_EP_ORDER = ["dp", "pp", "moe_sharding", "ep", "sharding", "sep", "cp", "mp"]
+
+
+def fleet_expert_axes(view: PlanView) -> dict[str, int] | None:
+    """The hybrid degrees that make Paddle 3's fleet build the plan's expert groups, else None
+    where its expert axis cannot: fleet's ``EPHybridCommunicateGroup`` requires dp_degree and
+    sep_degree 1 (every data-parallel rank a sharding rank) and carves the expert groups of
+    ``ep_degree`` consecutive ranks out of sharding × mp (``moe_sharding_degree`` =
+    sharding·mp/ep), so it runs the plan's experts — unsplit, over dp only — when tp = cp = 1,
+    the optimizer state is sharded over every dp rank (zero_stage ≥ 1, no replicas) and ep
+    divides dp.  (With tp > 1 its expert group would take in the TP ranks: not the layout the
+    plan costs, whose experts follow tp.)"""
+    zero = int(view.s("zero_stage", 0))
+    if view.ep <= 1 or view.tp > 1 or view.cp > 1 or zero < 1 or view.dp_replicas > 1 or view.dp % view.ep:
+        return None
+    return {"dp_degree": 1, "sharding_degree": view.dp, "ep_degree": view.ep, "moe_sharding_degree": view.dp // view.ep}
 
 
 def fleet_config(view: PlanView) -> dict[str, Any]:
@@ -491,8 +510,9 @@ def fleet_config(view: PlanView) -> dict[str, Any]:
         "sep_degree": view.cp,
         "order": FLEET_ORDER,
     }
-    if view.ep > 1:
-        hybrid["ep_degree"] = view.ep
+    expert_axes = fleet_expert_axes(view)
+    if expert_axes is not None:
+        hybrid.update(expert_axes, order=FLEET_EP_ORDER)
     recompute = view.s("recompute", "none")
     dtype = view.training.get("dtype", "bf16")
     return {
@@ -610,10 +630,15 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
     ]
     if view.cp > 1:
         notes.append("context parallelism maps to sep_degree (Paddle's segment parallelism: the all-to-all exchange the plan costs)")
-    if view.ep > 1:
-        notes.append(f"expert parallelism {view.ep}: Paddle 3's fleet builds expert groups only with the moe_sharding and ep "
-                     "axes in its order (and dp_degree 1, all data parallelism as sharding); hybrid_configs.ep_degree alone is "
-                     "ignored, so set the MoE layers' expert groups in the model code (PaddleNLP's MoE) as the plan costs them")
+    if view.ep > 1 and fleet_expert_axes(view) is not None:
+        notes.append(f"expert parallelism {view.ep}: fleet's expert axes (ep_degree {view.ep}, moe_sharding_degree "
+                     f"{view.dp // view.ep}, every dp rank a sharding rank); take the MoE layers' group from "
+                     "fleet.get_hybrid_communicate_group().get_expert_parallel_group()")
+    elif view.ep > 1:
+        notes.append(f"expert parallelism {view.ep}: Paddle 3's fleet builds expert groups only with dp_degree 1 and sep_degree 1, "
+                     "carving them out of sharding × mp (tp's ranks inside each expert group), which is not this plan's layout "
+                     "(tp > 1, cp > 1, replicas or zero_stage 0), so no expert axes are written: set the MoE layers' expert "
+                     "groups in the model code (PaddleNLP's MoE) over the data-parallel ranks, as the plan costs them")
     zero = int(view.s("zero_stage", 0))
     if zero >= 2 and (view.tp > 1 or view.cp > 1 or view.dp_replicas > 1):
         notes.append(f"sharding stage {zero} with tensor/segment parallelism or replicas: fleet_init.wrap shards through "

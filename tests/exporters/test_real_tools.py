@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from helpers.launch_sim import plan_mapping
-from helpers.plans import ALL_PLANS, cp_plan, hsdp_plan
+from helpers.plans import ALL_PLANS, cp_plan, hsdp_plan, moe_plan
 from planner_service.exporters import LaunchParams, render
 
 PARAMS = LaunchParams(image="img", command="train.py --config cfg.yaml", smoke_test=False)
@@ -206,24 +206,29 @@ def test_torchtitan_toml_names_a_registered_flavor():
     assert "8B" in llama.llama3_configs
 
 
-PADDLE_PLANS = {**ALL_PLANS, "hsdp": lambda: hsdp_plan("paddle", 2)}
-
-
-@pytest.mark.parametrize("plan_name", list(PADDLE_PLANS))
-def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp_path):
-    pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
+def _fleet_strategy(plan, tmp_path):
     import importlib.util
 
-    plan = PADDLE_PLANS[plan_name]()
-    s = plan["best"]["strategy"]
     art = render(plan, "paddle-fleet", PARAMS)
     (tmp_path / "fleet_strategy.json").write_text(art.files["fleet_strategy.json"])
     (tmp_path / "fleet_init.py").write_text(art.files["fleet_init.py"])
     spec = importlib.util.spec_from_file_location("fleet_init", tmp_path / "fleet_init.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    cfg = mod.load_config(str(tmp_path / "fleet_strategy.json"))
-    strategy = mod.build_strategy(cfg)
+    assert callable(mod.wrap) and callable(mod.auto_cast)
+    return art, mod.build_strategy(mod.load_config(str(tmp_path / "fleet_strategy.json")))
+
+
+PADDLE_PLANS = {**ALL_PLANS, "hsdp": lambda: hsdp_plan("paddle", 2)}
+
+
+@pytest.mark.parametrize("plan_name", list(PADDLE_PLANS))
+def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp_path):
+    pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
+    plan = PADDLE_PLANS[plan_name]()
+    s = plan["best"]["strategy"]
+    art, strategy = _fleet_strategy(plan, tmp_path)
+    cfg = json.loads(art.files["fleet_strategy.json"])
     hc = strategy.hybrid_configs
     assert (hc["mp_degree"], hc["pp_degree"]) == (s["tp"], s["pp"])
     assert hc["dp_degree"] * hc["sharding_degree"] == s["dp"]
@@ -235,7 +240,47 @@ def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp
     assert strategy.recompute == (s.get("recompute", "none") != "none")
     assert strategy.amp == (plan["training"].get("dtype", "bf16") != "fp32")
     assert cfg["sharding_stage"] == s.get("zero_stage", 0) and cfg["amp_level"] in ("O0", "O2")
-    assert callable(mod.wrap) and callable(mod.auto_cast)
+
+
+def test_paddle_fleet_builds_the_plans_expert_groups(tmp_path, monkeypatch):
+    """A Paddle plan with expert parallelism over dp (tp 1) gets fleet's expert axes, and Paddle's
+    own EPHybridCommunicateGroup — run on the written strategy with only the NCCL group creation
+    stubbed — builds expert groups of the plan's ranks: ep consecutive dp ranks of a stage, the
+    sharding group every dp rank of it, the experts' sharding group dp/ep ranks."""
+    pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
+    import paddle.distributed as dist
+    from paddle.distributed.fleet.base import topology
+
+    plan = moe_plan("paddle", dp=8, ep=4)
+    art, strategy = _fleet_strategy(plan, tmp_path)
+    hc, order = strategy.hybrid_configs, strategy.hybrid_parallel_order
+    assert (hc["dp_degree"], hc["sharding_degree"], hc["ep_degree"], hc["moe_sharding_degree"]) == (1, 8, 4, 2)
+    names = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context", "ep": "expert",
+             "moe_sharding": "moe_sharding"}
+    groups: dict[str, list[list[int]]] = {}
+
+    def no_nccl(self, name, topo, *args, **kwargs):
+        groups[name] = topo.get_comm_list(name)
+        return None, None
+
+    monkeypatch.setattr(topology.HybridCommunicateGroup, "_set_comm_group", no_nccl)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a: len(plan["best"]["ranks"]))
+    monkeypatch.setattr(dist, "get_rank", lambda *a: 0)
+    monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: None)
+    monkeypatch.setattr(dist, "new_group", lambda ranks=None, *a, **k: ranks)
+    hcg = topology.EPHybridCommunicateGroup([names[k] for k in order], [max(hc[f"{k}_degree"], 1) for k in order], hc)
+    assert (hcg.get_expert_parallel_world_size(), hcg.get_sharding_parallel_world_size(),
+            hcg.get_moe_sharding_parallel_world_size()) == (4, 8, 2)
+    ranks = plan["best"]["ranks"]
+    want = sorted(sorted(r["rank"] for r in ranks if (r["pp"], r["dp"] // 4) == key)
+                  for key in {(r["pp"], r["dp"] // 4) for r in ranks})
+    assert sorted(groups["expert"]) == want
+    assert any("get_expert_parallel_group" in n for n in art.notes)
+    # with tp > 1 fleet's expert groups would take in the TP ranks: no expert axes, and a note says why
+    art, _ = _fleet_strategy(moe_plan("paddle", dp=4, ep=4, tp=2), tmp_path)
+    hybrid = json.loads(art.files["fleet_strategy.json"])["hybrid_configs"]
+    assert "ep_degree" not in hybrid and "moe_sharding" not in hybrid["order"]
+    assert any("not this plan's layout" in n for n in art.notes)
 
 
 @pytest.mark.parametrize("plan_name", list(ALL_PLANS))
