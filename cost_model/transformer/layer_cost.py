@@ -570,21 +570,80 @@ def _attention_core(
     return attn_fwd, attn_bwd, flops_attn
 
 
+@dataclass(frozen=True)
+class EagerTraffic:
+    """Bytes per element and kernels, forward and backward, that plain eager PyTorch spends on
+    one elementwise sub-layer beyond the fused kernel's (read + write once: 2·eb forward, 1.25×
+    that backward; :func:`_layer_elementwise`)."""
+
+    fwd_bytes: float
+    bwd_bytes: float
+    fwd_kernels: int
+    bwd_kernels: int
+
+
+def eager_rmsnorm_traffic(eb: int) -> EagerTraffic:
+    """Hugging Face's ``LlamaRMSNorm`` (and every model copying it) in eager PyTorch, per element
+    of the normalised tensor beyond a fused RMSNorm.  Forward, one operator each: ``x.to(fp32)``
+    (read eb, write 4; none in fp32), ``pow(2)`` (read 4, write 4), ``mean(-1)`` (read 4),
+    ``x * rsqrt(var + eps)`` (read 4, write 4; the per-row rsqrt is negligible),
+    ``.to(dtype)`` (read 4, write eb; none in fp32), ``weight * x`` (read eb, write eb):
+    20 + 2·eb bytes, 4 operators, + 2·(eb + 4) and 2 operators for the casts below fp32.
+    Backward, autograd through the same graph: the weight product's two gradients (dx: read eb,
+    write eb; dw: product and token sum, read 3·eb, write eb → 6·eb), the rsqrt product's two (dx:
+    read 4, write 4; d(rsqrt): product and row sum, read 12, write 4), ``mean``'s expand (write 4),
+    ``pow``'s 2·x·g (read 8, write 8 in two operators), the two paths' sum into dx (read 8, write 4):
+    60 + 6·eb bytes, 9 operators, + the casts' 2·(eb + 4) and 2 operators below fp32.  The
+    fused kernel's 2·eb / 2.5·eb are already counted, so these are the differences."""
+    cast = 2 * (eb + 4) if eb < 4 else 0
+    casts = 2 if eb < 4 else 0
+    return EagerTraffic(fwd_bytes=20 + 2 * eb + cast - 2 * eb, bwd_bytes=60 + 6 * eb + cast - 2.5 * eb,
+                        fwd_kernels=3 + casts, bwd_kernels=8 + casts)
+
+
+def eager_rope_traffic(eb: int) -> EagerTraffic:
+    """Hugging Face's ``apply_rotary_pos_emb`` with ``rotate_half`` in eager PyTorch, per element
+    of Q and K beyond a fused rotary kernel.  Forward: ``q * cos`` (read eb, write eb),
+    ``rotate_half`` — the negated upper half (read and write half the elements: eb) and the
+    concatenation (read eb, write eb) —, ``· sin`` (2·eb) and the sum (read 2·eb, write eb):
+    10·eb bytes in 5 operators.  Backward: the two products' gradients (2·eb each), the
+    negation's (eb), the two half slices' gradients scattered into zero-filled tensors (write
+    eb, read and write the halves: 3·eb in all) and the two paths' sum (3·eb): 11·eb in 7
+    operators.  Less the fused kernel's 2·eb / 2.5·eb."""
+    return EagerTraffic(fwd_bytes=10 * eb - 2 * eb, bwd_bytes=11 * eb - 2.5 * eb, fwd_kernels=4, bwd_kernels=6)
+
+
+def eager_glu_traffic(eb: int) -> EagerTraffic:
+    """A gated FFN's ``act(gate) * up`` in eager PyTorch (Hugging Face's ``LlamaMLP``, torchtitan's
+    ``F.silu(w1(x)) * w3(x)``), per element of the FFN hidden beyond one fused kernel (read 2·eb,
+    write eb).  Forward: the activation (read eb, write eb) and the product (read 2·eb, write
+    eb): 5·eb in 2 operators.  Backward: the product's two gradients (read 2·eb, write eb each)
+    and the activation's (read 2·eb, write eb): 9·eb in 3 operators.  Less the fused 3·eb /
+    3.75·eb."""
+    return EagerTraffic(fwd_bytes=5 * eb - 3 * eb, bwd_bytes=9 * eb - 3.75 * eb, fwd_kernels=1, bwd_kernels=2)
+
+
 def _layer_elementwise(
     model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry
 ) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward time (s) of one layer's memory-bound work: norms, bias-dropout-add,
-    the FFN activation, rotary embedding, eager bias gradients and fresh-tensor first touches."""
+    the FFN activation, rotary embedding, eager bias gradients and fresh-tensor first touches.
+    Eager PyTorch (``training.fused_kernels`` false) adds what its operator-by-operator RMSNorm,
+    rotary embedding and gated activation move beyond the fused kernels (:class:`EagerTraffic`);
+    a LayerNorm is one ATen kernel either way."""
     h, q, T, kv, eb, t = g.h, g.q, g.T, g.kv, g.eb, S.tp
     f = float(model.ffn_hidden_size)
     fm = model.ffn_matrices
     eager = not training.fused_kernels
     # Replicated region (norms, dropout, residual adds) runs on T·h elements per TP rank, or
-    # T·h/t under sequence parallelism.  Bytes per element forward: 2 norms (read+write, 2·eb
-    # each), 2 fused bias-dropout-add (read 2·eb, write eb, mask 1 when dropout is used).
+    # T·h/t under sequence parallelism.  Bytes per element forward: the layer's norms (read+write,
+    # 2·eb each; per-head Q/K norms over the Q and K elements), 2 fused bias-dropout-add (read
+    # 2·eb, write eb, mask 1 when dropout is used).
     rep_elems = T * h / np.where(S.sp, t, 1.0)
+    qk_elems = T * (q / t + kv)
+    norm_elems = rep_elems * model.norms_per_layer + (qk_elems if model.qk_norm else 0.0)
     drop = _dropout(model)
-    norm_bytes_fwd = rep_elems * 2 * 2 * eb
+    norm_bytes_fwd = norm_elems * 2 * eb
     # Two residual branches: fused bias-dropout-add reads 2·eb, writes eb and a 1-byte mask.
     # Eager PyTorch runs bernoulli_ into a mask of the activation dtype (eb), div_ (2·eb),
     # mul (3·eb) and the residual add (3·eb): four operators, 9·eb bytes.
@@ -597,15 +656,17 @@ def _layer_elementwise(
     act_bytes_fwd = ffn_hidden_elems * ((3 if model.gated_ffn else 2) * eb)
     act_bwd_transcendentals = ffn_hidden_elems * (1 if model.gated_ffn else 2)
     # Rotary embedding on Q and K (read+write) for RoPE models.
-    rope_bytes = 0.0 if model.position_embedding != "rope" else T * (q / t + kv) * 2 * eb
+    rope = model.position_embedding == "rope"
+    rope_bytes = qk_elems * 2 * eb if rope else 0.0
     # Bias gradients: eager PyTorch reduces each biased linear layer's output gradient over the
     # tokens (``grad_output.sum(0)``), one read of the QKV, projection, FC1 and FC2 outputs'
     # gradients; fused kernels compute it in the weight-gradient GEMM's epilogue (cuBLASLt's
     # BGRAD epilogue, Transformer Engine) or the bias-GELU backward.
     ffn_out = (fm - 1) * f / t * (model.experts_per_token if model.is_moe else 1.0)
     bias_grad_bytes = float(model.bias and eager) * T * (q / t + 2 * kv + h + ffn_out + h) * eb
+    norm_kernels = model.norms_per_layer + 2 * int(model.qk_norm)
     elem_fwd = (
-        memory_bound_time_s(norm_bytes_fwd + rope_bytes, device, kernels=3)
+        memory_bound_time_s(norm_bytes_fwd + rope_bytes, device, kernels=norm_kernels + int(rope))
         + memory_bound_time_s(dropout_bytes_fwd, device, kernels=dropout_kernels, rng_elements=2 * drop * rep_elems)
         + memory_bound_time_s(act_bytes_fwd, device, kernels=1, transcendental_elements=ffn_hidden_elems)
         + first_touch_s(ffn_hidden_elems * eb, device)
@@ -613,11 +674,20 @@ def _layer_elementwise(
     # Backward of these kernels moves ≈1.25× the forward bytes (norm backward reads x and dy and
     # writes dx; dropout backward reads dy and the mask and writes dx; no random numbers).
     elem_bwd = (
-        memory_bound_time_s(1.25 * (norm_bytes_fwd + dropout_bytes_fwd + rope_bytes), device, kernels=7)
+        memory_bound_time_s(1.25 * (norm_bytes_fwd + dropout_bytes_fwd + rope_bytes), device,
+                            kernels=norm_kernels + int(rope) + 4)
         + memory_bound_time_s(1.25 * act_bytes_fwd, device, kernels=1, transcendental_elements=act_bwd_transcendentals)
         + first_touch_s(ffn_hidden_elems * eb, device)
         + memory_bound_time_s(bias_grad_bytes, device, kernels=4 * int(model.bias and eager))
     )
+    if eager:
+        parts = [(norm_elems if model.norm == "rmsnorm" else 0.0, eager_rmsnorm_traffic(eb), norm_kernels),
+                 (qk_elems if rope else 0.0, eager_rope_traffic(eb), 2),
+                 (ffn_hidden_elems if model.gated_ffn else 0.0, eager_glu_traffic(eb), 1)]
+        for elems, traffic, copies in parts:
+            on = float(np.any(np.asarray(elems) > 0))
+            elem_fwd = elem_fwd + memory_bound_time_s(elems * traffic.fwd_bytes, device, kernels=on * copies * traffic.fwd_kernels)
+            elem_bwd = elem_bwd + memory_bound_time_s(elems * traffic.bwd_bytes, device, kernels=on * copies * traffic.bwd_kernels)
 
     return elem_fwd, elem_bwd
 

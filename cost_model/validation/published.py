@@ -182,12 +182,14 @@ def model_for(group: str, row_model: dict[str, Any]) -> TransformerSpec:
     base = gpt_model(row_model)
     from dataclasses import replace
 
+    # (the position scheme is set with the table removed: the GPT base resolved it to "learned")
     if group.startswith("BLOOM"):
-        return replace(base, learned_positions=0, model_type="bloom")
+        return replace(base, learned_positions=0, position_embedding="alibi", model_type="bloom")
     if group == "GPT-NeoX-20B":
-        return replace(base, learned_positions=0, tie_embeddings=False, model_type="gpt-neox")
+        return replace(base, learned_positions=0, position_embedding="rope", tie_embeddings=False, model_type="gpt-neox")
     if group.startswith(("Llama3", "MegatronBridge")):
-        return replace(base, learned_positions=0, tie_embeddings=False, gated_ffn=True, bias=False, norm="rmsnorm", model_type="llama")
+        return replace(base, learned_positions=0, position_embedding="rope", tie_embeddings=False, gated_ffn=True, bias=False,
+                       norm="rmsnorm", model_type="llama")
     return base
 
 

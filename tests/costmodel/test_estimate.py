@@ -127,7 +127,9 @@ def test_every_catalog_device_and_family_constant_is_usable():
 def test_unfused_kernels_cost_the_extra_passes_where_they_run():
     """``fused_kernels=False`` (plain eager PyTorch) adds the elementwise passes of unfused
     attention, eager dropout and the for-loop Adam — and nothing to GEMMs: a Llama-style model
-    (no dropout) with flash attention differs only in its optimizer step."""
+    (no dropout) with flash attention differs in its optimizer step and in the operators of its
+    eager RMSNorm, rotary embedding and SwiGLU (priced one by one in
+    tests/costmodel/transformer/test_eager_terms.py), a few percent of its compute."""
     cluster = simple_cluster("A100-SXM4-80GB", 1, 8)
     strategy = Strategy(dp=8, micro_batch_size=1)
     gpt = get_preset("gpt3-1.3b")
@@ -138,7 +140,7 @@ def test_unfused_kernels_cost_the_extra_passes_where_they_run():
     llama = get_preset("llama3-8b")
     f2 = estimate(llama, Training(64, 2048), cluster, strategy)
     e2 = estimate(llama, Training(64, 2048, fused_kernels=False), cluster, strategy)
-    assert e2.breakdown_s["compute"] == pytest.approx(f2.breakdown_s["compute"], rel=1e-12)
+    assert 1.02 < e2.breakdown_s["compute"] / f2.breakdown_s["compute"] < 1.25
     # 72 B/param (+6 for the 16-bit copy) against fused Adam's 34 B/param, same bandwidth
     opt_ratio = e2.breakdown_s["optimizer"] / f2.breakdown_s["optimizer"]
     assert opt_ratio == pytest.approx(78 / 34, rel=0.05)

@@ -108,3 +108,43 @@ def test_for_loop_optimizer_pays_per_parameter_tensor_not_per_position():
     device = get_device("A100-SXM4-80GB")
     extra_bytes = (8192 - short.learned_positions) * short.hidden_size * tc.optimizer_bytes_per_param(training)
     assert opt[1] - opt[0] == pytest.approx(extra_bytes / (device.memory_bandwidth_GBps * 1e9 * device.efficiency.memory_fraction), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype, eb", [("fp32", 4), ("bf16", 2)])
+def test_eager_llama_layer_pays_its_rmsnorm_rotary_and_swiglu_operators(dtype, eb):
+    """Hugging Face's eager Llama layer runs RMSNorm as upcast/pow/mean/scale/downcast/weight
+    operators, the rotary embedding through rotate_half and SwiGLU as two operators: on a
+    bandwidth-only device the eager layer's extra time over the fused one is exactly their bytes
+    beyond the fused kernels' (cost_model.transformer.layer_cost.eager_*_traffic), and a
+    LayerNorm GPT layer without rotary embedding pays none of it."""
+    model = get_preset("llama3-8b")
+    device = _bandwidth_only_device()
+    T = 2 * 1024
+    q_k = T * (model.hidden_size + model.num_kv_heads * model.head_dim)
+    norm, rope, glu = tc.eager_rmsnorm_traffic(eb), tc.eager_rope_traffic(eb), tc.eager_glu_traffic(eb)
+    layers = {fused: _layer(model, Training(2, 1024, dtype=dtype, fused_kernels=fused), device) for fused in (True, False)}
+    elems = ((2 * T * model.hidden_size, norm), (q_k, rope), (T * model.ffn_hidden_size, glu))
+    fwd = sum(n * t.fwd_bytes for n, t in elems) / (BW_GBps * 1e9)
+    bwd = sum(n * t.bwd_bytes for n, t in elems) / (BW_GBps * 1e9)
+    assert float(layers[False].forward_compute_s[0] - layers[True].forward_compute_s[0]) == pytest.approx(fwd, rel=1e-9)
+    assert float(layers[False].backward_compute_s[0] - layers[True].backward_compute_s[0]) == pytest.approx(bwd, rel=1e-9)
+    # the upcasts exist only below fp32: 20 + 2·eb (+ 2·(eb + 4)) forward bytes per element, less the fused 2·eb
+    assert norm.fwd_bytes == 20 + (2 * (eb + 4) if eb < 4 else 0)
+    gpt = replace(get_preset("gpt3-125m"), bias=False)  # LayerNorm, GELU, learned positions; no bias reductions
+    base = {fused: _layer(gpt, Training(2, 1024, dtype=dtype, attention="flash", fused_kernels=fused), device) for fused in (True, False)}
+    assert float(base[False].forward_compute_s[0]) == pytest.approx(float(base[True].forward_compute_s[0]), rel=1e-12)
+
+
+def test_every_norm_of_the_layer_is_paid():
+    """A layer's norms follow the model: one shared norm (Falcon-7B), two (Llama), four sandwich
+    norms (Gemma-2), plus per-head Q/K norms (Qwen3) over the query and key elements."""
+    device = _bandwidth_only_device()
+    llama = get_preset("llama3-8b")
+    training = Training(2, 1024, dtype="fp32")
+    T, eb = 2 * 1024, 4
+    base = float(_layer(llama, training, device).forward_compute_s[0])
+    four = float(_layer(replace(llama, norms_per_layer=4), training, device).forward_compute_s[0])
+    assert four - base == pytest.approx(2 * T * llama.hidden_size * 2 * eb / (BW_GBps * 1e9), rel=1e-9)
+    qk = float(_layer(replace(llama, qk_norm=True), training, device).forward_compute_s[0])
+    q_k = T * (llama.hidden_size + llama.num_kv_heads * llama.head_dim)
+    assert qk - base == pytest.approx(q_k * 2 * eb / (BW_GBps * 1e9), rel=1e-9)
