@@ -20,7 +20,11 @@ which no model predicts.  A short speed probe (a GEMM and a memory pass) right a
 and around the measurement says how far it moved; a case more than 15% off is measured again
 (twice at most) and the probe ratios are recorded with it.
 
-The torch model matches cost_model's GPT assumptions (TransformerSpec from a GPT-2 config):
+Case L is a Llama-style stack as Hugging Face's eager modelling writes it (``build_llama``:
+RMSNorm as separate operators, rotary embedding by rotate_half, SwiGLU, no biases or dropout, an
+untied head; TransformerSpec from a Llama config), which checks the eager RMSNorm, rotary and
+gated-activation traffic (``cost_model.transformer.layer_cost.eager_*_traffic``).  The others
+match cost_model's GPT assumptions (TransformerSpec from a GPT-2 config):
 learned positions, LayerNorm with bias, QKV/projection/FC1/FC2 with biases, 4h GELU FFN, tied
 LM head, dropout 0.1 (attention probabilities and both residual branches), unfused causal
 attention (scores materialised, masked softmax) — so ``training.attention = "unfused"`` — written
@@ -28,7 +32,8 @@ in plain PyTorch ops with ``torch.optim.Adam`` (no fused kernels: ``training.fus
 False``), initialised as GPT-2 is (PyTorch's default initialisation drives this untrained toy's
 softmax into fp32 subnormals, which x86 cores process ~50× slower: see ``build_model``).
 
-Writes bench/results/cpu_validation.json (and each case's fitted profile in bench/results/cpu_profiles/) and prints a table.
+Writes bench/results/cpu_validation.json (and each case's fitted profile in bench/results/cpu_profiles/) and prints a table;
+``--cases`` measures only those and keeps the other cases' saved rows.
 Usage: python bench/cpu_validation.py [--steps 5] [--cases A,B] [--no-dp] [--reuse-profiles]
 """
 
@@ -62,12 +67,18 @@ CASES: list[dict[str, Any]] = [
     {"name": "B", "layers": 4, "hidden": 512, "heads": 8, "seq": 128, "micro_batch": 8, "vocab": 8192},
     {"name": "C", "layers": 2, "hidden": 768, "heads": 12, "seq": 512, "micro_batch": 2, "vocab": 8192},
     {"name": "D", "layers": 6, "hidden": 128, "heads": 4, "seq": 128, "micro_batch": 4, "vocab": 4096},
+    # Llama-style (Hugging Face's modelling in plain PyTorch): RMSNorm as separate operators,
+    # rotary embedding by rotate_half, SwiGLU FFN, no biases or dropout, untied head
+    {"name": "L", "family": "llama", "layers": 4, "hidden": 256, "heads": 4, "seq": 256, "micro_batch": 8, "vocab": 8192,
+     "ffn": 688},
 ]
 DROPOUT = 0.1
 
 
 # ---------------------------------------------------------------------------------- the model
 def build_model(case: dict[str, Any]):
+    if case.get("family") == "llama":
+        return build_llama(case)
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -127,7 +138,87 @@ def build_model(case: dict[str, Any]):
     return gpt
 
 
+def build_llama(case: dict[str, Any]):
+    """A Llama-style decoder as Hugging Face's ``modeling_llama`` writes it in eager mode:
+    ``LlamaRMSNorm`` (upcast, pow, mean, rsqrt, scale — one operator each), rotary embedding by
+    ``rotate_half``, unfused causal attention, SwiGLU (``down(silu(gate(x)) * up(x))``), no biases,
+    no dropout, an untied head; initialised N(0, 0.02) (as GPT-2's, for the reason above)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    h, a, s, f = case["hidden"], case["heads"], case["seq"], case["ffn"]
+    d = h // a
+
+    class RMSNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(h))
+
+        def forward(self, x):
+            dtype = x.dtype
+            x = x.to(torch.float32)
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return self.weight * x.to(dtype)
+
+    def rotate_half(x):
+        return torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1, self.norm2 = RMSNorm(), RMSNorm()
+            self.q, self.k, self.v, self.o = (nn.Linear(h, h, bias=False) for _ in range(4))
+            self.gate, self.up = nn.Linear(h, f, bias=False), nn.Linear(h, f, bias=False)
+            self.down = nn.Linear(f, h, bias=False)
+            self.register_buffer("mask", torch.triu(torch.ones(s, s, dtype=torch.bool), 1), persistent=False)
+
+        def forward(self, x, cos, sin):
+            b, t, _ = x.shape
+            y = self.norm1(x)
+            q, k, v = (proj(y).view(b, t, a, d).transpose(1, 2) for proj in (self.q, self.k, self.v))
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+            probs = torch.softmax(scores.masked_fill(self.mask[:t, :t], float("-inf")), dim=-1)
+            x = x + self.o((probs @ v).transpose(1, 2).reshape(b, t, h))
+            y = self.norm2(x)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    class Llama(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(case["vocab"], h)
+            self.blocks = nn.ModuleList(Block() for _ in range(case["layers"]))
+            self.norm = RMSNorm()
+            self.head = nn.Linear(h, case["vocab"], bias=False)
+            inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+            self.register_buffer("inv_freq", inv, persistent=False)
+
+        def forward(self, idx, targets):
+            angles = torch.outer(torch.arange(idx.shape[1], dtype=torch.float32), self.inv_freq)
+            emb = torch.cat((angles, angles), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+            x = self.embed(idx)
+            for blk in self.blocks:
+                x = blk(x, cos, sin)
+            logits = self.head(self.norm(x))
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    torch.manual_seed(0)
+    model = Llama()
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * case["layers"]) if name.endswith(("o.weight", "down.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+    return model
+
+
 def hf_config(case: dict[str, Any]) -> dict[str, Any]:
+    if case.get("family") == "llama":
+        return {"model_type": "llama", "num_hidden_layers": case["layers"], "hidden_size": case["hidden"],
+                "num_attention_heads": case["heads"], "num_key_value_heads": case["heads"], "intermediate_size": case["ffn"],
+                "vocab_size": case["vocab"], "max_position_embeddings": case["seq"], "tie_word_embeddings": False}
     return {"n_layer": case["layers"], "n_embd": case["hidden"], "n_head": case["heads"], "vocab_size": case["vocab"],
             "n_positions": case["seq"], "model_type": "gpt2"}
 
@@ -414,24 +505,30 @@ def _dp_worker(rank: int, world: int, port: int, case: dict[str, Any], warmup: i
     dist.destroy_process_group()
 
 
-def measure_dp(case: dict[str, Any], world: int, warmup: int, steps: int) -> dict[str, Any]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def measure_dp(case: dict[str, Any], world: int, warmup: int, steps: int, tries: int = 3) -> dict[str, Any]:
+    """Median step of ``world`` gloo DDP processes.  A rank that dies before rank 0 reports (gloo
+    has been seen to abort a process, "terminate called without an active exception") costs a
+    fresh start on a new port, ``tries`` times at most; rank 0's result stands when only the
+    teardown after it failed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "--dp-worker", str(r), str(world), str(port), json.dumps(case), str(warmup), str(steps)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r in range(world)
-    ]
-    outs = [p.communicate(timeout=1800) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        if p.returncode != 0:
-            raise RuntimeError(f"DP worker failed ({p.returncode}): {err.strip().splitlines()[-1:]}")
-    for line in outs[0][0].splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError("DP rank 0 printed no result")
+    failure = ""
+    for _attempt in range(tries):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = [
+            subprocess.Popen([sys.executable, __file__, "--dp-worker", str(r), str(world), str(port), json.dumps(case), str(warmup), str(steps)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in range(world)
+        ]
+        outs = [p.communicate(timeout=1800) for p in procs]
+        for line in outs[0][0].splitlines():
+            if line.startswith("RESULT "):
+                return dict(json.loads(line[7:]))
+        failure = "; ".join(f"rank {r} exit {p.returncode}: {err.strip().splitlines()[-1:]}"
+                            for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)) if p.returncode != 0) or "no result"
+        print(f"  DP run failed ({failure}), starting again", flush=True)
+    raise RuntimeError(f"DP workers failed {tries} times: {failure}")
 
 
 # ------------------------------------------------------------------------------ predictions
@@ -586,6 +683,16 @@ def main(argv: list[str]) -> int:
                   flush=True)
 
     host = {"cpu": cpu_model(), "cores": cores, "torch": torch.__version__}
+    saved = RESULTS / "cpu_validation.json"
+    previous = json.loads(saved.read_text()) if saved.exists() else None
+    if wanted != {c["name"] for c in CASES} and previous is not None and previous.get("host") != host:
+        print(f"the saved rows were measured on another host ({previous.get('host')}): keeping only this run's", flush=True)
+    elif wanted != {c["name"] for c in CASES} and previous is not None:
+        # a subset run (--cases): the other cases keep their saved rows (same host), in the table's order
+        ran = {(r["case"], r["dp"]) for r in rows}
+        kept = [r for r in previous["cases"] if (r["case"], r["dp"]) not in ran]
+        order = [c["name"] for c in CASES]
+        rows = sorted(kept + rows, key=lambda r: (order.index(r["case"]) if r["case"] in order else len(order), r["dp"]))
     return finish(rows, host)
 
 
