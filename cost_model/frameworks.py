@@ -104,6 +104,15 @@ class FrameworkRules:
     #: calls it
     partial_sharding_stages: tuple[int, ...] = ()
     partial_sharding_name: str = ""
+    #: the fewest ranks its stage-2/3 sharding runs over (Paddle's ``group_sharded_parallel``
+    #: refuses a group of one: :func:`sharding_group_violation`)
+    min_stage23_shard_ranks: int = 1
+    #: the fewest pipeline stages its interleaved schedule runs (Paddle's: more than two,
+    #: :func:`interleaved_schedule_violation`)
+    min_interleaved_pp: int = 2
+    #: Megatron-Core's expert-parallel all-to-all overlap (``training.moe_comm_overlap``) and its
+    #: layout rules (:func:`moe_overlap_layout_violation`)
+    moe_comm_overlap: bool = False
 
 
 #: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
@@ -115,7 +124,7 @@ RULES: dict[str, FrameworkRules] = {
     "megatron-core": FrameworkRules(
         name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=True, fp8=True, block_recompute=True,
+        ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True,
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
@@ -143,7 +152,7 @@ RULES: dict[str, FrameworkRules] = {
     "paddle": FrameworkRules(
         name="paddle", title="PaddlePaddle fleet", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False, cp_exchanges=("a2a",),
+        ep_folding=False, fp8=False, cp_exchanges=("a2a",), min_stage23_shard_ranks=2, min_interleaved_pp=3,
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
@@ -246,19 +255,22 @@ WHOLE_LAYOUT_RULE_FRAMEWORKS = frozenset({"fsdp", "paddle"})
 
 def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str | None:
     """Reason when the framework's interleaved schedule cannot run ``vpp`` chunks over ``pp``
-    stages, else None: Paddle's needs more than two stages (``PipelineParallelWithInterleave``
-    and its FthenB variant: "virtual pipeline must run under pp degree > 2")."""
-    if framework == "paddle" and vpp > 1 and pp <= 2:
-        return "paddle: its interleaved schedule needs pp > 2 ('virtual pipeline must run under pp degree > 2'); vpp must be 1"
+    stages (its rule table's ``min_interleaved_pp``), else None: Paddle's needs more than two
+    stages (``PipelineParallelWithInterleave`` and its FthenB variant: "virtual pipeline must run
+    under pp degree > 2")."""
+    least = rules_for(framework).min_interleaved_pp
+    if vpp > 1 and pp < least:
+        return f"{framework}: its interleaved schedule needs pp > {least - 1}; vpp must be 1"
     return None
 
 
 def sharding_group_violation(framework: str, *, zero_stage: int, shard_ranks: int) -> str | None:
-    """Reason when sharding stage ``zero_stage`` cannot run over ``shard_ranks`` ranks, else
-    None: Paddle's stage 2/3 (``group_sharded_parallel``) refuses a group of one ("Training must
-    be distributed, ranks must be greater than 1")."""
-    if framework == "paddle" and zero_stage >= 2 and shard_ranks <= 1:
-        return "paddle: sharding stage 2/3 needs a sharding group of more than one rank; with one, use zero_stage 0 or 1"
+    """Reason when sharding stage ``zero_stage`` cannot run over ``shard_ranks`` ranks (its rule
+    table's ``min_stage23_shard_ranks``), else None: Paddle's stage 2/3
+    (``group_sharded_parallel``) refuses a group of one ("Training must be distributed, ranks
+    must be greater than 1")."""
+    if zero_stage >= 2 and shard_ranks < rules_for(framework).min_stage23_shard_ranks:
+        return f"{framework}: sharding stage 2/3 needs a sharding group of more than one rank; with one, use zero_stage 0 or 1"
     return None
 
 
@@ -420,7 +432,7 @@ def moe_overlap_layout_violation(framework: str, comm_overlap: bool, *, ep: int,
     pipeline_model_parallel_size > 1"); full recompute it runs only through its own
     per-module path (no recompute method or layer count, dropout 0), which is not what the
     cost model prices as full recompute."""
-    if framework != "megatron-core" or not comm_overlap or ep <= 1:
+    if not (comm_overlap and rules_for(framework).moe_comm_overlap) or ep <= 1:
         return None
     if pp > 1 and vpp == 1:
         return "vpp", ("megatron-core: the expert-parallel overlap (moe_comm_overlap) with a pipeline needs the interleaved "
@@ -459,8 +471,9 @@ def cp_sequence_violation(framework: str, cp: int, sequence_length: int, tp: int
             f"{', sharded over the TP ranks' if k != 2 * cp else ''}): sequence_length {sequence_length} is not a multiple of {k}")
 
 
-def torchtitan_layout_violation(framework: str, *, tp: int, pp: int, vpp: int, ep: int, cp: int, zero_stage: int,
-                                num_microbatches: int, kv_heads: int, tied_embeddings: bool) -> tuple[str, str] | None:
+def torchtitan_layout_violation(framework: str, *, kv_heads: int, tied_embeddings: bool, tp: int | None = None,
+                                pp: int | None = None, vpp: int | None = None, ep: int | None = None, cp: int | None = None,
+                                zero_stage: int | None = None, num_microbatches: int | None = None) -> tuple[str, str] | None:
     """(strategy field, reason) when torchtitan — what ``fsdp`` runs TP, PP, CP and EP with —
     refuses the layout at start-up, else None: tensor parallelism splits the key/value heads
     and never replicates them ("tensor_parallel_degree must divide n_kv_heads"); its
@@ -472,21 +485,22 @@ def torchtitan_layout_violation(framework: str, *, tp: int, pp: int, vpp: int, e
     dp_shard·cp (``ParallelDims.fsdp_enabled`` is ``dp_shard > 1 or cp > 1``: the parameters
     shard over the context-parallel ranks whatever dp_shard is), so with cp > 1 there is no
     unsharded (ZeRO 0) layout — what runs is stage 2/3 over the cp ranks (``dp_shard`` 1 keeps
-    the dp ranks as replicas)."""
+    the dp ranks as replicas).  A knob given as None is not fixed yet (the pins alone, before the
+    search): the rules that need it wait for the whole layout."""
     if framework != "fsdp":
         return None
-    if tp > 1 and kv_heads % tp:
+    if tp is not None and tp > 1 and kv_heads % tp:
         return "tp", f"fsdp (torchtitan): tp={tp} must divide the {kv_heads} key/value heads (it splits them, never replicates)"
-    if pp > 1 and vpp == 1 and num_microbatches < pp:
+    if pp is not None and vpp is not None and num_microbatches is not None and pp > 1 and vpp == 1 and num_microbatches < pp:
         return "micro_batch_size", (f"fsdp (torchtitan): its 1F1B schedule needs at least one micro-batch per stage: "
                                     f"{num_microbatches} micro-batches for pp={pp}")
-    if pp > 1 and tied_embeddings:
+    if pp is not None and pp > 1 and tied_embeddings:
         return "pp", "fsdp (torchtitan): a pipeline cannot tie the embedding and the output head (the model ties them)"
-    if cp > 1 and zero_stage == 0:
+    if cp is not None and cp > 1 and zero_stage == 0:
         return "zero_stage", (f"fsdp (torchtitan): with cp={cp} it shards the parameters over the context-parallel ranks "
                               "(its FSDP mesh is dp_shard·cp), so zero_stage 0 does not run; use zero_stage 2 or 3 "
                               "(dp_shard 1 shards over cp alone and keeps the dp ranks as replicas)")
-    if ep > 1 and zero_stage == 0 and (cp * tp) % ep:
+    if ep is not None and cp is not None and tp is not None and ep > 1 and zero_stage == 0 and (cp * tp) % ep:
         return "zero_stage", (f"fsdp (torchtitan): experts shard over dp_shard·cp·tp; with zero_stage 0 there is no dp_shard, "
                               f"and ep={ep} does not divide cp·tp = {cp * tp}")
     return None

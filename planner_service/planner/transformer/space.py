@@ -34,12 +34,10 @@ from cost_model.frameworks import (
     ep_group_divisor,
     expert_parallel_dtype_violation,
     interleaved_schedule_violation,
-    moe_overlap_layout_violation,
     pinned_rule_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
     rules_for,
-    sharding_group_violation,
     torchtitan_layout_violation,
 )
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
@@ -82,9 +80,8 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if tp is not None and tp > 1 and model.num_heads % tp:
         raise InvalidStrategy(f"tp={tp} does not divide the {model.num_heads} attention heads", field="constraints.tp")
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
-    rule = torchtitan_layout_violation(training.framework, tp=tp or 1, pp=pins.get("pp", 1), vpp=2, ep=1, cp=pins.get("cp", 1),
-                                       zero_stage=pins.get("zero_stage", 1),
-                                       num_microbatches=1 << 30, kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
+    rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
+                                       kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     ep = pins.get("ep")
@@ -226,8 +223,8 @@ def enumerate_space(
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & even_chunks & (m % pp_col == 0)))
     cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
-    if moe_overlap_layout_violation(training.framework, training.moe_comm_overlap, ep=2, pp=1, vpp=1, recompute="full"):
-        # Megatron-Core's EP overlap: interleaved with a pipeline, no full recompute (where ep > 1)
+    if training.moe_comm_overlap and rules.moe_comm_overlap:
+        # Megatron-Core's EP overlap (moe_overlap_layout_violation): interleaved with a pipeline, no full recompute (where ep > 1)
         moe_rows = cols["ep"] > 1
         cols = _keep(cols, ~(moe_rows & (((cols["pp"] > 1) & (cols["vpp"] == 1)) | (cols["recompute"] == RECOMPUTE_CODE["full"]))))
     if "zero_stage" in pins:
@@ -256,9 +253,9 @@ def enumerate_space(
         cols = _keep(cols, expert_blocks_tile(cols["tp"], cols["cp"], cols["dp"], cols["ep"], etp))
         cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
-    if sharding_group_violation(training.framework, zero_stage=2, shard_ranks=1) is not None:
+    if rules.min_stage23_shard_ranks > 1:  # sharding_group_violation, row by row
         shard_ranks = np.where(cols["dp_shard"] > 0, cols["dp_shard"], cols["dp"])
-        cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks <= 1)))
+        cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks < rules.min_stage23_shard_ranks)))
     if "sequence_parallel" in pins:
         # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
