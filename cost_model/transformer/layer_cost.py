@@ -623,6 +623,23 @@ def eager_glu_traffic(eb: int) -> EagerTraffic:
     return EagerTraffic(fwd_bytes=5 * eb - 3 * eb, bwd_bytes=9 * eb - 3.75 * eb, fwd_kernels=1, bwd_kernels=2)
 
 
+def eager_saved_bytes_per_element(eb: int) -> tuple[float, float]:
+    """Bytes per element that autograd keeps for backward from eager PyTorch's RMSNorm and gated
+    activation beyond what the fused kernels keep (their inputs, counted in
+    :func:`activation_bytes`), as (norm, FFN hidden).  A multiplication keeps each operand the
+    other's gradient needs (``MulBackward0``), ``pow`` its input, casts and ``mean`` nothing:
+
+    * ``LlamaRMSNorm`` keeps the fp32 upcast of its input (``pow`` and the rsqrt product share
+      it) and the normalised tensor in the training dtype (the weight product), where a fused
+      norm keeps its input: 4 + eb − eb = 4 bytes in bf16; in fp32 the upcast is the input
+      itself and the normalised copy is the extra: 4 bytes too;
+    * ``act(gate) * up`` keeps the activation's output (eb) beside ``up``.
+
+    The ``rotate_half`` rotary embedding keeps nothing more: its products are with ``cos`` and
+    ``sin``, which need no gradient, so only those (shared) are kept."""
+    return 4.0, float(eb)
+
+
 def _layer_elementwise(
     model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -914,7 +931,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     divide by t; under SP the rest does too.  Generalised here: K and V use the KV width, the
     FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
     with selective recompute, dropout masks vanish without dropout (models without biases), and
-    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8; an MoE FFN adds
+    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8, eager PyTorch
+    (``fused_kernels`` false) keeps its RMSNorm's and gated activation's intermediates
+    (:func:`eager_saved_bytes_per_element`); an MoE FFN adds
     :func:`cost_model.transformer.moe.moe_activation_bytes`.  Selective recompute under torchtitan
     (:func:`op_level_selective`) keeps what its op-level policy saves instead (computed below).
     Full recompute keeps only the
@@ -963,6 +982,12 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
             tp=t, cp=c, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, act_bytes=eb, saved_input_bytes=gi,
             capacity_factor=training.moe_capacity_factor, etp=S.etp_pin,
         )
+    if not training.fused_kernels:
+        # eager PyTorch's RMSNorm and gated activation keep more (eager_saved_bytes_per_element)
+        norm_b, glu_b = eager_saved_bytes_per_element(int(eb))
+        norms = model.norms_per_layer * sbh / rep + (sc * b * (q / t + kv) if model.qk_norm else 0.0)
+        replicated = replicated + (norms * norm_b if model.norm == "rmsnorm" else 0.0)
+        ffn_inner = ffn_inner + (sc * b * f / t * k_experts * glu_b if model.gated_ffn else 0.0)
     full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
     stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
     layer_input = sbh * eb / rep

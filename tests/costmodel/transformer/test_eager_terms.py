@@ -148,3 +148,47 @@ def test_every_norm_of_the_layer_is_paid():
     qk = float(_layer(replace(llama, qk_norm=True), training, device).forward_compute_s[0])
     q_k = T * (llama.hidden_size + llama.num_kv_heads * llama.head_dim)
     assert qk - base == pytest.approx(q_k * 2 * eb / (BW_GBps * 1e9), rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_eager_llama_activations_are_what_autograd_keeps(dtype, monkeypatch):
+    """The activation model of an eager Llama layer (unfused attention, Hugging Face's RMSNorm,
+    rotate_half, SwiGLU) against the bytes autograd really keeps: every tensor one forward of
+    the layer (bench/cpu_validation.py's case L, in torch on the CPU) saves for backward,
+    counted once per storage, parameters and the cos/sin tables aside."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch", reason="needs torch")
+    from cost_model.transformer.spec import from_hf_config
+
+    path = Path(__file__).resolve().parents[3] / "bench" / "cpu_validation.py"
+    spec = importlib.util.spec_from_file_location("bench_cpu_validation", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    case = {**next(c for c in bench.CASES if c["name"] == "L"), "layers": 1}
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    model = bench.build_model(case).to(dt)
+    block = model.blocks[0]
+    idx, _ = bench._batch(case)
+    angles = torch.outer(torch.arange(case["seq"], dtype=torch.float32), model.inv_freq)
+    cos, sin = (f(torch.cat((angles, angles), dim=-1)).to(dt) for f in (torch.cos, torch.sin))
+    saved: dict[int, int] = {}
+
+    def keep(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        block(model.embed(idx).detach().requires_grad_(True), cos, sin)
+    fixed = {p.untyped_storage().data_ptr() for p in block.parameters()} | {
+        t.untyped_storage().data_ptr() for t in (block.mask, cos, sin)}
+    measured = sum(n for ptr, n in saved.items() if ptr not in fixed)
+    llama = from_hf_config(bench.hf_config(case))
+    S = tc.StrategyArrays.from_strategies([Strategy(dp=1, micro_batch_size=case["micro_batch"])])
+    stored = {fused: float(tc.activation_bytes(llama, Training(case["micro_batch"], case["seq"], dtype=dtype, attention="unfused",
+                                                                fused_kernels=fused), S)[0][0]) for fused in (False, True)}
+    assert stored[False] == pytest.approx(measured, rel=0.005)  # the per-row rsqrt aside
+    assert stored[True] < 0.98 * measured  # what the fused kernels keep is not what eager PyTorch keeps
