@@ -32,6 +32,7 @@ import numpy as np
 from cost_model.devices import BYTES_PER_ELEMENT
 from cost_model.errors import InvalidGraph
 from cost_model.graph.ir import DTYPE_BYTES, NO_GRAD_TYPES, GraphSpec, OpSpec, ParamSpec
+from cost_model.transformer.layer_cost import eager_rmsnorm_traffic, eager_saved_bytes_per_element
 
 #: Forward FLOPs per output element of memory-bound operators (they never bound time; kept for
 #: the FLOP count).  LayerNorm: mean, variance, normalise, scale, shift ≈ 8; softmax: max, sub,
@@ -85,6 +86,20 @@ class OpCost:
     gemm: GemmShape | None = None
     attention: tuple[int, int, int, int, bool] | None = None  # (batch·heads, q_len, kv_len, head_dim, causal)
     has_grad: bool = True
+    #: what the operator costs beyond this in eager PyTorch (``training.fused_kernels`` false), where
+    #: a graph's single operator runs as several (an RMSNorm); None: nothing more
+    eager: EagerExtra | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EagerExtra:
+    """An operator's eager-PyTorch surplus: bytes moved forward and backward, operator launches,
+    and bytes autograd keeps beyond the fused operator's saved input."""
+
+    fwd_bytes: float
+    bwd_bytes: float
+    kernels: int
+    saved_bytes: float
 
 
 def elt_bytes(dtype: str | None, default: str) -> float:
@@ -221,8 +236,14 @@ def _norm_cost(x: _Operands) -> OpCost:
     fpe = FLOPS_PER_ELEMENT.get(t, 6)
     moved_bytes = x.in_bytes[0] + x.out_bytes[0] + x.param_bytes
     stats = rows * 4 * (2 if t == "LayerNorm" else 1)
+    eager = None
+    if t == "RMSNorm":  # eager PyTorch runs it as Hugging Face's LlamaRMSNorm does: the transformer path's rule
+        traffic = eager_rmsnorm_traffic(int(x.elt_bytes))
+        norm_saved, _ = eager_saved_bytes_per_element(int(x.elt_bytes))
+        eager = EagerExtra(fwd_bytes=n * traffic.fwd_bytes, bwd_bytes=n * traffic.bwd_bytes, kernels=traffic.fwd_kernels,
+                           saved_bytes=n * norm_saved)
     return OpCost(fwd_flops=fpe * n, bwd_flops=2 * fpe * n, fwd_bytes=moved_bytes, bwd_bytes=1.5 * moved_bytes + x.param_bytes,
-                  params=x.params, param_bytes=x.param_bytes, saved_inputs=(0,), extra_saved_bytes=stats)
+                  params=x.params, param_bytes=x.param_bytes, saved_inputs=(0,), extra_saved_bytes=stats, eager=eager)
 
 
 def _softmax_cost(x: _Operands) -> OpCost:

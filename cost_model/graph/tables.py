@@ -264,6 +264,11 @@ def _row_work(graph: GraphSpec, training: Training, analysis: GraphAnalysis, cos
             w.mem_bwd_bytes[r] = oc.bwd_bytes * frac * c.mem_frac
             w.kern[r] = (1 if oc.fwd_bytes > 0 else 0) if eager else analysis.first_kernel[i]
             w.flops[r] += (oc.fwd_flops + oc.bwd_flops) * c.mem_frac
+            if eager and oc.eager is not None:  # one graph operator, several eager ones (an RMSNorm)
+                w.mem_fwd_bytes[r] += oc.eager.fwd_bytes * c.mem_frac
+                w.mem_bwd_bytes[r] += oc.eager.bwd_bytes * c.mem_frac
+                w.kern[r] += oc.eager.kernels
+                w.extra_act[r] += oc.eager.saved_bytes * c.extra_act_frac
         w.extra_act[r] += oc.extra_saved_bytes * c.extra_act_frac
         for comm in c.comm:
             w.comm_rows.append(r)

@@ -54,6 +54,44 @@ def gpt_graph(layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 1
     }
 
 
+def llama_graph(layers: int = 2, hidden: int = 256, heads: int = 4, ffn: int = 688, vocab: int = 1024,
+                name: str = "llama") -> dict[str, Any]:
+    """A Llama-style decoder (RMSNorm, SwiGLU, no biases or dropout, untied head; no rotary
+    embedding, which a graph spells as elementwise operators) as graph JSON."""
+    h, f = hidden, ffn
+    ops: list[dict[str, Any]] = [
+        {"name": "embed", "type": "Embedding", "inputs": ["input_ids"], "outputs": ["x0"], "params": {"weight": [vocab, h]}},
+    ]
+    x = "x0"
+    for i in range(layers):
+        p = f"l{i}."
+        ops += [
+            {"name": p + "norm1", "type": "RMSNorm", "inputs": [x], "outputs": [p + "n1"], "params": {"scale": [h]}},
+            *({"name": p + w, "type": "MatMul", "inputs": [p + "n1"], "outputs": [p + w], "params": {"weight": [h, h]}}
+              for w in ("q", "k", "v")),
+            {"name": p + "attn", "type": "Attention", "inputs": [p + "q", p + "k", p + "v"], "outputs": [p + "ctx"],
+             "attrs": {"num_heads": heads, "causal": 1}},
+            {"name": p + "o", "type": "MatMul", "inputs": [p + "ctx"], "outputs": [p + "o"], "params": {"weight": [h, h]}},
+            {"name": p + "res1", "type": "Add", "inputs": [x, p + "o"], "outputs": [p + "r1"]},
+            {"name": p + "norm2", "type": "RMSNorm", "inputs": [p + "r1"], "outputs": [p + "n2"], "params": {"scale": [h]}},
+            {"name": p + "gate", "type": "MatMul", "inputs": [p + "n2"], "outputs": [p + "gate"], "params": {"weight": [h, f]}},
+            {"name": p + "up", "type": "MatMul", "inputs": [p + "n2"], "outputs": [p + "up"], "params": {"weight": [h, f]}},
+            {"name": p + "silu", "type": "Silu", "inputs": [p + "gate"], "outputs": [p + "act"]},
+            {"name": p + "glu", "type": "Mul", "inputs": [p + "act", p + "up"], "outputs": [p + "glu"]},
+            {"name": p + "down", "type": "MatMul", "inputs": [p + "glu"], "outputs": [p + "down"], "params": {"weight": [f, h]}},
+            {"name": p + "res2", "type": "Add", "inputs": [p + "r1", p + "down"], "outputs": [p + "out"]},
+        ]
+        x = p + "out"
+    ops += [
+        {"name": "norm_f", "type": "RMSNorm", "inputs": [x], "outputs": ["nf"], "params": {"scale": [h]}},
+        {"name": "lm_head", "type": "MatMul", "inputs": ["nf"], "outputs": ["logits"], "params": {"weight": [h, vocab]}},
+        {"name": "loss", "type": "CrossEntropy", "inputs": ["logits", "labels"], "outputs": ["loss"]},
+    ]
+    return {"name": name, "inputs": [{"name": "input_ids", "shape": ["batch", "seq"], "dtype": "int64"},
+                                     {"name": "labels", "shape": ["batch", "seq"], "dtype": "int64"}],
+            "ops": ops, "outputs": ["loss"]}
+
+
 def megatron_shardings(layers: int) -> dict[str, str]:
     """Megatron-LM tensor parallelism (no sequence parallelism) for :func:`gpt_graph`:
     column-parallel QKV and FC1, row-parallel projection and FC2, heads split, vocab-parallel

@@ -13,7 +13,7 @@ from cost_model.graph.mesh import mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables
 from cost_model.transformer.layer_cost import fragmentation_fraction
-from helpers.graphs import gpt_graph, megatron_shardings, recommender_graph
+from helpers.graphs import gpt_graph, llama_graph, megatron_shardings, recommender_graph
 
 GPT = get_preset("gpt3-1.3b")
 
@@ -169,6 +169,30 @@ def test_eager_gpt_graph_matches_the_transformer_path(gpt13, attention):
     fused_graph = estimate_graph(gpt13, fused, cluster, strategy)
     assert got.breakdown_s["compute"] > fused_graph.breakdown_s["compute"] * 1.01
     assert got.breakdown_s["optimizer"] > 2 * fused_graph.breakdown_s["optimizer"]
+
+
+def test_eager_llama_graph_prices_its_rmsnorm_as_the_transformer_path_does():
+    """A graph's RMSNorm is one operator; eager PyTorch runs it as Hugging Face's LlamaRMSNorm
+    does (upcast, pow, mean, scale, downcast, weight) and keeps its fp32 upcast: under
+    ``fused_kernels: false`` the graph path adds the transformer path's eager traffic and saved
+    bytes (cost_model.transformer.layer_cost.eager_rmsnorm_traffic), so an eager Llama graph costs
+    what the transformer path costs the same model, fused or not."""
+    from dataclasses import replace
+
+    from cost_model.transformer.spec import from_hf_config
+
+    layers, h, heads, f, vocab = 24, 2048, 16, 5504, 32000
+    graph = graph_from_dict(llama_graph(layers, h, heads, f, vocab))
+    spec = replace(from_hf_config({"model_type": "llama", "num_hidden_layers": layers, "hidden_size": h, "num_attention_heads": heads,
+                                   "num_key_value_heads": heads, "intermediate_size": f, "vocab_size": vocab,
+                                   "max_position_embeddings": 2048, "tie_word_embeddings": False}),
+                   position_embedding="none")  # the graph has no rotary operators
+    cluster, strategy = simple_cluster("A100-SXM4-80GB", 2), Strategy(dp=16, micro_batch_size=1)
+    for fused in (True, False):
+        training = Training(64, 2048, fused_kernels=fused)
+        ref, got = estimate(spec, training, cluster, strategy), estimate_graph(graph, training, cluster, strategy)
+        assert got.step_time_s == pytest.approx(ref.step_time_s, rel=0.03), (fused, got.breakdown_s, ref.breakdown_s)
+        assert got.peak_memory_GB[0] == pytest.approx(ref.peak_memory_GB[0], rel=0.03), fused
 
 
 @pytest.mark.parametrize(
