@@ -212,7 +212,9 @@ class _RowWork:
     dX (m,k,n) and dW (k,n,m)), attention cores, memory-bound bytes and kernels, collectives
     inside the op; and what it holds: parameters, extra saved bytes, executed FLOPs."""
 
-    def __init__(self, n_rows: int) -> None:
+    def __init__(self, n_rows: int, attn_dropout: float = 1.0) -> None:
+        #: 1 when the model trains with dropout (attention probabilities included), else 0
+        self.attn_dropout = attn_dropout
         self.g_rows: list[int] = []
         self.gemm: list[tuple[float, float, float, float]] = []  # (m, n, k, batch)
         self.g_backward: list[int] = []
@@ -234,7 +236,11 @@ def _row_work(graph: GraphSpec, training: Training, analysis: GraphAnalysis, cos
     act_elt_bytes = _activation_elt_bytes(training.dtype)
     unfused = training.attention == "unfused"
     eager = not training.fused_kernels
-    w = _RowWork(len(rows.row_op))
+    # A graph that trains with dropout anywhere drops attention probabilities too (GPT-style
+    # training; the transformer path's rule is the same by model family): the attention
+    # operator's own dropout pass and mask exist only then.
+    drop = 1.0 if any(op.type == "Dropout" for op in graph.ops) else 0.0
+    w = _RowWork(len(rows.row_op), attn_dropout=drop)
     for r, c in enumerate(rows.choices):
         i = rows.row_op[r]
         oc = costs[i]
@@ -257,8 +263,9 @@ def _row_work(graph: GraphSpec, training: Training, analysis: GraphAnalysis, cos
             w.a_rows.append(r)
             w.attn.append(c.attn)
             w.flops[r] += 3.0 * 4.0 * bh * sq * skv * d
-            if unfused:
-                w.extra_act[r] += bh * sq * skv * (2 * act_elt_bytes + 1)
+            if unfused:  # the probabilities (and dropout's output and mask) — activation_bytes' rule
+                per_score = (act_elt_bytes + drop * 2 * act_elt_bytes) if eager else (2 * act_elt_bytes + drop)
+                w.extra_act[r] += bh * sq * skv * per_score
         else:
             w.mem_fwd_bytes[r] = oc.fwd_bytes * frac * c.mem_frac
             w.mem_bwd_bytes[r] = oc.bwd_bytes * frac * c.mem_frac
@@ -289,7 +296,7 @@ def _attention_times(w: _RowWork, training: Training, mesh: GraphMesh) -> tuple[
     pv_s = gemm_time_s(sq, d, skv, device, dt, batch=bh)
     elems = bh * sq * skv
     if not training.fused_kernels:  # plain PyTorch: every op of it its own pass (the transformer path's rule)
-        elem_fwd_s, elem_bwd_s = eager_attention_elementwise_s(elems, _activation_elt_bytes(dt), 1.0, device)
+        elem_fwd_s, elem_bwd_s = eager_attention_elementwise_s(elems, _activation_elt_bytes(dt), w.attn_dropout, device)
     else:
         elem_fwd_s = memory_bound_time_s(9 * elems, device, kernels=2)
         elem_bwd_s = memory_bound_time_s(11 * elems, device, kernels=2)
