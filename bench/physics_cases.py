@@ -24,6 +24,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
   4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
   (sharded within a node, replicated across) — step, exposed DP time and the state each holds;
+* ``eager_vs_fused``: Llama-3-8B under FSDP ZeRO-3 on 8 H100, one 8192-token micro-batch per
+  GPU, no recompute: fused kernels against eager PyTorch (``fused_kernels: false``: Hugging
+  Face's operator-by-operator RMSNorm, rotate_half and SwiGLU) — step, elementwise share and
+  the activations each keeps;
 * ``deepspeed_stage3_single_source``: Llama-2 7B under DeepSpeed on 8 A100, ZeRO-2 against
   ZeRO-3: the stage-3 constants rest on one source, so the ZeRO-3 step-time interval spans the
   step at their priors.
@@ -225,6 +229,18 @@ def hsdp_vs_full_shard() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP ZeRO-3, op-level selective recompute, 1 x 8192 tokens per GPU", "rows": rows}
 
 
+def eager_vs_fused() -> dict[str, Any]:
+    """Fused kernels against eager PyTorch (layer_cost.eager_*_traffic, eager_saved_bytes_per_element)."""
+    model = get_preset("llama3-8b")
+    cl = simple_cluster(H100, 1)
+    rows = []
+    for fused in (True, False):
+        tr = Training(global_batch_size=8, sequence_length=8192, framework="fsdp", fused_kernels=fused)
+        est = estimate(model, tr, cl, Strategy(dp=8, zero_stage=3, recompute="none"))
+        rows.append(_row(est, fused_kernels=fused, activations_GB=round(est.to_dict()["memory_breakdown_GB"][0]["activations"], 1)))
+    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, 1 x 8192 tokens per GPU, no recompute", "rows": rows}
+
+
 def deepspeed_stage3_single_source() -> dict[str, Any]:
     """DeepSpeed ZeRO-2 against ZeRO-3 on one node: the stage-3 constants rest on one source, so
     the ZeRO-3 interval spans the step at their priors (calibration.single_source_spread)."""
@@ -246,7 +262,8 @@ def deepspeed_stage3_single_source() -> dict[str, Any]:
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework, hsdp_vs_full_shard, deepspeed_stage3_single_source)}
+                                  selective_recompute_by_framework, hsdp_vs_full_shard, eager_vs_fused,
+                                  deepspeed_stage3_single_source)}
 
 
 def main() -> None:

@@ -107,6 +107,13 @@ def physics() -> str | None:
                    + f" — full sharding's per-micro-batch rings span every rank (exposed DP {by[(nodes[0], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f}"
                    f" → {by[(nodes[-1], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f} s), HSDP's stay in a node at the price of"
                    f" {by[(nodes[-1], 'HSDP')]['state_GB']:.1f} GB of model state per GPU instead of {by[(nodes[-1], 'full')]['state_GB']:.2f} GB.")
+    ev = d.get("eager_vs_fused")
+    if ev:
+        fused, eager = (next(r for r in ev["rows"] if r["fused_kernels"] is f) for f in (True, False))
+        out.append(f"* **Eager PyTorch vs fused kernels** ({ev['model']}, {ev['layout']}): step {fused['step_time_s']:.3f} s fused, "
+                   f"{eager['step_time_s']:.3f} s eager (+{eager['step_time_s'] / fused['step_time_s'] - 1:.0%}: Hugging Face's RMSNorm, "
+                   f"rotate_half and SwiGLU one operator at a time); activations {fused['activations_GB']:.1f} → {eager['activations_GB']:.1f} GB "
+                   "(the norm's fp32 upcast and the activation's output kept for backward).")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
