@@ -248,9 +248,10 @@ def layout_rule_violation(
 
 
 #: The frameworks some whole-layout start-up rule concerns beyond the rule table's own
-#: (:func:`torchtitan_layout_violation`, :func:`cp_sequence_violation` with tp,
-#: :func:`interleaved_schedule_violation`): the search checks its rows against them only there.
-WHOLE_LAYOUT_RULE_FRAMEWORKS = frozenset({"fsdp", "paddle"})
+#: (:func:`torchtitan_layout_violation`, :func:`cp_sequence_violation` with tp — torchtitan's
+#: both): the search checks its rows against them only there; the table's own rules
+#: (``min_interleaved_pp``, ``min_stage23_shard_ranks``) it applies to every row's columns.
+WHOLE_LAYOUT_RULE_FRAMEWORKS = frozenset({"fsdp"})
 
 
 def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str | None:
@@ -372,12 +373,17 @@ def context_parallel_violation(framework: str, *, cp: int, tp: int, pp: int, exc
     return None
 
 
+def expert_parallel_runs_in(framework: str, dtype: str) -> bool:
+    """Whether ``framework`` runs expert parallelism (ep > 1) in ``dtype``: Megatron-LM refuses it
+    under fp16 (``validate_args``: "Expert parallelism is not supported with fp16 training.")."""
+    return rules_for(framework).expert_parallel and not (dtype == "fp16" and framework == "megatron-core")
+
+
 def expert_parallel_dtype_violation(framework: str, dtype: str, ep: int) -> str | None:
-    """Reason when ``framework`` cannot run expert parallelism ``ep`` in ``dtype``, else None:
-    Megatron-LM refuses it under fp16 (``validate_args``: "Expert parallelism is not supported
-    with fp16 training.")."""
-    if ep > 1 and dtype == "fp16" and framework == "megatron-core":
-        return "megatron-core: expert parallelism is not supported with fp16 training (Megatron-LM validate_args); use bf16 or ep=1"
+    """Reason when ``framework`` has expert parallelism but cannot run ``ep`` in ``dtype``
+    (:func:`expert_parallel_runs_in`), else None."""
+    if ep > 1 and rules_for(framework).expert_parallel and not expert_parallel_runs_in(framework, dtype):
+        return f"{framework}: expert parallelism is not supported with {dtype} training (Megatron-LM validate_args); use bf16 or ep=1"
     return None
 
 
@@ -566,6 +572,7 @@ __all__ = [
     "describe",
     "dtype_rule_violation",
     "expert_parallel_dtype_violation",
+    "expert_parallel_runs_in",
     "ep_group_divisor",
     "interleaved_schedule_violation",
     "layout_rule_violation",

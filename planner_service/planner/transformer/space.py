@@ -33,7 +33,7 @@ from cost_model.frameworks import (
     cp_sequence_violation,
     ep_group_divisor,
     expert_parallel_dtype_violation,
-    interleaved_schedule_violation,
+    expert_parallel_runs_in,
     pinned_rule_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
@@ -188,7 +188,7 @@ def enumerate_space(
     rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if selective else []))
     if pins.get("recompute_num_layers"):
         rcs = ["full"]
-    ep_ok = model.is_moe and rules.expert_parallel and expert_parallel_dtype_violation(training.framework, training.dtype, 2) is None
+    ep_ok = model.is_moe and expert_parallel_runs_in(training.framework, training.dtype)
     eps = _pin(pins, "ep", _divisors(model.num_experts) if ep_ok else [1])
 
     outer: list[tuple[int, int, int, int, int]] = []
@@ -221,7 +221,7 @@ def enumerate_space(
         even_chunks = units % (pp_col * vpp_col) == 0
         cols = _keep(cols, even_chunks)
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
-    cols = _keep(cols, (vpp_col == 1) | ((pp_col > 1) & even_chunks & (m % pp_col == 0)))
+    cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
     cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
     if training.moe_comm_overlap and rules.moe_comm_overlap:
         # Megatron-Core's EP overlap (moe_overlap_layout_violation): interleaved with a pipeline, no full recompute (where ep > 1)
@@ -287,7 +287,7 @@ def _start_up_rules_hold(model: TransformerSpec, training: Training, cols: dict[
                          sequence_parallel: bool) -> np.ndarray:
     """Row mask: the layout passes the checks the framework runs at start-up that need the whole
     row — torchtitan's (:func:`cost_model.frameworks.torchtitan_layout_violation`) and the
-    sequence split over cp (and tp under sequence parallelism) — each distinct layout checked once."""
+    sequence split over cp and tp under sequence parallelism — each distinct layout checked once."""
     if len(cols["dp"]) == 0:
         return np.zeros(0, dtype=bool)
     m = global_batch // cols["dp"] // cols["mbs"]
@@ -298,7 +298,6 @@ def _start_up_rules_hold(model: TransformerSpec, training: Training, cols: dict[
         torchtitan_layout_violation(fw, tp=int(tp), pp=int(pp), vpp=int(vpp), ep=int(ep), cp=int(cp), zero_stage=int(z),
                                     num_microbatches=int(mb), kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings) is None
         and cp_sequence_violation(fw, int(cp), seq, int(tp), sequence_parallel) is None
-        and interleaved_schedule_violation(fw, pp=int(pp), vpp=int(vpp)) is None
         for tp, pp, vpp, ep, cp, z, mb in layouts
     ])
     out: np.ndarray = ok[np.asarray(index).reshape(-1)]
