@@ -15,6 +15,7 @@ from cost_model.errors import InvalidInput, PlannerError
 from cost_model.transformer.memory import as_printed_GB
 from planner_service.cli.common import EXIT_BAD_INPUT, console, err_console, fail
 from planner_service.cli.launch import DEFAULT_SERVER_ENV
+from planner_service.observations import observed_peak_GB
 
 #: Log formats (planner_service.observations.parsers.FORMATS), repeated so the CLI's help does
 #: not import the parsers.
@@ -102,8 +103,8 @@ def register(app: typer.Typer) -> None:
                       f"({o['warmup_dropped']} warm-up, {o['outliers_dropped']} outliers dropped)")
         console.print(f"  step time observed {o['step_time_s']:.4g} s, predicted {p.get('step_time_s') or float('nan'):.4g} s "
                       f"({_pct(o.get('step_error_fraction'))})")
-        observed_GB = o.get("peak_memory_reserved_GB") or o.get("peak_memory_allocated_GB")
-        if observed_GB:
+        observed_GB = observed_peak_GB(o)
+        if observed_GB is not None:
             # predictions are in the units the allocator prints (binary; cost_model.transformer.memory)
             console.print(f"  peak memory observed {as_printed_GB(observed_GB):.1f} GiB as printed ({observed_GB:.1f} GB), "
                           f"predicted {p.get('peak_memory_GB') or float('nan'):.1f}")

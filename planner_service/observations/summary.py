@@ -137,6 +137,13 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def observed_peak_GB(summary: Mapping[str, Any]) -> float | None:
+    """An observation summary's peak memory (GB of 10^9 bytes): the reserved peak the prediction
+    is of, else the allocated one; None when the log reported neither."""
+    peak = summary.get("peak_memory_reserved_GB") or summary.get("peak_memory_allocated_GB")
+    return float(peak) if isinstance(peak, (int, float)) and peak > 0 else None
+
+
 def summarize(parsed: ParsedLog, facts: Mapping[str, Any], warmup_steps: int | None = None) -> dict[str, Any]:
     """The observation's summary: step time (median after warm-up and outliers, p10, p90), the
     steps used and dropped, peak memory (the largest over the ranks reported, allocated and
@@ -179,4 +186,4 @@ def summarize(parsed: ParsedLog, facts: Mapping[str, Any], warmup_steps: int | N
     }
 
 
-__all__ = ["MIN_STEPS", "ObservationMismatch", "check_matches", "mismatches", "plan_facts", "robust_steps", "summarize"]
+__all__ = ["MIN_STEPS", "ObservationMismatch", "check_matches", "mismatches", "observed_peak_GB", "plan_facts", "robust_steps", "summarize"]

@@ -39,7 +39,7 @@ from cost_model.cluster_calibration import (
 from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.strategy import strategy_from_dict
 from cost_model.transformer.memory import as_printed_GB
-from planner_service.observations import check_matches, parse_log, plan_facts, summarize
+from planner_service.observations import check_matches, observed_peak_GB, parse_log, plan_facts, summarize
 from planner_service.planner.request import PlanRequest
 from planner_service.storage.observations import ObservationStore, StoredCalibration, StoredObservation
 from planner_service.storage.repository import StoredPlan
@@ -233,7 +233,7 @@ class ObservationService:
         p = _predicted(plan)
         step = s["step_time_s"]
         lo, hi = p.get("step_time_s_p10"), p.get("step_time_s_p90")
-        peak = s.get("peak_memory_reserved_GB") or s.get("peak_memory_allocated_GB")
+        peak = observed_peak_GB(s)
         return {
             "observations": len(obs),
             "latest_observation_id": last.id,
@@ -244,7 +244,7 @@ class ObservationService:
             "peak_memory_allocated_GB": s.get("peak_memory_allocated_GB"),
             "peak_memory_reserved_GB": s.get("peak_memory_reserved_GB"),
             # the peak (reserved, else allocated) in the units predictions are in (as printed, binary)
-            "peak_memory_as_printed_GB": as_printed_GB(peak) if isinstance(peak, (int, float)) else None,
+            "peak_memory_as_printed_GB": as_printed_GB(peak) if peak is not None else None,
             "tokens_per_s": s.get("tokens_per_s"),
             "predicted_step_time_s": p.get("step_time_s"),
             "predicted_step_time_s_p10": lo,
@@ -266,8 +266,7 @@ class ObservationService:
     def memory_pressure(self, plan: StoredPlan) -> dict[str, Any] | None:
         """Observed peak vs the device's memory and vs the prediction (None without memory)."""
         obs = self.store.for_plan(plan.id)
-        peaks = [o.summary.get("peak_memory_reserved_GB") or o.summary.get("peak_memory_allocated_GB") for o in obs]
-        peaks = [x for x in peaks if isinstance(x, (int, float)) and x > 0]
+        peaks = [x for x in (observed_peak_GB(o.summary) for o in obs) if x is not None]
         cap = _memory_capacity_GB(plan)
         if not peaks or not cap:
             return None
