@@ -122,27 +122,31 @@ def build_model(case: dict[str, Any]):
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     torch.manual_seed(0)
-    gpt = GPT()
-    # GPT-2's initialisation (Radford et al. 2019; nanoGPT): N(0, 0.02) weights and embeddings,
-    # zero biases, residual projections scaled by 1/sqrt(2·layers).  PyTorch's defaults (N(0, 1)
-    # embeddings tied to the head, Kaiming-uniform projections) make logits and attention scores
-    # of tens, whose softmax underflows into fp32 subnormals — and x86 cores take a microcode
-    # assist per subnormal operand, slowing the head's backward GEMMs ~50× and the softmax ~20×:
-    # a slowdown of the untrained toy, not of training, which no cost model should learn.
-    for name, p in gpt.named_parameters():
+    return init_gpt2_style(GPT(), case["layers"], residual=("proj.weight", "fc2.weight"))
+
+
+def init_gpt2_style(model, layers: int, residual: tuple[str, ...]):
+    """GPT-2's initialisation (Radford et al. 2019; nanoGPT): N(0, 0.02) weights and embeddings,
+    zero biases, the ``residual`` projections scaled by 1/sqrt(2·layers).  PyTorch's defaults
+    (N(0, 1) embeddings, Kaiming-uniform projections) make logits and attention scores of tens,
+    whose softmax underflows into fp32 subnormals — and x86 cores take a microcode assist per
+    subnormal operand, slowing the head's backward GEMMs ~50× and the softmax ~20×: a slowdown
+    of the untrained toy, not of training, which no cost model should learn."""
+    from torch import nn
+
+    for name, p in model.named_parameters():
         if name.endswith("bias"):
             nn.init.zeros_(p)
         elif p.dim() == 2:
-            std = 0.02 / math.sqrt(2 * case["layers"]) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
-            nn.init.normal_(p, 0.0, std)
-    return gpt
+            nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers) if name.endswith(residual) else 0.02)
+    return model
 
 
 def build_llama(case: dict[str, Any]):
     """A Llama-style decoder as Hugging Face's ``modeling_llama`` writes it in eager mode:
     ``LlamaRMSNorm`` (upcast, pow, mean, rsqrt, scale — one operator each), rotary embedding by
     ``rotate_half``, unfused causal attention, SwiGLU (``down(silu(gate(x)) * up(x))``), no biases,
-    no dropout, an untied head; initialised N(0, 0.02) (as GPT-2's, for the reason above)."""
+    no dropout, an untied head; initialised as GPT-2 is (:func:`init_gpt2_style`)."""
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -206,12 +210,7 @@ def build_llama(case: dict[str, Any]):
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     torch.manual_seed(0)
-    model = Llama()
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            std = 0.02 / math.sqrt(2 * case["layers"]) if name.endswith(("o.weight", "down.weight")) else 0.02
-            nn.init.normal_(p, 0.0, std)
-    return model
+    return init_gpt2_style(Llama(), case["layers"], residual=("o.weight", "down.weight"))
 
 
 def hf_config(case: dict[str, Any]) -> dict[str, Any]:

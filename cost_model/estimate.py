@@ -196,7 +196,7 @@ def estimate(
     sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel, training.framework)
     if sp_noop:
         warnings.append(sp_noop)
-    uneven = uneven_split_warning(model.num_layers, asked_split, strategy)
+    uneven = uneven_split_warning(asked_split, strategy)
     if uneven:
         warnings.append(uneven)
     if strategy.etp and not asked_etp:

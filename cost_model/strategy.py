@@ -45,7 +45,7 @@ def even_split(total: int, parts: int) -> tuple[int, ...]:
     return tuple(q + (1 if i < r else 0) for i in range(parts))
 
 
-def uneven_split_warning(num_layers: int, asked: tuple[int, ...] | None, resolved: Strategy) -> str | None:
+def uneven_split_warning(asked: tuple[int, ...] | None, resolved: Strategy) -> str | None:
     """Warning when a strategy that gave no ``layers_per_stage`` (``asked``) and counts neither
     the embedding nor the loss as a layer got a near-even split (``resolved``, validated) because
     pp does not divide the decoder layers (the first ``L mod pp`` stages one layer more), else
@@ -56,7 +56,7 @@ def uneven_split_warning(num_layers: int, asked: tuple[int, ...] | None, resolve
     flags = resolved.account_for_embedding_in_pipeline_split or resolved.account_for_loss_in_pipeline_split
     if asked is not None or flags or not split or len(set(split)) == 1:
         return None
-    return (f"pp={len(split)} does not divide the {num_layers} layers: costed with the near-even split "
+    return (f"pp={len(split)} does not divide the {sum(split)} layers: costed with the near-even split "
             f"{list(split)} (give layers_per_stage for another)")
 
 

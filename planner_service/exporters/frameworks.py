@@ -630,9 +630,10 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
     ]
     if view.cp > 1:
         notes.append("context parallelism maps to sep_degree (Paddle's segment parallelism: the all-to-all exchange the plan costs)")
-    if view.ep > 1 and fleet_expert_axes(view) is not None:
-        notes.append(f"expert parallelism {view.ep}: fleet's expert axes (ep_degree {view.ep}, moe_sharding_degree "
-                     f"{view.dp // view.ep}, every dp rank a sharding rank); take the MoE layers' group from "
+    hybrid = cfg["hybrid_configs"]
+    if "ep_degree" in hybrid:  # fleet_expert_axes wrote them
+        notes.append(f"expert parallelism {view.ep}: fleet's expert axes (ep_degree {hybrid['ep_degree']}, moe_sharding_degree "
+                     f"{hybrid['moe_sharding_degree']}, every dp rank a sharding rank); take the MoE layers' group from "
                      "fleet.get_hybrid_communicate_group().get_expert_parallel_group()")
     elif view.ep > 1:
         notes.append(f"expert parallelism {view.ep}: Paddle 3's fleet builds expert groups only with dp_degree 1 and sep_degree 1, "
