@@ -26,7 +26,7 @@ from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
 from cost_model.transformer.layer_cost import StrategyArrays, recompute_fraction
-from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, interval_GB, memory_fit
+from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, fragmentation_reserve_GB, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
     StageCost,
@@ -276,7 +276,7 @@ def estimate(
         active_params=float(model.active_params()),
         tight=tight,
         peak_memory_quantity=PEAK_MEMORY_QUANTITY,
-        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(s.peak_memory_GB for s in stage_results),
+        **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(stage_results, key=lambda s: s.peak_memory_GB),
                                parallel_mix(strategy.pp, strategy.zero_stage)),
     )
     return with_single_source_spread(est, model, training, cluster, strategy, stage_groups) if spread_single_source else est
@@ -350,14 +350,15 @@ def memory_verdict(stages: Sequence[StageEstimate], headroom_fraction: float, fr
     """(fits, tight, warning) of the stages against their memory × (1 − headroom): fits when
     every stage's p10 peak is within it, tight when it fits but some stage's p90 is not
     (:mod:`cost_model.transformer.memory`; the interval is ``framework``'s)."""
-    verdicts = [memory_fit(s.peak_memory_GB, s.memory_capacity_GB * (1.0 - headroom_fraction), framework) for s in stages]
+    verdicts = [memory_fit(s.peak_memory_GB, fragmentation_reserve_GB(s.memory_GB), s.memory_capacity_GB * (1.0 - headroom_fraction), framework)
+                for s in stages]
     fits = "does_not_fit" not in verdicts
     tight = fits and "tight" in verdicts
     if fits and not tight:
         return True, False, None
     worst = max(stages, key=lambda s: s.peak_memory_GB / s.memory_capacity_GB)
     usable = worst.memory_capacity_GB * (1.0 - headroom_fraction)
-    p10, p90 = interval_GB(worst.peak_memory_GB, framework)
+    p10, p90 = interval_GB(worst.peak_memory_GB, fragmentation_reserve_GB(worst.memory_GB), framework)
     room = f"{worst.device} has {worst.memory_capacity_GB:.0f} GB" + (f" ({usable:.1f} GB usable with {headroom_fraction:.0%} headroom)" if headroom_fraction else "")
     if not fits:
         return False, False, (f"does not fit: stage {worst.index} needs {worst.peak_memory_GB:.1f} GB per GPU "

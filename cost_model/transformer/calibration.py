@@ -126,6 +126,7 @@ from typing import Any
 
 from cost_model.devices import NARROW_DTYPES, DeviceSpec
 from cost_model.frameworks import runs_deepspeed_engine
+from cost_model.result import StageEstimate
 
 PRIORS: dict[str, float] = {
     "framework_gemm_efficiency.megatron-deepspeed": 1.0,
@@ -345,7 +346,7 @@ def single_source_spread(model: Any, training: Any, cluster: Any, strategy: Any)
     return Constants({**c.values, **{n: PRIORS[n] for n in names}}, c.intervals), names
 
 
-def prediction_intervals(framework: str, device_family: str, step_time_s: float, peak_memory_GB: float, mix: str | None = None) -> dict[str, Any]:
+def prediction_intervals(framework: str, device_family: str, step_time_s: float, peak_stage: StageEstimate, mix: str | None = None) -> dict[str, Any]:
     """The interval fields of an estimate (:class:`cost_model.result.Estimate`).
 
     Step time: ``step·exp(q10)``, ``step·exp(q90)`` with (q10, q90) the leave-one-source-out
@@ -354,12 +355,13 @@ def prediction_intervals(framework: str, device_family: str, step_time_s: float,
     p90 of the true step relative to it, so the bounds are swapped: the true step lies in
     [step/exp(q90), step/exp(q10)] 80% of the time).  Memory: the same from the residuals of
     the measured peaks, widened by the fragmentation's range for a framework without measured
-    peaks (``memory_interval_basis``, :mod:`cost_model.transformer.memory`).
+    peaks (``memory_interval_basis``, :mod:`cost_model.transformer.memory`), of ``peak_stage``
+    (the stage with the largest predicted peak).
     """
-    from cost_model.transformer.memory import interval_basis, interval_GB
+    from cost_model.transformer.memory import fragmentation_reserve_GB, interval_basis, interval_GB
 
     q = step_interval_log(framework, device_family, mix)
-    mem_p10, mem_p90 = interval_GB(peak_memory_GB, framework)
+    mem_p10, mem_p90 = interval_GB(peak_stage.peak_memory_GB, fragmentation_reserve_GB(peak_stage.memory_GB), framework)
     out: dict[str, Any] = {"peak_memory_GB_p10": mem_p10, "peak_memory_GB_p90": mem_p90, "memory_interval_basis": interval_basis(framework)}
     if q is None:
         return out

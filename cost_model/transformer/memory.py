@@ -19,14 +19,26 @@ Those peaks were all measured under one framework (Megatron-DeepSpeed; the file'
 there, not under another framework's allocation pattern (Transformer Engine's buffers,
 Megatron-Core's distributed optimizer, FSDP's unsharded copies).  For a framework without
 measured peaks (:data:`INTERVAL_BASES`: ``fragmentation-bounds``) the interval is widened by
-what that fraction could be instead: the reserved/allocated ratio of 1.1–1.3 PyTorch reports on
-large-model runs (:data:`UNMEASURED_FRAGMENTATION`), taken as if the whole peak fragmented — a
-bound, not a fit.  That range is a ratio of bytes, while the fitted fraction f also carries the
-printed figures' units (below: 1 + f = (1 + g)·10^9/2^30 for a true reserve g), so the range is
-put in f's convention first (:func:`fitted_convention`): the peak with true reserve g is
-P·(1 + g)·10^9/2^30/(1 + f).  (Compared as given, the range would have stood 7% above what it
-says — 1.1–1.3 read as the fitted fraction's 0.10–0.30 is a true 1.18–1.40 — and every
-framework's p10 with it.)
+what that fraction could be instead (:data:`UNMEASURED_FRAGMENTATION`) — a bound, not a fit: from
+none (a reserved/allocated of 1.0: PyTorch's expandable segments,
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, map memory as blocks grow instead of
+caching fixed segments, and large-model launchers set it) to the 1.3 PyTorch reports on
+large-model runs without them — applied to what
+fragments: the reserve the peak carries for it (the workspace beyond ``WORKSPACE_BYTES``,
+f × the weights, gradients and activations freed and reallocated during a step), not the
+optimizer state, allocated once, nor the fixed context and buckets.  With reserve R in a
+predicted peak P, a true fraction g reads P + R·(g/f − 1).  (Widening the whole peak instead, as
+an earlier version did, put the p10 of a layout whose sharded state nearly filled the device well
+below that state: 671B DeepSeek-V3 under FSDP on 128 GPUs, 85 GB of state per GPU, p10 ~70 GB;
+now 79.5 GB.)
+That range is a ratio of bytes, while the fitted fraction f also carries the printed figures'
+units (below: 1 + f = (1 + g)·10^9/2^30 for a true reserve g), so the range is put in f's
+convention first (:func:`fitted_convention`).  (Compared as given, the range would have stood
+7% above what it says — 1.1–1.3 read as the fitted fraction's 0.10–0.30 is a true 1.18–1.40 —
+and every framework's p10 with it.)
+
+Both ends are affine in a stage's peak and reserve (:class:`MemoryBound`), so the search's
+tables test them as they test the peak: per stage a + b·layers.
 
 Units: the sweep's "Mem" figures and the devices' ``memory_GB`` are both compared as printed.
 Both are most likely binary (the sweep's largest figure is 79 on 80 GiB A100s, as nvidia-smi's
@@ -48,12 +60,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.transformer.layer_cost import fragmentation_fraction
-from cost_model.units import bytes_to_gib, gb_to_bytes
+from cost_model.transformer.layer_cost import WORKSPACE_BYTES, fragmentation_fraction
+from cost_model.units import bytes_to_gb, bytes_to_gib, gb_to_bytes
 
 PEAK_MEMORY_QUANTITY = "max_reserved"
 PEAK_MEMORY_QUANTITY_DESCRIPTION = (
@@ -65,8 +79,9 @@ MEMORY_FITS = ("fits", "tight", "does_not_fit")
 #: those widened by the fragmentation's range (module docstring).
 INTERVAL_BASES = ("measured-peaks", "fragmentation-bounds")
 #: The caching allocator's reserve over fragmenting memory a framework without measured peaks
-#: may have: PyTorch's reserved/allocated of 1.1–1.3 on large-model runs (layer_cost's comment).
-UNMEASURED_FRAGMENTATION = (0.1, 0.3)
+#: may have: none under expandable segments, up to PyTorch's reserved/allocated of 1.3 on
+#: large-model runs without them (layer_cost's comment; module docstring).
+UNMEASURED_FRAGMENTATION = (0.0, 0.3)
 _DATA = "data/memory_interval.json"
 
 
@@ -108,38 +123,67 @@ def fitted_convention(true_fraction: float) -> float:
     return as_printed_GB(1.0 + true_fraction) - 1.0
 
 
-def log_interval(framework: str) -> tuple[float, float]:
-    """(q10, q90) of log(predicted/measured) peak memory under ``framework``."""
+@dataclass(frozen=True)
+class MemoryBound:
+    """One end of a stage's true-peak interval as an affine function of its predicted peak P and
+    its fragmentation reserve R (bytes or GB alike): ``(P + reserve_weight·R) / exp(log_shift)``.
+    ``log_shift``: the measured peaks' log-residual quantile (q90 for the p10 end: a prediction
+    that high above the truth); ``reserve_weight``: g/f − 1 for the fragmentation fraction g that
+    end assumes instead of the fitted f (0 where the framework's peaks were measured).
+    :data:`POINT` is the prediction itself."""
+
+    reserve_weight: float = 0.0
+    log_shift: float = 0.0
+
+    def of(self, peak: Any, reserve: Any) -> Any:
+        """The bound (same units as ``peak``)."""
+        return self.numerator(peak, reserve) / math.exp(self.log_shift)
+
+    def numerator(self, peak: Any, reserve: Any) -> Any:
+        """``P + reserve_weight·R``: what the search's tables compare with :meth:`capacity`."""
+        return peak + self.reserve_weight * reserve
+
+    def capacity(self, usable: float) -> float:
+        """The numerator's limit for a bound within ``usable`` memory."""
+        return usable * math.exp(self.log_shift)
+
+    def admits_all_of(self, other: MemoryBound) -> bool:
+        """Every stage within ``other``'s limit is within this one's (R ≥ 0): the search reuses
+        candidates costed at this bound for a search at ``other``."""
+        return self.reserve_weight <= other.reserve_weight + 1e-12 and self.log_shift >= other.log_shift - 1e-12
+
+
+POINT = MemoryBound()
+
+
+def bounds(framework: str) -> tuple[MemoryBound, MemoryBound]:
+    """The (p10, p90) ends of the true peak under ``framework`` (module docstring)."""
     iv = stored_interval().get("log_interval")
     q10, q90 = (float(iv[0]), float(iv[1])) if iv else _prior()
     if interval_basis(framework) == INTERVAL_BASES[0]:
-        return q10, q90
+        return MemoryBound(0.0, q90), MemoryBound(0.0, q10)
     f = fragmentation_fraction()
     lo, hi = (fitted_convention(g) for g in UNMEASURED_FRAGMENTATION)
-    # a larger true fraction makes the prediction low (log ratio down), a smaller one high
-    return q10 - math.log((1.0 + hi) / (1.0 + f)), q90 + math.log((1.0 + f) / (1.0 + lo))
+    # a smaller true fraction makes the true peak low (the p10 end), a larger one high
+    return MemoryBound(lo / f - 1.0, q90), MemoryBound(hi / f - 1.0, q10)
 
 
-def interval_GB(peak_GB: float, framework: str) -> tuple[float, float]:
-    """(p10, p90) of the true peak (GB) for a predicted ``peak_GB`` under ``framework``."""
-    q10, q90 = log_interval(framework)
-    return peak_GB / math.exp(q90), peak_GB / math.exp(q10)
+def fragmentation_reserve_GB(memory_GB: Mapping[str, float]) -> float:
+    """The fragmentation reserve of a stage's memory breakdown (GB): its workspace beyond the
+    fixed ``WORKSPACE_BYTES`` (``stage_cost``: workspace = WORKSPACE_BYTES + f·fragmenting)."""
+    return max(0.0, memory_GB.get("workspace", 0.0) - bytes_to_gb(WORKSPACE_BYTES))
 
 
-def fit_capacity_factor(framework: str) -> float:
-    """A stage with predicted peak P does not fit usable memory U iff P > U·factor (its p10
-    exceeds U): the factor the search multiplies usable memory by to keep affine tables."""
-    return math.exp(log_interval(framework)[1])
+def interval_GB(peak_GB: float, reserve_GB: float, framework: str) -> tuple[float, float]:
+    """(p10, p90) of the true peak (GB) for a predicted ``peak_GB`` holding ``reserve_GB`` of
+    fragmentation reserve (:func:`fragmentation_reserve_GB`) under ``framework``."""
+    p10, p90 = bounds(framework)
+    return p10.of(peak_GB, reserve_GB), p90.of(peak_GB, reserve_GB)
 
 
-def safe_capacity_factor(framework: str) -> float:
-    """P fits safely (p90 ≤ U) iff P ≤ U·factor."""
-    return math.exp(log_interval(framework)[0])
-
-
-def memory_fit(peak_GB: float, usable_GB: float, framework: str) -> str:
+def memory_fit(peak_GB: float, reserve_GB: float, usable_GB: float, framework: str) -> str:
     """``fits`` | ``tight`` | ``does_not_fit`` of one stage under ``framework`` (module docstring)."""
-    p10, p90 = interval_GB(peak_GB, framework)
+    p10, p90 = interval_GB(peak_GB, reserve_GB, framework)
     if p10 > usable_GB + 1e-9:
         return "does_not_fit"
     if p90 > usable_GB + 1e-9:

@@ -226,6 +226,13 @@ class StageCost:
         out: np.ndarray = self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.activations_bytes + self.workspace_bytes
         return out
 
+    @property
+    def fragmentation_reserve_bytes(self) -> np.ndarray:
+        """The allocator's fragmentation reserve within the workspace (what the memory interval of
+        a framework without measured peaks widens: :mod:`cost_model.transformer.memory`)."""
+        out: np.ndarray = self.workspace_bytes - WORKSPACE_BYTES
+        return out
+
 
 def stage_params(
     model: TransformerSpec, S: StrategyArrays, num_layers: ArrayOrFloat, has_embedding: bool, has_head: bool

@@ -24,6 +24,7 @@ from cost_model.cluster import Cluster, NodeGroup
 from cost_model.strategy import Strategy
 from cost_model.topology import DIMS, NESTINGS, crossings, data_axes, expert_axes, members_in, strides
 from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.memory import MemoryBound
 
 
 def _signature(S: StrategyArrays, code: int) -> np.ndarray:
@@ -147,20 +148,21 @@ def explain_nesting(comparison: list[dict[str, Any]]) -> str | None:
     return text
 
 
-def feasible_then_expand(model: Any, training: Any, group: NodeGroup, S: StrategyArrays, capacity_fraction: float) -> tuple[StrategyArrays, int]:
+def feasible_then_expand(model: Any, training: Any, group: NodeGroup, S: StrategyArrays, usable_fraction: float,
+                         bound: MemoryBound) -> tuple[StrategyArrays, int]:
     """Nesting orders for the candidates some stage split of which fits memory, and how many
     candidates were dropped for not fitting.  Memory does not depend on where a group sits in
     the network, so the memory test runs once per layout (Megatron's order) and only the layouts
     that pass are costed under every order — the same answer as costing every order of every
     layout, at a fraction of the work.  Without a topology (or when nothing fits, so that the
     search reports the closest shortfall) the candidates are returned as they are.
-    ``capacity_fraction``: the share of device memory a stage may predict (the search's
-    ``fit_fraction``: usable memory times the memory interval's fit factor)."""
+    ``usable_fraction``: the share of device memory usable (1 − headroom); ``bound``: the end of
+    the predicted peak's interval that must be within it (the search's ``fit_bound``)."""
     from planner_service.planner.transformer.tables import evaluate_even, pool_costs
 
     if group.topology is None or len(S) == 0:
         return S, 0
-    ev = evaluate_even(model, training, pool_costs(model, training, group, S), group.device.memory_bytes * capacity_fraction)
+    ev = evaluate_even(model, training, pool_costs(model, training, group, S), group.device.memory_bytes * usable_fraction, bound)
     fits = np.nonzero(ev.feasible)[0]
     if len(fits) == 0:
         return S, 0

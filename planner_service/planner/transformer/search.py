@@ -51,7 +51,7 @@ from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_spli
 from cost_model.topology import node_domains
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
-from cost_model.transformer.memory import fit_capacity_factor, safe_capacity_factor
+from cost_model.transformer.memory import POINT, MemoryBound, bounds
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb, gb_to_bytes
 from planner_service.planner.nesting import feasible_then_expand, nesting_comparison, with_nesting
@@ -179,9 +179,9 @@ _Pending = tuple[float, int, tuple[int, ...], list[PoolCosts], int, float | None
 @dataclass(frozen=True)
 class _CostedPool:
     """One pool's candidates and their costs, as ``_Search._costed_pool`` computed them at
-    ``fit_fraction`` (``dropped``: the layouts left out for not fitting)."""
+    ``fit_bound`` (``dropped``: the layouts left out for not fitting)."""
 
-    fit_fraction: float
+    fit_bound: MemoryBound
     S: StrategyArrays
     dropped: int
     pcs: list[PoolCosts]
@@ -204,12 +204,14 @@ class _Search:
         self.cons = request.constraints
         self.headroom = self.cons.headroom()
         # Memory feasibility from the predicted peak's interval (cost_model.transformer.memory):
-        # a stage fits when its p10 is within usable memory (peak ≤ usable·fit_factor), safely
-        # when its p90 is (peak ≤ usable·safe_factor); ``tight_memory: reject`` keeps safe only,
-        # ``reject_unlikely`` those whose predicted peak itself is within usable memory.
-        self.safe_fraction = (1 - self.headroom) * safe_capacity_factor(self.training.framework)
-        self.fit_fraction = {"reject": self.safe_fraction, "reject_unlikely": 1 - self.headroom}.get(
-            self.cons.tight_memory, (1 - self.headroom) * fit_capacity_factor(self.training.framework))
+        # a stage fits when its p10 is within usable memory, safely when its p90 is;
+        # ``tight_memory: reject`` keeps safe only, ``reject_unlikely`` those whose predicted
+        # peak itself is within usable memory.
+        self.usable_fraction = 1 - self.headroom
+        p10, self.safe_bound = bounds(self.training.framework)
+        #: the end of the interval a stage must have within usable memory, and its name
+        self.fit_bound, self.fit_bound_name = {"reject": (self.safe_bound, "p90"), "reject_unlikely": (POINT, "")}.get(
+            self.cons.tight_memory, (p10, "p10"))
         self.pinned_lps = self.cons.pinned.get("layers_per_stage")
         #: pinned embedding/loss split flags (cost_model.strategy.pipeline_split): the split is
         #: fixed by the layout, as a pinned layers_per_stage is, and estimated exactly
@@ -221,7 +223,9 @@ class _Search:
         self.refinements = 0
         self.solver_statuses: list[str] = []
         self.candidates: dict[tuple[Any, ...], _Candidate] = {}
-        self.closest_shortfall: list[tuple[float, str]] = []
+        #: the least-memory split of the layouts nothing of which fits: (its fit bound, its
+        #: predicted peak (bytes), the device)
+        self.closest_shortfall: list[tuple[float, float, str]] = []
         # peaks of the layouts the estimate rejected for memory (the search's tables let them through)
         self.closest_peak: list[tuple[float, str]] = []
         self.pending: list[_Pending] = []
@@ -329,17 +333,17 @@ class _Search:
 
     def _costed_pool(self, si: int, g: NodeGroup, S: StrategyArrays) -> tuple[_CostedPool, bool]:
         """One pool's candidates costed (``tables.even_tables``): on a topology every nesting
-        order of the layouts some split of which fits at the search's fit fraction.  Kept in the
+        order of the layouts some split of which fits at the search's fit bound.  Kept in the
         memo shared with a later search of the same request (the safe search), which reuses them
-        when its fraction is no larger: the rows that fit it are among these, and the tables'
-        verdict at its capacity drops the others.  Also returns whether it was costed now."""
+        when its bound is no looser: the rows that fit it are among these, and the tables'
+        verdict at its bound drops the others.  Also returns whether it was costed now."""
         known = self.memo.get(si)
-        if known is not None and known.fit_fraction >= self.fit_fraction:
+        if known is not None and known.fit_bound.admits_all_of(self.fit_bound):
             return known, False
-        S, dropped = feasible_then_expand(self.model, self.training, g, S, self.fit_fraction)
+        S, dropped = feasible_then_expand(self.model, self.training, g, S, self.usable_fraction, self.fit_bound)
         pcs = [pool_costs(self.model, self.training, g, S)] if len(S) else []
         tables = even_tables(self.model, self.training, pcs[0]) if pcs else None
-        self.memo[si] = costed = _CostedPool(self.fit_fraction, S, dropped, pcs, tables)
+        self.memo[si] = costed = _CostedPool(self.fit_bound, S, dropped, pcs, tables)
         return costed, True
 
     def _answer_threshold(self) -> float:
@@ -360,16 +364,14 @@ class _Search:
         """Record and queue the candidates of one pool (``tables``: their costs); returns which
         rows some split of which fits, and each row's lower bound of the objective over all
         splits."""
-        cap_bytes = g.device.memory_bytes * self.fit_fraction
-        safe_bytes = g.device.memory_bytes * self.safe_fraction
-        ev_even = tables.evaluate(cap_bytes, safe_bytes)
+        ev_even = tables.evaluate(g.device.memory_bytes * self.usable_fraction, self.fit_bound, self.safe_bound)
         feasible = ev_even.feasible
         lb = ev_even.lower_bound_s
         if count:  # (``count`` False: these candidates were counted by the search that costed them)
             self.pruned += int((~feasible).sum())
         if not feasible.any():
-            j = int(np.argmin(ev_even.min_memory_shortfall_bytes))
-            self.closest_shortfall.append((float(ev_even.min_memory_shortfall_bytes[j]) + cap_bytes, g.device.name))
+            j = int(np.argmin(ev_even.least_bound_bytes))
+            self.closest_shortfall.append((float(ev_even.least_bound_bytes[j]), float(ev_even.least_peak_bytes[j]), g.device.name))
             return feasible, np.full(len(S), np.inf)  # nothing fits: no bound is needed
         # Exact results for the even splits that fit (ranked by the objective).
         factor = _objective_factor(self.request.objective, self.training, S, [g])
@@ -489,7 +491,8 @@ class _Search:
         # One pool only: a multi-pool entry has no objective factor (None), and its split's
         # objective is not exactly the estimate's.
         cutoff_s = self._answer_threshold() / factor_j if cutoff and factor_j else float("inf")
-        res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.fit_fraction, self.settings, budget_left_s, cutoff_s)
+        res = _refine(self.model, self.training, [self.pools[i] for i in subset], pcs, j, self.usable_fraction, self.fit_bound, self.settings,
+                      budget_left_s, cutoff_s)
         self.work_s += res.work_s if res is not None else INFEASIBLE_WORK_S
         if res is None:
             return
@@ -574,11 +577,11 @@ def search_transformer(
     state.refine_answers(request.top_k)
 
     if not state.candidates:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak)
     picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_fraction, state.closest_peak)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak)
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
@@ -696,11 +699,10 @@ def _least_memory_answer(state: _Search) -> Evaluated | None:
         if costed.tables is None or not 0 <= si < len(state.pools):
             continue
         usable = gb_to_bytes(state.pools[si].device.memory_GB * (1.0 - state.headroom))
-        for g in costed.tables.groups:
-            ratio = np.where(np.isnan(g.least_peak_bytes), np.inf, g.least_peak_bytes / usable)
-            for k in np.argsort(ratio, kind="stable")[:LEAST_MEMORY_CANDIDATES]:
-                if np.isfinite(ratio[k]):
-                    ranked.append((float(ratio[k]), si, costed.S, int(g.idx[k])))
+        ratio = costed.tables.evaluate(usable, POINT).least_peak_bytes / usable
+        for k in np.argsort(ratio, kind="stable")[:LEAST_MEMORY_CANDIDATES]:
+            if np.isfinite(ratio[k]):
+                ranked.append((float(ratio[k]), si, costed.S, int(k)))
     ranked.sort(key=lambda r: r[0])
     found: list[Evaluated] = []
     for _ratio, si, S, j in ranked[:LEAST_MEMORY_CANDIDATES]:
@@ -801,21 +803,23 @@ def _refine(
     groups: list[NodeGroup],
     pcs: list[PoolCosts],
     j: int,
-    capacity_fraction: float,
+    usable_fraction: float,
+    bound: MemoryBound,
     settings: SolverSettings,
     budget_left_s: float,
     cutoff_s: float = float("inf"),
 ) -> _Refined | None:
-    """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``);
-    None when no split fits, or none beats ``cutoff_s``."""
+    """Optimal split (and pool assignment) for candidate j (``split_cpsat.solve_split``) with
+    every stage's ``bound`` within ``usable_fraction`` of its device's memory; None when no
+    split fits, or none beats ``cutoff_s``."""
     S = pcs[0].S
     pp = int(S.pp[j])
     block = int(S.dp[j] * S.cp[j] * S.tp[j])
     lins = []
     for g, pc in zip(groups, pcs, strict=True):
         cross_default = bool(pp_cross_node(S.take(np.array([j])), g.gpus_per_node)[0])
-        lins.append(stage_linear(model, training, pc, j, pp, cross_default))
-    caps_bytes = [g.device.memory_bytes * capacity_fraction for g in groups]
+        lins.append(stage_linear(model, training, pc, j, pp, cross_default, bound))
+    caps_bytes = [bound.capacity(g.device.memory_bytes * usable_fraction) for g in groups]
     stage_caps = [(g.gpus_per_node * g.count) // block for g in groups]
     m = training.global_batch_size / (S.dp[j] * S.mbs[j])
     per_layer_s = [float(lin.time_b.mean()) for lin in lins]
@@ -933,7 +937,7 @@ def _pick_answers(
     return out[: k + 1], held, needs_safe_search
 
 
-def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, str]], fit_fraction: float = 1.0,
+def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, float, str]], bound_name: str = "",
                       peaks: list[tuple[float, str]] | None = None) -> NoReturn:
     if not shortfalls and peaks:
         need_bytes, device = min(peaks)
@@ -946,15 +950,16 @@ def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[
             field="cluster",
         )
     if shortfalls:
-        need_bytes, device = min(shortfalls)
+        # the layout whose tested end of the interval (``bound_name``; the predicted peak where
+        # it is none) is the least: the search rejects a stage whose tested end exceeds usable memory
+        bound_bytes, need_bytes, device = min(shortfalls)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)
         usable = dev.memory_GB * (1 - headroom)
-        need_GB = bytes_to_gb(need_bytes)
-        # The predicted peak's p10 (the search rejects a stage whose p10 exceeds usable memory).
-        need_p10_GB = need_GB * (1 - headroom) / fit_fraction if fit_fraction else need_GB
-        digits = 1 if abs(need_p10_GB - usable) >= 0.1 else 2
+        need_GB, bound_GB = bytes_to_gb(need_bytes), bytes_to_gb(bound_bytes)
+        digits = 1 if abs(bound_GB - usable) >= 0.1 else 2
+        tested = f"{bound_name} {bound_GB:.{digits}f} GB; " if bound_name else ""
         raise NoFeasiblePlan(
-            f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU (p10 {need_p10_GB:.{digits}f} GB; weights, gradients, "
+            f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU ({tested}weights, gradients, "
             f"optimizer state and activations of the least-memory layout and layer split the constraints allow); {device} "
             f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
             field="cluster",

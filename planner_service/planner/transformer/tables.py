@@ -12,6 +12,10 @@ Shapes (documented seam between cost model and solver):
   shape ``[N]``.  The costing (``even_tables``) does not depend on the memory capacity; the
   verdict for a capacity (``EvenTables.evaluate``) is a few array comparisons.
 
+Memory is tested as an end of the predicted peak's interval
+(:class:`cost_model.transformer.memory.MemoryBound`): affine in the stage's peak and its
+fragmentation reserve, so affine in n as they are; the tables carry both.
+
 Every number comes from ``cost_model.transformer.stage_cost.stage_cost`` / ``combine_stages`` — the same
 functions ``cost_model.estimate`` uses.
 """
@@ -32,6 +36,7 @@ from cost_model.strategy import even_split
 from cost_model.topology import links_for_group, strides
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.memory import POINT, MemoryBound
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
     DeviceCosts,
@@ -116,8 +121,11 @@ class EvenEval:
     step_time_s: np.ndarray  # near-even split (inf when it does not fit)
     lower_bound_s: np.ndarray  # no split can be faster
     feasible: np.ndarray  # some split fits memory (bool)
-    min_memory_shortfall_bytes: np.ndarray  # > 0: bytes missing on the tightest stage of the best split
-    safe_step_time_s: np.ndarray | None = None  # near-even split within the safe capacity (inf otherwise)
+    #: the least-memory split's tightest stage: its tested bound (e.g. the p10 peak) and its
+    #: predicted peak (bytes; inf where the pipeline is deeper than the layer count)
+    least_bound_bytes: np.ndarray
+    least_peak_bytes: np.ndarray
+    safe_step_time_s: np.ndarray | None = None  # near-even split within the safe bound (inf otherwise)
 
 
 @dataclass(frozen=True)
@@ -170,55 +178,76 @@ def _stages_for_splits(
 @dataclass(frozen=True)
 class _EvenGroup:
     """The candidates of one pipeline depth: their indices in ``pc.S`` and, per stage i and
-    candidate, the affine stage memory a_i + b_i·n (bytes) and the near-even split's costs."""
+    candidate, the affine stage peak a_i + b_i·n and fragmentation reserve r_i + s_i·n (bytes),
+    and the near-even split's costs."""
 
     idx: np.ndarray
     mem_a_bytes: np.ndarray  # [p, n]
     mem_b_bytes: np.ndarray  # [p, n] (NaN when the pipeline is deeper than the layer count)
+    res_a_bytes: np.ndarray  # [p, n]
+    res_b_bytes: np.ndarray  # [p, n]
     even_peak_bytes: np.ndarray  # [p, n]
+    even_reserve_bytes: np.ndarray  # [p, n]
     even_step_s: np.ndarray  # [n]
     lower_bound_s: np.ndarray  # [n]
-    #: the least-memory split's tightest stage (bytes): one layer per stage at least, and the
-    #: level of the continuous relaxation
-    least_peak_bytes: np.ndarray  # [n]
+
+    def tested(self, bound: MemoryBound) -> tuple[np.ndarray, np.ndarray]:
+        """The affine coefficients (a, b) of ``bound``'s numerator per stage, [p, n]."""
+        return bound.numerator(self.mem_a_bytes, self.res_a_bytes), bound.numerator(self.mem_b_bytes, self.res_b_bytes)
+
+    def even_within(self, bound: MemoryBound, usable_bytes: float) -> np.ndarray:
+        """Whether the near-even split's every stage is within ``bound`` at ``usable_bytes``, [n]."""
+        within: np.ndarray = (bound.numerator(self.even_peak_bytes, self.even_reserve_bytes) <= bound.capacity(usable_bytes)).all(axis=0)
+        return within
 
 
 @dataclass(frozen=True)
 class EvenTables:
     """What :func:`evaluate_even` computes that does not depend on the memory capacity (every
     ``stage_cost`` call): a search costs its candidates once and takes the verdict for each
-    capacity it asks about (the p10 and the p90 one) with :meth:`evaluate`."""
+    bound it asks about (the p10 and the p90 one) with :meth:`evaluate`."""
 
     num_layers: int
     N: int
     groups: tuple[_EvenGroup, ...]
 
-    def evaluate(self, capacity_bytes: float, safe_capacity_bytes: float | None = None) -> EvenEval:
-        """The near-even step (inf where it does not fit ``capacity_bytes``), the bound over all
-        splits, whether some split fits (stage memory is affine in its layer count, so a split
-        exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1) and the least-memory
-        split's shortfall.  ``safe_capacity_bytes``: also the near-even step of the candidates
-        whose every stage stays within it (the p90 bound of :mod:`cost_model.transformer.memory`),
-        inf for the others."""
+    def evaluate(self, usable_bytes: float, bound: MemoryBound, safe_bound: MemoryBound | None = None) -> EvenEval:
+        """The near-even step (inf where it is not within ``bound`` at ``usable_bytes``), the
+        bound over all splits, whether some split is within it (stage memory is affine in its
+        layer count, so a split exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1) and
+        the least-memory split's tightest stage.  ``safe_bound``: also the near-even step of the
+        candidates whose every stage is within it (the p90 end of
+        :mod:`cost_model.transformer.memory`), inf for the others."""
         L, N = self.num_layers, self.N
         step = np.full(N, np.inf)
         lb = np.full(N, np.inf)
         feasible = np.zeros(N, dtype=bool)
-        shortfall = np.zeros(N)
+        least_bound = np.full(N, np.inf)
+        least_peak = np.full(N, np.inf)
         safe_step = np.full(N, np.inf)
+        cap = bound.capacity(usable_bytes)
         for g in self.groups:
-            a, b = g.mem_a_bytes, g.mem_b_bytes
+            a, b = g.tested(bound)
             # (a NaN slope — stages of 0 layers — fails every comparison: infeasible)
-            k = np.floor((capacity_bytes - a) / np.maximum(b, 1e-9))
+            k = np.floor((cap - a) / np.maximum(b, 1e-9))
             feas = (k >= 1).all(axis=0) & (np.clip(k, 0, L).sum(axis=0) >= L)
-            step[g.idx] = np.where((g.even_peak_bytes <= capacity_bytes).all(axis=0), g.even_step_s, np.inf)
-            if safe_capacity_bytes is not None:
-                safe_step[g.idx] = np.where((g.even_peak_bytes <= safe_capacity_bytes).all(axis=0), g.even_step_s, np.inf)
+            step[g.idx] = np.where(g.even_within(bound, usable_bytes), g.even_step_s, np.inf)
+            if safe_bound is not None:
+                safe_step[g.idx] = np.where(g.even_within(safe_bound, usable_bytes), g.even_step_s, np.inf)
             feasible[g.idx] = feas
-            worst_short = g.least_peak_bytes - capacity_bytes
-            shortfall[g.idx] = np.where(feas, 0.0, np.where(np.isnan(worst_short), np.inf, np.maximum(worst_short, 1.0)))
             lb[g.idx] = g.lower_bound_s
-        return EvenEval(step, lb, feasible, shortfall, safe_step if safe_capacity_bytes is not None else None)
+            # Least-memory split: every stage at the level M of the continuous relaxation
+            # (Σ (M − a_i)/b_i = L), one layer each at least — a lower bound of the tightest
+            # stage's numerator over all splits (for pp = 1: the whole stage's).  Its predicted
+            # peak: the stages' at those layer counts.
+            with np.errstate(invalid="ignore", divide="ignore"):
+                inv_b = 1.0 / np.maximum(b, 1e-9)
+                level = np.maximum((a + b).max(axis=0), (L + (a * inv_b).sum(axis=0)) / inv_b.sum(axis=0))
+                layers = np.maximum((level - a) * inv_b, 1.0)
+                peak = (g.mem_a_bytes + g.mem_b_bytes * layers).max(axis=0)
+            least_bound[g.idx] = np.where(np.isnan(level), np.inf, level / np.exp(bound.log_shift))
+            least_peak[g.idx] = np.where(np.isnan(peak), np.inf, peak)
+        return EvenEval(step, lb, feasible, least_bound, least_peak, safe_step if safe_bound is not None else None)
 
 
 def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> EvenTables:
@@ -240,14 +269,12 @@ def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> Ev
         variants = _stages_for_splits(model, training, pcg, Sg, layer_rows, cross)
         stages = variants.stage_cost(0)
         a = variants.stacked(1, attrgetter("peak_memory_bytes"))
+        r = variants.stacked(1, attrgetter("fragmentation_reserve_bytes"))
         # (pp above the layer count leaves stages of 0 layers: a NaN slope)
         with np.errstate(invalid="ignore", divide="ignore"):
-            b = (stages.peak_memory_bytes - a) / np.array(split, dtype=float)[:, None]
-            # Least-memory split: every stage at the level M of the continuous relaxation
-            # (Σ (M − a_i)/b_i = L), one layer each at least — a lower bound of the tightest
-            # stage's peak over all splits (for pp = 1: the whole stage's peak).
-            inv_b = 1.0 / np.maximum(b, 1e-9)
-            level = (L + (a * inv_b).sum(axis=0)) / inv_b.sum(axis=0)
+            per_layer = 1.0 / np.array(split, dtype=float)[:, None]
+            b = (stages.peak_memory_bytes - a) * per_layer
+            r_b = (stages.fragmentation_reserve_bytes - r) * per_layer
         sum_t = stages.time_s.sum(axis=0)
         m = _m(Sg, training)
         v = Sg.vpp
@@ -256,17 +283,18 @@ def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> Ev
         # middle stage; with no middle stage, a stage without embedding or head).
         mid_optimizer_s = _stage(model, training, pcg, Sg, L / p, 1 if p > 2 else 0, False, False, cross).optimizer_s
         groups.append(_EvenGroup(
-            idx=idx, mem_a_bytes=a, mem_b_bytes=b, even_peak_bytes=stages.peak_memory_bytes,
+            idx=idx, mem_a_bytes=a, mem_b_bytes=b, res_a_bytes=r, res_b_bytes=r_b,
+            even_peak_bytes=stages.peak_memory_bytes, even_reserve_bytes=stages.fragmentation_reserve_bytes,
             even_step_s=combine_stages(stages, Sg, m).step_time_s,
             lower_bound_s=(m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s,
-            least_peak_bytes=np.maximum((a + b).max(axis=0), level),
         ))
     return EvenTables(L, len(S), tuple(groups))
 
 
-def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, capacity_bytes: float, safe_capacity_bytes: float | None = None) -> EvenEval:
-    """:func:`even_tables` of ``pc``'s candidates, evaluated at one capacity (and a safe one)."""
-    return even_tables(model, training, pc).evaluate(capacity_bytes, safe_capacity_bytes)
+def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, usable_bytes: float, bound: MemoryBound,
+                  safe_bound: MemoryBound | None = None) -> EvenEval:
+    """:func:`even_tables` of ``pc``'s candidates, evaluated at one bound (and a safe one)."""
+    return even_tables(model, training, pc).evaluate(usable_bytes, bound, safe_bound)
 
 
 @dataclass(frozen=True)
@@ -283,15 +311,17 @@ class StageLinear:
     win_b: np.ndarray
     opt_a: np.ndarray
     opt_b: np.ndarray
-    mem_a: np.ndarray
+    mem_a: np.ndarray  # the memory bound's numerator (MemoryBound.numerator), bytes
     mem_b: np.ndarray
     p2p_cross_extra_s: np.ndarray  # added to stage time when the next stage is on another pool
 
 
-def stage_linear(model: TransformerSpec, training: Training, pc: PoolCosts, cand: int, pp: int, cross_default: bool) -> StageLinear:
+def stage_linear(model: TransformerSpec, training: Training, pc: PoolCosts, cand: int, pp: int, cross_default: bool,
+                 bound: MemoryBound = POINT) -> StageLinear:
     """Coefficients for candidate ``cand`` of ``pc.S`` at every stage index of a pp-stage
     pipeline (first stage carries the embedding, last the head).  Vectorised over the stage
-    index: the candidate is repeated pp times and the stage index is an array."""
+    index: the candidate is repeated pp times and the stage index is an array.  Memory: the
+    numerator of ``bound`` (the predicted peak by default), to compare with its capacity."""
     rep = np.full(pp, cand)
     pcr = subset(pc, rep)
     S = pcr.S
@@ -310,7 +340,7 @@ def stage_linear(model: TransformerSpec, training: Training, pc: PoolCosts, cand
             "dp": np.broadcast_to(st.dp_comm_s, shape),
             "win": np.broadcast_to(st.dp_window_s, shape),
             "opt": np.broadcast_to(st.optimizer_s, shape),
-            "mem": np.broadcast_to(st.peak_memory_bytes, shape),
+            "mem": np.broadcast_to(bound.numerator(st.peak_memory_bytes, st.fragmentation_reserve_bytes), shape),
         }
 
     if pp == 1:

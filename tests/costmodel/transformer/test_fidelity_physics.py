@@ -9,6 +9,7 @@ import pytest
 from cost_model import Strategy, Training, estimate, simple_cluster
 from cost_model.comm import Links, allreduce_time_s, size_factor
 from cost_model.errors import InvalidStrategy, InvalidTraining
+from cost_model.result import StageEstimate
 from cost_model.training import training_from_dict
 from cost_model.transformer.calibration import PRIORS, Constants, calibrated_device, prediction_intervals, using
 from cost_model.transformer.layer_cost import (
@@ -238,9 +239,16 @@ def test_estimate_carries_intervals_around_the_point():
         assert d["interval_regime"]
 
 
+def _stage(peak_GB: float) -> StageEstimate:
+    """A one-stage result peaking at ``peak_GB`` (a fifth of it the fragmentation reserve)."""
+    return StageEstimate(index=0, first_layer=0, last_layer=0, device="d", node_group="g", has_embedding=True, has_head=True,
+                         forward_s=1.0, backward_s=2.0, peak_memory_GB=peak_GB, memory_capacity_GB=80.0,
+                         memory_GB={"weights": 0.6 * peak_GB, "workspace": 1.5 + 0.2 * peak_GB})
+
+
 def test_interval_bounds_are_the_swapped_error_quantiles():
     with using(Constants(dict(PRIORS), {"*": (-0.1, 0.2)})):
-        iv = prediction_intervals("megatron-core", "ampere", 10.0, 50.0)
+        iv = prediction_intervals("megatron-core", "ampere", 10.0, _stage(50.0))
     assert iv["step_time_s_p10"] == pytest.approx(10.0 / np.exp(0.2))
     assert iv["step_time_s_p90"] == pytest.approx(10.0 / np.exp(-0.1))
     assert iv["interval_regime"] == "*"
@@ -462,9 +470,9 @@ def test_interval_regime_falls_back_from_parallel_mix_to_framework_and_family_to
 
     iv = {"*": (-0.3, 0.3), "megatron-core/ampere": (-0.1, 0.1), "megatron-core/ampere/pp": (-0.05, 0.02)}
     with using(Constants(dict(PRIORS), iv)):
-        pp = prediction_intervals("megatron-core", "ampere", 10.0, 50.0, parallel_mix(4, 1))
-        dp = prediction_intervals("megatron-core", "ampere", 10.0, 50.0, parallel_mix(1, 1))
-        other = prediction_intervals("fsdp", "hopper", 10.0, 50.0, parallel_mix(1, 3))
+        pp = prediction_intervals("megatron-core", "ampere", 10.0, _stage(50.0), parallel_mix(4, 1))
+        dp = prediction_intervals("megatron-core", "ampere", 10.0, _stage(50.0), parallel_mix(1, 1))
+        other = prediction_intervals("fsdp", "hopper", 10.0, _stage(50.0), parallel_mix(1, 3))
     assert (pp["interval_regime"], dp["interval_regime"], other["interval_regime"]) == ("megatron-core/ampere/pp", "megatron-core/ampere", "*")
     assert pp["step_time_s_p90"] == pytest.approx(10.0 / np.exp(-0.05))
 
