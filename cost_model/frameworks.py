@@ -52,7 +52,9 @@ Sources, per framework:
   ``sequence_parallel``), ``pp_degree`` with ``virtual_pp_degree`` (interleaved), ``sep_degree``
   (context: segment parallelism, the all-to-all of DeepSpeed-Ulysses — Paddle's
   ``ContextParallel(backend="all2all")`` docs), ``sharding_degree`` with stages 1–3 (stage 2/3 not with a pipeline), expert
-  parallelism over the data-parallel ranks; no FP8 recipe in fleet.
+  parallelism as fleet's ``EPHybridCommunicateGroup`` builds it (``ep_over_sharding``: every
+  data-parallel rank a sharding rank, no segment parallelism, expert groups of ep consecutive
+  ranks of sharding × mp, the experts unsplit); no FP8 recipe in fleet.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +117,10 @@ class FrameworkRules:
     #: Megatron-Core's expert-parallel all-to-all overlap (``training.moe_comm_overlap``) and its
     #: layout rules (:func:`moe_overlap_layout_violation`)
     moe_comm_overlap: bool = False
+    #: expert parallelism exists only over a sharding group of every data-parallel rank, with its
+    #: expert groups carved from sharding × tp and the experts unsplit: Paddle fleet's
+    #: ``EPHybridCommunicateGroup`` (:func:`expert_layout_violation`)
+    ep_over_sharding: bool = False
 
 
 #: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
@@ -152,7 +160,7 @@ RULES: dict[str, FrameworkRules] = {
     "paddle": FrameworkRules(
         name="paddle", title="PaddlePaddle fleet", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False, cp_exchanges=("a2a",), min_stage23_shard_ranks=2, min_interleaved_pp=3,
+        ep_folding=True, ep_over_sharding=True, fp8=False, cp_exchanges=("a2a",), min_stage23_shard_ranks=2, min_interleaved_pp=3,
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
@@ -182,7 +190,8 @@ def describe(framework: str) -> str:
     zero += " (2–3 also with pp)" if r.sharding_with_pipeline else " (2–3 without pp)"
     shard = (f"dp_shard at stage {'/'.join(str(z) for z in r.partial_sharding_stages)}: {r.partial_sharding_name}"
              if r.partial_sharding_stages else "no dp_shard")
-    ep = ("ep folded into tp·cp·dp" if r.ep_folding else "ep over dp·cp") if r.expert_parallel else "no ep"
+    ep = ("ep over sharding × tp, experts unsplit" if r.ep_over_sharding else "ep folded into tp·cp·dp" if r.ep_folding
+          else "ep over dp·cp") if r.expert_parallel else "no ep"
     extras = [x for x, ok in (("block recompute", r.block_recompute), ("FP8", r.fp8)) if ok] or ["no FP8"]
     return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
 
@@ -235,6 +244,9 @@ def layout_rule_violation(
                      "tensor, context and data-parallel ranks)") if r.ep_folding else (
                      f"dp·cp = {dp}·{cp} = {group} (experts are spread over the data-parallel ranks)")
             return "ep", f"ep={ep} must divide {where}"
+    expert_why = expert_layout_violation(framework, tp=tp, cp=cp, ep=ep, zero_stage=zero_stage, dp=dp, dp_shard=dp_shard)
+    if expert_why is not None:
+        return expert_why
     shard_why = partial_sharding_violation(framework, dp=dp, dp_shard=dp_shard, zero_stage=zero_stage)
     if shard_why is not None:
         return "dp_shard", shard_why
@@ -348,6 +360,44 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
                                            zero_stage=pinned.get("zero_stage"))
     if shard_why is not None:
         return "dp_shard", shard_why
+    return expert_layout_violation(framework, tp=pinned.get("tp"), cp=pinned.get("cp"), ep=pinned.get("ep"),
+                                   zero_stage=pinned.get("zero_stage"), dp=pinned.get("dp"), dp_shard=pinned.get("dp_shard", 0))
+
+
+#: Paddle fleet's own words for the expert layout it builds (``EPHybridCommunicateGroup``).
+FLEET_MOE_RULE = "fleet's EPHybridCommunicateGroup: 'sep_degree and dp_degree must be 1 in MoE'"
+
+
+def expert_layout_ok(tp: Any, cp: Any, ep: Any, zero_stage: Any, dp: Any, dp_shard: Any) -> Any:
+    """Whether an expert-parallel layout is one Paddle fleet's ``EPHybridCommunicateGroup``
+    builds (arrays or ints): no expert parallelism, or every data-parallel rank a sharding rank
+    (zero_stage ≥ 1 over all dp: ``dp_degree`` 1), no segment parallelism (``sep_degree`` 1,
+    the planner's cp), and ep a multiple of tp dividing tp·dp — its expert groups are ep
+    consecutive ranks of sharding × mp, ``moe_sharding_degree`` = dp·tp/ep of them, which must
+    divide the sharding degree (``dense_sharding`` = sharding/moe_sharding)."""
+    dp_shard = np.asarray(dp_shard)
+    whole = (dp_shard == 0) | (dp_shard == dp)
+    ok = (np.asarray(cp) == 1) & (np.asarray(zero_stage) >= 1) & whole & (np.mod(ep, tp) == 0) & (np.mod(np.asarray(tp) * dp, ep) == 0)
+    return (np.asarray(ep) <= 1) | ok
+
+
+def expert_layout_violation(framework: str, *, tp: int | None, cp: int | None, ep: int | None, zero_stage: int | None,
+                            dp: int | None, dp_shard: int = 0) -> tuple[str, str] | None:
+    """(strategy field, reason) when ``framework`` builds its expert groups only over a sharding
+    group of every data-parallel rank (``ep_over_sharding``: Paddle fleet) and the layout is
+    not one of those (:func:`expert_layout_ok`), else None.  A knob None (not pinned yet) is
+    left for the layout."""
+    if not rules_for(framework).ep_over_sharding or ep is None or ep <= 1:
+        return None
+    if cp is not None and cp > 1:
+        return "cp", f"{framework}: expert parallelism (ep={ep}) runs without segment parallelism: cp must be 1 ({FLEET_MOE_RULE})"
+    if zero_stage == 0 or (dp is not None and dp_shard not in (0, dp)):
+        field = "zero_stage" if zero_stage == 0 else "dp_shard"
+        return field, (f"{framework}: expert parallelism (ep={ep}) needs every data-parallel rank in the sharding group "
+                       f"(zero_stage ≥ 1 over all dp ranks, no dp_shard; {FLEET_MOE_RULE})")
+    if tp is not None and ep % tp:
+        return "ep", (f"{framework}: ep={ep} must be a multiple of tp={tp}: fleet's expert groups are ep consecutive ranks of "
+                      "sharding × mp, whole tensor-parallel groups each (moe_sharding_degree must divide sharding_degree)")
     return None
 
 
@@ -413,8 +463,9 @@ def required_expert_tensor_parallel(framework: str, is_moe: bool, linear_bias: b
     runs biased linear layers in experts only unsplit ("Bias in Moe is only supported when
     ETP==1", ``TransformerConfig``), so an MoE model with linear biases (gpt-oss; Megatron's
     ``--add-bias-linear``, on when the output-projection and MLP biases both exist) runs at
-    ETP 1 whatever its TP — Megatron's default ETP is TP."""
-    if framework == "megatron-core" and is_moe and linear_bias:
+    ETP 1 whatever its TP — Megatron's default ETP is TP.  Paddle fleet's expert groups take in
+    the tensor-parallel ranks, each holding whole experts (``ep_over_sharding``): ETP 1."""
+    if is_moe and (rules_for(framework).ep_over_sharding or (framework == "megatron-core" and linear_bias)):
         return 1
     return None
 
@@ -425,6 +476,8 @@ def required_expert_tensor_parallel_violation(framework: str, is_moe: bool, line
     required = required_expert_tensor_parallel(framework, is_moe, linear_bias)
     if required is None or etp in (0, required):
         return None
+    if rules_for(framework).ep_over_sharding:
+        return f"{framework} runs the experts unsplit (etp={required}): fleet's expert groups take in the tensor-parallel ranks"
     return (f"{framework} runs the experts of a model with linear biases at etp={required} only "
             "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')")
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.frameworks import cp_exchange, runs_deepspeed_engine
+from cost_model.frameworks import cp_exchange, expert_layout_ok, runs_deepspeed_engine
 from cost_model.transformer.layer_cost import dp_reduction_overlaps
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -489,14 +489,14 @@ def fleet_expert_axes(view: PlanView) -> dict[str, int] | None:
     where its expert axis cannot: fleet's ``EPHybridCommunicateGroup`` requires dp_degree and
     sep_degree 1 (every data-parallel rank a sharding rank) and carves the expert groups of
     ``ep_degree`` consecutive ranks out of sharding × mp (``moe_sharding_degree`` =
-    sharding·mp/ep), so it runs the plan's experts — unsplit, over dp only — when tp = cp = 1,
-    the optimizer state is sharded over every dp rank (zero_stage ≥ 1, no replicas) and ep
-    divides dp.  (With tp > 1 its expert group would take in the TP ranks: not the layout the
-    plan costs, whose experts follow tp.)"""
+    sharding·mp/ep), each expert whole on its rank — the layout the planner costs and searches
+    for Paddle (``cost_model.frameworks.expert_layout_ok``: cp 1, the optimizer state sharded
+    over every dp rank, ep a multiple of tp dividing tp·dp, etp 1).  A plan stored before that
+    rule, outside it, gets none (and a note)."""
     zero = int(view.s("zero_stage", 0))
-    if view.ep <= 1 or view.tp > 1 or view.cp > 1 or zero < 1 or view.dp_replicas > 1 or view.dp % view.ep:
+    if view.ep <= 1 or view.dp_replicas > 1 or not expert_layout_ok(view.tp, view.cp, view.ep, zero, view.dp, 0):
         return None
-    return {"dp_degree": 1, "sharding_degree": view.dp, "ep_degree": view.ep, "moe_sharding_degree": view.dp // view.ep}
+    return {"dp_degree": 1, "sharding_degree": view.dp, "ep_degree": view.ep, "moe_sharding_degree": view.dp * view.tp // view.ep}
 
 
 def fleet_config(view: PlanView) -> dict[str, Any]:
@@ -637,9 +637,9 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
                      "fleet.get_hybrid_communicate_group().get_expert_parallel_group()")
     elif view.ep > 1:
         notes.append(f"expert parallelism {view.ep}: Paddle 3's fleet builds expert groups only with dp_degree 1 and sep_degree 1, "
-                     "carving them out of sharding × mp (tp's ranks inside each expert group), which is not this plan's layout "
-                     "(tp > 1, cp > 1, replicas or zero_stage 0), so no expert axes are written: set the MoE layers' expert "
-                     "groups in the model code (PaddleNLP's MoE) over the data-parallel ranks, as the plan costs them")
+                     "carving them out of sharding × mp (ep a multiple of tp), which is not this plan's layout (cp > 1, replicas, "
+                     "zero_stage 0 or an ep that does not take in whole tensor-parallel groups; re-plan it: the planner now keeps "
+                     "Paddle's expert layouts to those), so no expert axes are written")
     zero = int(view.s("zero_stage", 0))
     if zero >= 2 and (view.tp > 1 or view.cp > 1 or view.dp_replicas > 1):
         notes.append(f"sharding stage {zero} with tensor/segment parallelism or replicas: fleet_init.wrap shards through "

@@ -242,19 +242,24 @@ def test_paddle_distributed_strategy_takes_every_part_of_the_plan(plan_name, tmp
     assert cfg["sharding_stage"] == s.get("zero_stage", 0) and cfg["amp_level"] in ("O0", "O2")
 
 
-def test_paddle_fleet_builds_the_plans_expert_groups(tmp_path, monkeypatch):
-    """A Paddle plan with expert parallelism over dp (tp 1) gets fleet's expert axes, and Paddle's
-    own EPHybridCommunicateGroup — run on the written strategy with only the NCCL group creation
-    stubbed — builds expert groups of the plan's ranks: ep consecutive dp ranks of a stage, the
-    sharding group every dp rank of it, the experts' sharding group dp/ep ranks."""
+@pytest.mark.parametrize(("dp", "tp", "ep", "degrees"), [(8, 1, 4, (1, 8, 4, 2)), (4, 2, 4, (1, 4, 4, 2)), (4, 2, 8, (1, 4, 8, 1))],
+                         ids=["ep-over-dp", "ep-over-dp-and-tp", "ep-spans-the-stage"])
+def test_paddle_fleet_builds_the_plans_expert_groups(tmp_path, monkeypatch, dp, tp, ep, degrees):
+    """A Paddle plan with expert parallelism gets fleet's expert axes, and Paddle's own
+    EPHybridCommunicateGroup — run on the written strategy with only the NCCL group creation
+    stubbed — builds expert groups of the plan's ranks: ep consecutive ranks of a stage (its
+    tensor-parallel ranks inside each group when tp > 1, the experts whole on each: the etp 1 the
+    planner costs for Paddle), the sharding group every dp rank of it, the experts' sharding
+    group dp·tp/ep ranks."""
     pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
     import paddle.distributed as dist
     from paddle.distributed.fleet.base import topology
 
-    plan = moe_plan("paddle", dp=8, ep=4)
+    plan = moe_plan("paddle", dp=dp, ep=ep, tp=tp)
     art, strategy = _fleet_strategy(plan, tmp_path)
     hc, order = strategy.hybrid_configs, strategy.hybrid_parallel_order
-    assert (hc["dp_degree"], hc["sharding_degree"], hc["ep_degree"], hc["moe_sharding_degree"]) == (1, 8, 4, 2)
+    assert (hc["dp_degree"], hc["sharding_degree"], hc["ep_degree"], hc["moe_sharding_degree"]) == degrees
+    assert hc["mp_degree"] == tp
     names = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context", "ep": "expert",
              "moe_sharding": "moe_sharding"}
     groups: dict[str, list[list[int]]] = {}
@@ -270,14 +275,24 @@ def test_paddle_fleet_builds_the_plans_expert_groups(tmp_path, monkeypatch):
     monkeypatch.setattr(dist, "new_group", lambda ranks=None, *a, **k: ranks)
     hcg = topology.EPHybridCommunicateGroup([names[k] for k in order], [max(hc[f"{k}_degree"], 1) for k in order], hc)
     assert (hcg.get_expert_parallel_world_size(), hcg.get_sharding_parallel_world_size(),
-            hcg.get_moe_sharding_parallel_world_size()) == (4, 8, 2)
+            hcg.get_moe_sharding_parallel_world_size(), hcg.get_model_parallel_world_size()) == (ep, dp, degrees[3], tp)
     ranks = plan["best"]["ranks"]
-    want = sorted(sorted(r["rank"] for r in ranks if (r["pp"], r["dp"] // 4) == key)
-                  for key in {(r["pp"], r["dp"] // 4) for r in ranks})
+
+    def block(r):  # the plan's expert group: ep consecutive (dp, tp) ranks of a stage
+        return r["pp"], (r["dp"] * tp + r["tp"]) // ep
+
+    want = sorted(sorted(r["rank"] for r in ranks if block(r) == key) for key in {block(r) for r in ranks})
     assert sorted(groups["expert"]) == want
+    # the tensor-parallel groups are the plan's too
+    assert sorted(groups["model"]) == sorted(sorted(r["rank"] for r in ranks if (r["pp"], r["dp"]) == key)
+                                            for key in {(r["pp"], r["dp"]) for r in ranks})
     assert any("get_expert_parallel_group" in n for n in art.notes)
-    # with tp > 1 fleet's expert groups would take in the TP ranks: no expert axes, and a note says why
-    art, _ = _fleet_strategy(moe_plan("paddle", dp=4, ep=4, tp=2), tmp_path)
+
+
+def test_paddle_fleet_writes_no_expert_axes_for_a_layout_it_cannot_build(tmp_path):
+    """A stored plan outside fleet's expert layout (here zero_stage 0: dp_degree would not be 1)
+    gets no expert axes, and a note says why."""
+    art, _ = _fleet_strategy(moe_plan("paddle", dp=4, ep=4, tp=1, zero_stage=0), tmp_path)
     hybrid = json.loads(art.files["fleet_strategy.json"])["hybrid_configs"]
     assert "ep_degree" not in hybrid and "moe_sharding" not in hybrid["order"]
     assert any("not this plan's layout" in n for n in art.notes)

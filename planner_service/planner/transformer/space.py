@@ -32,6 +32,7 @@ from cost_model.frameworks import (
     context_parallel_violation,
     cp_sequence_violation,
     ep_group_divisor,
+    expert_layout_ok,
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     pinned_rule_violation,
@@ -253,6 +254,8 @@ def enumerate_space(
         cols = _keep(cols, expert_blocks_tile(cols["tp"], cols["cp"], cols["dp"], cols["ep"], etp))
         cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
+    if rules.ep_over_sharding:  # expert_layout_violation, row by row (Paddle fleet's expert groups)
+        cols = _keep(cols, expert_layout_ok(cols["tp"], cols["cp"], cols["ep"], cols["zero"], cols["dp"], cols["dp_shard"]))
     if rules.min_stage23_shard_ranks > 1:  # sharding_group_violation, row by row
         shard_ranks = np.where(cols["dp_shard"] > 0, cols["dp_shard"], cols["dp"])
         cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks < rules.min_stage23_shard_ranks)))

@@ -250,6 +250,45 @@ def test_a_pinned_expert_tensor_parallelism_is_planned_launched_and_refused_wher
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.etp" and words in bad.text, bad.text
 
 
+def test_paddle_expert_parallelism_is_fleets_expert_layout(client):
+    """Paddle fleet builds expert groups only with every dp rank a sharding rank and no segment
+    parallelism, of ep consecutive ranks of sharding × mp (EPHybridCommunicateGroup): the search
+    keeps Paddle's MoE layouts to those, costs their experts whole (etp 1, the expert group
+    taking in the tensor-parallel ranks), and a strategy or pin outside them is a 422 naming the
+    field and fleet's rule."""
+    rule = dict(tp=1, pp=1, vpp=1, dp=8, sequence_parallel=False)
+    assert layout_rule_violation("paddle", **{**rule, "cp": 2, "ep": 4, "zero_stage": 1})[0] == "cp"
+    assert layout_rule_violation("paddle", **{**rule, "cp": 1, "ep": 4, "zero_stage": 0})[0] == "zero_stage"
+    assert layout_rule_violation("paddle", **{**rule, "cp": 1, "ep": 4, "zero_stage": 1, "dp_shard": 4})[0] in ("dp_shard", "zero_stage")
+    assert layout_rule_violation("paddle", **{**rule, "tp": 4, "dp": 4, "cp": 1, "ep": 2, "zero_stage": 1})[0] == "ep"
+    assert layout_rule_violation("paddle", **{**rule, "tp": 2, "dp": 4, "cp": 1, "ep": 8, "zero_stage": 1}) is None
+    assert layout_rule_violation("paddle", **{**rule, "cp": 2, "ep": 1, "zero_stage": 0}) is None  # dense layers: no rule
+    nodes = ({**H100_NODE, "count": 4},)
+    res = _plan({**_body({"preset": "mixtral-8x7b"}, "paddle", nodes=nodes, gbs=256), "top_k": 5})
+    for e in (res.best, *res.alternatives):
+        s = e.strategy
+        if s.ep > 1:
+            assert s.cp == 1 and s.zero_stage >= 1 and s.dp_shard in (0, s.dp) and s.ep % s.tp == 0 and s.etp == 1, s
+    assert any(e.strategy.ep > 1 for e in (res.best, *res.alternatives))
+    # the planner's own answer runs as fleet builds it: the launch writes the expert axes
+    best = client.post("/v1/plans", json=_body({"preset": "mixtral-8x7b"}, "paddle", nodes=nodes, gbs=256,
+                                                constraints={"tp": 2, "ep": 8, "pp": 1}))
+    assert best.status_code == 201, best.text
+    assert (best.json()["best"]["strategy"]["etp"], best.json()["best"]["strategy"]["cp"]) == (1, 1)
+    art = client.get(f"/v1/plans/{best.json()['id']}/launch", params={"target": "paddle-fleet"}).json()
+    hybrid = json.loads(art["files"]["fleet_strategy.json"])["hybrid_configs"]
+    assert (hybrid["ep_degree"], hybrid["mp_degree"], hybrid["dp_degree"]) == (8, 2, 1)
+    for pins, field, words in (({"ep": 8, "cp": 2}, "constraints.cp", "segment parallelism"),
+                               ({"ep": 8, "zero_stage": 0}, "constraints.zero_stage", "sharding group"),
+                               ({"ep": 2, "tp": 4}, "constraints.ep", "multiple of tp"),
+                               ({"etp": 2}, "constraints.etp", "unsplit")):
+        bad = client.post("/v1/plans", json=_body({"preset": "mixtral-8x7b"}, "paddle", nodes=nodes, constraints=pins, gbs=256))
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == field and words in bad.text, (pins, bad.text)
+    est = client.post("/v1/estimate", json={**_body({"preset": "mixtral-8x7b"}, "paddle", nodes=nodes, gbs=256),
+                                            "strategy": {"dp": 8, "cp": 2, "ep": 8, "pp": 2, "zero_stage": 1}})
+    assert est.status_code == 422 and est.json()["error"]["field"] == "strategy.cp" and "EPHybridCommunicateGroup" in est.text, est.text
+
+
 # ---- memory feasibility from the interval ----------------------------------------------------
 
 

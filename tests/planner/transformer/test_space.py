@@ -52,6 +52,9 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         if cp > 1 and ((tp > 1 and not r.cp_with_tp) or (pp > 1 and not r.cp_with_pp)
                        or (training.cp_exchange == "a2a" and model.num_heads % (tp * cp))):
             continue
+        # Paddle fleet's expert groups: ep consecutive ranks of sharding × mp, no segment parallelism
+        if ep > 1 and r.ep_over_sharding and (cp > 1 or ep % tp or (tp * dp) % ep):
+            continue
         m = B // dp // mbs
         if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
             continue
@@ -78,8 +81,10 @@ def reference_rows(model, training, max_gpus, gpn, pins):
             continue
         if training.framework == "paddle" and z >= 2 and shard == 1:
             continue
-        if model.is_moe:  # the experts' EDP replicas split into the dp/shard replica groups
-            edp = round(float(expert_data_parallel(tp, cp, dp, ep)))
+        if ep > 1 and r.ep_over_sharding:  # fleet's expert layout: every dp rank a sharding rank
+            continue
+        if model.is_moe:  # the experts' EDP replicas split into the dp/shard replica groups (Paddle's experts whole: etp 1)
+            edp = round(float(expert_data_parallel(tp, cp, dp, ep, 1 if r.ep_over_sharding else 0)))
             if edp % (dp // shard):
                 continue
         twins.append((*row[:10], shard))
