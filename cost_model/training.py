@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from cost_model.devices import DTYPES
@@ -112,14 +112,24 @@ class Training:
         return {k: getattr(self, k) for k in _OPTIONAL_DEFAULTS}
 
 
+#: The fields a ``training`` object may have: :class:`Training`'s.
+TRAINING_FIELDS = frozenset(f.name for f in fields(Training))
+
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None}
 
 
 def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
+    """The ``training`` object of a request: each field checked, an unknown one refused by name
+    (a field that is neither costed nor refused would be dropped without a word — e.g. DeepSpeed's
+    ``offload_optimizer``, which the cost model does not price)."""
     if not isinstance(data, Mapping):
         raise InvalidTraining("must be an object with global_batch_size and sequence_length", field=field_path)
+    unknown = sorted(str(k) for k in data if k not in TRAINING_FIELDS)
+    if unknown:
+        raise InvalidTraining(f"unknown training field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                              f"allowed: {', '.join(sorted(TRAINING_FIELDS))}", field=f"{field_path}.{unknown[0]}")
     out: dict[str, Any] = {}
     for key, maximum in (("global_batch_size", 100_000_000), ("sequence_length", 10_000_000)):
         val = data.get(key)

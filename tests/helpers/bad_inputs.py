@@ -84,6 +84,7 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("sequence-missing", "POST", "/v1/plans", _with(PLAN, "training.sequence_length", ...), 422, "training.sequence_length"),
     ("dtype-unknown", "POST", "/v1/plans", _with(PLAN, "training.dtype", "int3"), 422, "training.dtype"),
     ("optimizer-unknown", "POST", "/v1/plans", _with(PLAN, "training.optimizer", "lion"), 422, "training.optimizer"),
+    ("training-field-unknown", "POST", "/v1/plans", _with(PLAN, "training.offload_optimizer", "cpu"), 422, "training.offload_optimizer"),
     ("node-groups-empty", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups", []), 422, "cluster.node_groups"),
     ("device-unknown", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.device", "Z9000"), 422, "cluster.node_groups[0].device"),
     ("count-zero", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.count", 0), 422, "cluster.node_groups[0].count"),
