@@ -3,9 +3,13 @@
 Training ranks that share a host share its memory bandwidth, last-level cache and power budget:
 one rank of N runs its operators slower than the same process alone.  The profiler measures that
 share by starting N − 1 of these processes next to itself: each builds the same CPU
-micro-benchmarks and runs them in the same order with the same timing settings — so they stay
-roughly in step with the measuring process, as ranks of a data-parallel step do — until it is
-terminated.  Its own timings are discarded.
+micro-benchmarks and runs, over and over, the one the measuring process is timing — its index
+read from stdin, one line per case (:func:`follow_cases`) — so every operator is timed beside
+copies of itself, as the ranks of a data-parallel step run the same operators at once, until
+it is terminated or stdin closes.  (Running the list on its own, in the same order with the
+same timing settings, drifted out of step: each process stops a benchmark when its own time
+budget is spent, so a GEMM could be timed beside a neighbour's memory copy.)  Nothing it runs
+is timed.
 
 Usage (started by :func:`planner_service.profiling.runner.start_neighbours`):
 ``python -m planner_service.profiling.neighbour --threads T --backends torch,numpy [--quick]``
@@ -15,6 +19,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from planner_service.profiling.fingerprint import numpy_blas_threads
 from planner_service.profiling.runner import (
@@ -22,7 +29,6 @@ from planner_service.profiling.runner import (
     cpu_cases,
     import_torch,
 )
-from planner_service.profiling.timing import TimingSettings, measure
 
 
 def main(argv: list[str]) -> int:
@@ -37,18 +43,47 @@ def main(argv: list[str]) -> int:
     if torch is not None:
         torch.set_num_threads(args.threads)
     cases, _ = cpu_cases(torch, args.quick, backends)
-    settings = TimingSettings.quick() if args.quick else TimingSettings()
     switch = cpu_backend_switcher(torch, args.threads)
+    current = {"index": 0, "open": True}
+
+    def read_indices() -> None:
+        for i in index_lines(sys.stdin, len(cases)):
+            current["index"] = i
+        current["open"] = False  # the measuring process closed the pipe: stop
+
+    threading.Thread(target=read_indices, daemon=True).start()
     print("ready", flush=True)
-    while True:  # until terminated by the measuring process
-        previous = None
-        for case in cases:
-            if case.fields.get("backend") != previous:
-                previous = case.fields.get("backend")
-                switch(previous)
-            fn, sync = case.setup()
-            measure(fn, settings, sync)
-            del fn
+    follow_cases(cases, lambda: current["index"] if current["open"] else None, switch)
+    return 0
+
+
+def index_lines(lines: Iterable[str], count: int) -> Iterable[int]:
+    """The case indices the measuring process sends, one per line (others ignored)."""
+    for line in lines:
+        text = line.strip()
+        if text.isdigit() and int(text) < count:
+            yield int(text)
+
+
+def follow_cases(cases: Sequence[Any], index: Callable[[], int | None], switch: Callable[[str | None], None]) -> int:
+    """Run the case ``index()`` names, untimed, until it names another (set up anew) or None
+    (return).  Returns how many times a case was set up."""
+    backend = None
+    setups = 0
+    i = index()
+    while i is not None:
+        case = cases[i]
+        if case.fields.get("backend") != backend:
+            backend = case.fields.get("backend")
+            switch(backend)
+        fn, sync = case.setup()
+        setups += 1
+        while (nxt := index()) == i:
+            fn()
+            sync()
+        del fn
+        i = nxt
+    return setups
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ docs/PROFILE_FORMAT.md).  The fit (cost_model.profiles.fit_profile) is attached 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import importlib
@@ -97,8 +98,10 @@ def cpu_backend_switcher(torch: Any | None, threads: int) -> Callable[[str], Non
 
 def _measure_cases(cases: list[Case], settings: TimingSettings, check_host: bool, options: ProfileOptions,
                    waited: dict[str, float], progress: Progress | None, total: int,
-                   switch_backend: Callable[[str], None], own_pids: tuple[int, ...] = ()) -> list[dict[str, Any]]:
-    """Time every case.  On a CPU, consecutive cases are grouped into windows of at least
+                   switch_backend: Callable[[str], None], own_pids: tuple[int, ...] = (),
+                   on_case: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Time every case (``on_case(i)`` first: the neighbour ranks follow it, :func:`follow`).
+    On a CPU, consecutive cases are grouped into windows of at least
     CONTENTION_WINDOW_S; when other processes kept ``quiet_threshold_cores`` busy during a
     window, the runner waits for a quiet host and re-takes the window's cases (at most 3 times,
     within the ``max_wait_s`` budget).  Each measurement records the contention it saw."""
@@ -109,6 +112,8 @@ def _measure_cases(cases: list[Case], settings: TimingSettings, check_host: bool
     previous_backend = None
 
     def take(i: int) -> None:
+        if on_case is not None:
+            on_case(i)
         fn, sync = cases[i].setup()
         timing = measure(fn, settings, sync)
         del fn
@@ -158,7 +163,7 @@ def _measure_cases(cases: list[Case], settings: TimingSettings, check_host: bool
 
 def start_neighbours(n: int, quick: bool, threads: int, backends: tuple[str, ...]) -> list[Any]:
     """Start ``n`` neighbour processes (:mod:`.neighbour`) and wait until each has built its
-    benchmarks and is about to run them."""
+    benchmarks and is about to run the first; :func:`follow` tells them which to run."""
     import os
     import subprocess
     import sys
@@ -170,7 +175,7 @@ def start_neighbours(n: int, quick: bool, threads: int, backends: tuple[str, ...
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "planner_service.profiling.neighbour", "--threads", str(threads),
                  "--backends", ",".join(backends)] + (["--quick"] if quick else []),
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
         for p in procs:
             line = p.stdout.readline() if p.stdout else ""
             if line.strip() != "ready":
@@ -181,8 +186,20 @@ def start_neighbours(n: int, quick: bool, threads: int, backends: tuple[str, ...
     return procs
 
 
+def follow(procs: list[Any], index: int) -> None:
+    """Tell the neighbour ranks to run case ``index`` (the one about to be timed) until told
+    otherwise (:func:`planner_service.profiling.neighbour.follow_cases`)."""
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError):  # a neighbour that died loads nothing: the profile goes on
+            p.stdin.write(f"{index}\n")
+            p.stdin.flush()
+
+
 def stop_neighbours(procs: list[Any]) -> None:
     for p in procs:
+        if p.stdin is not None:
+            with contextlib.suppress(OSError):
+                p.stdin.close()
         p.terminate()
     for p in procs:
         try:
@@ -252,7 +269,8 @@ def run_profile(options: ProfileOptions, progress: Progress | None = None) -> di
         neighbours = start_neighbours(options.concurrent - 1, options.quick, threads, tuple(backends_used)) if kind == "cpu" else []
         try:
             measurements = _measure_cases(cases, settings, kind == "cpu", options, waited, progress, total, switch_backend,
-                                          own_pids=tuple(p.pid for p in neighbours))
+                                          own_pids=tuple(p.pid for p in neighbours),
+                                          on_case=(lambda i: follow(neighbours, i)) if neighbours else None)
         finally:
             stop_neighbours(neighbours)
         done = len(cases)

@@ -172,6 +172,14 @@ def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan
         waits.append(tuple(own_pids))
         return real_wait(threshold, max_wait_s, own_pids=own_pids)
 
+    told: list[int] = []
+    real_follow = runner.follow
+
+    def spy_follow(procs, index):
+        told.append(index)
+        return real_follow(procs, index)
+
+    monkeypatch.setattr(runner, "follow", spy_follow)
     monkeypatch.setattr(runner, "start_neighbours", spy_start)
     monkeypatch.setattr(runner, "HostMonitor", spy_monitor)
     monkeypatch.setattr(runner, "wait_until_quiet", spy_wait)
@@ -182,6 +190,27 @@ def test_concurrent_profile_runs_beside_a_neighbour_and_stops_it(tiny_numpy_plan
     neighbour = started[0].pid
     assert monitors and all(neighbour in pids for pids in monitors)
     assert all(neighbour in pids for pids in waits)
+    # the neighbour was told every case before it was timed, in order
+    assert told and sorted(set(told)) == list(range(max(told) + 1)) and told[0] == 0
+
+
+def test_a_neighbour_rank_runs_the_case_being_timed_until_told_another():
+    """A neighbour runs, untimed, the case whose index the measuring process sent last — each
+    operator timed beside copies of itself, as data-parallel ranks run it — setting a case up
+    once per change, switching backends as the cases do, and stops when the pipe closes."""
+    from planner_service.profiling.cases import Case
+    from planner_service.profiling.neighbour import follow_cases, index_lines
+
+    assert list(index_lines(["0\n", "2\n", "junk\n", "7\n", "1"], count=3)) == [0, 2, 1]
+    ran: list[str] = []
+    cases = [Case(label=name, fields={"backend": backend}, setup=lambda name=name: ((lambda: ran.append(name)), (lambda: None)))
+             for name, backend in (("gemm", "torch"), ("copy", "torch"), ("np-gemm", "numpy"))]
+    # the measuring process's messages, as read between two runs of a case
+    told = iter([0, 0, 0, 2, 2, 1, None])
+    switched: list[str | None] = []
+    setups = follow_cases(cases, lambda: next(told), switched.append)
+    assert ran == ["gemm", "gemm", "np-gemm"]  # "copy" set up, then the pipe closed
+    assert setups == 3 and switched == ["torch", "numpy", "torch"]
 
 
 @pytest.mark.slow  # wall-clock sensitive: the spinner's share of a core depends on the host's load
