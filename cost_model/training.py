@@ -114,6 +114,15 @@ class Training:
 
 #: The fields a ``training`` object may have: :class:`Training`'s.
 TRAINING_FIELDS = frozenset(f.name for f in fields(Training))
+#: Settings of the frameworks a request may carry that the cost model does not price, with what
+#: they are: refused by name with the reason rather than as unknown (offloading moves state and
+#: optimizer work to the host, over PCIe, at a host memory bandwidth the cluster does not state).
+UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
+    "offload_optimizer": "DeepSpeed's ZeRO-Offload (optimizer state and step in CPU memory)",
+    "offload_param": "DeepSpeed's ZeRO-Infinity parameter offload (parameters in CPU or NVMe memory)",
+    "cpu_offload": "FSDP's CPU offload (parameters, gradients and optimizer step on the host)",
+    "activation_offloading": "activation offloading to host memory",
+}
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
@@ -126,6 +135,10 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     ``offload_optimizer``, which the cost model does not price)."""
     if not isinstance(data, Mapping):
         raise InvalidTraining("must be an object with global_batch_size and sequence_length", field=field_path)
+    uncosted = sorted(str(k) for k in data if k in UNCOSTED_TRAINING_FIELDS)
+    if uncosted:
+        raise InvalidTraining(f"{UNCOSTED_TRAINING_FIELDS[uncosted[0]]}: the cost model does not price it, so it cannot plan it; "
+                              "leave it out to plan the layout with everything in GPU memory", field=f"{field_path}.{uncosted[0]}")
     unknown = sorted(str(k) for k in data if k not in TRAINING_FIELDS)
     if unknown:
         raise InvalidTraining(f"unknown training field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
