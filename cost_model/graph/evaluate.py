@@ -43,6 +43,7 @@ from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
+from cost_model.transformer.memory import memory_interval_fields
 from cost_model.units import bytes_to_gb, flops_to_tflops, s_to_ms
 
 #: Kernel launches of a fused multi-tensor optimizer step, as
@@ -307,6 +308,7 @@ def to_estimate(tables: CostTables, ev: GraphEval, warnings: Sequence[str] = ())
     mesh = tables.mesh
     training = tables.training
     stage_results = [_stage_estimate(tables, s) for s in ev.stages]
+    peak_stage = max(stage_results, key=lambda st: st.peak_memory_GB)
     step = ev.step_time_s
     n_dev = mesh.num_devices
     model_flops = tables.model_flops_per_microbatch * mesh.dp * mesh.num_microbatches
@@ -328,4 +330,7 @@ def to_estimate(tables: CostTables, ev: GraphEval, warnings: Sequence[str] = ())
         bottleneck=ev.bottleneck,
         profile_ids=tuple(x for x in (mesh.device.profile_id,) if x),
         warnings=(*warnings, *_memory_warnings(tables, ev, stage_results)),
+        # the peak's interval as for transformer stages (the same memory terms and reserve); the
+        # step time has none here: no measured run of an operator graph calibrates it
+        **memory_interval_fields(peak_stage.peak_memory_GB, peak_stage.memory_GB, training.framework),
     )

@@ -358,11 +358,10 @@ def prediction_intervals(framework: str, device_family: str, step_time_s: float,
     peaks (``memory_interval_basis``, :mod:`cost_model.transformer.memory`), of ``peak_stage``
     (the stage with the largest predicted peak).
     """
-    from cost_model.transformer.memory import fragmentation_reserve_GB, interval_basis, interval_GB
+    from cost_model.transformer.memory import memory_interval_fields
 
     q = step_interval_log(framework, device_family, mix)
-    mem_p10, mem_p90 = interval_GB(peak_stage.peak_memory_GB, fragmentation_reserve_GB(peak_stage.memory_GB), framework)
-    out: dict[str, Any] = {"peak_memory_GB_p10": mem_p10, "peak_memory_GB_p90": mem_p90, "memory_interval_basis": interval_basis(framework)}
+    out = memory_interval_fields(peak_stage.peak_memory_GB, peak_stage.memory_GB, framework)
     if q is None:
         return out
     return {

@@ -181,6 +181,14 @@ def interval_GB(peak_GB: float, reserve_GB: float, framework: str) -> tuple[floa
     return p10.of(peak_GB, reserve_GB), p90.of(peak_GB, reserve_GB)
 
 
+def memory_interval_fields(peak_GB: float, memory_GB: Mapping[str, float], framework: str) -> dict[str, Any]:
+    """The memory-interval fields of a prediction (``peak_memory_GB_p10``/``_p90``,
+    ``memory_interval_basis``) for the stage with the largest predicted peak ``peak_GB`` and its
+    memory breakdown ``memory_GB`` — one reading for transformer and operator-graph estimates."""
+    p10, p90 = interval_GB(peak_GB, fragmentation_reserve_GB(memory_GB), framework)
+    return {"peak_memory_GB_p10": p10, "peak_memory_GB_p90": p90, "memory_interval_basis": interval_basis(framework)}
+
+
 def memory_fit(peak_GB: float, reserve_GB: float, usable_GB: float, framework: str) -> str:
     """``fits`` | ``tight`` | ``does_not_fit`` of one stage under ``framework`` (module docstring)."""
     p10, p90 = interval_GB(peak_GB, reserve_GB, framework)

@@ -13,6 +13,7 @@ from cost_model.graph.mesh import mesh_for
 from cost_model.graph.parse import graph_from_dict
 from cost_model.graph.tables import build_tables
 from cost_model.transformer.layer_cost import fragmentation_fraction
+from cost_model.transformer.memory import fragmentation_reserve_GB, interval_GB
 from helpers.graphs import gpt_graph, llama_graph, megatron_shardings, recommender_graph
 
 GPT = get_preset("gpt3-1.3b")
@@ -49,6 +50,14 @@ def test_gpt_as_an_operator_graph_matches_the_transformer_path_within_10_percent
     assert len(got.stages) == strategy.pp
     # the graph has an untied head (+V·h parameters): memory within 15%
     assert max(got.peak_memory_GB) == pytest.approx(max(ref.peak_memory_GB), rel=0.15)
+    # its peak carries the interval a transformer stage of the same memory would: the same terms,
+    # the same fragmentation reserve (cost_model.transformer.memory), no step interval (uncalibrated)
+    peak = max(got.stages, key=lambda st: st.peak_memory_GB)
+    assert (got.peak_memory_GB_p10, got.peak_memory_GB_p90) == pytest.approx(
+        interval_GB(peak.peak_memory_GB, fragmentation_reserve_GB(peak.memory_GB), training.framework))
+    assert got.peak_memory_GB_p10 < peak.peak_memory_GB < got.peak_memory_GB_p90
+    assert got.memory_interval_basis == ref.memory_interval_basis == "fragmentation-bounds"
+    assert got.step_time_s_p10 is None and got.to_dict()["peak_memory_GB_p10"] == got.peak_memory_GB_p10
 
 
 def test_estimate_dispatches_operator_graphs(gpt13):
