@@ -137,7 +137,11 @@ class MemoryBound:
 
     def of(self, peak: Any, reserve: Any) -> Any:
         """The bound (same units as ``peak``)."""
-        return self.numerator(peak, reserve) / math.exp(self.log_shift)
+        return self.from_numerator(self.numerator(peak, reserve))
+
+    def from_numerator(self, numerator: Any) -> Any:
+        """The bound whose :meth:`numerator` is ``numerator``."""
+        return numerator / math.exp(self.log_shift)
 
     def numerator(self, peak: Any, reserve: Any) -> Any:
         """``P + reserve_weight·R``: what the search's tables compare with :meth:`capacity`."""

@@ -207,7 +207,6 @@ class _Search:
         # a stage fits when its p10 is within usable memory, safely when its p90 is;
         # ``tight_memory: reject`` keeps safe only, ``reject_unlikely`` those whose predicted
         # peak itself is within usable memory.
-        self.usable_fraction = 1 - self.headroom
         p10, self.safe_bound = bounds(self.training.framework)
         #: the end of the interval a stage must have within usable memory, and its name
         self.fit_bound, self.fit_bound_name = {"reject": (self.safe_bound, "p90"), "reject_unlikely": (POINT, "")}.get(
@@ -235,6 +234,11 @@ class _Search:
         self.best_objective = float(np.inf)  # the incumbent: the best exact objective so far
         #: each single-pool subset's costed candidates, by subset id (``_costed_pool``)
         self.memo: dict[int, _CostedPool] = {} if memo is None else memo
+
+    @property
+    def usable_fraction(self) -> float:
+        """The share of device memory usable: 1 − headroom."""
+        return 1.0 - self.headroom
 
     def seed(self, ev: Evaluated) -> None:
         """Start from an estimated candidate (``search_transformer``'s ``incumbent``): kept as
@@ -370,8 +374,9 @@ class _Search:
         if count:  # (``count`` False: these candidates were counted by the search that costed them)
             self.pruned += int((~feasible).sum())
         if not feasible.any():
-            j = int(np.argmin(ev_even.least_bound_bytes))
-            self.closest_shortfall.append((float(ev_even.least_bound_bytes[j]), float(ev_even.least_peak_bytes[j]), g.device.name))
+            least_bound, least_peak = tables.least_memory(self.fit_bound)
+            j = int(np.argmin(least_bound))
+            self.closest_shortfall.append((float(least_bound[j]), float(least_peak[j]), g.device.name))
             return feasible, np.full(len(S), np.inf)  # nothing fits: no bound is needed
         # Exact results for the even splits that fit (ranked by the objective).
         factor = _objective_factor(self.request.objective, self.training, S, [g])
@@ -699,7 +704,7 @@ def _least_memory_answer(state: _Search) -> Evaluated | None:
         if costed.tables is None or not 0 <= si < len(state.pools):
             continue
         usable = gb_to_bytes(state.pools[si].device.memory_GB * (1.0 - state.headroom))
-        ratio = costed.tables.evaluate(usable, POINT).least_peak_bytes / usable
+        ratio = costed.tables.least_memory(POINT)[1] / usable
         for k in np.argsort(ratio, kind="stable")[:LEAST_MEMORY_CANDIDATES]:
             if np.isfinite(ratio[k]):
                 ranked.append((float(ratio[k]), si, costed.S, int(k)))

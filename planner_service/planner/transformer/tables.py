@@ -121,10 +121,6 @@ class EvenEval:
     step_time_s: np.ndarray  # near-even split (inf when it does not fit)
     lower_bound_s: np.ndarray  # no split can be faster
     feasible: np.ndarray  # some split fits memory (bool)
-    #: the least-memory split's tightest stage: its tested bound (e.g. the p10 peak) and its
-    #: predicted peak (bytes; inf where the pipeline is deeper than the layer count)
-    least_bound_bytes: np.ndarray
-    least_peak_bytes: np.ndarray
     safe_step_time_s: np.ndarray | None = None  # near-even split within the safe bound (inf otherwise)
 
 
@@ -215,15 +211,12 @@ class EvenTables:
         """The near-even step (inf where it is not within ``bound`` at ``usable_bytes``), the
         bound over all splits, whether some split is within it (stage memory is affine in its
         layer count, so a split exists iff Σ_i max_layers_i ≥ L with every max_layers_i ≥ 1) and
-        the least-memory split's tightest stage.  ``safe_bound``: also the near-even step of the
-        candidates whose every stage is within it (the p90 end of
-        :mod:`cost_model.transformer.memory`), inf for the others."""
+        ``safe_bound``: also the near-even step of the candidates whose every stage is within it
+        (the p90 end of :mod:`cost_model.transformer.memory`), inf for the others."""
         L, N = self.num_layers, self.N
         step = np.full(N, np.inf)
         lb = np.full(N, np.inf)
         feasible = np.zeros(N, dtype=bool)
-        least_bound = np.full(N, np.inf)
-        least_peak = np.full(N, np.inf)
         safe_step = np.full(N, np.inf)
         cap = bound.capacity(usable_bytes)
         for g in self.groups:
@@ -236,18 +229,29 @@ class EvenTables:
                 safe_step[g.idx] = np.where(g.even_within(safe_bound, usable_bytes), g.even_step_s, np.inf)
             feasible[g.idx] = feas
             lb[g.idx] = g.lower_bound_s
-            # Least-memory split: every stage at the level M of the continuous relaxation
-            # (Σ (M − a_i)/b_i = L), one layer each at least — a lower bound of the tightest
-            # stage's numerator over all splits (for pp = 1: the whole stage's).  Its predicted
-            # peak: the stages' at those layer counts.
+        return EvenEval(step, lb, feasible, safe_step if safe_bound is not None else None)
+
+    def least_memory(self, bound: MemoryBound) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate's least-memory split, its tightest stage: (its ``bound``, its predicted
+        peak), bytes, [N] (inf where the pipeline is deeper than the layer count) — asked only
+        when nothing fits (what the search reports) or for the layout with the best odds.
+
+        Every stage at the level M of the continuous relaxation (Σ (M − a_i)/b_i = L of the
+        bound's numerator), one layer each at least: a lower bound of the tightest stage's over
+        all splits (for pp = 1: the whole stage's); its predicted peak, the stages' at those
+        layer counts."""
+        L = self.num_layers
+        least_bound = np.full(self.N, np.inf)
+        least_peak = np.full(self.N, np.inf)
+        for g in self.groups:
+            a, b = g.tested(bound)
             with np.errstate(invalid="ignore", divide="ignore"):
                 inv_b = 1.0 / np.maximum(b, 1e-9)
                 level = np.maximum((a + b).max(axis=0), (L + (a * inv_b).sum(axis=0)) / inv_b.sum(axis=0))
-                layers = np.maximum((level - a) * inv_b, 1.0)
-                peak = (g.mem_a_bytes + g.mem_b_bytes * layers).max(axis=0)
-            least_bound[g.idx] = np.where(np.isnan(level), np.inf, level / np.exp(bound.log_shift))
+                peak = (g.mem_a_bytes + g.mem_b_bytes * np.maximum((level - a) * inv_b, 1.0)).max(axis=0)
+            least_bound[g.idx] = np.where(np.isnan(level), np.inf, bound.from_numerator(level))
             least_peak[g.idx] = np.where(np.isnan(peak), np.inf, peak)
-        return EvenEval(step, lb, feasible, least_bound, least_peak, safe_step if safe_bound is not None else None)
+        return least_bound, least_peak
 
 
 def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> EvenTables:
