@@ -494,7 +494,7 @@ def fleet_expert_axes(view: PlanView) -> dict[str, int] | None:
     over every dp rank, ep a multiple of tp dividing tp·dp, etp 1).  A plan stored before that
     rule, outside it, gets none (and a note)."""
     zero = int(view.s("zero_stage", 0))
-    if view.ep <= 1 or view.dp_replicas > 1 or not expert_layout_ok(view.tp, view.cp, view.ep, zero, view.dp, 0):
+    if view.ep <= 1 or not expert_layout_ok(view.tp, view.cp, view.ep, zero, view.dp, view.dp_shard):
         return None
     return {"dp_degree": 1, "sharding_degree": view.dp, "ep_degree": view.ep, "moe_sharding_degree": view.dp * view.tp // view.ep}
 
