@@ -30,7 +30,11 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   the activations each keeps;
 * ``deepspeed_stage3_single_source``: Llama-2 7B under DeepSpeed on 8 A100, ZeRO-2 against
   ZeRO-3: the stage-3 constants rest on one source, so the ZeRO-3 step-time interval spans the
-  step at their priors.
+  step at their priors;
+* ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
+  80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
+  fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
+  would give.
 
 Run: python bench/physics_cases.py   (writes bench/results/physics_cases.json)
 """
@@ -260,10 +264,37 @@ def deepspeed_stage3_single_source() -> dict[str, Any]:
     return {"model": model.name, "layout": "DeepSpeed dp 8 on 8 A100 80GB, micro-batch 4 x 4096, full recompute", "rows": rows}
 
 
+def memory_interval_state_dominated() -> dict[str, Any]:
+    """The peak's interval of a layout whose optimizer state (allocated once) nearly fills the
+    device: the fragmentation range widens the reserve R only, (P + R·(g/f − 1))/e^q
+    (cost_model.transformer.memory), not the whole peak P·(1 + g)/(1 + f)/e^q."""
+    from cost_model.transformer.layer_cost import fragmentation_fraction
+    from cost_model.transformer.memory import (
+        UNMEASURED_FRAGMENTATION,
+        bounds,
+        fitted_convention,
+        fragmentation_reserve_GB,
+    )
+
+    model = _config("deepseek-v3")
+    tr = Training(global_batch_size=1024, sequence_length=4096, framework="fsdp")
+    est = estimate(model, tr, simple_cluster("A800-SXM4-80GB", 16),
+                   Strategy(dp=4, tp=4, pp=2, cp=4, ep=16, micro_batch_size=1, recompute="full", zero_stage=3))
+    stage = max(est.stages, key=lambda st: st.peak_memory_GB)
+    m = stage.memory_GB
+    p10_end = bounds(tr.framework)[0]
+    whole = stage.peak_memory_GB * (1 + fitted_convention(UNMEASURED_FRAGMENTATION[0])) / (1 + fragmentation_fraction()) / np.exp(p10_end.log_shift)
+    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 4 tp 4 pp 2 cp 4 ep 16 on 16 x 8 A800 80GB, full recompute",
+            "state_GB": round(m["weights"] + m["gradients"] + m["optimizer_state"], 1),
+            "reserve_GB": round(fragmentation_reserve_GB(m), 1), "peak_memory_GB": round(stage.peak_memory_GB, 1),
+            "peak_memory_GB_p10": round(est.peak_memory_GB_p10, 1), "peak_memory_GB_p90": round(est.peak_memory_GB_p90, 1),
+            "p10_whole_peak_widened_GB": round(float(whole), 1), "fits": est.fits, "tight": est.tight}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, hsdp_vs_full_shard, eager_vs_fused,
-                                  deepspeed_stage3_single_source)}
+                                  deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 
 def main() -> None:

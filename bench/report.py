@@ -121,6 +121,13 @@ def physics() -> str | None:
                    f"(p10–p90 {z2['step_time_s_p10']:.2f}–{z2['step_time_s_p90']:.2f}); ZeRO-3 {z3['step_time_s']:.2f} s at the stage-3 constants "
                    f"fitted on Narayanan et al. 2021's ZeRO-3 runs alone, {z3['step_time_s_at_priors']:.2f} s at their priors, so its interval is "
                    f"{z3['step_time_s_p10']:.2f}–{z3['step_time_s_p90']:.2f} s and its estimate says why.")
+    mi = d.get("memory_interval_state_dominated")
+    if mi:
+        out.append(f"* **Memory interval of a state-dominated layout** ({mi['model']}, {mi['layout']}): {mi['state_GB']:.1f} GB of sharded "
+                   f"state, {mi['reserve_GB']:.1f} GB of fragmentation reserve, peak {mi['peak_memory_GB']:.1f} GB, p10–p90 "
+                   f"{mi['peak_memory_GB_p10']:.1f}–{mi['peak_memory_GB_p90']:.1f} GB (the fragmentation range widens the reserve only; "
+                   f"widening the whole peak would put the p10 at {mi['p10_whole_peak_widened_GB']:.1f} GB, below the state itself)"
+                   + (": tight on 80 GB, more likely than not to run out of memory." if mi["tight"] else "."))
     return "\n".join(out)
 
 

@@ -29,8 +29,8 @@ f × the weights, gradients and activations freed and reallocated during a step)
 optimizer state, allocated once, nor the fixed context and buckets.  With reserve R in a
 predicted peak P, a true fraction g reads P + R·(g/f − 1).  (Widening the whole peak instead, as
 an earlier version did, put the p10 of a layout whose sharded state nearly filled the device well
-below that state: 671B DeepSeek-V3 under FSDP on 128 GPUs, 85 GB of state per GPU, p10 ~70 GB;
-now 79.5 GB.)
+below that state: ``bench/physics_cases.py`` ``memory_interval_state_dominated``, 671B
+DeepSeek-V3 under FSDP on 128 A800 with 85 GB of state per GPU.)
 That range is a ratio of bytes, while the fitted fraction f also carries the printed figures'
 units (below: 1 + f = (1 + g)·10^9/2^30 for a true reserve g), so the range is put in f's
 convention first (:func:`fitted_convention`).  (Compared as given, the range would have stood
