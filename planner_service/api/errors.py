@@ -39,6 +39,7 @@ from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.errors import NoFeasiblePlan, PlannerError
+from planner_service.planner.request import PLAN_STRATEGY_HINT
 from planner_service.storage.db import SchemaNotReady
 from planner_service.storage.errors import Busy, Conflict, NotFound
 
@@ -131,6 +132,8 @@ def install_error_handlers(app: FastAPI) -> None:
         first = errors[0]
         loc = tuple(first.get("loc") or ())
         code, message = _validation_message(first)
+        if first.get("type") == "extra_forbidden" and loc == ("body", "strategy") and _request.method == "POST" and _request.url.path == "/v1/plans":
+            message = PLAN_STRATEGY_HINT
         field = "body" if code == "invalid_json" else field_from_loc(loc)
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"

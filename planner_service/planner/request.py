@@ -25,6 +25,19 @@ TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject", "reject_unlikely")
 GRAPH_DEFAULT_HEADROOM = 0.1
 PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "etp", "layers_per_stage") + SPLIT_FLAGS
 
+#: Top-level fields of a plan request: what is planned, and (``RUN_OPTIONS``) how the service runs it.
+PLAN_FIELDS = ("model", "training", "cluster", "constraints", "objective", "top_k", "profile_id")
+#: ``POST /v1/plans`` options that say how the service stores or queues the plan, not what it is.
+RUN_OPTIONS = ("async", "force", "callback_url")
+ESTIMATE_FIELDS = ("model", "training", "cluster", "strategy", "profile_id")
+#: What the service itself writes into the canonical request it stores (and parses again): the
+#: version of the cluster's calibration from observed runs that the plan was costed at.
+STORED_FIELDS = ("calibration_version",)
+#: The fields a plan request may carry through the service (``PlanService.parse``), not elsewhere.
+SERVICE_FIELDS = RUN_OPTIONS + STORED_FIELDS
+#: What a ``strategy`` in a plan request gets told (estimate requests carry one; plans pin).
+PLAN_STRATEGY_HINT = 'is not a field of a plan request: a plan pins strategy fields under constraints (e.g. {"constraints": {"tp": 8, "pp": 4}})'
+
 ModelResolver = Callable[[str], Mapping[str, Any]]
 ClusterResolver = Callable[[str], Mapping[str, Any]]
 
@@ -88,6 +101,22 @@ class EstimateRequest:
     cluster: Cluster
     strategy: Strategy
     profile_id: str | None = None
+
+
+def _known_fields_only(body: Mapping[str, Any], known: tuple[str, ...], plan: bool) -> None:
+    """Refuse a top-level field the request does not have, naming it: a field the parser does not
+    read would otherwise be dropped without a word (a ``strategy`` copied from an estimate into a
+    plan request would leave every knob it pins to the search)."""
+    unknown = [k for k in body if k not in known]
+    if not unknown:
+        return
+    name = str(unknown[0])
+    if plan and name == "strategy":
+        raise InvalidInput(PLAN_STRATEGY_HINT, field="strategy")
+    if plan and name in RUN_OPTIONS:
+        raise InvalidInput("is an option of POST /v1/plans (how the service stores or queues a plan); a plan made here is neither stored nor queued", field=name)
+    fields = tuple(k for k in known if k not in SERVICE_FIELDS)
+    raise InvalidInput(f"is not a known field; a {'plan' if plan else 'estimate'} request has {', '.join(fields)}", field=name)
 
 
 def _require(body: Mapping[str, Any], key: str) -> Any:
@@ -158,9 +187,13 @@ def parse_plan_request(
     body: Mapping[str, Any],
     resolve_model: ModelResolver | None = None,
     resolve_cluster: ClusterResolver | None = None,
+    service_fields: tuple[str, ...] = (),
 ) -> PlanRequest:
+    """A plan request; ``service_fields``: those of :data:`SERVICE_FIELDS` the caller (the
+    service) reads itself and the body may therefore carry."""
     if not isinstance(body, Mapping):
         raise InvalidInput("the request body must be a JSON object", field="body")
+    _known_fields_only(body, PLAN_FIELDS + service_fields, plan=True)
     model = parse_model(_require(body, "model"), resolve_model)
     training = training_from_dict(_require(body, "training"))
     cluster = parse_cluster(_require(body, "cluster"), resolve_cluster)
@@ -198,6 +231,7 @@ def parse_estimate_request(
 ) -> EstimateRequest:
     if not isinstance(body, Mapping):
         raise InvalidInput("the request body must be a JSON object", field="body")
+    _known_fields_only(body, ESTIMATE_FIELDS, plan=False)
     model = parse_model(_require(body, "model"), resolve_model)
     training = training_from_dict(_require(body, "training"))
     cluster = parse_cluster(_require(body, "cluster"), resolve_cluster)
@@ -211,8 +245,13 @@ def parse_estimate_request(
 __all__ = [
     "Constraints",
     "EstimateRequest",
+    "ESTIMATE_FIELDS",
     "OBJECTIVES",
+    "PLAN_FIELDS",
+    "PLAN_STRATEGY_HINT",
     "PlanRequest",
+    "RUN_OPTIONS",
+    "SERVICE_FIELDS",
     "RECOMPUTE",
     "parse_constraints",
     "parse_estimate_request",

@@ -29,6 +29,7 @@ from cost_model.spec import ModelSpec
 from cost_model.transformer.spec import TransformerSpec
 from planner_service.exporters.preflight import candidate_warnings
 from planner_service.planner.request import (
+    SERVICE_FIELDS,
     PlanRequest,
     parse_cluster,
     parse_estimate_request,
@@ -366,7 +367,7 @@ class PlanService:
 
     def parse(self, body: Mapping[str, Any]) -> PlanRequest:
         """Parse a plan request (saved clusters and uploaded models resolved)."""
-        return parse_plan_request(body, resolve_model=self._resolve_model, resolve_cluster=self._resolve_cluster)
+        return parse_plan_request(body, resolve_model=self._resolve_model, resolve_cluster=self._resolve_cluster, service_fields=SERVICE_FIELDS)
 
     def with_profile(self, req: PlanRequest) -> PlanRequest:
         """With ``profile_id``: the node groups of the profiled device get the profile's

@@ -178,6 +178,17 @@ def test_estimate(client):
     assert est["tokens_per_s"] > 0 and est["fits"] is True
 
 
+def test_an_estimates_strategy_in_a_plan_request_says_where_pins_go(client):
+    """A plan request with an estimate's ``strategy``: a 422 naming it and saying that a plan pins
+    under ``constraints``, and nothing stored; elsewhere an unknown field is just unknown."""
+    r = client.post("/v1/plans", json={**small_request(), "strategy": {"tp": 2}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "strategy", r.text
+    assert "constraints" in r.json()["error"]["message"]
+    assert client.get("/v1/plans").json()["items"] == []
+    r = client.post("/v1/estimate", json={**small_request(), "strategy": {"dp": 8}, "constraints": {"tp": 2}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "constraints" and r.json()["error"]["message"] == "is not a known field", r.text
+
+
 def test_fused_kernels_through_the_api(client):
     """``training.fused_kernels`` reaches the cost model through /v1/estimate, is part of a plan's
     identity (a plain-PyTorch run is a different request), and a bad value is a 422 naming it."""

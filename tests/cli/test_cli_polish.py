@@ -157,3 +157,27 @@ def test_estimate_prints_the_step_interval_and_why_it_is_wide(cli, tmp_path):
     text = " ".join(res.output.split())
     assert f"p10–p90 {as_json['step_time_s_p10']:.4g}–{as_json['step_time_s_p90']:.4g} s, regime {as_json['interval_regime']}" in text
     assert "fitted on a single source" in text and "Narayanan2021_Table2" in text
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "field", "says"),
+    [
+        ("plan", {"strategy": {"tp": 2}}, "strategy", "constraints"),  # an estimate's pins copied into a plan
+        ("plan", {"async": True}, "async", "POST /v1/plans"),  # how the service queues a plan: not the CLI's
+        ("plan", {"colour": "red"}, "colour", "model, training, cluster"),
+        ("estimate", {"constraints": {"tp": 2}}, "constraints", "strategy"),
+    ],
+)
+def test_a_top_level_field_the_request_does_not_read_exits_2_naming_it(cli, tmp_path, command, extra, field, says):
+    """A field the parser would not read is refused, not dropped: a ``strategy`` in a plan
+    request would otherwise leave every knob it pins to the search."""
+    import json
+
+    from helpers.requests import SMALL_REQUEST
+
+    body = {**SMALL_REQUEST, **({"strategy": {"dp": 8}} if command == "estimate" else {}), **extra}
+    (tmp_path / "req.json").write_text(json.dumps(body))
+    res = CliRunner().invoke(cli, [command, str(tmp_path / "req.json")], terminal_width=200)
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"error ({field})" in said and says in said, res.output

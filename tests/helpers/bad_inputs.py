@@ -73,6 +73,7 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("training-missing", "POST", "/v1/plans", _with(PLAN, "training", ...), 422, "training"),
     ("cluster-missing", "POST", "/v1/plans", _with(PLAN, "cluster", ...), 422, "cluster"),
     ("unknown-top-level-field", "POST", "/v1/plans", {**PLAN, "colour": "red"}, 422, "colour"),
+    ("plan-with-strategy", "POST", "/v1/plans", {**PLAN, "strategy": {"tp": 2}}, 422, "strategy"),
     ("model-not-object", "POST", "/v1/plans", _with(PLAN, "model", "gpt3"), 422, "model"),
     ("model-two-kinds", "POST", "/v1/plans", _with(PLAN, "model", {"preset": "gpt3-125m", "transformer": {}}), 422, "model"),
     ("unknown-preset", "POST", "/v1/plans", _with(PLAN, "model", {"preset": "gpt-99"}), 422, "model.preset"),

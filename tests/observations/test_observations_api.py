@@ -94,7 +94,7 @@ def test_observation_flows_back_and_recalibrates(client):
 
     # a second observation: version 2, and the history keeps version 1
     r = client.post(f"/v1/plans/{new['id']}/observations", json={"log": _steps_log(step, 1.2), "format": "json"})
-    assert r.status_code == 201 and r.json()["calibration"]["version"] == 2 and r.json()["calibration_version"] == 1
+    assert r.status_code == 201 and r.json()["calibration"]["version"] == 2 and r.json()["calibration_version"] == 1, r.text
     cal = client.get("/v1/clusters/one-node/calibration").json()
     assert [h["version"] for h in cal["history"]] == [1, 2] and cal["n_observations"] == 2
 
