@@ -39,6 +39,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,7 @@ def plan_row(case: PublishedCase) -> dict[str, Any]:
         # the part of that peak that scales with the fragmentation fraction (stage_cost.workspace)
         worst = max((st[0], st[-1]), key=lambda s: s.peak_memory_GB)
         out["fragmenting_GB"] = round((worst.memory_GB["workspace"] - bytes_to_gb(WORKSPACE_BYTES)) / fragmentation_fraction(), 4)
+        out["memory_GB"] = {k: round(v, 4) for k, v in worst.memory_GB.items() if k != "workspace"}
     if case.measured_step_s:
         out["measured_step_s"] = round(case.measured_step_s, 4)
         out["step_error"] = round(p.step_time_s / case.measured_step_s - 1.0, 4)
@@ -154,19 +156,30 @@ def measure() -> dict[str, Any]:
     return {"summary": summarise(rows, unplannable), "rows": rows}
 
 
-def fit_fragmentation(rows: list[dict[str, Any]], current: float) -> float | None:
+#: What could fragment (module docstring): the base the cost model uses (stage_cost.workspace)
+#: and the alternatives it is compared with, each a function of a row's worst-stage breakdown.
+FRAGMENTATION_BASES: dict[str, Callable[[dict[str, Any]], float]] = {
+    "gradients+activations (in force)": lambda r: r["fragmenting_GB"],
+    "weights+gradients+activations": lambda r: r["fragmenting_GB"] + r["memory_GB"]["weights"],
+    "activations": lambda r: r["memory_GB"]["activations"],
+    "everything allocated": lambda r: sum(r["memory_GB"].values()),
+}
+
+
+def fit_fragmentation(rows: list[dict[str, Any]], current: float, base: Callable[[dict[str, Any]], float] = FRAGMENTATION_BASES["gradients+activations (in force)"],
+                      bounds: tuple[float, float] = FRAGMENTATION_BOUNDS) -> float | None:
     """The fragmentation fraction f whose median log(predicted/measured) peak over the rows with
-    a measured peak is zero: each peak is A + f·B with B = ``fragmenting_GB`` (module
-    docstring), so the median is monotone in f; bisection within ``FRAGMENTATION_BOUNDS``."""
-    pts = [(r["predicted_first_last_GB"] - current * r["fragmenting_GB"], r["fragmenting_GB"], r["measured_memory_GB"])
-           for r in rows if r.get("memory_error") is not None and r.get("fragmenting_GB") is not None]
+    a measured peak is zero: each peak is A + f·B with B = ``base`` (by default the
+    ``fragmenting_GB`` in force; module docstring), so the median is monotone in f; bisection
+    within ``bounds``."""
+    pts = _fragmentation_points(rows, current, base)
     if len(pts) < 5:
         return None
 
     def median_log(f: float) -> float:
         return statistics.median(math.log((a + f * b) / m) for a, b, m in pts)
 
-    lo, hi = FRAGMENTATION_BOUNDS
+    lo, hi = bounds
     if median_log(lo) >= 0.0:
         return lo
     if median_log(hi) <= 0.0:
@@ -175,6 +188,27 @@ def fit_fragmentation(rows: list[dict[str, Any]], current: float) -> float | Non
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if median_log(mid) < 0.0 else (lo, mid)
     return round(0.5 * (lo + hi), 4)
+
+
+def _fragmentation_points(rows: list[dict[str, Any]], current: float, base: Callable[[dict[str, Any]], float]) -> list[tuple[float, float, float]]:
+    """(peak without its fragmentation reserve, the base that fragments, the measured peak) of
+    every row with a measured peak."""
+    return [(r["predicted_first_last_GB"] - current * r["fragmenting_GB"], base(r), r["measured_memory_GB"])
+            for r in rows if r.get("memory_error") is not None and r.get("fragmenting_GB") is not None]
+
+
+def fragmentation_bases(rows: list[dict[str, Any]], current: float) -> dict[str, Any]:
+    """Each base of :data:`FRAGMENTATION_BASES` with its own fraction fitted (unbounded: what the
+    peaks say) and how well it then fits the measured peaks — the evidence for the base in force."""
+    out: dict[str, Any] = {}
+    for name, base in FRAGMENTATION_BASES.items():
+        f = fit_fragmentation(rows, current, base, bounds=(0.0, 3.0))
+        if f is None:
+            continue
+        errs = sorted(abs((a + f * b) / m - 1.0) for a, b, m in _fragmentation_points(rows, current, base))
+        out[name] = {"fraction": f, "median_abs_error": round(statistics.median(errs), 4), "p90_abs_error": round(quantile(errs, 0.9), 4),
+                     "within_10pct": f"{sum(e <= 0.10 for e in errs)}/{len(errs)}"}
+    return out
 
 
 def interval_document(summary: dict[str, Any], fragmentation: float) -> dict[str, Any]:
@@ -199,12 +233,14 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="store the measured-peak memory interval in cost_model/data/memory_interval.json, then measure again with it")
     args = ap.parse_args()
     out = measure()
+    out["summary"]["fragmentation_bases"] = fragmentation_bases(out["rows"], fragmentation_fraction())
     if args.write and out["summary"]["memory_log_interval"]:
         # fit the fragmentation fraction first, then measure the residual interval with it
         f = fit_fragmentation(out["rows"], fragmentation_fraction()) or fragmentation_fraction()
         INTERVAL.write_text(json.dumps(interval_document(out["summary"], f), indent=1, sort_keys=True) + "\n")
         reload_memory()
         out = measure()
+        out["summary"]["fragmentation_bases"] = fragmentation_bases(out["rows"], fragmentation_fraction())
         INTERVAL.write_text(json.dumps(interval_document(out["summary"], f), indent=1, sort_keys=True) + "\n")
         reload_memory()
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -127,7 +127,8 @@ def physics() -> str | None:
                    f"state, {mi['reserve_GB']:.1f} GB of fragmentation reserve, peak {mi['peak_memory_GB']:.1f} GB, p10–p90 "
                    f"{mi['peak_memory_GB_p10']:.1f}–{mi['peak_memory_GB_p90']:.1f} GB (the fragmentation range widens the reserve only; "
                    f"widening the whole peak would put the p10 at {mi['p10_whole_peak_widened_GB']:.1f} GB, below the state itself)"
-                   + (": tight on 80 GB, more likely than not to run out of memory." if mi["tight"] else "."))
+                   + (": tight on 80 GB, more likely than not to run out of memory." if mi["tight"]
+                      else ": refused on 80 GB, its p10 above the device." if not mi["fits"] else "."))
     return "\n".join(out)
 
 
@@ -151,9 +152,19 @@ def acceptance() -> str | None:
         + f". Peak memory against the {sm['memory_rows']} measured BLOOM peaks: median |error| {sm['memory_median_abs_error'] * 100:.1f}%, "
         f"p90 {sm['memory_p90_abs_error'] * 100:.1f}%, {sm['memory_within_10pct']} within 10% (the prediction is the device-level peak, "
         '`peak_memory_quantity: "max_reserved"`).'
+        + _fragmentation_bases(sm.get("fragmentation_bases") or {})
         + (f" {not_plannable} rows are not plannable." if not_plannable else ""),
     ]
     return "\n".join(out)
+
+
+def _fragmentation_bases(bases: dict) -> str:
+    """Which memory the allocator's fragmentation reserve is a fraction of, as the peaks say."""
+    if not bases:
+        return ""
+    parts = [f"{name}: fraction {b['fraction']:.2f}, median {b['median_abs_error'] * 100:.1f}%, p90 {b['p90_abs_error'] * 100:.1f}%, "
+             f"{b['within_10pct']} within 10%" for name, b in bases.items()]
+    return " What fragments, each base with its own fitted fraction: " + "; ".join(parts) + "."
 
 
 def plan() -> str | None:

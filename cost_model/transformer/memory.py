@@ -23,10 +23,11 @@ what that fraction could be instead (:data:`UNMEASURED_FRAGMENTATION`) — a bou
 none (a reserved/allocated of 1.0: PyTorch's expandable segments,
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, map memory as blocks grow instead of
 caching fixed segments, and large-model launchers set it) to the 1.3 PyTorch reports on
-large-model runs without them — applied to what
+large-model runs without them, or the measured framework's own fraction where that is larger
+(over gradients and activations alone the BLOOM peaks read as a true 1.35) — applied to what
 fragments: the reserve the peak carries for it (the workspace beyond ``WORKSPACE_BYTES``,
-f × the weights, gradients and activations freed and reallocated during a step), not the
-optimizer state, allocated once, nor the fixed context and buckets.  With reserve R in a
+f × the gradients and activations freed and reallocated during a step), not the resident
+weights and optimizer state, allocated once, nor the fixed context and buckets.  With reserve R in a
 predicted peak P, a true fraction g reads P + R·(g/f − 1).  (Widening the whole peak instead, as
 an earlier version did, put the p10 of a layout whose sharded state nearly filled the device well
 below that state: ``bench/physics_cases.py`` ``memory_interval_state_dominated``, 671B
@@ -168,6 +169,7 @@ def bounds(framework: str) -> tuple[MemoryBound, MemoryBound]:
         return MemoryBound(0.0, q90), MemoryBound(0.0, q10)
     f = fragmentation_fraction()
     lo, hi = (fitted_convention(g) for g in UNMEASURED_FRAGMENTATION)
+    hi = max(hi, f)  # another framework may fragment as much as the measured one does
     # a smaller true fraction makes the true peak low (the p10 end), a larger one high
     return MemoryBound(lo / f - 1.0, q90), MemoryBound(hi / f - 1.0, q10)
 
@@ -205,9 +207,9 @@ def memory_fit(peak_GB: float, reserve_GB: float, usable_GB: float, framework: s
 
 def static_for_fragmentation(weights: Any, gradients: Any, optimizer_state: Any) -> Any:
     """Model state (bytes) such that ``× (1 + fragmentation_fraction())`` is the reserved size:
-    weights and gradients fragment, optimizer state (allocated once) does not — for the
-    operator-graph cost and solvers, which scale static bytes by (1 + fragmentation)."""
-    return weights + gradients + optimizer_state / (1.0 + fragmentation_fraction())
+    gradients fragment, the resident weights and the optimizer state (allocated once) do not —
+    for the operator-graph cost and solvers, which scale static bytes by (1 + fragmentation)."""
+    return gradients + (weights + optimizer_state) / (1.0 + fragmentation_fraction())
 
 
 def reload() -> None:

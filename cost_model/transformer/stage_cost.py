@@ -36,6 +36,7 @@ from cost_model.transformer.layer_cost import (
     dp_overlap_fraction,
     embedding_head_costs,
     fragmentation_fraction,
+    gradient_reduce_bytes,
     layer_costs,
     model_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
@@ -344,12 +345,19 @@ def stage_cost(
     if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
     layer_full_w = live * param_bytes(training)
+    if training.framework == "fsdp":
+        # FSDP's backward of a unit holds its unsharded gradients (training dtype) and copies them
+        # into the reduce-scatter input (reduction dtype) before freeing them: one unit's
+        # parameters (half of ``live``) × (param + reduce) bytes beyond the gathered weights
+        # (FSDP2 ``_fsdp_collectives.foreach_reduce``: ``reduce_scatter_comm.allocate`` of the
+        # padded input, ``foreach_reduce_scatter_copy_in``, then ``unsharded_grads.clear()``).
+        layer_full_w = layer_full_w + 0.5 * live * (param_bytes(training) + gradient_reduce_bytes(training))
     acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
-    state = weights + grads + opt + acts
-    # The allocator's fragmentation of what is freed and reallocated during a step (not the
-    # optimizer state, allocated once, nor DeepSpeed's fixed-size gradient buckets):
+    # The allocator's fragmentation of what is freed and reallocated during a step: gradients
+    # and activations (gathered weights among them), not the resident weights nor the optimizer
+    # state, allocated once, nor DeepSpeed's fixed-size gradient buckets:
     # layer_cost.fragmentation_fraction.
-    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (state - opt - buckets)
+    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (grads - buckets + acts)
 
     dp_comm, dp_mb, mb_sync = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
