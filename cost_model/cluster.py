@@ -49,6 +49,9 @@ class NodeGroup:
     nccl_ib_hca: str | None = None
     fabric: str = "infiniband"  # inter-node fabric: infiniband | roce | omnipath (cost_model.comm.FABRICS)
     topology: Topology | None = None  # the cluster's levels above the node (None: flat)
+    #: The product the nodes report (GPU Feature Discovery's ``nvidia.com/gpu.product``), as the
+    #: importers read it: not costed (``device`` is), written into a Kubernetes launch's affinity.
+    gpu_product: str | None = None
 
     @property
     def nic_per_gpu_GBps(self) -> float:
@@ -112,6 +115,7 @@ class Cluster:
                     **({"nccl_socket_ifname": g.nccl_socket_ifname} if g.nccl_socket_ifname else {}),
                     **({"nccl_ib_hca": g.nccl_ib_hca} if g.nccl_ib_hca else {}),
                     **({"fabric": g.fabric} if g.fabric != "infiniband" else {}),
+                    **({"gpu_product": g.gpu_product} if g.gpu_product else {}),
                 }
                 for g in self.node_groups
             ],
@@ -153,10 +157,28 @@ def _positive_float(value: Any, field_path: str) -> float:
     return float(value)
 
 
-def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> Cluster:
-    """Build and validate a :class:`Cluster` from the v1 JSON shape."""
+#: The fields of a cluster, of a node group and of a node entry: any other is refused (a
+#: misspelt bandwidth, say, would otherwise be planned as the device's default without a word).
+CLUSTER_FIELDS = ("name", "node_groups", "nodes", "topology")
+NODE_GROUP_FIELDS = ("name", "count", "gpus_per_node", "device", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps", "hostnames",
+                     "price_per_gpu_hour", "nccl_socket_ifname", "nccl_ib_hca", "fabric", "gpu_product")
+NODE_FIELDS = ("hostname", "group", "available", "driver_version", "cuda_version", "nccl_version", "domains")
+
+
+def _known_only(data: Mapping[str, Any], known: tuple[str, ...], field_path: str) -> None:
+    for key in data:
+        if key not in known:
+            raise InvalidCluster(f"is not a known field; allowed: {', '.join(known)}", field=f"{field_path}.{key}")
+
+
+def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster", strict: bool = True) -> Cluster:
+    """Build and validate a :class:`Cluster` from the v1 JSON shape.  ``strict``: refuse fields
+    the shape does not have (off only for clusters saved before they were refused, which stay
+    plannable as they were)."""
     if not isinstance(data, Mapping):
         raise InvalidCluster("must be an object with 'name' and 'node_groups'", field=field_path)
+    if strict:
+        _known_only(data, CLUSTER_FIELDS, field_path)
     name = data.get("name", "cluster")
     if not isinstance(name, str) or not name:
         raise InvalidCluster("must be a non-empty string", field=f"{field_path}.name")
@@ -172,6 +194,8 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
         gp = f"{field_path}.node_groups[{i}]"
         if not isinstance(g, Mapping):
             raise InvalidCluster("must be an object", field=gp)
+        if strict:
+            _known_only(g, NODE_GROUP_FIELDS, gp)
         gname = g.get("name", f"group{i}")
         if not isinstance(gname, str) or not gname:
             raise InvalidCluster("must be a non-empty string", field=f"{gp}.name")
@@ -211,6 +235,9 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
         price = g.get("price_per_gpu_hour")
         if price is not None:
             price = _positive_float(price, f"{gp}.price_per_gpu_hour")
+        product = g.get("gpu_product")
+        if product is not None and (not isinstance(product, str) or not product):
+            raise InvalidCluster("must be a non-empty string", field=f"{gp}.gpu_product")
         fabric = g.get("fabric", "infiniband")
         if fabric not in FABRICS:
             raise InvalidCluster(f"must be one of {', '.join(FABRICS)}, got {fabric!r}", field=f"{gp}.fabric")
@@ -228,6 +255,7 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
                 nccl_ib_hca=g.get("nccl_ib_hca"),
                 fabric=fabric,
                 topology=topology,
+                gpu_product=product,
             )
         )
         order.extend((h, gname) for h in hostnames)
@@ -242,6 +270,8 @@ def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster") -> C
             # the field path is formatted only for an error: this loop runs once per node
             if not isinstance(n, Mapping) or not isinstance(n.get("hostname"), str):
                 raise InvalidCluster("must be an object with a 'hostname'", field=f"{field_path}.nodes[{j}]")
+            if strict:
+                _known_only(n, NODE_FIELDS, f"{field_path}.nodes[{j}]")
             host = n["hostname"]
             if host not in group_of:
                 raise InvalidCluster(

@@ -138,7 +138,7 @@ def parse_cluster(value: Any, resolve_cluster: ClusterResolver | None = None) ->
     if isinstance(value, str):
         if resolve_cluster is None:
             raise InvalidInput("saved clusters are only available through the service", field="cluster")
-        return cluster_from_dict(resolve_cluster(value), "cluster")
+        return cluster_from_dict(resolve_cluster(value), "cluster", strict=False)  # saved: refused fields are checked on saving
     return cluster_from_dict(value, "cluster")
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -429,3 +430,25 @@ def test_replan_keeps_surviving_ranks_in_place_when_a_spare_node_exists(client):
     assert child["diff"]["strategy_changed"] is False
     assert child["diff"]["ranks_moved"] == 8
     assert victim not in {r["host"] for r in child["best"]["ranks"]}
+
+
+def test_an_imported_clusters_gpu_product_reaches_the_kubernetes_launch(client):
+    """GPU Feature Discovery's ``nvidia.com/gpu.product``, read by the k8s-nodes importer, is part
+    of the saved cluster, of the plan's cluster and of the launch's node affinity — it was once
+    dropped when the cluster was parsed, so only hand-made plans carried it."""
+    nodes = json.loads((Path(__file__).parents[1] / "importers" / "samples" / "k8s_nodes.json").read_text())
+    r = client.post("/v1/clusters/import", params={"format": "k8s-nodes", "name": "gfd", "save": "true"}, json=nodes)
+    assert r.status_code == 200, r.text
+    body = {"model": {"preset": "gpt3-125m"}, "training": {"global_batch_size": 16, "sequence_length": 1024}, "cluster": "gfd",
+            "constraints": {"allowed_device_types": ["H100-SXM5-80GB"]}, "top_k": 0}
+    plan = client.post("/v1/plans", json=body)
+    assert plan.status_code == 201, plan.text
+    groups = plan.json()["cluster"]["node_groups"]
+    assert {g.get("gpu_product") for g in groups} >= {"NVIDIA-H100-80GB-HBM3"}
+    art = client.get(f"/v1/plans/{plan.json()['id']}/launch", params={"target": "volcano", "format": "json", "image": "nvcr.io/nvidia/pytorch:24.05-py3"})
+    assert art.status_code == 200, art.text
+    assert "nvidia.com/gpu.product" in art.json()["files"]["volcano-job.yaml"] and "NVIDIA-H100-80GB-HBM3" in art.json()["files"]["volcano-job.yaml"]
+    # a misspelt field of an inline cluster is refused, naming it
+    r = client.post("/v1/plans", json={**body, "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "device": "H100-SXM5-80GB",
+                                                                                          "nvlink_GBps": 900}]}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "cluster.node_groups[0].nvlink_GBps", r.text

@@ -87,6 +87,7 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("optimizer-unknown", "POST", "/v1/plans", _with(PLAN, "training.optimizer", "lion"), 422, "training.optimizer"),
     ("training-field-unknown", "POST", "/v1/plans", _with(PLAN, "training.offload_optimizer", "cpu"), 422, "training.offload_optimizer"),
     ("node-groups-empty", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups", []), 422, "cluster.node_groups"),
+    ("node-group-field-unknown", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.nvlink_GBps", 900), 422, "cluster.node_groups[0].nvlink_GBps"),
     ("device-unknown", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.device", "Z9000"), 422, "cluster.node_groups[0].device"),
     ("count-zero", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.count", 0), 422, "cluster.node_groups[0].count"),
     ("hostnames-mismatch", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.hostnames", ["a", "b"]), 422, "cluster.node_groups[0].hostnames"),
