@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -63,6 +64,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler on whatever ``sys.stderr`` is when a record is emitted, not the one it was
+    when logging was configured: a ``planner serve`` or ``worker`` run inside another program that
+    swaps ``sys.stderr`` for a while (a test runner's ``CliRunner``) would otherwise leave every
+    later record to a closed stream."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__/setStream assign it: always sys.stderr
+        pass
+
+
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 
@@ -75,7 +94,7 @@ def log_config(level: str = "info", fmt: str = "json") -> dict[str, Any]:
         "disable_existing_loggers": False,
         "filters": {"request_id": {"()": RequestIdFilter}},
         "formatters": {"default": formatter},
-        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "default", "filters": ["request_id"], "stream": "ext://sys.stderr"}},
+        "handlers": {"default": {"()": StderrHandler, "formatter": "default", "filters": ["request_id"]}},
         "root": {"handlers": ["default"], "level": lvl},
         "loggers": {
             "uvicorn": {"handlers": ["default"], "level": lvl, "propagate": False},
@@ -85,4 +104,4 @@ def log_config(level: str = "info", fmt: str = "json") -> dict[str, Any]:
     }
 
 
-__all__ = ["REQUEST_ID", "REQUEST_ID_HEADER", "JsonFormatter", "RequestIdFilter", "log_config", "request_id_from"]
+__all__ = ["REQUEST_ID", "REQUEST_ID_HEADER", "JsonFormatter", "RequestIdFilter", "StderrHandler", "log_config", "request_id_from"]

@@ -334,3 +334,30 @@ def test_database_errors_never_carry_the_statement_parameters(db_url):
         assert "secret-value" not in str(err.value) and "parameters hidden" in str(err.value)
     finally:
         engine.dispose()
+
+
+def test_configured_logging_follows_sys_stderr_after_it_is_swapped(monkeypatch):
+    """``planner serve``/``worker`` configure logging with :func:`log_config`; run under a program
+    that swaps ``sys.stderr`` for a while (CliRunner), a later record must reach the stderr of
+    the moment, not the swapped-out stream, closed by then ("--- Logging error ---")."""
+    import io
+    import logging.config
+    import sys
+
+    from planner_service.api.logs import log_config
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        borrowed = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", borrowed)
+        logging.config.dictConfig(log_config("info", "text"))
+        logging.getLogger("t").info("while borrowed")
+        borrowed.close()
+        now = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", now)
+        logging.getLogger("t").info("after")
+        assert "after" in now.getvalue() and "Logging error" not in now.getvalue()
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -291,7 +292,17 @@ def _cli(*args: str, env: dict[str, str] | None = None):
 
     if not app.registered_commands:
         _register_all()
-    return CliRunner().invoke(app, list(args), env=env)
+    # `serve` and `worker` configure logging for the process: put it back, so later tests' records
+    # do not go to this run's captured stream, nor at its level
+    loggers = [logging.getLogger(n) for n in ("", "uvicorn", "uvicorn.access", "uvicorn.error")]
+    saved = [(lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
+    try:
+        return CliRunner().invoke(app, list(args), env=env)
+    finally:
+        for lg, (handlers, level, propagate) in zip(loggers, saved, strict=True):
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate = propagate
 
 
 @pytest.mark.skipif(not PG_URL, reason="PLANNER_TEST_DATABASE_URL is not set")
