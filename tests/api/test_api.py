@@ -452,3 +452,18 @@ def test_an_imported_clusters_gpu_product_reaches_the_kubernetes_launch(client):
     r = client.post("/v1/plans", json={**body, "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "device": "H100-SXM5-80GB",
                                                                                           "nvlink_GBps": 900}]}})
     assert r.status_code == 422 and r.json()["error"]["field"] == "cluster.node_groups[0].nvlink_GBps", r.text
+
+
+def test_a_cluster_saved_before_unknown_fields_were_refused_stays_plannable():
+    """Saving refuses unknown cluster fields now; one saved before with such a field is still
+    resolved by name (read leniently), while the same body given inline is refused."""
+    from cost_model.errors import InvalidCluster
+    from planner_service.planner.request import parse_plan_request
+
+    old = {"name": "old", "node_groups": [{"name": "g", "count": 1, "device": "A100-SXM4-80GB", "rack": "r1"}]}
+    body = {"model": {"preset": "gpt3-125m"}, "training": {"global_batch_size": 8, "sequence_length": 1024}}
+    req = parse_plan_request({**body, "cluster": "old"}, resolve_cluster=lambda name: old)
+    assert req.cluster.total_gpus == 8
+    with pytest.raises(InvalidCluster) as exc:
+        parse_plan_request({**body, "cluster": old})
+    assert exc.value.field == "cluster.node_groups[0].rack"
