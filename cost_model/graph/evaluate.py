@@ -149,11 +149,12 @@ def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> l
     for k in range(tables.mesh.pp):
         fl = inflight(tables.mesh, k)
         grads = sums.gradients_bytes[k] + buckets
-        state = sums.weights_bytes[k] + grads + sums.optimizer_state_bytes[k] + fl * sums.activation_bytes[k]
+        acts = fl * sums.activation_bytes[k]
+        state = sums.weights_bytes[k] + grads + sums.optimizer_state_bytes[k] + acts
         # The allocator's fragmentation of what is freed during a step (gradients, activations),
         # not of the resident weights and optimizer state (allocated once) nor of the fixed-size
         # buckets, as for transformer stages.
-        ws = WORKSPACE_BYTES + fragmentation_fraction() * (state - sums.weights_bytes[k] - sums.optimizer_state_bytes[k] - buckets)
+        ws = WORKSPACE_BYTES + fragmentation_fraction() * (sums.gradients_bytes[k] + acts)
         f, b, cf, cb = sums.fwd_s[k], sums.bwd_s[k], sums.comm_fwd_s[k], sums.comm_bwd_s[k]
         stages.append(StageResult(
             index=k, ops=tuple(int(i) for i in np.nonzero(stage == k)[0]),

@@ -703,8 +703,7 @@ def _least_memory_answer(state: _Search) -> Evaluated | None:
     for si, costed in state.memo.items():
         if costed.tables is None or not 0 <= si < len(state.pools):
             continue
-        usable = gb_to_bytes(state.pools[si].device.memory_GB * (1.0 - state.headroom))
-        ratio = costed.tables.least_memory(POINT)[1] / usable
+        ratio = costed.tables.least_memory(POINT)[1] / (state.pools[si].device.memory_bytes * state.usable_fraction)
         for k in np.argsort(ratio, kind="stable")[:LEAST_MEMORY_CANDIDATES]:
             if np.isfinite(ratio[k]):
                 ranked.append((float(ratio[k]), si, costed.S, int(k)))
