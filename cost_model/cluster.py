@@ -166,9 +166,13 @@ NODE_FIELDS = ("hostname", "group", "available", "driver_version", "cuda_version
 
 
 def _known_only(data: Mapping[str, Any], known: tuple[str, ...], field_path: str) -> None:
-    for key in data:
-        if key not in known:
-            raise InvalidCluster(f"is not a known field; allowed: {', '.join(known)}", field=f"{field_path}.{key}")
+    if data.keys() <= _KNOWN[known]:  # one set comparison: this runs once per node of a cluster
+        return
+    key = next(k for k in data if k not in known)
+    raise InvalidCluster(f"is not a known field; allowed: {', '.join(known)}", field=f"{field_path}.{key}")
+
+
+_KNOWN: dict[tuple[str, ...], frozenset[str]] = {fields: frozenset(fields) for fields in (CLUSTER_FIELDS, NODE_GROUP_FIELDS, NODE_FIELDS)}
 
 
 def cluster_from_dict(data: Mapping[str, Any], field_path: str = "cluster", strict: bool = True) -> Cluster:
