@@ -39,7 +39,7 @@ from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.errors import NoFeasiblePlan, PlannerError
-from planner_service.planner.request import PLAN_STRATEGY_HINT
+from planner_service.planner.request import unknown_field_message
 from planner_service.storage.db import SchemaNotReady
 from planner_service.storage.errors import Busy, Conflict, NotFound
 
@@ -114,6 +114,10 @@ def _validation_message(err: dict[str, Any]) -> tuple[str, str]:
     return "invalid_input", msg
 
 
+#: The request bodies whose top-level fields ``planner_service.planner.request`` names: path → a plan's.
+_REQUEST_BODIES = {"/v1/plans": True, "/v1/estimate": False}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PlannerError)
     async def _planner_error(_request: Request, exc: PlannerError) -> JSONResponse:
@@ -132,8 +136,9 @@ def install_error_handlers(app: FastAPI) -> None:
         first = errors[0]
         loc = tuple(first.get("loc") or ())
         code, message = _validation_message(first)
-        if first.get("type") == "extra_forbidden" and loc == ("body", "strategy") and _request.method == "POST" and _request.url.path == "/v1/plans":
-            message = PLAN_STRATEGY_HINT
+        if first.get("type") == "extra_forbidden" and len(loc) == 2 and loc[0] == "body" and _request.url.path in _REQUEST_BODIES:
+            # a top-level field of a plan or estimate request: told what the parser tells the CLI
+            message = unknown_field_message(str(loc[1]), plan=_REQUEST_BODIES[_request.url.path])
         field = "body" if code == "invalid_json" else field_from_loc(loc)
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"

@@ -35,8 +35,6 @@ ESTIMATE_FIELDS = ("model", "training", "cluster", "strategy", "profile_id")
 STORED_FIELDS = ("calibration_version",)
 #: The fields a plan request may carry through the service (``PlanService.parse``), not elsewhere.
 SERVICE_FIELDS = RUN_OPTIONS + STORED_FIELDS
-#: What a ``strategy`` in a plan request gets told (estimate requests carry one; plans pin).
-PLAN_STRATEGY_HINT = 'is not a field of a plan request: a plan pins strategy fields under constraints (e.g. {"constraints": {"tp": 8, "pp": 4}})'
 
 ModelResolver = Callable[[str], Mapping[str, Any]]
 ClusterResolver = Callable[[str], Mapping[str, Any]]
@@ -103,20 +101,23 @@ class EstimateRequest:
     profile_id: str | None = None
 
 
+def unknown_field_message(name: str, plan: bool) -> str:
+    """What a top-level field a plan (``plan``) or estimate request does not have is told — by
+    the parser here and by the HTTP schema's refusal (``api.errors``) alike."""
+    if plan and name == "strategy":
+        return 'is not a field of a plan request: a plan pins strategy fields under constraints (e.g. {"constraints": {"tp": 8, "pp": 4}})'
+    if plan and name in RUN_OPTIONS:
+        return "is an option of POST /v1/plans (how the service stores or queues a plan); a plan made here is neither stored nor queued"
+    return f"is not a known field; a {'plan' if plan else 'estimate'} request has {', '.join(PLAN_FIELDS if plan else ESTIMATE_FIELDS)}"
+
+
 def _known_fields_only(body: Mapping[str, Any], known: tuple[str, ...], plan: bool) -> None:
     """Refuse a top-level field the request does not have, naming it: a field the parser does not
     read would otherwise be dropped without a word (a ``strategy`` copied from an estimate into a
     plan request would leave every knob it pins to the search)."""
-    unknown = [k for k in body if k not in known]
-    if not unknown:
-        return
-    name = str(unknown[0])
-    if plan and name == "strategy":
-        raise InvalidInput(PLAN_STRATEGY_HINT, field="strategy")
-    if plan and name in RUN_OPTIONS:
-        raise InvalidInput("is an option of POST /v1/plans (how the service stores or queues a plan); a plan made here is neither stored nor queued", field=name)
-    fields = tuple(k for k in known if k not in SERVICE_FIELDS)
-    raise InvalidInput(f"is not a known field; a {'plan' if plan else 'estimate'} request has {', '.join(fields)}", field=name)
+    for key in body:
+        if key not in known:
+            raise InvalidInput(unknown_field_message(str(key), plan), field=str(key))
 
 
 def _require(body: Mapping[str, Any], key: str) -> Any:
@@ -243,19 +244,19 @@ def parse_estimate_request(
 
 
 __all__ = [
-    "Constraints",
-    "EstimateRequest",
     "ESTIMATE_FIELDS",
     "OBJECTIVES",
     "PLAN_FIELDS",
-    "PLAN_STRATEGY_HINT",
-    "PlanRequest",
+    "RECOMPUTE",
     "RUN_OPTIONS",
     "SERVICE_FIELDS",
-    "RECOMPUTE",
+    "Constraints",
+    "EstimateRequest",
+    "PlanRequest",
     "parse_constraints",
     "parse_estimate_request",
     "parse_plan_request",
+    "unknown_field_message",
 ]
 
 
