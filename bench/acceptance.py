@@ -55,6 +55,7 @@ from cost_model.transformer.layer_cost import (  # noqa: E402
     WORKSPACE_BYTES,
     fragmentation_fraction,
 )
+from cost_model.transformer.memory import as_printed_GB  # noqa: E402
 from cost_model.transformer.memory import reload as reload_memory  # noqa: E402
 from cost_model.units import bytes_to_gb  # noqa: E402
 from cost_model.validation.fidelity import quantile  # noqa: E402
@@ -206,7 +207,8 @@ def fragmentation_bases(rows: list[dict[str, Any]], current: float) -> dict[str,
         if f is None:
             continue
         errs = sorted(abs((a + f * b) / m - 1.0) for a, b, m in _fragmentation_points(rows, current, base))
-        out[name] = {"fraction": f, "median_abs_error": round(statistics.median(errs), 4), "p90_abs_error": round(quantile(errs, 0.9), 4),
+        # the fraction as a true reserved/allocated − 1 (it carries the GiB the peaks are printed in)
+        out[name] = {"fraction": f, "true_reserve": round((1.0 + f) / as_printed_GB(1.0) - 1.0, 4), "median_abs_error": round(statistics.median(errs), 4), "p90_abs_error": round(quantile(errs, 0.9), 4),
                      "within_10pct": f"{sum(e <= 0.10 for e in errs)}/{len(errs)}"}
     return out
 

@@ -126,7 +126,8 @@ def physics() -> str | None:
         out.append(f"* **Memory interval of a state-dominated layout** ({mi['model']}, {mi['layout']}): {mi['state_GB']:.1f} GB of sharded "
                    f"state, {mi['reserve_GB']:.1f} GB of fragmentation reserve, peak {mi['peak_memory_GB']:.1f} GB, p10–p90 "
                    f"{mi['peak_memory_GB_p10']:.1f}–{mi['peak_memory_GB_p90']:.1f} GB (the fragmentation range widens the reserve only; "
-                   f"widening the whole peak would put the p10 at {mi['p10_whole_peak_widened_GB']:.1f} GB, below the state itself)"
+                   f"widening the whole peak would put the p10 at {mi['p10_whole_peak_widened_GB']:.1f} GB"
+                   + (", below the state itself)" if mi["p10_whole_peak_widened_GB"] < mi["state_GB"] else ")")
                    + (": tight on 80 GB, more likely than not to run out of memory." if mi["tight"]
                       else ": refused on 80 GB, its p10 above the device." if not mi["fits"] else "."))
     return "\n".join(out)
@@ -162,7 +163,8 @@ def _fragmentation_bases(bases: dict) -> str:
     """Which memory the allocator's fragmentation reserve is a fraction of, as the peaks say."""
     if not bases:
         return ""
-    parts = [f"{name}: fraction {b['fraction']:.2f}, median {b['median_abs_error'] * 100:.1f}%, p90 {b['p90_abs_error'] * 100:.1f}%, "
+    parts = [f"{name}: fraction {b['fraction']:.2f}" + (f" (a true reserved/allocated of {1 + b['true_reserve']:.2f})" if "true_reserve" in b else "")
+             + f", median {b['median_abs_error'] * 100:.1f}%, p90 {b['p90_abs_error'] * 100:.1f}%, "
              f"{b['within_10pct']} within 10%" for name, b in bases.items()]
     return " What fragments, each base with its own fitted fraction: " + "; ".join(parts) + "."
 

@@ -24,7 +24,8 @@ none (a reserved/allocated of 1.0: PyTorch's expandable segments,
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, map memory as blocks grow instead of
 caching fixed segments, and large-model launchers set it) to the 1.3 PyTorch reports on
 large-model runs without them, or the measured framework's own fraction where that is larger
-(over gradients and activations alone the BLOOM peaks read as a true 1.35) — applied to what
+(over gradients and activations alone the BLOOM peaks read as more: ``bench/acceptance.py``'s
+``fragmentation_bases``, in the README) — applied to what
 fragments: the reserve the peak carries for it (the workspace beyond ``WORKSPACE_BYTES``,
 f × the gradients and activations freed and reallocated during a step), not the resident
 weights and optimizer state, allocated once, nor the fixed context and buckets.  With reserve R in a
@@ -35,8 +36,7 @@ DeepSeek-V3 under FSDP on 128 A800 with 85 GB of state per GPU.)
 That range is a ratio of bytes, while the fitted fraction f also carries the printed figures'
 units (below: 1 + f = (1 + g)·10^9/2^30 for a true reserve g), so the range is put in f's
 convention first (:func:`fitted_convention`).  (Compared as given, the range would have stood
-7% above what it says — 1.1–1.3 read as the fitted fraction's 0.10–0.30 is a true 1.18–1.40 —
-and every framework's p10 with it.)
+7% above what it says — 1.0–1.3 read as the fitted fraction's 0–0.30 is a true 1.07–1.40.)
 
 Both ends are affine in a stage's peak and reserve (:class:`MemoryBound`), so the search's
 tables test them as they test the peak: per stage a + b·layers.
