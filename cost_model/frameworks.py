@@ -40,7 +40,8 @@ Sources, per framework:
   parallelism), context parallelism (the K/V all-gather, ``allgather`` — torchtitan 0.3's only
   exchange, its ``context_parallel_rotate_method`` gone; Llama 3 §3.3.2 describes the same),
   ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
-  stages; FSDP with a pipeline is supported, ZeRO-2 semantics across micro-batches) and expert
+  stages; FSDP with a pipeline is supported: full sharding gathers once and reduces once a step,
+  ``transformer.layer_cost.pipelined_fsdp``) and expert
   parallelism over dp·cp; FP8 through torchao float8 (tensorwise / rowwise scaling);
   ``recompute: selective`` is torchtitan's op-level selective activation checkpointing
   (``[activation_checkpoint] mode = "selective"``, ``selective_ac_option = "op"``,
@@ -121,6 +122,12 @@ class FrameworkRules:
     #: expert groups carved from sharding × tp and the experts unsplit: Paddle fleet's
     #: ``EPHybridCommunicateGroup`` (:func:`expert_layout_violation`)
     ep_over_sharding: bool = False
+    #: with a pipeline, whether its ZeRO-2 keeps the gradients sharded through the step's
+    #: micro-batches (each micro-batch's reduce-scatter, as the Llama 3 paper ran); torchtitan's
+    #: ``torch.distributed.pipelining`` turns FSDP's gradient sync off until the last backward
+    #: (``cost_model.transformer.layer_cost.pipelined_fsdp``), so the search does not propose it
+    #: there (a pin is costed and its launch says what torchtitan runs instead)
+    sharded_gradients_in_pipeline: bool = True
 
 
 #: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
@@ -153,7 +160,7 @@ RULES: dict[str, FrameworkRules] = {
     "fsdp": FrameworkRules(
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
-        ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",),
+        ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),

@@ -1033,6 +1033,45 @@ def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloa
     return out
 
 
+def pipelined_fsdp(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+    """Rows where fully sharded FSDP runs inside a pipeline stage (``fsdp``, ZeRO 3, pp > 1) —
+    which torchtitan runs as neither ZeRO-3 nor ZeRO-2 but, across a step's micro-batches, as
+    ZeRO-1 with unsharded fp32 gradients:
+
+    * torchtitan's default ``fsdp_reshard_after_forward`` (what the plan's launch writes for
+      ZeRO 3) resolves to *never* with a pipeline (``get_fsdp_reshard_after_forward_policy``:
+      ``not pp_enabled``), and ``torch.distributed.pipelining`` runs every backward with
+      ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``
+      (``PipelineStage.backward_maybe_with_nosync``), calling the reduction once, after the
+      stage's last backward (``perform_reduce_grad``): the stage's weights are gathered once a
+      step and stay unsharded (2 B a parameter beside the fp32 shard), and its gradients are
+      reduce-scattered once a step;
+    * without gradient sync, FSDP2 moves each unsharded gradient into an accumulator in the
+      reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``: ``grad.to(reduce_dtype)``, fp32
+      under torchtitan's ``mixed_precision_reduce``) and adds every later micro-batch's into it
+      (``accumulate_unsharded_grad_if_needed``): 4 B a parameter, unsharded, and a memory-bound
+      add per micro-batch (``stage_cost.FSDP_ACCUMULATION_BYTES_PER_PARAM``).
+
+    So the traffic is ZeRO-1's (:func:`step_sync_ring_passes`), not ZeRO-3's per micro-batch, and
+    the memory is the distributed optimizer's.  ZeRO 2 with a pipeline stays the Llama 3 paper's
+    layout (gradients reduce-scattered with each micro-batch), which torchtitan cannot run: its
+    launch says so (``exporters.frameworks``)."""
+    out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) >= 3) & (np.asarray(pp) > 1)
+    return out
+
+
+def fsdp_regathers_each_microbatch(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+    """Rows where FSDP's SHARD_GRAD_OP (``fsdp``, ZeRO 2) runs without a pipeline: FSDP2's
+    ``reshard_after_forward=False`` keeps a unit's weights from its forward to its backward, but
+    the post-backward hook reshards them (``reshard_after_backward`` is true unless a pipeline
+    schedule turns it off), so every micro-batch's forward all-gathers the weights again — one
+    all-gather and one reduce-scatter per micro-batch, not ZeRO-2's all-gather once a step
+    (FSDP1's SHARD_GRAD_OP likewise frees the unsharded parameters after backward).  With a
+    pipeline, ZeRO 2 is the Llama 3 paper's layout (weights kept across the micro-batches)."""
+    out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) == 2) & (np.asarray(pp) == 1)
+    return out
+
+
 def optimizer_state_partitioned(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
     """Whether the fp32 master weights and optimizer moments are partitioned over the
     data-parallel ranks: ZeRO stage ≥ 1, and DeepSpeed's BF16_Optimizer at any stage
@@ -1081,6 +1120,11 @@ def model_state_bytes_per_param(
         # the optimizer adds its moments alone (PyTorch FSDP docs, ``MixedPrecision``).
         weights = np.where(z >= 3, 4.0 / shard, weights)
         opt = np.where(z >= 3, (o - 4.0) / shard, opt)
+    # FSDP inside a pipeline stage (:func:`pipelined_fsdp`): the unsharded 16-bit weights stay
+    # beside the fp32 shard, the gradients accumulate unsharded in fp32.
+    piped = pipelined_fsdp(training, z, pp)
+    weights = np.where(piped, w + 4.0 / shard, weights)
+    grads = np.where(piped, 4.0, grads)
     return weights, grads, opt
 
 
@@ -1227,9 +1271,10 @@ def sharded_microbatch_exposed_s(
 ) -> FloatArray:
     """Seconds a micro-batch's ZeRO-2/3 (FSDP) traffic adds to its compute.
 
-    The traffic runs in two phases, each hidden behind that phase's own compute: ZeRO-3's
-    forward all-gathers (``forward_s_comm``; by default one of the ``passes`` equal collectives
-    per layer) are prefetched a layer ahead under the forward, the
+    The traffic runs in two phases, each hidden behind that phase's own compute: the forward's
+    all-gathers (``forward_s_comm``, as the caller counts them — ZeRO-3's, and FSDP
+    SHARD_GRAD_OP's, :func:`fsdp_regathers_each_microbatch`; by default, ZeRO-3's: one of the
+    ``passes`` equal collectives per layer) are prefetched a layer ahead under the forward, the
     rest — the recompute's and the backward's all-gathers and the gradient reduce-scatters (all
     of ZeRO-2's per-micro-batch reduce-scatter, and ``backward_only_s``: HSDP's all-reduce of the
     gradient shards across replicas, :func:`replica_sync_s`) — under the backward (with recompute).  Within a phase a layer waits for the
@@ -1255,7 +1300,7 @@ def sharded_microbatch_exposed_s(
     if forward_s_comm is None:
         comm_f = comm * np.where(np.asarray(zero_stage) >= 3, 1.0 / np.asarray(passes, dtype=float), 0.0)
     else:
-        comm_f = np.where(np.asarray(zero_stage) >= 3, np.asarray(forward_s_comm, dtype=float), 0.0)
+        comm_f = np.asarray(forward_s_comm, dtype=float)
     comm_b = comm - comm_f + np.asarray(backward_only_s, dtype=float)
     o = np.asarray(overlap, dtype=float)
     hidden_f = np.minimum(comm_f, o * np.asarray(forward_s, dtype=float))
@@ -1302,9 +1347,11 @@ def replica_sync_s(
 
 def dp_gradient_comm_s(
     params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0
-) -> tuple[FloatArray, FloatArray, FloatArray]:
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds, the HSDP
-    replicas' all-reduce within each micro-batch — part of the second, 0 unless FSDP HSDP).
+    replicas' all-reduce within each micro-batch — part of the second, 0 unless FSDP HSDP —, and
+    the part of the second that runs in the forward: FSDP SHARD_GRAD_OP's all-gather,
+    :func:`fsdp_regathers_each_microbatch`; ZeRO-3's forward gathers are the caller's).
 
     One reduce-scatter (or all-gather) of the model-state shard R = (n−1)/n·S/β, an all-reduce
     2R (ring; DP groups span dp·cp ranks with TP ranks in between; expert weights sync over
@@ -1318,9 +1365,13 @@ def dp_gradient_comm_s(
       cast to the engine's bf16 ``communication_data_type``), then the optimizer all-gathers the
       bf16 weights of its partitioned step (``all_gather_dp_groups``): 3R per step;
     * 2 — gradients are kept only as shards, so every micro-batch's gradients are
-      reduce-scattered (R per micro-batch) and the weights all-gathered once per step (R);
+      reduce-scattered (R per micro-batch) and the weights all-gathered once per step (R) —
+      FSDP without a pipeline all-gathers them with every micro-batch's forward
+      (:func:`fsdp_regathers_each_microbatch`: 2R per micro-batch);
     * 3 — weights are sharded too: every micro-batch all-gathers them for forward and again for
-      backward and reduce-scatters its gradients (3R per micro-batch).
+      backward and reduce-scatters its gradients (3R per micro-batch) — except FSDP inside a
+      pipeline stage (:func:`pipelined_fsdp`), which gathers once and reduce-scatters once a step
+      (2R per step, as 1).
 
     The once-per-step passes are :func:`step_sync_ring_passes`'s, shared with the operator-graph path.
 
@@ -1360,9 +1411,16 @@ def dp_gradient_comm_s(
     # unless the framework runs it with every micro-batch (none at stage 0, nothing is sharded;
     # none under DeepSpeed, which has no partial sharding: frameworks.partial_sharding_violation)
     replicas = np.where(S.zero >= 2, step_sync, np.where(S.zero == 1, sync, 0.0))
+    # FSDP inside a pipeline stage reduces once a step (pipelined_fsdp), the replicas' all-reduce with it
+    piped = pipelined_fsdp(training, S.zero, S.pp)
+    replicas = np.where(piped, sync, replicas)
+    mb_sync = np.where(piped, 0.0, mb_sync)
     per_step = grad_passes * rs_g + weight_passes * rs_w + replicas
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
-    return per_step, per_microbatch, mb_sync
+    per_microbatch = np.where(piped, 0.0, per_microbatch)
+    regather = fsdp_regathers_each_microbatch(training, S.zero, S.pp)
+    forward_mb = np.where(regather, rs_w, 0.0)
+    return per_step, per_microbatch + forward_mb, mb_sync, forward_mb
 
 
 def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> tuple[FloatArray, FloatArray]:
@@ -1373,15 +1431,20 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     * 1 — the gradients reduce-scattered, the updated weights all-gathered: (1, 1);
     * DeepSpeed's BF16_Optimizer at 0 (with a pipeline) or 1 (:func:`bf16_optimizer`) — the gradient buffer
       all-reduced, then the weights its partitioned step updated all-gathered: (2, 1);
-    * 2 — the weights all-gathered (the gradients go with every micro-batch): (0, 1);
-    * 3 — nothing once per step: (0, 0).
+    * 2 — the weights all-gathered (the gradients go with every micro-batch): (0, 1); FSDP
+      without a pipeline gathers them with every micro-batch instead
+      (:func:`fsdp_regathers_each_microbatch`): (0, 0);
+    * 3 — nothing once per step: (0, 0); FSDP inside a pipeline stage (:func:`pipelined_fsdp`)
+      reduce-scatters its accumulated gradients and gathers its weights once a step: (1, 1).
 
     One rule for the transformer path (:func:`dp_gradient_comm_s`) and the operator-graph path
     (``cost_model.graph.tables.for_mesh``)."""
     z = np.asarray(zero_stage)
     bf16 = bf16_optimizer(training, z, pp)
-    grads: FloatArray = np.where(bf16, 2.0, np.where(z >= 2, 0.0, np.where(z == 1, 1.0, 2.0)))
-    weights: FloatArray = np.where(bf16 | (z == 1) | (z == 2), 1.0, 0.0)
+    piped = pipelined_fsdp(training, z, pp)
+    regather = fsdp_regathers_each_microbatch(training, z, pp)
+    grads: FloatArray = np.where(bf16, 2.0, np.where(piped, 1.0, np.where(z >= 2, 0.0, np.where(z == 1, 1.0, 2.0))))
+    weights: FloatArray = np.where((bf16 | (z == 1) | (z == 2) | piped) & ~regather, 1.0, 0.0)
     return grads, weights
 
 

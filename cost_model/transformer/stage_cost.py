@@ -36,7 +36,6 @@ from cost_model.transformer.layer_cost import (
     dp_overlap_fraction,
     embedding_head_costs,
     fragmentation_fraction,
-    gradient_reduce_bytes,
     layer_costs,
     model_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
@@ -45,6 +44,7 @@ from cost_model.transformer.layer_cost import (
     optimizer_step_s,
     param_bytes,
     param_tensors_per_layer,
+    pipelined_fsdp,
     pp_p2p_s,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
@@ -137,6 +137,13 @@ BF16_OPTIMIZER_KERNELS_PER_TENSOR = 3.0
 FP4_WEIGHT_CACHE_BYTES = 2.0 * BYTES_PER_ELEMENT["fp4"]
 
 
+#: Bytes per parameter FSDP's unsharded fp32 gradient accumulation moves per micro-batch inside
+#: a pipeline stage: ``unsharded_accumulated_grad += unsharded_param.grad`` reads 4 + 2 and writes
+#: 4 (FSDP2 ``FSDPParam.accumulate_unsharded_grad_if_needed``; the first micro-batch's upcast
+#: ``grad.to(reduce_dtype)`` moves 2 + 4, counted as the others).
+FSDP_ACCUMULATION_BYTES_PER_PARAM = 10.0
+
+
 def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, S: StrategyArrays, tensors: ArrayOrFloat) -> FloatArray:
     """Seconds per micro-batch of the gradient-accumulation pass a DeepSpeed-engine framework
     runs after each backward: a memory-bound stream over the GPU's parameters
@@ -144,7 +151,10 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
     DeepSpeed's ``BF16_Optimizer``, :func:`~cost_model.transformer.layer_cost.bf16_optimizer`, and its fp32 accumulation,
     :data:`BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM` and
     :data:`BF16_OPTIMIZER_KERNELS_PER_TENSOR`) — zero for Megatron-Core (fused into the wgrad
-    GEMM) and for ZeRO-3/FSDP (reduce-scattered).
+    GEMM) and for ZeRO-3/FSDP (reduce-scattered), except FSDP inside a pipeline stage
+    (:func:`~cost_model.transformer.layer_cost.pipelined_fsdp`), which adds each micro-batch's
+    16-bit gradients into unsharded fp32 accumulators (:data:`FSDP_ACCUMULATION_BYTES_PER_PARAM`,
+    one add per parameter tensor).
 
     Source: PyTorch ``torch/csrc/autograd/functions/accumulate_grad.h`` (in-place
     ``variable_grad += new_grad``), DeepSpeed ``runtime/engine.py`` (gradients accumulate in
@@ -152,6 +162,10 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
     :func:`cost_model.compute.memory_bound_time_s`."""
     from cost_model.compute import memory_bound_time_s
 
+    if training.framework == "fsdp":
+        fsdp_t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * FSDP_ACCUMULATION_BYTES_PER_PARAM, device, kernels=tensors)
+        fsdp_out: FloatArray = np.where(pipelined_fsdp(training, S.zero, S.pp), fsdp_t, 0.0)
+        return fsdp_out
     if not runs_deepspeed_engine(training.framework):
         return np.zeros_like(np.asarray(S.tp, dtype=float))
     bf16_opt = bf16_optimizer(training, S.zero, S.pp)
@@ -264,6 +278,35 @@ def stage_params(
     return dense, experts
 
 
+#: Bytes per parameter of FSDP's reduce-scatter input: fp32.  FSDP2 allocates it in the reduce
+#: dtype (``foreach_reduce``: ``reduce_scatter_comm.allocate(..., dtype=reduce_dtype)``) and
+#: torchtitan 0.3 admits only ``mixed_precision_reduce = "float32"``; Composer's FSDP1 default
+#: mixed precision also reduces in fp32.  The memory is counted at what is allocated; the
+#: reduce-scatter's time stays costed at 2 B (``layer_cost.gradient_reduce_bytes`` says why).
+FSDP_REDUCE_SCATTER_INPUT_BYTES = 4.0
+
+
+def fsdp_head_unit_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, live: ArrayOrFloat) -> FloatArray:
+    """Unsharded bytes FSDP holds while the output unit runs its backward, on the last stage.
+
+    torchtitan wraps the final norm and the output projection as one unit that is not resharded
+    after forward (``apply_fsdp_to_decoder``: ``reshard_after_forward_policy == "always"`` only),
+    with a tied embedding in the same unit, and has it prefetch the last decoder layer for
+    backward (``set_modules_to_backward_prefetch``).  So at the start of backward, beside every
+    stored activation and the logits, it holds the gathered [V/t, h] weight (param bytes), its
+    unsharded gradient (param bytes) and the fp32 reduce-scatter input that gradient is copied
+    into (:data:`FSDP_REDUCE_SCATTER_INPUT_BYTES`, FSDP2 ``foreach_reduce``), and the prefetched layer's weights (``live / 2``
+    parameters: one decoder layer).  Decoder layers hold two gathered layers and one layer's
+    gradient and reduce-scatter input; the stage's peak holds the larger of the two phases.  For
+    a 128K-vocabulary model the output unit is the larger (Llama 3 8B: 525M head parameters
+    against 218M a layer: 4.6 GB against 2.2 GB in bf16).  The embedding unit gathers in forward,
+    when few activations are stored, and in backward after most are freed, so it sets no peak.
+    """
+    head = model.vocab_size * model.hidden_size / S.tp
+    pb = param_bytes(training)
+    return head * (2.0 * pb + FSDP_REDUCE_SCATTER_INPUT_BYTES) + 0.5 * live * pb
+
+
 def stage_cost(
     model: TransformerSpec,
     training: Training,
@@ -347,19 +390,33 @@ def stage_cost(
     layer_full_w = live * param_bytes(training)
     if training.framework == "fsdp":
         # FSDP's backward of a unit holds its unsharded gradients (training dtype) and copies them
-        # into the reduce-scatter input (reduction dtype) before freeing them: one unit's
+        # into the reduce-scatter input (fp32) before freeing them: one unit's
         # parameters (half of ``live``) × (param + reduce) bytes beyond the gathered weights
         # (FSDP2 ``_fsdp_collectives.foreach_reduce``: ``reduce_scatter_comm.allocate`` of the
         # padded input, ``foreach_reduce_scatter_copy_in``, then ``unsharded_grads.clear()``).
-        layer_full_w = layer_full_w + 0.5 * live * (param_bytes(training) + gradient_reduce_bytes(training))
-    acts = acts + np.where(S.zero >= 3, layer_full_w, 0.0)
+        layer_full_w = layer_full_w + 0.5 * live * (param_bytes(training) + FSDP_REDUCE_SCATTER_INPUT_BYTES)
+        if has_head:
+            layer_full_w = np.maximum(layer_full_w, fsdp_head_unit_bytes(model, training, S, live))
+    # The largest FSDP unit's parameters (a decoder layer, or on the last stage the output head).
+    # FSDP inside a pipeline stage holds its weights unsharded (counted as weights) and, in
+    # backward, one unit's fresh 16-bit gradients before they are added into the fp32
+    # accumulators; SHARD_GRAD_OP (its weights resident too) reduce-scatters each micro-batch's
+    # gradients unit by unit as FULL_SHARD does: a unit's 16-bit gradients and their fp32
+    # reduce-scatter input.
+    piped = pipelined_fsdp(training, S.zero, S.pp)
+    unit = 0.5 * live
+    if has_head:
+        unit = np.maximum(unit, model.vocab_size * model.hidden_size / S.tp)
+    pb = param_bytes(training)
+    fsdp_unsharded = np.where(piped, unit * pb, np.where(S.zero == 2, unit * (pb + FSDP_REDUCE_SCATTER_INPUT_BYTES), 0.0))
+    acts = acts + np.where((S.zero >= 3) & ~piped, layer_full_w, 0.0) + (fsdp_unsharded if training.framework == "fsdp" else 0.0)
     # The allocator's fragmentation of what is freed and reallocated during a step: gradients
     # and activations (gathered weights among them), not the resident weights nor the optimizer
     # state, allocated once, nor DeepSpeed's fixed-size gradient buckets:
     # layer_cost.fragmentation_fraction.
     workspace = WORKSPACE_BYTES + fragmentation_fraction() * (grads - buckets + acts)
 
-    dp_comm, dp_mb, mb_sync = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
@@ -387,13 +444,14 @@ def stage_cost(
     # HSDP under FSDP: the replicas' all-reduce of the gradient shards runs with every
     # micro-batch's reduce-scatter, in the backward (mb_sync, layer_cost.replica_sync_per_microbatch;
     # dp_gradient_comm_s has it in ZeRO-2's per-micro-batch term, the stage-3 gathers here not)
-    dp_mb = np.where(S.zero >= 3, sharded, dp_mb)
+    dp_mb = np.where((S.zero >= 3) & ~piped, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).
     overlap = dp_overlap_fraction(training, dc.device, S.pp)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
-                                                 backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0), forward_s_comm=forward_gathers)
+                                                 backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0),
+                                                 forward_s_comm=np.where((S.zero >= 3) & ~piped, forward_gathers, dp_mb_forward))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
@@ -418,7 +476,9 @@ def stage_cost(
         pp_comm_s=pp_comm,
         dp_microbatch_s=dp_mb_exposed,
         dp_comm_s=dp_comm,
-        dp_window_s=overlap * backward_s,
+        # torch.distributed.pipelining reduces FSDP's gradients after the stage's last backward
+        # (pipelined_fsdp): only the later stages' cooldown hides it (schedule.exposed_dp_sync_s)
+        dp_window_s=np.where(piped, 0.0, overlap) * backward_s,
         optimizer_s=optimizer,
         weights_bytes=weights,
         gradients_bytes=grads,

@@ -842,6 +842,11 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if flavor_module is not None:
         files["torchtitan_flavor.py"] = flavor_module
     notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *mtp_notes(view), *launch.notes]
-    if int(view.s("zero_stage", 0)) in (1, 2):
-        notes.append("ZeRO 1/2 has no exact torchtitan equivalent: FSDP with reshard_after_forward=never")
+    if int(view.s("zero_stage", 0)) == 2 and view.pp > 1:
+        # layer_cost.pipelined_fsdp: what torch.distributed.pipelining does to FSDP's gradient sync
+        notes.append("ZeRO 2 with a pipeline (gradients reduce-scattered with every micro-batch, as costed) has no torchtitan "
+                     "equivalent: torch.distributed.pipelining turns FSDP's gradient sync off until each stage's last backward, "
+                     "so this launch (reshard_after_forward=never) keeps every stage's gradients unsharded in fp32, 4 bytes a "
+                     "parameter more than the plan, and reduce-scatters them once a step; plan with zero_stage 3 to cost what "
+                     "torchtitan runs")
     return Artifact("torchtitan", files, "torchtitan.toml", tuple(notes))

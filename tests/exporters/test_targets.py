@@ -657,3 +657,20 @@ def test_deepspeed_config_follows_the_pipeline_engine():
     with pytest.raises(InvalidPlan) as exc:
         render(plan, "deepspeed-config", PARAMS)
     assert exc.value.field == "target" and "ZeRO stage 0-1" in str(exc.value)
+
+
+def test_torchtitan_launch_of_a_zero2_pipeline_plan_says_what_torchtitan_runs_instead():
+    """torch.distributed.pipelining turns FSDP's gradient sync off until a stage's last backward,
+    so a plan costed as ZeRO 2 across a pipeline (the Llama 3 paper's layout) is launched with
+    the note that torchtitan keeps the gradients unsharded; ZeRO 3 (what the plan then costs as
+    torchtitan runs it: layer_cost.pipelined_fsdp) needs none."""
+    from helpers.plans import homogeneous_plan
+
+    def notes(zero: int) -> str:
+        plan = homogeneous_plan()
+        plan["training"]["framework"] = "fsdp"
+        plan["best"]["strategy"]["zero_stage"] = zero
+        return " ".join(render(plan, "torchtitan", PARAMS).notes)
+
+    assert "gradients unsharded in fp32" in notes(2) and "plan with zero_stage 3" in notes(2)
+    assert "gradients unsharded" not in notes(3)

@@ -240,6 +240,8 @@ def enumerate_space(
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
+        elif not rules.sharded_gradients_in_pipeline:  # torchtitan: no ZeRO-2 across a pipeline's micro-batches
+            cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] != 2))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
     if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them

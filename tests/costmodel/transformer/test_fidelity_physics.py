@@ -319,10 +319,10 @@ def test_deepspeed_caps_the_gathered_parameters_fsdp_holds_two_units():
         est = estimate(GPT3, Training(global_batch_size=64, sequence_length=2048, framework=fw), c, s)
         mem[fw] = est.stages[0].memory_GB["activations"]
     # two gathered 1.8B-parameter layers (7.2 GB) vs stage3_max_live_parameters = 1e9 (2 GB);
-    # FSDP also holds one layer's unsharded bf16 gradients and their bf16 reduce-scatter input
-    # (2 + 2 B a parameter) in backward, DeepSpeed reduces its gradients through the buckets
+    # FSDP also holds one layer's unsharded bf16 gradients and their fp32 reduce-scatter input
+    # (2 + 4 B a parameter) in backward, DeepSpeed reduces its gradients through the buckets
     layer = GPT3.decoder_layer_params()
-    assert mem["fsdp"] - mem["deepspeed"] == pytest.approx(((2 * layer - 1e9) * 2 + layer * (2 + 2)) / 1e9, rel=1e-6)
+    assert mem["fsdp"] - mem["deepspeed"] == pytest.approx(((2 * layer - 1e9) * 2 + layer * (2 + 4)) / 1e9, rel=1e-6)
 
 
 def test_deepspeed_engine_accumulates_gradients_in_a_pass_per_microbatch():

@@ -1,5 +1,7 @@
 """Memory formulas pinned to Korthikanti et al. 2022 Table 2 and hand-computed ZeRO bytes."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,29 @@ def test_deepspeed_zero2_estimate_counts_the_buckets_once_and_does_not_fragment_
     # optimizer state (allocated once), not the buckets
     reallocated_GB = ds["gradients"] - 2.0 + ds["activations"]
     assert ds["workspace"] == pytest.approx(WORKSPACE_BYTES / 1e9 + fragmentation_fraction() * reallocated_GB, rel=1e-9)
+
+
+@pytest.mark.parametrize("vocab", [128256, 32000])
+def test_fsdp_peak_holds_the_larger_of_the_output_unit_and_the_decoder_layers_backward(vocab):
+    """FULL_SHARD adds unsharded weights and gradient buffers over NO_SHARD: two decoder
+    layers' weights plus one layer's bf16 gradients and fp32 reduce-scatter input (2 + 4 B), or —
+    while torchtitan's [norm, output] unit runs its backward — the [V, h] head's weights,
+    gradients and reduce-scatter input (2 + 2 + 4 B a parameter) and the prefetched last layer,
+    whichever is
+    larger.  Llama 3 8B's 128K vocabulary makes its head (525M parameters) the larger; a 32K
+    vocabulary (131M) leaves the layers (218M each) the larger."""
+    from cost_model.transformer.spec import get_preset
+
+    model = replace(get_preset("llama3-8b"), vocab_size=vocab)
+    cluster = simple_cluster("H100-SXM5-80GB", 1)
+    tr = Training(global_batch_size=8, sequence_length=8192, attention="flash", framework="fsdp")
+    acts = {z: estimate(model, tr, cluster, Strategy(dp=8, zero_stage=z, micro_batch_size=1, recompute="full"))
+            .stages[0].memory_GB["activations"] for z in (0, 2, 3)}
+    layer = model.decoder_layer_params()
+    head = vocab * model.hidden_size
+    layers_phase, head_phase = 2 * layer * 2 + layer * (2 + 4), head * (2 + 2 + 4) + layer * 2
+    assert acts[3] - acts[0] == pytest.approx(max(layers_phase, head_phase) / 1e9, rel=1e-6)
+    assert (head_phase > layers_phase) == (vocab == 128256)
+    # SHARD_GRAD_OP's weights are resident: it adds only the largest unit's gradients and
+    # reduce-scatter input (2 + 4 B a parameter)
+    assert acts[2] - acts[0] == pytest.approx(max(layer, head) * (2 + 4) / 1e9, rel=1e-6)

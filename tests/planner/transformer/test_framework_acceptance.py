@@ -183,8 +183,14 @@ def test_fsdp_runs_of_7b_to_30b_on_eight_80gb_gpus_fit(model, mbs, node):
     p = res.best.prediction
     assert p.fits and res.best.strategy.zero_stage == 3
     # FSDP shards the model state over the 8 ranks (a replica of even the 7B model would need
-    # 16 bytes per parameter, 108 GB): the predicted peak is within the device.
-    assert max(p.peak_memory_GB) < 80
+    # 16 bytes per parameter, 108 GB): the predicted peak is within the device — for the 30B
+    # model, whose sharded state alone is 65 GB, at the device's edge: the fp32 reduce-scatter
+    # input torchtitan allocates (stage_cost.FSDP_REDUCE_SCATTER_INPUT_BYTES) puts the point
+    # prediction 0.8% over 80 GB, so it is accepted as tight (p10 within the device).
+    if model.get("name") == "llama-30b":
+        assert p.tight and max(p.peak_memory_GB) < 80 * 1.01
+    else:
+        assert max(p.peak_memory_GB) < 80 and not p.tight
     assert p.peak_memory_GB_p10 < 80
 
 
@@ -335,7 +341,7 @@ def test_state_that_fills_the_device_is_not_discounted_by_the_fragmentation_rang
     config = json.loads((Path(__file__).parents[2] / "costmodel/transformer/hf_configs/deepseek-v3.json").read_text())
     a800 = {"name": "a800-76", "family": "ampere", "memory_GB": 76.0, "memory_bandwidth_GBps": 2039, "bf16_tflops": 312}
     body = _body({"transformer": config}, "fsdp", nodes=({**A100_NODE, "count": 16, "device": a800},), gbs=1024, seq=4096)
-    req = parse_estimate_request({**body, "strategy": {"dp": 4, "tp": 4, "pp": 2, "cp": 4, "ep": 16, "micro_batch_size": 1,
+    req = parse_estimate_request({**body, "strategy": {"dp": 8, "tp": 4, "pp": 1, "cp": 4, "ep": 16, "micro_batch_size": 1,
                                                        "recompute": "full", "zero_stage": 3}})
     est = estimate(req.model, req.training, req.cluster, req.strategy)
     stage = max(est.stages, key=lambda st: st.peak_memory_GB)
@@ -756,3 +762,15 @@ def test_paddle_and_deepspeed_layouts_their_engines_refuse_are_refused_and_never
                                   "strategy": {"micro_batch_size": 1, "recompute": "full", "dp": 8, "pp": 2, "zero_stage": 1}})
     off = estimate(req.model, req.training, req.cluster, req.strategy)
     assert on.step_time_s == pytest.approx(off.step_time_s)
+
+
+def test_fsdp_search_does_not_propose_zero2_across_a_pipeline_but_costs_it_pinned():
+    """torchtitan cannot keep gradients sharded through a pipeline's micro-batches
+    (layer_cost.pipelined_fsdp), so an FSDP search with a pipeline proposes FULL_SHARD (costed as
+    torchtitan runs it) or NO_SHARD, never SHARD_GRAD_OP; pinned, ZeRO 2 is costed (the Llama 3
+    paper's layout) and its torchtitan launch says what differs."""
+    two_nodes = ({**H100_NODE, "count": 2},)
+    res = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=two_nodes, constraints={"pp": 2}, gbs=64, seq=8192))
+    assert all(c.strategy.zero_stage != 2 for c in (res.best, *res.alternatives))
+    pinned = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=two_nodes, constraints={"pp": 2, "zero_stage": 2}, gbs=64, seq=8192))
+    assert pinned.best.strategy.zero_stage == 2 and pinned.best.strategy.pp == 2

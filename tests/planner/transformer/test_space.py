@@ -64,6 +64,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
             zeros = [pins["zero_stage"]]
         elif r.sharding_with_pipeline:
             zeros = [z for z in (1, 2, 3) if z in r.zero_stages]
+            if not r.sharded_gradients_in_pipeline and pp > 1:  # torchtitan: no ZeRO-2 across a pipeline's micro-batches
+                zeros = [z for z in zeros if z != 2]
         else:
             zeros = [1] if pp > 1 else [1, 2, 3]
         zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
