@@ -233,6 +233,22 @@ def hsdp_vs_full_shard() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP ZeRO-3, op-level selective recompute, 1 x 8192 tokens per GPU", "rows": rows}
 
 
+def fsdp_schedules() -> dict[str, Any]:
+    """FSDP as torchtitan runs it, per zero stage and pipeline depth (layer_cost.pipelined_fsdp,
+    fsdp_regathers_each_microbatch): Llama 3 70B on 64 H100 at tp 8, 8K tokens, full recompute,
+    64 sequences a step — the DP traffic each schedule exposes and the memory it holds."""
+    model = get_preset("llama3-70b")
+    cl = simple_cluster(H100, 8)
+    rows = []
+    for framework, zero, pp in (("fsdp", 3, 1), ("fsdp", 2, 1), ("fsdp", 3, 4), ("fsdp", 2, 4), ("megatron-core", 1, 4)):
+        tr = Training(global_batch_size=64, sequence_length=8192, framework=framework)
+        est = estimate(model, tr, cl, Strategy(tp=8, pp=pp, dp=8 // pp, zero_stage=zero, micro_batch_size=1, recompute="full"))
+        m = est.to_dict()["memory_breakdown_GB"][0]
+        rows.append(_row(est, framework=framework, zero_stage=zero, pp=pp, dp=8 // pp,
+                         state_GB=round(m["weights"] + m["gradients"] + m["optimizer_state"], 2)))
+    return {"model": model.name, "layout": "64 H100, tp 8, 8192 tokens, full recompute, 64 sequences a step", "rows": rows}
+
+
 def eager_vs_fused() -> dict[str, Any]:
     """Fused kernels against eager PyTorch (layer_cost.eager_*_traffic, eager_saved_bytes_per_element)."""
     model = get_preset("llama3-8b")
@@ -279,12 +295,12 @@ def memory_interval_state_dominated() -> dict[str, Any]:
     model = _config("deepseek-v3")
     tr = Training(global_batch_size=1024, sequence_length=4096, framework="fsdp")
     est = estimate(model, tr, simple_cluster("A800-SXM4-80GB", 16),
-                   Strategy(dp=4, tp=4, pp=2, cp=4, ep=16, micro_batch_size=1, recompute="full", zero_stage=3))
+                   Strategy(dp=8, tp=4, pp=1, cp=4, ep=16, micro_batch_size=1, recompute="full", zero_stage=3))
     stage = max(est.stages, key=lambda st: st.peak_memory_GB)
     m = stage.memory_GB
     p10_end = bounds(tr.framework)[0]
     whole = stage.peak_memory_GB * (1 + fitted_convention(UNMEASURED_FRAGMENTATION[0])) / (1 + fragmentation_fraction()) / np.exp(p10_end.log_shift)
-    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 4 tp 4 pp 2 cp 4 ep 16 on 16 x 8 A800 80GB, full recompute",
+    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 tp 4 pp 1 cp 4 ep 16 on 16 x 8 A800 80GB, full recompute",
             "state_GB": round(m["weights"] + m["gradients"] + m["optimizer_state"], 1),
             "reserve_GB": round(fragmentation_reserve_GB(m), 1), "peak_memory_GB": round(stage.peak_memory_GB, 1),
             "peak_memory_GB_p10": round(est.peak_memory_GB_p10, 1), "peak_memory_GB_p90": round(est.peak_memory_GB_p90, 1),
@@ -293,7 +309,7 @@ def memory_interval_state_dominated() -> dict[str, Any]:
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework, hsdp_vs_full_shard, eager_vs_fused,
+                                  selective_recompute_by_framework, hsdp_vs_full_shard, fsdp_schedules, eager_vs_fused,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

@@ -107,6 +107,21 @@ def physics() -> str | None:
                    + f" — full sharding's per-micro-batch rings span every rank (exposed DP {by[(nodes[0], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f}"
                    f" → {by[(nodes[-1], 'full')]['breakdown_s'].get('dp_comm_exposed', 0):.2f} s), HSDP's stay in a node at the price of"
                    f" {by[(nodes[-1], 'HSDP')]['state_GB']:.1f} GB of model state per GPU instead of {by[(nodes[-1], 'full')]['state_GB']:.2f} GB.")
+    fs = d.get("fsdp_schedules")
+    if fs:
+        row = {(r["framework"], r["zero_stage"], r["pp"]): r for r in fs["rows"]}
+
+        def cell(key: tuple[str, int, int]) -> str:
+            r = row[key]
+            return (f"{r['step_time_s']:.2f} s (DP exposed {r['breakdown_s'].get('dp_comm_exposed', 0):.2f} s), "
+                    f"{r['state_GB']:.1f} GB state, peak {r['peak_memory_GB']:.1f} GB")
+
+        out.append(f"* **FSDP's schedules as torchtitan runs them** ({fs['model']}, {fs['layout']}): without a pipeline, FULL_SHARD "
+                   f"{cell(('fsdp', 3, 1))}; SHARD_GRAD_OP, its weights re-gathered with every micro-batch, {cell(('fsdp', 2, 1))}. "
+                   f"With pp 4, FULL_SHARD gathers and reduces once a step and accumulates unsharded fp32 gradients "
+                   f"(torch.distributed.pipelining): {cell(('fsdp', 3, 4))}, against Megatron-Core's distributed optimizer "
+                   f"{cell(('megatron-core', 1, 4))} and the Llama 3 paper's per-micro-batch ZeRO-2, which torchtitan cannot run, "
+                   f"{cell(('fsdp', 2, 4))}.")
     ev = d.get("eager_vs_fused")
     if ev:
         fused, eager = (next(r for r in ev["rows"] if r["fused_kernels"] is f) for f in (True, False))
