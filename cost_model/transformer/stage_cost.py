@@ -286,25 +286,41 @@ def stage_params(
 FSDP_REDUCE_SCATTER_INPUT_BYTES = 4.0
 
 
-def fsdp_head_unit_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, live: ArrayOrFloat) -> FloatArray:
-    """Unsharded bytes FSDP holds while the output unit runs its backward, on the last stage.
+def fsdp_unsharded_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, live: ArrayOrFloat, has_head: bool) -> FloatArray:
+    """Bytes FSDP holds unsharded beyond the sharded state and the stored activations, at the
+    stage's peak, by schedule (``live``: the parameters of two decoder layers, the current and
+    the prefetched unit; the head is the [V/t, h] output projection, on the last stage):
 
-    torchtitan wraps the final norm and the output projection as one unit that is not resharded
-    after forward (``apply_fsdp_to_decoder``: ``reshard_after_forward_policy == "always"`` only),
-    with a tied embedding in the same unit, and has it prefetch the last decoder layer for
-    backward (``set_modules_to_backward_prefetch``).  So at the start of backward, beside every
-    stored activation and the logits, it holds the gathered [V/t, h] weight (param bytes), its
-    unsharded gradient (param bytes) and the fp32 reduce-scatter input that gradient is copied
-    into (:data:`FSDP_REDUCE_SCATTER_INPUT_BYTES`, FSDP2 ``foreach_reduce``), and the prefetched layer's weights (``live / 2``
-    parameters: one decoder layer).  Decoder layers hold two gathered layers and one layer's
-    gradient and reduce-scatter input; the stage's peak holds the larger of the two phases.  For
-    a 128K-vocabulary model the output unit is the larger (Llama 3 8B: 525M head parameters
-    against 218M a layer: 4.6 GB against 2.2 GB in bf16).  The embedding unit gathers in forward,
-    when few activations are stored, and in backward after most are freed, so it sets no peak.
+    * FULL_SHARD (ZeRO 3): a decoder layer's backward holds the two gathered layers (param bytes),
+      the layer's unsharded gradients and the fp32 reduce-scatter input they are copied into
+      before they are freed (FSDP2 ``_fsdp_collectives.foreach_reduce``:
+      ``reduce_scatter_comm.allocate`` of the padded input, ``foreach_reduce_scatter_copy_in``,
+      then ``unsharded_grads.clear()``; :data:`FSDP_REDUCE_SCATTER_INPUT_BYTES`).  On the last
+      stage the output unit's backward may hold more: torchtitan wraps the final norm and the
+      output projection (with a tied embedding) as one unit not resharded after forward
+      (``apply_fsdp_to_decoder``: ``reshard_after_forward_policy == "always"`` only) that
+      prefetches the last layer for backward (``set_modules_to_backward_prefetch``), so at the
+      start of backward, beside every stored activation and the logits, it holds the gathered
+      head, its gradient and reduce-scatter input, and one gathered layer.  The peak holds the
+      larger phase: for a 128K vocabulary the head's (Llama 3 8B: 525M head parameters against
+      218M a layer, 4.6 GB against 2.2 GB in bf16).  The embedding unit gathers in forward, when
+      few activations are stored, and in backward after most are freed, so it sets no peak.
+    * SHARD_GRAD_OP (ZeRO 2; its weights are resident, counted as weights): the largest unit's
+      gradients and reduce-scatter input.
+    * Inside a pipeline stage (:func:`~cost_model.transformer.layer_cost.pipelined_fsdp`; weights
+      and fp32 gradient accumulators resident): the largest unit's fresh 16-bit gradients before
+      they are added into the accumulators.
+    * NO_SHARD: nothing.
     """
-    head = model.vocab_size * model.hidden_size / S.tp
     pb = param_bytes(training)
-    return head * (2.0 * pb + FSDP_REDUCE_SCATTER_INPUT_BYTES) + 0.5 * live * pb
+    rs = FSDP_REDUCE_SCATTER_INPUT_BYTES
+    layer = 0.5 * live
+    head: ArrayOrFloat = model.vocab_size * model.hidden_size / S.tp if has_head else 0.0
+    unit = np.maximum(layer, head)
+    full_shard = np.maximum(2.0 * layer * pb + layer * (pb + rs), head * (2.0 * pb + rs) + layer * pb)
+    out: FloatArray = np.where(pipelined_fsdp(training, S.zero, S.pp), unit * pb,
+                               np.where(S.zero >= 3, full_shard, np.where(S.zero == 2, unit * (pb + rs), 0.0)))
+    return out
 
 
 def stage_cost(
@@ -381,35 +397,16 @@ def stage_cost(
         acts = acts + dc.embedding_act_bytes * inflight
     if has_head:  # the logits each output head (the model's, the MTP modules') keeps for backward
         acts = acts + dc.head_act_bytes * (1.0 + mtp)
-    # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched).
-    # FSDP holds the current and the prefetched unit; DeepSpeed's stage 3 caps the gathered
-    # parameters at stage3_max_live_parameters (default 1e9).
+    # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched); DeepSpeed's
+    # stage 3 caps the gathered parameters at stage3_max_live_parameters (default 1e9); FSDP's
+    # unsharded buffers by schedule: fsdp_unsharded_bytes.
     live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)))
     if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
-    layer_full_w = live * param_bytes(training)
     if training.framework == "fsdp":
-        # FSDP's backward of a unit holds its unsharded gradients (training dtype) and copies them
-        # into the reduce-scatter input (fp32) before freeing them: one unit's
-        # parameters (half of ``live``) × (param + reduce) bytes beyond the gathered weights
-        # (FSDP2 ``_fsdp_collectives.foreach_reduce``: ``reduce_scatter_comm.allocate`` of the
-        # padded input, ``foreach_reduce_scatter_copy_in``, then ``unsharded_grads.clear()``).
-        layer_full_w = layer_full_w + 0.5 * live * (param_bytes(training) + FSDP_REDUCE_SCATTER_INPUT_BYTES)
-        if has_head:
-            layer_full_w = np.maximum(layer_full_w, fsdp_head_unit_bytes(model, training, S, live))
-    # The largest FSDP unit's parameters (a decoder layer, or on the last stage the output head).
-    # FSDP inside a pipeline stage holds its weights unsharded (counted as weights) and, in
-    # backward, one unit's fresh 16-bit gradients before they are added into the fp32
-    # accumulators; SHARD_GRAD_OP (its weights resident too) reduce-scatters each micro-batch's
-    # gradients unit by unit as FULL_SHARD does: a unit's 16-bit gradients and their fp32
-    # reduce-scatter input.
-    piped = pipelined_fsdp(training, S.zero, S.pp)
-    unit = 0.5 * live
-    if has_head:
-        unit = np.maximum(unit, model.vocab_size * model.hidden_size / S.tp)
-    pb = param_bytes(training)
-    fsdp_unsharded = np.where(piped, unit * pb, np.where(S.zero == 2, unit * (pb + FSDP_REDUCE_SCATTER_INPUT_BYTES), 0.0))
-    acts = acts + np.where((S.zero >= 3) & ~piped, layer_full_w, 0.0) + (fsdp_unsharded if training.framework == "fsdp" else 0.0)
+        acts = acts + fsdp_unsharded_bytes(model, training, S, live, has_head)
+    else:
+        acts = acts + np.where(S.zero >= 3, live * param_bytes(training), 0.0)
     # The allocator's fragmentation of what is freed and reallocated during a step: gradients
     # and activations (gathered weights among them), not the resident weights nor the optimizer
     # state, allocated once, nor DeepSpeed's fixed-size gradient buckets:
@@ -417,6 +414,7 @@ def stage_cost(
     workspace = WORKSPACE_BYTES + fragmentation_fraction() * (grads - buckets + acts)
 
     dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    piped = pipelined_fsdp(training, S.zero, S.pp)  # gathers and reduces once a step, not per micro-batch
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
