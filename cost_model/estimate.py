@@ -19,7 +19,7 @@ import numpy as np
 from cost_model.cluster import Cluster, NodeGroup
 from cost_model.comm import Links
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import sequence_parallel_noop
+from cost_model.frameworks import pipeline_gradient_sharding_note, sequence_parallel_noop
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, uneven_split_warning, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
@@ -196,6 +196,9 @@ def estimate(
     sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel, training.framework)
     if sp_noop:
         warnings.append(sp_noop)
+    zero2_pipeline = pipeline_gradient_sharding_note(training.framework, strategy.zero_stage, strategy.pp)
+    if zero2_pipeline:
+        warnings.append(zero2_pipeline)
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:
         warnings.append(uneven)

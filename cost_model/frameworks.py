@@ -618,6 +618,19 @@ def sequence_parallel_noop(tp: int, sequence_parallel: bool, framework: str = "m
     return "sequence_parallel has no effect at tp=1 (Megatron runs it as a no-op); costed without it"
 
 
+def pipeline_gradient_sharding_note(framework: str, zero_stage: int, pp: int) -> str | None:
+    """Warning for ZeRO 2 with a pipeline where the framework's own pipeline schedule cannot
+    keep the gradients sharded through the micro-batches (``FrameworkRules.sharded_gradients_in_pipeline``:
+    torchtitan's ``torch.distributed.pipelining`` turns FSDP's gradient sync off until the last
+    backward): the layout is costed as asked — gradients reduce-scattered with every micro-batch,
+    as the Llama 3 paper ran it — and the warning says what the framework's launch will hold."""
+    if zero_stage != 2 or pp <= 1 or rules_for(framework).sharded_gradients_in_pipeline:
+        return None
+    return (f"{framework}: zero_stage 2 with pp={pp} is costed with the gradients reduce-scattered every micro-batch "
+            "(the Llama 3 paper's layout); torchtitan's pipeline schedule keeps them unsharded in fp32 until the last "
+            "backward (4 bytes a parameter more per GPU), so plan with zero_stage 3 to cost what torchtitan runs")
+
+
 __all__ = [
     "WHOLE_LAYOUT_RULE_FRAMEWORKS",
     "BLOCK_RECOMPUTE_MISSING",
@@ -645,5 +658,6 @@ __all__ = [
     "partial_sharding_violation",
     "pinned_rule_violation",
     "rules_for",
+    "pipeline_gradient_sharding_note",
     "sequence_parallel_noop",
 ]

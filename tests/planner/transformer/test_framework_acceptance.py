@@ -774,3 +774,5 @@ def test_fsdp_search_does_not_propose_zero2_across_a_pipeline_but_costs_it_pinne
     assert all(c.strategy.zero_stage != 2 for c in (res.best, *res.alternatives))
     pinned = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=two_nodes, constraints={"pp": 2, "zero_stage": 2}, gbs=64, seq=8192))
     assert pinned.best.strategy.zero_stage == 2 and pinned.best.strategy.pp == 2
+    assert any("plan with zero_stage 3" in w for w in pinned.best.prediction.warnings)
+    assert not any("plan with zero_stage 3" in w for w in res.best.prediction.warnings)
