@@ -1055,7 +1055,7 @@ def pipelined_fsdp(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloa
     So the traffic is ZeRO-1's (:func:`step_sync_ring_passes`), not ZeRO-3's per micro-batch, and
     the memory is the distributed optimizer's.  ZeRO 2 with a pipeline stays the Llama 3 paper's
     layout (gradients reduce-scattered with each micro-batch), which torchtitan cannot run: its
-    launch says so (``exporters.frameworks``)."""
+    estimate warns (``frameworks.pipeline_gradient_sharding_note``) and its launch says so."""
     out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) >= 3) & (np.asarray(pp) > 1)
     return out
 
