@@ -177,8 +177,17 @@ def framework_env(view: PlanView) -> dict[str, str]:
     parallelism and its asynchronous TP all-reduce), so a launch without it does not start.
     Blackwell lifted the requirement; under Megatron-FSDP (ZeRO 2/3) and with the MoE
     expert-parallel overlap Megatron only warns, as those want more connections, so it is left
-    unset there."""
+    unset there.
+
+    ``fsdp`` (torchtitan): ``PYTORCH_ALLOC_CONF=expandable_segments:True``, as
+    torchtitan's own ``run_train.sh`` launches every job: the caching allocator maps memory as
+    blocks grow instead of reserving fixed segments, so FSDP's per-unit gathers and frees leave
+    little fragmentation — the low end of the plan's memory interval
+    (``cost_model.transformer.memory``; the point prediction keeps the fraction fitted on
+    measured peaks, which ran without it)."""
     framework = view.training.get("framework", "megatron-core")
+    if framework == "fsdp":
+        return {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
     if framework not in ("megatron-core", "megatron-deepspeed"):
         return {}
     # Megatron-DeepSpeed's cp is Ulysses, not Megatron's context parallelism

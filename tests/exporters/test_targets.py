@@ -674,3 +674,18 @@ def test_torchtitan_launch_of_a_zero2_pipeline_plan_says_what_torchtitan_runs_in
 
     assert "gradients unsharded in fp32" in notes(2) and "plan with zero_stage 3" in notes(2)
     assert "gradients unsharded" not in notes(3)
+
+
+def test_fsdp_launches_set_expandable_segments_as_torchtitans_runner_does():
+    """torchtitan's run_train.sh launches with PYTORCH_ALLOC_CONF=expandable_segments:True; every
+    launcher of an fsdp plan carries it (the user's env wins), other frameworks' do not."""
+    from helpers.plans import homogeneous_plan
+
+    plan = homogeneous_plan()
+    plan["training"]["framework"] = "fsdp"
+    for target, name in (("torchtitan", "launch_torchtitan.sh"), ("slurm", "job.sbatch")):
+        assert "PYTORCH_ALLOC_CONF=expandable_segments:True" in render(plan, target, PARAMS).files[name]
+    mine = LaunchParams(image=PARAMS.image, command=PARAMS.command, queue=PARAMS.queue, smoke_test=False,
+                        env={"PYTORCH_ALLOC_CONF": "expandable_segments:False"})
+    assert "expandable_segments:True" not in render(plan, "torchtitan", mine).files["launch_torchtitan.sh"]
+    assert "PYTORCH_ALLOC_CONF" not in render(homogeneous_plan(), "slurm", PARAMS).files["job.sbatch"]
