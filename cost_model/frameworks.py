@@ -122,11 +122,13 @@ class FrameworkRules:
     #: expert groups carved from sharding × tp and the experts unsplit: Paddle fleet's
     #: ``EPHybridCommunicateGroup`` (:func:`expert_layout_violation`)
     ep_over_sharding: bool = False
-    #: with a pipeline, whether its ZeRO-2 keeps the gradients sharded through the step's
-    #: micro-batches (each micro-batch's reduce-scatter, as the Llama 3 paper ran); torchtitan's
-    #: ``torch.distributed.pipelining`` turns FSDP's gradient sync off until the last backward
-    #: (``cost_model.transformer.layer_cost.pipelined_fsdp``), so the search does not propose it
-    #: there (a pin is costed and its launch says what torchtitan runs instead)
+    #: with a pipeline, whether its sharding keeps the gradients sharded through the step's
+    #: micro-batches (each micro-batch's reduce-scatter).  torchtitan's
+    #: ``torch.distributed.pipelining`` turns FSDP's gradient sync off until the stage's last
+    #: backward, so there full sharding is costed as it then runs
+    #: (``cost_model.transformer.layer_cost.pipelined_fsdp``) and ZeRO 2 — the Llama 3 paper's
+    #: layout — is not proposed by the search (a pin is costed with
+    #: :func:`pipeline_gradient_sharding_note`'s warning, which its launch repeats)
     sharded_gradients_in_pipeline: bool = True
 
 
@@ -627,8 +629,9 @@ def pipeline_gradient_sharding_note(framework: str, zero_stage: int, pp: int) ->
     if zero_stage != 2 or pp <= 1 or rules_for(framework).sharded_gradients_in_pipeline:
         return None
     return (f"{framework}: zero_stage 2 with pp={pp} is costed with the gradients reduce-scattered every micro-batch "
-            "(the Llama 3 paper's layout); torchtitan's pipeline schedule keeps them unsharded in fp32 until the last "
-            "backward (4 bytes a parameter more per GPU), so plan with zero_stage 3 to cost what torchtitan runs")
+            "(the Llama 3 paper's layout); torchtitan's pipeline schedule turns FSDP's gradient sync off until each "
+            "stage's last backward, so its job keeps the gradients unsharded in fp32 (4 bytes a parameter more per GPU) "
+            "and reduce-scatters them once a step: plan with zero_stage 3 to cost what torchtitan runs")
 
 
 __all__ = [

@@ -116,26 +116,27 @@ TP_OVERLAP_MAX_HIDDEN = 0.8
 DP_OVERLAP_WINDOW = 0.8
 
 
-def dp_reduction_overlaps(framework: str, grad_reduce_overlap: bool, pp: Any = 1) -> Any:
-    """Whether the DP gradient reduction runs overlapped with backward (elementwise over ``pp``):
-    as ``grad_reduce_overlap`` (``Training``'s) asks, except under DeepSpeed's pipeline engine (pp > 1),
-    which turns ``overlap_comm`` off ("Pipeline parallelism does not support overlapped
-    communication", ``runtime/engine.py``) and reduces after the last micro-batch — what the
-    cost model prices and ``ds_config.json`` says."""
-    pipeline_off = np.asarray(pp) > 1 if runs_deepspeed_engine(framework) else False
+def dp_reduction_overlaps(framework: str, grad_reduce_overlap: bool, pp: Any = 1, zero_stage: Any = 0) -> Any:
+    """Whether the DP gradient reduction runs overlapped with backward (elementwise over ``pp``
+    and ``zero_stage``): as ``grad_reduce_overlap`` (``Training``'s) asks, except where a pipeline
+    reduces only after the stage's last backward — DeepSpeed's pipeline engine (pp > 1), which
+    turns ``overlap_comm`` off ("Pipeline parallelism does not support overlapped
+    communication", ``runtime/engine.py``; what ``ds_config.json`` says), and fully sharded FSDP
+    under ``torch.distributed.pipelining`` (:func:`pipelined_fsdp`: ``perform_reduce_grad``)."""
+    pipeline_off = np.asarray(pp) > 1 if runs_deepspeed_engine(framework) else _defers_gradient_sync(framework, zero_stage, pp)
     return np.logical_and(grad_reduce_overlap, np.logical_not(pipeline_off))
 
 
-def dp_overlap_fraction(training: Training, device: DeviceSpec, pp: Any = 1) -> Any:
+def dp_overlap_fraction(training: Training, device: DeviceSpec, pp: Any = 1, zero_stage: Any = 0) -> Any:
     """Fraction of a stage's backward pass that hides its DP gradient reduction (elementwise
-    over ``pp``).
+    over ``pp`` and ``zero_stage``).
 
     ``DP_OVERLAP_WINDOW`` where the reduction is overlapped with backward
     (:func:`dp_reduction_overlaps`), scaled by the device's ``comm_overlap_fraction``: the
     reduction hides only where it runs beside the compute (GPUs, 1), not where it shares the
     cores that compute (CPUs, 0: the all-reduce adds to the step).  0 without overlap.
     """
-    out = np.where(dp_reduction_overlaps(training.framework, training.grad_reduce_overlap, pp), DP_OVERLAP_WINDOW * device.efficiency.comm_overlap_fraction, 0.0)
+    out = np.where(dp_reduction_overlaps(training.framework, training.grad_reduce_overlap, pp, zero_stage), DP_OVERLAP_WINDOW * device.efficiency.comm_overlap_fraction, 0.0)
     return float(out) if out.ndim == 0 else out
 
 
@@ -1056,7 +1057,13 @@ def pipelined_fsdp(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloa
     the memory is the distributed optimizer's.  ZeRO 2 with a pipeline stays the Llama 3 paper's
     layout (gradients reduce-scattered with each micro-batch), which torchtitan cannot run: its
     estimate warns (``frameworks.pipeline_gradient_sharding_note``) and its launch says so."""
-    out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) >= 3) & (np.asarray(pp) > 1)
+    return _defers_gradient_sync(training.framework, zero_stage, pp)
+
+
+def _defers_gradient_sync(framework: str, zero_stage: Any, pp: Any) -> npt.NDArray[np.bool_]:
+    """Full sharding inside a pipeline whose schedule turns the per-micro-batch gradient sync off
+    until the stage's last backward (``FrameworkRules.sharded_gradients_in_pipeline`` false)."""
+    out: npt.NDArray[np.bool_] = (np.asarray(zero_stage) >= 3) & (np.asarray(pp) > 1) & (not rules_for(framework).sharded_gradients_in_pipeline)
     return out
 
 

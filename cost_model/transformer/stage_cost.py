@@ -414,7 +414,9 @@ def stage_cost(
     workspace = WORKSPACE_BYTES + fragmentation_fraction() * (grads - buckets + acts)
 
     dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(dense, training, S, dc.links, experts)
-    piped = pipelined_fsdp(training, S.zero, S.pp)  # gathers and reduces once a step, not per micro-batch
+    # ZeRO-3's per-micro-batch gathers and reduce-scatters, except FSDP inside a pipeline stage,
+    # which gathers and reduces once a step (pipelined_fsdp: dp_gradient_comm_s's per-step term)
+    per_microbatch_sharding = (S.zero >= 3) & ~pipelined_fsdp(training, S.zero, S.pp)
     # ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters (the layers and the
     # embedding/head as one more unit each), replacing the whole-stage estimate.
     units = n + float(has_embedding) + float(has_head)
@@ -442,14 +444,14 @@ def stage_cost(
     # HSDP under FSDP: the replicas' all-reduce of the gradient shards runs with every
     # micro-batch's reduce-scatter, in the backward (mb_sync, layer_cost.replica_sync_per_microbatch;
     # dp_gradient_comm_s has it in ZeRO-2's per-micro-batch term, the stage-3 gathers here not)
-    dp_mb = np.where((S.zero >= 3) & ~piped, sharded, dp_mb)
+    dp_mb = np.where(per_microbatch_sharding, sharded, dp_mb)
     # ZeRO 2/3 traffic of a micro-batch is prefetched/bucketed under that micro-batch's compute,
     # phase by phase (layer_cost.sharded_microbatch_exposed_s).
-    overlap = dp_overlap_fraction(training, dc.device, S.pp)
+    overlap = dp_overlap_fraction(training, dc.device, S.pp, S.zero)
     overlap_mb = overlap * np.where(S.zero >= 3, sharded_prefetch_overlap(training.framework), 1.0)
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
                                                  backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0),
-                                                 forward_s_comm=np.where((S.zero >= 3) & ~piped, forward_gathers, dp_mb_forward))
+                                                 forward_s_comm=np.where(per_microbatch_sharding, forward_gathers, dp_mb_forward))
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
@@ -474,9 +476,7 @@ def stage_cost(
         pp_comm_s=pp_comm,
         dp_microbatch_s=dp_mb_exposed,
         dp_comm_s=dp_comm,
-        # torch.distributed.pipelining reduces FSDP's gradients after the stage's last backward
-        # (pipelined_fsdp): only the later stages' cooldown hides it (schedule.exposed_dp_sync_s)
-        dp_window_s=np.where(piped, 0.0, overlap) * backward_s,
+        dp_window_s=overlap * backward_s,
         optimizer_s=optimizer,
         weights_bytes=weights,
         gradients_bytes=grads,

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.frameworks import cp_exchange, expert_layout_ok, runs_deepspeed_engine
+from cost_model.frameworks import cp_exchange, expert_layout_ok, pipeline_gradient_sharding_note, runs_deepspeed_engine
 from cost_model.transformer.layer_cost import dp_reduction_overlaps
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -842,11 +842,7 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if flavor_module is not None:
         files["torchtitan_flavor.py"] = flavor_module
     notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *mtp_notes(view), *launch.notes]
-    if int(view.s("zero_stage", 0)) == 2 and view.pp > 1:
-        # layer_cost.pipelined_fsdp: what torch.distributed.pipelining does to FSDP's gradient sync
-        notes.append("ZeRO 2 with a pipeline (gradients reduce-scattered with every micro-batch, as costed) has no torchtitan "
-                     "equivalent: torch.distributed.pipelining turns FSDP's gradient sync off until each stage's last backward, "
-                     "so this launch (reshard_after_forward=never) keeps every stage's gradients unsharded in fp32, 4 bytes a "
-                     "parameter more than the plan, and reduce-scatters them once a step; plan with zero_stage 3 to cost what "
-                     "torchtitan runs")
+    zero2_pipeline = pipeline_gradient_sharding_note(view.training.get("framework", "fsdp"), int(view.s("zero_stage", 0)), view.pp)
+    if zero2_pipeline:  # the plan's own warning: this launch (reshard_after_forward=never) runs what it describes
+        notes.append(zero2_pipeline)
     return Artifact("torchtitan", files, "torchtitan.toml", tuple(notes))
