@@ -235,16 +235,16 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="store the measured-peak memory interval in cost_model/data/memory_interval.json, then measure again with it")
     args = ap.parse_args()
     out = measure()
-    out["summary"]["fragmentation_bases"] = fragmentation_bases(out["rows"], fragmentation_fraction())
     if args.write and out["summary"]["memory_log_interval"]:
         # fit the fragmentation fraction first, then measure the residual interval with it
         f = fit_fragmentation(out["rows"], fragmentation_fraction()) or fragmentation_fraction()
         INTERVAL.write_text(json.dumps(interval_document(out["summary"], f), indent=1, sort_keys=True) + "\n")
         reload_memory()
         out = measure()
-        out["summary"]["fragmentation_bases"] = fragmentation_bases(out["rows"], fragmentation_fraction())
         INTERVAL.write_text(json.dumps(interval_document(out["summary"], f), indent=1, sort_keys=True) + "\n")
         reload_memory()
+    # each base fitted on the rows as finally measured (the interval document does not carry it)
+    out["summary"]["fragmentation_bases"] = fragmentation_bases(out["rows"], fragmentation_fraction())
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     s = out["summary"]

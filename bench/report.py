@@ -178,8 +178,8 @@ def _fragmentation_bases(bases: dict) -> str:
     """Which memory the allocator's fragmentation reserve is a fraction of, as the peaks say."""
     if not bases:
         return ""
-    parts = [f"{name}: fraction {b['fraction']:.2f}" + (f" (a true reserved/allocated of {1 + b['true_reserve']:.2f})" if "true_reserve" in b else "")
-             + f", median {b['median_abs_error'] * 100:.1f}%, p90 {b['p90_abs_error'] * 100:.1f}%, "
+    parts = [f"{name}: fraction {b['fraction']:.2f} (a true reserved/allocated of {1 + b['true_reserve']:.2f})"
+             f", median {b['median_abs_error'] * 100:.1f}%, p90 {b['p90_abs_error'] * 100:.1f}%, "
              f"{b['within_10pct']} within 10%" for name, b in bases.items()]
     return " What fragments, each base with its own fitted fraction: " + "; ".join(parts) + "."
 
