@@ -373,8 +373,9 @@ def render_megatron(view: PlanView, params: LaunchParams) -> Artifact:
         preamble=["# shellcheck source=/dev/null", 'source "$PLAN_DIR/megatron_args.sh"'],
         entry=params.command_words + ['"${MEGATRON_ARGS[@]}"'],
     )
-    files = {"megatron_args.sh": args_text, **{("launch_megatron.sh" if k == "launch_torchrun.sh" else k): v for k, v in launch.files.items()}}
-    notes = notes + ["Megatron builds groups in tp-cp-ep-dp-pp order, the plan's rank order", *launch.notes]
+    launch_files, launch_notes = _torchrun_as(launch, "launch_megatron.sh")
+    files = {"megatron_args.sh": args_text, **launch_files}
+    notes = notes + ["Megatron builds groups in tp-cp-ep-dp-pp order, the plan's rank order", *launch_notes]
     return Artifact("megatron", files, "megatron_args.sh", tuple(notes))
 
 
@@ -811,6 +812,13 @@ def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: t
     return args
 
 
+def _torchrun_as(launch: Artifact, script: str) -> tuple[dict[str, str], list[str]]:
+    """A torchrun launch's files and notes with its script named ``script`` — the notes tell the
+    user which file to run on every node, so they must name the file that is written."""
+    files = {(script if k == launch.primary else k): v for k, v in launch.files.items()}
+    return files, [n.replace(launch.primary, script) for n in launch.notes]
+
+
 def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     sections = torchtitan_sections(view)
     _, flavor_module, model_notes = torchtitan_model(view.transformer)
@@ -833,15 +841,16 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     params = params.with_default_command("-m torchtitan.train")
     # the launch runs the installed torchtitan (>= 0.3): its command-line configuration, not the TOML
     launch = render_torchrun(view, params, entry=params.command_words + [q(w) for w in overrides])
+    launch_files, launch_notes = _torchrun_as(launch, "launch_torchtitan.sh")
     files = {
         "torchtitan.toml": toml_text,
         "torchtitan_overrides.txt": "# torchtitan >= 0.3 (Python configs, after PR #2386): python -m torchtitan.train $(cat this file)\n"
         + " ".join(q(w) for w in overrides) + "\n",
-        **{("launch_torchtitan.sh" if k == "launch_torchrun.sh" else k): v for k, v in launch.files.items()},
+        **launch_files,
     }
     if flavor_module is not None:
         files["torchtitan_flavor.py"] = flavor_module
-    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *mtp_notes(view), *launch.notes]
+    notes = ["torchtitan's mesh order (pp, dp, cp, tp) matches the plan's rank order", *model_notes, *mtp_notes(view), *launch_notes]
     zero2_pipeline = pipeline_gradient_sharding_note(view.training.get("framework", "fsdp"), int(view.s("zero_stage", 0)), view.pp)
     if zero2_pipeline:  # the plan's own warning: this launch (reshard_after_forward=never) runs what it describes
         notes.append(zero2_pipeline)

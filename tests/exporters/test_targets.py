@@ -689,3 +689,17 @@ def test_fsdp_launches_set_expandable_segments_as_torchtitans_runner_does():
                         env={"PYTORCH_ALLOC_CONF": "expandable_segments:False"})
     assert "expandable_segments:True" not in render(plan, "torchtitan", mine).files["launch_torchtitan.sh"]
     assert "PYTORCH_ALLOC_CONF" not in render(homogeneous_plan(), "slurm", PARAMS).files["job.sbatch"]
+
+
+@pytest.mark.parametrize(("target", "script"), [("torchtitan", "launch_torchtitan.sh"), ("megatron", "launch_megatron.sh")])
+def test_the_run_on_every_node_note_names_the_script_written(target, script):
+    """Targets that wrap the torchrun launcher write its script under their own name; the note
+    telling the user what to run on every node names that file, not torchrun's."""
+    from helpers.plans import homogeneous_plan
+
+    plan = homogeneous_plan()
+    plan["training"]["framework"] = "fsdp" if target == "torchtitan" else "megatron-core"
+    art = render(plan, target, PARAMS)
+    assert script in art.files and "launch_torchrun.sh" not in art.files
+    assert any(f"run {script} on every node" in n for n in art.notes)
+    assert not any("launch_torchrun.sh" in n for n in art.notes)
