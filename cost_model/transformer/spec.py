@@ -21,6 +21,7 @@ encoder-decoder, vision/audio towers) and lists every field it does not know in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -79,7 +80,10 @@ class TransformerSpec:
     rope_scaling: tuple[tuple[str, Any], ...] = ()
     activation: str = ""  # "silu", "gelu", "gelu_tanh", ...; "" → silu if gated else gelu
     sliding_window: int = 0
-    local_attention_layers: int = 0  # layers that use ``sliding_window`` (the others attend globally)
+    local_attention_layers: int = 0  # layers that use ``sliding_window`` or chunks (the others attend globally)
+    #: Chunked local attention (Llama 4's ``attention_chunk_size``): on the local layers each
+    #: query attends causally within its own chunk of this many tokens; 0: none.
+    attention_chunk_size: int = 0
     mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3), trained beside the model
     max_position_embeddings: int = 0
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -266,9 +270,10 @@ class TransformerSpec:
                         "ffn_hidden_size": self.dense_ffn_hidden_size or self.ffn_hidden_size}
             ffns = [((L - dense) / L, {}), (dense / L, dense_kw)]
         attns: list[tuple[float, dict[str, Any]]] = [(1.0, {})]
-        if self.sliding_window and 0 < self.local_attention_layers < L:
+        if (self.sliding_window or self.attention_chunk_size) and 0 < self.local_attention_layers < L:
             local = self.local_attention_layers
-            attns = [(local / L, {"local_attention_layers": L}), ((L - local) / L, {"sliding_window": 0, "local_attention_layers": 0})]
+            attns = [(local / L, {"local_attention_layers": L}),
+                     ((L - local) / L, {"sliding_window": 0, "attention_chunk_size": 0, "local_attention_layers": 0})]
         if len(ffns) == 1 and len(attns) == 1:
             return ((1.0, self),)
         return tuple(
@@ -277,10 +282,20 @@ class TransformerSpec:
 
     def attention_span(self, sequence_length: float) -> float:
         """Keys each query attends to in a uniform layer: the window when every layer is
-        windowed, else the sequence (:meth:`layer_variants` separates mixed models)."""
-        if self.sliding_window and self.local_attention_layers >= self.num_layers:
-            return float(min(self.sliding_window, sequence_length))
-        return float(sequence_length)
+        windowed, else the sequence (:meth:`layer_variants` separates mixed models).
+
+        The attention cost reads a span W as a causal sliding window over s tokens, whose
+        query-key pairs number W·s − W²/2 (``layer_cost``: causal fraction 1 − W/2s).  A chunked
+        layer (chunks of C tokens, each causal within itself) has s·C/2 pairs when C divides s,
+        so its span is the window with as many pairs: W = s − √(s² − C·s); with s ≤ C it is the
+        plain causal sequence (HF ``Llama4TextAttention``: chunked attention on the RoPE layers)."""
+        s = float(sequence_length)
+        if self.local_attention_layers >= self.num_layers:
+            if self.sliding_window:
+                return float(min(self.sliding_window, s))
+            if self.attention_chunk_size and s > self.attention_chunk_size:
+                return s - math.sqrt(s * s - self.attention_chunk_size * s)
+        return s
 
     def matmul_params_per_token(self) -> float:
         """Weights of the average decoder layer's GEMMs that one token multiplies (QKV and
@@ -354,6 +369,7 @@ class TransformerSpec:
             "qk_rope_head_dim": self.qk_rope_head_dim,
             "v_head_dim": self.v_head_dim,
             "sliding_window": self.sliding_window,
+            "attention_chunk_size": self.attention_chunk_size,
             "local_attention_layers": self.local_attention_layers,
             "num_nextn_predict_layers": self.mtp_layers,
         }
@@ -455,6 +471,7 @@ FAMILIES: dict[str, str] = {
     "starcoder2": "starcoder2", "phi": "phi", "qwen": "qwen", "internlm2": "internlm2",
     "olmo2": "olmo2", "olmoe": "olmo2", "granite": "granite", "minicpm": "minicpm", "cohere": "cohere",
     "nemotron": "nemotron", "stablelm": "stablelm", "glm": "glm", "glm4": "glm", "gpt_oss": "gpt_oss",
+    "glm4_moe": "glm4_moe", "llama4_text": "llama4", "mpt": "mpt", "dbrx": "dbrx",
 }
 
 #: Architectures the cost model cannot represent, by kind.
@@ -500,7 +517,7 @@ HARMLESS_FIELDS = frozenset({
     "bad_words_ids", "num_beams", "max_length", "min_length", "do_sample", "temperature", "top_k", "top_p",
     "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "early_stopping", "num_return_sequences",
     "tf_legacy_loss", "pruned_heads", "torch_compile", "mlp_only_layers", "decoder_sparse_step", "moe_layer_freq",
-    "first_k_dense_replace", "rope_scaling", "rope_parameters", "rope_theta", "lm_head_bias",
+    "rope_scaling", "rope_parameters", "rope_theta", "lm_head_bias",
     # GPT-NeoX, BLOOM, OPT, GPT-J: a parallel residual, a partial rotary width, post-LN, fused
     # kernels and fp32 softmax switches, dropout rates and init scales cost nothing the family does
     # not already cost
@@ -522,7 +539,8 @@ COSTED_FIELDS = frozenset({
     "hidden_activation", "activation_function", "attention_bias", "mlp_bias", "alibi", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
     "moe_topk", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "q_lora_rank",
     "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "num_nextn_predict_layers",
-    "n_embed", "ffn_dim", "rotary_emb_base", "padded_vocab_size", "kv_channels", "seq_length",
+    "n_embed", "ffn_dim", "rotary_emb_base", "padded_vocab_size", "kv_channels", "seq_length", "first_k_dense_replace",
+    "n_layers", "n_heads", "max_seq_len",
 })
 
 #: Fields only one family's parser reads: under another family they are not costed and so are
@@ -563,6 +581,14 @@ FAMILY_FIELDS: dict[str, frozenset[str]] = {
     # HF GptOssConfig: the experts' clamped SwiGLU constants (elementwise); the original
     # checkpoint's config.json also spells top-k experts_per_token and names its pre-YaRN length
     "gpt_oss": frozenset({"swiglu_limit", "swiglu_alpha", "experts_per_token", "initial_context_length"}),
+    # HF Glm4MoeConfig: a partial rotary width and an optional per-head q/k RMSNorm
+    "glm4_moe": frozenset({"partial_rotary_factor", "use_qk_norm"}),
+    # HF Llama4TextConfig: the MoE layers (a list, or every interleave_moe_layer_step-th), the
+    # dense layers' FFN width, the NoPE layers (the others use RoPE and chunked attention), an
+    # L2 norm of q and k; the attention temperature tuning is a scalar per query
+    "llama4": frozenset({"moe_layers", "interleave_moe_layer_step", "intermediate_size_mlp", "no_rope_layers",
+                         "no_rope_layer_interval", "attention_chunk_size", "use_qk_norm", "attn_temperature_tuning",
+                         "floor_scale", "attn_scale", "for_llm_compressor"}),
 }
 
 
@@ -572,7 +598,7 @@ def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, require
             val = cfg[key]
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise InvalidModel(f"must be a positive integer, got {val!r}", field=f"{path}.{key}")
-            if val > 10_000_000:
+            if val > 100_000_000:  # Llama 4 Scout's context is 10,485,760 positions
                 raise InvalidModel(f"is implausibly large ({val})", field=f"{path}.{key}")
             return val
     if required:
@@ -635,7 +661,7 @@ def _family(cfg: Mapping[str, Any], path: str) -> tuple[str, str, list[str]]:
 
 def _attention_heads(cfg: Mapping[str, Any], family: str, hidden: int, path: str) -> tuple[int, int, int]:
     """(query heads, key/value heads, head dim) under every spelling of GQA/MQA."""
-    heads = _int_field(cfg, ("num_attention_heads", "n_head"), path)
+    heads = _int_field(cfg, ("num_attention_heads", "n_head", "n_heads"), path)
     assert heads is not None
     if family == "chatglm":  # multi_query_group_num groups when multi_query_attention
         multi_query = _bool_field(cfg, "multi_query_attention", path, False)
@@ -681,13 +707,27 @@ def _dense_layers(cfg: Mapping[str, Any], family: str, layers: int, path: str) -
         if not isinstance(k, int) or not isinstance(freq, int) or k < 0 or freq < 1:
             raise InvalidModel("first_k_dense_replace and moe_layer_freq must be non-negative integers", field=f"{path}.first_k_dense_replace")
         return tuple(i for i in range(layers) if not (i >= k and i % freq == 0))
+    if family == "llama4":
+        # HF Llama4TextConfig: moe_layers, else every interleave_moe_layer_step-th layer counting
+        # from step − 1 (Scout: step 1, every layer; Maverick: step 2, the odd layers)
+        step = _int_field(cfg, ("interleave_moe_layer_step",), path, required=False, default=1)
+        assert step is not None
+        moe = cfg.get("moe_layers")
+        if moe is None:
+            moe = list(range(step - 1, layers, step))
+        if not isinstance(moe, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in moe):
+            raise InvalidModel(f"must be a list of layer indices below {layers}", field=f"{path}.moe_layers")
+        return tuple(i for i in range(layers) if i not in set(moe))
     only = cfg.get("mlp_only_layers") or []
     step = cfg.get("decoder_sparse_step") or 1
+    first = cfg.get("first_k_dense_replace") or 0  # GLM-4.5 and other DeepSeek-style MoEs: dense first layers
     if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < layers for i in only):
         raise InvalidModel(f"must be a list of layer indices below {layers}", field=f"{path}.mlp_only_layers")
     if not isinstance(step, int) or step < 1:
         raise InvalidModel("must be a positive integer", field=f"{path}.decoder_sparse_step")
-    return tuple(i for i in range(layers) if i in only or (i + 1) % step)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise InvalidModel("must be a non-negative integer", field=f"{path}.first_k_dense_replace")
+    return tuple(i for i in range(layers) if i in only or (i + 1) % step or i < first)
 
 
 #: The config names of an MoE's expert count, top-k and shared-expert count: every family's
@@ -714,17 +754,20 @@ def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, pa
         raise InvalidModel("is required for an MoE model (or moe_intermediate_size)", field=f"{path}.intermediate_size")
     shared = _int_field(cfg, ("shared_expert_intermediate_size",), path, required=False, default=0) or 0
     n_shared = _int_field(cfg, names["shared_experts"], path, required=False, default=0) or 0
+    if family == "llama4":  # Llama4TextMoe: one shared expert, Llama4TextMLP of intermediate_size
+        n_shared = 1
     shared += n_shared * expert_ffn
     dense = _dense_layers(cfg, family, layers, path)
     if len(dense) == layers:
         raise InvalidModel("every layer is dense: no layer would use the experts", field=f"{path}.mlp_only_layers")
+    dense_ffn = _int_field(cfg, ("intermediate_size_mlp",), path, required=False) if family == "llama4" else None
     return {
         "num_experts": experts,
         "experts_per_token": top_k,
         "ffn_hidden_size": expert_ffn,
         "shared_expert_ffn_hidden_size": shared,
         "dense_layer_indices": dense,
-        "dense_ffn_hidden_size": (inter or expert_ffn) if dense else 0,
+        "dense_ffn_hidden_size": (dense_ffn or inter or expert_ffn) if dense else 0,
     }
 
 
@@ -763,6 +806,8 @@ def _windows(cfg: Mapping[str, Any], model_type: str, layers: int, path: str) ->
     given; else Gemma-2 alternates local/global, Gemma-3 has 5 local per global, Qwen2 windows
     the layers after ``max_window_layers`` only with ``use_sliding_window``, Mistral/Mixtral
     window every layer)."""
+    if model_type == "llama4_text":
+        return _chunks(cfg, layers, path)
     window = _int_field(cfg, ("sliding_window",), path, required=False)
     if not window:
         return {}
@@ -781,6 +826,128 @@ def _windows(cfg: Mapping[str, Any], model_type: str, layers: int, path: str) ->
     else:
         local = layers
     return {"sliding_window": window, "local_attention_layers": local} if local else {}
+
+
+def _chunks(cfg: Mapping[str, Any], layers: int, path: str) -> dict[str, Any]:
+    """Llama 4's chunked attention: ``attention_chunk_size`` on the RoPE layers (HF
+    ``Llama4TextConfig``: ``layer_types`` "chunked_attention", else ``no_rope_layers`` 1, by
+    default every layer but each ``no_rope_layer_interval``-th (4)); the NoPE layers attend
+    globally."""
+    chunk = _int_field(cfg, ("attention_chunk_size",), path, required=False)
+    if not chunk:
+        return {}
+    types, no_rope = cfg.get("layer_types"), cfg.get("no_rope_layers")
+    if isinstance(types, list) and len(types) == layers:
+        local = sum(1 for t in types if t == "chunked_attention")
+    elif no_rope is not None:
+        if not isinstance(no_rope, list) or len(no_rope) != layers or not all(v in (0, 1) for v in no_rope):
+            raise InvalidModel(f"must be a list of {layers} 0/1 flags (1: the layer uses RoPE)", field=f"{path}.no_rope_layers")
+        local = sum(no_rope)
+    else:
+        interval = _int_field(cfg, ("no_rope_layer_interval",), path, required=False, default=4)
+        assert interval is not None
+        local = sum(1 for i in range(layers) if (i + 1) % interval)
+    return {"attention_chunk_size": chunk, "local_attention_layers": local} if local else {}
+
+
+#: MosaicML MPT (llm-foundry ``MPTConfig``, HF ``MptConfig``) and Databricks DBRX (HF
+#: ``DbrxConfig``): the fields nested under ``attn_config`` / ``ffn_config`` that cost nothing
+#: (dropout, kernels, init, routing rules and loss weights, clamps of q/k/v).
+_MOSAIC_HARMLESS = frozenset({
+    "attn_pdrop", "attn_impl", "prefix_lm", "attn_uses_sequence_id", "alibi_bias_max", "softmax_scale", "clip_qkv",
+    "rope_impl", "rope_dail_config", "rope_hf_config", "fused_qkv", "model_type", "moe_jitter_eps", "moe_loss_weight",
+    "moe_normalize_expert_weights", "uniform_expert_assignment", "moe_weight_parallelism", "moe_world_size",
+    "fc_type", "bias", "init_device",
+})
+#: Their top-level fields that cost nothing.
+_MOSAIC_TOP_HARMLESS = frozenset({
+    "emb_pdrop", "embedding_fraction", "logit_scale", "init_config", "verbose", "tokenizer_name", "use_pad_tok_in_ffn",
+    "fc_type", "init_device", "output_router_logits", "use_train_metrics",
+})
+
+
+def _mosaic(cfg: Mapping[str, Any], family: str, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An MPT or DBRX ``config.json`` in the standard names the parser reads, and the family
+    defaults it overrides.
+
+    MPT (llm-foundry ``mpt/configuration_mpt.py``, ``layers/ffn.py``): ``d_model``, ``n_heads``,
+    ``n_layers``, an FFN of ``expansion_ratio``·d_model (or ``ffn_config.ffn_hidden_size``),
+    ungated GELU ``mptmlp`` or gated ``mptglu``, MegaBlocks experts ``mb_moe``/``mb_dmoe``
+    (``moe_num_experts``, ``moe_top_k``), ``attn_config`` multi-head, multi-query or grouped
+    (``kv_n_heads``), ALiBi or RoPE (a learned position table only without either:
+    ``learned_pos_emb`` is turned off when they are on), ``sliding_window_size``, a LayerNorm of q
+    and k (``qk_ln``); ``no_bias`` (default true) drops every bias; tied embeddings by default.
+    DBRX (HF ``modeling_dbrx``): RoPE, grouped-query attention, GLU experts of
+    ``ffn_hidden_size`` (SiLU), bias-free LayerNorms, an untied head."""
+    fields: dict[str, Any] = {}
+    for section in ("attn_config", "ffn_config"):
+        raw = cfg.get(section)
+        if raw is None:
+            continue
+        if not isinstance(raw, Mapping):
+            raise InvalidModel("must be an object", field=f"{path}.{section}")
+        fields.update({f"{section}.{k}": v for k, v in raw.items()})
+    attn = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("attn_config.")}
+    ffn = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("ffn_config.")}
+    out: dict[str, Any] = {k: v for k, v in cfg.items() if k not in ("attn_config", "ffn_config")}
+    hidden = _int_field(cfg, ("d_model",), path)
+    assert hidden is not None
+    defaults: dict[str, Any] = {}
+    read = {"kv_n_heads", "attn_type", "alibi", "rope", "rope_theta", "sliding_window_size", "qk_ln", "qk_gn",
+            "ffn_type", "ffn_hidden_size", "ffn_act_fn", "moe_num_experts", "moe_top_k"}
+    if family == "dbrx":
+        kv = attn.get("kv_n_heads")
+        defaults.update(gated=True, act="silu")
+    else:
+        kind = attn.get("attn_type", "multihead_attention")
+        kinds = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
+        if kind not in kinds:
+            raise InvalidModel(f"must be one of {', '.join(kinds)}, got {kind!r}", field=f"{path}.attn_config.attn_type")
+        kv = 1 if kind == "multiquery_attention" else attn.get("kv_n_heads") if kind == "grouped_query_attention" else None
+        ffn_type = ffn.get("ffn_type", "mptmlp")
+        types = ("mptmlp", "mptglu", "te_ln_mlp", "mb_moe", "mb_dmoe")
+        if ffn_type not in types:
+            raise InvalidModel(f"must be one of {', '.join(types)}, got {ffn_type!r}", field=f"{path}.ffn_config.ffn_type")
+        # MegaBlocks experts are GLU only with mlp_type "glu" (its default is a plain MLP)
+        defaults["gated"] = ffn_type == "mptglu" or (ffn_type in ("mb_moe", "mb_dmoe") and ffn.get("mlp_type") == "glu")
+        read.add("mlp_type")
+        if attn.get("qk_ln") or attn.get("qk_gn"):
+            defaults["qk_norm"] = True
+        alibi, rope = bool(attn.get("alibi", False)), bool(attn.get("rope", False))
+        out["alibi"] = alibi
+        if not rope and not alibi and _bool_field(cfg, "learned_pos_emb", path, True):
+            defaults["learned_positions"] = True
+        defaults["bias"] = not _bool_field(cfg, "no_bias", path, True)
+        norm = str(cfg.get("norm_type", "low_precision_layernorm"))
+        defaults["norm"] = "rmsnorm" if "rmsnorm" in norm else "layernorm"
+        window = attn.get("sliding_window_size", -1)
+        if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+            out["sliding_window"] = window
+    if kv is not None:
+        out["num_key_value_heads"] = kv
+    if "rope_theta" in attn:
+        out["rope_theta"] = attn["rope_theta"]
+    act = ffn.get("ffn_act_fn")
+    if isinstance(act, Mapping) and act.get("name"):
+        name = str(act["name"])
+        defaults["act"] = "gelu_tanh" if name == "gelu" and act.get("approximate") == "tanh" else name
+    width = ffn.get("ffn_hidden_size")
+    if width is None:
+        ratio = cfg.get("expansion_ratio", 4)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
+            raise InvalidModel(f"must be a positive number, got {ratio!r}", field=f"{path}.expansion_ratio")
+        width = int(ratio * hidden)
+    out["intermediate_size"] = width
+    if "moe_num_experts" in ffn:
+        out["num_local_experts"] = ffn["moe_num_experts"]
+        out["num_experts_per_tok"] = ffn.get("moe_top_k", 1)
+    for key in ("expansion_ratio", "learned_pos_emb", "no_bias", "norm_type", "resid_pdrop", "layer_norm_epsilon"):
+        out.pop(key, None)
+    for key in _MOSAIC_TOP_HARMLESS:
+        out.pop(key, None)
+    # nested fields neither read nor harmless are named in the warnings like unknown top-level ones
+    out.update({k: v for k, v in fields.items() if k.split(".", 1)[1] not in read | _MOSAIC_HARMLESS})
+    return out, defaults
 
 
 def _activation(cfg: Mapping[str, Any], default: str) -> str:
@@ -839,6 +1006,15 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "glm": _LLAMA,
     # HF GptOss: biased attention projections (attention_bias, default true), biased experts
     "gpt_oss": _LLAMA,
+    # HF Glm4Moe: Llama attention (q/k/v biased by attention_bias, default false), SwiGLU experts
+    # and shared experts, dense-first layers
+    "glm4_moe": _LLAMA,
+    # HF Llama4Text: Llama attention, SwiGLU experts plus one shared expert, untied
+    "llama4": _LLAMA,
+    # llm-foundry MPT: ungated GELU FFN, LayerNorm, tied (``_mosaic`` reads what its config varies)
+    "mpt": {"gated": False, "norm": "layernorm", "tie": True, "act": "gelu"},
+    # HF Dbrx: GLU experts with SiLU, bias-free LayerNorms, untied
+    "dbrx": {"gated": True, "norm": "layernorm", "tie": False, "act": "silu"},
 }
 
 
@@ -887,6 +1063,10 @@ def _biases(cfg: Mapping[str, Any], family: str, defaults: Mapping[str, Any], pa
         return {"qkv_bias": _bool_field(cfg, "use_qkv_bias", path, False)}
     if family == "glm":  # q/k/v by attention_bias (default true); o_proj never
         return {"qkv_bias": _bool_field(cfg, "attention_bias", path, True)}
+    if family in ("mpt", "dbrx"):  # MPT: every linear layer and norm unless no_bias; DBRX: none
+        return {"bias": bool(defaults.get("bias"))}
+    if family == "glm4_moe":  # q/k/v by attention_bias (default false)
+        return {"qkv_bias": _bool_field(cfg, "attention_bias", path, False)}
     if family == "gpt_oss":  # q/k/v/o by attention_bias (default true); the experts always
         b = _bool_field(cfg, "attention_bias", path, True)
         return {"qkv_bias": b, "out_bias": b, "mlp_bias": True}
@@ -926,7 +1106,10 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         raise InvalidModel("must be an object of Hugging Face config.json keys", field=path)
     model_type, family, warnings = _family(cfg, path)
     defaults = _FAMILY_DEFAULTS[family]
-    layers = _int_field(cfg, ("num_hidden_layers", "n_layer", "num_layers"), path)
+    if family in ("mpt", "dbrx"):
+        cfg, overrides = _mosaic(cfg, family, path)
+        defaults = {**defaults, **overrides}
+    layers = _int_field(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), path)
     hidden = _int_field(cfg, ("hidden_size", "n_embd", "n_embed", "d_model"), path)
     assert layers is not None and hidden is not None
     heads, kv, head_dim = _attention_heads(cfg, family, hidden, path)
@@ -948,12 +1131,15 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
     kw.update(_moe(cfg, family, layers, inter, path))
     kw.setdefault("ffn_hidden_size", ffn)
     positions = 0
-    max_pos = _int_field(cfg, ("n_positions", "max_position_embeddings", "seq_length"), path, required=False, default=0)
+    max_pos = _int_field(cfg, ("n_positions", "max_position_embeddings", "seq_length", "max_seq_len"), path, required=False, default=0)
     if family == "gpt2":
         positions = max_pos or 2048
         kw["position_embedding"] = "learned"
     elif family == "opt":  # OPTLearnedPositionalEmbedding: max_position_embeddings + 2 rows
         positions = (max_pos or 2048) + 2
+        kw["position_embedding"] = "learned"
+    elif defaults.get("learned_positions"):  # MPT without ALiBi or RoPE: a max_seq_len table
+        positions = max_pos or 2048
         kw["position_embedding"] = "learned"
     else:
         alibi = family == "bloom" or _bool_field(cfg, "alibi", path, False)

@@ -240,6 +240,10 @@ def _megatron_attention_args(m: TransformerSpec) -> tuple[list[tuple[str, str | 
         global_layers = m.num_layers - m.local_attention_layers
         if global_layers > 0:
             args.append(("--window-attn-skip-freq", str(max(1, m.num_layers // global_layers))))
+    if m.attention_chunk_size:
+        notes.append(f"chunked attention ({m.attention_chunk_size}-token chunks on {m.local_attention_layers} of "
+                     f"{m.num_layers} layers, Llama 4) has no Megatron-LM flag: this launch attends over the whole "
+                     "sequence on those layers, which the plan costs chunked")
     return args, notes
 
 

@@ -94,3 +94,28 @@ def test_mtp_module_is_costed_and_launched_as_megatron_runs_it(client):
     art = client.get(f"/v1/plans/{r.json()['id']}/launch?target=torchtitan&format=json")
     assert art.status_code == 200, art.text
     assert any("multi-token-prediction" in n for n in art.json()["notes"])
+
+
+def test_mpt_plans_under_fsdp_and_llama_4_launches_with_its_chunked_attention_named(client):
+    """LLM Foundry's MPT (nested attn_config/ffn_config) plans under fsdp as its own family with
+    nothing uncosted; a Llama 4 plan is costed with chunked attention, which Megatron-LM cannot
+    express, and its Megatron launch says so."""
+    mpt = json.loads((CONFIGS / "mpt-7b.json").read_text())
+    body = {"model": {"transformer": mpt}, "cluster": CLUSTER, "top_k": 0,
+            "training": {"global_batch_size": 64, "sequence_length": 2048, "framework": "fsdp"}, "constraints": {"zero_stage": 3}}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["model"]["name"] == "mpt 6.6B" and not any("mpt" in w for w in r.json()["warnings"])
+    scout = {**json.loads((CONFIGS / "llama-4-maverick-text.json").read_text()), "interleave_moe_layer_step": 1,
+             "num_local_experts": 16, "num_hidden_layers": 8}
+    steps = {}
+    for chunk in (8192, None):
+        body = {"model": {"transformer": {**scout, "attention_chunk_size": chunk}}, "cluster": CLUSTER, "top_k": 0,
+                "training": {"global_batch_size": 16, "sequence_length": 65536, "framework": "megatron-core"},
+                "constraints": {"tp": 8, "cp": 2, "pp": 1, "ep": 8, "micro_batch_size": 1, "recompute": "full"}}
+        r = client.post("/v1/plans", json=body)
+        assert r.status_code == 201, r.text
+        steps[chunk] = r.json()
+    assert steps[8192]["best"]["prediction"]["step_time_s"] < steps[None]["best"]["prediction"]["step_time_s"]
+    notes = client.get(f"/v1/plans/{steps[8192]['id']}/launch?target=megatron&format=json").json()["notes"]
+    assert any("chunked attention" in n and "no Megatron-LM flag" in n for n in notes)

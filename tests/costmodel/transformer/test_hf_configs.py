@@ -52,6 +52,10 @@ CARDS = [
     ("phi-2", 2.7797, None, 0.0, "microsoft/phi-2: 2,779,683,840 parameters (its safetensors; 2.7B on the card)"),
     ("qwen-7b", 7.7213, None, 0.0, "Qwen/Qwen-7B: 7,721,324,544 parameters (its safetensors; 7.7B on the card)"),
     ("deepseek-moe-16b", 16.4, 2.8, 0.05, "Dai et al. 2024 'DeepSeekMoE': DeepSeekMoE 16B, 16.4B total, 2.8B activated"),
+    ("mpt-7b", 6.6493, None, 0.0, "mosaicml/mpt-7b: 6,649,286,656 parameters (its safetensors; 6.7B on the card)"),
+    ("dbrx-base", 132.0, 36.0, 0.5, "Databricks DBRX announcement / model card: 132B total, 36B active on any input"),
+    ("llama-4-maverick-text", 400.0, 17.0, 0.5, "Llama 4 Maverick model card: 17B active, 400B total (128 experts)"),
+    ("glm-4.5-air", 106.0, None, 0.5, "GLM-4.5 report / zai-org/GLM-4.5-Air card: 106B total parameters (MTP layer excluded)"),
 ]
 
 
@@ -370,3 +374,72 @@ def test_an_ungated_family_costs_two_ffn_matrices():
     own = model_flops_per_step(from_hf_config(sc), t)
     as_llama = model_flops_per_step(from_hf_config({**sc, "model_type": "llama"}), t)
     assert as_llama > 1.25 * own
+
+
+def test_mpt_reads_llm_foundry_nested_configs():
+    """MPT (llm-foundry ``MPTConfig``): ``attn_config``/``ffn_config`` decide the attention, the
+    positions, the FFN and the biases; nested fields it does not know are warned about."""
+    mpt = from_hf_config(load("mpt-7b"))
+    assert mpt.position_embedding == "alibi" and mpt.learned_positions == 0  # learned_pos_emb is off under ALiBi
+    assert not mpt.gated_ffn and mpt.ffn_hidden_size == 4 * 4096 and mpt.activation == "gelu"
+    assert mpt.tie_embeddings and not (mpt.bias or mpt.has_qkv_bias or mpt.has_mlp_bias) and mpt.num_kv_heads == 32
+    assert not mpt.warnings
+    base = load("mpt-7b")
+    gqa = from_hf_config({**base, "no_bias": False,
+                          "attn_config": {"attn_type": "grouped_query_attention", "kv_n_heads": 8, "rope": True, "rope_theta": 10000, "qk_ln": True},
+                          "ffn_config": {"ffn_type": "mptglu", "ffn_hidden_size": 11008, "ffn_act_fn": {"name": "silu"}}})
+    assert gqa.num_kv_heads == 8 and gqa.position_embedding == "rope" and gqa.qk_norm and gqa.bias
+    assert gqa.gated_ffn and gqa.ffn_hidden_size == 11008 and gqa.activation == "silu"
+    learned = from_hf_config({**base, "attn_config": {"alibi": False}})
+    assert learned.position_embedding == "learned" and learned.learned_positions == 2048
+    assert from_hf_config({**base, "attn_config": {"attn_type": "multiquery_attention"}}).num_kv_heads == 1
+    odd = from_hf_config({**base, "attn_config": {"alibi": True, "new_kernel_knob": 3}})
+    assert any("attn_config.new_kernel_knob" in w for w in odd.warnings)
+    with pytest.raises(InvalidModel) as err:
+        from_hf_config({**base, "attn_config": {"attn_type": "linear_attention"}})
+    assert err.value.field == "model.transformer.attn_config.attn_type"
+    with pytest.raises(InvalidModel) as err:
+        from_hf_config({k: v for k, v in base.items() if k != "n_layers"})
+    assert "n_layers" in str(err.value)
+
+
+def test_dbrx_is_a_gated_mixture_of_experts_with_grouped_queries():
+    dbrx = from_hf_config(load("dbrx-base"))
+    assert dbrx.is_moe and dbrx.num_experts == 16 and dbrx.experts_per_token == 4 and dbrx.ffn_hidden_size == 10752
+    assert dbrx.gated_ffn and dbrx.num_kv_heads == 8 and dbrx.rope_theta == 500000 and not dbrx.tie_embeddings
+    assert not dbrx.bias and not dbrx.dense_layer_indices and not dbrx.warnings
+
+
+def test_llama_4_interleaves_moe_layers_with_a_shared_expert_and_chunked_attention():
+    """HF ``Llama4TextConfig``: MoE every ``interleave_moe_layer_step``-th layer (Maverick: the odd
+    ones) with one shared expert of ``intermediate_size``; dense layers of
+    ``intermediate_size_mlp``; chunked attention on the RoPE layers (3 in 4), global on the NoPE."""
+    mav = from_hf_config(load("llama-4-maverick-text"))
+    assert mav.dense_layer_indices == tuple(range(0, 48, 2)) and mav.dense_ffn_hidden_size == 16384
+    assert mav.shared_expert_ffn_hidden_size == 8192 and mav.num_experts == 128 and mav.experts_per_token == 1
+    assert mav.attention_chunk_size == 8192 and mav.local_attention_layers == 36 and not mav.warnings
+    scout = from_hf_config({**load("llama-4-maverick-text"), "interleave_moe_layer_step": 1, "num_local_experts": 16})
+    assert not scout.dense_layer_indices and within(scout.active_params() / 1e9, 17.0, rounding=0.5)  # "17B active"
+    explicit = from_hf_config({**load("llama-4-maverick-text"), "no_rope_layers": [1] * 40 + [0] * 8})
+    assert explicit.local_attention_layers == 40
+    unchunked = from_hf_config({**load("llama-4-maverick-text"), "attention_chunk_size": None})
+    # a chunk of C tokens costs s·C/2 query-key pairs: the same as global attention up to C tokens
+    for seq, fewer in ((8192, False), (65536, True)):
+        t = Training(global_batch_size=8, sequence_length=seq)
+        chunked, full = model_flops_per_step(mav, t), model_flops_per_step(unchunked, t)
+        assert (chunked < 0.9 * full) if fewer else chunked == pytest.approx(full)
+    local = next(v for _, v in mav.layer_variants() if v.attention_chunk_size)
+    s, c = 65536.0, 8192.0
+    w = local.attention_span(s)
+    assert w * s - w * w / 2 == pytest.approx(s * c / 2)
+
+
+def test_glm_4_5_keeps_its_first_layers_dense():
+    air = from_hf_config(load("glm-4.5-air"))
+    assert air.dense_layer_indices == (0,) and air.dense_ffn_hidden_size == 10944 and air.ffn_hidden_size == 1408
+    assert air.has_qkv_bias and not air.has_out_bias and air.norms_per_layer == 2 and air.mtp_layers == 1
+    assert not air.warnings
+    assert not from_hf_config({k: v for k, v in load("glm-4.5-air").items() if k != "attention_bias"}).has_qkv_bias
+    # first_k_dense_replace in any MoE family's config keeps those layers dense
+    qwen = from_hf_config({**load("qwen3-30b-a3b"), "first_k_dense_replace": 2})
+    assert qwen.dense_layer_indices == (0, 1)
