@@ -40,6 +40,7 @@ from cost_model.graph.op_cost import OpCost, graph_op_costs, saved_input_slots
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     eager_attention_elementwise_s,
+    fsdp_reduces_each_microbatch,
     gradient_reduce_bytes,
     model_state_bytes_per_param,
     optimizer_bytes_per_param,
@@ -560,6 +561,10 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
         return out
 
     sync_s = grad_passes * ring(gradient_reduce_bytes(training)) + weight_passes * ring(param_bytes(training))
+    # unsharded FSDP without a pipeline all-reduces with every micro-batch instead of once
+    # (layer_cost.fsdp_reduces_each_microbatch, for which step_sync_ring_passes gives none)
+    every = float(fsdp_reduces_each_microbatch(training, mesh.zero_stage, mesh.pp))
+    sync_s = sync_s + every * 2.0 * mesh.num_microbatches * ring(gradient_reduce_bytes(training))
     opt_shard = np.where(optimizer_state_partitioned(training, mesh.zero_stage, mesh.pp), sync_n, 1.0)
     hbm_bytes_per_s = gbps_to_bytes_per_s(device.memory_bandwidth_GBps) * device.efficiency.memory_fraction
     opt_s = params_dev * optimizer_bytes_per_param(training) / opt_shard / hbm_bytes_per_s

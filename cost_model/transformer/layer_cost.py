@@ -1067,6 +1067,30 @@ def _defers_gradient_sync(framework: str, zero_stage: Any, pp: Any) -> npt.NDArr
     return out
 
 
+def fsdp_reduces_each_microbatch(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+    """Rows where unsharded FSDP (``fsdp``, ZeRO 0) runs without a pipeline: torchtitan applies
+    ``fully_shard`` on a (dp_replicate, shard 1) mesh, and its trainer runs each gradient-
+    accumulation step's backward with gradient sync on (``Trainer.train_step`` never calls
+    ``set_requires_gradient_sync(False)``; only ``torch.distributed.pipelining`` does), so every
+    micro-batch's post-backward all-reduces its gradients over the replicas — 2R per
+    micro-batch, where DDP under ``no_sync`` (and Megatron-Core) all-reduces once a step."""
+    out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) == 0) & (np.asarray(pp) == 1)
+    return out
+
+
+def fsdp_accumulates_in_fp32(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
+    """Rows where FSDP2 adds every micro-batch's 16-bit gradients into fp32 buffers of the whole
+    stage's parameters (a memory-bound pass per micro-batch, ``stage_cost.FSDP_ACCUMULATION_
+    BYTES_PER_PARAM``): full sharding inside a pipeline (:func:`pipelined_fsdp`: unsharded fp32
+    accumulators while sync is off) and ZeRO 0, whose one-rank shard is the whole fp32 gradient
+    — accumulated under a pipeline's sync-off as the former, else after each micro-batch's
+    all-reduce (:func:`fsdp_reduces_each_microbatch`: copied into the fp32 reduce buffer and
+    added into the sharded gradient)."""
+    out: npt.NDArray[np.bool_] = pipelined_fsdp(training, zero_stage, pp) | (
+        (training.framework == "fsdp") & (np.asarray(zero_stage) == 0))
+    return out
+
+
 def fsdp_regathers_each_microbatch(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:
     """Rows where FSDP's SHARD_GRAD_OP (``fsdp``, ZeRO 2) runs without a pipeline: FSDP2's
     ``reshard_after_forward=False`` keeps a unit's weights from its forward to its backward, but
@@ -1364,7 +1388,9 @@ def dp_gradient_comm_s(
     2R (ring; DP groups span dp·cp ranks with TP ranks in between; expert weights sync over
     their EDP = dp·cp·tp/(ep·etp) ranks).  By ZeRO stage (Rajbhandari et al. 2020):
 
-    * 0 — gradients accumulate locally over the micro-batches and are all-reduced once: 2R per step;
+    * 0 — gradients accumulate locally over the micro-batches and are all-reduced once: 2R per
+      step — except FSDP without a pipeline (:func:`fsdp_reduces_each_microbatch`), which
+      all-reduces every micro-batch's: 2R per micro-batch;
     * 1 — Megatron's distributed optimizer: reduce-scatter of gradients + all-gather of the
       updated weights, once per step: 2R per step;
     * 0 or 1 under DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`) — its pipeline engine
@@ -1424,6 +1450,7 @@ def dp_gradient_comm_s(
     mb_sync = np.where(piped, 0.0, mb_sync)
     per_step = grad_passes * rs_g + weight_passes * rs_w + replicas
     per_microbatch = np.where(S.zero >= 3, 2.0 * rs_w + rs_g + mb_sync, np.where(S.zero == 2, rs_g + mb_sync, 0.0))
+    per_microbatch = np.where(fsdp_reduces_each_microbatch(training, S.zero, S.pp), 2.0 * rs_g, per_microbatch)
     per_microbatch = np.where(piped, 0.0, per_microbatch)
     regather = fsdp_regathers_each_microbatch(training, S.zero, S.pp)
     forward_mb = np.where(regather, rs_w, 0.0)
@@ -1434,7 +1461,8 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     """(gradient, weight) ring passes of the once-per-step data-parallel sync, in reduce-scatter
     (or all-gather) passes R of :func:`dp_gradient_comm_s` (an all-reduce is two):
 
-    * ZeRO 0 — the gradients all-reduced: (2, 0);
+    * ZeRO 0 — the gradients all-reduced: (2, 0); FSDP without a pipeline all-reduces them with
+      every micro-batch instead (:func:`fsdp_reduces_each_microbatch`): (0, 0);
     * 1 — the gradients reduce-scattered, the updated weights all-gathered: (1, 1);
     * DeepSpeed's BF16_Optimizer at 0 (with a pipeline) or 1 (:func:`bf16_optimizer`) — the gradient buffer
       all-reduced, then the weights its partitioned step updated all-gathered: (2, 1);
@@ -1450,7 +1478,8 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     bf16 = bf16_optimizer(training, z, pp)
     piped = pipelined_fsdp(training, z, pp)
     regather = fsdp_regathers_each_microbatch(training, z, pp)
-    grads: FloatArray = np.where(bf16, 2.0, np.where(piped, 1.0, np.where(z >= 2, 0.0, np.where(z == 1, 1.0, 2.0))))
+    each_mb = fsdp_reduces_each_microbatch(training, z, pp)
+    grads: FloatArray = np.where(bf16, 2.0, np.where(piped, 1.0, np.where((z >= 2) | each_mb, 0.0, np.where(z == 1, 1.0, 2.0))))
     weights: FloatArray = np.where((bf16 | (z == 1) | (z == 2) | piped) & ~regather, 1.0, 0.0)
     return grads, weights
 

@@ -36,6 +36,7 @@ from cost_model.transformer.layer_cost import (
     dp_overlap_fraction,
     embedding_head_costs,
     fragmentation_fraction,
+    fsdp_accumulates_in_fp32,
     layer_costs,
     model_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
@@ -151,10 +152,11 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
     DeepSpeed's ``BF16_Optimizer``, :func:`~cost_model.transformer.layer_cost.bf16_optimizer`, and its fp32 accumulation,
     :data:`BF16_OPTIMIZER_ACCUMULATION_BYTES_PER_PARAM` and
     :data:`BF16_OPTIMIZER_KERNELS_PER_TENSOR`) — zero for Megatron-Core (fused into the wgrad
-    GEMM) and for ZeRO-3/FSDP (reduce-scattered), except FSDP inside a pipeline stage
-    (:func:`~cost_model.transformer.layer_cost.pipelined_fsdp`), which adds each micro-batch's
-    16-bit gradients into unsharded fp32 accumulators (:data:`FSDP_ACCUMULATION_BYTES_PER_PARAM`,
-    one add per parameter tensor).
+    GEMM) and for ZeRO-3/FSDP (reduce-scattered), except where FSDP2 adds each micro-batch's
+    16-bit gradients into fp32 buffers of the whole stage
+    (:func:`~cost_model.transformer.layer_cost.fsdp_accumulates_in_fp32`: full sharding inside a
+    pipeline stage, and ZeRO 0; :data:`FSDP_ACCUMULATION_BYTES_PER_PARAM`, one add per parameter
+    tensor).
 
     Source: PyTorch ``torch/csrc/autograd/functions/accumulate_grad.h`` (in-place
     ``variable_grad += new_grad``), DeepSpeed ``runtime/engine.py`` (gradients accumulate in
@@ -164,7 +166,7 @@ def grad_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device
 
     if training.framework == "fsdp":
         fsdp_t = memory_bound_time_s(np.asarray(params_per_gpu, dtype=float) * FSDP_ACCUMULATION_BYTES_PER_PARAM, device, kernels=tensors)
-        fsdp_out: FloatArray = np.where(pipelined_fsdp(training, S.zero, S.pp), fsdp_t, 0.0)
+        fsdp_out: FloatArray = np.where(fsdp_accumulates_in_fp32(training, S.zero, S.pp), fsdp_t, 0.0)
         return fsdp_out
     if not runs_deepspeed_engine(training.framework):
         return np.zeros_like(np.asarray(S.tp, dtype=float))

@@ -11,6 +11,8 @@ from cost_model.comm import Links
 from cost_model.transformer.layer_cost import (
     StrategyArrays,
     dp_gradient_comm_s,
+    fsdp_accumulates_in_fp32,
+    fsdp_reduces_each_microbatch,
     fsdp_regathers_each_microbatch,
     model_state_bytes_per_param,
     pipelined_fsdp,
@@ -95,3 +97,35 @@ def test_shard_grad_op_without_a_pipeline_pays_a_gather_every_microbatch():
     # optimizer step that runs once
     per_mb = one.step_time_s - one.breakdown_s["optimizer"]
     assert four.step_time_s - four.breakdown_s["optimizer"] == pytest.approx(4 * per_mb, rel=1e-6)
+
+
+def test_unsharded_fsdp_all_reduces_every_microbatch_without_a_pipeline():
+    """torchtitan's ZeRO 0 is fully_shard over a (replicate, shard 1) mesh and its trainer keeps
+    gradient sync on through gradient accumulation: every micro-batch all-reduces (2R), where
+    Megatron-Core's DDP all-reduces once a step.  With a pipeline the sync is deferred to the
+    step; either way each micro-batch adds its gradients into the whole fp32 gradient."""
+    links = Links.for_group(simple_cluster("H100-SXM5-80GB", 4).node_groups[0])
+    params = 2e9
+    assert fsdp_reduces_each_microbatch(FSDP, 0, 1) and not fsdp_reduces_each_microbatch(FSDP, 0, 4)
+    assert not fsdp_reduces_each_microbatch(MEGATRON, 0, 1) and not fsdp_reduces_each_microbatch(FSDP, 3, 1)
+    assert fsdp_accumulates_in_fp32(FSDP, 0, 1) and fsdp_accumulates_in_fp32(FSDP, 0, 4) and fsdp_accumulates_in_fp32(FSDP, 3, 4)
+    assert not fsdp_accumulates_in_fp32(FSDP, 3, 1) and not fsdp_accumulates_in_fp32(MEGATRON, 0, 4)
+    each = dp_gradient_comm_s(params, FSDP, _S(dp=32), links)
+    ddp = dp_gradient_comm_s(params, MEGATRON, _S(dp=32), links)
+    assert float(each[0][0]) == 0.0 and float(each[3][0]) == 0.0
+    assert float(ddp[0][0]) > 0.0 and float(ddp[1][0]) == 0.0
+    # with a pipeline the same all-reduce runs once a step
+    piped = dp_gradient_comm_s(params, FSDP, _S(dp=32, pp=4), links)
+    assert float(piped[1][0]) == 0.0 and float(piped[0][0]) == pytest.approx(float(each[1][0]))
+    # end to end: a DDP-style torchtitan step with 8 micro-batches moves 8 all-reduces, where
+    # Megatron-Core's moves one whatever the accumulation
+    model = get_preset("llama2-7b")
+    cluster = simple_cluster("H100-SXM5-80GB", 32)
+    s = Strategy(dp=16, tp=2, micro_batch_size=1, recompute="full")
+    exposed = {}
+    for fw in ("fsdp", "megatron-core"):
+        for gbs in (16, 128):
+            est = estimate(model, Training(global_batch_size=gbs, sequence_length=2048, framework=fw), cluster, s)
+            exposed[fw, gbs] = est.breakdown_s["dp_comm_exposed"]
+    assert exposed["fsdp", 128] > 4 * exposed["fsdp", 16] > 0
+    assert exposed["megatron-core", 128] == pytest.approx(exposed["megatron-core", 16], rel=0.05)
