@@ -479,6 +479,8 @@ UNSUPPORTED: dict[str, tuple[str, ...]] = {
     "a state-space / recurrent model": (
         "mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "zamba", "zamba2", "bamba", "nemotron_h",
         "rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm", "lfm2",
+        # hybrids of linear-attention (recurrent-state) layers and softmax attention
+        "qwen3_next", "minimax", "minimax_m1", "kimi_linear", "granitemoehybrid",
     ),
     "an encoder-decoder model": (
         "t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "pegasus_x", "marian",
@@ -634,6 +636,9 @@ def _refuse_unsupported(cfg: Mapping[str, Any], model_type: str, path: str) -> N
         kind = "a multimodal model (vision/audio tower)"
     if kind is None and any(k in cfg for k in ("state_size", "d_state", "ssm_cfg", "attn_layer_indices")):
         kind = "a state-space / recurrent model"
+    types = cfg.get("layer_types")
+    if kind is None and isinstance(types, list) and any(t in ("linear_attention", "mamba", "conv") for t in types):
+        kind = "a state-space / recurrent model"  # a hybrid: some layers keep a recurrent state
     if kind is not None:
         hint = " (to plan its language model alone, submit its text_config)" if "text_config" in cfg else ""
         raise InvalidModel(

@@ -315,6 +315,12 @@ def test_unknown_model_type_is_costed_llama_style_with_a_warning():
          "multimodal"),
         ({"model_type": "custom_seq2seq", "is_encoder_decoder": True, "d_model": 512}, "encoder-decoder"),
         ({"model_type": "ernie4_5_moe_vl", "hidden_size": 2560, "num_hidden_layers": 28}, "multimodal"),
+        # hybrids whose linear-attention layers keep a recurrent state: costed as full attention
+        # by the Llama fallback before, now refused by type or by their layer_types
+        ({"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+          "layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "state-space"),
+        ({"model_type": "my_hybrid", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+          "intermediate_size": 5632, "layer_types": ["linear_attention", "full_attention"] * 2}, "state-space"),
     ],
 )
 def test_unsupported_architectures_are_refused_naming_model_type(cfg, kind):
