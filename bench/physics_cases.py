@@ -15,7 +15,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``cp_vs_sequence``: Llama-3-70B on 8 × 8 H100 at a fixed 1M tokens per step, sequence 16k–128k,
   with the context parallelism each needs: attention share and exposed ring;
 * ``cp_comm_types``: p2p ring vs all-gather vs all-to-all at 128k;
-* ``sliding_window``: attention time of a windowed vs a global layer vs sequence;
+* ``sliding_window``: attention time of a windowed (4k) and a chunked (Llama 4's 8k chunks) vs a
+  global layer vs sequence;
 * ``mla_flops``: DeepSeek-V3 model FLOPs per token against 6 × active parameters + attention;
 * ``planner_searches_ep``: the plan for Qwen3-235B-A22B on 16 × 8 H100 (EP is a searched knob);
 * ``selective_recompute_by_framework``: Llama-2 13B under FSDP FULL_SHARD on 8 H100, 2 × 4096
@@ -24,6 +25,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
   4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
   (sharded within a node, replicated across) — step, exposed DP time and the state each holds;
+* ``fsdp_schedules``: Llama 3 70B under FSDP per zero stage and pipeline depth, as torchtitan runs
+  them, against Megatron-Core's distributed optimizer;
+* ``fsdp_replicate_sync``: unsharded FSDP (ZeRO 0) on 32 H100 with 2 and 16 micro-batches a step:
+  an all-reduce per micro-batch without a pipeline, once a step with one, against Megatron-Core's DDP;
 * ``eager_vs_fused``: Llama-3-8B under FSDP ZeRO-3 on 8 H100, one 8192-token micro-batch per
   GPU, no recompute: fused kernels against eager PyTorch (``fused_kernels: false``: Hugging
   Face's operator-by-operator RMSNorm, rotate_half and SwiGLU) — step, elementwise share and
@@ -169,6 +174,8 @@ def cp_comm_types() -> dict[str, Any]:
 def sliding_window() -> dict[str, Any]:
     base = get_preset("llama3-8b")
     windowed = replace(base, sliding_window=4096, local_attention_layers=base.num_layers, name="llama3-8b, 4k window")
+    # Llama 4's chunked attention (8k chunks, each causal within itself) on the same layer
+    chunked = replace(base, attention_chunk_size=8192, local_attention_layers=base.num_layers, name="llama3-8b, 8k chunks")
     device = calibrated_device(get_device(H100), "megatron-core", "bf16")
     links = Links.for_group(simple_cluster(H100, 1).node_groups[0])
     rows = []
@@ -177,7 +184,9 @@ def sliding_window() -> dict[str, Any]:
         S = StrategyArrays.from_strategies([Strategy(tp=8, cp=1, sequence_parallel=True)])
         g = float(layer_costs(base, tr, device, links, S).total_s[0])
         w = float(layer_costs(windowed, tr, device, links, S).total_s[0])
-        rows.append({"sequence_length": seq, "global_layer_s": round(g, 6), "windowed_layer_s": round(w, 6), "ratio": round(w / g, 3)})
+        c = float(layer_costs(chunked, tr, device, links, S).total_s[0])
+        rows.append({"sequence_length": seq, "global_layer_s": round(g, 6), "windowed_layer_s": round(w, 6), "ratio": round(w / g, 3),
+                     "chunked_layer_s": round(c, 6), "chunked_ratio": round(c / g, 3)})
     return {"rows": rows}
 
 
@@ -249,6 +258,23 @@ def fsdp_schedules() -> dict[str, Any]:
     return {"model": model.name, "layout": "64 H100, tp 8, 8192 tokens, full recompute, 64 sequences a step", "rows": rows}
 
 
+def fsdp_replicate_sync() -> dict[str, Any]:
+    """Unsharded FSDP (ZeRO 0) as torchtitan runs it (layer_cost.fsdp_reduces_each_microbatch):
+    an all-reduce with every micro-batch without a pipeline, once a step with one, against
+    Megatron-Core's DDP, which all-reduces once a step — Llama 2 7B, tp 2, 32 H100, full
+    recompute, 2048-token sequences, 2 and 16 micro-batches a step."""
+    model = get_preset("llama2-7b")
+    cl = simple_cluster(H100, 4)
+    rows = []
+    for framework, pp in (("fsdp", 1), ("fsdp", 2), ("megatron-core", 1)):
+        for microbatches in (2, 16):
+            dp = 16 // pp
+            tr = Training(global_batch_size=dp * microbatches, sequence_length=2048, framework=framework)
+            est = estimate(model, tr, cl, Strategy(tp=2, pp=pp, dp=dp, zero_stage=0, micro_batch_size=1, recompute="full"))
+            rows.append(_row(est, framework=framework, pp=pp, dp=dp, microbatches=microbatches))
+    return {"model": model.name, "layout": "32 H100, tp 2, ZeRO 0, 2048 tokens, full recompute", "rows": rows}
+
+
 def eager_vs_fused() -> dict[str, Any]:
     """Fused kernels against eager PyTorch (layer_cost.eager_*_traffic, eager_saved_bytes_per_element)."""
     model = get_preset("llama3-8b")
@@ -309,7 +335,7 @@ def memory_interval_state_dominated() -> dict[str, Any]:
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework, hsdp_vs_full_shard, fsdp_schedules, eager_vs_fused,
+                                  selective_recompute_by_framework, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync, eager_vs_fused,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

@@ -77,7 +77,8 @@ def physics() -> str | None:
         f"{r['cp_comm_type']} {r['step_time_s']:.1f} s (exposed {r['breakdown_s'].get('cp_comm', 0.0):.2f} s)" for r in cpt["rows"]) + ".")
     sw = d["sliding_window"]
     out.append("* **Sliding window** (4k window vs global, Llama-3-8B layer, tp 8): layer time ratio " + ", ".join(
-        f"{r['sequence_length'] // 1024}k: {r['ratio']:.2f}" for r in sw["rows"]) + ".")
+        f"{r['sequence_length'] // 1024}k: {r['ratio']:.2f}" for r in sw["rows"]) + "; Llama 4's chunked attention (8k chunks) "
+        + ", ".join(f"{r['sequence_length'] // 1024}k: {r['chunked_ratio']:.2f}" for r in sw["rows"]) + ".")
     mla = d["mla_flops"]
     out.append(f"* **MLA FLOPs** ({mla['model']}, {mla['total_params'] / 1e9:.1f}B total, {mla['active_params'] / 1e9:.1f}B active): model FLOPs "
                f"per token = 6 × active non-embedding parameters + attention to {abs(mla['relative_gap_after_attention']) * 100:.3f}%.")
@@ -122,6 +123,16 @@ def physics() -> str | None:
                    f"(torch.distributed.pipelining): {cell(('fsdp', 3, 4))}, against Megatron-Core's distributed optimizer "
                    f"{cell(('megatron-core', 1, 4))} and the Llama 3 paper's per-micro-batch ZeRO-2, which torchtitan cannot run, "
                    f"{cell(('fsdp', 2, 4))}.")
+    rs = d.get("fsdp_replicate_sync")
+    if rs:
+        def sync(framework: str, pp: int, m: int) -> str:
+            r = next(x for x in rs["rows"] if (x["framework"], x["pp"], x["microbatches"]) == (framework, pp, m))
+            return f"{r['breakdown_s'].get('dp_comm_exposed', 0):.3f} s"
+
+        out.append(f"* **Unsharded FSDP's all-reduce** ({rs['model']}, {rs['layout']}): exposed DP time with 2 → 16 micro-batches a step, "
+                   f"torchtitan without a pipeline {sync('fsdp', 1, 2)} → {sync('fsdp', 1, 16)} (an all-reduce with every micro-batch, "
+                   f"gradient sync stays on), with pp 2 {sync('fsdp', 2, 2)} → {sync('fsdp', 2, 16)} (once a step), Megatron-Core's DDP "
+                   f"{sync('megatron-core', 1, 2)} → {sync('megatron-core', 1, 16)}.")
     ev = d.get("eager_vs_fused")
     if ev:
         fused, eager = (next(r for r in ev["rows"] if r["fused_kernels"] is f) for f in (True, False))
