@@ -25,6 +25,7 @@ NAMES = [
     ("a100-40gb", "A100-SXM4-40GB"),
     ("A100 80GB", "A100-SXM4-80GB"),
     ("NVIDIA H200", "H200-SXM-141GB"),
+    ("H200-SXM5-141GB", "H200-SXM-141GB"),
     ("H20", "H20-96GB"),
     ("AMD Instinct MI300X", "MI300X"),
     ("h800-sxm5-80gb", "H800-SXM5-80GB"),
