@@ -22,6 +22,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``selective_recompute_by_framework``: Llama-2 13B under FSDP FULL_SHARD on 8 H100, 2 × 4096
   tokens per micro-batch: no recompute, torchtitan's op-level selective checkpointing and full
   recompute (step and peak), against Megatron's selective recompute with FlashAttention (= none);
+* ``recompute_modules``: Megatron-Core's ``--recompute-modules`` on Qwen3-30B-A3B (tp 2, pp 2,
+  ep 8): activations and step for the attention core alone, ``moe_act``, ``layernorm``, both, and
+  the whole MoE layer;
 * ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
   4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
   (sharded within a node, replicated across) — step, exposed DP time and the state each holds;
@@ -275,6 +278,21 @@ def fsdp_replicate_sync() -> dict[str, Any]:
     return {"model": model.name, "layout": "32 H100, tp 2, ZeRO 0, 2048 tokens, full recompute", "rows": rows}
 
 
+def recompute_modules() -> dict[str, Any]:
+    """Megatron-Core's --recompute-modules (layer_cost.selective_module_costs): Qwen3-30B-A3B on
+    32 H100 at tp 2 (SP), pp 2, ep 8, 4096 tokens, 64 micro-batches — the first stage's
+    activations and the step per module set."""
+    model = _config("qwen3-30b-a3b")
+    cl = simple_cluster(H100, 4)
+    rows = []
+    for modules in (None, ("moe_act",), ("layernorm",), ("moe_act", "layernorm"), ("moe",)):
+        tr = Training(global_batch_size=512, sequence_length=4096, recompute_modules=modules)
+        est = estimate(model, tr, cl, Strategy(dp=8, tp=2, pp=2, ep=8, sequence_parallel=True, micro_batch_size=1, recompute="selective", zero_stage=1))
+        rows.append(_row(est, recompute_modules=list(modules or ("core_attn",)),
+                         activations_GB=round(est.to_dict()["memory_breakdown_GB"][0]["activations"], 2)))
+    return {"model": model.name, "layout": "32 H100, tp 2 (SP), pp 2, ep 8, 4096 tokens, 512 sequences a step", "rows": rows}
+
+
 def eager_vs_fused() -> dict[str, Any]:
     """Fused kernels against eager PyTorch (layer_cost.eager_*_traffic, eager_saved_bytes_per_element)."""
     model = get_preset("llama3-8b")
@@ -335,7 +353,8 @@ def memory_interval_state_dominated() -> dict[str, Any]:
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync, eager_vs_fused,
+                                  selective_recompute_by_framework, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
+                                  eager_vs_fused,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

@@ -123,6 +123,13 @@ def physics() -> str | None:
                    f"(torch.distributed.pipelining): {cell(('fsdp', 3, 4))}, against Megatron-Core's distributed optimizer "
                    f"{cell(('megatron-core', 1, 4))} and the Llama 3 paper's per-micro-batch ZeRO-2, which torchtitan cannot run, "
                    f"{cell(('fsdp', 2, 4))}.")
+    rm = d.get("recompute_modules")
+    if rm:
+        out.append(f"* **Recompute modules** ({rm['model']}, {rm['layout']}; Megatron-Core's --recompute-modules, first stage): "
+                   + ", ".join(f"{' + '.join(r['recompute_modules'])} {r['activations_GB']:.1f} GB of activations, step {r['step_time_s']:.2f} s"
+                               for r in rm["rows"])
+                   + " — output-discarding modules free a little for almost nothing; the whole MoE layer frees most and "
+                   "runs its dispatch and combine again.")
     rs = d.get("fsdp_replicate_sync")
     if rs:
         def sync(framework: str, pp: int, m: int) -> str:

@@ -25,7 +25,7 @@ from cost_model.strategy import Strategy, uneven_split_warning, validate_strateg
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
-from cost_model.transformer.layer_cost import StrategyArrays, recompute_fraction
+from cost_model.transformer.layer_cost import StrategyArrays, recompute_fraction, recompute_modules_notes
 from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, fragmentation_reserve_GB, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
@@ -199,6 +199,7 @@ def estimate(
     zero2_pipeline = pipeline_gradient_sharding_note(training.framework, strategy.zero_stage, strategy.pp)
     if zero2_pipeline:
         warnings.append(zero2_pipeline)
+    warnings += recompute_modules_notes(model, training, strategy.recompute)
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:
         warnings.append(uneven)

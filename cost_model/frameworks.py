@@ -130,6 +130,33 @@ class FrameworkRules:
     #: layout — is not proposed by the search (a pin is costed with
     #: :func:`pipeline_gradient_sharding_note`'s warning, which its launch repeats)
     sharded_gradients_in_pipeline: bool = True
+    #: which submodules its selective recompute may recompute, Megatron-Core's
+    #: ``--recompute-modules`` (``training.recompute_modules``; empty: only its fixed selective scope)
+    recompute_modules: tuple[str, ...] = ()
+
+
+#: Megatron-Core's ``TransformerConfig.recompute_modules`` choices (``--recompute-modules``, with
+#: ``--recompute-granularity selective``; default ``core_attn``): the attention core, the MoE
+#: experts' activation function, the separate layer norms, MLA's up-projections and RoPE — these
+#: three "output-discarding" (the output freed once consumed, recomputed before backward) —,
+#: the dense MLP, the whole MoE layer and its shared experts (normal checkpointing: the
+#: submodule's input kept, its insides recomputed).
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+
+
+def recompute_modules_violation(framework: str, modules: tuple[str, ...] | None) -> str | None:
+    """Reason when ``training.recompute_modules`` is given to a framework without that setting
+    or names a module it does not have, else None."""
+    if modules is None:
+        return None
+    have = rules_for(framework).recompute_modules
+    if not have:
+        return (f"{framework}: no recompute_modules setting (it is Megatron-Core's --recompute-modules); its selective "
+                "recompute is fixed — leave it out")
+    unknown = [m for m in modules if m not in have]
+    if unknown:
+        return f"{unknown[0]!r} is not one of {framework}'s recompute modules: {', '.join(have)}"
+    return None
 
 
 #: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
@@ -141,7 +168,7 @@ RULES: dict[str, FrameworkRules] = {
     "megatron-core": FrameworkRules(
         name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True,
+        ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),

@@ -385,7 +385,7 @@ def _uniform_layer_costs(
     attn_device = bf16_device if (bf16_device is not None and narrow) else device
     g = _LayerGeometry.of(model, training, S)
     moe = _moe_ffn(model, training, device, links, S, g) if model.is_moe else None
-    gemm_fwd, gemm_bwd, gemm_flops, qkv_n = _layer_gemms(model, dt, device, S, g, moe)
+    gemm_fwd, gemm_bwd, gemm_flops, qkv_n, ffn_fwd = _layer_gemms(model, dt, device, S, g, moe)
     attn_fwd, attn_bwd, flops_attn = _attention_core(model, training, device, attn_device, attn_dt, S, g)
     elem_fwd, elem_bwd = _layer_elementwise(model, training, device, S, g)
     if moe is not None:
@@ -412,16 +412,22 @@ def _uniform_layer_costs(
     layer_fwd_flops = gemm_flops + flops_attn
     unfused = 1.0 if training.attention == "unfused" else 0.0
     op_level = op_level_selective(model, training)
+    module_tp: ArrayOrFloat = 0.0
+    module_ep: ArrayOrFloat = 0.0
     if op_level:
         sel_share = op_level_recomputed_gemm_flops(model, g.T, S.tp) / gemm_flops
         selective_s = sel_share * (gemm_fwd + cast_fwd) + elem_fwd + unfused * attn_fwd
     else:
-        selective_s = unfused * attn_fwd
+        # the attention core (Megatron's default module) and any other --recompute-modules
+        modules_s, module_tp, module_ep = selective_module_costs(model, training, device, S, g.T, ffn_fwd, moe)
+        core = 1.0 if "core_attn" in selective_modules(training) else 0.0
+        selective_s = core * unfused * attn_fwd + modules_s
+    selective = np.where(S.recompute == 1, 1.0, 0.0)
     recompute_s = np.where(S.recompute == 2, frac * forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
 
     tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(
         model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute, frac,
-        selective_collectives=np.where(S.recompute == 1, 1.0, 0.0) if op_level else 0.0,
+        selective_collectives=selective if op_level else 0.0, ffn_collectives=selective * module_tp, ep_recomputes=selective * module_ep,
     )
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
@@ -491,9 +497,9 @@ def _mla_shapes(model: TransformerSpec, T: ArrayOrFloat, S: StrategyArrays) -> l
 
 def _layer_gemms(
     model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, ArrayOrFloat]:
-    """Forward and backward time (s) of one layer's GEMMs, their forward FLOPs, and the local QKV
-    width.  Megatron TP (Narayanan et al. 2021 §2.3): QKV column-parallel [T,h]×[h,(q+2kv)/t],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, ArrayOrFloat, np.ndarray]:
+    """Forward and backward time (s) of one layer's GEMMs, their forward FLOPs, the local QKV
+    width and the FFN's share of the forward time.  Megatron TP (Narayanan et al. 2021 §2.3): QKV column-parallel [T,h]×[h,(q+2kv)/t],
     projection row-parallel [T,o/t]×[o/t,h]; FFN FC1 column-parallel (gate and up fused when
     gated), FC2 row-parallel; an MoE layer's FFN (router, grouped experts, shared experts) is
     ``moe`` (:func:`cost_model.transformer.moe.moe_ffn_costs`)."""
@@ -509,7 +515,7 @@ def _layer_gemms(
     flops_proj = 2 * T * h * o / t
     fm = model.ffn_matrices
     if moe is not None:
-        return t_qkv + t_proj + moe.gemm_fwd_s, b_qkv + b_proj + moe.gemm_bwd_s, flops_qkv + flops_proj + moe.flops, qkv_n
+        return t_qkv + t_proj + moe.gemm_fwd_s, b_qkv + b_proj + moe.gemm_bwd_s, flops_qkv + flops_proj + moe.flops, qkv_n, moe.gemm_fwd_s
     t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt)
     t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt)
     t_router = b_router = 0.0
@@ -517,7 +523,7 @@ def _layer_gemms(
     gemm_bwd = b_qkv + b_proj + b_fc1 + b_fc2 + b_router
     gemm_fwd = t_qkv + t_proj + t_fc1 + t_fc2 + t_router
 
-    return gemm_fwd, gemm_bwd, flops_qkv + flops_proj + flops_ffn, qkv_n
+    return gemm_fwd, gemm_bwd, flops_qkv + flops_proj + flops_ffn, qkv_n, t_fc1 + t_fc2
 
 
 def _attention_core(
@@ -728,12 +734,16 @@ def _layer_parallel_comm(
     layer_compute: ArrayOrFloat = 0.0,
     frac: ArrayOrFloat = 0.0,
     selective_collectives: ArrayOrFloat = 0.0,
+    ffn_collectives: ArrayOrFloat = 0.0,
+    ep_recomputes: ArrayOrFloat = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel exchange
     (:func:`cost_model.transformer.context_parallel.cp_layer_comm_s`) and expert-parallel
     dispatch/combine (``moe``; alpha-beta costs of :mod:`cost_model.comm`).
     ``selective_collectives``: TP collectives a selective recompute runs again, in units of
-    one all-reduce (op-level: the attention's and the FFN's input all-gathers, 1)."""
+    one all-reduce (op-level: the attention's and the FFN's input all-gathers, 1);
+    ``ffn_collectives``: the FFN's collective passes and ``ep_recomputes`` the dispatch/combine
+    pairs that recomputed modules run again (:func:`selective_module_costs`)."""
     h, T, kv, eb, sc = g.h, g.T, g.kv, g.eb, g.sc
     t, c, b = S.tp, S.cp, S.mbs
     gpn = links.gpus_per_node
@@ -750,6 +760,7 @@ def _layer_parallel_comm(
     ) + hierarchical_collective_extra_s(links, [(t, 1.0 + 0.0 * t)], msg, 2.0)
     n_collectives = 4 + 2 * np.asarray(frac, dtype=float) + selective_collectives
     tp_comm = n_collectives * one_ar if moe is None else n_collectives / 2 * (one_ar + moe.ffn_tp_one_s)
+    tp_comm = tp_comm + np.asarray(ffn_collectives, dtype=float) * (one_ar if moe is None else moe.ffn_tp_one_s)
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
     overlap = device.efficiency.comm_overlap_fraction
     if training.tp_comm_overlap:
@@ -781,7 +792,7 @@ def _layer_parallel_comm(
     # adds the surcharge of the levels above the node to each of them.
     if moe is not None:
         extra = _ep_topology_extra_s(model, training, links, S, g, moe)
-        ep_comm = moe.ep_comm_s + 4.0 * extra + frac * (moe.ep_recompute_s + 2.0 * extra)
+        ep_comm = moe.ep_comm_s + 4.0 * extra + (frac + np.asarray(ep_recomputes, dtype=float)) * (moe.ep_recompute_s + 2.0 * extra)
         if training.moe_comm_overlap:
             ep_comm = np.maximum(0.0, ep_comm - overlap * np.asarray(layer_compute, dtype=float))
     else:
@@ -979,7 +990,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     # softmax output, dropout output and mask (unfused only; eager dropout keeps its mask in the
     # scores' dtype)
     scores = a * sc * s * b / t * ((2 * eb + mask) if training.fused_kernels else (eb + mask * 2 * eb))
-    store_scores = (training.attention == "unfused") & (S.recompute == 0)
+    modules = selective_modules(training)
+    # without the attention core among the modules, a selective recompute keeps the scores too
+    store_scores = (training.attention == "unfused") & ((S.recompute == 0) | ((S.recompute == 1) & ("core_attn" not in modules)))
     if model.is_moe:  # router probabilities, permuted tokens, expert outputs, shared experts
         ffn_inner = ffn_inner + moe_activation_bytes(
             hidden=h, num_experts=float(model.num_experts), top_k=float(model.experts_per_token),
@@ -1006,10 +1019,137 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         attn_out = sc * b * (o / t * eb + a / t * 4.0)
         reduce_scatter = np.where((t > 1) & S.sp, 2.0 * sbh * eb / t, 0.0)
         stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter, stored)
+    else:
+        # Megatron-Core's --recompute-modules beyond the attention core (selective_module_costs)
+        freed = _selective_freed_bytes(model, modules, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)
+        stored = np.where(S.recompute == 1, stored - freed, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
     working = np.where(S.recompute == 2, full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
     stored = np.where(S.recompute == 2, rf * layer_input + (1.0 - rf) * full, stored)
     return stored, full, working
+
+
+def selective_modules(training: Training) -> frozenset[str]:
+    """What ``recompute: selective`` recomputes: Megatron-Core's ``--recompute-modules``
+    (``training.recompute_modules``), by default the attention core alone — which is also what
+    the other frameworks' attention-core selective recompute does (torchtitan's op-level policy
+    is its own, :func:`op_level_selective`)."""
+    return frozenset(training.recompute_modules or ("core_attn",))
+
+
+def recompute_modules_notes(model: TransformerSpec, training: Training, recompute: str) -> list[str]:
+    """Warnings for ``training.recompute_modules`` that change nothing here: asked with a
+    recompute other than selective, or naming a module this model does not have (Megatron-Core
+    runs such a module as a no-op)."""
+    if not training.recompute_modules:
+        return []
+    if recompute != "selective":
+        return [f"recompute_modules apply to recompute: selective; with recompute: {recompute} they change nothing"]
+    has = {"moe_act": model.is_moe, "moe": model.is_moe, "shared_experts": model.is_moe and bool(model.shared_expert_ffn_hidden_size),
+           "mla_up_proj": model.is_mla, "layernorm": model.is_moe or model.is_mla,
+           "mlp": not model.is_moe or bool(model.dense_layer_indices)}
+    idle = [m for m in training.recompute_modules if not has.get(m, True)]
+    if not idle:
+        return []
+    return [f"recompute_modules {', '.join(idle)}: nothing to recompute in this model (no such module of its own under "
+            "Transformer Engine: a dense layer's norms are fused into the next GEMM); costed as a no-op"]
+
+
+def _selective_freed_bytes(model: TransformerSpec, modules: frozenset[str], *, sbh: ArrayOrFloat, tokens: ArrayOrFloat, gi: float,
+                           eb: float, t: ArrayOrFloat, kv: ArrayOrFloat, ffn_inner: ArrayOrFloat) -> FloatArray:
+    """Bytes per layer and micro-batch that Megatron-Core's recompute modules other than the
+    attention core free (:func:`selective_module_costs` has the derivation); ``sbh`` the layer's
+    hidden-state elements on this GPU (after sequence parallelism), ``tokens`` its tokens,
+    ``ffn_inner`` the FFN's stored bytes as :func:`activation_bytes` counts them."""
+    f, fm = float(model.ffn_hidden_size), float(model.ffn_matrices)
+    norm_out = np.asarray(sbh, dtype=float) * gi
+    freed: FloatArray = np.zeros_like(norm_out)
+    if "layernorm" in modules:
+        freed = freed + (int(model.is_moe) + int(model.is_mla)) * norm_out
+    if "mla_up_proj" in modules and model.is_mla:
+        freed = freed + np.asarray(tokens, dtype=float) * (model.q_size / np.asarray(t, dtype=float) + 2.0 * np.asarray(kv, dtype=float)) * eb
+    if model.is_moe and "moe" in modules:
+        freed = freed + ffn_inner
+    elif model.is_moe:
+        if "moe_act" in modules:
+            freed = freed + np.asarray(tokens, dtype=float) * model.experts_per_token * f / np.asarray(t, dtype=float) * gi
+        if "shared_experts" in modules and model.shared_expert_ffn_hidden_size:
+            fs = float(model.shared_expert_ffn_hidden_size)
+            freed = freed + np.asarray(tokens, dtype=float) * fs / np.asarray(t, dtype=float) * (eb * (fm - 1.0) + gi)
+    elif "mlp" in modules:
+        freed = freed + ffn_inner + norm_out
+    return freed
+
+
+def selective_module_costs(
+    model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, T: ArrayOrFloat, ffn_fwd_s: ArrayOrFloat,
+    moe: MoeFfnCost | None,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Megatron-Core's ``--recompute-modules`` beyond the attention core (``training.
+    recompute_modules``; Megatron-Core ``TransformerConfig.recompute_modules``, its
+    ``transformer_layer.py``/``moe_layer.py``/``experts.py``): per layer and micro-batch, the
+    seconds the recomputed forward pieces take in backward, the FFN tensor-parallel collective
+    passes they run again (in :func:`_layer_parallel_comm`'s units: the dense MLP's one, or the
+    MoE layer's ``ffn_tp_one_s``), and the expert dispatch/combine pairs they run again.  What
+    each frees is :func:`_selective_freed_bytes` (same terms, in :func:`activation_bytes`):
+
+    * ``layernorm`` — output-discarding checkpoints of the norms that are modules of their own
+      under Transformer Engine: an MoE layer's pre-MLP norm (the router and dispatcher read it)
+      and MLA's input norm; a dense layer's norms are fused into the next GEMM
+      (``TELayerNormColumnParallelLinear``) and are not recomputed.  Frees the norm's output
+      (the next GEMM's saved input, b·s·h/SP elements at the saved-input bytes); costs a norm
+      forward, one pass reading and writing the hidden state.
+    * ``moe_act`` — the experts' activation function, output-discarding: frees the FC2 input
+      (T·k·f/t elements); costs the activation forward, a pass over FC1's output.
+    * ``mla_up_proj`` — MLA's query and KV up-projections and RoPE, output-discarding: frees the
+      expanded Q, K and V the attention core saves; costs the two up-projection GEMMs
+      (:func:`cost_model.transformer.mla.mla_projection_shapes`) and a RoPE pass over Q and K.
+    * ``mlp`` — the dense MLP, normal checkpointing (its input kept): frees its inner
+      activations and FC1's saved input; costs the MLP forward — its GEMMs, activation and its
+      tensor-parallel collectives.
+    * ``moe`` — the whole MoE layer, normal checkpointing: frees everything the MoE FFN keeps;
+      costs its forward — router, permutation, grouped experts, shared experts, its TP
+      collectives and a dispatch and combine (``moe.ep_recompute_s``).  It covers ``moe_act``
+      and ``shared_experts``.
+    * ``shared_experts`` — the shared experts, normal checkpointing: frees their hidden; costs
+      their two GEMMs forward.
+    """
+    modules = selective_modules(training)
+    eb = _act_bytes(training)
+    gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
+    h, f, fm = float(model.hidden_size), float(model.ffn_hidden_size), float(model.ffn_matrices)
+    t = np.asarray(S.tp, dtype=float)
+    T = np.asarray(T, dtype=float)
+    rep = np.where(S.sp, t, 1.0)
+    seconds: FloatArray = np.zeros_like(T * t)
+    tp_passes: FloatArray = np.zeros_like(seconds)
+    ep_pairs: FloatArray = np.zeros_like(seconds)
+    if "layernorm" in modules and (model.is_moe or model.is_mla):
+        norm = memory_bound_time_s(T * h / rep * (eb + gi), device, kernels=1)
+        seconds = seconds + (int(model.is_moe) + int(model.is_mla)) * norm
+    if "mla_up_proj" in modules and model.is_mla:
+        shapes = _mla_shapes(model, T, S)
+        ups = [shapes[1], shapes[-1]] if model.q_lora_rank else [shapes[-1]]
+        up_fwd, _ = mla_projection_fwd_bwd_s(ups, device, training.dtype)
+        rope = memory_bound_time_s(T * (model.q_size / t + _kv_local(model, S.tp)) * 2.0 * eb, device, kernels=2)
+        seconds = seconds + up_fwd + rope
+    if model.is_moe and moe is not None and "moe" in modules:
+        seconds = seconds + moe.gemm_fwd_s + moe.elementwise_fwd_s
+        tp_passes = tp_passes + 1.0
+        ep_pairs = ep_pairs + 1.0
+    elif model.is_moe:
+        if "moe_act" in modules:
+            seconds = seconds + memory_bound_time_s(T * model.experts_per_token * f / t * ((fm - 1.0) * eb + gi), device, kernels=1)
+        if "shared_experts" in modules and model.shared_expert_ffn_hidden_size:
+            fs = float(model.shared_expert_ffn_hidden_size)
+            s1, _ = gemm_fwd_bwd_time_s(T, (fm - 1.0) * fs / t, h, device, training.dtype)
+            s2, _ = gemm_fwd_bwd_time_s(T, h, fs / t, device, training.dtype)
+            seconds = seconds + s1 + s2
+    elif "mlp" in modules:
+        act = memory_bound_time_s(T * f / t * ((fm - 1.0) * eb + gi), device, kernels=1)
+        seconds = seconds + np.asarray(ffn_fwd_s, dtype=float) + act
+        tp_passes = tp_passes + 1.0
+    return seconds, tp_passes, ep_pairs
 
 
 def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:

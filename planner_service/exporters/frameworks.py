@@ -187,6 +187,9 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     elif recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
+        modules = view.training.get("recompute_modules")
+        if modules:  # the modules the plan was costed with (Megatron's default: core_attn)
+            args.append(("--recompute-modules", " ".join(modules)))
     uniform = len(set(chunks)) == 1
     ref = megatron_reference()
     if view.pp > 1 or view.vpp > 1:
@@ -350,7 +353,8 @@ def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
             raise InvalidPlan(f"{flag} takes no value", field="target")
         if not info.get("flag_only") and value is None:
             raise InvalidPlan(f"{flag} needs a value", field="target")
-        if value is not None and info.get("choices") and value not in info["choices"]:
+        values = value.split() if value is not None and info.get("nargs") == "+" else [value]
+        if value is not None and info.get("choices") and any(v not in info["choices"] for v in values):
             raise InvalidPlan(f"{flag} {value} is not one of {info['choices']}", field="target")
         if value is not None and info.get("type") == "int":
             int(value)
@@ -366,8 +370,11 @@ def render_megatron(view: PlanView, params: LaunchParams) -> Artifact:
         "# shellcheck disable=SC2034",
         "MEGATRON_ARGS=(",
     ]
+    ref = megatron_reference()
     for flag, value in args:
-        lines.append(f"  {flag}" + (f" {q(value)}" if value is not None else ""))
+        # a flag of several values (nargs "+", e.g. --recompute-modules) takes them as separate words
+        words = value.split() if value is not None and ref.get(flag, {}).get("nargs") == "+" else [value] if value is not None else []
+        lines.append(f"  {flag}" + "".join(f" {q(w)}" for w in words))
     lines.append(")")
     args_text = "\n".join(lines) + "\n"
     params = params.with_default_command("pretrain_gpt.py")

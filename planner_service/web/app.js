@@ -427,6 +427,9 @@ const fmt = {
     // empty: dropless (the contract's None), left out
     const capacity = num("#t-moe-capacity");
     if (capacity !== undefined) out.moe_capacity_factor = capacity;
+    // none selected: Megatron-Core's default (core_attn), the key left out
+    const modules = Array.from($("#t-recompute-modules").selectedOptions, (o) => o.value);
+    if (modules.length) out.recompute_modules = modules;
     return out;
   }
 
