@@ -86,6 +86,8 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("dtype-unknown", "POST", "/v1/plans", _with(PLAN, "training.dtype", "int3"), 422, "training.dtype"),
     ("optimizer-unknown", "POST", "/v1/plans", _with(PLAN, "training.optimizer", "lion"), 422, "training.optimizer"),
     ("training-field-unknown", "POST", "/v1/plans", _with(PLAN, "training.offload_optimizer", "cpu"), 422, "training.offload_optimizer"),
+    ("recompute-modules-string", "POST", "/v1/plans", _with(PLAN, "training.recompute_modules", "moe_act"), 422, "training.recompute_modules"),
+    ("recompute-modules-unknown", "POST", "/v1/plans", _with(PLAN, "training.recompute_modules", ["attention"]), 422, "training.recompute_modules"),
     ("node-groups-empty", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups", []), 422, "cluster.node_groups"),
     ("node-group-field-unknown", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.nvlink_GBps", 900), 422, "cluster.node_groups[0].nvlink_GBps"),
     ("device-unknown", "POST", "/v1/plans", _with(PLAN, "cluster.node_groups.0.device", "Z9000"), 422, "cluster.node_groups[0].device"),
