@@ -47,6 +47,7 @@ from cost_model.transformer.layer_cost import (
     param_tensors_per_layer,
     pipelined_fsdp,
     pp_p2p_s,
+    selective_modules,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
@@ -606,8 +607,34 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
     s = float(training.sequence_length)
     if recompute == "full":  # every decoder layer's forward again (the MTP modules' included)
         return fraction * training.global_batch_size * (model.num_layers + model.mtp_layers) * _layer_forward_flops(model, s)
-    core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if training.attention == "unfused" else 0.0
+    tokens = float(training.global_batch_size) * s
+    modules = selective_modules(training)
+    unfused_core = training.attention == "unfused" and ("core_attn" in modules or op_level_selective(model, training))
+    core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if unfused_core else 0.0
     if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls of every layer
-        tokens = float(training.global_batch_size) * s
         return core + model.num_layers * float(op_level_recomputed_gemm_flops(model, tokens, 1.0))
-    return core
+    return core + tokens * _module_recompute_flops_per_token(model, modules)
+
+
+def _module_recompute_flops_per_token(model: TransformerSpec, modules: frozenset[str]) -> float:
+    """Forward GEMM FLOPs per token that Megatron-Core's recompute modules run again, summed over
+    the layers (:func:`cost_model.transformer.layer_cost.selective_module_costs`): the dense
+    MLP (``mlp``), the whole MoE FFN — router, k experts, shared experts — (``moe``), the shared
+    experts alone (``shared_experts``) and MLA's up-projections (``mla_up_proj``); the norms and
+    activations are memory-bound passes without GEMM FLOPs."""
+    h, fm = float(model.hidden_size), float(model.ffn_matrices)
+    dense_layers = float(len(model.dense_layer_indices)) if model.is_moe else float(model.num_layers)
+    moe_layers = float(model.moe_layers) if model.is_moe else 0.0
+    shared = 2.0 * fm * h * float(model.shared_expert_ffn_hidden_size)
+    out = 0.0
+    if "mlp" in modules:
+        out += dense_layers * 2.0 * fm * h * float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
+    if "moe" in modules:
+        out += moe_layers * (2.0 * model.experts_per_token * fm * h * model.ffn_hidden_size + 2.0 * h * model.num_experts + shared)
+    elif "shared_experts" in modules:
+        out += moe_layers * shared
+    if "mla_up_proj" in modules and model.is_mla:
+        a = float(model.num_heads)
+        q_up = model.q_lora_rank * a * (model.head_dim + model.qk_rope_head_dim) if model.q_lora_rank else 0.0
+        out += model.num_layers * 2.0 * (q_up + model.kv_lora_rank * a * (model.head_dim + model.v_head_dim))
+    return out

@@ -17,6 +17,7 @@ from cost_model.errors import InvalidTraining
 from cost_model.training import training_from_dict
 from cost_model.transformer.layer_cost import StrategyArrays, activation_bytes, layer_costs
 from cost_model.transformer.spec import from_hf_config, get_preset
+from cost_model.transformer.stage_cost import recompute_flops_per_step
 from helpers.plans import homogeneous_plan
 from planner_service.exporters import LaunchParams, render
 
@@ -127,3 +128,13 @@ def test_the_megatron_launch_passes_the_modules_as_separate_words():
     words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
     i = words.index("--recompute-modules")
     assert words[i + 1:i + 3] == ["core_attn", "mlp"] and words[i - 1] == "selective"
+
+
+def test_recomputed_gemms_count_in_the_hardware_flops():
+    """HFU counts the GEMMs the modules run again: the whole MoE FFN's (router, k experts) per
+    token and MoE layer; the output-discarding modules add memory-bound passes only."""
+    tr = _tr(["moe"])
+    per_token = 2 * QWEN3_MOE.experts_per_token * 3 * QWEN3_MOE.hidden_size * QWEN3_MOE.ffn_hidden_size + 2 * QWEN3_MOE.hidden_size * QWEN3_MOE.num_experts
+    assert recompute_flops_per_step(QWEN3_MOE, tr, "selective") == pytest.approx(tr.tokens_per_step * QWEN3_MOE.moe_layers * per_token)
+    assert recompute_flops_per_step(QWEN3_MOE, _tr(["moe_act", "layernorm"]), "selective") == 0.0
+    assert recompute_flops_per_step(QWEN3_MOE, _tr(), "selective") == 0.0
