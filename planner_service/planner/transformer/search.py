@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -46,6 +47,7 @@ from cost_model.estimate import (
     usable_memory_ratio,
     with_single_source_spread,
 )
+from cost_model.frameworks import rules_for
 from cost_model.result import Estimate
 from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
@@ -581,12 +583,13 @@ def search_transformer(
     complete = state.branch_and_bound(progress, should_cancel)
     state.refine_answers(request.top_k)
 
+    hint = recompute_modules_hint(request.model, training, request.constraints.pinned.get("recompute"))
     if not state.candidates:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak, hint)
     picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
     if not picked:
-        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak)
+        _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak, hint)
     # The bound pruned against an incumbent that estimate then rejected: not proven optimal.
     complete = complete and incumbent_held
     best, alternatives = picked[0], picked[1:]
@@ -941,8 +944,21 @@ def _pick_answers(
     return out[: k + 1], held, needs_safe_search
 
 
+def recompute_modules_hint(model: TransformerSpec, training: Training, pinned_recompute: object) -> str:
+    """What a no-fit answer adds when Megatron-Core's selective recompute is pinned at its default
+    modules for a model that has more to recompute (MoE or MLA layers): the modules that would
+    free more (``training.recompute_modules``; the search does not choose them)."""
+    if pinned_recompute != "selective" or training.recompute_modules or not rules_for(training.framework).recompute_modules:
+        return ""
+    lean = [m for m, has in (("moe_act", model.is_moe), ("layernorm", model.is_moe or model.is_mla), ("mla_up_proj", model.is_mla)) if has]
+    if not lean:
+        return ""
+    return (f"; selective recompute is costed with Megatron-Core's default module (core_attn): training.recompute_modules "
+            f"{json.dumps(['core_attn', *lean])} frees more of this model's activations")
+
+
 def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, float, str]], bound_name: str = "",
-                      peaks: list[tuple[float, str]] | None = None) -> NoReturn:
+                      peaks: list[tuple[float, str]] | None = None, hint: str = "") -> NoReturn:
     if not shortfalls and peaks:
         need_bytes, device = min(peaks)
         dev = next(g.device for g in cluster.node_groups if g.device.name == device)
@@ -950,7 +966,7 @@ def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[
         raise NoFeasiblePlan(
             f"no strategy fits: the layouts the constraints allow need at least {need_GB:.1f} GB per GPU at their peak stage "
             f"(weights, gradients, optimizer state, in-flight activations and the allocator's reserve); {device} has "
-            f"{dev.memory_GB:.0f} GB ({dev.memory_GB * (1 - headroom):.1f} GB usable with {headroom:.0%} headroom)",
+            f"{dev.memory_GB:.0f} GB ({dev.memory_GB * (1 - headroom):.1f} GB usable with {headroom:.0%} headroom){hint}",
             field="cluster",
         )
     if shortfalls:
@@ -965,7 +981,7 @@ def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[
         raise NoFeasiblePlan(
             f"no strategy fits: needs at least {need_GB:.{digits}f} GB per GPU ({tested}weights, gradients, "
             f"optimizer state and activations of the least-memory layout and layer split the constraints allow); {device} "
-            f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom)",
+            f"has {dev.memory_GB:.0f} GB ({usable:.{digits}f} GB usable with {headroom:.0%} headroom){hint}",
             field="cluster",
         )
     raise NoFeasiblePlan(

@@ -138,3 +138,23 @@ def test_recomputed_gemms_count_in_the_hardware_flops():
     assert recompute_flops_per_step(QWEN3_MOE, tr, "selective") == pytest.approx(tr.tokens_per_step * QWEN3_MOE.moe_layers * per_token)
     assert recompute_flops_per_step(QWEN3_MOE, _tr(["moe_act", "layernorm"]), "selective") == 0.0
     assert recompute_flops_per_step(QWEN3_MOE, _tr(), "selective") == 0.0
+
+
+def test_a_pinned_selective_moe_layout_that_does_not_fit_names_the_modules_that_free_more():
+    from cost_model.errors import NoFeasiblePlan
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    cfg = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
+    body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 16384},
+            "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-40GB"}]},
+            "constraints": {"recompute": "selective", "tp": 1, "ep": 8}}
+    with pytest.raises(NoFeasiblePlan) as err:
+        plan(parse_plan_request(body), SolverSettings())
+    assert 'training.recompute_modules ["core_attn", "moe_act", "layernorm"]' in err.value.message
+    # not where the modules are already given, nor for a dense model, nor under full recompute
+    for changed in ({"training": {**body["training"], "recompute_modules": ["moe_act"]}},
+                    {"constraints": {"recompute": "full", "tp": 1, "ep": 8}}):
+        with pytest.raises(NoFeasiblePlan) as err:
+            plan(parse_plan_request({**body, **changed}), SolverSettings())
+        assert "recompute_modules" not in err.value.message
