@@ -286,8 +286,9 @@ def recompute_modules() -> dict[str, Any]:
     cl = simple_cluster(H100, 4)
     rows = []
     for modules in (None, ("moe_act",), ("layernorm",), ("moe_act", "layernorm"), ("moe",)):
-        tr = Training(global_batch_size=512, sequence_length=4096, recompute_modules=modules)
-        est = estimate(model, tr, cl, Strategy(dp=8, tp=2, pp=2, ep=8, sequence_parallel=True, micro_batch_size=1, recompute="selective", zero_stage=1))
+        tr = Training(global_batch_size=512, sequence_length=4096)
+        est = estimate(model, tr, cl, Strategy(dp=8, tp=2, pp=2, ep=8, sequence_parallel=True, micro_batch_size=1, recompute="selective",
+                                               zero_stage=1, recompute_modules=modules or ()))
         rows.append(_row(est, recompute_modules=list(modules or ("core_attn",)),
                          activations_GB=round(est.to_dict()["memory_breakdown_GB"][0]["activations"], 2)))
     return {"model": model.name, "layout": "32 H100, tp 2 (SP), pp 2, ep 8, 4096 tokens, 512 sequences a step", "rows": rows}

@@ -84,7 +84,8 @@ def physics() -> str | None:
                f"per token = 6 × active non-embedding parameters + attention to {abs(mla['relative_gap_after_attention']) * 100:.3f}%.")
     pe = d["planner_searches_ep"]
     st = pe["best"]["strategy"]
-    recompute = "no recompute" if st["recompute"] == "none" else f"{st['recompute']} recompute"
+    recompute = "no recompute" if st["recompute"] == "none" else f"{st['recompute']} recompute" + (
+        f" ({', '.join(st['recompute_modules'])})" if st.get("recompute_modules") else "")
     out.append(
         f"* **Planner searches EP**: {pe['model']} on {pe['cluster']} → tp {st['tp']}, pp {st['pp']}, dp {st['dp']}, cp {st['cp']}, "
         f"ep {st['ep']} (experts over dp·cp), ZeRO-{st['zero_stage']}, {recompute}, {pe['best']['step_time_s']:.1f} s (every MoE estimate "

@@ -199,7 +199,7 @@ def estimate(
     zero2_pipeline = pipeline_gradient_sharding_note(training.framework, strategy.zero_stage, strategy.pp)
     if zero2_pipeline:
         warnings.append(zero2_pipeline)
-    warnings += recompute_modules_notes(model, training, strategy.recompute)
+    warnings += recompute_modules_notes(model, strategy.recompute_modules)
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:
         warnings.append(uneven)
@@ -250,7 +250,8 @@ def estimate(
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
     model_flops = model_flops_per_step(model, training)
-    hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute, float(recompute_fraction(model, S)[0]))
+    hw_flops = model_flops + recompute_flops_per_step(model, training, strategy.recompute, float(recompute_fraction(model, S)[0]),
+                                                     strategy.recompute_modules)
     peaks = [slot.group.device.peak_tflops(training.dtype) for slot in slots]
     mean_peak = float(np.mean(peaks))
     model_tflops = flops_to_tflops(model_flops / step_s / n_dev)

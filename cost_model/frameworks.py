@@ -144,10 +144,17 @@ class FrameworkRules:
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
+def canonical_recompute_modules(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """One spelling of a module set: in :data:`RECOMPUTE_MODULES` order, and empty for the
+    default (the attention core alone)."""
+    ordered = tuple(m for m in RECOMPUTE_MODULES if m in modules)
+    return () if ordered == ("core_attn",) else ordered
+
+
 def recompute_modules_violation(framework: str, modules: tuple[str, ...] | None) -> str | None:
-    """Reason when ``training.recompute_modules`` is given to a framework without that setting
-    or names a module it does not have, else None."""
-    if modules is None:
+    """Reason when ``recompute_modules`` is given to a framework without that setting or names
+    a module it does not have, else None."""
+    if not modules:
         return None
     have = rules_for(framework).recompute_modules
     if not have:

@@ -15,11 +15,13 @@ from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import (
+    canonical_recompute_modules,
     context_parallel_violation,
     cp_sequence_violation,
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
+    recompute_modules_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
     rules_for,
@@ -183,6 +185,10 @@ class Strategy:
     #: of tp·cp·dp, ETP·EP·EDP = TP·CP·DP).  0: Megatron-Core's default — TP, or under folding
     #: the largest that fits (:func:`cost_model.transformer.moe.expert_tensor_parallel`).
     etp: int = 0
+    #: With ``recompute: selective`` under Megatron-Core: the submodules recomputed, its
+    #: ``--recompute-modules`` (:data:`cost_model.frameworks.RECOMPUTE_MODULES`, in that order);
+    #: empty: its default, the attention core alone.
+    recompute_modules: tuple[str, ...] = ()
 
     @property
     def num_devices(self) -> int:
@@ -198,9 +204,11 @@ class Strategy:
             del out["nesting"]
         else:
             out["nesting"] = list(self.nesting)
-        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard", "etp"):  # written only when set: requests and plans without them unchanged
+        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard", "etp", "recompute_modules"):  # written only when set: requests and plans without them unchanged
             if not out[flag]:
                 del out[flag]
+        if "recompute_modules" in out:
+            out["recompute_modules"] = list(out["recompute_modules"])
         return out
 
     def stage_layer_ranges(self) -> list[list[tuple[int, int]]]:
@@ -252,6 +260,11 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if isinstance(rnl, bool) or not isinstance(rnl, int) or not 0 <= rnl <= 1_000_000:
             raise InvalidStrategy(f"must be a non-negative integer (0: every layer), got {rnl!r}", field=f"{field_path}.recompute_num_layers")
         out["recompute_num_layers"] = rnl
+    modules = data.get("recompute_modules")
+    if modules is not None:
+        if not isinstance(modules, (list, tuple)) or not modules or not all(isinstance(m, str) for m in modules) or len(set(modules)) != len(modules):
+            raise InvalidStrategy(f"must be a non-empty list of distinct module names, got {modules!r}", field=f"{field_path}.recompute_modules")
+        out["recompute_modules"] = tuple(modules)
     shard = data.get("dp_shard")
     if shard is not None:
         if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= 1_000_000:
@@ -426,6 +439,14 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={s.pp}",
             field=f"{f}.vpp",
         )
+    if s.recompute_modules:
+        why = recompute_modules_violation(training.framework, s.recompute_modules)
+        if why is not None:
+            raise InvalidStrategy(why, field=f"{f}.recompute_modules")
+        if s.recompute != "selective":
+            raise InvalidStrategy(f"recompute_modules choose what recompute: selective recomputes (got recompute {s.recompute!r})",
+                                  field=f"{f}.recompute_modules")
+        s = replace(s, recompute_modules=canonical_recompute_modules(s.recompute_modules))
     if s.recompute_num_layers:
         if s.recompute != "full":
             raise InvalidStrategy(

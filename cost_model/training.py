@@ -14,7 +14,6 @@ from cost_model.frameworks import (
     dtype_rule_violation,
     grad_accum_rule_violation,
     moe_training_violation,
-    recompute_modules_violation,
 )
 
 OPTIMIZERS = ("adam", "sgd")
@@ -64,9 +63,6 @@ class Training:
     ``data_types`` out) under its ZeRO optimizer (bf16 accumulation); at stage 0 DeepSpeed
     ignores it: BF16_Optimizer under its pipeline engine, its FP16 optimizer in bf16 without one
     (:func:`cost_model.transformer.layer_cost.bf16_optimizer`).
-    ``recompute_modules`` (``megatron-core``): Megatron-Core's ``--recompute-modules``, the
-    submodules ``recompute: selective`` recomputes (default: the attention core), each costed by
-    :func:`cost_model.transformer.layer_cost.selective_module_costs`.
     """
 
     global_batch_size: int
@@ -86,9 +82,6 @@ class Training:
     cp_comm_type: str | None = None
     #: DeepSpeed's ``data_types.grad_accum_dtype`` under bf16; None: DeepSpeed's default (bf16)
     grad_accum_dtype: str | None = None
-    #: Megatron-Core's ``--recompute-modules``: what ``recompute: selective`` recomputes
-    #: (:data:`cost_model.frameworks.RECOMPUTE_MODULES`); None: its default, the attention core
-    recompute_modules: tuple[str, ...] | None = None
 
     @property
     def tokens_per_step(self) -> int:
@@ -133,7 +126,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
-                                     "grad_accum_dtype": None, "recompute_modules": None}
+                                     "grad_accum_dtype": None}
 
 
 def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
@@ -182,15 +175,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not 1.0 <= val <= 64.0:
             raise InvalidTraining(f"must be a number from 1 to 64 (times the mean expert load), got {val!r}", field=f"{field_path}.moe_capacity_factor")
         out["moe_capacity_factor"] = float(val)
-    if data.get("recompute_modules") is not None:
-        val = data["recompute_modules"]
-        if not isinstance(val, list) or not val or not all(isinstance(m, str) for m in val) or len(set(val)) != len(val):
-            raise InvalidTraining(f"must be a non-empty list of distinct module names, got {val!r}", field=f"{field_path}.recompute_modules")
-        out["recompute_modules"] = tuple(val)
     framework = out.get("framework", "megatron-core")
-    why = recompute_modules_violation(framework, out.get("recompute_modules"))
-    if why is not None:
-        raise InvalidTraining(why, field=f"{field_path}.recompute_modules")
     why = dtype_rule_violation(framework, out.get("dtype", "bf16"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.dtype")

@@ -45,7 +45,7 @@ from cost_model.compute import (
     memory_bound_time_s,
 )
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import rules_for, runs_deepspeed_engine
+from cost_model.frameworks import RECOMPUTE_MODULES, rules_for, runs_deepspeed_engine
 from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
@@ -164,6 +164,9 @@ class StrategyArrays:
     #: Strategy.etp (the experts' tensor-parallel size; 0 Megatron-Core's default rule,
     #: :func:`cost_model.transformer.moe.expert_tensor_parallel`); None: the rule for all
     etp: np.ndarray | None = None
+    #: Strategy.recompute_modules as a bitmask over :data:`cost_model.frameworks.RECOMPUTE_MODULES`
+    #: (:func:`recompute_modules_mask`; 0 the default, the attention core); None: 0 for all
+    recompute_modules: np.ndarray | None = None
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -185,6 +188,8 @@ class StrategyArrays:
             recompute_layers=col(lambda s: s.recompute_num_layers) if any(s.recompute_num_layers for s in strategies) else None,
             dp_shard=col(lambda s: s.dp_shard) if any(s.dp_shard for s in strategies) else None,
             etp=col(lambda s: s.etp) if any(s.etp for s in strategies) else None,
+            recompute_modules=col(lambda s: recompute_modules_mask(s.recompute_modules))
+            if any(s.recompute_modules for s in strategies) else None,
         )
 
     def __len__(self) -> int:
@@ -420,8 +425,7 @@ def _uniform_layer_costs(
     else:
         # the attention core (Megatron's default module) and any other --recompute-modules
         modules_s, module_tp, module_ep = selective_module_costs(model, training, device, S, g.T, ffn_fwd, moe)
-        core = 1.0 if "core_attn" in selective_modules(training) else 0.0
-        selective_s = core * unfused * attn_fwd + modules_s
+        selective_s = recomputes(S, "core_attn") * unfused * attn_fwd + modules_s
     selective = np.where(S.recompute == 1, 1.0, 0.0)
     recompute_s = np.where(S.recompute == 2, frac * forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
 
@@ -990,9 +994,8 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     # softmax output, dropout output and mask (unfused only; eager dropout keeps its mask in the
     # scores' dtype)
     scores = a * sc * s * b / t * ((2 * eb + mask) if training.fused_kernels else (eb + mask * 2 * eb))
-    modules = selective_modules(training)
     # without the attention core among the modules, a selective recompute keeps the scores too
-    store_scores = (training.attention == "unfused") & ((S.recompute == 0) | ((S.recompute == 1) & ("core_attn" not in modules)))
+    store_scores = (training.attention == "unfused") & ((S.recompute == 0) | ((S.recompute == 1) & (recomputes(S, "core_attn") == 0.0)))
     if model.is_moe:  # router probabilities, permuted tokens, expert outputs, shared experts
         ffn_inner = ffn_inner + moe_activation_bytes(
             hidden=h, num_experts=float(model.num_experts), top_k=float(model.experts_per_token),
@@ -1021,7 +1024,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter, stored)
     else:
         # Megatron-Core's --recompute-modules beyond the attention core (selective_module_costs)
-        freed = _selective_freed_bytes(model, modules, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)
+        freed = _selective_freed_bytes(model, S, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)
         stored = np.where(S.recompute == 1, stored - freed, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
     working = np.where(S.recompute == 2, full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
@@ -1029,55 +1032,73 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     return stored, full, working
 
 
-def selective_modules(training: Training) -> frozenset[str]:
-    """What ``recompute: selective`` recomputes: Megatron-Core's ``--recompute-modules``
-    (``training.recompute_modules``), by default the attention core alone — which is also what
-    the other frameworks' attention-core selective recompute does (torchtitan's op-level policy
-    is its own, :func:`op_level_selective`)."""
-    return frozenset(training.recompute_modules or ("core_attn",))
+def recompute_modules_mask(modules: Sequence[str]) -> int:
+    """A module set (``Strategy.recompute_modules``) as a bitmask over
+    :data:`cost_model.frameworks.RECOMPUTE_MODULES` (0: the default, the attention core)."""
+    return sum(1 << RECOMPUTE_MODULES.index(m) for m in modules)
 
 
-def recompute_modules_notes(model: TransformerSpec, training: Training, recompute: str) -> list[str]:
-    """Warnings for ``training.recompute_modules`` that change nothing here: asked with a
-    recompute other than selective, or naming a module this model does not have (Megatron-Core
-    runs such a module as a no-op)."""
-    if not training.recompute_modules:
-        return []
-    if recompute != "selective":
-        return [f"recompute_modules apply to recompute: selective; with recompute: {recompute} they change nothing"]
+def recompute_modules_of(mask: int) -> tuple[str, ...]:
+    """The module set of a :func:`recompute_modules_mask` (empty: the default)."""
+    return tuple(m for i, m in enumerate(RECOMPUTE_MODULES) if (int(mask) >> i) & 1)
+
+
+def lean_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
+    """The module set the search offers beside Megatron-Core's default for a model that has
+    more to recompute: the attention core and the output-discarding modules that apply —
+    ``moe_act`` and ``layernorm`` (MoE), ``layernorm`` and ``mla_up_proj`` (MLA).  They free
+    their outputs for a memory-bound pass or two small GEMMs each (:func:`selective_module_costs`),
+    where full recompute pays the whole forward; empty for a dense model without MLA (its
+    norms are fused: nothing more to discard cheaply)."""
+    picks = [("moe_act", model.is_moe), ("layernorm", model.is_moe or model.is_mla), ("mla_up_proj", model.is_mla)]
+    chosen = [m for m, has in picks if has]
+    return ("core_attn", *chosen) if chosen else ()
+
+
+def recomputes(S: StrategyArrays, module: str) -> FloatArray:
+    """Per candidate, 1.0 where ``recompute: selective`` recomputes Megatron-Core's ``module``
+    (``Strategy.recompute_modules``; none given: the attention core alone — which is also what
+    the other frameworks' attention-core selective recompute does; torchtitan's op-level policy
+    is its own, :func:`op_level_selective`), else 0.0 — whatever the recompute mode."""
+    mask = np.zeros_like(np.asarray(S.tp, dtype=float)) if S.recompute_modules is None else np.asarray(S.recompute_modules, dtype=float)
+    bits = mask.astype(np.int64)
+    has = (bits >> RECOMPUTE_MODULES.index(module)) & 1
+    out: FloatArray = np.where((bits == 0) & (module == "core_attn"), 1.0, has.astype(float))
+    return out
+
+
+def recompute_modules_notes(model: TransformerSpec, modules: Sequence[str]) -> list[str]:
+    """A warning for recompute modules that change nothing here: a module this model does not
+    have (Megatron-Core runs it as a no-op)."""
     has = {"moe_act": model.is_moe, "moe": model.is_moe, "shared_experts": model.is_moe and bool(model.shared_expert_ffn_hidden_size),
            "mla_up_proj": model.is_mla, "layernorm": model.is_moe or model.is_mla,
            "mlp": not model.is_moe or bool(model.dense_layer_indices)}
-    idle = [m for m in training.recompute_modules if not has.get(m, True)]
+    idle = [m for m in modules if not has.get(m, True)]
     if not idle:
         return []
     return [f"recompute_modules {', '.join(idle)}: nothing to recompute in this model (no such module of its own under "
             "Transformer Engine: a dense layer's norms are fused into the next GEMM); costed as a no-op"]
 
 
-def _selective_freed_bytes(model: TransformerSpec, modules: frozenset[str], *, sbh: ArrayOrFloat, tokens: ArrayOrFloat, gi: float,
+def _selective_freed_bytes(model: TransformerSpec, S: StrategyArrays, *, sbh: ArrayOrFloat, tokens: ArrayOrFloat, gi: float,
                            eb: float, t: ArrayOrFloat, kv: ArrayOrFloat, ffn_inner: ArrayOrFloat) -> FloatArray:
     """Bytes per layer and micro-batch that Megatron-Core's recompute modules other than the
     attention core free (:func:`selective_module_costs` has the derivation); ``sbh`` the layer's
     hidden-state elements on this GPU (after sequence parallelism), ``tokens`` its tokens,
     ``ffn_inner`` the FFN's stored bytes as :func:`activation_bytes` counts them."""
     f, fm = float(model.ffn_hidden_size), float(model.ffn_matrices)
+    T, tp = np.asarray(tokens, dtype=float), np.asarray(t, dtype=float)
     norm_out = np.asarray(sbh, dtype=float) * gi
-    freed: FloatArray = np.zeros_like(norm_out)
-    if "layernorm" in modules:
-        freed = freed + (int(model.is_moe) + int(model.is_mla)) * norm_out
-    if "mla_up_proj" in modules and model.is_mla:
-        freed = freed + np.asarray(tokens, dtype=float) * (model.q_size / np.asarray(t, dtype=float) + 2.0 * np.asarray(kv, dtype=float)) * eb
-    if model.is_moe and "moe" in modules:
-        freed = freed + ffn_inner
-    elif model.is_moe:
-        if "moe_act" in modules:
-            freed = freed + np.asarray(tokens, dtype=float) * model.experts_per_token * f / np.asarray(t, dtype=float) * gi
-        if "shared_experts" in modules and model.shared_expert_ffn_hidden_size:
-            fs = float(model.shared_expert_ffn_hidden_size)
-            freed = freed + np.asarray(tokens, dtype=float) * fs / np.asarray(t, dtype=float) * (eb * (fm - 1.0) + gi)
-    elif "mlp" in modules:
-        freed = freed + ffn_inner + norm_out
+    freed: FloatArray = recomputes(S, "layernorm") * (int(model.is_moe) + int(model.is_mla)) * norm_out
+    if model.is_mla:
+        freed = freed + recomputes(S, "mla_up_proj") * T * (model.q_size / tp + 2.0 * np.asarray(kv, dtype=float)) * eb
+    if model.is_moe:
+        whole = recomputes(S, "moe")  # the whole MoE FFN covers its activation and shared experts
+        shared = T * float(model.shared_expert_ffn_hidden_size) / tp * (eb * (fm - 1.0) + gi)
+        parts = recomputes(S, "moe_act") * T * model.experts_per_token * f / tp * gi + recomputes(S, "shared_experts") * shared
+        freed = freed + whole * np.asarray(ffn_inner, dtype=float) + (1.0 - whole) * parts
+    else:
+        freed = freed + recomputes(S, "mlp") * (np.asarray(ffn_inner, dtype=float) + norm_out)
     return freed
 
 
@@ -1085,7 +1106,7 @@ def selective_module_costs(
     model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, T: ArrayOrFloat, ffn_fwd_s: ArrayOrFloat,
     moe: MoeFfnCost | None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Megatron-Core's ``--recompute-modules`` beyond the attention core (``training.
+    """Megatron-Core's ``--recompute-modules`` beyond the attention core (``Strategy.
     recompute_modules``; Megatron-Core ``TransformerConfig.recompute_modules``, its
     ``transformer_layer.py``/``moe_layer.py``/``experts.py``): per layer and micro-batch, the
     seconds the recomputed forward pieces take in backward, the FFN tensor-parallel collective
@@ -1114,41 +1135,38 @@ def selective_module_costs(
     * ``shared_experts`` — the shared experts, normal checkpointing: frees their hidden; costs
       their two GEMMs forward.
     """
-    modules = selective_modules(training)
     eb = _act_bytes(training)
     gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
     h, f, fm = float(model.hidden_size), float(model.ffn_hidden_size), float(model.ffn_matrices)
     t = np.asarray(S.tp, dtype=float)
-    T = np.asarray(T, dtype=float)
+    T = np.asarray(T, dtype=float) * np.ones_like(t)
     rep = np.where(S.sp, t, 1.0)
-    seconds: FloatArray = np.zeros_like(T * t)
-    tp_passes: FloatArray = np.zeros_like(seconds)
-    ep_pairs: FloatArray = np.zeros_like(seconds)
-    if "layernorm" in modules and (model.is_moe or model.is_mla):
-        norm = memory_bound_time_s(T * h / rep * (eb + gi), device, kernels=1)
-        seconds = seconds + (int(model.is_moe) + int(model.is_mla)) * norm
-    if "mla_up_proj" in modules and model.is_mla:
+    zero: FloatArray = np.zeros_like(T)
+    norms = int(model.is_moe) + int(model.is_mla)
+    seconds: FloatArray = recomputes(S, "layernorm") * norms * memory_bound_time_s(T * h / rep * (eb + gi), device, kernels=1) if norms else zero
+    tp_passes, ep_pairs = zero, zero
+    if model.is_mla:
         shapes = _mla_shapes(model, T, S)
         ups = [shapes[1], shapes[-1]] if model.q_lora_rank else [shapes[-1]]
         up_fwd, _ = mla_projection_fwd_bwd_s(ups, device, training.dtype)
         rope = memory_bound_time_s(T * (model.q_size / t + _kv_local(model, S.tp)) * 2.0 * eb, device, kernels=2)
-        seconds = seconds + up_fwd + rope
-    if model.is_moe and moe is not None and "moe" in modules:
-        seconds = seconds + moe.gemm_fwd_s + moe.elementwise_fwd_s
-        tp_passes = tp_passes + 1.0
-        ep_pairs = ep_pairs + 1.0
-    elif model.is_moe:
-        if "moe_act" in modules:
-            seconds = seconds + memory_bound_time_s(T * model.experts_per_token * f / t * ((fm - 1.0) * eb + gi), device, kernels=1)
-        if "shared_experts" in modules and model.shared_expert_ffn_hidden_size:
+        seconds = seconds + recomputes(S, "mla_up_proj") * (up_fwd + rope)
+    if model.is_moe and moe is not None:
+        whole = recomputes(S, "moe")
+        act = memory_bound_time_s(T * model.experts_per_token * f / t * ((fm - 1.0) * eb + gi), device, kernels=1)
+        parts = recomputes(S, "moe_act") * act
+        if model.shared_expert_ffn_hidden_size:
             fs = float(model.shared_expert_ffn_hidden_size)
             s1, _ = gemm_fwd_bwd_time_s(T, (fm - 1.0) * fs / t, h, device, training.dtype)
             s2, _ = gemm_fwd_bwd_time_s(T, h, fs / t, device, training.dtype)
-            seconds = seconds + s1 + s2
-    elif "mlp" in modules:
+            parts = parts + recomputes(S, "shared_experts") * (s1 + s2)
+        seconds = seconds + whole * (moe.gemm_fwd_s + moe.elementwise_fwd_s) + (1.0 - whole) * parts
+        tp_passes, ep_pairs = whole, whole
+    elif not model.is_moe:
+        mlp = recomputes(S, "mlp")
         act = memory_bound_time_s(T * f / t * ((fm - 1.0) * eb + gi), device, kernels=1)
-        seconds = seconds + np.asarray(ffn_fwd_s, dtype=float) + act
-        tp_passes = tp_passes + 1.0
+        seconds = seconds + mlp * (np.asarray(ffn_fwd_s, dtype=float) + act)
+        tp_passes = mlp
     return seconds, tp_passes, ep_pairs
 
 

@@ -8,6 +8,7 @@ stage and :func:`combine_stages` for the step, so a plan's prediction is exactly
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,7 +48,6 @@ from cost_model.transformer.layer_cost import (
     param_tensors_per_layer,
     pipelined_fsdp,
     pp_p2p_s,
-    selective_modules,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
@@ -596,24 +596,27 @@ def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
     return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd + mtp_fwd)
 
 
-def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0) -> float:
+def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0,
+                             modules: Sequence[str] = ()) -> float:
     """Extra forward FLOPs executed by activation recomputation (hardware FLOPs − model FLOPs);
     ``fraction``: of the layers a full recompute recomputes
     (:func:`cost_model.transformer.layer_cost.recompute_fraction`).  Selective: the attention core
     where it is unfused; under torchtitan's op-level policy also the matmuls it recomputes
-    (:func:`cost_model.transformer.layer_cost.op_level_recomputed_gemm_flops`)."""
+    (:func:`cost_model.transformer.layer_cost.op_level_recomputed_gemm_flops`); under Megatron-Core
+    the GEMMs of its recompute ``modules`` (``Strategy.recompute_modules``; empty: the attention
+    core alone)."""
     if recompute == "none":
         return 0.0
     s = float(training.sequence_length)
     if recompute == "full":  # every decoder layer's forward again (the MTP modules' included)
         return fraction * training.global_batch_size * (model.num_layers + model.mtp_layers) * _layer_forward_flops(model, s)
     tokens = float(training.global_batch_size) * s
-    modules = selective_modules(training)
-    unfused_core = training.attention == "unfused" and ("core_attn" in modules or op_level_selective(model, training))
+    chosen = frozenset(modules or ("core_attn",))
+    unfused_core = training.attention == "unfused" and ("core_attn" in chosen or op_level_selective(model, training))
     core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if unfused_core else 0.0
     if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls of every layer
         return core + model.num_layers * float(op_level_recomputed_gemm_flops(model, tokens, 1.0))
-    return core + tokens * _module_recompute_flops_per_token(model, modules)
+    return core + tokens * _module_recompute_flops_per_token(model, chosen)
 
 
 def _module_recompute_flops_per_token(model: TransformerSpec, modules: frozenset[str]) -> float:

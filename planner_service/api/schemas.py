@@ -148,7 +148,7 @@ class EstimateCreate(_Strict):
     training: dict[str, Any] = Field(json_schema_extra={"examples": [EXAMPLE_TRAINING]})
     cluster: dict[str, Any] | str = Field(json_schema_extra={"examples": [EXAMPLE_CLUSTER]})
     strategy: dict[str, Any] = Field(
-        description="dp, tp, pp, cp, ep, vpp, micro_batch_size, sequence_parallel, recompute (none|selective|full), recompute_num_layers (with full: the first N layers of each model chunk; megatron-core), zero_stage (0-3), dp_shard (ZeRO/FSDP state sharded over dp_shard of the dp ranks and replicated over the rest: HSDP; 0 all), etp (the experts' tensor-parallel size, Megatron-Core's --expert-tensor-parallel-size; 0 its default), layers_per_stage, account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split.",
+        description="dp, tp, pp, cp, ep, vpp, micro_batch_size, sequence_parallel, recompute (none|selective|full), recompute_num_layers (with full: the first N layers of each model chunk; megatron-core), recompute_modules (with selective: Megatron-Core's --recompute-modules, e.g. moe_act and layernorm; absent: its default, core_attn), zero_stage (0-3), dp_shard (ZeRO/FSDP state sharded over dp_shard of the dp ranks and replicated over the rest: HSDP; 0 all), etp (the experts' tensor-parallel size, Megatron-Core's --expert-tensor-parallel-size; 0 its default), layers_per_stage, account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split.",
         json_schema_extra={"examples": [{"dp": 8, "tp": 2, "micro_batch_size": 4}]},
     )
     profile_id: str | None = None

@@ -61,7 +61,8 @@ def describe_strategy(req: EstimateRequest) -> str:
     if s.sequence_parallel:
         parts.append("sequence parallel")
     if s.recompute != "none":
-        parts.append(f"{s.recompute} recompute" + (f" of the first {s.recompute_num_layers} layers of each chunk" if s.recompute_num_layers else ""))
+        parts.append(f"{s.recompute} recompute" + (f" of the first {s.recompute_num_layers} layers of each chunk" if s.recompute_num_layers else "")
+                     + (f" ({', '.join(s.recompute_modules)})" if s.recompute_modules else ""))
     parts.append(f"ZeRO-{s.zero_stage}" + (f" sharded over {s.dp_shard} of the dp ranks (HSDP, {s.dp // s.dp_shard} replicas)" if s.dp_shard else ""))
     if s.layers_per_stage:
         parts.append("layers per stage " + "/".join(str(n) for n in s.layers_per_stage))

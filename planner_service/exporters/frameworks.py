@@ -187,7 +187,7 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     elif recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
-        modules = view.training.get("recompute_modules")
+        modules = view.s("recompute_modules", None)
         if modules:  # the modules the plan was costed with (Megatron's default: core_attn)
             args.append(("--recompute-modules", " ".join(modules)))
     uniform = len(set(chunks)) == 1

@@ -15,6 +15,7 @@ from typing import Any
 from cost_model.cluster import Cluster, cluster_from_dict
 from cost_model.devices import catalog_id
 from cost_model.errors import InvalidInput, PlannerError
+from cost_model.frameworks import canonical_recompute_modules
 from cost_model.strategy import INT_FIELDS, RECOMPUTE, SPLIT_FLAGS, Strategy, strategy_from_dict
 from cost_model.training import Training, training_from_dict
 from cost_model.transformer.spec import model_from_dict
@@ -23,7 +24,8 @@ OBJECTIVES = ("throughput", "cost", "time_to_train")
 TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject", "reject_unlikely")
 #: Headroom of operator-graph plans when the request gives none.
 GRAPH_DEFAULT_HEADROOM = 0.1
-PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "etp", "layers_per_stage") + SPLIT_FLAGS
+PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "recompute_modules", "zero_stage", "dp_shard", "etp",
+                         "layers_per_stage") + SPLIT_FLAGS
 
 #: Top-level fields of a plan request: what is planned, and (``RUN_OPTIONS``) how the service runs it.
 PLAN_FIELDS = ("model", "training", "cluster", "constraints", "objective", "top_k", "profile_id")
@@ -158,6 +160,8 @@ def parse_constraints(value: Any) -> Constraints:
     pins = dict(pins_in)
     if "layers_per_stage" in pins:
         pins["layers_per_stage"] = tuple(pins["layers_per_stage"])
+    if "recompute_modules" in pins:  # one spelling: Megatron-Core's order, the default alone as ()
+        pins["recompute_modules"] = canonical_recompute_modules(tuple(pins["recompute_modules"]))
     out: dict[str, Any] = {"pinned": pins}
     for key in ("max_tp", "max_pp", "max_devices"):
         v = value.get(key)

@@ -427,9 +427,6 @@ const fmt = {
     // empty: dropless (the contract's None), left out
     const capacity = num("#t-moe-capacity");
     if (capacity !== undefined) out.moe_capacity_factor = capacity;
-    // none selected: Megatron-Core's default (core_attn), the key left out
-    const modules = Array.from($("#t-recompute-modules").selectedOptions, (o) => o.value);
-    if (modules.length) out.recompute_modules = modules;
     return out;
   }
 
@@ -446,6 +443,9 @@ const fmt = {
     // none selected: every node group's device (the key left out)
     const devices = Array.from($("#c-devices").selectedOptions, (o) => o.value);
     if (devices.length) out.allowed_device_types = devices;
+    // none selected: not pinned (the search keeps Megatron-Core's default or offers the lean set)
+    const modules = Array.from($("#c-recompute-modules").selectedOptions, (o) => o.value);
+    if (modules.length) out.recompute_modules = modules;
     const layers = $("#c-layers").value.trim();
     if (layers) {
       const parts = layers.split(/[\s,]+/).filter(Boolean);

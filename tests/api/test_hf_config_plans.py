@@ -122,24 +122,25 @@ def test_mpt_plans_under_fsdp_and_llama_4_launches_with_its_chunked_attention_na
 
 
 def test_megatron_recompute_modules_are_costed_stored_and_launched(client):
-    """training.recompute_modules (Megatron-Core's --recompute-modules) plans a pinned MoE
-    layout with less activation memory than the default selective recompute, is stored with the
-    plan and reaches the Megatron launch; another framework's request is a 422 naming it."""
+    """constraints.recompute_modules (Megatron-Core's --recompute-modules) plans a pinned MoE
+    layout with less activation memory than the default selective recompute, is the plan's
+    strategy and reaches the Megatron launch; another framework's request is a 422 naming it."""
     cfg = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
     constraints = {"tp": 2, "pp": 2, "ep": 8, "micro_batch_size": 1, "recompute": "selective", "sequence_parallel": True}
     peaks = {}
-    for modules in (None, ["moe_act", "layernorm"]):
-        training = {"global_batch_size": 64, "sequence_length": 4096, **({"recompute_modules": modules} if modules else {})}
-        body = {"model": {"transformer": cfg}, "training": training, "cluster": CLUSTER, "constraints": constraints, "top_k": 0}
+    for modules in (["core_attn"], ["moe_act", "layernorm"]):
+        body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 4096}, "cluster": CLUSTER,
+                "constraints": {**constraints, "recompute_modules": modules}, "top_k": 0}
         r = client.post("/v1/plans", json=body)
         assert r.status_code == 201, r.text
-        peaks[bool(modules)] = (r.json()["best"]["prediction"]["peak_memory_GB"][0], r.json())
-    assert peaks[True][0] < peaks[False][0]
-    plan = peaks[True][1]
-    assert plan["training"]["recompute_modules"] == ["moe_act", "layernorm"]
+        peaks[len(modules)] = (r.json()["best"]["prediction"]["peak_memory_GB"][0], r.json())
+    assert peaks[2][0] < peaks[1][0]
+    plan = peaks[2][1]
+    assert plan["best"]["strategy"]["recompute_modules"] == ["moe_act", "layernorm"]
+    assert "recompute_modules" not in peaks[1][1]["best"]["strategy"]  # Megatron's default, written only when set
     args = client.get(f"/v1/plans/{plan['id']}/launch?target=megatron&format=json").json()
     assert "--recompute-modules moe_act layernorm" in args["files"]["megatron_args.sh"]
-    body = {"model": {"preset": "llama3-8b"}, "cluster": CLUSTER,
-            "training": {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp", "recompute_modules": ["mlp"]}}
+    body = {"model": {"preset": "llama3-8b"}, "cluster": CLUSTER, "constraints": {"recompute_modules": ["mlp"]},
+            "training": {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}}
     r = client.post("/v1/plans", json=body)
-    assert r.status_code == 422 and "training.recompute_modules" in r.text
+    assert r.status_code == 422 and "constraints.recompute_modules" in r.text

@@ -428,10 +428,13 @@ def test_default_form_leaves_framework_and_constraints_out_of_the_request(browse
         fill(css(d, sel), value)
     for sel, value in (("#c-sp", "true"), ("#c-split-emb", "false"), ("#c-split-loss", "true"), ("#c-recompute", "full"), ("#c-zero", "0")):
         Select(css(d, sel)).select_by_value(value)
+    modules = Select(css(d, "#c-recompute-modules"))
+    for value in ("moe_act", "layernorm"):
+        modules.select_by_value(value)
     assert form_body(d)["constraints"] == {
         "dp": 4, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "recompute_num_layers": 0, "dp_shard": 2, "max_devices": 8,
         "layers_per_stage": [6, 6], "sequence_parallel": True, "account_for_embedding_in_pipeline_split": False,
-        "account_for_loss_in_pipeline_split": True, "recompute": "full", "zero_stage": 0,
+        "account_for_loss_in_pipeline_split": True, "recompute": "full", "zero_stage": 0, "recompute_modules": ["moe_act", "layernorm"],
     }
 
 
@@ -504,7 +507,7 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 
 
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
-                        "moe_comm_overlap", "moe_capacity_factor", "recompute_modules"}
+                        "moe_comm_overlap", "moe_capacity_factor"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -528,18 +531,14 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     for sel, value in (("#t-tp-overlap", "true"), ("#t-grad-overlap", "false"), ("#t-moe-dispatcher", "deepep"), ("#t-moe-overlap", "true"), ("#t-cp-comm", "allgather")):
         Select(css(d, sel)).select_by_value(value)
     fill(css(d, "#t-moe-capacity"), 1.25)
-    modules = Select(css(d, "#t-recompute-modules"))
-    for value in ("moe_act", "layernorm"):
-        modules.select_by_value(value)
     training = form_body(d)["training"]
     assert {k: training[k] for k in TRAINING_OPTION_KEYS & set(training)} == {
         "tp_comm_overlap": True, "grad_reduce_overlap": False, "moe_token_dispatcher": "deepep", "moe_comm_overlap": True,
-        "cp_comm_type": "allgather", "moe_capacity_factor": 1.25, "recompute_modules": ["moe_act", "layernorm"]}
+        "cp_comm_type": "allgather", "moe_capacity_factor": 1.25}
     # back at the defaults, the keys are gone again
     for sel, value in (("#t-tp-overlap", "false"), ("#t-grad-overlap", "true"), ("#t-moe-dispatcher", "alltoall"), ("#t-moe-overlap", "false"), ("#t-cp-comm", "")):
         Select(css(d, sel)).select_by_value(value)
     fill(css(d, "#t-moe-capacity"), "")
-    modules.deselect_all()
     assert not TRAINING_OPTION_KEYS & set(form_body(d)["training"])
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -52,7 +52,7 @@ from cost_model.result import Estimate
 from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import StrategyArrays
+from cost_model.transformer.layer_cost import StrategyArrays, lean_recompute_modules
 from cost_model.transformer.memory import POINT, MemoryBound, bounds
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb, gb_to_bytes
@@ -583,7 +583,7 @@ def search_transformer(
     complete = state.branch_and_bound(progress, should_cancel)
     state.refine_answers(request.top_k)
 
-    hint = recompute_modules_hint(request.model, training, request.constraints.pinned.get("recompute"))
+    hint = recompute_modules_hint(request.model, training, request.constraints.pinned)
     if not state.candidates:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak, hint)
     picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
@@ -886,7 +886,7 @@ def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]
     """The structural knobs that make two candidates different plans (not the split)."""
     s = strategy
     return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting,
-            s.recompute_num_layers, s.dp_shard)
+            s.recompute_num_layers, s.dp_shard, s.recompute_modules)
 
 
 #: With a pinned split: how many rows the estimate may reject before the layouts left unanswered
@@ -944,17 +944,17 @@ def _pick_answers(
     return out[: k + 1], held, needs_safe_search
 
 
-def recompute_modules_hint(model: TransformerSpec, training: Training, pinned_recompute: object) -> str:
-    """What a no-fit answer adds when Megatron-Core's selective recompute is pinned at its default
-    modules for a model that has more to recompute (MoE or MLA layers): the modules that would
-    free more (``training.recompute_modules``; the search does not choose them)."""
-    if pinned_recompute != "selective" or training.recompute_modules or not rules_for(training.framework).recompute_modules:
+def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Mapping[str, Any]) -> str:
+    """What a no-fit answer adds when the pinned recompute modules leave more of this model's
+    activations to free (MoE or MLA layers under Megatron-Core): the modules that would, and
+    full recompute, which the search tries unless recompute is pinned."""
+    pinned = pins.get("recompute_modules")
+    if pinned is None or not rules_for(training.framework).recompute_modules:
         return ""
-    lean = [m for m, has in (("moe_act", model.is_moe), ("layernorm", model.is_moe or model.is_mla), ("mla_up_proj", model.is_mla)) if has]
-    if not lean:
+    more = [m for m in ("moe", "mla_up_proj", "layernorm", "moe_act") if m not in pinned and m in lean_recompute_modules(model) + (("moe",) if model.is_moe else ())]
+    if not more:
         return ""
-    return (f"; selective recompute is costed with Megatron-Core's default module (core_attn): training.recompute_modules "
-            f"{json.dumps(['core_attn', *lean])} frees more of this model's activations")
+    return f"; constraints.recompute_modules {json.dumps(list(pinned))} leaves {', '.join(sorted(more))} unrecomputed, which would free more"
 
 
 def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, float, str]], bound_name: str = "",

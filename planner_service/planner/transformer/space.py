@@ -36,6 +36,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     pinned_rule_violation,
+    recompute_modules_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
     rules_for,
@@ -43,7 +44,14 @@ from cost_model.frameworks import (
 )
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import RECOMPUTE_CODE, StrategyArrays, op_level_selective
+from cost_model.transformer.layer_cost import (
+    RECOMPUTE_CODE,
+    StrategyArrays,
+    lean_recompute_modules,
+    op_level_selective,
+    recompute_modules_mask,
+    recompute_modules_of,
+)
 from cost_model.transformer.moe import expert_blocks_tile, experts_split_into_replicas
 from cost_model.transformer.spec import TransformerSpec
 
@@ -74,6 +82,13 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     rule = pinned_rule_violation(training.framework, pins)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
+    if "recompute_modules" in pins:
+        why = recompute_modules_violation(training.framework, pins["recompute_modules"] or ("core_attn",))
+        if why is not None:
+            raise InvalidStrategy(why, field="constraints.recompute_modules")
+        if pins.get("recompute", "selective") != "selective":
+            raise InvalidStrategy(f"recompute_modules choose what recompute: selective recomputes (pinned recompute {pins['recompute']!r})",
+                                  field="constraints.recompute_modules")
     if pins.get("recompute_num_layers") and pins.get("recompute", "full") != "full":
         raise InvalidStrategy(f"recompute_num_layers={pins['recompute_num_layers']} needs recompute: full (pinned {pins['recompute']!r})",
                               field="constraints.recompute_num_layers")
@@ -186,9 +201,7 @@ def enumerate_space(
     mbss = _pin(pins, "micro_batch_size", MBS_CHOICES)
     vpps = _pin(pins, "vpp", VPP_CHOICES if rules.interleaved_pipeline else (1,))
     selective = unfused or op_level_selective(model, training)
-    rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if selective else []))
-    if pins.get("recompute_num_layers"):
-        rcs = ["full"]
+    rc_choices = _recompute_choices(model, training, pins, selective)
     ep_ok = model.is_moe and expert_parallel_runs_in(training.framework, training.dtype)
     eps = _pin(pins, "ep", _divisors(model.num_experts) if ep_ok else [1])
 
@@ -223,7 +236,10 @@ def enumerate_space(
         cols = _keep(cols, even_chunks)
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
-    cols = _cross(cols, "recompute", [RECOMPUTE_CODE[rc] for rc in rcs])
+    cols = _cross(cols, "rc", list(range(len(rc_choices))))
+    choice = cols.pop("rc")
+    cols["recompute"] = np.array([c for c, _ in rc_choices], dtype=np.int64)[choice]
+    cols["rc_mods"] = np.array([mask for _, mask in rc_choices], dtype=np.int64)[choice]
     if training.moe_comm_overlap and rules.moe_comm_overlap:
         # Megatron-Core's EP overlap (moe_overlap_layout_violation): interleaved with a pipeline, no full recompute (where ep > 1)
         moe_rows = cols["ep"] > 1
@@ -285,6 +301,7 @@ def enumerate_space(
         zero=f["zero"],
         recompute_layers=np.where(f["recompute"] == RECOMPUTE_CODE["full"], float(rl), 0.0) if rl else None,
         dp_shard=shard,
+        recompute_modules=f["rc_mods"] if f["rc_mods"].any() else None,
     )
 
 
@@ -352,12 +369,13 @@ def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
     """One row per candidate of the knobs that make it a distinct layout (not its split): dp, tp,
     pp, cp, ep, vpp, micro-batch, ZeRO stage, sequence parallelism, nesting order, ZeRO shard
     group (dp_shard) and — with
-    ``recompute`` — the recompute mode and block depth."""
+    ``recompute`` — the recompute mode, block depth and recompute modules."""
     n = len(S)
     cols = [S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), S.nest if S.nest is not None else np.zeros(n),
             S.dp_shard if S.dp_shard is not None else np.zeros(n)]
     if recompute:
-        cols += [S.recompute, S.recompute_layers if S.recompute_layers is not None else np.zeros(n)]
+        cols += [S.recompute, S.recompute_layers if S.recompute_layers is not None else np.zeros(n),
+                 S.recompute_modules if S.recompute_modules is not None else np.zeros(n)]
     return np.stack(cols, axis=1)
 
 
@@ -402,6 +420,32 @@ def block_recompute_candidates(model: TransformerSpec, training: Training, S: St
     return replace(S.take(np.array(rows)), recompute_layers=np.array(depths))
 
 
+def _recompute_choices(model: TransformerSpec, training: Training, pins: Mapping[str, Any], selective: bool) -> list[tuple[int, int]]:
+    """The (recompute mode, recompute-modules mask) pairs searched: none and full; selective at
+    the framework's own scope where it differs from none (unfused attention, torchtitan's
+    op-level policy) or is pinned; and under Megatron-Core, for a model with more to recompute,
+    selective with :func:`~cost_model.transformer.layer_cost.lean_recompute_modules` — less
+    memory than none for a little time, far less time than full.  Pinned modules: selective
+    with those alone; a pinned block depth: full alone."""
+    code = RECOMPUTE_CODE
+    if "recompute_modules" in pins:
+        return [(code["selective"], recompute_modules_mask(pins["recompute_modules"]))]
+    if pins.get("recompute_num_layers"):
+        return [(code["full"], 0)]
+    lean = lean_recompute_modules(model) if rules_for(training.framework).recompute_modules else ()
+    rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if selective or lean else []))
+    out: list[tuple[int, int]] = []
+    for rc in rcs:
+        if rc != "selective":
+            out.append((code[rc], 0))
+            continue
+        if selective or "recompute" in pins:
+            out.append((code["selective"], 0))
+        if lean:
+            out.append((code["selective"], recompute_modules_mask(lean)))
+    return out
+
+
 def _cross(cols: dict[str, np.ndarray], name: str, values: Sequence[Any]) -> dict[str, np.ndarray]:
     """Every row once per value of a new knob ``name`` (the new knob varies fastest)."""
     k = len(values)
@@ -436,5 +480,6 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None else 0,
         dp_shard=int(S.dp_shard[i]) if S.dp_shard is not None else 0,
         etp=int(S.etp[i]) if S.etp is not None else 0,
+        recompute_modules=recompute_modules_of(int(S.recompute_modules[i])) if S.recompute_modules is not None else (),
     )
 

@@ -1,7 +1,7 @@
-"""Megatron-Core's ``--recompute-modules`` (``training.recompute_modules``): what each module
+"""Megatron-Core's ``--recompute-modules`` (``Strategy.recompute_modules``): what each module
 frees and what recomputing it costs (layer_cost.selective_module_costs), the default being the
 attention core alone, the framework and module checks, the warnings for a module with nothing
-to recompute, and the Megatron launch that carries the modules."""
+to recompute, the search's lean module set, and the Megatron launch that carries the modules."""
 
 import json
 import shlex
@@ -13,8 +13,8 @@ import pytest
 from cost_model import Strategy, Training, estimate, simple_cluster
 from cost_model.comm import Links
 from cost_model.devices import get_device
-from cost_model.errors import InvalidTraining
-from cost_model.training import training_from_dict
+from cost_model.errors import InvalidStrategy
+from cost_model.strategy import strategy_from_dict, validate_strategy
 from cost_model.transformer.layer_cost import StrategyArrays, activation_bytes, layer_costs
 from cost_model.transformer.spec import from_hf_config, get_preset
 from cost_model.transformer.stage_cost import recompute_flops_per_step
@@ -25,25 +25,26 @@ CONFIGS = Path(__file__).with_name("hf_configs")
 QWEN3_MOE = from_hf_config(json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text()))
 DEEPSEEK_V3 = replace(from_hf_config(json.loads((CONFIGS / "deepseek-v3.json").read_text())), mtp_layers=0)
 LLAMA = get_preset("llama3-8b")
-S = StrategyArrays.from_strategies([Strategy(dp=8, tp=2, pp=2, ep=8, sequence_parallel=True, recompute="selective")])
-DENSE_S = StrategyArrays.from_strategies([Strategy(dp=8, tp=2, sequence_parallel=True, recompute="selective")])
+MOE = Strategy(dp=8, tp=2, pp=2, ep=8, sequence_parallel=True, recompute="selective")
+DENSE = Strategy(dp=8, tp=2, sequence_parallel=True, recompute="selective")
+TR = Training(global_batch_size=256, sequence_length=4096)
 
 
-def _tr(modules=None, **kw) -> Training:
-    return Training(global_batch_size=256, sequence_length=4096, recompute_modules=tuple(modules) if modules else None, **kw)
+def _S(strategy: Strategy, modules) -> StrategyArrays:
+    return StrategyArrays.from_strategies([replace(strategy, recompute_modules=tuple(modules or ()))])
 
 
-def _stored(model, modules, s=S) -> float:
-    return float(activation_bytes(model, _tr(modules), s)[0][0])
+def _stored(model, modules, s=MOE) -> float:
+    return float(activation_bytes(model, TR, _S(s, modules))[0][0])
 
 
-def _layer(model, modules, s=S):
+def _layer(model, modules, s=MOE):
     links = Links.for_group(simple_cluster("H100-SXM5-80GB", 4).node_groups[0])
-    return layer_costs(model, _tr(modules), get_device("H100-SXM5-80GB"), links, s)
+    return layer_costs(model, TR, get_device("H100-SXM5-80GB"), links, _S(s, modules))
 
 
 def test_the_default_is_the_attention_core_alone():
-    for model, s in ((QWEN3_MOE, S), (LLAMA, DENSE_S)):
+    for model, s in ((QWEN3_MOE, MOE), (LLAMA, DENSE)):
         assert _stored(model, None, s) == _stored(model, ["core_attn"], s)
         assert float(_layer(model, None, s).recompute_s[0]) == float(_layer(model, ["core_attn"], s).recompute_s[0]) == 0.0
 
@@ -72,7 +73,7 @@ def test_each_module_frees_what_it_discards_and_pays_its_forward_again():
 
 
 def test_mla_up_projection_and_dense_mlp_modules():
-    mla_s = StrategyArrays.from_strategies([Strategy(dp=16, tp=2, pp=16, ep=32, sequence_parallel=True, recompute="selective")])
+    mla_s = Strategy(dp=16, tp=2, pp=16, ep=32, sequence_parallel=True, recompute="selective")
     T, t, eb = 4096.0, 2.0, 2.0
     q = DEEPSEEK_V3.q_size
     freed = _stored(DEEPSEEK_V3, None, mla_s) - _stored(DEEPSEEK_V3, ["mla_up_proj"], mla_s)
@@ -81,49 +82,90 @@ def test_mla_up_projection_and_dense_mlp_modules():
     assert freed == pytest.approx(T * (q / t + 2 * kv) * eb)
     assert float(_layer(DEEPSEEK_V3, ["mla_up_proj"], mla_s).recompute_s[0]) > 0.0
     # the dense MLP: its inner activations and FC1's saved input; its forward GEMMs again
-    mlp = _layer(LLAMA, ["mlp"], DENSE_S)
-    assert _stored(LLAMA, None, DENSE_S) - _stored(LLAMA, ["mlp"], DENSE_S) > 0.4 * _stored(LLAMA, None, DENSE_S)
-    assert float(mlp.recompute_s[0]) > 0.2 * float(_layer(LLAMA, None, DENSE_S).forward_compute_s[0])
-    assert float(mlp.tp_comm_s[0]) > float(_layer(LLAMA, None, DENSE_S).tp_comm_s[0])
+    mlp = _layer(LLAMA, ["mlp"], DENSE)
+    assert _stored(LLAMA, None, DENSE) - _stored(LLAMA, ["mlp"], DENSE) > 0.4 * _stored(LLAMA, None, DENSE)
+    assert float(mlp.recompute_s[0]) > 0.2 * float(_layer(LLAMA, None, DENSE).forward_compute_s[0])
+    assert float(mlp.tp_comm_s[0]) > float(_layer(LLAMA, None, DENSE).tp_comm_s[0])
 
 
 def test_modules_lower_the_peak_of_a_pinned_moe_layout_end_to_end():
     cluster = simple_cluster("H100-SXM5-80GB", 4)
     strategy = Strategy(dp=8, tp=2, pp=2, ep=8, sequence_parallel=True, recompute="selective", zero_stage=1)
-    plain = estimate(QWEN3_MOE, _tr(), cluster, strategy)
-    lean = estimate(QWEN3_MOE, _tr(["moe_act", "layernorm"]), cluster, strategy)
-    whole = estimate(QWEN3_MOE, _tr(["moe"]), cluster, strategy)
+    plain = estimate(QWEN3_MOE, TR, cluster, strategy)
+    lean = estimate(QWEN3_MOE, TR, cluster, replace(strategy, recompute_modules=("moe_act", "layernorm")))
+    whole = estimate(QWEN3_MOE, TR, cluster, replace(strategy, recompute_modules=("moe",)))
     assert whole.peak_memory_GB < lean.peak_memory_GB < plain.peak_memory_GB
     assert plain.step_time_s < lean.step_time_s < whole.step_time_s
     assert not lean.warnings and not plain.warnings
 
 
 def test_only_megatron_core_has_recompute_modules_and_only_its_modules():
-    tr = training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "recompute_modules": ["moe_act", "layernorm"]})
-    assert tr.recompute_modules == ("moe_act", "layernorm") and tr.to_dict()["recompute_modules"] == ("moe_act", "layernorm")
-    assert "recompute_modules" not in training_from_dict({"global_batch_size": 8, "sequence_length": 4096}).to_dict()
-    for body, says in (({"framework": "fsdp", "recompute_modules": ["mlp"]}, "no recompute_modules setting"),
-                       ({"recompute_modules": ["attention"]}, "not one of"),
+    s = strategy_from_dict({"dp": 8, "recompute": "selective", "recompute_modules": ["layernorm", "moe_act"]})
+    assert s.recompute_modules == ("layernorm", "moe_act") and s.to_dict()["recompute_modules"] == ["layernorm", "moe_act"]
+    assert "recompute_modules" not in strategy_from_dict({"dp": 8}).to_dict()
+    cluster = simple_cluster("H100-SXM5-80GB", 1)
+    # one spelling: Megatron-Core's order, and the default alone as none
+    assert validate_strategy(QWEN3_MOE, TR, s, cluster.total_gpus).recompute_modules == ("moe_act", "layernorm")
+    assert validate_strategy(QWEN3_MOE, TR, replace(s, recompute_modules=("core_attn",)), cluster.total_gpus).recompute_modules == ()
+    for body, says in (({"recompute_modules": ["attention"]}, "not one of"),
                        ({"recompute_modules": ["mlp", "mlp"]}, "distinct"),
                        ({"recompute_modules": "mlp"}, "list"),
                        ({"recompute_modules": []}, "non-empty")):
-        with pytest.raises(InvalidTraining) as err:
-            training_from_dict({"global_batch_size": 8, "sequence_length": 4096, **body})
-        assert err.value.field == "training.recompute_modules" and says in err.value.message
+        with pytest.raises(InvalidStrategy) as err:
+            validate_strategy(QWEN3_MOE, TR, strategy_from_dict({"dp": 8, "recompute": "selective", **body}), cluster.total_gpus)
+        assert err.value.field == "strategy.recompute_modules" and says in err.value.message
+    for tr, strategy, says in ((replace(TR, framework="fsdp"), s, "no recompute_modules setting"),
+                               (TR, replace(s, recompute="full"), "recompute: selective")):
+        with pytest.raises(InvalidStrategy) as err:
+            validate_strategy(QWEN3_MOE, tr, strategy, cluster.total_gpus)
+        assert err.value.field == "strategy.recompute_modules" and says in err.value.message
 
 
 def test_a_module_with_nothing_to_recompute_is_named_in_the_warnings():
     cluster = simple_cluster("H100-SXM5-80GB", 2)
-    est = estimate(LLAMA, _tr(["moe_act", "layernorm"]), cluster, Strategy(dp=8, tp=2, sequence_parallel=True, recompute="selective"))
+    est = estimate(LLAMA, TR, cluster, replace(DENSE, recompute_modules=("moe_act", "layernorm")))
     assert any("moe_act, layernorm" in w and "no-op" in w for w in est.warnings)
-    assert est.peak_memory_GB == estimate(LLAMA, _tr(), cluster, Strategy(dp=8, tp=2, sequence_parallel=True, recompute="selective")).peak_memory_GB
-    full = estimate(LLAMA, _tr(["mlp"]), cluster, Strategy(dp=8, tp=2, sequence_parallel=True, recompute="full"))
-    assert any("recompute: selective" in w for w in full.warnings)
+    assert est.peak_memory_GB == estimate(LLAMA, TR, cluster, DENSE).peak_memory_GB
+
+
+#: DeepSeek-V2-Lite's shape (MLA without a query LoRA, 64 routed experts of 1408, top 6, 2 shared,
+#: its first layer dense): an MoE and MLA model whose lean module set frees ~10% of a peak.
+DSV2_LITE = {"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+             "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 27, "vocab_size": 102400,
+             "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+             "moe_layer_freq": 1, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+             "v_head_dim": 128, "max_position_embeddings": 163840, "tie_word_embeddings": False}
+
+
+def test_the_search_offers_the_lean_modules_where_the_model_has_them():
+    """For an MoE and MLA model under Megatron-Core the search tries selective recompute of the
+    attention core with moe_act, layernorm and mla_up_proj beside none and full: on 8 H100 at
+    5120 tokens no recompute is tight (p90 over 80 GB), the lean set fits for 3% more time and
+    full recompute costs 35% more — the lean set is the answer.  A pinned selective is searched
+    at Megatron's default and at that set; pinned modules are kept as given; a dense model
+    without MLA gets no modules."""
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    lean = ("core_attn", "moe_act", "layernorm", "mla_up_proj")
+    body = {"model": {"transformer": DSV2_LITE}, "training": {"global_batch_size": 64, "sequence_length": 5120},
+            "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+            "constraints": {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "micro_batch_size": 1, "zero_stage": 1}, "top_k": 3}
+    free = plan(parse_plan_request(body), SolverSettings())
+    assert (free.best.strategy.recompute, free.best.strategy.recompute_modules) == ("selective", lean), free.best.strategy
+    assert not free.best.prediction.tight
+    assert {(a.strategy.recompute, a.prediction.tight) for a in free.alternatives} >= {("none", True), ("full", False)}
+    pinned = plan(parse_plan_request({**body, "constraints": {**body["constraints"], "recompute": "selective"}}), SolverSettings())
+    assert pinned.best.strategy.recompute_modules == lean
+    given = plan(parse_plan_request({**body, "constraints": {**body["constraints"], "recompute_modules": ["moe"]}}), SolverSettings())
+    assert (given.best.strategy.recompute, given.best.strategy.recompute_modules) == ("selective", ("moe",))
+    dense = plan(parse_plan_request({**body, "model": {"preset": "llama3-8b"}, "constraints": {"micro_batch_size": 1}}), SolverSettings())
+    assert all(not e.strategy.recompute_modules for e in (dense.best, *dense.alternatives))
 
 
 def test_the_megatron_launch_passes_the_modules_as_separate_words():
     plan = homogeneous_plan()
-    plan["training"]["recompute_modules"] = ["core_attn", "mlp"]
+    plan["best"]["strategy"]["recompute_modules"] = ["core_attn", "mlp"]
     text = render(plan, "megatron", LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)).files["megatron_args.sh"]
     words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
     i = words.index("--recompute-modules")
@@ -133,14 +175,13 @@ def test_the_megatron_launch_passes_the_modules_as_separate_words():
 def test_recomputed_gemms_count_in_the_hardware_flops():
     """HFU counts the GEMMs the modules run again: the whole MoE FFN's (router, k experts) per
     token and MoE layer; the output-discarding modules add memory-bound passes only."""
-    tr = _tr(["moe"])
     per_token = 2 * QWEN3_MOE.experts_per_token * 3 * QWEN3_MOE.hidden_size * QWEN3_MOE.ffn_hidden_size + 2 * QWEN3_MOE.hidden_size * QWEN3_MOE.num_experts
-    assert recompute_flops_per_step(QWEN3_MOE, tr, "selective") == pytest.approx(tr.tokens_per_step * QWEN3_MOE.moe_layers * per_token)
-    assert recompute_flops_per_step(QWEN3_MOE, _tr(["moe_act", "layernorm"]), "selective") == 0.0
-    assert recompute_flops_per_step(QWEN3_MOE, _tr(), "selective") == 0.0
+    assert recompute_flops_per_step(QWEN3_MOE, TR, "selective", modules=("moe",)) == pytest.approx(TR.tokens_per_step * QWEN3_MOE.moe_layers * per_token)
+    assert recompute_flops_per_step(QWEN3_MOE, TR, "selective", modules=("moe_act", "layernorm")) == 0.0
+    assert recompute_flops_per_step(QWEN3_MOE, TR, "selective") == 0.0
 
 
-def test_a_pinned_selective_moe_layout_that_does_not_fit_names_the_modules_that_free_more():
+def test_pinned_modules_that_leave_memory_on_the_table_are_named_when_nothing_fits():
     from cost_model.errors import NoFeasiblePlan
     from planner_service.planner import SolverSettings, plan
     from planner_service.planner.request import parse_plan_request
@@ -148,13 +189,10 @@ def test_a_pinned_selective_moe_layout_that_does_not_fit_names_the_modules_that_
     cfg = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
     body = {"model": {"transformer": cfg}, "training": {"global_batch_size": 64, "sequence_length": 16384},
             "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-40GB"}]},
-            "constraints": {"recompute": "selective", "tp": 1, "ep": 8}}
+            "constraints": {"recompute_modules": ["moe_act"], "tp": 1, "ep": 8}}
     with pytest.raises(NoFeasiblePlan) as err:
         plan(parse_plan_request(body), SolverSettings())
-    assert 'training.recompute_modules ["core_attn", "moe_act", "layernorm"]' in err.value.message
-    # not where the modules are already given, nor for a dense model, nor under full recompute
-    for changed in ({"training": {**body["training"], "recompute_modules": ["moe_act"]}},
-                    {"constraints": {"recompute": "full", "tp": 1, "ep": 8}}):
-        with pytest.raises(NoFeasiblePlan) as err:
-            plan(parse_plan_request({**body, **changed}), SolverSettings())
-        assert "recompute_modules" not in err.value.message
+    assert 'constraints.recompute_modules ["moe_act"] leaves layernorm, moe unrecomputed' in err.value.message
+    with pytest.raises(NoFeasiblePlan) as err:
+        plan(parse_plan_request({**body, "constraints": {"recompute": "full", "tp": 1, "ep": 8}}), SolverSettings())
+    assert "recompute_modules" not in err.value.message
