@@ -145,9 +145,10 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 
 
 def canonical_recompute_modules(modules: tuple[str, ...]) -> tuple[str, ...]:
-    """One spelling of a module set: in :data:`RECOMPUTE_MODULES` order, and empty for the
-    default (the attention core alone)."""
-    ordered = tuple(m for m in RECOMPUTE_MODULES if m in modules)
+    """One spelling of a module set: in :data:`RECOMPUTE_MODULES` order (names that are not
+    modules after them, as given, for :func:`recompute_modules_violation` to name), and empty
+    for the default (the attention core alone)."""
+    ordered = tuple(m for m in RECOMPUTE_MODULES if m in modules) + tuple(m for m in modules if m not in RECOMPUTE_MODULES)
     return () if ordered == ("core_attn",) else ordered
 
 

@@ -196,3 +196,15 @@ def test_pinned_modules_that_leave_memory_on_the_table_are_named_when_nothing_fi
     with pytest.raises(NoFeasiblePlan) as err:
         plan(parse_plan_request({**body, "constraints": {"recompute": "full", "tp": 1, "ep": 8}}), SolverSettings())
     assert "recompute_modules" not in err.value.message
+
+
+def test_a_pinned_module_that_does_not_exist_is_refused_not_dropped():
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 64, "sequence_length": 4096},
+            "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "H100"}]},
+            "constraints": {"recompute_modules": ["core_attn", "attention"]}}
+    with pytest.raises(InvalidStrategy) as err:
+        plan(parse_plan_request(body), SolverSettings())
+    assert err.value.field == "constraints.recompute_modules" and "'attention'" in err.value.message

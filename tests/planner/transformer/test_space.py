@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cost_model.frameworks import rules_for
-from cost_model.transformer.layer_cost import RECOMPUTE_CODE
+from cost_model.transformer.layer_cost import RECOMPUTE_CODE, lean_recompute_modules, recompute_modules_mask
 from cost_model.transformer.moe import expert_data_parallel
 from planner_service.planner.request import parse_plan_request
 from planner_service.planner.transformer.space import (
@@ -20,9 +20,10 @@ from planner_service.planner.transformer.space import (
 
 
 def reference_rows(model, training, max_gpus, gpn, pins):
-    """(dp, tp, pp, cp, ep, vpp, mbs, sp, recompute, zero, dp_shard) by the documented rules, knob
-    by knob: every layout with full sharding (dp_shard 0), then — where the framework shards over
-    part of dp at the row's stage and dp spans more than a node — its node-local HSDP twin."""
+    """(dp, tp, pp, cp, ep, vpp, mbs, sp, recompute, zero, dp_shard, recompute-modules mask) by the
+    documented rules, knob by knob: every layout with full sharding (dp_shard 0), then — where the
+    framework shards over part of dp at the row's stage and dp spans more than a node — its
+    node-local HSDP twin."""
     L, B, s = model.num_layers, training.global_batch_size, training.sequence_length
     r = rules_for(training.framework)
 
@@ -40,11 +41,22 @@ def reference_rows(model, training, max_gpus, gpn, pins):
     dps = pick("dp", [d for d in range(1, B + 1) if B % d == 0])
     # selective differs from none with unfused attention, or as torchtitan's op-level policy (dense layers)
     op_level = r.selective_recompute == "op-level" and not model.is_moe and not model.is_mla
-    rcs = pick("recompute", ["none", "full"] + (["selective"] if training.attention == "unfused" or op_level else []))
+    own = training.attention == "unfused" or op_level
+    # Megatron-Core, a model with MoE or MLA layers: selective with the output-discarding modules too
+    lean = lean_recompute_modules(model) if r.recompute_modules else ()
+    rcs = []
+    for rc in pick("recompute", ["none", "full"] + (["selective"] if own or lean else [])):
+        if rc != "selective":
+            rcs.append((rc, 0))
+            continue
+        if own or "recompute" in pins:
+            rcs.append((rc, 0))
+        if lean:
+            rcs.append((rc, recompute_modules_mask(lean)))
     eps = pick("ep", [e for e in range(1, model.num_experts + 1) if model.num_experts % e == 0] if model.is_moe else [1])
     vpps = pick("vpp", VPP_CHOICES if r.interleaved_pipeline else (1,))
     rows = []
-    for tp, cp, pp, dp, ep, mbs, vpp, rc in itertools.product(tps, cps, pps, dps, eps, pick("micro_batch_size", MBS_CHOICES), vpps, rcs):
+    for tp, cp, pp, dp, ep, mbs, vpp, (rc, mods) in itertools.product(tps, cps, pps, dps, eps, pick("micro_batch_size", MBS_CHOICES), vpps, rcs):
         ep_ranks = tp * cp * dp if r.ep_folding else dp * cp  # MoE parallel folding (megatron-core)
         if tp * cp * pp * dp > max_gpus or pp > L or ep_ranks % ep or (B // dp) % mbs:
             continue
@@ -74,7 +86,7 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         sps = [pins["sequence_parallel"]] if "sequence_parallel" in pins else [tp > 1 and r.sequence_parallel]
         for z in zeros:
             for sp in sps:
-                rows.append((dp, tp, pp, cp, ep, vpp, mbs, sp, RECOMPUTE_CODE[rc], z, 0))
+                rows.append((dp, tp, pp, cp, ep, vpp, mbs, sp, RECOMPUTE_CODE[rc], z, 0, mods))
     twins = []
     for row in rows:
         dp, tp, pp, cp, ep, z = row[0], row[1], row[2], row[3], row[4], row[9]
@@ -89,7 +101,7 @@ def reference_rows(model, training, max_gpus, gpn, pins):
             edp = round(float(expert_data_parallel(tp, cp, dp, ep, 1 if r.ep_over_sharding else 0)))
             if edp % (dp // shard):
                 continue
-        twins.append((*row[:10], shard))
+        twins.append((*row[:10], shard, row[11]))
     return rows + twins
 
 
@@ -98,7 +110,8 @@ COLUMNS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "zero"
 
 def _rows(S):
     shard = S.dp_shard.tolist() if S.dp_shard is not None else [0.0] * len(S)
-    return list(zip(*(getattr(S, f).tolist() for f in COLUMNS), shard, strict=True))
+    mods = S.recompute_modules.tolist() if S.recompute_modules is not None else [0.0] * len(S)
+    return list(zip(*(getattr(S, f).tolist() for f in COLUMNS), shard, mods, strict=True))
 
 
 MODELS = {
