@@ -265,9 +265,9 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
     if modules is not None:
         if not isinstance(modules, (list, tuple)) or not modules or not all(isinstance(m, str) for m in modules) or len(set(modules)) != len(modules):
             raise InvalidStrategy(f"must be a non-empty list of distinct module names, got {modules!r}", field=f"{field_path}.recompute_modules")
-        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
-        if unknown:
-            raise InvalidStrategy(f"{unknown[0]!r} is not one of Megatron-Core's recompute modules: {', '.join(RECOMPUTE_MODULES)}",
+        strange = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if strange:
+            raise InvalidStrategy(f"{strange[0]!r} is not one of Megatron-Core's recompute modules: {', '.join(RECOMPUTE_MODULES)}",
                                   field=f"{field_path}.recompute_modules")
         out["recompute_modules"] = tuple(modules)
     shard = data.get("dp_shard")

@@ -11,7 +11,9 @@ global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can 
 framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported,
 DeepSpeed-Ulysses without TP or a pipeline; the all-to-all exchange with tp·cp dividing the heads).
 Sequence parallelism only with tp > 1; selective recompute only where it differs from none
-(unfused attention; torchtitan's op-level checkpointing, where it is its own trade-off).  Partial (block) recompute — the first N layers of each model chunk — is
+(unfused attention; torchtitan's op-level checkpointing, where it is its own trade-off; under
+Megatron-Core, for a model with MoE or MLA layers, with the output-discarding recompute modules
+that apply: :func:`_recompute_choices`).  Partial (block) recompute — the first N layers of each model chunk — is
 searched where the framework has it (:func:`block_recompute_candidates`), for the layouts that
 do not fit without recompute: where they do, no recompute is faster than any.  Pinned fields in the request's constraints replace the knob's range by the
 single pinned value, checked first (:func:`check_pins`) and never pruned by a dominance rule.
