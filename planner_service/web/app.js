@@ -73,7 +73,8 @@ const fmt = {
     if (s.vpp > 1) parts.push(`vpp${s.vpp}`);
     parts.push(`mbs${s.micro_batch_size}`);
     if (s.sequence_parallel) parts.push("SP");
-    if (s.recompute && s.recompute !== "none") parts.push(`recompute:${s.recompute}` + (s.recompute_num_layers ? `(${s.recompute_num_layers}/chunk)` : ""));
+    if (s.recompute && s.recompute !== "none") parts.push(`recompute:${s.recompute}` + (s.recompute_num_layers ? `(${s.recompute_num_layers}/chunk)` : "")
+      + (s.recompute_modules ? `(${s.recompute_modules.join("+")})` : ""));
     parts.push(`ZeRO-${s.zero_stage}` + (s.dp_shard ? `(shard ${s.dp_shard}×${s.dp / s.dp_shard})` : ""));
     return parts.join(" ");
   }
@@ -1405,7 +1406,8 @@ const fmt = {
           ...(s.etp || s.ep > 1 ? [["experts' tensor parallel (etp)", s.etp ? s.etp : "the framework's default"]] : []),
           ["virtual stages (vpp)", s.vpp],
           ["micro-batch size", s.micro_batch_size], ["micro-batches per step", pred.num_microbatches],
-          ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute_num_layers ? `${s.recompute}, first ${s.recompute_num_layers} layers of each chunk (block)` : s.recompute],
+          ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute_num_layers ? `${s.recompute}, first ${s.recompute_num_layers} layers of each chunk (block)`
+            : s.recompute_modules ? `${s.recompute}: ${s.recompute_modules.join(", ")}` : s.recompute],
           ["ZeRO stage", s.dp_shard ? `${s.zero_stage}, sharded over ${s.dp_shard} dp ranks, ${s.dp / s.dp_shard} replicas (HSDP)` : s.zero_stage],
           ["layers per stage", s.layers_per_stage ? s.layers_per_stage.join(", ") : "even"],
         ].map(([k, v]) => h("div", { "data-knob": k }, h("dt", {}, k), h("dd", {}, String(v))))

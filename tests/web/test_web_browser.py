@@ -582,3 +582,18 @@ def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(
     Select(accum).select_by_value("fp32")
     submit_and_expect_error_at(d, accum, "training.grad_accum_dtype: megatron-core: no grad_accum_dtype setting", "DeepSpeed")
     assert "moe_capacity_factor" not in training
+
+
+def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    Select(css(d, "#c-recompute-modules")).select_by_value("layernorm")
+    assert form_body(d)["constraints"] == {"recompute_modules": ["layernorm"]}
+    css(d, "#submit-plan").click()
+    plan_id = rendered_plan_id(d)
+    plan = api(live_server, "GET", f"/v1/plans/{plan_id}").json()
+    assert plan["best"]["strategy"]["recompute"] == "selective" and plan["best"]["strategy"]["recompute_modules"] == ["layernorm"]
+    # a dense model's norms are fused into its GEMMs: the plan says the module changes nothing
+    assert any("layernorm: nothing to recompute" in w for w in plan["warnings"])
+    knobs = pairs(d, "#strategy > div", "dt", "dd")
+    assert knobs["recompute"] == "selective: layernorm"
