@@ -1086,9 +1086,11 @@ def _selective_freed_bytes(model: TransformerSpec, S: StrategyArrays, *, sbh: Ar
     attention core free (:func:`selective_module_costs` has the derivation); ``sbh`` the layer's
     hidden-state elements on this GPU (after sequence parallelism), ``tokens`` its tokens,
     ``ffn_inner`` the FFN's stored bytes as :func:`activation_bytes` counts them."""
+    norm_out = np.asarray(sbh, dtype=float) * gi
+    if S.recompute_modules is None:  # every candidate at the default: nothing beyond the attention core
+        return np.zeros_like(norm_out * np.asarray(t, dtype=float))
     f, fm = float(model.ffn_hidden_size), float(model.ffn_matrices)
     T, tp = np.asarray(tokens, dtype=float), np.asarray(t, dtype=float)
-    norm_out = np.asarray(sbh, dtype=float) * gi
     freed: FloatArray = recomputes(S, "layernorm") * (int(model.is_moe) + int(model.is_mla)) * norm_out
     if model.is_mla:
         freed = freed + recomputes(S, "mla_up_proj") * T * (model.q_size / tp + 2.0 * np.asarray(kv, dtype=float)) * eb
@@ -1135,13 +1137,15 @@ def selective_module_costs(
     * ``shared_experts`` — the shared experts, normal checkpointing: frees their hidden; costs
       their two GEMMs forward.
     """
+    t = np.asarray(S.tp, dtype=float)
+    T = np.asarray(T, dtype=float) * np.ones_like(t)
+    zero: FloatArray = np.zeros_like(T)
+    if S.recompute_modules is None:  # every candidate at the default (the search's usual case): nothing to cost
+        return zero, zero, zero
     eb = _act_bytes(training)
     gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
     h, f, fm = float(model.hidden_size), float(model.ffn_hidden_size), float(model.ffn_matrices)
-    t = np.asarray(S.tp, dtype=float)
-    T = np.asarray(T, dtype=float) * np.ones_like(t)
     rep = np.where(S.sp, t, 1.0)
-    zero: FloatArray = np.zeros_like(T)
     norms = int(model.is_moe) + int(model.is_mla)
     seconds: FloatArray = recomputes(S, "layernorm") * norms * memory_bound_time_s(T * h / rep * (eb + gi), device, kernels=1) if norms else zero
     tp_passes, ep_pairs = zero, zero
