@@ -131,7 +131,7 @@ class FrameworkRules:
     #: :func:`pipeline_gradient_sharding_note`'s warning, which its launch repeats)
     sharded_gradients_in_pipeline: bool = True
     #: which submodules its selective recompute may recompute, Megatron-Core's
-    #: ``--recompute-modules`` (``training.recompute_modules``; empty: only its fixed selective scope)
+    #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
 
 

@@ -1043,15 +1043,32 @@ def recompute_modules_of(mask: int) -> tuple[str, ...]:
     return tuple(m for i, m in enumerate(RECOMPUTE_MODULES) if (int(mask) >> i) & 1)
 
 
+def model_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
+    """The recompute modules that have something to recompute in ``model`` under Transformer
+    Engine (:func:`selective_module_costs`), in Megatron-Core's order: the attention core and
+    the dense MLP (an MoE model's only in its dense layers), ``moe_act``, ``moe`` and
+    ``shared_experts`` (MoE), ``mla_up_proj`` (MLA), ``layernorm`` where a norm is a module of
+    its own (MoE's pre-MLP norm, MLA's input norm; a dense layer's are fused into the next GEMM)."""
+    has = {"core_attn": True, "moe_act": model.is_moe, "layernorm": model.is_moe or model.is_mla, "mla_up_proj": model.is_mla,
+           "mlp": not model.is_moe or bool(model.dense_layer_indices), "moe": model.is_moe,
+           "shared_experts": model.is_moe and bool(model.shared_expert_ffn_hidden_size)}
+    return tuple(m for m in RECOMPUTE_MODULES if has[m])
+
+
+#: The modules that discard their output once consumed and recompute it before backward (a
+#: memory-bound pass or two small GEMMs each), against the normal checkpoints of whole
+#: submodules (``mlp``, ``moe``, ``shared_experts``), which redo their whole forward.
+OUTPUT_DISCARDING_MODULES = ("moe_act", "layernorm", "mla_up_proj")
+
+
 def lean_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
     """The module set the search offers beside Megatron-Core's default for a model that has
-    more to recompute: the attention core and the output-discarding modules that apply —
-    ``moe_act`` and ``layernorm`` (MoE), ``layernorm`` and ``mla_up_proj`` (MLA).  They free
-    their outputs for a memory-bound pass or two small GEMMs each (:func:`selective_module_costs`),
-    where full recompute pays the whole forward; empty for a dense model without MLA (its
-    norms are fused: nothing more to discard cheaply)."""
-    picks = [("moe_act", model.is_moe), ("layernorm", model.is_moe or model.is_mla), ("mla_up_proj", model.is_mla)]
-    chosen = [m for m, has in picks if has]
+    more to recompute: the attention core and the output-discarding modules the model has
+    (:func:`model_recompute_modules`) — ``moe_act`` and ``layernorm`` (MoE), ``layernorm`` and
+    ``mla_up_proj`` (MLA).  They free their outputs for a memory-bound pass or two small GEMMs
+    each (:func:`selective_module_costs`), where full recompute pays the whole forward; empty
+    for a dense model without MLA (its norms are fused: nothing more to discard cheaply)."""
+    chosen = [m for m in model_recompute_modules(model) if m in OUTPUT_DISCARDING_MODULES]
     return ("core_attn", *chosen) if chosen else ()
 
 
@@ -1069,11 +1086,9 @@ def recomputes(S: StrategyArrays, module: str) -> FloatArray:
 
 def recompute_modules_notes(model: TransformerSpec, modules: Sequence[str]) -> list[str]:
     """A warning for recompute modules that change nothing here: a module this model does not
-    have (Megatron-Core runs it as a no-op)."""
-    has = {"moe_act": model.is_moe, "moe": model.is_moe, "shared_experts": model.is_moe and bool(model.shared_expert_ffn_hidden_size),
-           "mla_up_proj": model.is_mla, "layernorm": model.is_moe or model.is_mla,
-           "mlp": not model.is_moe or bool(model.dense_layer_indices)}
-    idle = [m for m in modules if not has.get(m, True)]
+    have (Megatron-Core runs it as a no-op; :func:`model_recompute_modules`)."""
+    has = model_recompute_modules(model)
+    idle = [m for m in modules if m not in has]
     if not idle:
         return []
     return [f"recompute_modules {', '.join(idle)}: nothing to recompute in this model (no such module of its own under "

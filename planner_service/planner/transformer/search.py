@@ -52,7 +52,7 @@ from cost_model.result import Estimate
 from cost_model.strategy import SPLIT_FLAGS, Strategy, even_split, pipeline_split
 from cost_model.topology import node_domains
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import StrategyArrays, lean_recompute_modules
+from cost_model.transformer.layer_cost import StrategyArrays, model_recompute_modules
 from cost_model.transformer.memory import POINT, MemoryBound, bounds
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import MILLION, S_PER_HOUR, bytes_to_gb, gb_to_bytes
@@ -951,7 +951,10 @@ def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Map
     pinned = pins.get("recompute_modules")
     if pinned is None or not rules_for(training.framework).recompute_modules:
         return ""
-    more = [m for m in ("moe", "mla_up_proj", "layernorm", "moe_act") if m not in pinned and m in lean_recompute_modules(model) + (("moe",) if model.is_moe else ())]
+    # what frees more than the pinned set: the modules the model has beyond it, but not a part
+    # of the whole MoE layer when that is pinned, nor the dense MLP (a normal checkpoint of its own)
+    covered = {"moe_act", "shared_experts"} if "moe" in pinned else set()
+    more = [m for m in model_recompute_modules(model) if m not in pinned and m not in covered and m not in ("core_attn", "mlp")]
     if not more:
         return ""
     return f"; constraints.recompute_modules {json.dumps(list(pinned))} leaves {', '.join(sorted(more))} unrecomputed, which would free more"
