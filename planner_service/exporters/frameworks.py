@@ -342,6 +342,14 @@ def megatron_model_args(m: TransformerSpec) -> tuple[list[tuple[str, str | None]
     return args, notes
 
 
+def megatron_words(flag: str, value: str | None) -> list[str]:
+    """The command-line words of one flag's value: none for a flag-only option, one per value
+    for a flag of several (``nargs`` "+", e.g. ``--recompute-modules``, given space-separated)."""
+    if value is None:
+        return []
+    return value.split() if megatron_reference().get(flag, {}).get("nargs") == "+" else [value]
+
+
 def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
     """Every flag must be one of Megatron-LM's; flag-only options take no value; choices hold."""
     ref = megatron_reference()
@@ -353,8 +361,7 @@ def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
             raise InvalidPlan(f"{flag} takes no value", field="target")
         if not info.get("flag_only") and value is None:
             raise InvalidPlan(f"{flag} needs a value", field="target")
-        values = value.split() if value is not None and info.get("nargs") == "+" else [value]
-        if value is not None and info.get("choices") and any(v not in info["choices"] for v in values):
+        if value is not None and info.get("choices") and any(v not in info["choices"] for v in megatron_words(flag, value)):
             raise InvalidPlan(f"{flag} {value} is not one of {info['choices']}", field="target")
         if value is not None and info.get("type") == "int":
             int(value)
@@ -370,11 +377,8 @@ def render_megatron(view: PlanView, params: LaunchParams) -> Artifact:
         "# shellcheck disable=SC2034",
         "MEGATRON_ARGS=(",
     ]
-    ref = megatron_reference()
     for flag, value in args:
-        # a flag of several values (nargs "+", e.g. --recompute-modules) takes them as separate words
-        words = value.split() if value is not None and ref.get(flag, {}).get("nargs") == "+" else [value] if value is not None else []
-        lines.append(f"  {flag}" + "".join(f" {q(w)}" for w in words))
+        lines.append(f"  {flag}" + "".join(f" {q(w)}" for w in megatron_words(flag, value)))
     lines.append(")")
     args_text = "\n".join(lines) + "\n"
     params = params.with_default_command("pretrain_gpt.py")
