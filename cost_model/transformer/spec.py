@@ -884,22 +884,19 @@ def _mosaic(cfg: Mapping[str, Any], family: str, path: str) -> tuple[dict[str, A
     and k (``qk_ln``); ``no_bias`` (default true) drops every bias; tied embeddings by default.
     DBRX (HF ``modeling_dbrx``): RoPE, grouped-query attention, GLU experts of
     ``ffn_hidden_size`` (SiLU), bias-free LayerNorms, an untied head."""
-    fields: dict[str, Any] = {}
+    sections: dict[str, Mapping[str, Any]] = {}
     for section in ("attn_config", "ffn_config"):
-        raw = cfg.get(section)
-        if raw is None:
-            continue
+        raw = cfg.get(section) or {}
         if not isinstance(raw, Mapping):
             raise InvalidModel("must be an object", field=f"{path}.{section}")
-        fields.update({f"{section}.{k}": v for k, v in raw.items()})
-    attn = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("attn_config.")}
-    ffn = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("ffn_config.")}
-    out: dict[str, Any] = {k: v for k, v in cfg.items() if k not in ("attn_config", "ffn_config")}
+        sections[section] = raw
+    attn, ffn = sections["attn_config"], sections["ffn_config"]
+    out: dict[str, Any] = {k: v for k, v in cfg.items() if k not in sections}
     hidden = _int_field(cfg, ("d_model",), path)
     assert hidden is not None
     defaults: dict[str, Any] = {}
     read = {"kv_n_heads", "attn_type", "alibi", "rope", "rope_theta", "sliding_window_size", "qk_ln", "qk_gn",
-            "ffn_type", "ffn_hidden_size", "ffn_act_fn", "moe_num_experts", "moe_top_k"}
+            "ffn_type", "ffn_hidden_size", "ffn_act_fn", "moe_num_experts", "moe_top_k", "mlp_type"}
     if family == "dbrx":
         kv = attn.get("kv_n_heads")
         defaults.update(gated=True, act="silu")
@@ -915,7 +912,6 @@ def _mosaic(cfg: Mapping[str, Any], family: str, path: str) -> tuple[dict[str, A
             raise InvalidModel(f"must be one of {', '.join(types)}, got {ffn_type!r}", field=f"{path}.ffn_config.ffn_type")
         # MegaBlocks experts are GLU only with mlp_type "glu" (its default is a plain MLP)
         defaults["gated"] = ffn_type == "mptglu" or (ffn_type in ("mb_moe", "mb_dmoe") and ffn.get("mlp_type") == "glu")
-        read.add("mlp_type")
         if attn.get("qk_ln") or attn.get("qk_gn"):
             defaults["qk_norm"] = True
         alibi, rope = bool(attn.get("alibi", False)), bool(attn.get("rope", False))
@@ -951,7 +947,7 @@ def _mosaic(cfg: Mapping[str, Any], family: str, path: str) -> tuple[dict[str, A
     for key in _MOSAIC_TOP_HARMLESS:
         out.pop(key, None)
     # nested fields neither read nor harmless are named in the warnings like unknown top-level ones
-    out.update({k: v for k, v in fields.items() if k.split(".", 1)[1] not in read | _MOSAIC_HARMLESS})
+    out.update({f"{section}.{k}": v for section, raw in sections.items() for k, v in raw.items() if k not in read | _MOSAIC_HARMLESS})
     return out, defaults
 
 
