@@ -181,3 +181,27 @@ def test_a_top_level_field_the_request_does_not_read_exits_2_naming_it(cli, tmp_
     assert res.exit_code == 2, res.output
     said = " ".join(res.output.split())
     assert f"error ({field})" in said and says in said, res.output
+
+
+def test_recompute_modules_through_the_cli_estimate_and_plan(cli, tmp_path):
+    """Megatron-Core's recompute modules as a strategy field of `planner estimate` (its table
+    says them) and a pin of `planner plan` (the plan's strategy carries them); another
+    framework's request exits 2 naming the field."""
+    import json
+
+    cluster = {"name": "c", "node_groups": [{"name": "g", "count": 2, "gpus_per_node": 8, "device": "H100"}]}
+    training = {"global_batch_size": 64, "sequence_length": 4096}
+    strategy = {"dp": 4, "tp": 2, "pp": 2, "ep": 4, "sequence_parallel": True, "recompute": "selective", "recompute_modules": ["moe_act", "layernorm"]}
+    (tmp_path / "est.json").write_text(json.dumps({"model": {"preset": "mixtral-8x7b"}, "training": training, "cluster": cluster, "strategy": strategy}))
+    table = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json")])
+    assert table.exit_code == 0, table.output
+    assert "selective recompute (moe_act, layernorm)" in " ".join(table.output.split())
+    body = {"model": {"preset": "mixtral-8x7b"}, "training": training, "cluster": cluster, "top_k": 0,
+            "constraints": {k: strategy[k] for k in ("tp", "pp", "ep", "recompute_modules")}}
+    (tmp_path / "plan.json").write_text(json.dumps(body))
+    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "plan.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["best"]["strategy"]["recompute_modules"] == ["moe_act", "layernorm"]
+    (tmp_path / "fsdp.json").write_text(json.dumps({**body, "training": {**training, "framework": "fsdp"}}))
+    bad = CliRunner().invoke(cli, ["plan", str(tmp_path / "fsdp.json")])
+    assert bad.exit_code == 2 and "constraints.recompute_modules" in bad.output
