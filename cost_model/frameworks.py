@@ -130,6 +130,14 @@ class FrameworkRules:
     #: layout — is not proposed by the search (a pin is costed with
     #: :func:`pipeline_gradient_sharding_note`'s warning, which its launch repeats)
     sharded_gradients_in_pipeline: bool = True
+    #: whether each backward reduces its gradients (and reshards its weights) in per-unit
+    #: post-backward hooks unless a pipeline schedule turns them off: FSDP2 under torchtitan,
+    #: whose trainer keeps gradient sync on through gradient accumulation
+    #: (``Trainer.train_step``; only ``torch.distributed.pipelining`` calls
+    #: ``set_requires_gradient_sync(False)``).  Elsewhere the gradients accumulate locally and
+    #: the step reduces them once (Megatron-Core, DeepSpeed's engine, Paddle's sharding).
+    #: Read by ``transformer.layer_cost``'s per-micro-batch sync rules.
+    reduces_every_backward: bool = False
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -198,6 +206,7 @@ RULES: dict[str, FrameworkRules] = {
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
+        reduces_every_backward=True,
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),

@@ -1250,8 +1250,10 @@ def fsdp_reduces_each_microbatch(training: Training, zero_stage: ArrayOrFloat, p
     accumulation step's backward with gradient sync on (``Trainer.train_step`` never calls
     ``set_requires_gradient_sync(False)``; only ``torch.distributed.pipelining`` does), so every
     micro-batch's post-backward all-reduces its gradients over the replicas — 2R per
-    micro-batch, where DDP under ``no_sync`` (and Megatron-Core) all-reduces once a step."""
-    out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) == 0) & (np.asarray(pp) == 1)
+    micro-batch, where DDP under ``no_sync`` (and Megatron-Core) all-reduces once a step
+    (``FrameworkRules.reduces_every_backward``)."""
+    every = rules_for(training.framework).reduces_every_backward
+    out: npt.NDArray[np.bool_] = every & (np.asarray(zero_stage) == 0) & (np.asarray(pp) == 1)
     return out
 
 
@@ -1264,7 +1266,7 @@ def fsdp_accumulates_in_fp32(training: Training, zero_stage: ArrayOrFloat, pp: A
     all-reduce (:func:`fsdp_reduces_each_microbatch`: copied into the fp32 reduce buffer and
     added into the sharded gradient)."""
     out: npt.NDArray[np.bool_] = pipelined_fsdp(training, zero_stage, pp) | (
-        (training.framework == "fsdp") & (np.asarray(zero_stage) == 0))
+        rules_for(training.framework).reduces_every_backward & (np.asarray(zero_stage) == 0))
     return out
 
 
@@ -1275,8 +1277,10 @@ def fsdp_regathers_each_microbatch(training: Training, zero_stage: ArrayOrFloat,
     schedule turns it off), so every micro-batch's forward all-gathers the weights again — one
     all-gather and one reduce-scatter per micro-batch, not ZeRO-2's all-gather once a step
     (FSDP1's SHARD_GRAD_OP likewise frees the unsharded parameters after backward).  With a
-    pipeline, ZeRO 2 is the Llama 3 paper's layout (weights kept across the micro-batches)."""
-    out: npt.NDArray[np.bool_] = (training.framework == "fsdp") & (np.asarray(zero_stage) == 2) & (np.asarray(pp) == 1)
+    pipeline, ZeRO 2 is the Llama 3 paper's layout (weights kept across the micro-batches)
+    (``FrameworkRules.reduces_every_backward``)."""
+    every = rules_for(training.framework).reduces_every_backward
+    out: npt.NDArray[np.bool_] = every & (np.asarray(zero_stage) == 2) & (np.asarray(pp) == 1)
     return out
 
 
@@ -1523,8 +1527,9 @@ def replica_sync_per_microbatch(framework: str) -> bool:
     backward reduces over the shard group and then all-reduces over the replicate group —
     FSDP2 ``fully_shard`` on a 2-D mesh, torchtitan without deferring it) or once per step at
     the gradient-accumulation boundary (Megatron-Core's partial distributed optimizer; Paddle's
-    dp group over sharding; the "2-hop" synchronisation of Zhang et al. 2022, MiCS, §3.3)."""
-    return framework == "fsdp"
+    dp group over sharding; the "2-hop" synchronisation of Zhang et al. 2022, MiCS, §3.3)
+    (``FrameworkRules.reduces_every_backward``)."""
+    return rules_for(framework).reduces_every_backward
 
 
 def replica_sync_s(
