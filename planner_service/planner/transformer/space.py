@@ -253,11 +253,15 @@ def enumerate_space(
         # micro-batches) — or, where the framework shards with a pipeline (fsdp), every stage.
         # Without a pipeline every stage competes: stage 2 moves the same bytes as 1 with less
         # memory, but per micro-batch, and the compute its hidden reduce-scatters overlap slows
-        # (layer_cost.sharded_microbatch_exposed_s), so neither dominates.
-        stages = [z for z in (1, 2, 3) if z in rules.zero_stages]
+        # (layer_cost.sharded_microbatch_exposed_s), so neither dominates.  Stage 0 competes
+        # only under DeepSpeed's engine (``rules.deepspeed_engine``), whose ZeRO optimizer adds
+        # buffers of its own — a full-size fp32 gradient partition where nothing shards (dp 1,
+        # or experts of one EDP rank) and its IPG buckets — so that stage 1 can hold more than
+        # stage 0; elsewhere stage 1 is stage 0's memory less the sharded state, for the same traffic.
+        stages = [z for z in ((0, 1, 2, 3) if rules.deepspeed_engine else (1, 2, 3)) if z in rules.zero_stages]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
-            cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] == 1))
+            cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] <= 1))
         elif not rules.sharded_gradients_in_pipeline:  # torchtitan: no ZeRO-2 across a pipeline's micro-batches
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] != 2))
     if not rules.sharding_with_pipeline:

@@ -587,6 +587,27 @@ def test_deepspeed_engine_frameworks_are_the_two_deepspeed_ones():
     assert {fw for fw in RULES if runs_deepspeed_engine(fw)} == {"deepspeed", "megatron-deepspeed"}
 
 
+@pytest.mark.parametrize("framework", ["megatron-deepspeed", "deepspeed"])
+def test_deepspeed_search_weighs_no_zero_where_its_zero_optimizer_holds_more(framework):
+    """DeepSpeed's ZeRO optimizer keeps buffers of its own (a full-size fp32 gradient partition
+    where nothing shards, its IPG buckets), so over one data-parallel rank ZeRO-1/2 hold more than
+    no ZeRO for the same step: the search weighs stage 0 too, and its plan is no slower than the
+    fastest pinned stage.  Gemma 2 27B on 8 H100 at tp 8 (megatron-deepspeed; deepspeed has no
+    tp, so there a one-node dp 8 run)."""
+    gemma = json.loads((Path(__file__).parents[2] / "costmodel/transformer/hf_configs/gemma-2-27b.json").read_text())
+    model = {"preset": "llama2-7b"} if framework == "deepspeed" else {"transformer": gemma}
+    cons = {"tp": 8} if framework == "megatron-deepspeed" else {}
+    body = _body(model, framework, constraints=cons, gbs=8, seq=2048)
+    pinned = {z: _plan({**body, "constraints": {**cons, "zero_stage": z}}) for z in (0, 1, 2, 3)}
+    best = _plan(body)
+    assert best.best.prediction.step_time_s == pytest.approx(min(p.best.prediction.step_time_s for p in pinned.values()), rel=1e-9)
+    if framework == "megatron-deepspeed":  # dp 1: stage 0 fits a larger micro-batch than 1 or 2 and is faster
+        assert best.best.strategy.zero_stage == 0 and best.best.strategy.dp == 1
+        assert best.best.prediction.step_time_s < 0.95 * min(pinned[z].best.prediction.step_time_s for z in (1, 2))
+    other = _plan(_body({"preset": "llama2-7b"}, "megatron-core", gbs=8, seq=2048))
+    assert all(c.strategy.zero_stage >= 1 for c in (other.best, *other.alternatives))  # elsewhere stage 1 is stage 0 less the sharded state
+
+
 def test_sequence_parallel_under_deepspeed_points_to_ulysses():
     """DeepSpeed has no tensor parallelism, so the flag never does anything there; its own
     sequence parallelism (Ulysses) is cp, and the warning says so rather than blaming tp=1."""
@@ -767,7 +788,7 @@ def test_paddle_and_deepspeed_layouts_their_engines_refuse_are_refused_and_never
 def test_fsdp_search_does_not_propose_zero2_across_a_pipeline_but_costs_it_pinned():
     """torchtitan cannot keep gradients sharded through a pipeline's micro-batches
     (layer_cost.pipelined_fsdp), so an FSDP search with a pipeline proposes FULL_SHARD (costed as
-    torchtitan runs it) or NO_SHARD, never SHARD_GRAD_OP; pinned, ZeRO 2 is costed (the Llama 3
+    torchtitan runs it), never SHARD_GRAD_OP; pinned, ZeRO 2 is costed (the Llama 3
     paper's layout) and its torchtitan launch says what differs."""
     two_nodes = ({**H100_NODE, "count": 2},)
     res = _plan(_body({"preset": "llama3-8b"}, "fsdp", nodes=two_nodes, constraints={"pp": 2}, gbs=64, seq=8192))

@@ -78,8 +78,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
             zeros = [z for z in (1, 2, 3) if z in r.zero_stages]
             if not r.sharded_gradients_in_pipeline and pp > 1:  # torchtitan: no ZeRO-2 across a pipeline's micro-batches
                 zeros = [z for z in zeros if z != 2]
-        else:
-            zeros = [1] if pp > 1 else [1, 2, 3]
+        else:  # stage 0 beside 1 under DeepSpeed's engine, whose ZeRO optimizer has buffers of its own
+            zeros = ([0, 1] if r.deepspeed_engine else [1]) + ([] if pp > 1 else [2, 3])
         zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
         if training.framework == "paddle":  # its stage 2/3 needs a sharding group of more than one rank
             zeros = [z for z in zeros if z < 2 or dp > 1]
