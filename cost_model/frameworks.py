@@ -618,6 +618,44 @@ def torchtitan_layout_violation(framework: str, *, kv_heads: int, tied_embedding
     return None
 
 
+def deepspeed_moe_violation(framework: str, *, is_moe: bool, zero_stage: Any = None, ep: Any = None,
+                            cp: Any = None) -> tuple[str, str] | None:
+    """(strategy field, reason) when DeepSpeed's engine refuses an MoE model's layout at start-up
+    (``DeepSpeedEngine._validate_zero3_moe_compatibility``, DeepSpeed 0.19), else None; a knob
+    None is not fixed yet:
+
+    * ``megatron-deepspeed`` builds its MoE layers as DeepSpeed's native ``deepspeed.moe.layer.MoE``
+      whatever ep is, which ZeRO stage 3 refuses ("Native DeepSpeed MoE is not supported with
+      ZeRO Stage 3");
+    * ``deepspeed`` (a Hugging Face model under DeepSpeed's engine) runs expert parallelism as
+      AutoEP (the ``expert_parallel`` section the deepspeed-config target writes), which runs
+      under ZeRO stage 3 but not beside sequence parallelism ("AutoEP with ZeRO Stage 3 does not
+      support sequence parallelism yet": cp, DeepSpeed-Ulysses, must be 1); with ep 1 the
+      model's own MoE blocks are plain modules, sharded as any other.
+
+    Vectorised over array knobs for the search (:func:`deepspeed_moe_ok`)."""
+    if not is_moe or not rules_for(framework).deepspeed_engine:
+        return None
+    if framework == "megatron-deepspeed" and zero_stage == 3:
+        return "zero_stage", ("megatron-deepspeed: its MoE layers are DeepSpeed's native MoE, which DeepSpeed's engine refuses "
+                              "under ZeRO stage 3 ('Native DeepSpeed MoE is not supported with ZeRO Stage 3'); use zero_stage 0-2")
+    if framework == "deepspeed" and zero_stage == 3 and ep is not None and ep > 1 and cp is not None and cp > 1:
+        return "cp", (f"deepspeed: expert parallelism (ep={ep}) runs as AutoEP, which under ZeRO stage 3 does not run beside "
+                      f"sequence parallelism ('AutoEP with ZeRO Stage 3 does not support sequence parallelism yet'): "
+                      f"cp={cp} must be 1, or use zero_stage 1-2")
+    return None
+
+
+def deepspeed_moe_ok(framework: str, is_moe: bool, zero_stage: Any, ep: Any, cp: Any) -> Any:
+    """Row by row (arrays): whether :func:`deepspeed_moe_violation` lets the layout run."""
+    z = np.asarray(zero_stage)
+    if not is_moe or not rules_for(framework).deepspeed_engine:
+        return np.ones(z.shape, dtype=bool)
+    if framework == "megatron-deepspeed":
+        return z != 3
+    return ~((z == 3) & (np.asarray(ep) > 1) & (np.asarray(cp) > 1))
+
+
 def cp_exchange(framework: str, cp_comm_type: str | None) -> str:
     """The context-parallel exchange a framework runs: ``cp_comm_type`` when given, else the
     framework's own (the first of its ``cp_exchanges``)."""
@@ -689,6 +727,8 @@ __all__ = [
     "cp_sequence_multiple",
     "cp_sequence_violation",
     "cp_exchange_rule_violation",
+    "deepspeed_moe_ok",
+    "deepspeed_moe_violation",
     "describe",
     "dtype_rule_violation",
     "expert_parallel_dtype_violation",

@@ -19,6 +19,7 @@ from cost_model.frameworks import (
     canonical_recompute_modules,
     context_parallel_violation,
     cp_sequence_violation,
+    deepspeed_moe_violation,
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
@@ -469,6 +470,8 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,
                                        num_microbatches=m, kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
+    if rule is None:
+        rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=s.zero_stage, ep=s.ep, cp=s.cp)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     if s.dp_shard == s.dp:  # the whole group: full sharding, one spelling

@@ -466,7 +466,41 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         cfg["pipeline"] = {"stages": view.pp, "partition": "parameters"}
     if view.tp > 1:
         notes.append(f"tp={view.tp} is set by the model code (e.g. Megatron-DeepSpeed --tensor-model-parallel-size)")
+    if view.ep > 1:
+        expert_parallel, ep_notes = autoep_section(view)
+        if expert_parallel is not None:
+            cfg["expert_parallel"] = expert_parallel
+        notes += ep_notes
     return cfg, notes
+
+
+#: DeepSpeed 0.19's AutoEP presets by Hugging Face ``model_type``
+#: (``deepspeed.module_inject.auto_ep_presets``: each preset's ``hf_model_types``; the suite
+#: checks this table against the installed registry).
+AUTOEP_PRESETS = {"mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "qwen2_moe": "qwen3_moe",
+                  "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3"}
+
+
+def autoep_section(view: PlanView) -> tuple[dict[str, Any] | None, list[str]]:
+    """How a DeepSpeed-engine launch runs the plan's expert parallelism: under ``deepspeed`` (a
+    Hugging Face model) DeepSpeed's AutoEP, the ``expert_parallel`` section of ds_config —
+    ``autoep_size`` ep, experts whole (ETP 1), its preset for the model's ``model_type`` where
+    DeepSpeed has one (:data:`AUTOEP_PRESETS`; else its detection, with the patterns to set
+    named); under ``megatron-deepspeed`` the model's own ``deepspeed.moe.layer.MoE``, sized by a
+    model-code flag, not a ds_config key."""
+    if view.training.get("framework") == "megatron-deepspeed":
+        return None, [f"ep={view.ep} is set by the model code (Megatron-DeepSpeed --moe-expert-parallel-size {view.ep}: DeepSpeed's "
+                      "native MoE layers), not by ds_config"]
+    section: dict[str, Any] = {"enabled": True, "autoep_size": view.ep, "expert_tensor_parallel_size": 1}
+    model_type = view.transformer.model_type if view.transformer is not None else ""
+    preset = AUTOEP_PRESETS.get(model_type)
+    if preset is not None:
+        section["preset_model"] = preset
+        return section, [f"ep={view.ep}: DeepSpeed AutoEP replaces the model's MoE blocks (preset {preset}; DeepSpeed's presets "
+                         "need transformers ≥ 5)"]
+    return section, [f"ep={view.ep}: DeepSpeed AutoEP has no preset for model_type {model_type or '(none)'!r}; it tries its presets' "
+                     "patterns, else set expert_parallel.moe_layer_pattern, expert_pattern and router_pattern to the model's "
+                     "MoE block, experts and router"]
 
 
 def render_deepspeed_config(view: PlanView, params: LaunchParams) -> Artifact:

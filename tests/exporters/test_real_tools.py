@@ -143,6 +143,60 @@ def test_deepspeed_runs_the_optimizer_the_plan_priced(zero_stage, pp, accum, exp
     assert priced == (expected == "bf16")  # what the cost model prices is what DeepSpeed runs
 
 
+@pytest.mark.parametrize("zero_stage", [1, 2, 3])
+def test_deepspeed_autoep_accepts_the_expert_parallel_section(zero_stage, monkeypatch):
+    """A ``deepspeed`` plan's expert parallelism is DeepSpeed's AutoEP: DeepSpeedConfig parses its
+    ``expert_parallel`` section, AutoEP's own validation (config and rank folding at the plan's
+    world, pipeline and ZeRO stage) accepts it, and the preset is one DeepSpeed registers for the
+    model's model_type; under ``megatron-deepspeed`` it is the model code's flag, no section."""
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    from deepspeed.module_inject.auto_ep_config import validate_autoep_config
+    from deepspeed.module_inject.auto_ep_presets.registry import preset_name_for_hf_model_type
+
+    from planner_service.exporters.frameworks import AUTOEP_PRESETS
+
+    # DeepSpeed's pipeline engine runs stage 0-1: at stages 2-3 the 16 ranks as dp alone
+    plan = moe_plan("deepspeed", dp=8 if zero_stage < 2 else 16, ep=4, zero_stage=zero_stage, pp=2 if zero_stage < 2 else 1)
+    s = plan["best"]["strategy"]
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    ep = cfg.expert_parallel_config
+    assert ep.enabled and ep.autoep_size == 4 and ep.preset_model == "qwen3_moe"
+    validate_autoep_config(ep, world_size=s["dp"] * s["pp"], pp_size=s["pp"], tp_size=1, sp_size=1, zero_stage=zero_stage)
+    assert all(preset_name_for_hf_model_type(t) == name for t, name in AUTOEP_PRESETS.items())
+    art = render(moe_plan("megatron-deepspeed", dp=8, ep=4), "deepspeed-config", PARAMS)
+    assert "expert_parallel" not in json.loads(art.files["ds_config.json"])
+    assert any("--moe-expert-parallel-size 4" in n for n in art.notes)
+
+
+def test_deepspeed_engine_refuses_the_moe_layouts_the_planner_refuses():
+    """DeepSpeed's engine's own MoE check (``_validate_zero3_moe_compatibility``) on an engine
+    holding only the layers: native MoE (Megatron-DeepSpeed's) refused under ZeRO-3, AutoEP's
+    refused beside sequence parallelism — the rules ``deepspeed_moe_violation`` states."""
+    pytest.importorskip("deepspeed.runtime.engine", reason="deepspeed is not installed (pip install deepspeed)")
+    from deepspeed.module_inject.auto_ep_layer import AutoEPMoELayer
+    from deepspeed.moe.layer import MoE
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    from cost_model.frameworks import deepspeed_moe_violation
+
+    def engine(layer, sp):
+        class Module:
+            def named_modules(self):
+                return [("layers.0.mlp", layer)]
+        e = object.__new__(DeepSpeedEngine)
+        e.__dict__.update(module=Module(), has_moe_layers=True, sequence_parallel_size=sp)
+        return e
+
+    with pytest.raises(AssertionError, match="Native DeepSpeed MoE is not supported with ZeRO Stage 3"):
+        engine(object.__new__(MoE), 1)._validate_zero3_moe_compatibility()
+    assert deepspeed_moe_violation("megatron-deepspeed", is_moe=True, zero_stage=3, ep=1, cp=1)[0] == "zero_stage"
+    with pytest.raises(AssertionError, match="does not support sequence parallelism"):
+        engine(object.__new__(AutoEPMoELayer), 2)._validate_zero3_moe_compatibility()
+    assert deepspeed_moe_violation("deepspeed", is_moe=True, zero_stage=3, ep=4, cp=2)[0] == "cp"
+    assert deepspeed_moe_violation("deepspeed", is_moe=True, zero_stage=3, ep=4, cp=1) is None
+    assert deepspeed_moe_violation("deepspeed", is_moe=True, zero_stage=3, ep=1, cp=2) is None  # ep 1: no AutoEP, plain modules
+
+
 def _overrides(art) -> list[str]:
     text = art.files["torchtitan_overrides.txt"]
     return shlex.split("\n".join(x for x in text.splitlines() if not x.startswith("#")))

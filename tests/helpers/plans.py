@@ -195,17 +195,19 @@ def hsdp_plan(framework: str, zero_stage: int, dp_shard: int = 8) -> dict[str, A
     return plan
 
 
-def moe_plan(framework: str, *, dp: int = 8, ep: int = 4, tp: int = 1, zero_stage: int = 1) -> dict[str, Any]:
-    """``homogeneous_plan`` as Qwen3-30B-A3B (128 experts) under ``framework``: ``pp`` 2 stages of
-    ``dp``·``tp`` ranks, one per host, expert parallelism ``ep``."""
+def moe_plan(framework: str, *, dp: int = 8, ep: int = 4, tp: int = 1, zero_stage: int = 1, pp: int = 2) -> dict[str, Any]:
+    """``homogeneous_plan`` as Qwen3-30B-A3B (128 experts) under ``framework``: ``pp`` stages (2,
+    or 1 over both hosts) of ``dp``·``tp`` ranks, one per host, expert parallelism ``ep``."""
     plan = homogeneous_plan()
     config = Path(__file__).resolve().parents[1] / "costmodel" / "transformer" / "hf_configs" / "qwen3-30b-a3b.json"
     plan["model"] = {"name": "qwen3-30b-a3b", "spec": {"transformer": json.loads(config.read_text())}}
     plan["training"]["framework"] = framework
     s = plan["best"]["strategy"]
-    s.update({"dp": dp, "tp": tp, "pp": 2, "cp": 1, "ep": ep, "sequence_parallel": tp > 1, "zero_stage": zero_stage,
-              "layers_per_stage": [24, 24]})
+    s.update({"dp": dp, "tp": tp, "pp": pp, "cp": 1, "ep": ep, "sequence_parallel": tp > 1, "zero_stage": zero_stage,
+              "layers_per_stage": [48 // pp] * pp})
     hosts = ["node7", "node66"]
-    plan["best"]["ranks"] = _ranks(dp, tp, 2, 1, lambda p, d, c, t: (hosts[p], d * tp + t, "h100", "H100-SXM5-80GB"))
+    per_host = dp * tp * pp // 2
+    plan["best"]["ranks"] = _ranks(dp, tp, pp, 1, lambda p, d, c, t: (hosts[((p * dp + d) * tp + t) // per_host],
+                                                                       ((p * dp + d) * tp + t) % per_host, "h100", "H100-SXM5-80GB"))
     plan["best"].pop("stages")
     return plan

@@ -33,6 +33,8 @@ from cost_model.frameworks import (
     WHOLE_LAYOUT_RULE_FRAMEWORKS,
     context_parallel_violation,
     cp_sequence_violation,
+    deepspeed_moe_ok,
+    deepspeed_moe_violation,
     ep_group_divisor,
     expert_layout_ok,
     expert_parallel_dtype_violation,
@@ -100,6 +102,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
     rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
                                        kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
+    if rule is None:  # DeepSpeed's engine's MoE checks the pinned knobs alone can break
+        rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=pins.get("zero_stage"),
+                                       ep=pins.get("ep"), cp=pins.get("cp"))
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     ep = pins.get("ep")
@@ -280,6 +285,8 @@ def enumerate_space(
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
     if rules.ep_over_sharding:  # expert_layout_violation, row by row (Paddle fleet's expert groups)
         cols = _keep(cols, expert_layout_ok(cols["tp"], cols["cp"], cols["ep"], cols["zero"], cols["dp"], cols["dp_shard"]))
+    if model.is_moe and rules.deepspeed_engine:  # deepspeed_moe_violation, row by row
+        cols = _keep(cols, deepspeed_moe_ok(training.framework, True, cols["zero"], cols["ep"], cols["cp"]))
     if rules.min_stage23_shard_ranks > 1:  # sharding_group_violation, row by row
         shard_ranks = np.where(cols["dp_shard"] > 0, cols["dp_shard"], cols["dp"])
         cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks < rules.min_stage23_shard_ranks)))

@@ -785,6 +785,30 @@ def test_paddle_and_deepspeed_layouts_their_engines_refuse_are_refused_and_never
     assert on.step_time_s == pytest.approx(off.step_time_s)
 
 
+def test_deepspeed_moe_layouts_its_engine_refuses_are_refused_and_never_searched(client):
+    """DeepSpeed's engine refuses ZeRO-3 for Megatron-DeepSpeed's native MoE layers, and AutoEP
+    (a ``deepspeed`` plan's expert parallelism) under ZeRO-3 beside Ulysses (cp > 1)
+    (``frameworks.deepspeed_moe_violation``, checked against the engine in
+    tests/exporters/test_real_tools.py): pinned, a 422 naming the field; estimated, the strategy's
+    field; searched, never proposed.  Mixtral 8x7B on 4 × 8 H100."""
+    nodes = ({**H100_NODE, "count": 4},)
+    mixtral = {"preset": "mixtral-8x7b"}
+    for framework, pins, field in (("megatron-deepspeed", {"zero_stage": 3}, "zero_stage"),
+                                   ("deepspeed", {"zero_stage": 3, "ep": 8, "cp": 2}, "cp")):
+        r = client.post("/v1/plans", json=_body(mixtral, framework, nodes=nodes, constraints=pins, gbs=256))
+        assert r.status_code == 422 and r.json()["error"]["field"] == f"constraints.{field}", r.json()
+        assert "ZeRO stage 3" in r.json()["error"]["message"]
+        body = {**_body(mixtral, framework, nodes=nodes, gbs=256), "strategy": {"dp": 32 // pins.get("cp", 1), **pins}}
+        r = client.post("/v1/estimate", json=body)
+        assert r.status_code == 422 and r.json()["error"]["field"] == f"strategy.{field}", r.json()
+    res = _plan(_body(mixtral, "megatron-deepspeed", nodes=nodes, gbs=256))
+    assert all(e.strategy.zero_stage != 3 for e in (res.best, *res.alternatives))
+    res = _plan(_body(mixtral, "deepspeed", nodes=nodes, constraints={"zero_stage": 3}, gbs=256))
+    assert all(not (e.strategy.ep > 1 and e.strategy.cp > 1) for e in (res.best, *res.alternatives))
+    dense = _plan(_body({"preset": "llama2-7b"}, "megatron-deepspeed", nodes=nodes, constraints={"zero_stage": 3}, gbs=256))
+    assert dense.best.strategy.zero_stage == 3  # dense models: no MoE layers, ZeRO-3 runs
+
+
 def test_fsdp_search_does_not_propose_zero2_across_a_pipeline_but_costs_it_pinned():
     """torchtitan cannot keep gradients sharded through a pipeline's micro-batches
     (layer_cost.pipelined_fsdp), so an FSDP search with a pipeline proposes FULL_SHARD (costed as

@@ -83,6 +83,10 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
         if training.framework == "paddle":  # its stage 2/3 needs a sharding group of more than one rank
             zeros = [z for z in zeros if z < 2 or dp > 1]
+        if model.is_moe and training.framework == "megatron-deepspeed":  # DeepSpeed's native MoE: no ZeRO-3
+            zeros = [z for z in zeros if z != 3]
+        if model.is_moe and training.framework == "deepspeed" and ep > 1 and cp > 1:  # AutoEP: no ZeRO-3 beside Ulysses
+            zeros = [z for z in zeros if z != 3]
         sps = [pins["sequence_parallel"]] if "sequence_parallel" in pins else [tp > 1 and r.sequence_parallel]
         for z in zeros:
             for sp in sps:
@@ -122,7 +126,7 @@ MODELS = {
 #: Framework variants: every framework's rule table applied row by row.
 FRAMEWORK_MODELS = {
     "llama3-70b": ["megatron-deepspeed", "fsdp"],
-    "mixtral-8x7b": ["deepspeed", "paddle"],
+    "mixtral-8x7b": ["deepspeed", "megatron-deepspeed", "paddle"],
 }
 PINS = [{}, {"zero_stage": 3}, {"zero_stage": 1}, {"sequence_parallel": False}, {"sequence_parallel": True}, {"pp": 7, "vpp": 1},
         {"micro_batch_size": 3}, {"tp": 2, "dp": 8}, {"vpp": 2}, {"recompute": "selective"}]
