@@ -32,6 +32,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   them, against Megatron-Core's distributed optimizer;
 * ``fsdp_replicate_sync``: unsharded FSDP (ZeRO 0) on 32 H100 with 2 and 16 micro-batches a step:
   an all-reduce per micro-batch without a pipeline, once a step with one, against Megatron-Core's DDP;
+* ``optimizer_precision``: Megatron-Core's precision-aware optimizer, bf16 moments and a bf16
+  gradient buffer on Qwen3-30B-A3B (16 H100, dp 16, ep 8): model state, peak and step;
 * ``eager_vs_fused``: Llama-3-8B under FSDP ZeRO-3 on 8 H100, one 8192-token micro-batch per
   GPU, no recompute: fused kernels against eager PyTorch (``fused_kernels: false``: Hugging
   Face's operator-by-operator RMSNorm, rotate_half and SwiGLU) — step, elementwise share and
@@ -294,6 +296,29 @@ def recompute_modules() -> dict[str, Any]:
     return {"model": model.name, "layout": "32 H100, tp 2 (SP), pp 2, ep 8, 4096 tokens, 512 sequences a step", "rows": rows}
 
 
+def optimizer_precision() -> dict[str, Any]:
+    """Megatron-Core's optimizer precision (layer_cost.megatron_optimizer_state_bytes):
+    Qwen3-30B-A3B on 16 H100, dp 16, ep 8, distributed optimizer, full recompute — the model
+    state, peak and step at the defaults, with the precision-aware optimizer (master weights as
+    16-bit remainders), with bf16 moments, with a bf16 gradient buffer too, and with the bf16
+    gradient buffer alone."""
+    model = _config("qwen3-30b-a3b")
+    cl = simple_cluster(H100, 2)
+    settings: list[dict[str, Any]] = [
+        {}, {"precision_aware_optimizer": True},
+        {"precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+        {"precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", "main_grads_dtype": "bf16"},
+        {"main_grads_dtype": "bf16"},
+    ]
+    rows = []
+    for kw in settings:
+        tr = Training(global_batch_size=256, sequence_length=4096, **kw)
+        est = estimate(model, tr, cl, Strategy(dp=16, ep=8, zero_stage=1, recompute="full"))
+        m = est.stages[0].memory_GB
+        rows.append(_row(est, settings=kw, gradients_GB=round(m["gradients"], 2), optimizer_state_GB=round(m["optimizer_state"], 2)))
+    return {"model": model.name, "layout": "16 H100, dp 16, ep 8, distributed optimizer, full recompute, 4096 tokens", "rows": rows}
+
+
 def eager_vs_fused() -> dict[str, Any]:
     """Fused kernels against eager PyTorch (layer_cost.eager_*_traffic, eager_saved_bytes_per_element)."""
     model = get_preset("llama3-8b")
@@ -355,7 +380,7 @@ def memory_interval_state_dominated() -> dict[str, Any]:
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  eager_vs_fused,
+                                  optimizer_precision, eager_vs_fused,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

@@ -141,6 +141,16 @@ def physics() -> str | None:
                    f"torchtitan without a pipeline {sync('fsdp', 1, 2)} → {sync('fsdp', 1, 16)} (an all-reduce with every micro-batch, "
                    f"gradient sync stays on), with pp 2 {sync('fsdp', 2, 2)} → {sync('fsdp', 2, 16)} (once a step), Megatron-Core's DDP "
                    f"{sync('megatron-core', 1, 2)} → {sync('megatron-core', 1, 16)}.")
+    op = d.get("optimizer_precision")
+    if op:
+        def state(r: dict) -> str:
+            return f"{r['gradients_GB']:.1f} + {r['optimizer_state_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
+
+        base, aware, moments, grads, grads_alone = op["rows"]
+        out.append(f"* **Optimizer precision** ({op['model']}, {op['layout']}; Megatron-Core, gradients + optimizer state per GPU): "
+                   f"defaults {state(base)}; precision-aware optimizer (master weights as 16-bit remainders) {state(aware)}; "
+                   f"with bf16 moments {state(moments)}; with a bf16 gradient buffer too {state(grads)}; "
+                   f"the bf16 gradient buffer alone (--grad-reduce-in-bf16) {state(grads_alone)}.")
     ev = d.get("eager_vs_fused")
     if ev:
         fused, eager = (next(r for r in ev["rows"] if r["fused_kernels"] is f) for f in (True, False))

@@ -688,6 +688,54 @@ def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str 
     return None
 
 
+#: Megatron-Core's flag for each optimizer-precision field (``training.OPTIMIZER_DTYPES``).
+OPTIMIZER_PRECISION_FLAGS = {"precision_aware_optimizer": "--use-precision-aware-optimizer", "main_grads_dtype": "--main-grads-dtype",
+                             "main_params_dtype": "--main-params-dtype", "exp_avg_dtype": "--exp-avg-dtype",
+                             "exp_avg_sq_dtype": "--exp-avg-sq-dtype"}
+
+
+def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, precision_aware: bool,
+                                  dtypes: Mapping[str, str]) -> tuple[str, str] | None:
+    """(training field, reason) when an optimizer-precision setting is given where Megatron-Core
+    would refuse it or where it means nothing, else None.  ``dtypes``: ``main_grads_dtype``,
+    ``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype`` (fp32: the default).
+
+    They are Megatron-Core's (``OptimizerConfig``; no other framework has them).  Its checks:
+    the lowered master weights and moments need the precision-aware optimizer ("exp_avg_dtype
+    can only be fp32 when not using precision-aware optimizer"), which needs Adam
+    ("--use-precision-aware-optimizer only supported with adam"); a bf16 gradient buffer is bf16
+    training's (``validate_args``: under bf16 the gradients accumulate in fp32 unless
+    ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16``); the distributed-optimizer rule is
+    the layout's (:func:`precision_aware_zero_violation`)."""
+    given = (["precision_aware_optimizer"] if precision_aware else []) + [k for k, v in dtypes.items() if v != "fp32"]
+    if not given:
+        return None
+    if framework != "megatron-core":
+        return given[0], (f"{framework}: no {given[0]} setting (it is Megatron-Core's {OPTIMIZER_PRECISION_FLAGS[given[0]]}); "
+                          "leave it out")
+    if precision_aware and optimizer != "adam":
+        return "precision_aware_optimizer", "megatron-core: the precision-aware optimizer runs Adam only (--use-precision-aware-optimizer only supported with adam)"
+    if dtypes.get("main_grads_dtype", "fp32") != "fp32" and dtype in ("fp16", "fp32"):
+        return "main_grads_dtype", (f"main_grads_dtype chooses bf16 training's gradient buffer (fp32 by default); with {dtype} "
+                                    "training leave it out")
+    for key in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        if dtypes.get(key, "fp32") != "fp32" and not precision_aware:
+            return key, (f"{key} {dtypes[key]} needs precision_aware_optimizer: true (Megatron-Core: '{key} can only be fp32 when "
+                          "not using precision-aware optimizer')")
+    return None
+
+
+def precision_aware_zero_violation(precision_aware: bool, zero_stage: int | None) -> str | None:
+    """Reason when the precision-aware optimizer is asked for beside a sharding stage other than
+    Megatron-Core's distributed optimizer (zero_stage 1), else None: "--use-precision-aware-
+    optimizer only supported with distributed optimizer" (``OptimizerConfig``); Megatron-FSDP
+    (2, 3) keeps its own ``--megatron-fsdp-main-*-dtype``, which the cost model does not price."""
+    if not precision_aware or zero_stage is None or zero_stage == 1:
+        return None
+    return (f"the precision-aware optimizer runs under Megatron-Core's distributed optimizer only (zero_stage 1, got {zero_stage}): "
+            "'--use-precision-aware-optimizer only supported with distributed optimizer'")
+
+
 def sequence_parallel_noop(tp: int, sequence_parallel: bool, framework: str = "megatron-core") -> str | None:
     """Warning for ``sequence_parallel`` at tp=1: Megatron accepts it and does nothing
     (there is no tensor-parallel group to split the sequence over).  A framework without tensor
@@ -737,6 +785,8 @@ __all__ = [
     "interleaved_schedule_violation",
     "layout_rule_violation",
     "moe_overlap_layout_violation",
+    "optimizer_precision_violation",
+    "precision_aware_zero_violation",
     "required_expert_tensor_parallel",
     "required_expert_tensor_parallel_violation",
     "sharding_group_violation",

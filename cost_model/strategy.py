@@ -23,6 +23,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
+    precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
@@ -474,6 +475,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=s.zero_stage, ep=s.ep, cp=s.cp)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
+    why = precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.zero_stage")
     if s.dp_shard == s.dp:  # the whole group: full sharding, one spelling
         s = replace(s, dp_shard=0)
     why = expert_sharding_violation(model, s)

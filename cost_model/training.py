@@ -14,6 +14,7 @@ from cost_model.frameworks import (
     dtype_rule_violation,
     grad_accum_rule_violation,
     moe_training_violation,
+    optimizer_precision_violation,
 )
 
 OPTIMIZERS = ("adam", "sgd")
@@ -28,6 +29,15 @@ FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddl
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 #: Context-parallel exchanges (``training.cp_comm_type``; cost_model.transformer.context_parallel).
 CP_COMM_TYPES = ("p2p", "allgather", "a2a")
+#: Megatron-Core's optimizer-precision choices (``--main-grads-dtype``, ``--main-params-dtype``,
+#: ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``; the last three need ``--use-precision-aware-
+#: optimizer``), each field's allowed values, its default first.
+OPTIMIZER_DTYPES: dict[str, tuple[str, ...]] = {
+    "main_grads_dtype": ("fp32", "bf16"),
+    "main_params_dtype": ("fp32", "fp16"),
+    "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
+    "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8"),
+}
 #: Gradient-accumulation dtypes of DeepSpeed's engine (``training.grad_accum_dtype``, its
 #: ``data_types.grad_accum_dtype``; cost_model.transformer.layer_cost.bf16_optimizer).
 GRAD_ACCUM_DTYPES = ("fp32", "bf16")
@@ -63,6 +73,14 @@ class Training:
     ``data_types`` out) under its ZeRO optimizer (bf16 accumulation); at stage 0 DeepSpeed
     ignores it: BF16_Optimizer under its pipeline engine, its FP16 optimizer in bf16 without one
     (:func:`cost_model.transformer.layer_cost.bf16_optimizer`).
+
+    Optimizer precision (``megatron-core``, :data:`OPTIMIZER_DTYPES`): ``main_grads_dtype``
+    ``bf16`` keeps Megatron's gradient buffer, and reduces it, in bf16 (``--grad-reduce-in-bf16``;
+    with the precision-aware optimizer ``--main-grads-dtype bf16``); ``precision_aware_optimizer``
+    (``--use-precision-aware-optimizer``: Transformer Engine's FusedAdam keeps the master weights,
+    as the 16 low bits beside the bf16 weight by default, and the moments) with
+    ``main_params_dtype``, ``exp_avg_dtype`` and ``exp_avg_sq_dtype``
+    (:func:`cost_model.transformer.layer_cost.model_state_bytes_per_param`).
     """
 
     global_batch_size: int
@@ -82,6 +100,11 @@ class Training:
     cp_comm_type: str | None = None
     #: DeepSpeed's ``data_types.grad_accum_dtype`` under bf16; None: DeepSpeed's default (bf16)
     grad_accum_dtype: str | None = None
+    precision_aware_optimizer: bool = False
+    main_grads_dtype: str = "fp32"
+    main_params_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
 
     @property
     def tokens_per_step(self) -> int:
@@ -126,7 +149,8 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
-                                     "grad_accum_dtype": None}
+                                     "grad_accum_dtype": None, "precision_aware_optimizer": False,
+                                     **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
 def training_from_dict(data: Mapping[str, Any], field_path: str = "training") -> Training:
@@ -155,12 +179,12 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         out[key] = val
     for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS),
                          ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES),
-                         ("grad_accum_dtype", GRAD_ACCUM_DTYPES)):
+                         ("grad_accum_dtype", GRAD_ACCUM_DTYPES), *OPTIMIZER_DTYPES.items()):
         if key in data:
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
-    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"):
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -185,6 +209,11 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = grad_accum_rule_violation(framework, out.get("dtype", "bf16"), out.get("grad_accum_dtype"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.grad_accum_dtype")
+    precision_why = optimizer_precision_violation(framework, out.get("dtype", "bf16"), out.get("optimizer", "adam"),
+                                                  bool(out.get("precision_aware_optimizer", False)),
+                                                  {k: out.get(k, v[0]) for k, v in OPTIMIZER_DTYPES.items()})
+    if precision_why is not None:
+        raise InvalidTraining(precision_why[1], field=f"{field_path}.{precision_why[0]}")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
                                      out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
     if moe_why is not None:

@@ -1313,6 +1313,8 @@ def model_state_bytes_per_param(
     w = 2.0 if mixed else 4.0
     g = 4.0
     o = (12.0 if mixed else 8.0) if training.optimizer == "adam" else (8.0 if mixed else 4.0)
+    if training.framework == "megatron-core":  # its optimizer-precision settings (defaults: the above)
+        g, o = megatron_optimizer_state_bytes(training)
     z = np.asarray(zero_stage)
     shard = np.asarray(shard, dtype=float)
     weights = np.where(z >= 3, w / shard, w)
@@ -1338,6 +1340,44 @@ def model_state_bytes_per_param(
     weights = np.where(piped, w + 4.0 / shard, weights)
     grads = np.where(piped, 4.0, grads)
     return weights, grads, opt
+
+
+#: Bytes of one value stored in each of the optimizer-precision dtypes (fp8: one byte, its
+#: per-tensor scale negligible).
+OPTIMIZER_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+
+def megatron_master_bytes(training: Training) -> float:
+    """Bytes per parameter of Megatron-Core's master weights (0 under fp32 training, where the
+    weight is its own master).  Without the precision-aware optimizer the distributed
+    optimizer's fp32 copy (4).  With it Transformer Engine's FusedAdam keeps them
+    (``master_weights=True, master_weight_dtype=main_params_dtype`` — Megatron hands it the
+    master weights whenever the FP8 recipe is delayed scaling or none, which every plan here
+    runs) and by default (``OptimizerConfig.store_param_remainders``, TE ≥ 2.1) stores only
+    the 16 low bits of the fp32 master beside the bf16 weight that holds its high bits: 2;
+    an fp16 master is 2 as well; under fp16 training (no bf16 weight to share bits with) 4."""
+    if training.dtype == "fp32":
+        return 0.0
+    if not training.precision_aware_optimizer:
+        return 4.0
+    if training.main_params_dtype == "fp16" or training.dtype != "fp16":
+        return 2.0
+    return 4.0
+
+
+def megatron_optimizer_state_bytes(training: Training) -> tuple[float, float]:
+    """(gradient, optimizer-state) bytes per parameter under Megatron-Core, before sharding:
+    the gradient buffer in ``main_grads_dtype`` (fp32 by default: bf16 training accumulates and
+    reduces in fp32; ``--grad-reduce-in-bf16`` / ``--main-grads-dtype bf16``: 2), and the master
+    weights (:func:`megatron_master_bytes`) with Adam's moments in ``exp_avg_dtype`` and
+    ``exp_avg_sq_dtype`` (fp32 by default: 12 in all under mixed precision; SGD one momentum).
+    Source: Megatron-Core ``OptimizerConfig`` and ``validate_args``; Transformer Engine
+    ``FusedAdam`` (``master_weight_dtype``, ``exp_avg_dtype``, ``store_param_remainders``)."""
+    g = OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype] if training.dtype != "fp32" else 4.0
+    master = megatron_master_bytes(training)
+    if training.optimizer == "adam":
+        return g, master + OPTIMIZER_DTYPE_BYTES[training.exp_avg_dtype] + OPTIMIZER_DTYPE_BYTES[training.exp_avg_sq_dtype]
+    return g, master + 4.0
 
 
 def sharded_collectives_per_layer(model: TransformerSpec, framework: str) -> int:
@@ -1685,8 +1725,8 @@ def gradient_reduce_bytes(training: Training) -> float:
     modelled, so FSDP stays at 2 until it is."""
     if training.dtype in ("fp32", "fp16"):
         return param_bytes(training)
-    if training.framework == "megatron-core":
-        return 4.0
+    if training.framework == "megatron-core":  # its gradient buffer's dtype (main_grads_dtype)
+        return OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype]
     return 2.0
 
 
@@ -1711,6 +1751,15 @@ def optimizer_bytes_per_param(training: Training) -> float:
     if training.optimizer == "adam":
         if not training.fused_kernels:
             return EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
+        if training.framework == "megatron-core" and training.dtype != "fp32":
+            # read and write the master (its bytes, :func:`megatron_master_bytes`; a 16-bit
+            # remainder also reads the bf16 weight that holds its high bits) and the two
+            # moments, read the gradient twice (step and norm), write the 16-bit weight:
+            # 2·(4 + 4 + 4) + 2·4 + 2 = 34 at the defaults
+            master = megatron_master_bytes(training)
+            remainder = 2.0 if training.precision_aware_optimizer and master == 2.0 and training.main_params_dtype == "fp32" else 0.0
+            moments = OPTIMIZER_DTYPE_BYTES[training.exp_avg_dtype] + OPTIMIZER_DTYPE_BYTES[training.exp_avg_sq_dtype]
+            return 2.0 * (master + moments) + 2.0 * OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype] + 2.0 + remainder
         return 34.0 if training.dtype != "fp32" else 32.0
     return 22.0 if training.dtype != "fp32" else 16.0
 

@@ -17,7 +17,14 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cost_model.frameworks import cp_exchange, expert_layout_ok, pipeline_gradient_sharding_note, runs_deepspeed_engine
+from cost_model.frameworks import (
+    OPTIMIZER_PRECISION_FLAGS,
+    cp_exchange,
+    expert_layout_ok,
+    pipeline_gradient_sharding_note,
+    runs_deepspeed_engine,
+)
+from cost_model.training import OPTIMIZER_DTYPES
 from cost_model.transformer.layer_cost import dp_reduction_overlaps
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -110,6 +117,24 @@ def ulysses_notes(view: PlanView) -> list[str]:
             f"over such a group); batch sizes count the {view.dp} data-parallel ranks"]
 
 
+def optimizer_precision_args(training: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """Megatron-Core's flags for the plan's optimizer precision (``training.OPTIMIZER_DTYPES``,
+    priced by ``layer_cost.megatron_optimizer_state_bytes``): the precision-aware optimizer with
+    each lowered dtype; a bf16 gradient buffer without it is ``--grad-reduce-in-bf16`` (Megatron
+    refuses ``--main-grads-dtype`` outside the precision-aware optimizer)."""
+    aware = bool(training.get("precision_aware_optimizer", False))
+    out: list[tuple[str, str | None]] = [(OPTIMIZER_PRECISION_FLAGS["precision_aware_optimizer"], None)] if aware else []
+    for key, choices in OPTIMIZER_DTYPES.items():
+        value = training.get(key, choices[0])
+        if value == choices[0]:
+            continue
+        if aware:
+            out.append((OPTIMIZER_PRECISION_FLAGS[key], str(value)))
+        elif key == "main_grads_dtype":
+            out.append(("--grad-reduce-in-bf16", None))
+    return out
+
+
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value) pairs in Megatron-LM's own option names, and notes."""
     chunks = view.require_layers("megatron")
@@ -163,6 +188,7 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     optimizer = view.training.get("optimizer")
     if optimizer in ("adam", "sgd"):
         args.append(("--optimizer", optimizer))
+    args += optimizer_precision_args(view.training)
     zero = int(view.s("zero_stage", 0))
     if zero == 1:
         args.append(("--use-distributed-optimizer", None))

@@ -415,6 +415,11 @@ const fmt = {
     ["#t-grad-overlap", "grad_reduce_overlap", "true", (v) => v === "true"],
     ["#t-cp-comm", "cp_comm_type", "", (v) => v],
     ["#t-grad-accum", "grad_accum_dtype", "", (v) => v],
+    ["#t-precision-aware", "precision_aware_optimizer", "false", (v) => v === "true"],
+    ["#t-main-grads", "main_grads_dtype", "fp32", (v) => v],
+    ["#t-main-params", "main_params_dtype", "fp32", (v) => v],
+    ["#t-exp-avg", "exp_avg_dtype", "fp32", (v) => v],
+    ["#t-exp-avg-sq", "exp_avg_sq_dtype", "fp32", (v) => v],
     ["#t-moe-dispatcher", "moe_token_dispatcher", "alltoall", (v) => v],
     ["#t-moe-overlap", "moe_comm_overlap", "false", (v) => v === "true"],
   ];

@@ -507,7 +507,8 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 
 
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
-                        "moe_comm_overlap", "moe_capacity_factor"}
+                        "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
+                        "exp_avg_dtype", "exp_avg_sq_dtype"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -519,9 +520,11 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     assert not TRAINING_OPTION_KEYS & set(body["training"]), body["training"]
     # the contract's defaults are what the controls show
     shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value")
-             for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-grad-accum", "#t-moe-dispatcher", "#t-moe-overlap")}
+             for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-grad-accum", "#t-moe-dispatcher", "#t-moe-overlap",
+                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq")}
     assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "",
-                     "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false"}
+                     "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false", "#t-precision-aware": "false",
+                     "#t-main-grads": "fp32", "#t-main-params": "fp32", "#t-exp-avg": "fp32", "#t-exp-avg-sq": "fp32"}
     assert css(d, "#t-moe-capacity").get_attribute("value") == ""
 
     # each changed control reaches the body under its contract name, with its JSON type
@@ -582,6 +585,25 @@ def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(
     Select(accum).select_by_value("fp32")
     submit_and_expect_error_at(d, accum, "training.grad_accum_dtype: megatron-core: no grad_accum_dtype setting", "DeepSpeed")
     assert "moe_capacity_factor" not in training
+
+
+def test_megatron_cores_optimizer_precision_is_planned_from_the_page(browser, live_server):
+    """The precision-aware optimizer with bf16 moments and gradient buffer, chosen on the page:
+    the body carries them under their contract names, the stored plan keeps them (at the
+    distributed optimizer), and a moment dtype without the optimizer is refused next to it."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    css(d, "#training-options summary").click()
+    exp_avg = css(d, "#t-exp-avg")
+    Select(exp_avg).select_by_value("bf16")
+    submit_and_expect_error_at(d, exp_avg, "training.exp_avg_dtype: exp_avg_dtype bf16 needs precision_aware_optimizer", "true")
+    for sel, value in (("#t-precision-aware", "true"), ("#t-exp-avg-sq", "bf16"), ("#t-main-grads", "bf16")):
+        Select(css(d, sel)).select_by_value(value)
+    chosen = {"precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", "main_grads_dtype": "bf16"}
+    assert {k: form_body(d)["training"].get(k) for k in chosen} == chosen
+    css(d, "#submit-plan").click()
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert {k: plan["training"][k] for k in chosen} == chosen and plan["best"]["strategy"]["zero_stage"] == 1
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

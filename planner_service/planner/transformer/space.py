@@ -40,6 +40,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     pinned_rule_violation,
+    precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
@@ -107,6 +108,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
                                        ep=pins.get("ep"), cp=pins.get("cp"))
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
+    why = precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.zero_stage")
     ep = pins.get("ep")
     if ep is not None and ep > 1:
         if not model.is_moe:
@@ -264,6 +268,8 @@ def enumerate_space(
         # or experts of one EDP rank) and its IPG buckets — so that stage 1 can hold more than
         # stage 0; elsewhere stage 1 is stage 0's memory less the sharded state, for the same traffic.
         stages = [z for z in ((0, 1, 2, 3) if rules.deepspeed_engine else (1, 2, 3)) if z in rules.zero_stages]
+        if training.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (precision_aware_zero_violation)
+            stages = [1]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] <= 1))

@@ -80,6 +80,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
                 zeros = [z for z in zeros if z != 2]
         else:  # stage 0 beside 1 under DeepSpeed's engine, whose ZeRO optimizer has buffers of its own
             zeros = ([0, 1] if r.deepspeed_engine else [1]) + ([] if pp > 1 else [2, 3])
+        if training.precision_aware_optimizer and "zero_stage" not in pins:  # Megatron-Core's distributed optimizer only
+            zeros = [1]
         zeros = [z for z in zeros if r.sharding_with_pipeline or not (z >= 2 and pp > 1)]
         if training.framework == "paddle":  # its stage 2/3 needs a sharding group of more than one rank
             zeros = [z for z in zeros if z < 2 or dp > 1]
