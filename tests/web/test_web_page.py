@@ -14,7 +14,15 @@ from pathlib import Path
 
 from cost_model.frameworks import describe
 from cost_model.strategy import RECOMPUTE
-from cost_model.training import ATTENTION_IMPLS, CP_COMM_TYPES, FRAMEWORKS, GRAD_ACCUM_DTYPES, MOE_DISPATCHERS, Training
+from cost_model.training import (
+    ATTENTION_IMPLS,
+    CP_COMM_TYPES,
+    FRAMEWORKS,
+    GRAD_ACCUM_DTYPES,
+    MOE_DISPATCHERS,
+    OPTIMIZER_DTYPES,
+    Training,
+)
 from planner_service.api.routes.web import ASSETS
 from planner_service.exporters import TARGETS
 from planner_service.planner.request import PINNABLE, TIGHT_MEMORY
@@ -200,7 +208,9 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert fields["attention"]["options"][0] == defaults["attention"]
     assert fields["moe_token_dispatcher"]["options"][0] == defaults["moe_token_dispatcher"]
     assert defaults["cp_comm_type"] is None and defaults["grad_accum_dtype"] is None
-    for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap"):
+    for key, choices in OPTIMIZER_DTYPES.items():  # Megatron-Core's optimizer precision, fp32 first
+        assert tuple(fields[key]["options"]) == choices and defaults[key] == choices[0], key
+    for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer"):
         assert fields[flag]["tag"] == "select", flag
         assert fields[flag]["options"] == [str(defaults[flag]).lower(), str(not defaults[flag]).lower()], flag
     capacity = fields["moe_capacity_factor"]
@@ -210,7 +220,7 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     # the script leaves a key out exactly when its control is at the contract's default
     choices = _training_choices()
     assert set(choices) == {"attention", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap",
-                            "fused_kernels", "moe_comm_overlap"}
+                            "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", *OPTIMIZER_DTYPES}
     for key, (ident, default) in choices.items():
         assert fields[key]["id"] == ident, key
         assert default == fields[key]["options"][0], key
