@@ -700,7 +700,9 @@ def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, pr
     would refuse it or where it means nothing, else None.  ``dtypes``: ``main_grads_dtype``,
     ``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype`` (fp32: the default).
 
-    They are Megatron-Core's (``OptimizerConfig``; no other framework has them).  Its checks:
+    They are Megatron-Core's (``OptimizerConfig``); Paddle has the gradients' alone (AMP O2's
+    ``paddle.amp.decorate(master_grad=...)``: fp32 gradients after backward, or 16-bit ones).
+    Megatron-Core's checks:
     the lowered master weights and moments need the precision-aware optimizer ("exp_avg_dtype
     can only be fp32 when not using precision-aware optimizer"), which needs Adam
     ("--use-precision-aware-optimizer only supported with adam"); a bf16 gradient buffer is bf16
@@ -710,9 +712,11 @@ def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, pr
     given = (["precision_aware_optimizer"] if precision_aware else []) + [k for k, v in dtypes.items() if v != "fp32"]
     if not given:
         return None
-    if framework != "megatron-core":
-        return given[0], (f"{framework}: no {given[0]} setting (it is Megatron-Core's {OPTIMIZER_PRECISION_FLAGS[given[0]]}); "
-                          "leave it out")
+    megatron_only = [k for k in given if not (k == "main_grads_dtype" and framework == "paddle")]
+    if framework != "megatron-core" and megatron_only:
+        where = " and Paddle's paddle.amp.decorate(master_grad=False)" if megatron_only[0] == "main_grads_dtype" else ""
+        return megatron_only[0], (f"{framework}: no {megatron_only[0]} setting (it is Megatron-Core's "
+                                  f"{OPTIMIZER_PRECISION_FLAGS[megatron_only[0]]}{where}); leave it out")
     if precision_aware and optimizer != "adam":
         return "precision_aware_optimizer", "megatron-core: the precision-aware optimizer runs Adam only (--use-precision-aware-optimizer only supported with adam)"
     if dtypes.get("main_grads_dtype", "fp32") != "fp32" and dtype in ("fp16", "fp32"):

@@ -1303,6 +1303,10 @@ def model_state_bytes_per_param(
     momentum (4) plus the fp32 master copy under mixed precision.  ZeRO divides over ``shard``
     ranks: stage ≥1 the optimizer state, ≥2 the gradients, 3 the weights.
 
+    Megatron-Core's gradient buffer and optimizer state follow its optimizer-precision settings
+    (:func:`megatron_optimizer_state_bytes`); Paddle's gradients ``main_grads_dtype`` — fp32
+    under AMP O2 with ``master_grad`` (what its launch writes by default), 16-bit without.
+
     DeepSpeed's ZeRO-1/2 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
     keeps the gradients in the 16-bit training dtype (2) and an fp32 copy of its own partition
     only (4/shard), where Megatron keeps a full fp32 gradient buffer.  DeepSpeed's BF16_Optimizer
@@ -1315,6 +1319,8 @@ def model_state_bytes_per_param(
     o = (12.0 if mixed else 8.0) if training.optimizer == "adam" else (8.0 if mixed else 4.0)
     if training.framework == "megatron-core":  # its optimizer-precision settings (defaults: the above)
         g, o = megatron_optimizer_state_bytes(training)
+    elif training.framework == "paddle" and mixed:  # AMP O2's master_grad: fp32 gradients (default here) or 16-bit
+        g = OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype]
     z = np.asarray(zero_stage)
     shard = np.asarray(shard, dtype=float)
     weights = np.where(z >= 3, w / shard, w)

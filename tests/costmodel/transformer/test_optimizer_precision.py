@@ -85,6 +85,45 @@ def test_megatron_cores_own_checks_name_the_field(body, field, says):
     assert exc.value.field == f"training.{field}" and says in str(exc.value)
 
 
+def test_paddle_has_the_gradients_dtype_alone_and_its_launch_runs_what_was_priced(tmp_path, monkeypatch):
+    """Paddle's AMP O2 keeps 16-bit gradients unless ``paddle.amp.decorate(master_grad=True)``:
+    its plans are priced with fp32 gradients by default and its launch asks for them
+    (fleet_strategy.json ``master_grad``, passed to decorate by fleet_init.wrap);
+    ``main_grads_dtype: bf16`` prices and launches 16-bit ones; its optimizer state has no
+    precision setting."""
+    assert model_state_bytes_per_param(_tr(framework="paddle"), 1, 8.0, 1)[1] == 4.0
+    assert model_state_bytes_per_param(_tr(framework="paddle", main_grads_dtype="bf16"), 1, 8.0, 1)[1] == 2.0
+    with pytest.raises(InvalidTraining) as exc:
+        _tr(framework="fsdp", main_grads_dtype="bf16")
+    assert exc.value.field == "training.main_grads_dtype" and "master_grad" in str(exc.value)
+    paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
+    import importlib.util
+
+    from paddle.distributed import fleet
+
+    seen = {}
+
+    def decorate(**kw):
+        seen.update(kw)
+        return kw["models"], kw["optimizers"]
+
+    monkeypatch.setattr(paddle.amp, "decorate", decorate)
+    monkeypatch.setattr(fleet, "distributed_model", lambda m: m)
+    monkeypatch.setattr(fleet, "distributed_optimizer", lambda o: o)
+    for grads, master in (("fp32", True), ("bf16", False)):
+        plan_dict = homogeneous_plan()
+        plan_dict["training"].update(framework="paddle", main_grads_dtype=grads)
+        art = render(plan_dict, "paddle-fleet", LaunchParams(image="img", command="train.py", smoke_test=False))
+        (tmp_path / "fleet_init.py").write_text(art.files["fleet_init.py"])
+        spec = importlib.util.spec_from_file_location("fleet_init", tmp_path / "fleet_init.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cfg = json.loads(art.files["fleet_strategy.json"])
+        assert cfg["master_grad"] is master
+        mod.wrap(cfg, "model", "optimizer")
+        assert seen["master_grad"] is master and seen["level"] == "O2" and seen["dtype"] == "bfloat16"
+
+
 def test_the_precision_aware_optimizer_runs_under_the_distributed_optimizer_only():
     """Estimated at another stage: refused on strategy.zero_stage; pinned: on
     constraints.zero_stage; searched: every plan at zero_stage 1 (a bf16 gradient buffer alone
