@@ -4,9 +4,7 @@ each setting keeps and moves (layer_cost.megatron_optimizer_state_bytes, gradien
 optimizer_bytes_per_param), Megatron-Core's own checks, the distributed-optimizer rule in the
 estimate, the pins and the search, the Megatron launch, and the field through HTTP and the CLI."""
 
-import argparse
 import json
-import shlex
 
 import pytest
 from typer.testing import CliRunner
@@ -21,9 +19,9 @@ from cost_model.transformer.layer_cost import (
     optimizer_bytes_per_param,
 )
 from cost_model.transformer.spec import get_preset
+from helpers.megatron_args import megatron_words, parse_as_megatron
 from helpers.plans import homogeneous_plan
 from planner_service.exporters import LaunchParams, render
-from planner_service.exporters.frameworks import megatron_reference
 from planner_service.planner import SolverSettings, plan
 from planner_service.planner.request import parse_plan_request
 
@@ -143,39 +141,19 @@ def test_the_precision_aware_optimizer_runs_under_the_distributed_optimizer_only
     assert {e.strategy.zero_stage for e in (res.best, *res.alternatives)} == {1}
 
 
-def _megatron_words(plan_dict) -> list[str]:
-    text = render(plan_dict, "megatron", LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)).files["megatron_args.sh"]
-    return shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
-
-
-def _parse_as_megatron(words):
-    """The words through an argparse built from Megatron-LM's own argument table (dest, nargs,
-    choices): what Megatron-LM's parser makes of them."""
-    ref = megatron_reference()
-    parser = argparse.ArgumentParser()
-    for flag in {w for w in words if w.startswith("--")}:
-        info = ref[flag]
-        if info.get("flag_only"):
-            parser.add_argument(flag, dest=info["dest"], action="store_true")
-        else:
-            parser.add_argument(flag, dest=info["dest"], nargs=info.get("nargs"), choices=info.get("choices"),
-                                type=int if info.get("type") == "int" else str)
-    return parser.parse_args(words)
-
-
 def test_the_megatron_launch_writes_megatron_cores_flags():
     plan_dict = homogeneous_plan()
     plan_dict["best"]["strategy"]["zero_stage"] = 1
     plan_dict["training"].update(LOWERED)
-    args = _parse_as_megatron(_megatron_words(plan_dict))
+    args = parse_as_megatron(megatron_words(plan_dict))
     assert args.use_precision_aware_optimizer and args.use_distributed_optimizer
     assert (args.exp_avg_dtype, args.exp_avg_sq_dtype, args.main_grads_dtype) == ("bf16", "bf16", "bf16")
     assert not hasattr(args, "main_params_dtype")  # the default is not written
     plain = homogeneous_plan()
     plain["training"]["main_grads_dtype"] = "bf16"  # without the precision-aware optimizer Megatron refuses --main-grads-dtype
-    args = _parse_as_megatron(_megatron_words(plain))
+    args = parse_as_megatron(megatron_words(plain))
     assert args.grad_reduce_in_bf16 and not hasattr(args, "main_grads_dtype") and not hasattr(args, "use_precision_aware_optimizer")
-    assert "--use-precision-aware-optimizer" not in _megatron_words(homogeneous_plan())
+    assert "--use-precision-aware-optimizer" not in megatron_words(homogeneous_plan())
 
 
 def test_through_http_and_the_cli(client, cli, tmp_path):

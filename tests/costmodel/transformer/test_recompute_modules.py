@@ -3,9 +3,7 @@ frees and what recomputing it costs (layer_cost.selective_module_costs), the def
 attention core alone, the framework and module checks, the warnings for a module with nothing
 to recompute, the search's lean module set, and the Megatron launch that carries the modules."""
 
-import argparse
 import json
-import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,9 +17,8 @@ from cost_model.strategy import strategy_from_dict, validate_strategy
 from cost_model.transformer.layer_cost import StrategyArrays, activation_bytes, layer_costs
 from cost_model.transformer.spec import from_hf_config, get_preset
 from cost_model.transformer.stage_cost import recompute_flops_per_step
+from helpers.megatron_args import megatron_words, parse_as_megatron
 from helpers.plans import homogeneous_plan
-from planner_service.exporters import LaunchParams, render
-from planner_service.exporters.frameworks import megatron_reference
 
 CONFIGS = Path(__file__).with_name("hf_configs")
 QWEN3_MOE = from_hf_config(json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text()))
@@ -168,20 +165,11 @@ def test_the_search_offers_the_lean_modules_where_the_model_has_them():
 def test_the_megatron_launch_passes_the_modules_as_separate_words():
     plan = homogeneous_plan()
     plan["best"]["strategy"]["recompute_modules"] = ["core_attn", "mlp"]
-    text = render(plan, "megatron", LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)).files["megatron_args.sh"]
-    words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
+    words = megatron_words(plan)
     i = words.index("--recompute-modules")
     assert words[i + 1:i + 3] == ["core_attn", "mlp"] and words[i - 1] == "selective"
     # the words parse as Megatron-LM's own argument table declares its flags (dest, nargs, type)
-    ref = megatron_reference()
-    parser = argparse.ArgumentParser()
-    for flag in {w for w in words if w.startswith("--")}:
-        info = ref[flag]
-        if info.get("flag_only"):
-            parser.add_argument(flag, dest=info["dest"], action="store_true")
-        else:
-            parser.add_argument(flag, dest=info["dest"], nargs=info.get("nargs"), type=int if info.get("type") == "int" else str)
-    args = parser.parse_args(words)
+    args = parse_as_megatron(words)
     assert args.recompute_modules == ["core_attn", "mlp"] and args.recompute_granularity == "selective"
 
 
