@@ -483,7 +483,10 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if view.s("recompute", "none") != "none":
         cfg["activation_checkpointing"] = {
-            "partition_activations": view.tp > 1,
+            # each checkpoint whole on every tensor-parallel rank, as priced (layer_cost.activation_bytes
+            # splits a layer's input over tp under sequence parallelism only): partitioned checkpoints
+            # would hold 1/tp of it and all-gather it before each recompute, which the plan does not price
+            "partition_activations": False,
             "cpu_checkpointing": False,
             "contiguous_memory_optimization": False,
             "number_checkpoints": None,

@@ -82,6 +82,18 @@ def _check_deepspeed_config(config, plan, monkeypatch):
     return cfg
 
 
+def test_deepspeed_checkpoints_activations_as_priced(monkeypatch):
+    """A megatron-deepspeed plan with tp > 1 and recompute: DeepSpeed's activation checkpointing
+    keeps each layer's input whole on every tensor-parallel rank, as its memory was priced (a
+    layer's input splits over tp only under sequence parallelism) — not partitioned."""
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = _bf16_deepspeed_plan(1, 2)
+    plan["best"]["strategy"].update(recompute="full", sequence_parallel=False)
+    assert plan["best"]["strategy"]["tp"] > 1
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    assert cfg.activation_checkpointing_config.partition_activations is False
+
+
 def test_deepspeed_refuses_partial_sharding_as_the_planner_does(monkeypatch):
     # DeepSpeed removed MiCS (ZeRO-3 over part of the dp ranks): its config refuses the key, and
     # the planner refuses dp_shard under deepspeed for the reason it gives
