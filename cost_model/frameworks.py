@@ -138,6 +138,9 @@ class FrameworkRules:
     #: the step reduces them once (Megatron-Core, DeepSpeed's engine, Paddle's sharding).
     #: Read by ``transformer.layer_cost``'s per-micro-batch sync rules.
     reduces_every_backward: bool = False
+    #: its setting that overlaps tensor-parallel collectives with the GEMMs they feed
+    #: (``training.tp_comm_overlap``); empty: none
+    tp_comm_overlap: str = ""
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -185,6 +188,7 @@ RULES: dict[str, FrameworkRules] = {
         name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
+        tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
@@ -207,6 +211,7 @@ RULES: dict[str, FrameworkRules] = {
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
         reduces_every_backward=True,
+        tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
@@ -740,6 +745,29 @@ def precision_aware_zero_violation(precision_aware: bool, zero_stage: int | None
             "'--use-precision-aware-optimizer only supported with distributed optimizer'")
 
 
+def tp_comm_overlap_violation(framework: str, tp_comm_overlap: bool) -> str | None:
+    """Reason when ``training.tp_comm_overlap`` is asked of a framework that has no such overlap
+    (``FrameworkRules.tp_comm_overlap``), else None: the plan would price collectives hidden
+    behind GEMMs that its launch runs exposed."""
+    if not tp_comm_overlap or rules_for(framework).tp_comm_overlap:
+        return None
+    have = ", ".join(f"{r.name}: {r.tp_comm_overlap}" for r in RULES.values() if r.tp_comm_overlap)
+    return f"{framework}: no overlap of tensor-parallel collectives with GEMMs ({have}); leave tp_comm_overlap out"
+
+
+def tp_comm_overlap_layout_violation(tp_comm_overlap: bool, tp: int | None, sequence_parallel: bool | None) -> str | None:
+    """Reason when the tensor-parallel overlap is asked beside tp > 1 without sequence
+    parallelism, else None (a knob None: not fixed yet): Megatron-Core refuses it ("Tensor
+    parallel communication/GEMM overlap can happen only when sequence parallelism is enabled",
+    ``validate_args``); torchtitan's async TP pipelines the sequence-parallel all-gather and
+    reduce-scatter with their matmuls."""
+    if tp_comm_overlap and tp is not None and tp > 1 and sequence_parallel is False:
+        return (f"tp_comm_overlap overlaps the sequence-parallel all-gather and reduce-scatter with their GEMMs: with tp={tp} it "
+                "needs sequence_parallel (Megatron-Core: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
+                "parallelism is enabled')")
+    return None
+
+
 def sequence_parallel_noop(tp: int, sequence_parallel: bool, framework: str = "megatron-core") -> str | None:
     """Warning for ``sequence_parallel`` at tp=1: Megatron accepts it and does nothing
     (there is no tensor-parallel group to split the sequence over).  A framework without tensor
@@ -795,6 +823,8 @@ __all__ = [
     "required_expert_tensor_parallel_violation",
     "sharding_group_violation",
     "torchtitan_layout_violation",
+    "tp_comm_overlap_layout_violation",
+    "tp_comm_overlap_violation",
     "moe_training_violation",
     "partial_sharding_violation",
     "pinned_rule_violation",

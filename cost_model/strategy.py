@@ -29,6 +29,7 @@ from cost_model.frameworks import (
     required_expert_tensor_parallel_violation,
     rules_for,
     torchtitan_layout_violation,
+    tp_comm_overlap_layout_violation,
 )
 from cost_model.training import Training
 from cost_model.transformer.moe import expert_blocks_tile
@@ -478,6 +479,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     why = precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
+    why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, s.tp, s.sequence_parallel)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.sequence_parallel")
     if s.dp_shard == s.dp:  # the whole group: full sharding, one spelling
         s = replace(s, dp_shard=0)
     why = expert_sharding_violation(model, s)

@@ -15,6 +15,7 @@ from cost_model.frameworks import (
     grad_accum_rule_violation,
     moe_training_violation,
     optimizer_precision_violation,
+    tp_comm_overlap_violation,
 )
 
 OPTIMIZERS = ("adam", "sgd")
@@ -209,6 +210,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = grad_accum_rule_violation(framework, out.get("dtype", "bf16"), out.get("grad_accum_dtype"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.grad_accum_dtype")
+    why = tp_comm_overlap_violation(framework, bool(out.get("tp_comm_overlap", False)))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.tp_comm_overlap")
     precision_why = optimizer_precision_violation(framework, out.get("dtype", "bf16"), out.get("optimizer", "adam"),
                                                   bool(out.get("precision_aware_optimizer", False)),
                                                   {k: out.get(k, v[0]) for k, v in OPTIMIZER_DTYPES.items()})

@@ -202,8 +202,15 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
             ("--ckpt-format", "fsdp_dtensor"),
         ]
         notes.append(f"ZeRO stage {zero} maps to Megatron-FSDP; check your Megatron-LM version supports it with pp={view.pp}")
-    if view.dp > 1:
+    if view.dp * view.cp > 1 and view.training.get("grad_reduce_overlap", True):
+        # the once-a-step sync hidden as priced (layer_cost.dp_overlap_fraction): the gradient
+        # reduction behind the backward and, with the distributed optimizer, the updated
+        # weights' all-gather behind the next forward
         args.append(("--overlap-grad-reduce", None))
+        if zero == 1:
+            args.append(("--overlap-param-gather", None))
+    if view.training.get("tp_comm_overlap") and view.tp > 1:  # the TP collectives priced hidden behind their GEMMs
+        args.append(("--tp-comm-overlap", None))
     recompute = view.s("recompute", "none")
     depth = int(view.s("recompute_num_layers", 0))
     if recompute == "full" and depth:
@@ -852,13 +859,17 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     }
     recompute = view.s("recompute", "none")
     ac = {"mode": recompute, "selective_ac_option": "op" if recompute == "selective" else None}
-    return {
+    sections: dict[str, Any] = {
         "job": {"description": f"plan {view.plan_id}: {view.model_name}"},
         "model": torchtitan_model(view.transformer)[0],
         "training": training,
         "parallelism": parallelism,
         "activation_checkpoint": ac,
     }
+    if view.training.get("tp_comm_overlap") and view.tp > 1:
+        # async tensor parallelism, the TP overlap the plan priced: torchtitan runs it under torch.compile only
+        sections["compile"] = {"enable": True, "enable_async_tensor_parallel": True}
+    return sections
 
 
 #: Module names torchtitan 0.3's decoder spells differently from the TOML era's.
@@ -873,8 +884,8 @@ def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: t
     args: list[str] = []
     if registered and registered[2]:
         args += ["--module", registered[0], "--config", registered[2]]
-    for section in ("training", "parallelism"):
-        for key, value in sections[section].items():
+    for section in ("training", "parallelism", "compile"):
+        for key, value in sections.get(section, {}).items():
             if value is None:
                 continue
             name = key.replace("_", "-")
@@ -907,7 +918,11 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     _, flavor_module, model_notes = torchtitan_model(view.transformer)
     if flavor_module is not None:
         sections["experimental"] = {"custom_import": "torchtitan_flavor"}
-    toml_text = to_toml(sections, f"# torchtitan config for plan {view.plan_id} (TOML era, before torchtitan PR #2386)")
+    toml_sections = dict(sections)
+    if "compile" in toml_sections:  # the TOML era kept the async-TP switch under [parallelism]
+        toml_sections["compile"] = {"enable": True}
+        toml_sections["parallelism"] = {**sections["parallelism"], "enable_async_tensor_parallel": True}
+    toml_text = to_toml(toml_sections, f"# torchtitan config for plan {view.plan_id} (TOML era, before torchtitan PR #2386)")
     m = view.transformer
     registered = TORCHTITAN_FLAVORS.get((m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.num_experts)) if m else None
     overrides = torchtitan_cli_args(sections, registered)

@@ -122,6 +122,8 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
      "strategy.recompute_num_layers"),
     ("constraint-block-recompute-deepspeed", "POST", "/v1/plans",
      {**_with(PLAN, "training.framework", "deepspeed"), "constraints": {"recompute_num_layers": 2}}, 422, "constraints.recompute_num_layers"),
+    ("training-tp-comm-overlap-deepspeed", "POST", "/v1/plans", _with(_with(PLAN, "training.framework", "deepspeed"), "training.tp_comm_overlap", True),
+     422, "training.tp_comm_overlap"),
     ("training-exp-avg-dtype-without-precision-aware", "POST", "/v1/plans", _with(PLAN, "training.exp_avg_dtype", "bf16"), 422,
      "training.exp_avg_dtype"),
     ("constraint-precision-aware-optimizer-zero3", "POST", "/v1/plans",

@@ -46,6 +46,7 @@ from cost_model.frameworks import (
     required_expert_tensor_parallel_violation,
     rules_for,
     torchtitan_layout_violation,
+    tp_comm_overlap_layout_violation,
 )
 from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
 from cost_model.training import Training
@@ -111,6 +112,10 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     why = precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
+    if "sequence_parallel" in pins:
+        why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, tp, bool(pins["sequence_parallel"]))
+        if why is not None:
+            raise InvalidStrategy(why, field="constraints.sequence_parallel")
     ep = pins.get("ep")
     if ep is not None and ep > 1:
         if not model.is_moe:
@@ -301,6 +306,8 @@ def enumerate_space(
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))
     else:
         cols["sp"] = (cols["tp"] > 1) & rules.sequence_parallel
+    if training.tp_comm_overlap:  # tp_comm_overlap_layout_violation, row by row: tp > 1 only with sequence parallelism
+        cols = _keep(cols, (cols["tp"] == 1) | cols["sp"])
     if len(cols["dp"]) == 0:
         return _empty()
     f = {k: v.astype(float) for k, v in cols.items() if k != "sp"}

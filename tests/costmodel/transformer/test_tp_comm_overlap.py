@@ -1,0 +1,77 @@
+"""``training.tp_comm_overlap`` is priced only where the framework has the overlap and only as it
+runs: Megatron-Core's ``--tp-comm-overlap`` and torchtitan's async tensor parallelism (under
+torch.compile), both with sequence parallelism; the launches write what was priced (and the
+data-parallel overlap flags follow ``grad_reduce_overlap``)."""
+
+import shlex
+
+import pytest
+
+from cost_model import Strategy, estimate, get_preset, simple_cluster
+from cost_model.errors import InvalidStrategy, InvalidTraining
+from cost_model.training import training_from_dict
+from helpers.megatron_args import megatron_words, parse_as_megatron
+from helpers.plans import homogeneous_plan
+from planner_service.exporters import LaunchParams, render
+from planner_service.planner import SolverSettings, plan
+from planner_service.planner.request import parse_plan_request
+
+CLUSTER = {"name": "c", "node_groups": [{"name": "g", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]}
+
+
+def _tr(**kw):
+    return training_from_dict({"global_batch_size": 64, "sequence_length": 4096, **kw})
+
+
+@pytest.mark.parametrize("framework", ["megatron-deepspeed", "deepspeed", "paddle"])
+def test_a_framework_without_the_overlap_refuses_it_by_name(framework):
+    with pytest.raises(InvalidTraining) as exc:
+        _tr(framework=framework, tp_comm_overlap=True)
+    assert exc.value.field == "training.tp_comm_overlap" and "--tp-comm-overlap" in str(exc.value)
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "fsdp"])
+def test_the_overlap_needs_sequence_parallelism_and_hides_tp_time_with_it(framework):
+    model, cluster = get_preset("llama3-8b"), simple_cluster("H100-SXM5-80GB", 1)
+    s = Strategy(dp=2, tp=4, zero_stage=1 if framework == "megatron-core" else 3, sequence_parallel=True)
+    on = estimate(model, _tr(framework=framework, tp_comm_overlap=True), cluster, s)
+    off = estimate(model, _tr(framework=framework), cluster, s)
+    assert on.breakdown_s["tp_comm"] < off.breakdown_s["tp_comm"]
+    with pytest.raises(InvalidStrategy) as exc:
+        estimate(model, _tr(framework=framework, tp_comm_overlap=True), cluster, Strategy(dp=2, tp=4, zero_stage=s.zero_stage))
+    assert exc.value.field == "strategy.sequence_parallel" and "sequence parallelism is enabled" in str(exc.value)
+    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 64, "sequence_length": 4096, "framework": framework,
+                                                           "tp_comm_overlap": True}, "cluster": CLUSTER, "top_k": 5}
+    with pytest.raises(InvalidStrategy) as exc:
+        plan(parse_plan_request({**body, "constraints": {"tp": 2, "sequence_parallel": False}}), SolverSettings())
+    assert exc.value.field == "constraints.sequence_parallel"
+    res = plan(parse_plan_request({**body, "constraints": {"sequence_parallel": False}}), SolverSettings())
+    assert all(e.strategy.tp == 1 for e in (res.best, *res.alternatives))  # without SP only tp 1 runs the overlap
+
+
+def test_the_megatron_launch_writes_the_overlaps_that_were_priced():
+    p = homogeneous_plan()
+    p["best"]["strategy"].update(zero_stage=1, sequence_parallel=True)
+    p["training"]["tp_comm_overlap"] = True
+    args = parse_as_megatron(megatron_words(p))
+    assert args.tp_comm_overlap and args.overlap_grad_reduce and args.overlap_param_gather and args.sequence_parallel
+    off = homogeneous_plan()
+    off["training"]["grad_reduce_overlap"] = False
+    words = megatron_words(off)
+    assert not {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} & set(words)
+
+
+def test_torchtitan_runs_async_tensor_parallelism_under_compile():
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    p = homogeneous_plan()
+    p["training"].update(framework="fsdp", tp_comm_overlap=True)
+    p["best"]["strategy"].update(sequence_parallel=True, zero_stage=3)
+    art = render(p, "torchtitan", LaunchParams(image="img", command="train.py", smoke_test=False))
+    text = art.files["torchtitan_overrides.txt"]
+    args = shlex.split("\n".join(x for x in text.splitlines() if not x.startswith("#")))
+    cfg = manager.ConfigManager().parse_args(args)  # torchtitan's own check: async TP needs compile of the model
+    assert cfg.compile.enable and cfg.compile.enable_async_tensor_parallel and "model" in cfg.compile.components
+    assert "enable_async_tensor_parallel = true" in art.files["torchtitan.toml"]
+    plain = render(homogeneous_plan() | {"training": {**p["training"], "tp_comm_overlap": False}}, "torchtitan",
+                   LaunchParams(image="img", command="train.py", smoke_test=False))
+    assert "--compile.enable" not in plain.files["torchtitan_overrides.txt"]
