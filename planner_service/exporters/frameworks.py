@@ -211,6 +211,9 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
             args.append(("--overlap-param-gather", None))
     if view.training.get("tp_comm_overlap") and view.tp > 1:  # the TP collectives priced hidden behind their GEMMs
         args.append(("--tp-comm-overlap", None))
+    if view.training.get("attention") == "unfused" and view.training.get("framework", "megatron-core") == "megatron-core":
+        # the score matrix materialised, as priced: Megatron-Core's own attention, not Transformer Engine's fused kernels
+        args.append(("--attention-backend", "local"))
     recompute = view.s("recompute", "none")
     depth = int(view.s("recompute_num_layers", 0))
     if recompute == "full" and depth:
@@ -383,6 +386,15 @@ def megatron_words(flag: str, value: str | None) -> list[str]:
     return value.split() if megatron_reference().get(flag, {}).get("nargs") == "+" else [value]
 
 
+def megatron_choices(info: Mapping[str, Any]) -> list[str]:
+    """The words a Megatron-LM flag accepts: its choices, an enum's by member name (its table
+    lists ``AttnBackend.flash``; the parser takes ``flash``, ``type=lambda x: AttnBackend[x]``)."""
+    choices = [str(c) for c in info.get("choices") or ()]
+    if info.get("type") == "enum_type_handler":
+        return [c.split(".", 1)[-1] for c in choices]
+    return choices
+
+
 def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
     """Every flag must be one of Megatron-LM's; flag-only options take no value; choices hold."""
     ref = megatron_reference()
@@ -394,8 +406,9 @@ def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
             raise InvalidPlan(f"{flag} takes no value", field="target")
         if not info.get("flag_only") and value is None:
             raise InvalidPlan(f"{flag} needs a value", field="target")
-        if value is not None and info.get("choices") and any(v not in info["choices"] for v in megatron_words(flag, value)):
-            raise InvalidPlan(f"{flag} {value} is not one of {info['choices']}", field="target")
+        choices = megatron_choices(info)
+        if value is not None and choices and any(v not in choices for v in megatron_words(flag, value)):
+            raise InvalidPlan(f"{flag} {value} is not one of {choices}", field="target")
         if value is not None and info.get("type") == "int":
             int(value)
 

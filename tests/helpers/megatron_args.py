@@ -9,7 +9,7 @@ import shlex
 from typing import Any
 
 from planner_service.exporters import LaunchParams, render
-from planner_service.exporters.frameworks import megatron_reference
+from planner_service.exporters.frameworks import megatron_choices, megatron_reference
 
 
 def megatron_words(plan: dict[str, Any]) -> list[str]:
@@ -28,6 +28,6 @@ def parse_as_megatron(words: list[str]) -> argparse.Namespace:
         if info.get("flag_only"):
             parser.add_argument(flag, dest=info["dest"], action="store_true")
         else:
-            parser.add_argument(flag, dest=info["dest"], nargs=info.get("nargs"), choices=info.get("choices"),
+            parser.add_argument(flag, dest=info["dest"], nargs=info.get("nargs"), choices=megatron_choices(info) or None,
                                 type=int if info.get("type") == "int" else str)
     return parser.parse_args(words)

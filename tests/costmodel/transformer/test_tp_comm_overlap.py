@@ -1,4 +1,4 @@
-"""``training.tp_comm_overlap`` is priced only where the framework has the overlap and only as it
+"""``training.tp_comm_overlap`` (and ``attention``) is priced only where the framework has the overlap and only as it
 runs: Megatron-Core's ``--tp-comm-overlap`` and torchtitan's async tensor parallelism (under
 torch.compile), both with sequence parallelism; the launches write what was priced (and the
 data-parallel overlap flags follow ``grad_reduce_overlap``)."""
@@ -59,6 +59,15 @@ def test_the_megatron_launch_writes_the_overlaps_that_were_priced():
     off["training"]["grad_reduce_overlap"] = False
     words = megatron_words(off)
     assert not {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} & set(words)
+
+
+def test_an_unfused_attention_plan_launches_megatron_cores_own_attention():
+    """Priced with the score matrix materialised (``attention: unfused``), launched with
+    Megatron-Core's local attention rather than Transformer Engine's fused kernels."""
+    p = homogeneous_plan()
+    p["training"]["attention"] = "unfused"
+    assert parse_as_megatron(megatron_words(p)).attention_backend == "local"
+    assert "--attention-backend" not in megatron_words(homogeneous_plan())
 
 
 def test_torchtitan_runs_async_tensor_parallelism_under_compile():
