@@ -945,6 +945,9 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
         raise InvalidPlan(f"torchtitan's mixed precision takes bfloat16 or float32 parameters only, not the plan's "
                           f"{view.training.get('dtype')}: plan it in bf16 for this target", field="target")
+    if view.training.get("attention") == "unfused":
+        model_notes.append("the plan priced unfused attention (the score matrix materialised); torchtitan's models run fused "
+                           "scaled-dot-product attention, so this launch needs less memory and time than the plan says")
     if view.training.get("dtype") in ("fp8", "fp4"):
         model_notes.append("torchtitan >= 0.3 turns FP8 on in a config function (a Float8LinearConverter in the Trainer "
                            "config's converters, as its llama3_debugmodel_float8 does): these arguments alone train in bf16, "

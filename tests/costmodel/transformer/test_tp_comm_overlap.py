@@ -68,6 +68,10 @@ def test_an_unfused_attention_plan_launches_megatron_cores_own_attention():
     p["training"]["attention"] = "unfused"
     assert parse_as_megatron(megatron_words(p)).attention_backend == "local"
     assert "--attention-backend" not in megatron_words(homogeneous_plan())
+    p["training"]["framework"] = "fsdp"  # torchtitan has no unfused attention: its launch says what differs
+    p["best"]["strategy"]["zero_stage"] = 3
+    notes = render(p, "torchtitan", LaunchParams(image="img", command="train.py", smoke_test=False)).notes
+    assert any("unfused attention" in n and "less memory and time" in n for n in notes)
 
 
 def test_torchtitan_runs_async_tensor_parallelism_under_compile():
