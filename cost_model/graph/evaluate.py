@@ -34,7 +34,7 @@ import numpy as np
 
 from cost_model.cluster import Cluster
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import layout_rule_violation
+from cost_model.frameworks import layout_rule_violation, precision_aware_zero_violation
 from cost_model.graph.assign import assignment_from_names, split_stages, stage_from_names
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import bucket_bytes, inflight, mesh_for, pick_group
@@ -238,6 +238,9 @@ def estimate_graph(
                                  zero_stage=getattr(strategy, "zero_stage", 0), sequence_parallel=False)
     if rule is not None:  # the framework's rules hold for operator graphs as for transformer layers
         raise InvalidStrategy(rule[1], field=f"strategy.{rule[0]}")
+    why = precision_aware_zero_violation(training.precision_aware_optimizer, getattr(strategy, "zero_stage", 0))
+    if why is not None:
+        raise InvalidStrategy(why, field="strategy.zero_stage")
     if dp * t * pp > cluster.total_gpus:
         raise InvalidStrategy(f"dp·tp·pp = {dp * t * pp} devices but the cluster has {cluster.total_gpus} available", field="strategy.dp")
     if pp > graph.num_ops:

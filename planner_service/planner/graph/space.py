@@ -19,7 +19,12 @@ import numpy.typing as npt
 from cost_model.cluster import Cluster
 from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan
-from cost_model.frameworks import layout_rule_violation, pinned_rule_violation, rules_for
+from cost_model.frameworks import (
+    layout_rule_violation,
+    pinned_rule_violation,
+    precision_aware_zero_violation,
+    rules_for,
+)
 from cost_model.graph.evaluate import GraphEval, evaluate
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import CpuPool, GraphMesh, fixed_bytes, gpu_groups
@@ -82,7 +87,7 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def _checked_pins(cons: Constraints, framework: str) -> dict[str, Any]:
+def _checked_pins(cons: Constraints, framework: str, precision_aware: bool = False) -> dict[str, Any]:
     """The pins an operator graph honours; others must be left at their defaults.  A pin the
     framework cannot run is refused naming it (:func:`cost_model.frameworks.pinned_rule_violation`,
     as for transformer models); ZeRO defaults to stage 1 where the framework has it, else 0
@@ -104,6 +109,9 @@ def _checked_pins(cons: Constraints, framework: str) -> dict[str, Any]:
     if pins["zero_stage"] not in (0, 1):
         raise InvalidInput(f"zero_stage={pins['zero_stage']}: operator graphs support ZeRO stages 0 and 1",
                            field="constraints.zero_stage")
+    why = precision_aware_zero_violation(precision_aware, pins["zero_stage"])  # the distributed optimizer only
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.zero_stage")
     return {k: pins.get(k) for k in GRAPH_PINS}
 
 
@@ -137,7 +145,8 @@ def _group_meshes(grp: Any, gpus: int, training: Training, cons: Constraints, pi
                 pruned += 1
                 continue
             per = B // dp
-            zero = pins["zero_stage"] if dp * t > 1 else 0
+            # one rank shards nothing: stage 0 — but the precision-aware optimizer keeps the distributed one
+            zero = pins["zero_stage"] if dp * t > 1 or training.precision_aware_optimizer else 0
             if layout_rule_violation(training.framework, tp=t, pp=pp, vpp=1, cp=1, ep=1, dp=dp, zero_stage=zero,
                                      sequence_parallel=False) is not None:
                 pruned += 1  # a layout the framework cannot run (e.g. tp > 1 under DeepSpeed alone)
@@ -157,7 +166,7 @@ def enumerate_meshes(graph: GraphSpec, training: Training, cluster: Cluster,
     """Outer candidates (node group, t, pp, dp, micro-batch, ZeRO) after divisibility, pins and
     limits; returns (meshes, number pruned, notes)."""
     cons = as_constraints(constraints)
-    pins = _checked_pins(cons, training.framework)
+    pins = _checked_pins(cons, training.framework, training.precision_aware_optimizer)
     notes: list[str] = []
     pool = CpuPool.from_cluster(cluster)
     groups = gpu_groups(cluster)

@@ -179,3 +179,25 @@ def test_through_http_and_the_cli(client, cli, tmp_path):
                                                    "strategy": {**body["strategy"], "zero_stage": 3}}))
     res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
     assert res.exit_code == 2 and "strategy.zero_stage" in res.output
+
+
+def test_operator_graphs_keep_the_distributed_optimizer_too():
+    """An operator graph under the precision-aware optimizer: a pinned or estimated ZeRO 0 is
+    refused as for transformer layers, and the plan runs the distributed optimizer even where
+    one rank would shard nothing (its state bytes are the precision-aware ones)."""
+    from cost_model.graph.evaluate import estimate_graph
+    from cost_model.graph.parse import graph_from_dict
+    from helpers.graphs import gpt_graph
+    from planner_service.planner.graph.search import plan_graph
+
+    g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
+    tr = training_from_dict({"global_batch_size": 8, "sequence_length": 256, **LOWERED})
+    one_gpu = simple_cluster("A100-SXM4-80GB", 1, gpus_per_node=1)
+    with pytest.raises(InvalidStrategy) as exc:
+        plan_graph(g, tr, one_gpu, {"zero_stage": 0}, top_k=0, time_limit_s=3)
+    assert exc.value.field == "constraints.zero_stage"
+    with pytest.raises(InvalidStrategy) as exc:
+        estimate_graph(g, tr, one_gpu, Strategy(zero_stage=0))
+    assert exc.value.field == "strategy.zero_stage"
+    out = plan_graph(g, tr, one_gpu, None, top_k=0, time_limit_s=3).to_dict()
+    assert out["best"]["strategy"]["zero_stage"] == 1
