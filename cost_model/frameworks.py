@@ -722,7 +722,7 @@ def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, pr
         where = " and Paddle's paddle.amp.decorate(master_grad=False)" if megatron_only[0] == "main_grads_dtype" else ""
         return megatron_only[0], (f"{framework}: no {megatron_only[0]} setting (it is Megatron-Core's "
                                   f"{OPTIMIZER_PRECISION_FLAGS[megatron_only[0]]}{where}); leave it out")
-    if precision_aware and optimizer != "adam":
+    if precision_aware and optimizer not in ("adam", "adamw"):
         return "precision_aware_optimizer", "megatron-core: the precision-aware optimizer runs Adam only (--use-precision-aware-optimizer only supported with adam)"
     if dtypes.get("main_grads_dtype", "fp32") != "fp32" and dtype in ("fp16", "fp32"):
         return "main_grads_dtype", (f"main_grads_dtype chooses bf16 training's gradient buffer (fp32 by default); with {dtype} "

@@ -18,7 +18,10 @@ from cost_model.frameworks import (
     tp_comm_overlap_violation,
 )
 
-OPTIMIZERS = ("adam", "sgd")
+#: ``adamw`` is Adam with decoupled weight decay: the same state (two moments) and traffic, so
+#: it is priced as ``adam`` (Megatron's ``--optimizer adam`` is AdamW by default,
+#: ``decoupled_weight_decay``); :attr:`Training.adam`.
+OPTIMIZERS = ("adam", "adamw", "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")
 #: Training frameworks whose behaviour the cost model distinguishes (``training.framework``):
 #: Megatron-Core with Transformer Engine (the default), Megatron-DeepSpeed (Megatron-LM's
@@ -106,6 +109,11 @@ class Training:
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
+
+    @property
+    def adam(self) -> bool:
+        """Whether the optimizer keeps Adam's two moments (``adam`` or ``adamw``)."""
+        return self.optimizer in ("adam", "adamw")
 
     @property
     def tokens_per_step(self) -> int:

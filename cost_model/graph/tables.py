@@ -136,7 +136,7 @@ def cpu_state_bytes_per_param(training: Training) -> float:
     """Bytes per parameter of a CPU parameter-server table: fp32 weights with their optimizer
     state (Adam: 2 moments) and no dense gradient buffer (sparse rows are applied as they
     arrive): 12 B/param (SGD 8 B)."""
-    return 12.0 if training.optimizer == "adam" else 8.0
+    return 12.0 if training.adam else 8.0
 
 
 def _activation_elt_bytes(dtype: str) -> int:

@@ -1316,7 +1316,7 @@ def model_state_bytes_per_param(
     mixed = training.dtype != "fp32"
     w = 2.0 if mixed else 4.0
     g = 4.0
-    o = (12.0 if mixed else 8.0) if training.optimizer == "adam" else (8.0 if mixed else 4.0)
+    o = (12.0 if mixed else 8.0) if training.adam else (8.0 if mixed else 4.0)
     if training.framework == "megatron-core":  # its optimizer-precision settings (defaults: the above)
         g, o = megatron_optimizer_state_bytes(training)
     elif training.framework == "paddle" and mixed:  # AMP O2's master_grad: fp32 gradients (default here) or 16-bit
@@ -1381,7 +1381,7 @@ def megatron_optimizer_state_bytes(training: Training) -> tuple[float, float]:
     ``FusedAdam`` (``master_weight_dtype``, ``exp_avg_dtype``, ``store_param_remainders``)."""
     g = OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype] if training.dtype != "fp32" else 4.0
     master = megatron_master_bytes(training)
-    if training.optimizer == "adam":
+    if training.adam:
         return g, master + OPTIMIZER_DTYPE_BYTES[training.exp_avg_dtype] + OPTIMIZER_DTYPE_BYTES[training.exp_avg_sq_dtype]
     return g, master + 4.0
 
@@ -1754,7 +1754,7 @@ def optimizer_bytes_per_param(training: Training) -> float:
     Unfused (``training.fused_kernels`` false): PyTorch's for-loop Adam,
     :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision).
     """
-    if training.optimizer == "adam":
+    if training.adam:
         if not training.fused_kernels:
             return EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
         if training.framework == "megatron-core" and training.dtype != "fp32":
@@ -1773,7 +1773,7 @@ def optimizer_bytes_per_param(training: Training) -> float:
 def optimizer_kernels(training: Training, tensors_per_gpu: ArrayOrFloat = 0.0) -> int | FloatArray:
     """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
     for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
-    if training.fused_kernels or training.optimizer != "adam":
+    if training.fused_kernels or not training.adam:
         return 4
     return EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)
 

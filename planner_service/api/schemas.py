@@ -105,7 +105,7 @@ class PlanCreate(_Strict):
         json_schema_extra={"examples": [{"preset": "llama3-70b"}]},
     )
     training: dict[str, Any] = Field(
-        description="global_batch_size (sequences), sequence_length, dtype (bf16|fp16|fp32|fp8|fp4), optimizer (adam|sgd), attention, total_tokens.",
+        description="global_batch_size (sequences), sequence_length, dtype (bf16|fp16|fp32|fp8|fp4), optimizer (adam|adamw|sgd), attention, total_tokens.",
         json_schema_extra={"examples": [EXAMPLE_TRAINING]},
     )
     cluster: dict[str, Any] | str = Field(

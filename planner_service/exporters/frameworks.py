@@ -186,8 +186,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     elif dtype == "fp4":  # Transformer Engine NVFP4BlockScaling (Megatron-Bridge bf16_with_nvfp4_mixed)
         args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     optimizer = view.training.get("optimizer")
-    if optimizer in ("adam", "sgd"):
-        args.append(("--optimizer", optimizer))
+    if optimizer in ("adam", "adamw", "sgd"):  # Megatron's adam is AdamW (decoupled weight decay by default)
+        args.append(("--optimizer", "adam" if optimizer == "adamw" else optimizer))
     args += optimizer_precision_args(view.training)
     zero = int(view.s("zero_stage", 0))
     if zero == 1:

@@ -21,6 +21,7 @@ from cost_model.training import (
     GRAD_ACCUM_DTYPES,
     MOE_DISPATCHERS,
     OPTIMIZER_DTYPES,
+    OPTIMIZERS,
     Training,
 )
 from planner_service.api.routes.web import ASSETS
@@ -201,6 +202,7 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert set(fields) <= contract, sorted(set(fields) - contract)
     # the choices are exactly the contract's, its default first
     assert tuple(fields["attention"]["options"]) == ATTENTION_IMPLS
+    assert tuple(fields["optimizer"]["options"]) == OPTIMIZERS
     assert tuple(fields["moe_token_dispatcher"]["options"]) == MOE_DISPATCHERS
     assert fields["cp_comm_type"]["options"] == ["", *CP_COMM_TYPES]  # "": the framework's own, omitted
     assert fields["grad_accum_dtype"]["options"] == ["", *GRAD_ACCUM_DTYPES]  # "": DeepSpeed's default, omitted

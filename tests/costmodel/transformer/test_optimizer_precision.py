@@ -201,3 +201,17 @@ def test_operator_graphs_keep_the_distributed_optimizer_too():
     assert exc.value.field == "strategy.zero_stage"
     out = plan_graph(g, tr, one_gpu, None, top_k=0, time_limit_s=3).to_dict()
     assert out["best"]["strategy"]["zero_stage"] == 1
+
+
+def test_adamw_is_priced_as_adam_and_launched_as_megatrons_adam():
+    """AdamW keeps Adam's state and moves its bytes (decoupled weight decay changes the update,
+    not the state): the same estimate; Megatron's --optimizer adam is AdamW by default; the
+    precision-aware optimizer takes it."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster("H100-SXM5-80GB", 2)
+    s = Strategy(dp=8, tp=2, zero_stage=1, sequence_parallel=True)
+    adam, adamw = (estimate(model, _tr(optimizer=o), cluster, s, spread_single_source=False) for o in ("adam", "adamw"))
+    assert adamw.step_time_s == adam.step_time_s and adamw.peak_memory_GB == adam.peak_memory_GB
+    assert _tr(optimizer="adamw", precision_aware_optimizer=True).precision_aware_optimizer
+    plan_dict = homogeneous_plan()
+    plan_dict["training"]["optimizer"] = "adamw"
+    assert parse_as_megatron(megatron_words(plan_dict)).optimizer == "adam"
