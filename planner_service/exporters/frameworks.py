@@ -190,7 +190,13 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args.append(("--optimizer", "adam" if optimizer == "adamw" else optimizer))
     args += optimizer_precision_args(view.training)
     zero = int(view.s("zero_stage", 0))
-    if zero == 1:
+    deepspeed_engine = runs_deepspeed_engine(view.training.get("framework", "megatron-core"))
+    if deepspeed_engine:
+        # Megatron-DeepSpeed: sharding and its overlap are DeepSpeed's engine's (ds_config.json), not
+        # Megatron-LM's distributed optimizer, Megatron-FSDP or DDP overlap flags
+        notes.append(f"ZeRO stage {zero} and the gradient-reduction overlap are DeepSpeed's: add --deepspeed "
+                     f"--deepspeed_config ds_config.json (the deepspeed-config target) and Megatron-DeepSpeed's --zero-stage {zero}")
+    elif zero == 1:
         args.append(("--use-distributed-optimizer", None))
         if view.dp_replicas > 1:  # partial distributed optimizer: sharded inside each instance
             args.append(("--num-distributed-optimizer-instances", str(view.dp_replicas)))
@@ -202,7 +208,7 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
             ("--ckpt-format", "fsdp_dtensor"),
         ]
         notes.append(f"ZeRO stage {zero} maps to Megatron-FSDP; check your Megatron-LM version supports it with pp={view.pp}")
-    if view.dp * view.cp > 1 and view.training.get("grad_reduce_overlap", True):
+    if view.dp * view.cp > 1 and view.training.get("grad_reduce_overlap", True) and not deepspeed_engine:
         # the once-a-step sync hidden as priced (layer_cost.dp_overlap_fraction): the gradient
         # reduction behind the backward and, with the distributed optimizer, the updated
         # weights' all-gather behind the next forward

@@ -61,6 +61,19 @@ def test_the_megatron_launch_writes_the_overlaps_that_were_priced():
     assert not {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} & set(words)
 
 
+def test_a_megatron_deepspeed_plan_leaves_sharding_to_deepspeeds_engine():
+    """Under Megatron-DeepSpeed the ZeRO stage and the reduction overlap are DeepSpeed's
+    (ds_config.json): the megatron target writes none of Megatron-LM's distributed-optimizer,
+    Megatron-FSDP or overlap flags, and says what to pass instead."""
+    p = homogeneous_plan()
+    p["training"]["framework"] = "megatron-deepspeed"
+    p["best"]["strategy"]["zero_stage"] = 1
+    words = megatron_words(p)
+    assert not {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp"} & set(words)
+    notes = render(p, "megatron", LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)).notes
+    assert any("--zero-stage 1" in n and "ds_config.json" in n for n in notes)
+
+
 def test_an_unfused_attention_plan_launches_megatron_cores_own_attention():
     """Priced with the score matrix materialised (``attention: unfused``), launched with
     Megatron-Core's local attention rather than Transformer Engine's fused kernels."""
