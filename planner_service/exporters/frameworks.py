@@ -196,6 +196,9 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         # Megatron-LM's distributed optimizer, Megatron-FSDP or DDP overlap flags
         notes.append(f"ZeRO stage {zero} and the gradient-reduction overlap are DeepSpeed's: add --deepspeed "
                      f"--deepspeed_config ds_config.json (the deepspeed-config target) and Megatron-DeepSpeed's --zero-stage {zero}")
+        if view.training.get("attention", "flash") == "flash":
+            notes.append("the plan priced FlashAttention, which Megatron-DeepSpeed runs only when asked (--use-flash-attn-v2; "
+                         "its default attention materialises the scores)")
     elif zero == 1:
         args.append(("--use-distributed-optimizer", None))
         if view.dp_replicas > 1:  # partial distributed optimizer: sharded inside each instance
@@ -948,6 +951,10 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if not (registered and registered[2]):
         model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
                        "pass --module/--config of one you register before these arguments"]
+    if view.training.get("optimizer") == "sgd":
+        raise InvalidPlan("torchtitan's optimizers are Adam, AdamW and Muon (components.optimizer): the plan's SGD "
+                          "(priced with one momentum buffer) does not launch with it; use the torchrun target with your own trainer",
+                          field="target")
     if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
         raise InvalidPlan(f"torchtitan's mixed precision takes bfloat16 or float32 parameters only, not the plan's "
                           f"{view.training.get('dtype')}: plan it in bf16 for this target", field="target")

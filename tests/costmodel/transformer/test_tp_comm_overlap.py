@@ -72,6 +72,21 @@ def test_a_megatron_deepspeed_plan_leaves_sharding_to_deepspeeds_engine():
     assert not {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp"} & set(words)
     notes = render(p, "megatron", LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)).notes
     assert any("--zero-stage 1" in n and "ds_config.json" in n for n in notes)
+    assert any("--use-flash-attn-v2" in n for n in notes)  # priced with FlashAttention, which it runs only when asked
+    p["training"]["attention"] = "unfused"
+    assert not any("--use-flash-attn-v2" in n for n in render(p, "megatron", LaunchParams(image="img", command="x", smoke_test=False)).notes)
+
+
+def test_torchtitan_refuses_an_sgd_plan():
+    """torchtitan's optimizers are Adam, AdamW and Muon: an SGD plan does not launch with it."""
+    from planner_service.exporters.plan_view import InvalidPlan
+
+    p = homogeneous_plan()
+    p["training"].update(framework="fsdp", optimizer="sgd")
+    p["best"]["strategy"]["zero_stage"] = 3
+    with pytest.raises(InvalidPlan) as exc:
+        render(p, "torchtitan", LaunchParams(image="img", command="train.py", smoke_test=False))
+    assert exc.value.field == "target" and "SGD" in str(exc.value)
 
 
 def test_an_unfused_attention_plan_launches_megatron_cores_own_attention():
