@@ -78,7 +78,8 @@ class Training:
     ignores it: BF16_Optimizer under its pipeline engine, its FP16 optimizer in bf16 without one
     (:func:`cost_model.transformer.layer_cost.bf16_optimizer`).
 
-    Optimizer precision (``megatron-core``, :data:`OPTIMIZER_DTYPES`): ``main_grads_dtype``
+    Optimizer precision (``megatron-core``, :data:`OPTIMIZER_DTYPES`; under ``paddle``
+    ``main_grads_dtype`` alone, AMP O2's ``master_grad``): ``main_grads_dtype``
     ``bf16`` keeps Megatron's gradient buffer, and reduces it, in bf16 (``--grad-reduce-in-bf16``;
     with the precision-aware optimizer ``--main-grads-dtype bf16``); ``precision_aware_optimizer``
     (``--use-precision-aware-optimizer``: Transformer Engine's FusedAdam keeps the master weights,
