@@ -19,7 +19,7 @@ import numpy as np
 from cost_model.cluster import Cluster, NodeGroup
 from cost_model.comm import Links
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import pipeline_gradient_sharding_note, sequence_parallel_noop
+from cost_model.frameworks import grad_reduce_overlap_note, pipeline_gradient_sharding_note, sequence_parallel_noop
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, uneven_split_warning, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
@@ -199,6 +199,9 @@ def estimate(
     zero2_pipeline = pipeline_gradient_sharding_note(training.framework, strategy.zero_stage, strategy.pp)
     if zero2_pipeline:
         warnings.append(zero2_pipeline)
+    overlap_note = grad_reduce_overlap_note(training.framework, training.grad_reduce_overlap)
+    if overlap_note:
+        warnings.append(overlap_note)
     warnings += recompute_modules_notes(model, strategy.recompute_modules)
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:

@@ -796,6 +796,19 @@ def pipeline_gradient_sharding_note(framework: str, zero_stage: int, pp: int) ->
             "and reduce-scatters them once a step: plan with zero_stage 3 to cost what torchtitan runs")
 
 
+def grad_reduce_overlap_note(framework: str, grad_reduce_overlap: bool) -> str | None:
+    """Warning for ``grad_reduce_overlap: false`` where the framework cannot run the gradient
+    reduction after the backward: FSDP reduce-scatters (or all-reduces) each unit's gradients
+    from its post-backward hook, on its own stream beside the next unit's backward
+    (``FrameworkRules.reduces_every_backward``), with no switch to defer them.  The estimate
+    prices the reduction exposed, as asked; the launch will overlap it."""
+    if grad_reduce_overlap or not rules_for(framework).reduces_every_backward:
+        return None
+    return (f"{framework}: grad_reduce_overlap false is costed as asked (the gradient reduction after the backward), but FSDP "
+            "reduces each unit's gradients from its post-backward hook beside the next unit's backward and cannot defer them: "
+            "its launch overlaps them and will spend less time in data-parallel communication than this estimate")
+
+
 __all__ = [
     "WHOLE_LAYOUT_RULE_FRAMEWORKS",
     "BLOCK_RECOMPUTE_MISSING",
@@ -811,6 +824,7 @@ __all__ = [
     "deepspeed_moe_violation",
     "describe",
     "dtype_rule_violation",
+    "grad_reduce_overlap_note",
     "expert_parallel_dtype_violation",
     "expert_parallel_runs_in",
     "ep_group_divisor",

@@ -116,3 +116,18 @@ def test_torchtitan_runs_async_tensor_parallelism_under_compile():
     plain = render(homogeneous_plan() | {"training": {**p["training"], "tp_comm_overlap": False}}, "torchtitan",
                    LaunchParams(image="img", command="train.py", smoke_test=False))
     assert "--compile.enable" not in plain.files["torchtitan_overrides.txt"]
+
+
+def test_fsdp_without_gradient_overlap_is_costed_as_asked_and_says_its_launch_overlaps():
+    """FSDP reduces each unit's gradients from its post-backward hook and cannot defer them:
+    grad_reduce_overlap false is priced as asked (more exposed DP time) with a warning that
+    the launch overlaps; frameworks with the switch (Megatron-Core's --overlap-grad-reduce,
+    DeepSpeed's overlap_comm) get no warning."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster("H100-SXM5-80GB", 2)
+    s = Strategy(dp=16, zero_stage=3, micro_batch_size=1)
+    on = estimate(model, _tr(framework="fsdp"), cluster, s)
+    off = estimate(model, _tr(framework="fsdp", grad_reduce_overlap=False), cluster, s)
+    assert off.breakdown_s["dp_comm_exposed"] >= on.breakdown_s["dp_comm_exposed"]
+    assert any("cannot defer them" in w for w in off.warnings) and not any("cannot defer them" in w for w in on.warnings)
+    mc = estimate(model, _tr(grad_reduce_overlap=False), cluster, Strategy(dp=16, zero_stage=1))
+    assert not any("cannot defer them" in w for w in mc.warnings)
