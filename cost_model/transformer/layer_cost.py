@@ -1320,7 +1320,7 @@ def model_state_bytes_per_param(
     if training.framework == "megatron-core":  # its optimizer-precision settings (defaults: the above)
         g, o = megatron_optimizer_state_bytes(training)
     elif training.framework == "paddle" and mixed:  # AMP O2's master_grad: fp32 gradients (default here) or 16-bit
-        g = OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype]
+        g = _stored_bytes(training.main_grads_dtype)
     z = np.asarray(zero_stage)
     shard = np.asarray(shard, dtype=float)
     weights = np.where(z >= 3, w / shard, w)
@@ -1348,9 +1348,18 @@ def model_state_bytes_per_param(
     return weights, grads, opt
 
 
-#: Bytes of one value stored in each of the optimizer-precision dtypes (fp8: one byte, its
-#: per-tensor scale negligible).
-OPTIMIZER_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+def _stored_bytes(dtype: str) -> float:
+    """Bytes of one optimizer-precision value (``devices.BYTES_PER_ELEMENT``; fp8: one byte, its
+    per-tensor scale negligible)."""
+    return float(BYTES_PER_ELEMENT[dtype])
+
+
+def stores_master_remainders(training: Training) -> bool:
+    """Whether Transformer Engine's FusedAdam keeps the fp32 master weights as their 16 low bits
+    beside the bf16 weight that holds the high ones (``OptimizerConfig.store_param_remainders``,
+    on by default with TE ≥ 2.1): under the precision-aware optimizer, an fp32 master and bf16
+    weights (every mixed dtype but fp16)."""
+    return training.precision_aware_optimizer and training.main_params_dtype == "fp32" and training.dtype not in ("fp16", "fp32")
 
 
 def megatron_master_bytes(training: Training) -> float:
@@ -1364,9 +1373,7 @@ def megatron_master_bytes(training: Training) -> float:
     an fp16 master is 2 as well; under fp16 training (no bf16 weight to share bits with) 4."""
     if training.dtype == "fp32":
         return 0.0
-    if not training.precision_aware_optimizer:
-        return 4.0
-    if training.main_params_dtype == "fp16" or training.dtype != "fp16":
+    if stores_master_remainders(training) or (training.precision_aware_optimizer and training.main_params_dtype == "fp16"):
         return 2.0
     return 4.0
 
@@ -1379,10 +1386,10 @@ def megatron_optimizer_state_bytes(training: Training) -> tuple[float, float]:
     ``exp_avg_sq_dtype`` (fp32 by default: 12 in all under mixed precision; SGD one momentum).
     Source: Megatron-Core ``OptimizerConfig`` and ``validate_args``; Transformer Engine
     ``FusedAdam`` (``master_weight_dtype``, ``exp_avg_dtype``, ``store_param_remainders``)."""
-    g = OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype] if training.dtype != "fp32" else 4.0
+    g = _stored_bytes(training.main_grads_dtype) if training.dtype != "fp32" else 4.0
     master = megatron_master_bytes(training)
     if training.adam:
-        return g, master + OPTIMIZER_DTYPE_BYTES[training.exp_avg_dtype] + OPTIMIZER_DTYPE_BYTES[training.exp_avg_sq_dtype]
+        return g, master + _stored_bytes(training.exp_avg_dtype) + _stored_bytes(training.exp_avg_sq_dtype)
     return g, master + 4.0
 
 
@@ -1732,7 +1739,7 @@ def gradient_reduce_bytes(training: Training) -> float:
     if training.dtype in ("fp32", "fp16"):
         return param_bytes(training)
     if training.framework == "megatron-core":  # its gradient buffer's dtype (main_grads_dtype)
-        return OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype]
+        return _stored_bytes(training.main_grads_dtype)
     return 2.0
 
 
@@ -1762,10 +1769,9 @@ def optimizer_bytes_per_param(training: Training) -> float:
             # remainder also reads the bf16 weight that holds its high bits) and the two
             # moments, read the gradient twice (step and norm), write the 16-bit weight:
             # 2·(4 + 4 + 4) + 2·4 + 2 = 34 at the defaults
-            master = megatron_master_bytes(training)
-            remainder = 2.0 if training.precision_aware_optimizer and master == 2.0 and training.main_params_dtype == "fp32" else 0.0
-            moments = OPTIMIZER_DTYPE_BYTES[training.exp_avg_dtype] + OPTIMIZER_DTYPE_BYTES[training.exp_avg_sq_dtype]
-            return 2.0 * (master + moments) + 2.0 * OPTIMIZER_DTYPE_BYTES[training.main_grads_dtype] + 2.0 + remainder
+            remainder = 2.0 if stores_master_remainders(training) else 0.0
+            moments = _stored_bytes(training.exp_avg_dtype) + _stored_bytes(training.exp_avg_sq_dtype)
+            return 2.0 * (megatron_master_bytes(training) + moments) + 2.0 * _stored_bytes(training.main_grads_dtype) + 2.0 + remainder
         return 34.0 if training.dtype != "fp32" else 32.0
     return 22.0 if training.dtype != "fp32" else 16.0
 
