@@ -61,7 +61,7 @@ Sources, per framework:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -141,6 +141,10 @@ class FrameworkRules:
     #: its setting that overlaps tensor-parallel collectives with the GEMMs they feed
     #: (``training.tp_comm_overlap``); empty: none
     tp_comm_overlap: str = ""
+    #: the optimizer-precision settings it has (``training.OPTIMIZER_DTYPES`` and
+    #: ``precision_aware_optimizer``), each with its own spelling for messages: Megatron-Core
+    #: all of them, Paddle the gradients' dtype (AMP O2's ``master_grad``)
+    optimizer_precision: Mapping[str, str] = field(default_factory=dict)
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -178,6 +182,16 @@ def recompute_modules_violation(framework: str, modules: tuple[str, ...] | None)
     return None
 
 
+#: Megatron-Core's flag for each optimizer-precision field (``training.OPTIMIZER_DTYPES``).
+OPTIMIZER_PRECISION_FLAGS = {"precision_aware_optimizer": "--use-precision-aware-optimizer", "main_grads_dtype": "--main-grads-dtype",
+                             "main_params_dtype": "--main-params-dtype", "exp_avg_dtype": "--exp-avg-dtype",
+                             "exp_avg_sq_dtype": "--exp-avg-sq-dtype"}
+
+
+#: The optimizers with Adam's two moments (``training.OPTIMIZERS``): AdamW differs in its update only.
+ADAM_OPTIMIZERS = ("adam", "adamw")
+
+
 #: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
 DEEPSPEED_NO_MICS = ("MiCS, DeepSpeed's ZeRO-3 over part of the dp ranks, was removed (deepspeedai/DeepSpeed issue 8489; "
                      "DeepSpeed 0.19 refuses zero_optimization.mics_shard_size)")
@@ -189,6 +203,7 @@ RULES: dict[str, FrameworkRules] = {
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
         tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
+        optimizer_precision={k: f"Megatron-Core's {flag}" for k, flag in OPTIMIZER_PRECISION_FLAGS.items()},
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
@@ -220,6 +235,7 @@ RULES: dict[str, FrameworkRules] = {
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, ep_over_sharding=True, fp8=False, cp_exchanges=("a2a",), min_stage23_shard_ranks=2, min_interleaved_pp=3,
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
+        optimizer_precision={"main_grads_dtype": "Paddle's paddle.amp.decorate(master_grad=False)"},
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -693,20 +709,14 @@ def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str 
     return None
 
 
-#: Megatron-Core's flag for each optimizer-precision field (``training.OPTIMIZER_DTYPES``).
-OPTIMIZER_PRECISION_FLAGS = {"precision_aware_optimizer": "--use-precision-aware-optimizer", "main_grads_dtype": "--main-grads-dtype",
-                             "main_params_dtype": "--main-params-dtype", "exp_avg_dtype": "--exp-avg-dtype",
-                             "exp_avg_sq_dtype": "--exp-avg-sq-dtype"}
-
-
 def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, precision_aware: bool,
                                   dtypes: Mapping[str, str]) -> tuple[str, str] | None:
     """(training field, reason) when an optimizer-precision setting is given where Megatron-Core
     would refuse it or where it means nothing, else None.  ``dtypes``: ``main_grads_dtype``,
     ``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype`` (fp32: the default).
 
-    They are Megatron-Core's (``OptimizerConfig``); Paddle has the gradients' alone (AMP O2's
-    ``paddle.amp.decorate(master_grad=...)``: fp32 gradients after backward, or 16-bit ones).
+    Which a framework has is its rule table's (``FrameworkRules.optimizer_precision``: all of them
+    Megatron-Core's ``OptimizerConfig``, the gradients' Paddle's AMP O2 ``master_grad``).
     Megatron-Core's checks:
     the lowered master weights and moments need the precision-aware optimizer ("exp_avg_dtype
     can only be fp32 when not using precision-aware optimizer"), which needs Adam
@@ -715,14 +725,11 @@ def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, pr
     ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16``); the distributed-optimizer rule is
     the layout's (:func:`precision_aware_zero_violation`)."""
     given = (["precision_aware_optimizer"] if precision_aware else []) + [k for k, v in dtypes.items() if v != "fp32"]
-    if not given:
-        return None
-    megatron_only = [k for k in given if not (k == "main_grads_dtype" and framework == "paddle")]
-    if framework != "megatron-core" and megatron_only:
-        where = " and Paddle's paddle.amp.decorate(master_grad=False)" if megatron_only[0] == "main_grads_dtype" else ""
-        return megatron_only[0], (f"{framework}: no {megatron_only[0]} setting (it is Megatron-Core's "
-                                  f"{OPTIMIZER_PRECISION_FLAGS[megatron_only[0]]}{where}); leave it out")
-    if precision_aware and optimizer not in ("adam", "adamw"):
+    missing = [k for k in given if k not in rules_for(framework).optimizer_precision]
+    if missing:
+        where = " and ".join(r.optimizer_precision[missing[0]] for r in RULES.values() if missing[0] in r.optimizer_precision)
+        return missing[0], f"{framework}: no {missing[0]} setting (it is {where}); leave it out"
+    if precision_aware and optimizer not in ADAM_OPTIMIZERS:
         return "precision_aware_optimizer", "megatron-core: the precision-aware optimizer runs Adam only (--use-precision-aware-optimizer only supported with adam)"
     if dtypes.get("main_grads_dtype", "fp32") != "fp32" and dtype in ("fp16", "fp32"):
         return "main_grads_dtype", (f"main_grads_dtype chooses bf16 training's gradient buffer (fp32 by default); with {dtype} "
@@ -810,6 +817,8 @@ def grad_reduce_overlap_note(framework: str, grad_reduce_overlap: bool) -> str |
 
 
 __all__ = [
+    "ADAM_OPTIMIZERS",
+    "OPTIMIZER_PRECISION_FLAGS",
     "WHOLE_LAYOUT_RULE_FRAMEWORKS",
     "BLOCK_RECOMPUTE_MISSING",
     "DEEPSPEED_NO_MICS",

@@ -9,6 +9,7 @@ from typing import Any
 from cost_model.devices import DTYPES
 from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
+    ADAM_OPTIMIZERS,
     cp_exchange,
     cp_exchange_rule_violation,
     dtype_rule_violation,
@@ -21,7 +22,7 @@ from cost_model.frameworks import (
 #: ``adamw`` is Adam with decoupled weight decay: the same state (two moments) and traffic, so
 #: it is priced as ``adam`` (Megatron's ``--optimizer adam`` is AdamW by default,
 #: ``decoupled_weight_decay``); :attr:`Training.adam`.
-OPTIMIZERS = ("adam", "adamw", "sgd")
+OPTIMIZERS = (*ADAM_OPTIMIZERS, "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")
 #: Training frameworks whose behaviour the cost model distinguishes (``training.framework``):
 #: Megatron-Core with Transformer Engine (the default), Megatron-DeepSpeed (Megatron-LM's
@@ -114,7 +115,7 @@ class Training:
     @property
     def adam(self) -> bool:
         """Whether the optimizer keeps Adam's two moments (``adam`` or ``adamw``)."""
-        return self.optimizer in ("adam", "adamw")
+        return self.optimizer in ADAM_OPTIMIZERS
 
     @property
     def tokens_per_step(self) -> int:

@@ -1317,9 +1317,10 @@ def model_state_bytes_per_param(
     w = 2.0 if mixed else 4.0
     g = 4.0
     o = (12.0 if mixed else 8.0) if training.adam else (8.0 if mixed else 4.0)
-    if training.framework == "megatron-core":  # its optimizer-precision settings (defaults: the above)
+    settings = rules_for(training.framework).optimizer_precision  # the framework's optimizer-precision settings
+    if "precision_aware_optimizer" in settings:  # Megatron-Core's optimizer (defaults: the above)
         g, o = megatron_optimizer_state_bytes(training)
-    elif training.framework == "paddle" and mixed:  # AMP O2's master_grad: fp32 gradients (default here) or 16-bit
+    elif "main_grads_dtype" in settings and mixed:  # the gradients' dtype alone (Paddle's master_grad)
         g = _stored_bytes(training.main_grads_dtype)
     z = np.asarray(zero_stage)
     shard = np.asarray(shard, dtype=float)

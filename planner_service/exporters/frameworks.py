@@ -18,13 +18,14 @@ from importlib import resources
 from typing import Any
 
 from cost_model.frameworks import (
+    ADAM_OPTIMIZERS,
     OPTIMIZER_PRECISION_FLAGS,
     cp_exchange,
     expert_layout_ok,
     pipeline_gradient_sharding_note,
     runs_deepspeed_engine,
 )
-from cost_model.training import OPTIMIZER_DTYPES
+from cost_model.training import OPTIMIZER_DTYPES, OPTIMIZERS
 from cost_model.transformer.layer_cost import dp_reduction_overlaps
 from cost_model.transformer.moe import expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -186,8 +187,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     elif dtype == "fp4":  # Transformer Engine NVFP4BlockScaling (Megatron-Bridge bf16_with_nvfp4_mixed)
         args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     optimizer = view.training.get("optimizer")
-    if optimizer in ("adam", "adamw", "sgd"):  # Megatron's adam is AdamW (decoupled weight decay by default)
-        args.append(("--optimizer", "adam" if optimizer == "adamw" else optimizer))
+    if optimizer in OPTIMIZERS:  # Megatron's adam is AdamW (decoupled weight decay by default)
+        args.append(("--optimizer", "adam" if optimizer in ADAM_OPTIMIZERS else optimizer))
     args += optimizer_precision_args(view.training)
     zero = int(view.s("zero_stage", 0))
     deepspeed_engine = runs_deepspeed_engine(view.training.get("framework", "megatron-core"))
