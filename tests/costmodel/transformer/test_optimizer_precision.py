@@ -96,9 +96,11 @@ def test_paddle_has_the_gradients_dtype_alone_and_its_launch_runs_what_was_price
     assert exc.value.field == "training.main_grads_dtype" and "master_grad" in str(exc.value)
     paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install paddlepaddle)")
     import importlib.util
+    import inspect
 
     from paddle.distributed import fleet
 
+    assert "master_grad" in inspect.signature(paddle.amp.decorate).parameters  # the real decorate takes what wrap passes
     seen = {}
 
     def decorate(**kw):
