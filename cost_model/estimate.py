@@ -19,7 +19,14 @@ import numpy as np
 from cost_model.cluster import Cluster, NodeGroup
 from cost_model.comm import Links
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import grad_reduce_overlap_note, pipeline_gradient_sharding_note, sequence_parallel_noop
+from cost_model.frameworks import (
+    dense_etp_note,
+    grad_reduce_overlap_note,
+    one_rank_sharding_note,
+    pipeline_gradient_sharding_note,
+    required_etp_reason,
+    sequence_parallel_noop,
+)
 from cost_model.result import Estimate, StageEstimate
 from cost_model.strategy import Strategy, uneven_split_warning, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
@@ -184,7 +191,7 @@ def estimate(
 
         return estimate_graph(model, training, cluster, strategy)
     total = cluster.total_gpus
-    asked_etp, asked_split = strategy.etp, strategy.layers_per_stage
+    asked_etp, asked_split, asked_zero = strategy.etp, strategy.layers_per_stage, strategy.zero_stage
     strategy = validate_strategy(model, training, strategy)
     if strategy.num_devices > total:
         raise InvalidStrategy(
@@ -196,6 +203,8 @@ def estimate(
     sp_noop = sequence_parallel_noop(strategy.tp, strategy.sequence_parallel, training.framework)
     if sp_noop:
         warnings.append(sp_noop)
+    if strategy.zero_stage != asked_zero:
+        warnings.append(one_rank_sharding_note(training.framework, asked_zero))
     zero2_pipeline = pipeline_gradient_sharding_note(training.framework, strategy.zero_stage, strategy.pp)
     if zero2_pipeline:
         warnings.append(zero2_pipeline)
@@ -206,9 +215,10 @@ def estimate(
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:
         warnings.append(uneven)
-    if strategy.etp and not asked_etp:
-        warnings.append(f"{training.framework} runs the experts of a model with linear biases unsplit (etp={strategy.etp}, "
-                        "--expert-tensor-parallel-size): costed so")
+    if strategy.etp and not asked_etp and strategy.tp > 1:
+        warnings.append(f"{required_etp_reason(training.framework, strategy.etp)}: costed so")
+    if asked_etp and not strategy.etp:
+        warnings.append(dense_etp_note(asked_etp))
     if strategy.num_devices < total:
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)

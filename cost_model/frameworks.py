@@ -109,9 +109,12 @@ class FrameworkRules:
     #: calls it
     partial_sharding_stages: tuple[int, ...] = ()
     partial_sharding_name: str = ""
-    #: the fewest ranks its stage-2/3 sharding runs over (Paddle's ``group_sharded_parallel``
-    #: refuses a group of one: :func:`sharding_group_violation`)
-    min_stage23_shard_ranks: int = 1
+    #: a sharding stage ≥ 2 over a sharding group of one rank runs as no sharding: Paddle's
+    #: ``group_sharded_parallel`` refuses such a group ("Training must be distributed, ranks must
+    #: be greater than 1") and PaddleNLP's Trainer, which its configs run under, drops the stage
+    #: first ("sharding_parallel_degree=1 means no sharding, please set sharding to empty!",
+    #: ``sharding`` cleared): :func:`one_rank_sharding_dropped`
+    drops_one_rank_sharding: bool = False
     #: the fewest pipeline stages its interleaved schedule runs (Paddle's: more than two,
     #: :func:`interleaved_schedule_violation`)
     min_interleaved_pp: int = 2
@@ -122,6 +125,10 @@ class FrameworkRules:
     #: expert groups carved from sharding × tp and the experts unsplit: Paddle fleet's
     #: ``EPHybridCommunicateGroup`` (:func:`expert_layout_violation`)
     ep_over_sharding: bool = False
+    #: with ep > 1 the experts run whole on their EP ranks (ETP 1), the EP groups taking in the
+    #: tensor-parallel ranks: why, in the framework's terms (:func:`required_expert_tensor_parallel`);
+    #: empty where the experts follow tp (or Megatron-Core's ``--expert-tensor-parallel-size``)
+    unsplit_experts_under_ep: str = ""
     #: with a pipeline, whether its sharding keeps the gradients sharded through the step's
     #: micro-batches (each micro-batch's reduce-scatter).  torchtitan's
     #: ``torch.distributed.pipelining`` turns FSDP's gradient sync off until the stage's last
@@ -138,6 +145,12 @@ class FrameworkRules:
     #: the step reduces them once (Megatron-Core, DeepSpeed's engine, Paddle's sharding).
     #: Read by ``transformer.layer_cost``'s per-micro-batch sync rules.
     reduces_every_backward: bool = False
+    #: the gradients live in one buffer allocated once for the run (Megatron-Core's
+    #: ``_ParamAndGradBuffer``: ``main_grad`` views into a contiguous ``grad_data``), so the
+    #: caching allocator's fragmentation does not touch them, as it does not the resident weights
+    #: and optimizer state (``cost_model.transformer.layer_cost.fragmentation_fraction``); elsewhere
+    #: ``.grad`` tensors are allocated and freed every step (DeepSpeed's, FSDP's sharded ones)
+    persistent_grad_buffer: bool = False
     #: its setting that overlaps tensor-parallel collectives with the GEMMs they feed
     #: (``training.tp_comm_overlap``); empty: none
     tp_comm_overlap: str = ""
@@ -202,6 +215,7 @@ RULES: dict[str, FrameworkRules] = {
         name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
+        persistent_grad_buffer=True,
         tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
         optimizer_precision={k: f"Megatron-Core's {flag}" for k, flag in OPTIMIZER_PRECISION_FLAGS.items()},
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
@@ -224,7 +238,9 @@ RULES: dict[str, FrameworkRules] = {
     "fsdp": FrameworkRules(
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
-        ep_folding=False, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
+        ep_folding=True, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
+        unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
+                                  "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
@@ -233,7 +249,8 @@ RULES: dict[str, FrameworkRules] = {
     "paddle": FrameworkRules(
         name="paddle", title="PaddlePaddle fleet", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=True, ep_over_sharding=True, fp8=False, cp_exchanges=("a2a",), min_stage23_shard_ranks=2, min_interleaved_pp=3,
+        ep_folding=True, ep_over_sharding=True, unsplit_experts_under_ep="fleet's expert groups take in the tensor-parallel ranks",
+        fp8=False, cp_exchanges=("a2a",), drops_one_rank_sharding=True, min_interleaved_pp=3,
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
         optimizer_precision={"main_grads_dtype": "Paddle's paddle.amp.decorate(master_grad=False)"},
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
@@ -304,7 +321,12 @@ def layout_rule_violation(
     if zero_stage not in r.zero_stages:
         names = ", ".join(f"{z} ({r.sharding_name[z]})" for z in r.zero_stages)
         return "zero_stage", f"{framework}: no zero_stage {zero_stage}; its sharding stages are {names}"
-    if zero_stage >= 2 and pp > 1 and not r.sharding_with_pipeline:
+    if (
+        zero_stage >= 2
+        and pp > 1
+        and not r.sharding_with_pipeline
+        and not one_rank_sharding_dropped(framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp)
+    ):
         return "zero_stage", (
             f"{framework}: zero_stage={zero_stage} with pp={pp}: gradient/parameter sharding conflicts with pipeline "
             "gradient accumulation (stage ≤ 1 with pipelines; FSDP with a pipeline does: framework fsdp)"
@@ -327,16 +349,15 @@ def layout_rule_violation(
     why = interleaved_schedule_violation(framework, pp=pp, vpp=vpp)
     if why is not None:
         return "vpp", why
-    why = sharding_group_violation(framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp)
-    if why is not None:
-        return "zero_stage", why
+    if one_rank_sharding_dropped(framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp):
+        return "zero_stage", one_rank_sharding_note(framework, zero_stage)
     return None
 
 
 #: The frameworks some whole-layout start-up rule concerns beyond the rule table's own
 #: (:func:`torchtitan_layout_violation`, :func:`cp_sequence_violation` with tp — torchtitan's
 #: both): the search checks its rows against them only there; the table's own rules
-#: (``min_interleaved_pp``, ``min_stage23_shard_ranks``) it applies to every row's columns.
+#: (``min_interleaved_pp``, ``drops_one_rank_sharding``) it applies to every row's columns.
 WHOLE_LAYOUT_RULE_FRAMEWORKS = frozenset({"fsdp"})
 
 
@@ -351,14 +372,27 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
     return None
 
 
-def sharding_group_violation(framework: str, *, zero_stage: int, shard_ranks: int) -> str | None:
-    """Reason when sharding stage ``zero_stage`` cannot run over ``shard_ranks`` ranks (its rule
-    table's ``min_stage23_shard_ranks``), else None: Paddle's stage 2/3
-    (``group_sharded_parallel``) refuses a group of one ("Training must be distributed, ranks
-    must be greater than 1")."""
-    if zero_stage >= 2 and shard_ranks < rules_for(framework).min_stage23_shard_ranks:
-        return f"{framework}: sharding stage 2/3 needs a sharding group of more than one rank; with one, use zero_stage 0 or 1"
-    return None
+def one_rank_sharding_dropped(framework: str, *, zero_stage: int, shard_ranks: int) -> bool:
+    """Whether ``framework`` runs sharding stage ``zero_stage`` over a sharding group of
+    ``shard_ranks`` ranks as no sharding (its rule table's ``drops_one_rank_sharding``: Paddle's,
+    under PaddleNLP's Trainer): the layout is then zero_stage 0 — accepted, costed and launched
+    so, with :func:`one_rank_sharding_note`, rather than refused as a stage the sharding itself
+    cannot run."""
+    return zero_stage >= 2 and shard_ranks == 1 and rules_for(framework).drops_one_rank_sharding
+
+
+def dense_etp_note(etp: int) -> str:
+    """Warning for an expert tensor parallelism given for a dense model: Megatron-LM accepts
+    ``--expert-tensor-parallel-size`` without experts and uses it for none."""
+    return f"etp={etp} has no effect on a dense model (no experts to split; Megatron takes the flag and ignores it): costed without it"
+
+
+def one_rank_sharding_note(framework: str, zero_stage: int) -> str:
+    """Warning for a sharding stage that :func:`one_rank_sharding_dropped` runs as none."""
+    return (
+        f"{framework}: sharding stage {zero_stage} over a sharding group of one rank is no sharding (PaddleNLP's Trainer "
+        "drops it: 'sharding_parallel_degree=1 means no sharding'): costed and launched as zero_stage 0"
+    )
 
 
 def partial_sharding_violation(framework: str, *, dp: int | None, dp_shard: int, zero_stage: int | None) -> str | None:
@@ -428,7 +462,9 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
         if z not in r.zero_stages:
             names = ", ".join(f"{s} ({r.sharding_name[s]})" for s in r.zero_stages)
             return "zero_stage", f"{framework}: no zero_stage {z}; its sharding stages are {names}"
-        if z >= 2 and pinned.get("pp", 1) > 1 and not r.sharding_with_pipeline:
+        # a stage over a pinned one-rank group runs as none; with dp free the search keeps the rows where it does
+        one_rank_possible = r.drops_one_rank_sharding and (pinned.get("dp_shard") or pinned.get("dp", 1)) == 1
+        if z >= 2 and pinned.get("pp", 1) > 1 and not r.sharding_with_pipeline and not one_rank_possible:
             return "zero_stage", f"{framework}: zero_stage={z} cannot be combined with the pinned pp={pinned['pp']} (sharding stage ≥ 2 conflicts with pipeline gradient accumulation)"
     shard_why = partial_sharding_violation(framework, dp=pinned.get("dp"), dp_shard=pinned.get("dp_shard", 0),
                                            zero_stage=pinned.get("zero_stage"))
@@ -532,27 +568,42 @@ def moe_training_violation(framework: str, dtype: str, dispatcher: str, capacity
     return None
 
 
-def required_expert_tensor_parallel(framework: str, is_moe: bool, linear_bias: bool) -> int | None:
-    """The experts' tensor parallelism a framework requires of a model, else None: Megatron-Core
-    runs biased linear layers in experts only unsplit ("Bias in Moe is only supported when
-    ETP==1", ``TransformerConfig``), so an MoE model with linear biases (gpt-oss; Megatron's
-    ``--add-bias-linear``, on when the output-projection and MLP biases both exist) runs at
-    ETP 1 whatever its TP — Megatron's default ETP is TP.  Paddle fleet's expert groups take in
-    the tensor-parallel ranks, each holding whole experts (``ep_over_sharding``): ETP 1."""
-    if is_moe and (rules_for(framework).ep_over_sharding or (framework == "megatron-core" and linear_bias)):
-        return 1
-    return None
+def required_expert_tensor_parallel(framework: str, is_moe: bool, linear_bias: bool, ep: int) -> int | None:
+    """The experts' tensor parallelism a framework requires of a model at expert parallelism
+    ``ep``, else None: Megatron-Core runs biased linear layers in experts only unsplit ("Bias in
+    Moe is only supported when ETP==1", ``TransformerConfig``), so an MoE model with linear
+    biases (gpt-oss; Megatron's ``--add-bias-linear``, on when the output-projection and MLP
+    biases both exist) runs at ETP 1 whatever its TP — Megatron's default ETP is TP.  Where the
+    EP groups take in the tensor-parallel ranks, each holding whole experts
+    (``unsplit_experts_under_ep``: Paddle fleet's expert groups, torchtitan's sparse mesh), ETP is
+    1 with ep > 1; without expert parallelism the experts split over TP like the dense MLP
+    (PaddleNLP's ``MixtralMLP``: Column/RowParallelLinear at tensor_parallel_degree > 1;
+    torchtitan's ``expert_param_placement_dense``), the default."""
+    if not is_moe:
+        return None
+    if rules_for(framework).unsplit_experts_under_ep:
+        return 1 if ep > 1 else None
+    return 1 if framework == "megatron-core" and linear_bias else None
 
 
-def required_expert_tensor_parallel_violation(framework: str, is_moe: bool, linear_bias: bool, etp: int) -> str | None:
+def required_expert_tensor_parallel_violation(
+    framework: str, is_moe: bool, linear_bias: bool, etp: int, ep: int
+) -> str | None:
     """Reason when an asked ``etp`` (0: not asked) is not the one the framework requires of the
-    model (:func:`required_expert_tensor_parallel`), else None."""
-    required = required_expert_tensor_parallel(framework, is_moe, linear_bias)
+    model at expert parallelism ``ep`` (:func:`required_expert_tensor_parallel`), else None."""
+    required = required_expert_tensor_parallel(framework, is_moe, linear_bias, ep)
     if required is None or etp in (0, required):
         return None
-    if rules_for(framework).ep_over_sharding:
-        return f"{framework} runs the experts unsplit (etp={required}): fleet's expert groups take in the tensor-parallel ranks"
-    return (f"{framework} runs the experts of a model with linear biases at etp={required} only "
+    return f"{required_etp_reason(framework, required)} only"
+
+
+def required_etp_reason(framework: str, etp: int) -> str:
+    """Why ``framework`` runs the experts at ``etp`` (:func:`required_expert_tensor_parallel`):
+    for the refusal of another etp and for the estimate's note where it was not asked."""
+    why = rules_for(framework).unsplit_experts_under_ep
+    if why:
+        return f"{framework} runs the experts unsplit with expert parallelism (etp={etp}): {why}"
+    return (f"{framework} runs the experts of a model with linear biases at etp={etp} "
             "(Megatron-Core: 'Bias in Moe is only supported when ETP==1')")
 
 
@@ -842,9 +893,12 @@ __all__ = [
     "moe_overlap_layout_violation",
     "optimizer_precision_violation",
     "precision_aware_zero_violation",
+    "required_etp_reason",
     "required_expert_tensor_parallel",
     "required_expert_tensor_parallel_violation",
-    "sharding_group_violation",
+    "dense_etp_note",
+    "one_rank_sharding_dropped",
+    "one_rank_sharding_note",
     "torchtitan_layout_violation",
     "tp_comm_overlap_layout_violation",
     "tp_comm_overlap_violation",

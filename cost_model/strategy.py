@@ -23,6 +23,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
+    one_rank_sharding_dropped,
     precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
@@ -62,7 +63,8 @@ def uneven_split_warning(asked: tuple[int, ...] | None, resolved: Strategy) -> s
     flags = resolved.account_for_embedding_in_pipeline_split or resolved.account_for_loss_in_pipeline_split
     if asked is not None or flags or not split or len(set(split)) == 1:
         return None
-    return (f"pp={len(split)} does not divide the {sum(split)} layers: costed with the near-even split "
+    chunks = f"pp={resolved.pp}" if resolved.vpp == 1 else f"pp·vpp = {resolved.pp}·{resolved.vpp} = {len(split)}"
+    return (f"{chunks} does not divide the {sum(split)} layers: costed with the near-even split "
             f"{list(split)} (give layers_per_stage for another)")
 
 
@@ -333,8 +335,13 @@ def expert_tensor_parallel_violation(model: TransformerSpec, framework: str, etp
     the tp·cp·dp ranks of a stage (ETP·EP·EDP = TP·CP·DP)."""
     if not model.is_moe:
         return f"etp={etp} needs a mixture-of-experts model; {model.name} is dense"
-    if not rules_for(framework).ep_folding:
+    r = rules_for(framework)
+    if not r.ep_folding:
         return f"{framework}: the experts' tensor parallelism follows tp (etp is Megatron-Core's --expert-tensor-parallel-size)"
+    if r.unsplit_experts_under_ep and (etp != 1 or (layout is not None and layout.ep == 1 and layout.tp > 1)):
+        return (f"{framework} runs the experts unsplit under expert parallelism (etp 1) and their tensor parallelism follows tp "
+                f"without it: etp={etp}{f' at ep={layout.ep}, tp={layout.tp}' if layout is not None else ''} is Megatron-Core's "
+                "--expert-tensor-parallel-size")
     if model.ffn_hidden_size % etp:
         return f"etp={etp} does not divide the experts' FFN width {model.ffn_hidden_size}"
     if layout is not None:
@@ -350,6 +357,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     numbers."""
     s = strategy
     f = field_path
+    if one_rank_sharding_dropped(training.framework, zero_stage=s.zero_stage, shard_ranks=s.dp_shard or s.dp):
+        s = replace(s, zero_stage=0, dp_shard=0)  # what the framework runs; the estimate says so
+    if s.etp and not model.is_moe:
+        s = replace(s, etp=0)  # no experts to split: Megatron takes the flag and ignores it (dense_etp_note)
     if s.tp > 1 and model.num_heads % s.tp:
         raise InvalidStrategy(f"tp={s.tp} does not divide the {model.num_heads} attention heads", field=f"{f}.tp")
     if s.tp > 1 and model.num_kv_heads % s.tp and s.tp % model.num_kv_heads:
@@ -377,10 +388,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         if model.num_experts % s.ep:
             raise InvalidStrategy(f"ep={s.ep} does not divide the {model.num_experts} experts", field=f"{f}.ep")
     linear_bias = model.has_out_bias and model.has_mlp_bias
-    why = required_expert_tensor_parallel_violation(training.framework, model.is_moe, linear_bias, s.etp)
+    why = required_expert_tensor_parallel_violation(training.framework, model.is_moe, linear_bias, s.etp, s.ep)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.etp")
-    required = required_expert_tensor_parallel(training.framework, model.is_moe, linear_bias)
+    required = required_expert_tensor_parallel(training.framework, model.is_moe, linear_bias, s.ep)
     if required is not None and not s.etp:
         s = replace(s, etp=required)  # costed as the framework runs it; the estimate says so
     if s.etp:
@@ -424,13 +435,14 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             )
         s = replace(s, layers_per_stage=split)
     else:
-        if model.num_layers % chunks and s.vpp > 1:
-            # (pp alone: the near-even split, as the search's rows and every framework's own splitter —
-            # Megatron-Core through --pipeline-model-parallel-layout; estimate warns, uneven_split_warning)
+        # the near-even split over the pp·vpp model chunks where they do not divide the layers, as
+        # the search's rows and every framework's own splitter (Megatron-Core through
+        # --pipeline-model-parallel-layout, which the launch writes); estimate warns (uneven_split_warning)
+        if chunks > model.num_layers:
             raise InvalidStrategy(
-                f"pp·vpp = {s.pp}·{s.vpp} = {chunks} does not divide the {model.num_layers} layers: the interleaved "
-                "schedule's model chunks are costed even (give layers_per_stage for an uneven split, or count the "
-                "embedding and the loss as layers: account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)",
+                f"pp·vpp = {s.pp}·{s.vpp} = {chunks} model chunks for {model.num_layers} layers: every chunk needs a decoder "
+                "layer (or count the embedding and the loss as layers: account_for_embedding_in_pipeline_split, "
+                "account_for_loss_in_pipeline_split)",
                 field=f"{f}.pp",
             )
         s = replace(s, layers_per_stage=even_split(model.num_layers, chunks))

@@ -143,7 +143,7 @@ def bottleneck_split(tables: CostTables, choice: np.ndarray, headroom_fraction: 
         return None
     rows = tables.row_start[:-1] + choice
     # the optimizer state (allocated once) does not fragment, as in evaluate's peak
-    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes, tables.training.framework)[rows]
     act = tables.activation_bytes[rows]
 
     def cum(per_op: np.ndarray) -> np.ndarray:
@@ -206,7 +206,7 @@ def split_stages(tables: CostTables, choice: np.ndarray, cut_positions: Sequence
     order = tables.analysis.order
     ot = op_times(tables, choice)[order]
     rows = tables.row_start[:-1] + choice
-    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows][order]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes, tables.training.framework)[rows][order]
     act = tables.activation_bytes[rows][order]
     cum_t = np.concatenate([[0.0], np.cumsum(ot)])
     cum_s = np.concatenate([[0.0], np.cumsum(static)])

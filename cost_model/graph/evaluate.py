@@ -43,7 +43,7 @@ from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
-from cost_model.transformer.memory import memory_interval_fields
+from cost_model.transformer.memory import churned_gradients, memory_interval_fields
 from cost_model.units import bytes_to_gb, flops_to_tflops, s_to_ms
 
 #: Kernel launches of a fused multi-tensor optimizer step, as
@@ -152,9 +152,9 @@ def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> l
         acts = fl * sums.activation_bytes[k]
         state = sums.weights_bytes[k] + grads + sums.optimizer_state_bytes[k] + acts
         # The allocator's fragmentation of what is freed during a step (gradients, activations),
-        # not of the resident weights and optimizer state (allocated once) nor of the fixed-size
-        # buckets, as for transformer stages.
-        ws = WORKSPACE_BYTES + fragmentation_fraction() * (sums.gradients_bytes[k] + acts)
+        # not of the resident weights and optimizer state (allocated once), a persistent gradient
+        # buffer, nor the fixed-size buckets, as for transformer stages.
+        ws = WORKSPACE_BYTES + fragmentation_fraction() * (churned_gradients(sums.gradients_bytes[k], tables.training.framework) + acts)
         f, b, cf, cb = sums.fwd_s[k], sums.bwd_s[k], sums.comm_fwd_s[k], sums.comm_bwd_s[k]
         stages.append(StageResult(
             index=k, ops=tuple(int(i) for i in np.nonzero(stage == k)[0]),

@@ -68,10 +68,12 @@ from cost_model.transformer.moe import (
     MoeFfnCost,
     expected_nodes_hit,
     expert_data_parallel,
+    expert_load_factor,
     expert_tensor_parallel,
     local_tokens,
     moe_activation_bytes,
     moe_ffn_costs,
+    received_slots,
 )
 from cost_model.transformer.spec import TransformerSpec
 
@@ -917,26 +919,73 @@ def eager_attention_elementwise_s(elems: ArrayOrFloat, eb: int, drop: float, dev
 
 def op_level_selective(model: TransformerSpec, training: Training) -> bool:
     """Whether ``recompute: selective`` is costed as torchtitan's op-level selective activation
-    checkpointing (``selective_ac_option = "op"``, ``torchtitan/distributed/activation_checkpoint.py``):
-    the framework's rule says so (:attr:`cost_model.frameworks.FrameworkRules.selective_recompute`)
-    and the layer is one whose matmul sequence the policy's parity is written for — separate Q, K,
-    V projections and a dense FFN.  MLA and MoE layers keep the attention-core accounting, which
-    stores more (a peak predicted high, never low)."""
-    return rules_for(training.framework).selective_recompute == "op-level" and not model.is_mla and not model.is_moe
+    checkpointing (``SelectiveAC``, ``torchtitan/distributed/activation_checkpoint.py``): the
+    framework's rule says so (:attr:`cost_model.frameworks.FrameworkRules.selective_recompute`).
+    Which outputs it keeps and which matmuls it redoes follow from the layer's matmul sequence
+    (:func:`op_level_matmuls`), MLA and MoE layers included."""
+    return rules_for(training.framework).selective_recompute == "op-level"
+
+
+#: Bytes per token and routed expert that torchtitan's op-level policy keeps of the router's
+#: ``aten.topk`` (saved "to keep MoE expert assignments stable"): the fp32 score and the int64
+#: expert id.
+TOPK_SAVED_BYTES = 4.0 + 8.0
+
+
+def op_level_matmuls(model: TransformerSpec, tp: ArrayOrFloat) -> list[tuple[ArrayOrFloat, ArrayOrFloat]]:
+    """The matmuls (``aten.mm`` / ``aten.linear``) one decoder layer of ``model`` (a uniform
+    variant, :meth:`TransformerSpec.layer_variants`) runs per token on one TP rank, in
+    torchtitan's order, as (input width, output width) — what its op-level policy counts: it
+    saves "the output of all compute ops, except every second mm" (the 1st, 3rd, … of each
+    layer's forward) and recomputes the rest.
+
+    Attention: Q, K, V, output projection (``wq``, ``wk``, ``wv``, ``wo``); MLA
+    (``deepseek_v3/model.py``): ``wq`` — or ``wq_a`` then ``wq_b`` with a query rank —, ``wkv_a``
+    (latent and shared rotary key), ``wkv_b`` (keys' no-rotary part and values), ``wo``; the
+    down-projections are replicated over TP, the rest split.  FFN: ``w1``, ``w3``, ``w2`` (gated;
+    fc1, fc2 otherwise); MoE (``common/moe.py`` ``MoE.forward``): the router's gate, then the
+    shared experts' ``w1``, ``w3``, ``w2`` — the routed experts run as ``torch._grouped_mm``,
+    which the policy neither counts nor saves (recomputed whole, :func:`op_level_recomputed_gemm_flops`).
+    Row-parallel outputs are the h-wide partial sums before their reduction."""
+    h, t = float(model.hidden_size), tp
+    if model.is_mla:
+        a, qk, v = float(model.num_heads), float(model.qk_head_dim), float(model.value_head_dim)
+        ql, kl, rope = float(model.q_lora_rank), float(model.kv_lora_rank), float(model.qk_rope_head_dim)
+        query: list[tuple[ArrayOrFloat, ArrayOrFloat]] = [(h, ql), (ql, a * qk / t)] if ql else [(h, a * qk / t)]
+        attn = [*query, (h, kl + rope), (kl, a * (qk - rope + v) / t), (a * v / t, h)]
+    else:
+        kv = _kv_local(model, t)
+        attn = [(h, model.q_size / t), (h, kv), (h, kv), (model.attn_out_size / t, h)]
+
+    def dense(f: float) -> list[tuple[ArrayOrFloat, ArrayOrFloat]]:
+        up: list[tuple[ArrayOrFloat, ArrayOrFloat]] = [(h, f / t), (h, f / t)] if model.gated_ffn else [(h, f / t)]
+        return [*up, (f / t, h)]
+
+    if model.is_moe:
+        shared = float(model.shared_expert_ffn_hidden_size)
+        return [*attn, (h, float(model.num_experts)), *(dense(shared) if shared else [])]
+    return [*attn, *dense(float(model.ffn_hidden_size))]
+
+
+def op_level_saved_width(model: TransformerSpec, tp: ArrayOrFloat) -> ArrayOrFloat:
+    """Elements per token of the matmul outputs torchtitan's op-level policy keeps in one layer
+    (the odd-numbered ones of :func:`op_level_matmuls`)."""
+    return sum((out for _, out in op_level_matmuls(model, tp)[::2]), start=0.0)
 
 
 def op_level_recomputed_gemm_flops(model: TransformerSpec, T: ArrayOrFloat, tp: ArrayOrFloat) -> FloatArray:
-    """Forward FLOPs of the matmuls that torchtitan's op-level policy recomputes in one layer.
-
-    The policy counts ``aten.mm`` calls per layer and saves every odd-numbered one ("saves output
-    of all compute ops, except every second mm").  A Llama-style layer calls Q, K, V, the output
-    projection, then w1, w3, w2 (gated; fc1, fc2 ungated), so the even ones are the K projection,
-    the output projection and the FFN's second matrix (w3 gated, fc2 ungated) —
-    [T,h]×[h,kv], [T,o/t]×[o/t,h] and an [h, f/t] matrix: 2·T·h·(kv + o/t + f/t) FLOPs (kv the
-    local K width, :func:`_kv_local`).
-    """
-    h, o, f = float(model.hidden_size), float(model.attn_out_size), float(model.ffn_hidden_size)
-    return np.asarray(2.0 * T * h * (_kv_local(model, tp) + o / tp + f / tp), dtype=float)
+    """Forward FLOPs of the matmuls that torchtitan's op-level policy recomputes in one layer of
+    ``T`` tokens: the even-numbered ones of :func:`op_level_matmuls` — for a Llama-style layer
+    K, the output projection and w3 (fc2 ungated), 2·T·h·(kv + o/t + f/t) — and an MoE layer's
+    routed experts, whose grouped GEMMs it does not save, at the mean load:
+    2·T·k·m·h·f/t (m the FFN's matrices; the model-FLOP count of
+    :func:`cost_model.transformer.moe.moe_ffn_costs`)."""
+    redone = sum((2.0 * i * o for i, o in op_level_matmuls(model, tp)[1::2]), start=0.0)
+    if model.is_moe:
+        redone = (
+            redone + 2.0 * model.experts_per_token * model.ffn_matrices * model.hidden_size * model.ffn_hidden_size / tp
+        )
+    return np.asarray(T * redone, dtype=float)
 
 
 def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArrays, frac: ArrayOrFloat | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -1014,14 +1063,30 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     layer_input = sbh * eb / rep
     if op_level_selective(model, training):
         # torchtitan's op-level selective checkpointing (:func:`op_level_selective`) keeps the
-        # layer input, the odd-numbered matmul outputs — Q (q/t), V (kv), FC1/w1 (f/t) and, gated,
-        # w2's row-parallel partial sum (h, before its reduce-scatter) — the attention output
-        # (o/t) with its fp32 log-sum-exp (4 bytes per head), and under TP the two reduce-scatter
-        # outputs (h/t each, under SP).  Norms, RoPE, the activation and dropout are recomputed.
-        saved_mm = sc * b * (q / t + kv + f / t + (h if model.gated_ffn else 0.0)) * eb
+        # layer input, the odd-numbered matmul outputs (:func:`op_level_saved_width`; a
+        # Llama-style layer's Q, V, w1 and w2's row-parallel partial sum), the attention output
+        # (o/t) with its fp32 log-sum-exp (4 bytes per head), under TP the two reduce-scatter
+        # outputs (h/t each, under SP), and in an MoE layer the router's top-k (fp32 scores and
+        # int64 expert ids) and, with expert parallelism, both all-to-alls' outputs (the
+        # dispatched and the combined tokens, R·h each).  Norms, RoPE, the activation, dropout,
+        # the token permutation and the routed experts' grouped GEMMs are recomputed.
+        saved_mm = sc * b * op_level_saved_width(model, t) * eb
         attn_out = sc * b * (o / t * eb + a / t * 4.0)
         reduce_scatter = np.where((t > 1) & S.sp, 2.0 * sbh * eb / t, 0.0)
-        stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter, stored)
+        moe_saved: ArrayOrFloat = 0.0
+        if model.is_moe:
+            T_loc = local_tokens(sc * b, t, S.sp)
+            slots = received_slots(
+                T_loc,
+                float(model.experts_per_token),
+                expert_load_factor(T_loc * model.experts_per_token, S.ep, training.moe_capacity_factor),
+                expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin),
+                S.sp,
+            )
+            moe_saved = T_loc * model.experts_per_token * TOPK_SAVED_BYTES + np.where(
+                S.ep > 1, 2.0 * slots * h * eb, 0.0
+            )
+        stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter + moe_saved, stored)
     else:
         # Megatron-Core's --recompute-modules beyond the attention core (selective_module_costs)
         freed = _selective_freed_bytes(model, S, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)

@@ -67,6 +67,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from cost_model.frameworks import rules_for
 from cost_model.transformer.layer_cost import WORKSPACE_BYTES, fragmentation_fraction
 from cost_model.units import bytes_to_gb, bytes_to_gib, gb_to_bytes
 
@@ -205,11 +206,20 @@ def memory_fit(peak_GB: float, reserve_GB: float, usable_GB: float, framework: s
     return "fits"
 
 
-def static_for_fragmentation(weights: Any, gradients: Any, optimizer_state: Any) -> Any:
+def churned_gradients(gradients: Any, framework: str) -> Any:
+    """The gradient bytes the caching allocator's fragmentation touches under ``framework``:
+    all of them where ``.grad`` tensors are allocated and freed every step, none where they live
+    in a buffer allocated once (``FrameworkRules.persistent_grad_buffer``: Megatron-Core's)."""
+    return 0.0 * gradients if rules_for(framework).persistent_grad_buffer else gradients
+
+
+def static_for_fragmentation(weights: Any, gradients: Any, optimizer_state: Any, framework: str) -> Any:
     """Model state (bytes) such that ``× (1 + fragmentation_fraction())`` is the reserved size:
-    gradients fragment, the resident weights and the optimizer state (allocated once) do not —
-    for the operator-graph cost and solvers, which scale static bytes by (1 + fragmentation)."""
-    return gradients + (weights + optimizer_state) / (1.0 + fragmentation_fraction())
+    gradients fragment (:func:`churned_gradients`), the resident weights and the optimizer state
+    (allocated once) do not — for the operator-graph cost and solvers, which scale static bytes
+    by (1 + fragmentation)."""
+    churned = churned_gradients(gradients, framework)
+    return churned + (weights + gradients - churned + optimizer_state) / (1.0 + fragmentation_fraction())
 
 
 def reload() -> None:

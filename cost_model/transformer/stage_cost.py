@@ -53,6 +53,7 @@ from cost_model.transformer.layer_cost import (
     sharded_passes_per_microbatch,
     sharded_passes_s,
 )
+from cost_model.transformer.memory import churned_gradients
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
 
@@ -412,9 +413,10 @@ def stage_cost(
         acts = acts + np.where(S.zero >= 3, live * param_bytes(training), 0.0)
     # The allocator's fragmentation of what is freed and reallocated during a step: gradients
     # and activations (gathered weights among them), not the resident weights nor the optimizer
-    # state, allocated once, nor DeepSpeed's fixed-size gradient buckets:
+    # state, allocated once, nor DeepSpeed's fixed-size gradient buckets, nor a framework's
+    # persistent gradient buffer (FrameworkRules.persistent_grad_buffer: Megatron-Core's):
     # layer_cost.fragmentation_fraction.
-    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (grads - buckets + acts)
+    workspace = WORKSPACE_BYTES + fragmentation_fraction() * (churned_gradients(grads - buckets, training.framework) + acts)
 
     dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(dense, training, S, dc.links, experts)
     # ZeRO-3's per-micro-batch gathers and reduce-scatters, except FSDP inside a pipeline stage,
@@ -614,8 +616,8 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
     chosen = frozenset(modules or ("core_attn",))
     unfused_core = training.attention == "unfused" and ("core_attn" in chosen or op_level_selective(model, training))
     core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if unfused_core else 0.0
-    if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls of every layer
-        return core + model.num_layers * float(op_level_recomputed_gemm_flops(model, tokens, 1.0))
+    if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls (and routed experts) of every layer
+        return core + model.num_layers * sum(w * float(op_level_recomputed_gemm_flops(v, tokens, 1.0)) for w, v in model.layer_variants())
     return core + tokens * _module_recompute_flops_per_token(model, chosen)
 
 

@@ -46,7 +46,7 @@ CASES = [
     (with_("strategy.zero_stage", 4), "strategy.zero_stage", "0, 1, 2 or 3"),
     ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "layers_per_stage": [10, 10]}}, "strategy.layers_per_stage", "sums to 20"),
     ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "layers_per_stage": [16, 8, 8]}}, "strategy.layers_per_stage", "3 entries"),
-    ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 3}}, "strategy.pp", "does not divide"),
+    ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 17}}, "strategy.pp", "every chunk needs a decoder layer"),
     ({**GOOD, "strategy": {"dp": 16, "vpp": 2}}, "strategy.vpp", "needs pp > 1"),
     ({**GOOD, "strategy": {"dp": 4, "tp": 4, "zero_stage": 3, "pp": 1, "bogus": 1}}, "strategy.bogus", "unknown strategy fields"),
     ({**GOOD, "strategy": {"dp": 2, "tp": 4, "pp": 2, "zero_stage": 3}}, "strategy.zero_stage", "pipeline"),
@@ -101,8 +101,13 @@ def test_pp_that_does_not_divide_the_layers_is_costed_with_the_near_even_split_a
     resp = client.post("/v1/estimate", json=body)
     assert resp.status_code == 200, resp.text
     assert any("near-even split" in w for w in resp.json()["warnings"])
-    # the interleaved schedule's chunks stay even
+    # so are the interleaved schedule's model chunks (Megatron-MoE's DeepSeek-V3 and Qwen3 layouts: pp·vpp = 32 over 61
+    # and 94 layers), chunk by chunk in model order; more chunks than layers leave a chunk without one
+    inter = parse_estimate_request({**body, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 3}})
+    est3 = estimate(inter.model, inter.training, inter.cluster, inter.strategy)
+    assert any("pp·vpp = 2·3 = 6 does not divide the 32 layers" in w and "[6, 6, 5, 5, 5, 5]" in w for w in est3.warnings), est3.warnings
+    assert sorted(b - a + 1 for st in est3.stages for a, b in st.layer_ranges) == [5, 5, 5, 5, 6, 6]
     with pytest.raises(PlannerError) as e:
-        bad = parse_estimate_request({**body, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 3}})
+        bad = parse_estimate_request({**body, "strategy": {"dp": 2, "tp": 4, "pp": 2, "vpp": 17}})
         estimate(bad.model, bad.training, bad.cluster, bad.strategy)
-    assert e.value.field == "strategy.pp" and "interleaved" in e.value.message
+    assert e.value.field == "strategy.pp" and "every chunk needs a decoder layer" in e.value.message

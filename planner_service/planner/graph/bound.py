@@ -149,7 +149,7 @@ def mesh_lower_bound_s(tables: CostTables, headroom_fraction: float, edge_min: n
     b = (tables.sync_s - (window + pp - 1) * tables.bwd_s) / pp
     starts = tables.row_start[:-1]
     fl_min = min(inflight(mesh, k) for k in range(pp))
-    state = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)
+    state = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes, tables.training.framework)
     mem = (state + fl_min * tables.activation_bytes) * (1 + fragmentation_fraction())
     cap = mesh.device.memory_bytes * (1.0 - headroom_fraction) - fixed_bytes(tables.training, mesh)
     if cap <= 0:

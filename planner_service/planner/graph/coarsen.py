@@ -123,7 +123,7 @@ def _setup(tables: CostTables, group_of_op: Array, exact: bool, memory: bool) ->
     for e, (u, v, _name, _slot) in enumerate(tables.edges):
         (internal_in if group_of_op[u] == group_of_op[v] else external_in).setdefault(v, []).append(e)
     tm = tables.fwd_s + tables.bwd_s + tables.comm_fwd_s + tables.comm_bwd_s
-    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes, tables.training.framework)
     cpu_t = tables.cpu_s + tables.cpu_comm_s
     row_vec = np.stack([tm, tables.bwd_s, tables.sync_s, tables.opt_s, static, tables.activation_bytes, cpu_t,
                         tables.cpu_memory_bytes, tables.cpu_opt_s], axis=1)

@@ -65,6 +65,7 @@ from planner_service.planner.transformer.space import (
     check_pins,
     enumerate_space,
     layout_keys,
+    pin_notes,
     strategy_at,
 )
 from planner_service.planner.transformer.split_cpsat import WALL_GUARD_FACTOR, solve_split
@@ -406,7 +407,10 @@ class _Search:
             entry = (float(lb[j]), si, (subset[0],), pcs, int(j), float(factor[j]))
             self.pending.append(entry)
             self.queued[(si, int(j))] = entry
-        return feasible, lb
+        # An interleaved layout's splits are not refined (its chunks stay near-even): it fits only
+        # where its near-even split does, whatever split would in principle (for block recompute,
+        # whose variants are made for the layouts that do not fit without recompute).
+        return np.where(S.vpp > 1, np.isfinite(ev_even.step_time_s), feasible), lb
 
     def _record_fixed(self, S: StrategyArrays, g: NodeGroup, bound: np.ndarray) -> None:
         """With the split pinned, each row is estimated with it (the tables costed the even
@@ -642,6 +646,7 @@ def search_transformer(
         best = _spread(state, best)
         alternatives = [e if e is least else _spread(state, e) for e in alternatives]
         warnings = dtype_warnings + list(best.prediction.warnings) + placement_warnings(cluster, best.strategy, best.stage_groups)
+        warnings += pin_notes(request.model, training, request.constraints.pinned, best.strategy)
         nesting = nesting_comparison(best.strategy, best.stage_groups, cluster, lambda s: _estimate_or_none(state, s, best.stage_groups))
         if least is not None:
             where = "the first alternative" if request.top_k else "ask for alternatives (top_k) to see it"

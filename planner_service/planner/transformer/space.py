@@ -35,10 +35,12 @@ from cost_model.frameworks import (
     cp_sequence_violation,
     deepspeed_moe_ok,
     deepspeed_moe_violation,
+    dense_etp_note,
     ep_group_divisor,
     expert_layout_ok,
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
+    one_rank_sharding_note,
     pinned_rule_violation,
     precision_aware_zero_violation,
     recompute_modules_violation,
@@ -126,10 +128,13 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if model.num_experts % ep:
             raise InvalidStrategy(f"ep={ep} does not divide the {model.num_experts} experts", field="constraints.ep")
     etp = pins.get("etp")
-    why = required_expert_tensor_parallel_violation(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias, etp or 0)
+    # at the pinned ep, else at every ep the search may choose (none or some: the rows decide)
+    whys = [required_expert_tensor_parallel_violation(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias,
+                                                      etp or 0, e) for e in ((pins["ep"],) if "ep" in pins else (1, 2))]
+    why = whys[0] if all(whys) else None
     if why is not None:
         raise InvalidStrategy(why, field="constraints.etp")
-    if etp:
+    if etp and model.is_moe:  # a dense model's etp is a no-op (pin_notes)
         # the layout's tiling is checked here when it is pinned whole, else row by row
         whole = {"tp", "dp", "ep"} <= set(pins) and ("cp" in pins or not rules_for(training.framework).context_parallel)
         layout = Strategy(tp=pins["tp"], cp=pins.get("cp", 1), dp=pins["dp"], ep=pins["ep"]) if whole else None
@@ -163,6 +168,18 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
             raise InvalidStrategy(
                 f"{model.num_layers} layers + {split_units(pins)} (embedding/loss counted as layers) = {units} is not a multiple "
                 f"of pp·vpp = {pp}·{pins['vpp']} = {chunks}", field=f"constraints.{flag}")
+
+
+def pin_notes(model: TransformerSpec, training: Training, pins: Mapping[str, Any], strategy: Strategy) -> list[str]:
+    """Warnings for pinned fields the framework runs as something else, which the plan's
+    strategy shows as run: a sharding stage over a one-rank group (no sharding,
+    :func:`cost_model.frameworks.one_rank_sharding_dropped`), a dense model's etp."""
+    notes = []
+    if "zero_stage" in pins and strategy.zero_stage != pins["zero_stage"]:
+        notes.append(one_rank_sharding_note(training.framework, pins["zero_stage"]))
+    if pins.get("etp") and not model.is_moe:
+        notes.append(dense_etp_note(pins["etp"]))
+    return notes
 
 
 def split_units(pins: Mapping[str, Any]) -> int:
@@ -245,8 +262,11 @@ def enumerate_space(
     cols = _cross(cols, "vpp", vpps)
     pp_col, vpp_col = cols["pp"], cols["vpp"]
     m = B // cols["dp"] // cols["mbs"]
-    # A pinned layers_per_stage (one entry per model chunk) need not split the layers evenly.
-    even_chunks = (L % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins)
+    # A pinned layers_per_stage (one entry per model chunk) need not split the layers evenly, nor
+    # need a pinned interleaving: its chunks near-even, as the estimate costs them
+    # (Megatron-Core's --pipeline-model-parallel-layout; the search offers even chunks only).
+    pinned_vpp = pins.get("vpp", 1) > 1
+    even_chunks = (L % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins) | (pinned_vpp & (pp_col * vpp_col <= L))
     if units != L:  # pinned split flags: layers + flags fill the pp·vpp chunks evenly or not at all
         even_chunks = units % (pp_col * vpp_col) == 0
         cols = _keep(cols, even_chunks)
@@ -262,6 +282,12 @@ def enumerate_space(
         cols = _keep(cols, ~(moe_rows & (((cols["pp"] > 1) & (cols["vpp"] == 1)) | (cols["recompute"] == RECOMPUTE_CODE["full"]))))
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
+        if rules.drops_one_rank_sharding and pins["zero_stage"] >= 2:
+            # the pinned stage over a one-rank group runs as none (one_rank_sharding_dropped): those rows are stage 0
+            one_rank = (
+                (cols["dp"] == 1) if not pins.get("dp_shard") else np.full(len(cols["dp"]), pins["dp_shard"] == 1)
+            )
+            cols["zero"] = np.where(one_rank, 0, cols["zero"])
     else:
         # Stage 1 only with a pipeline (2/3 conflict with gradient accumulation across
         # micro-batches) — or, where the framework shards with a pipeline (fsdp), every stage.
@@ -284,23 +310,33 @@ def enumerate_space(
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
     if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them
         cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
-    required = required_expert_tensor_parallel(training.framework, model.is_moe, model.has_out_bias and model.has_mlp_bias)
-    if required is not None and not pins.get("etp"):
-        # the framework's own ETP for this model (e.g. 1 for biased experts under Megatron-Core), which tiles every row
-        cols["etp"] = np.full(len(cols["dp"]), required, dtype=np.int64)
-    if pins.get("etp"):
-        # A pinned expert tensor parallelism: the rows whose EP × ETP blocks tile tp·cp·dp.
+    # the framework's own ETP for this model at each row's ep (e.g. 1 for biased experts under
+    # Megatron-Core, for Paddle's and torchtitan's expert groups), 0 where it has none (its
+    # default), by table lookup
+    linear_bias = model.has_out_bias and model.has_mlp_bias
+    required = np.zeros(int(cols["ep"].max(initial=1)) + 1, dtype=np.int64)
+    for e in np.unique(cols["ep"]):
+        required[e] = required_expert_tensor_parallel(training.framework, model.is_moe, linear_bias, int(e)) or 0
+    if required.any() and not pins.get("etp"):
+        cols["etp"] = required[cols["ep"]]  # a required ETP of 1 tiles every row
+    if pins.get("etp") and model.is_moe:
+        # A pinned expert tensor parallelism: the rows whose EP × ETP blocks tile tp·cp·dp, and
+        # where the framework requires an ETP of its own, that one.
         etp = int(pins["etp"])
-        cols = _keep(cols, expert_blocks_tile(cols["tp"], cols["cp"], cols["dp"], cols["ep"], etp))
+        needed = required[cols["ep"]]
+        runs = (needed == 0) | (needed == etp)
+        if rules.unsplit_experts_under_ep:  # without expert parallelism its experts follow tp
+            runs = runs & ((cols["ep"] > 1) | (cols["tp"] == etp))
+        cols = _keep(cols, expert_blocks_tile(cols["tp"], cols["cp"], cols["dp"], cols["ep"], etp) & runs)
         cols["etp"] = np.full(len(cols["dp"]), etp, dtype=np.int64)
     cols = _partial_sharding(model, training, cols, gpus_per_node, pins)
     if rules.ep_over_sharding:  # expert_layout_violation, row by row (Paddle fleet's expert groups)
         cols = _keep(cols, expert_layout_ok(cols["tp"], cols["cp"], cols["ep"], cols["zero"], cols["dp"], cols["dp_shard"]))
     if model.is_moe and rules.deepspeed_engine:  # deepspeed_moe_violation, row by row
         cols = _keep(cols, deepspeed_moe_ok(training.framework, True, cols["zero"], cols["ep"], cols["cp"]))
-    if rules.min_stage23_shard_ranks > 1:  # sharding_group_violation, row by row
+    if rules.drops_one_rank_sharding:  # one_rank_sharding_dropped, row by row: what stage 0 already costs
         shard_ranks = np.where(cols["dp_shard"] > 0, cols["dp_shard"], cols["dp"])
-        cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks < rules.min_stage23_shard_ranks)))
+        cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks == 1)))
     if "sequence_parallel" in pins:
         # Pinned: kept as asked (at tp=1 a no-op that ``estimate`` warns about).
         cols["sp"] = np.full(len(cols["dp"]), bool(pins["sequence_parallel"]))

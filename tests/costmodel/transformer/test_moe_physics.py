@@ -305,8 +305,9 @@ def test_a_pinned_expert_tensor_parallelism_overrides_megatron_cores_rule():
 @pytest.mark.parametrize(
     ("framework", "preset", "layout", "words"),
     [
-        ("fsdp", "mixtral-8x7b", {"dp": 16, "ep": 8, "etp": 1, "zero_stage": 3}, "follows tp"),
-        ("megatron-core", "llama3-8b", {"dp": 16, "etp": 1}, "dense"),
+        ("fsdp", "mixtral-8x7b", {"dp": 16, "ep": 8, "etp": 2, "zero_stage": 3}, "unsplit with expert parallelism (etp=1)"),
+        ("fsdp", "mixtral-8x7b", {"dp": 8, "tp": 2, "etp": 1, "zero_stage": 3}, "follows tp"),
+        ("deepspeed", "mixtral-8x7b", {"dp": 16, "ep": 8, "etp": 1, "zero_stage": 2}, "follows tp"),
         ("megatron-core", "mixtral-8x7b", {"dp": 8, "tp": 2, "ep": 8, "etp": 4}, "does not divide tp·cp·dp"),
         ("megatron-core", "mixtral-8x7b", {"dp": 8, "tp": 2, "ep": 8, "etp": 3}, "FFN width"),
     ],
@@ -321,3 +322,17 @@ def test_an_expert_tensor_parallelism_that_cannot_run_names_the_field(framework,
         estimate(get_preset(preset), training, simple_cluster("H100-SXM5-80GB", 2), strategy_from_dict(layout))
     assert e.value.field == "strategy.etp" and words in str(e.value)
     assert "etp" not in Strategy(dp=2).to_dict() and Strategy(dp=2, etp=1).to_dict()["etp"] == 1
+
+
+def test_an_expert_tensor_parallelism_of_a_dense_model_is_a_no_op_with_a_warning():
+    """Megatron-LM takes --expert-tensor-parallel-size without experts (its Llama 3 8B FP8 example
+    passes it) and uses it for none: costed as the same layout without it, and said so."""
+    from cost_model.strategy import strategy_from_dict
+    from cost_model.transformer.spec import get_preset
+
+    training = training_from_dict({"global_batch_size": 128, "sequence_length": 4096})
+    cluster = simple_cluster("H100-SXM5-80GB", 2)
+    asked = estimate(get_preset("llama3-8b"), training, cluster, strategy_from_dict({"dp": 16, "etp": 1}))
+    plain = estimate(get_preset("llama3-8b"), training, cluster, strategy_from_dict({"dp": 16}))
+    assert (asked.step_time_s, asked.peak_memory_GB) == (plain.step_time_s, plain.peak_memory_GB)
+    assert any("etp=1 has no effect on a dense model" in w for w in asked.warnings), asked.warnings

@@ -99,7 +99,8 @@ def test_bisection_split_finds_the_least_bottleneck_under_memory():
     choice = np.zeros(g.num_ops, dtype=np.int64)
     t_op = op_times(tables, choice)
     rows = tables.row_start[:-1] + choice
-    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes)[rows]
+    static = static_for_fragmentation(tables.weights_bytes, tables.gradients_bytes, tables.optimizer_state_bytes,
+                                      tables.training.framework)[rows]
     act = tables.activation_bytes[rows]
     cap = tables.mesh.device.memory_bytes * (1 - HEADROOM)
     order = tables.analysis.order

@@ -40,7 +40,7 @@ def reference_rows(model, training, max_gpus, gpn, pins):
     pps = [pins["pp"]] if "pp" in pins else (pp_choices(L) if r.pipeline_parallel else [1])
     dps = pick("dp", [d for d in range(1, B + 1) if B % d == 0])
     # selective differs from none with unfused attention, or as torchtitan's op-level policy (dense layers)
-    op_level = r.selective_recompute == "op-level" and not model.is_moe and not model.is_mla
+    op_level = r.selective_recompute == "op-level"
     own = training.attention == "unfused" or op_level
     # Megatron-Core, a model with MoE or MLA layers: selective with the output-discarding modules too
     lean = lean_recompute_modules(model) if r.recompute_modules else ()
@@ -68,7 +68,9 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         if ep > 1 and r.ep_over_sharding and (cp > 1 or ep % tp or (tp * dp) % ep):
             continue
         m = B // dp // mbs
-        if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
+        # the search's interleaved chunks are even; a pinned vpp's may be near-even (one decoder layer each at least)
+        uneven_ok = pins.get("vpp", 1) > 1 and pp * vpp <= L
+        if vpp > 1 and (pp == 1 or (L % (pp * vpp) and not uneven_ok) or m % pp):
             continue
         if vpp > 1 and training.framework == "paddle" and pp <= 2:  # Paddle's interleaved schedule: pp > 2
             continue

@@ -79,18 +79,19 @@ def test_the_safe_search_reuses_the_first_searchs_costing_and_plans_the_same(mon
 
 def test_oversubscribed_spine_moves_the_bandwidth_hungry_dimension_inside_a_pod():
     settings = SolverSettings(time_limit_s=20)
-    full = plan(parse_plan_request(_llama(1.0)), settings)
+    no_cp = {"cp": 1}  # data parallelism the one way to scale past a pod's tp·pp
+    full = plan(parse_plan_request(_llama(1.0, constraints=no_cp)), settings)
     # full bisection: data parallelism (its gradient and parameter collectives) spans pods
     assert "dp" in _pod_crossers(full)
-    # the nesting comparison is the answer's own (with full bisection a faster layout is
-    # memory-tight, so the safe search supplies the answer): its chosen entry is the best plan
-    assert any("memory-tight" in w for w in full.warnings)
-    chosen = [e for e in full.nesting if e["chosen"]]
-    assert len(chosen) == 1 and chosen[0]["step_time_s"] == pytest.approx(full.best_step_time_s, rel=1e-9)
-    over = plan(parse_plan_request(_llama(64.0)), settings)
+    over = plan(parse_plan_request(_llama(64.0, constraints=no_cp)), settings)
     assert over.best_step_time_s > full.best_step_time_s
     # 1:64 spine: only the pipeline's point-to-point sends cross pods
     assert _pod_crossers(over) == ["pp"]
+    # the nesting comparison is the answer's own (a faster layout is memory-tight, so the safe
+    # search supplies the answer): its chosen entry is the best plan
+    assert any("memory-tight" in w for w in over.warnings)
+    chosen = [e for e in over.nesting if e["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["step_time_s"] == pytest.approx(over.best_step_time_s, rel=1e-9)
     assert over.best.strategy.dp * over.best.strategy.tp * over.best.strategy.cp <= 16 * 8
     text = over.to_dict(alternative_ranks=False)["explanation"]["placement"]
     assert "pp across pods" in text
