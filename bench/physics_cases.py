@@ -22,6 +22,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``selective_recompute_by_framework``: Llama-2 13B under FSDP FULL_SHARD on 8 H100, 2 × 4096
   tokens per micro-batch: no recompute, torchtitan's op-level selective checkpointing and full
   recompute (step and peak), against Megatron's selective recompute with FlashAttention (= none);
+* ``selective_recompute_moe_mla``: torchtitan's deepseek_v3_16b recipe (DeepSeek-V2-Lite's MLA
+  and 64-expert MoE layers, FSDP on 8 H100, ep 8, 4 × 4096 tokens per GPU): no recompute, its
+  op-level selective checkpointing (the routed experts' grouped GEMMs recomputed, both
+  all-to-alls' outputs kept) and full recompute — step and peak;
 * ``recompute_modules``: Megatron-Core's ``--recompute-modules`` on Qwen3-30B-A3B (tp 2, pp 2,
   ep 8): activations and step for the attention core alone, ``moe_act``, ``layernorm``, both, and
   the whole MoE layer;
@@ -232,6 +236,25 @@ def selective_recompute_by_framework() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP FULL_SHARD dp 8 on 8 H100, micro-batch 2 x 4096", "rows": rows}
 
 
+#: DeepSeek-V2-Lite's config.json shape, torchtitan's deepseek_v3 "16B" flavor: MLA without a
+#: query rank, 64 experts of 1408 (top-6) beside 2 shared ones, the first layer dense.
+DSV2_LITE = {"model_type": "deepseek_v3", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16,
+             "num_key_value_heads": 16, "intermediate_size": 10944, "vocab_size": 102400, "tie_word_embeddings": False,
+             "n_routed_experts": 64, "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "n_shared_experts": 2,
+             "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+             "qk_nope_head_dim": 128, "v_head_dim": 128}
+
+
+def selective_recompute_moe_mla() -> dict[str, Any]:
+    model = from_hf_config(DSV2_LITE, name="deepseek-v2-lite (torchtitan deepseek_v3 16B)")
+    tr = Training(global_batch_size=32, sequence_length=4096, framework="fsdp")
+    rows = []
+    for rc in ("none", "selective", "full"):
+        est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, ep=8, micro_batch_size=4, zero_stage=3, recompute=rc))
+        rows.append(_row(est, recompute=rc, activations_GB=round(est.to_dict()["memory_breakdown_GB"][0]["activations"], 1)))
+    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8, ep 8 on 8 H100, 4 x 4096 tokens per GPU", "rows": rows}
+
+
 def hsdp_vs_full_shard() -> dict[str, Any]:
     model = from_hf_config({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}, name="llama3-8b")
@@ -379,7 +402,7 @@ def memory_interval_state_dominated() -> dict[str, Any]:
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
-                                  selective_recompute_by_framework, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
+                                  selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
                                   optimizer_precision, eager_vs_fused,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 

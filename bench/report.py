@@ -100,6 +100,14 @@ def physics() -> str | None:
         f"fsdp {rc} {sel_row('fsdp', rc)['step_time_s']:.2f} s at {sel_row('fsdp', rc)['peak_memory_GB']:.1f} GB" for rc in ("none", "selective", "full"))
         + f" — torchtitan's op-level checkpointing keeps about half the activations; Megatron's selective recompute with FlashAttention "
         f"is no recompute ({sel_row('megatron-core', 'selective')['peak_memory_GB']:.1f} GB).")
+    mm = d.get("selective_recompute_moe_mla")
+    if mm:
+        by_rc = {r["recompute"]: r for r in mm["rows"]}
+        out.append(f"* **Op-level checkpointing of MLA and MoE layers** ({mm['model']}, {mm['layout']}): "
+                   + ", ".join(f"{rc} {by_rc[rc]['step_time_s']:.2f} s at {by_rc[rc]['peak_memory_GB']:.1f} GB"
+                               + ("" if by_rc[rc]["fits"] else " (does not fit)") for rc in ("none", "selective", "full"))
+                   + " — torchtitan's policy keeps every other matmul of the MLA projections, the router and the shared experts, the "
+                   "top-k and both all-to-alls' outputs, and recomputes the routed experts' grouped GEMMs.")
     hs = d.get("hsdp_vs_full_shard")
     if hs:
         by = {(r["nodes"], r["sharding"].split()[0]): r for r in hs["rows"]}
