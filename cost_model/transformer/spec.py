@@ -594,12 +594,17 @@ FAMILY_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, required: bool = True, default: int | None = None) -> int | None:
+def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], path: str, required: bool = True, default: int | None = None,
+               minimum: int = 1) -> int | None:
+    """The first of ``keys`` present (not null) as an integer of at least ``minimum`` (0 for the
+    counts and widths a config writes as 0 to say "none": shared experts, a query rank, MTP
+    modules)."""
     for key in keys:
         if key in cfg and cfg[key] is not None:
             val = cfg[key]
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise InvalidModel(f"must be a positive integer, got {val!r}", field=f"{path}.{key}")
+            if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
+                what = "a positive integer" if minimum >= 1 else "a non-negative integer"
+                raise InvalidModel(f"must be {what}, got {val!r}", field=f"{path}.{key}")
             if val > 100_000_000:  # Llama 4 Scout's context is 10,485,760 positions
                 raise InvalidModel(f"is implausibly large ({val})", field=f"{path}.{key}")
             return val
@@ -757,8 +762,8 @@ def _moe(cfg: Mapping[str, Any], family: str, layers: int, inter: int | None, pa
     expert_ffn = _int_field(cfg, ("moe_intermediate_size",), path, required=False) or inter
     if expert_ffn is None:
         raise InvalidModel("is required for an MoE model (or moe_intermediate_size)", field=f"{path}.intermediate_size")
-    shared = _int_field(cfg, ("shared_expert_intermediate_size",), path, required=False, default=0) or 0
-    n_shared = _int_field(cfg, names["shared_experts"], path, required=False, default=0) or 0
+    shared = _int_field(cfg, ("shared_expert_intermediate_size",), path, required=False, default=0, minimum=0) or 0
+    n_shared = _int_field(cfg, names["shared_experts"], path, required=False, default=0, minimum=0) or 0
     if family == "llama4":  # Llama4TextMoe: one shared expert, Llama4TextMLP of intermediate_size
         n_shared = 1
     shared += n_shared * expert_ffn
@@ -782,7 +787,7 @@ def _mla(cfg: Mapping[str, Any], heads: int, path: str) -> dict[str, Any]:
     if not kv_rank:
         return {}
     return {
-        "q_lora_rank": _int_field(cfg, ("q_lora_rank",), path, required=False, default=0),
+        "q_lora_rank": _int_field(cfg, ("q_lora_rank",), path, required=False, default=0, minimum=0),
         "kv_lora_rank": kv_rank,
         "qk_rope_head_dim": _int_field(cfg, ("qk_rope_head_dim",), path),
         "head_dim": _int_field(cfg, ("qk_nope_head_dim",), path),
@@ -1148,7 +1153,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str | None = None, field_path: 
         if not alibi:
             kw.update(_rope(cfg, path))
     kw.update(_windows(cfg, model_type, layers, path))
-    mtp = _int_field(cfg, ("num_nextn_predict_layers",), path, required=False, default=0) or 0
+    mtp = _int_field(cfg, ("num_nextn_predict_layers",), path, required=False, default=0, minimum=0) or 0
     tie = _bool_field(cfg, "tie_word_embeddings", path, defaults["tie"])
     spec = TransformerSpec(
         name="",

@@ -176,6 +176,15 @@ def test_ernie_4_5_reads_its_own_moe_field_names():
         with pytest.raises(InvalidModel) as err:
             from_hf_config({**load("ernie-4.5-21b-a3b"), **bad})
         assert err.value.field == f"model.transformer.{next(iter(bad))}"
+    # ERNIE-4.5-300B-A47B's config.json writes moe_num_shared_experts 0: no shared expert, not a bad count;
+    # so do other configs for a query rank, MTP modules and shared-expert widths
+    none_shared = from_hf_config({**load("ernie-4.5-21b-a3b"), "moe_num_shared_experts": 0})
+    assert none_shared.is_moe and none_shared.shared_expert_ffn_hidden_size == 0
+    for zero in ({"shared_expert_intermediate_size": 0}, {"num_nextn_predict_layers": 0}):
+        assert from_hf_config({**load("qwen3-30b-a3b"), **zero}).shared_expert_ffn_hidden_size == 0
+    with pytest.raises(InvalidModel) as err:
+        from_hf_config({**load("ernie-4.5-21b-a3b"), "moe_num_shared_experts": -1})
+    assert err.value.field == "model.transformer.moe_num_shared_experts" and "non-negative" in err.value.message
     # ERNIE's names are not read for another family, so there they are named in the warnings
     qwen = from_hf_config({**load("qwen3-30b-a3b"), "moe_k": 2})
     assert qwen.experts_per_token == 8 and any("moe_k" in w for w in qwen.warnings)
