@@ -321,12 +321,8 @@ def layout_rule_violation(
     if zero_stage not in r.zero_stages:
         names = ", ".join(f"{z} ({r.sharding_name[z]})" for z in r.zero_stages)
         return "zero_stage", f"{framework}: no zero_stage {zero_stage}; its sharding stages are {names}"
-    if (
-        zero_stage >= 2
-        and pp > 1
-        and not r.sharding_with_pipeline
-        and not one_rank_sharding_dropped(framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp)
-    ):
+    if zero_stage >= 2 and pp > 1 and not r.sharding_with_pipeline and not one_rank_sharding_dropped(
+            framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp):
         return "zero_stage", (
             f"{framework}: zero_stage={zero_stage} with pp={pp}: gradient/parameter sharding conflicts with pipeline "
             "gradient accumulation (stage ≤ 1 with pipelines; FSDP with a pipeline does: framework fsdp)"
@@ -389,10 +385,8 @@ def dense_etp_note(etp: int) -> str:
 
 def one_rank_sharding_note(framework: str, zero_stage: int) -> str:
     """Warning for a sharding stage that :func:`one_rank_sharding_dropped` runs as none."""
-    return (
-        f"{framework}: sharding stage {zero_stage} over a sharding group of one rank is no sharding (PaddleNLP's Trainer "
-        "drops it: 'sharding_parallel_degree=1 means no sharding'): costed and launched as zero_stage 0"
-    )
+    return (f"{framework}: sharding stage {zero_stage} over a sharding group of one rank is no sharding (PaddleNLP's Trainer "
+            "drops it: 'sharding_parallel_degree=1 means no sharding'): costed and launched as zero_stage 0")
 
 
 def partial_sharding_violation(framework: str, *, dp: int | None, dp_shard: int, zero_stage: int | None) -> str | None:
@@ -586,9 +580,7 @@ def required_expert_tensor_parallel(framework: str, is_moe: bool, linear_bias: b
     return 1 if framework == "megatron-core" and linear_bias else None
 
 
-def required_expert_tensor_parallel_violation(
-    framework: str, is_moe: bool, linear_bias: bool, etp: int, ep: int
-) -> str | None:
+def required_expert_tensor_parallel_violation(framework: str, is_moe: bool, linear_bias: bool, etp: int, ep: int) -> str | None:
     """Reason when an asked ``etp`` (0: not asked) is not the one the framework requires of the
     model at expert parallelism ``ep`` (:func:`required_expert_tensor_parallel`), else None."""
     required = required_expert_tensor_parallel(framework, is_moe, linear_bias, ep)

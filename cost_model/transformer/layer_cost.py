@@ -982,9 +982,7 @@ def op_level_recomputed_gemm_flops(model: TransformerSpec, T: ArrayOrFloat, tp: 
     :func:`cost_model.transformer.moe.moe_ffn_costs`)."""
     redone = sum((2.0 * i * o for i, o in op_level_matmuls(model, tp)[1::2]), start=0.0)
     if model.is_moe:
-        redone = (
-            redone + 2.0 * model.experts_per_token * model.ffn_matrices * model.hidden_size * model.ffn_hidden_size / tp
-        )
+        redone = redone + 2.0 * model.experts_per_token * model.ffn_matrices * model.hidden_size * model.ffn_hidden_size / tp
     return np.asarray(T * redone, dtype=float)
 
 
@@ -1076,16 +1074,10 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         moe_saved: ArrayOrFloat = 0.0
         if model.is_moe:
             T_loc = local_tokens(sc * b, t, S.sp)
-            slots = received_slots(
-                T_loc,
-                float(model.experts_per_token),
-                expert_load_factor(T_loc * model.experts_per_token, S.ep, training.moe_capacity_factor),
-                expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin),
-                S.sp,
-            )
-            moe_saved = T_loc * model.experts_per_token * TOPK_SAVED_BYTES + np.where(
-                S.ep > 1, 2.0 * slots * h * eb, 0.0
-            )
+            k_tok = float(model.experts_per_token)
+            load = expert_load_factor(T_loc * k_tok, S.ep, training.moe_capacity_factor)
+            slots = received_slots(T_loc, k_tok, load, expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin), S.sp)
+            moe_saved = T_loc * k_tok * TOPK_SAVED_BYTES + np.where(S.ep > 1, 2.0 * slots * h * eb, 0.0)
         stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter + moe_saved, stored)
     else:
         # Megatron-Core's --recompute-modules beyond the attention core (selective_module_costs)

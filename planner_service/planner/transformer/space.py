@@ -284,9 +284,7 @@ def enumerate_space(
         cols = _cross(cols, "zero", [pins["zero_stage"]])
         if rules.drops_one_rank_sharding and pins["zero_stage"] >= 2:
             # the pinned stage over a one-rank group runs as none (one_rank_sharding_dropped): those rows are stage 0
-            one_rank = (
-                (cols["dp"] == 1) if not pins.get("dp_shard") else np.full(len(cols["dp"]), pins["dp_shard"] == 1)
-            )
+            one_rank = (cols["dp"] == 1) if not pins.get("dp_shard") else np.full(len(cols["dp"]), pins["dp_shard"] == 1)
             cols["zero"] = np.where(one_rank, 0, cols["zero"])
     else:
         # Stage 1 only with a pipeline (2/3 conflict with gradient accumulation across
