@@ -145,6 +145,9 @@ class FrameworkRules:
     #: the step reduces them once (Megatron-Core, DeepSpeed's engine, Paddle's sharding).
     #: Read by ``transformer.layer_cost``'s per-micro-batch sync rules.
     reduces_every_backward: bool = False
+    #: pure 16-bit training without an fp32 master copy (``training.master_weights`` false), in
+    #: the framework's terms; empty where it has none
+    pure_bf16: str = ""
     #: the gradients live in one buffer allocated once for the run (Megatron-Core's
     #: ``_ParamAndGradBuffer``: ``main_grad`` views into a contiguous ``grad_data``), so the
     #: caching allocator's fragmentation does not touch them, as it does not the resident weights
@@ -242,6 +245,7 @@ RULES: dict[str, FrameworkRules] = {
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,
+        pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
@@ -752,6 +756,23 @@ def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str 
     return None
 
 
+def master_weights_violation(framework: str, dtype: str, master_weights: bool) -> str | None:
+    """Reason when ``master_weights: false`` (pure bf16 training) cannot be run, else None: it
+    exists where the framework trains every tensor in bf16 (``FrameworkRules.pure_bf16``: FSDP
+    trainers — torchtitan's ``training.dtype = "bfloat16"``, "all parameters, gradients, and
+    optimizer states in bfloat16, without an extra copy of fp32 weights"), and only under bf16
+    training (Megatron-Core, DeepSpeed and Paddle keep fp32 master weights under 16-bit training)."""
+    if master_weights:
+        return None
+    r = rules_for(framework)
+    if not r.pure_bf16:
+        where = " and ".join(f"{x.name}'s {x.pure_bf16}" for x in RULES.values() if x.pure_bf16)
+        return f"{framework}: keeps fp32 master weights under 16-bit training (pure bf16 training is {where}); leave it out"
+    if dtype != "bf16":
+        return f"master_weights: false is pure bf16 training (dtype bf16); with {dtype} training leave it out"
+    return None
+
+
 def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, precision_aware: bool,
                                   dtypes: Mapping[str, str]) -> tuple[str, str] | None:
     """(training field, reason) when an optimizer-precision setting is given where Megatron-Core
@@ -882,6 +903,7 @@ __all__ = [
     "ep_group_divisor",
     "interleaved_schedule_violation",
     "layout_rule_violation",
+    "master_weights_violation",
     "moe_overlap_layout_violation",
     "optimizer_precision_violation",
     "precision_aware_zero_violation",

@@ -14,6 +14,7 @@ from cost_model.frameworks import (
     cp_exchange_rule_violation,
     dtype_rule_violation,
     grad_accum_rule_violation,
+    master_weights_violation,
     moe_training_violation,
     optimizer_precision_violation,
     tp_comm_overlap_violation,
@@ -87,6 +88,12 @@ class Training:
     as the 16 low bits beside the bf16 weight by default, and the moments) with
     ``main_params_dtype``, ``exp_avg_dtype`` and ``exp_avg_sq_dtype``
     (:func:`cost_model.transformer.layer_cost.model_state_bytes_per_param`).
+
+    ``master_weights`` (``fsdp`` under bf16; true by default): false is pure bf16 training —
+    weights, gradients and the optimizer's moments all in bf16, no fp32 master copy (torchtitan's
+    ``training.dtype = "bfloat16"``, torchtune's default, a Hugging Face model loaded in bf16):
+    2 + 2 + 4 bytes a parameter under Adam instead of 2 + 4 + 12
+    (:func:`cost_model.frameworks.master_weights_violation`).
     """
 
     global_batch_size: int
@@ -111,6 +118,7 @@ class Training:
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
+    master_weights: bool = True
 
     @property
     def adam(self) -> bool:
@@ -160,7 +168,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
-                                     "grad_accum_dtype": None, "precision_aware_optimizer": False,
+                                     "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -195,7 +203,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
-    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer"):
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -228,6 +236,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                                   {k: out.get(k, v[0]) for k, v in OPTIMIZER_DTYPES.items()})
     if precision_why is not None:
         raise InvalidTraining(precision_why[1], field=f"{field_path}.{precision_why[0]}")
+    why = master_weights_violation(framework, out.get("dtype", "bf16"), bool(out.get("master_weights", True)))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.master_weights")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
                                      out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
     if moe_why is not None:

@@ -1357,7 +1357,9 @@ def model_state_bytes_per_param(
     Mixed precision with Adam (Rajbhandari et al. 2020; Megatron docs): 16-bit weights (2),
     fp32 gradient accumulation (4, as Megatron does), fp32 master weights + momentum +
     variance (12).  fp32 training: weights 4, gradients 4, Adam moments 8.  SGD keeps one
-    momentum (4) plus the fp32 master copy under mixed precision.  ZeRO divides over ``shard``
+    momentum (4) plus the fp32 master copy under mixed precision.  Pure bf16 training
+    (``training.master_weights`` false: torchtitan's ``training.dtype = "bfloat16"``, the
+    optimizer's state taking the parameters' dtype): weights 2, gradients 2, Adam moments 4 (SGD 2).  ZeRO divides over ``shard``
     ranks: stage ≥1 the optimizer state, ≥2 the gradients, 3 the weights.
 
     Megatron-Core's gradient buffer and optimizer state follow its optimizer-precision settings
@@ -1374,6 +1376,8 @@ def model_state_bytes_per_param(
     w = 2.0 if mixed else 4.0
     g = 4.0
     o = (12.0 if mixed else 8.0) if training.adam else (8.0 if mixed else 4.0)
+    if not training.master_weights:  # pure bf16: bf16 gradients and moments, no fp32 master copy
+        g, o = 2.0, (4.0 if training.adam else 2.0)
     settings = rules_for(training.framework).optimizer_precision  # the framework's optimizer-precision settings
     if "precision_aware_optimizer" in settings:  # Megatron-Core's optimizer (defaults: the above)
         g, o = megatron_optimizer_state_bytes(training)
@@ -1392,16 +1396,17 @@ def model_state_bytes_per_param(
     # partitioned over the data-parallel group at stage 0 as at stage 1 (its constructor
     # narrows ``bf16_groups_flat`` into ``real_dp_world_size`` partitions whatever the stage).
     grads = np.where(bf16_optimizer(training, z, pp), 2.0 + 4.0, grads)
-    if mixed and training.framework == "fsdp":
+    if mixed and training.framework == "fsdp" and training.master_weights:
         # FSDP FULL_SHARD with MixedPrecision: the sharded flat parameter is the fp32 master
         # (4/shard; the 16-bit copy exists only unsharded, for the layers being computed), so
         # the optimizer adds its moments alone (PyTorch FSDP docs, ``MixedPrecision``).
         weights = np.where(z >= 3, 4.0 / shard, weights)
         opt = np.where(z >= 3, (o - 4.0) / shard, opt)
     # FSDP inside a pipeline stage (:func:`pipelined_fsdp`): the unsharded 16-bit weights stay
-    # beside the fp32 shard, the gradients accumulate unsharded in fp32.
+    # beside the shard (fp32, or bf16 in pure bf16), the gradients accumulate unsharded in fp32
+    # (torchtitan's reduce dtype).
     piped = pipelined_fsdp(training, z, pp)
-    weights = np.where(piped, w + 4.0 / shard, weights)
+    weights = np.where(piped, w + (4.0 if training.master_weights else w) / shard, weights)
     grads = np.where(piped, 4.0, grads)
     return weights, grads, opt
 
@@ -1818,7 +1823,12 @@ def optimizer_bytes_per_param(training: Training) -> float:
     (4 B): 34 B/param.  SGD: 22 B/param.  fp32 training: the master copy is the weight.
     Unfused (``training.fused_kernels`` false): PyTorch's for-loop Adam,
     :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision).
+    Pure bf16 (``training.master_weights`` false): every tensor at 2 B — Adam reads the weight,
+    gradient and two moments and writes the weight and moments, plus the gradient-norm read
+    (16 B); SGD 12 B.
     """
+    if not training.master_weights:
+        return 16.0 if training.adam else 12.0
     if training.adam:
         if not training.fused_kernels:
             return EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)

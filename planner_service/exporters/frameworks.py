@@ -880,6 +880,9 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
         "seq_len": view.training.get("sequence_length"),
         "mixed_precision_param": DTYPE_NAMES.get(view.training.get("dtype", "bf16"), "bfloat16"),
     }
+    if view.training.get("master_weights") is False:
+        # pure bf16, as priced: "all parameters, gradients, and optimizer states in bfloat16, without an extra copy of fp32 weights"
+        training["dtype"] = "bfloat16"
     recompute = view.s("recompute", "none")
     ac = {"mode": recompute, "selective_ac_option": "op" if recompute == "selective" else None}
     sections: dict[str, Any] = {

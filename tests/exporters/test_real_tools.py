@@ -399,3 +399,18 @@ def test_torchtitan_refuses_fp16_and_turns_cuda_graphs_off_for_experts():
     moe["best"]["ranks"] = _ranks(4, 4, 1, 1, lambda p, d, c, t: ("node7" if d < 2 else "node66", (d % 2) * 4 + t, "h100", "H100-SXM5-80GB"))
     moe["best"].pop("stages")
     assert "--training.disable-cuda-graphs" in _overrides(render(moe, "torchtitan", PARAMS))
+
+
+def test_torchtitan_runs_a_pure_bf16_plan_in_bf16():
+    # a plan priced without fp32 master weights (training.master_weights false) launches as torchtitan's
+    # training.dtype = "bfloat16": "all parameters, gradients, and optimizer states in bfloat16"
+    import tomllib
+
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"]["master_weights"] = False
+    art = render(plan, "torchtitan", PARAMS)
+    assert tomllib.loads(art.files["torchtitan.toml"])["training"]["dtype"] == "bfloat16"
+    assert manager.ConfigManager().parse_args(_overrides(art)).training.dtype == "bfloat16"
+    plan["training"].pop("master_weights")
+    assert "dtype" not in tomllib.loads(render(plan, "torchtitan", PARAMS).files["torchtitan.toml"])["training"]

@@ -126,6 +126,7 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
      422, "training.tp_comm_overlap"),
     ("training-exp-avg-dtype-without-precision-aware", "POST", "/v1/plans", _with(PLAN, "training.exp_avg_dtype", "bf16"), 422,
      "training.exp_avg_dtype"),
+    ("training-pure-bf16-megatron", "POST", "/v1/plans", _with(PLAN, "training.master_weights", False), 422, "training.master_weights"),
     ("constraint-precision-aware-optimizer-zero3", "POST", "/v1/plans",
      {**_with(PLAN, "training.precision_aware_optimizer", True), "constraints": {"zero_stage": 3}}, 422, "constraints.zero_stage"),
     ("constraint-zero3-native-deepspeed-moe", "POST", "/v1/plans",

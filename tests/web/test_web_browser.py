@@ -508,7 +508,7 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
                         "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
-                        "exp_avg_dtype", "exp_avg_sq_dtype"}
+                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -521,10 +521,11 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     # the contract's defaults are what the controls show
     shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value")
              for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-grad-accum", "#t-moe-dispatcher", "#t-moe-overlap",
-                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq")}
+                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq", "#t-master-weights")}
     assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "",
                      "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false", "#t-precision-aware": "false",
-                     "#t-main-grads": "fp32", "#t-main-params": "fp32", "#t-exp-avg": "fp32", "#t-exp-avg-sq": "fp32"}
+                     "#t-main-grads": "fp32", "#t-main-params": "fp32", "#t-exp-avg": "fp32", "#t-exp-avg-sq": "fp32",
+                     "#t-master-weights": "true"}
     assert css(d, "#t-moe-capacity").get_attribute("value") == ""
 
     # each changed control reaches the body under its contract name, with its JSON type
@@ -604,6 +605,25 @@ def test_megatron_cores_optimizer_precision_is_planned_from_the_page(browser, li
     css(d, "#submit-plan").click()
     plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
     assert {k: plan["training"][k] for k in chosen} == chosen and plan["best"]["strategy"]["zero_stage"] == 1
+
+
+def test_pure_bf16_training_is_planned_from_the_page(browser, live_server):
+    """FSDP without fp32 master weights (torchtitan's training.dtype bfloat16), chosen on the
+    page: the body carries master_weights false, the stored plan keeps it with 2 + 2 + 4 bytes of
+    state a parameter, and under Megatron-Core it is refused next to the control."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    css(d, "#training-options summary").click()
+    control = css(d, "#t-master-weights")
+    Select(control).select_by_value("false")
+    assert form_body(d)["training"]["master_weights"] is False
+    submit_and_expect_error_at(d, control, "training.master_weights: megatron-core: keeps fp32 master weights", "torchtitan")
+    small_one_node_form(d, live_server, "fsdp")
+    css(d, "#training-options summary").click()
+    Select(css(d, "#t-master-weights")).select_by_value("false")
+    css(d, "#submit-plan").click()
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert plan["training"]["master_weights"] is False
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

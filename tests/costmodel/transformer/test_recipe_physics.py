@@ -139,3 +139,35 @@ def test_a_sharding_stage_over_one_rank_is_no_sharding_under_paddle():
     asked, plain = (estimate(model, train, cluster, Strategy(**layout, zero_stage=z)) for z in (2, 0))
     assert asked.step_time_s == plain.step_time_s and np.allclose(asked.peak_memory_GB, plain.peak_memory_GB)
     assert any("sharding stage 2 over a sharding group of one rank is no sharding" in w for w in asked.warnings)
+
+
+def test_pure_bf16_training_keeps_no_fp32_master_copy():
+    """torchtune's Llama 3.3 70B full fine-tune on 16 H100 trains every tensor in bf16 (torchtitan:
+    training.dtype = "bfloat16", "without an extra copy of fp32 weights"): 2 + 2 + 4 bytes a
+    parameter of sharded state instead of FSDP's 4 (the fp32 sharded parameter is the master) + 4
+    + 8 — it fits where mixed precision does not — and its optimizer step moves 16 bytes a
+    parameter instead of 34."""
+    from cost_model.errors import InvalidTraining
+    from cost_model.training import training_from_dict
+    from cost_model.transformer.layer_cost import model_state_bytes_per_param, optimizer_bytes_per_param
+
+    pure = training_from_dict({"global_batch_size": 16, "sequence_length": 4096, "framework": "fsdp", "master_weights": False})
+    mixed = training_from_dict({"global_batch_size": 16, "sequence_length": 4096, "framework": "fsdp"})
+    assert [float(x) for x in model_state_bytes_per_param(pure, 3, 1.0, 1)] == [2.0, 2.0, 4.0]
+    assert [float(x) for x in model_state_bytes_per_param(mixed, 3, 1.0, 1)] == [4.0, 4.0, 8.0]
+    assert optimizer_bytes_per_param(pure) == 16.0 < optimizer_bytes_per_param(mixed)
+    assert pure.to_dict()["master_weights"] is False and "master_weights" not in mixed.to_dict()
+    model, cluster = get_preset("llama3-70b"), simple_cluster("H100-SXM5-80GB", 2)
+    s = Strategy(dp=16, micro_batch_size=1, recompute="full", zero_stage=3)
+    lean, full_state = (estimate(model, t, cluster, s) for t in (pure, mixed))
+    assert lean.fits and not full_state.fits
+    assert lean.stages[0].memory_GB["optimizer_state"] == pytest.approx(full_state.stages[0].memory_GB["optimizer_state"] / 2, rel=1e-9)
+    assert lean.breakdown_s["optimizer"] < full_state.breakdown_s["optimizer"]
+    for body, words in (({"framework": "megatron-core"}, "keeps fp32 master weights"), ({"framework": "fsdp", "dtype": "fp32"}, "dtype bf16"),
+                        ({"framework": "deepspeed"}, "torchtitan's training.dtype")):
+        with pytest.raises(InvalidTraining) as err:
+            training_from_dict({"global_batch_size": 16, "sequence_length": 4096, "master_weights": False, **body})
+        assert err.value.field == "training.master_weights" and words in err.value.message
+    with pytest.raises(InvalidTraining) as err:
+        training_from_dict({"global_batch_size": 16, "sequence_length": 4096, "framework": "fsdp", "master_weights": "no"})
+    assert err.value.field == "training.master_weights"
