@@ -26,6 +26,11 @@ reproducing the run would ask it to.  Reported:
 
 Rows the catalog cannot express (a device or number format it lacks) are counted apart.
 
+Beside them, the layouts frameworks ship as examples and recipes
+(``cost_model/data/framework_recipes.json``, :mod:`cost_model.validation.recipes`: configurations,
+no measured figure) are each estimated as stated: accepted (no refusal, predicted to fit, tight
+counted apart) or not, against what each entry expects.
+
 Run: make bench-acceptance   (writes bench/results/acceptance.json);
 ``python bench/acceptance.py --write`` also stores the memory interval.
 """
@@ -60,8 +65,9 @@ from cost_model.transformer.memory import reload as reload_memory  # noqa: E402
 from cost_model.units import bytes_to_gb  # noqa: E402
 from cost_model.validation.fidelity import quantile  # noqa: E402
 from cost_model.validation.published import PublishedCase, Unplannable, all_rows  # noqa: E402
+from cost_model.validation.recipes import load_recipes, recipe_body  # noqa: E402
 from planner_service.planner import SolverSettings, plan  # noqa: E402
-from planner_service.planner.request import Constraints, PlanRequest  # noqa: E402
+from planner_service.planner.request import Constraints, PlanRequest, parse_estimate_request  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "acceptance.json"
 INTERVAL = ROOT / "cost_model" / "data" / "memory_interval.json"
@@ -230,6 +236,31 @@ def interval_document(summary: dict[str, Any], fragmentation: float) -> dict[str
     }
 
 
+def shipped_recipes() -> dict[str, Any]:
+    """Each shipped recipe estimated as stated: its verdict (``fits``, ``tight``, ``does_not_fit``
+    or ``refused`` with the error) against what the entry expects."""
+    from cost_model.estimate import estimate
+
+    rows = []
+    for recipe in load_recipes():
+        try:
+            req = parse_estimate_request({**recipe_body(recipe), "strategy": recipe["strategy"]})
+            est = estimate(req.model, req.training, req.cluster, req.strategy)
+            verdict = "does_not_fit" if not est.fits else ("tight" if est.tight else "fits")
+            row = {"id": recipe["id"], "framework": recipe["training"]["framework"], "verdict": verdict,
+                   "peak_memory_GB": round(max(est.peak_memory_GB), 1), "step_time_s": round(est.step_time_s, 3)}
+        except PlannerError as exc:
+            row = {"id": recipe["id"], "framework": recipe["training"]["framework"], "verdict": "refused", "error": exc.to_dict()}
+        expected = recipe["expect"] == "runs" and row["verdict"] in ("fits", "tight") or recipe["expect"] == row["verdict"]
+        rows.append({**row, "expect": recipe["expect"], "as_expected": expected, **({"why": recipe["why"]} if "why" in recipe else {})})
+    runs = [r for r in rows if r["expect"] == "runs"]
+    return {"recipes": len(rows), "runs": len(runs), "runs_accepted": sum(r["verdict"] in ("fits", "tight") for r in runs),
+            "runs_tight": sum(r["verdict"] == "tight" for r in runs), "as_expected": sum(r["as_expected"] for r in rows),
+            "frameworks": sorted({r["framework"] for r in rows}),
+            "expected_not_to_fit": [{"id": r["id"], "verdict": r["verdict"], "why": r.get("why")} for r in rows if r["expect"] != "runs"],
+            "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="store the measured-peak memory interval in cost_model/data/memory_interval.json, then measure again with it")
@@ -245,12 +276,14 @@ def main() -> None:
         reload_memory()
     # each base fitted on the rows as finally measured (the interval document does not carry it)
     out["summary"]["fragmentation_bases"] = fragmentation_bases(out["rows"], fragmentation_fraction())
+    out["recipes"] = shipped_recipes()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     s = out["summary"]
     print(json.dumps({k: v for k, v in s.items() if k not in ("rejected", "not_plannable", "ooms_accepted")}, indent=1))
     print(f"accepted {s['accepted']}/{s['measured_runs']} measured runs; OOMs refused {s['ooms_refused']}; "
-          f"memory median error {s['memory_median_error']} over {s['memory_rows']} rows")
+          f"memory median error {s['memory_median_error']} over {s['memory_rows']} rows; shipped recipes accepted "
+          f"{out['recipes']['runs_accepted']}/{out['recipes']['runs']} ({out['recipes']['as_expected']}/{out['recipes']['recipes']} as expected)")
 
 
 assert {f.name for f in fields(Strategy)} >= set(PIN_FIELDS)

@@ -208,6 +208,17 @@ def acceptance() -> str | None:
         + _fragmentation_bases(sm.get("fragmentation_bases") or {})
         + (f" {not_plannable} rows are not plannable." if not_plannable else ""),
     ]
+    rc = d.get("recipes")
+    if rc:
+        offload = ", ".join(f"`{r['id']}`" for r in rc["expected_not_to_fit"])
+        out.append(
+            f"\n**Shipped recipes** (the same run, `cost_model/data/framework_recipes.json`: the layouts framework repositories and "
+            "trainers ship as examples — torchtitan, Megatron-LM, the Megatron-MoE model zoo, NeMo, Megatron-Bridge, PaddleNLP, "
+            f"DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune, axolotl, accelerate; {len(rc['frameworks'])} frameworks — configurations "
+            f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
+            "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's); "
+            f"{len(rc['expected_not_to_fit'])} more rely on optimizer offload, which is not costed, and are predicted not to fit ({offload})."
+        )
     return "\n".join(out)
 
 

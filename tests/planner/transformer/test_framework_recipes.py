@@ -1,4 +1,4 @@
-"""The example and recipe configurations frameworks ship (``framework_recipes.json``: torchtitan's
+"""The example and recipe configurations frameworks ship (``cost_model/data/framework_recipes.json``: torchtitan's
 registry and benchmark layouts, Megatron-LM's examples, the Megatron-MoE model zoo, NeMo's
 performance tables, Megatron-Bridge's recipes, PaddleNLP's configs, DeepSpeed-Chat, LLaMA-Factory,
 Megatron-DeepSpeed, LLM Foundry, torchtune (pure bf16), axolotl, accelerate) are real configurations: the planner must accept
@@ -8,32 +8,19 @@ why).  Layouts only: no measured figure of any source enters here."""
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from cost_model.estimate import estimate
+from cost_model.validation.recipes import load_recipes, recipe_body
 from planner_service.planner import SolverSettings, plan
 from planner_service.planner.request import parse_estimate_request, parse_plan_request
 
-RECIPES = json.loads((Path(__file__).parent / "framework_recipes.json").read_text())["recipes"]
-DEVICES = {"H100": "H100-SXM5-80GB", "A100": "A100-SXM4-80GB", "B200": "B200-SXM-192GB", "H200": "H200-SXM-141GB"}
-
-
-def _body(recipe: dict[str, Any]) -> dict[str, Any]:
-    gpus, per_node = recipe["gpus"], min(recipe["gpus_per_node"], recipe["gpus"])
-    device = next((v for k, v in DEVICES.items() if k in (recipe["device"] or "H100").upper()), DEVICES["H100"])
-    return {"model": {"transformer": recipe["model"], "name": recipe["id"]}, "training": recipe["training"],
-            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": math.ceil(gpus / per_node), "gpus_per_node": per_node,
-                                                      "device": device}]}}
+RECIPES = load_recipes()
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r["id"] for r in RECIPES])
 def test_a_shipped_recipe_is_accepted_as_its_framework_runs_it(recipe):
-    req = parse_estimate_request({**_body(recipe), "strategy": recipe["strategy"]})
+    req = parse_estimate_request({**recipe_body(recipe), "strategy": recipe["strategy"]})
     est = estimate(req.model, req.training, req.cluster, req.strategy)
     assert est.step_time_s > 0 and est.num_devices == recipe["gpus"]
     if recipe["expect"] == "runs":
@@ -59,6 +46,6 @@ def test_a_recipes_stated_knobs_pinned_plan_as_the_recipe_runs(rid):
     stated = ("tp", "pp", "vpp", "cp", "ep", "zero_stage", "micro_batch_size", "account_for_embedding_in_pipeline_split",
               "account_for_loss_in_pipeline_split")
     pins = {k: v for k, v in recipe["strategy"].items() if k in stated}
-    res = plan(parse_plan_request({**_body(recipe), "constraints": pins}), SolverSettings(time_limit_s=30))
+    res = plan(parse_plan_request({**recipe_body(recipe), "constraints": pins}), SolverSettings(time_limit_s=30))
     assert all(getattr(res.best.strategy, k) == v for k, v in pins.items() if k != "zero_stage"), res.best.strategy
     assert res.best.prediction.fits
