@@ -113,7 +113,7 @@ class FrameworkRules:
     #: ``group_sharded_parallel`` refuses such a group ("Training must be distributed, ranks must
     #: be greater than 1") and PaddleNLP's Trainer, which its configs run under, drops the stage
     #: first ("sharding_parallel_degree=1 means no sharding, please set sharding to empty!",
-    #: ``sharding`` cleared): :func:`one_rank_sharding_dropped`
+    #: ``sharding`` cleared): :func:`effective_zero_stage`
     drops_one_rank_sharding: bool = False
     #: the fewest pipeline stages its interleaved schedule runs (Paddle's: more than two,
     #: :func:`interleaved_schedule_violation`)
@@ -325,8 +325,7 @@ def layout_rule_violation(
     if zero_stage not in r.zero_stages:
         names = ", ".join(f"{z} ({r.sharding_name[z]})" for z in r.zero_stages)
         return "zero_stage", f"{framework}: no zero_stage {zero_stage}; its sharding stages are {names}"
-    if zero_stage >= 2 and pp > 1 and not r.sharding_with_pipeline and not one_rank_sharding_dropped(
-            framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp):
+    if zero_stage >= 2 and pp > 1 and not r.sharding_with_pipeline:
         return "zero_stage", (
             f"{framework}: zero_stage={zero_stage} with pp={pp}: gradient/parameter sharding conflicts with pipeline "
             "gradient accumulation (stage ≤ 1 with pipelines; FSDP with a pipeline does: framework fsdp)"
@@ -349,8 +348,6 @@ def layout_rule_violation(
     why = interleaved_schedule_violation(framework, pp=pp, vpp=vpp)
     if why is not None:
         return "vpp", why
-    if one_rank_sharding_dropped(framework, zero_stage=zero_stage, shard_ranks=dp_shard or dp):
-        return "zero_stage", one_rank_sharding_note(framework, zero_stage)
     return None
 
 
@@ -358,6 +355,8 @@ def layout_rule_violation(
 #: (:func:`torchtitan_layout_violation`, :func:`cp_sequence_violation` with tp — torchtitan's
 #: both): the search checks its rows against them only there; the table's own rules
 #: (``min_interleaved_pp``, ``drops_one_rank_sharding``) it applies to every row's columns.
+#: :func:`layout_rule_violation` checks the layout as it runs: its callers pass the
+#: :func:`effective_zero_stage`.
 WHOLE_LAYOUT_RULE_FRAMEWORKS = frozenset({"fsdp"})
 
 
@@ -372,13 +371,15 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
     return None
 
 
-def one_rank_sharding_dropped(framework: str, *, zero_stage: int, shard_ranks: int) -> bool:
-    """Whether ``framework`` runs sharding stage ``zero_stage`` over a sharding group of
-    ``shard_ranks`` ranks as no sharding (its rule table's ``drops_one_rank_sharding``: Paddle's,
-    under PaddleNLP's Trainer): the layout is then zero_stage 0 — accepted, costed and launched
-    so, with :func:`one_rank_sharding_note`, rather than refused as a stage the sharding itself
-    cannot run."""
-    return zero_stage >= 2 and shard_ranks == 1 and rules_for(framework).drops_one_rank_sharding
+def effective_zero_stage(framework: str, zero_stage: int, shard_ranks: int) -> int:
+    """The sharding stage ``framework`` runs when asked for ``zero_stage`` over a sharding group of
+    ``shard_ranks`` ranks: 0 where it runs a stage ≥ 2 over one rank as no sharding (its rule
+    table's ``drops_one_rank_sharding``: Paddle's, under PaddleNLP's Trainer) — accepted, costed
+    and launched so, with :func:`one_rank_sharding_note` — else ``zero_stage``.  The one
+    normalisation behind the strategy check, the operator-graph estimate and search, and the
+    transformer search's rows."""
+    dropped = zero_stage >= 2 and shard_ranks == 1 and rules_for(framework).drops_one_rank_sharding
+    return 0 if dropped else zero_stage
 
 
 def dense_etp_note(etp: int) -> str:
@@ -388,7 +389,7 @@ def dense_etp_note(etp: int) -> str:
 
 
 def one_rank_sharding_note(framework: str, zero_stage: int) -> str:
-    """Warning for a sharding stage that :func:`one_rank_sharding_dropped` runs as none."""
+    """Warning for a sharding stage that :func:`effective_zero_stage` runs as none."""
     return (f"{framework}: sharding stage {zero_stage} over a sharding group of one rank is no sharding (PaddleNLP's Trainer "
             "drops it: 'sharding_parallel_degree=1 means no sharding'): costed and launched as zero_stage 0")
 
@@ -911,7 +912,7 @@ __all__ = [
     "required_expert_tensor_parallel",
     "required_expert_tensor_parallel_violation",
     "dense_etp_note",
-    "one_rank_sharding_dropped",
+    "effective_zero_stage",
     "one_rank_sharding_note",
     "torchtitan_layout_violation",
     "tp_comm_overlap_layout_violation",

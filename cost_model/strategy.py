@@ -20,10 +20,10 @@ from cost_model.frameworks import (
     context_parallel_violation,
     cp_sequence_violation,
     deepspeed_moe_violation,
+    effective_zero_stage,
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
-    one_rank_sharding_dropped,
     precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
@@ -357,7 +357,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     numbers."""
     s = strategy
     f = field_path
-    if one_rank_sharding_dropped(training.framework, zero_stage=s.zero_stage, shard_ranks=s.dp_shard or s.dp):
+    if effective_zero_stage(training.framework, s.zero_stage, s.dp_shard or s.dp) != s.zero_stage:
         s = replace(s, zero_stage=0, dp_shard=0)  # what the framework runs; the estimate says so
     if s.etp and not model.is_moe:
         s = replace(s, etp=0)  # no experts to split: Megatron takes the flag and ignores it (dense_etp_note)

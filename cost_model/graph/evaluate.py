@@ -34,7 +34,12 @@ import numpy as np
 
 from cost_model.cluster import Cluster
 from cost_model.errors import InvalidStrategy
-from cost_model.frameworks import layout_rule_violation, precision_aware_zero_violation
+from cost_model.frameworks import (
+    effective_zero_stage,
+    layout_rule_violation,
+    one_rank_sharding_note,
+    precision_aware_zero_violation,
+)
 from cost_model.graph.assign import assignment_from_names, split_stages, stage_from_names
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import bucket_bytes, inflight, mesh_for, pick_group
@@ -234,11 +239,13 @@ def estimate_graph(
     if getattr(strategy, "dp_shard", 0):
         raise InvalidStrategy("operator graphs shard ZeRO over the whole data-parallel group (omit dp_shard)", field="strategy.dp_shard")
     dp, t, pp, mbs = strategy.dp, strategy.tp, strategy.pp, strategy.micro_batch_size
-    rule = layout_rule_violation(training.framework, tp=t, pp=pp, vpp=1, cp=1, ep=1, dp=dp,
-                                 zero_stage=getattr(strategy, "zero_stage", 0), sequence_parallel=False)
+    asked_zero = getattr(strategy, "zero_stage", 0)
+    zero = effective_zero_stage(training.framework, asked_zero, dp)
+    notes = [one_rank_sharding_note(training.framework, asked_zero)] if zero != asked_zero else []
+    rule = layout_rule_violation(training.framework, tp=t, pp=pp, vpp=1, cp=1, ep=1, dp=dp, zero_stage=zero, sequence_parallel=False)
     if rule is not None:  # the framework's rules hold for operator graphs as for transformer layers
         raise InvalidStrategy(rule[1], field=f"strategy.{rule[0]}")
-    why = precision_aware_zero_violation(training.precision_aware_optimizer, getattr(strategy, "zero_stage", 0))
+    why = precision_aware_zero_violation(training.precision_aware_optimizer, zero)
     if why is not None:
         raise InvalidStrategy(why, field="strategy.zero_stage")
     if dp * t * pp > cluster.total_gpus:
@@ -246,7 +253,7 @@ def estimate_graph(
     if pp > graph.num_ops:
         raise InvalidStrategy(f"pp={pp} exceeds the {graph.num_ops} operators", field="strategy.pp")
     group = pick_group(cluster, dp * t * pp, training.dtype, node_group)
-    mesh = mesh_for(training, cluster, dp, t, pp, mbs, getattr(strategy, "zero_stage", 0), group,
+    mesh = mesh_for(training, cluster, dp, t, pp, mbs, zero, group,
                     use_cpu="embedding_on_cpu" in set((op_shardings or {}).values()))
     tables = build_tables(graph, training, mesh)
     choice = assignment_from_names(tables, op_shardings or {})
@@ -259,7 +266,7 @@ def estimate_graph(
         if split is None:  # pragma: no cover - pp ≤ operators was checked above
             raise InvalidStrategy(f"no split of the operators into pp={pp} stages", field="strategy.pp")
         stage_of_op = split
-    return to_estimate(tables, evaluate(tables, choice, stage_of_op))
+    return to_estimate(tables, evaluate(tables, choice, stage_of_op), notes)
 
 
 def _stage_estimate(tables: CostTables, s: StageResult) -> StageEstimate:

@@ -173,7 +173,7 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
 def pin_notes(model: TransformerSpec, training: Training, pins: Mapping[str, Any], strategy: Strategy) -> list[str]:
     """Warnings for pinned fields the framework runs as something else, which the plan's
     strategy shows as run: a sharding stage over a one-rank group (no sharding,
-    :func:`cost_model.frameworks.one_rank_sharding_dropped`), a dense model's etp."""
+    :func:`cost_model.frameworks.effective_zero_stage`), a dense model's etp."""
     notes = []
     if "zero_stage" in pins and strategy.zero_stage != pins["zero_stage"]:
         notes.append(one_rank_sharding_note(training.framework, pins["zero_stage"]))
@@ -283,7 +283,7 @@ def enumerate_space(
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
         if rules.drops_one_rank_sharding and pins["zero_stage"] >= 2:
-            # the pinned stage over a one-rank group runs as none (one_rank_sharding_dropped): those rows are stage 0
+            # the pinned stage over a one-rank group runs as none (effective_zero_stage): those rows are stage 0
             one_rank = (cols["dp"] == 1) if not pins.get("dp_shard") else np.full(len(cols["dp"]), pins["dp_shard"] == 1)
             cols["zero"] = np.where(one_rank, 0, cols["zero"])
     else:
@@ -332,7 +332,7 @@ def enumerate_space(
         cols = _keep(cols, expert_layout_ok(cols["tp"], cols["cp"], cols["ep"], cols["zero"], cols["dp"], cols["dp_shard"]))
     if model.is_moe and rules.deepspeed_engine:  # deepspeed_moe_violation, row by row
         cols = _keep(cols, deepspeed_moe_ok(training.framework, True, cols["zero"], cols["ep"], cols["cp"]))
-    if rules.drops_one_rank_sharding:  # one_rank_sharding_dropped, row by row: what stage 0 already costs
+    if rules.drops_one_rank_sharding:  # effective_zero_stage, row by row: what stage 0 already costs
         shard_ranks = np.where(cols["dp_shard"] > 0, cols["dp_shard"], cols["dp"])
         cols = _keep(cols, ~((cols["zero"] >= 2) & (shard_ranks == 1)))
     if "sequence_parallel" in pins:

@@ -301,3 +301,16 @@ def test_deepspeeds_gradient_buckets_are_counted_for_operator_graphs_as_for_laye
     best = out["best"]
     assert best["prediction"]["fits"]
     assert best["strategy"]["pp"] > 1 or best["stages"][0]["memory_GB"]["gradients"] >= 4.0
+
+
+def test_a_paddle_sharding_stage_over_one_rank_is_no_sharding_for_operator_graphs_too():
+    """The one normalisation (frameworks.effective_zero_stage) holds for operator graphs as for
+    transformer layers: Paddle's stage 2 over a one-rank group with a pipeline is costed as no
+    sharding, with the same note, instead of a 422."""
+    g = graph_from_dict(gpt_graph(layers=2, hidden=256, heads=4, vocab=1024, positions=256))
+    cluster = simple_cluster("A100-SXM4-80GB", 1)
+    training = Training(32, 256, framework="paddle")
+    asked = estimate_graph(g, training, cluster, Strategy(dp=1, tp=2, pp=2, micro_batch_size=4, zero_stage=2))
+    plain = estimate_graph(g, training, cluster, Strategy(dp=1, tp=2, pp=2, micro_batch_size=4, zero_stage=0))
+    assert (asked.step_time_s, asked.peak_memory_GB) == (plain.step_time_s, plain.peak_memory_GB)
+    assert any("over a sharding group of one rank is no sharding" in w for w in asked.warnings)
