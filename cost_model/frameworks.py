@@ -371,15 +371,19 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
     return None
 
 
-def effective_zero_stage(framework: str, zero_stage: int, shard_ranks: int) -> int:
+def effective_zero_stage(framework: str, zero_stage: Any, shard_ranks: Any) -> Any:
     """The sharding stage ``framework`` runs when asked for ``zero_stage`` over a sharding group of
     ``shard_ranks`` ranks: 0 where it runs a stage ≥ 2 over one rank as no sharding (its rule
     table's ``drops_one_rank_sharding``: Paddle's, under PaddleNLP's Trainer) — accepted, costed
     and launched so, with :func:`one_rank_sharding_note` — else ``zero_stage``.  The one
     normalisation behind the strategy check, the operator-graph estimate and search, and the
-    transformer search's rows."""
-    dropped = zero_stage >= 2 and shard_ranks == 1 and rules_for(framework).drops_one_rank_sharding
-    return 0 if dropped else zero_stage
+    transformer search's rows (arrays there, row by row)."""
+    if not rules_for(framework).drops_one_rank_sharding:
+        return zero_stage
+    dropped = (np.asarray(zero_stage) >= 2) & (np.asarray(shard_ranks) == 1)
+    if np.ndim(dropped) == 0:
+        return 0 if dropped else zero_stage
+    return np.where(dropped, 0, zero_stage)
 
 
 def dense_etp_note(etp: int) -> str:

@@ -36,6 +36,7 @@ from cost_model.frameworks import (
     deepspeed_moe_ok,
     deepspeed_moe_violation,
     dense_etp_note,
+    effective_zero_stage,
     ep_group_divisor,
     expert_layout_ok,
     expert_parallel_dtype_violation,
@@ -282,10 +283,8 @@ def enumerate_space(
         cols = _keep(cols, ~(moe_rows & (((cols["pp"] > 1) & (cols["vpp"] == 1)) | (cols["recompute"] == RECOMPUTE_CODE["full"]))))
     if "zero_stage" in pins:
         cols = _cross(cols, "zero", [pins["zero_stage"]])
-        if rules.drops_one_rank_sharding and pins["zero_stage"] >= 2:
-            # the pinned stage over a one-rank group runs as none (effective_zero_stage): those rows are stage 0
-            one_rank = (cols["dp"] == 1) if not pins.get("dp_shard") else np.full(len(cols["dp"]), pins["dp_shard"] == 1)
-            cols["zero"] = np.where(one_rank, 0, cols["zero"])
+        # the pinned stage as each row runs it (Paddle's stage ≥ 2 over a one-rank group: none)
+        cols["zero"] = effective_zero_stage(training.framework, cols["zero"], pins.get("dp_shard") or cols["dp"])
     else:
         # Stage 1 only with a pipeline (2/3 conflict with gradient accumulation across
         # micro-batches) — or, where the framework shards with a pipeline (fsdp), every stage.
