@@ -1825,16 +1825,19 @@ def optimizer_bytes_per_param(training: Training) -> float:
     :data:`EAGER_ADAM_BYTES_PER_PARAM` (+ 6 B for the 16-bit copy under mixed precision).
     Pure bf16 (``training.master_weights`` false): every tensor at 2 B — Adam reads the weight,
     gradient and two moments and writes the weight and moments, plus the gradient-norm read
-    (16 B); SGD 12 B.
+    (16 B); SGD 12 B; the for-loop Adam's passes at half their fp32 bytes.
     """
     if not training.master_weights:
+        if training.adam and not training.fused_kernels:
+            return EAGER_ADAM_BYTES_PER_PARAM / 2.0
         return 16.0 if training.adam else 12.0
     if training.adam:
         if not training.fused_kernels:
             return EAGER_ADAM_BYTES_PER_PARAM + (6.0 if training.dtype != "fp32" else 0.0)
-        if training.framework == "megatron-core" and training.dtype != "fp32":
-            # read and write the master (its bytes, :func:`megatron_master_bytes`; a 16-bit
-            # remainder also reads the bf16 weight that holds its high bits) and the two
+        if "precision_aware_optimizer" in rules_for(training.framework).optimizer_precision and training.dtype != "fp32":
+            # Megatron-Core's optimizer (model_state_bytes_per_param's rule): read and write the
+            # master (its bytes, :func:`megatron_master_bytes`; a 16-bit remainder also reads the
+            # bf16 weight that holds its high bits) and the two
             # moments, read the gradient twice (step and norm), write the 16-bit weight:
             # 2·(4 + 4 + 4) + 2·4 + 2 = 34 at the defaults
             remainder = 2.0 if stores_master_remainders(training) else 0.0

@@ -6,6 +6,8 @@ fragmentation, and a sharding stage over one rank under PaddleNLP."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -156,6 +158,10 @@ def test_pure_bf16_training_keeps_no_fp32_master_copy():
     assert [float(x) for x in model_state_bytes_per_param(pure, 3, 1.0, 1)] == [2.0, 2.0, 4.0]
     assert [float(x) for x in model_state_bytes_per_param(mixed, 3, 1.0, 1)] == [4.0, 4.0, 8.0]
     assert optimizer_bytes_per_param(pure) == 16.0 < optimizer_bytes_per_param(mixed)
+    # PyTorch's for-loop Adam over bf16 tensors: its passes at half their fp32 bytes
+    eager = training_from_dict({"global_batch_size": 16, "sequence_length": 4096, "framework": "fsdp", "master_weights": False,
+                                "fused_kernels": False})
+    assert optimizer_bytes_per_param(eager) == optimizer_bytes_per_param(replace(eager, master_weights=True)) / 2 - 3.0
     assert pure.to_dict()["master_weights"] is False and "master_weights" not in mixed.to_dict()
     model, cluster = get_preset("llama3-70b"), simple_cluster("H100-SXM5-80GB", 2)
     s = Strategy(dp=16, micro_batch_size=1, recompute="full", zero_stage=3)
