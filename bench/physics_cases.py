@@ -45,6 +45,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``deepspeed_stage3_single_source``: Llama-2 7B under DeepSpeed on 8 A100, ZeRO-2 against
   ZeRO-3: the stage-3 constants rest on one source, so the ZeRO-3 step-time interval spans the
   step at their priors;
+* ``optimizer_offload``: Llama-2 13B on 8 A100 40GB (DeepSpeed ZeRO-2) and on 8 H100 80GB
+  (Megatron-Core's distributed optimizer, precision-aware, bf16 gradient buffer): the state on the GPU against half and
+  all of it offloaded to the host — peak, host memory per GPU, the optimizer's share of the step,
+  and on the A100 the fit that only offload gives;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -400,10 +404,31 @@ def memory_interval_state_dominated() -> dict[str, Any]:
             "p10_whole_peak_widened_GB": round(float(whole), 1), "fits": est.fits, "tight": est.tight}
 
 
+def optimizer_offload() -> dict[str, Any]:
+    """Optimizer offload (layer_cost.offloaded_optimizer_s, offloaded_state_bytes_per_param):
+    DeepSpeed's ZeRO-Offload at ZeRO-2 on 8 A100 40GB (whole partition; a fraction needs stage 3)
+    and Megatron-Core's hybrid optimizer on 8 H100 (0.5 and 1), Llama-2 13B, 16 × 2048 tokens a
+    step, full recompute."""
+    model = get_preset("llama2-13b")
+    rows = []
+    for device, framework, zero, extra, fractions in (
+            ("A100-SXM4-40GB", "deepspeed", 2, {}, (0.0, 1.0)),
+            (H100, "megatron-core", 1, {"precision_aware_optimizer": True, "main_grads_dtype": "bf16"}, (0.0, 0.5, 1.0))):
+        for f in fractions:
+            tr = Training(global_batch_size=16, sequence_length=2048, framework=framework, optimizer_offload_fraction=f, **extra)
+            est = estimate(model, tr, simple_cluster(device, 1), Strategy(dp=8, zero_stage=zero, recompute="full"))
+            host = next((w for w in est.warnings if w.startswith("optimizer offload")), "")
+            rows.append(_row(est, device=device, framework=framework, zero_stage=zero, offload_fraction=f,
+                             optimizer_state_GB=round(est.stages[0].memory_GB["optimizer_state"], 2),
+                             optimizer_share_of_step=round(est.breakdown_s["optimizer"] / est.step_time_s, 3),
+                             host_memory_GB_per_gpu=float(host.split(": ")[1].split(" GB")[0]) if host else 0.0))
+    return {"model": model.name, "layout": "8 GPUs, dp 8, full recompute, 16 x 2048 tokens a step", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

@@ -166,6 +166,19 @@ def physics() -> str | None:
                    f"{eager['step_time_s']:.3f} s eager (+{eager['step_time_s'] / fused['step_time_s'] - 1:.0%}: Hugging Face's RMSNorm, "
                    f"rotate_half and SwiGLU one operator at a time); activations {fused['activations_GB']:.1f} → {eager['activations_GB']:.1f} GB "
                    "(the norm's fp32 upcast and the activation's output kept for backward).")
+    oo = d.get("optimizer_offload")
+    if oo:
+        def offload(r: dict) -> str:
+            return (f"{r['offload_fraction']:g}: peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}, "
+                    f"host {r['host_memory_GB_per_gpu']:.1f} GB, step {r['step_time_s']:.2f} s ({r['optimizer_share_of_step']:.0%} optimizer)")
+
+        by = {}
+        for r in oo["rows"]:
+            by.setdefault((r["device"], r["framework"]), []).append(r)
+        out.append(f"* **Optimizer offload** ({oo['model']}, {oo['layout']}; per GPU, by offloaded fraction): "
+                   + "; ".join(f"{fw} on {dev} " + ", ".join(offload(r) for r in rows) for (dev, fw), rows in by.items())
+                   + " — the host's Adam update streams 34 bytes a parameter through the GPU's share of its server's DRAM, "
+                   "so what offload frees on the GPU it pays for in step time.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
@@ -217,7 +230,10 @@ def acceptance() -> str | None:
             f"DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune, axolotl, accelerate; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
             "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's); "
-            f"{len(rc['expected_not_to_fit'])} more rely on optimizer offload, which is not costed, and are predicted not to fit ({offload})."
+            + (f"{len(rc['expected_not_to_fit'])} more rel{'ies' if len(rc['expected_not_to_fit']) == 1 else 'y'} on an optimizer "
+               f"offload the cost model does not price (PaddleNLP's tensorwise_offload_optimizer) and "
+               f"{'is' if len(rc['expected_not_to_fit']) == 1 else 'are'} predicted not to fit ({offload}); " if offload else "")
+            + "DeepSpeed's and Megatron-Core's optimizer offload is priced (`training.optimizer_offload_fraction`)."
         )
     return "\n".join(out)
 

@@ -141,6 +141,12 @@ class DeviceSpec:
     gpus_per_node: int = 8
     cores: int | None = None
     efficiency: Efficiency = field(default_factory=lambda: FAMILY_EFFICIENCY["ampere"])
+    #: The host side, what optimizer offload runs on (:data:`REFERENCE_HOSTS`): the device's link
+    #: to its host CPU (GB/s one direction: PCIe x16 of the catalog's generation, NVLink-C2C on
+    #: Grace superchips), and this device's share of its server's DRAM bandwidth and capacity.
+    host_link_GBps: float = 32.0
+    host_memory_bandwidth_GBps: float = 51.2
+    host_memory_GB: float = 128.0
     profile_id: str | None = None
     source: str = ""
 
@@ -190,6 +196,9 @@ class DeviceSpec:
             "intra_node_bandwidth_GBps": self.intra_node_bandwidth_GBps,
             "inter_node_bandwidth_GBps": self.inter_node_bandwidth_GBps,
             "gpus_per_node": self.gpus_per_node,
+            "host_link_GBps": self.host_link_GBps,
+            "host_memory_bandwidth_GBps": self.host_memory_bandwidth_GBps,
+            "host_memory_GB": self.host_memory_GB,
             "profile_id": self.profile_id,
             "source": self.source,
         }
@@ -207,6 +216,51 @@ _FAMILY_PATTERNS = (
 
 #: PCIe per-direction bandwidth by generation (x16), used when a card has no NVLink figure.
 _PCIE_GBps = {"3": 16.0, "4": 32.0, "5": 64.0, "6": 128.0}
+#: Grace–Blackwell superchips reach their host over NVLink-C2C, 900 GB/s both directions per
+#: Grace, which serves two GPUs: 225 GB/s one direction per GPU (NVIDIA GB200 NVL72 datasheet).
+_C2C_GBps_PER_GPU = 225.0
+
+
+@dataclass(frozen=True)
+class HostServer:
+    """The server a device usually sits in, as optimizer offload sees it: its DRAM's peak
+    bandwidth (sockets × memory channels × transfer rate × 8 B) and capacity, shared by ``gpus``
+    devices.  Vendor system specifications; a cluster whose hosts differ states them on an
+    inline device (``host_memory_bandwidth_GBps``, ``host_memory_GB`` per GPU)."""
+
+    name: str
+    dram_GBps: float
+    dram_GB: float
+    gpus: int
+
+
+#: Reference host of each catalog device (first matching pattern; else the generic server):
+#: DGX-1 (2× Xeon E5-2698 v4, 4 channels DDR4-2133 each, 512 GB), DGX A100 (2× EPYC 7742,
+#: 8 channels DDR4-3200 each, 1 TB), DGX H100/H200 (2× Xeon Platinum 8480C, 8 channels
+#: DDR5-4800 each, 2 TB), DGX B200 (2× Xeon Platinum 8570, 8 channels DDR5-5600 each, 2 TB), a
+#: GB200/GB300 NVL72 compute tray (2 Grace CPUs, LPDDR5X at up to 512 GB/s and 480 GB each, 4
+#: GPUs), an 8× MI300X platform (2× EPYC 9654, 12 channels DDR5-4800 each, 1.5 TB).  The generic
+#: server (PCIe cards, unlisted parts): two sockets of 8 channels DDR4-3200, 1 TB, 8 devices.
+REFERENCE_HOSTS: tuple[tuple[str, HostServer], ...] = (
+    (r"^V100", HostServer("DGX-1", 2 * 4 * 2.133 * 8, 512.0, 8)),
+    (r"^A100-SXM|^A800", HostServer("DGX A100", 2 * 8 * 3.2 * 8, 1024.0, 8)),
+    (r"^H100-SXM|^H200|^H800|^H20-", HostServer("DGX H100", 2 * 8 * 4.8 * 8, 2048.0, 8)),
+    (r"^B200", HostServer("DGX B200", 2 * 8 * 5.6 * 8, 2048.0, 8)),
+    (r"^GB200|^GB300", HostServer("GB200/GB300 NVL72 compute tray", 2 * 512.0, 2 * 480.0, 4)),
+    (r"^MI300X", HostServer("8x MI300X platform", 2 * 12 * 4.8 * 8, 1536.0, 8)),
+)
+GENERIC_HOST = HostServer("generic 2-socket server", 2 * 8 * 3.2 * 8, 1024.0, 8)
+
+
+def reference_host(device_id: str) -> HostServer:
+    """The reference server of a catalog device (:data:`REFERENCE_HOSTS`)."""
+    return next((h for pattern, h in REFERENCE_HOSTS if re.search(pattern, device_id)), GENERIC_HOST)
+
+
+def _host_link_GBps(text: str | None) -> float:
+    """One direction of a device's link to its host: NVLink-C2C on Grace superchips, else PCIe x16
+    of the catalog's generation (Gen4 when unstated)."""
+    return _C2C_GBps_PER_GPU if "C2C" in (text or "") else _pcie_GBps(text)
 
 
 def family_of(device_id: str) -> str:
@@ -239,6 +293,7 @@ def _from_catalog_row(row: Mapping[str, Any]) -> DeviceSpec:
     intra = row.get("intra_node_bandwidth_GBps") or _pcie_GBps(row.get("host_link"))
     inter = _nic_GBps(row.get("typical_inter_node_nic"))
     sxm_like = bool(row.get("intra_node_bandwidth_GBps"))
+    host = reference_host(dev_id)
     if inter is None:
         # No documented NIC: SXM-class 8-GPU nodes get one 200 Gb/s HCA per GPU (DGX A100
         # layout); PCIe cards get a single 200 Gb/s NIC per node.
@@ -261,6 +316,9 @@ def _from_catalog_row(row: Mapping[str, Any]) -> DeviceSpec:
         # NVLink 5 rate (the catalog's ``nvlink_domain_gpus``).
         gpus_per_node=int(row.get("nvlink_domain_gpus") or 8),
         efficiency=FAMILY_EFFICIENCY[family],
+        host_link_GBps=_host_link_GBps(row.get("host_link")),
+        host_memory_bandwidth_GBps=host.dram_GBps / host.gpus,
+        host_memory_GB=host.dram_GB / host.gpus,
         source=row.get("source", ""),
     )
 
@@ -428,7 +486,9 @@ def get_device(name: str, field_path: str = "device") -> DeviceSpec:
 def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> DeviceSpec:
     """An inline custom device.  Required: name, memory_GB, memory_bandwidth_GBps and at least
     one of bf16_tflops / fp16_tflops / fp8_tflops / fp32_tflops (fp4_tflops too).  Optional: family (selects the
-    efficiency constants), kind, intra/inter bandwidths."""
+    efficiency constants), kind, intra/inter bandwidths, and the host optimizer offload runs on
+    (``host_link_GBps``, ``host_memory_bandwidth_GBps``, ``host_memory_GB``: this device's share;
+    the generic server's, :data:`GENERIC_HOST`, when left out)."""
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidCluster("an inline device needs a non-empty 'name'", field=f"{field_path}.name")
@@ -457,7 +517,11 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
     kind = spec.get("kind", "cpu" if family == "cpu" else "gpu")
     intra = spec.get("intra_node_bandwidth_GBps", 32.0)
     inter = spec.get("inter_node_bandwidth_GBps", 25.0)
-    for key, val in (("intra_node_bandwidth_GBps", intra), ("inter_node_bandwidth_GBps", inter)):
+    # the host optimizer offload runs on (DeviceSpec): the generic server's unless stated
+    host = {"host_link_GBps": _pcie_GBps(None), "host_memory_bandwidth_GBps": GENERIC_HOST.dram_GBps / GENERIC_HOST.gpus,
+            "host_memory_GB": GENERIC_HOST.dram_GB / GENERIC_HOST.gpus}
+    host.update({k: spec[k] for k in host if spec.get(k) is not None})
+    for key, val in (("intra_node_bandwidth_GBps", intra), ("inter_node_bandwidth_GBps", inter), *host.items()):
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
             raise InvalidCluster(f"must be a positive number, got {val!r}", field=f"{field_path}.{key}")
     return DeviceSpec(
@@ -470,6 +534,9 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
         inter_node_bandwidth_GBps=float(inter),
         cores=spec.get("cores"),
         efficiency=FAMILY_EFFICIENCY[family],
+        host_link_GBps=float(host["host_link_GBps"]),
+        host_memory_bandwidth_GBps=float(host["host_memory_bandwidth_GBps"]),
+        host_memory_GB=float(host["host_memory_GB"]),
         source="inline",
         bf16_tflops=peaks.get("bf16_tflops"),
         fp16_tflops=peaks.get("fp16_tflops"),

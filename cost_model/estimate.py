@@ -18,7 +18,8 @@ import numpy as np
 
 from cost_model.cluster import Cluster, NodeGroup
 from cost_model.comm import Links
-from cost_model.errors import InvalidStrategy
+from cost_model.devices import DeviceSpec
+from cost_model.errors import InvalidStrategy, InvalidTraining
 from cost_model.frameworks import (
     dense_etp_note,
     grad_reduce_overlap_note,
@@ -222,6 +223,7 @@ def estimate(
     if strategy.num_devices < total:
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
+    offload_device_check(training, [slot.group.device for slot in slots])
     for i, slot in enumerate(slots):
         if slot.mixed:
             warnings.append(f"stage {i} spans several device types and runs at the pace of {slot.group.device.name}")
@@ -259,6 +261,8 @@ def estimate(
                 layer_ranges=tuple(ranges[i]),
             )
         )
+    if training.optimizer_offload_fraction > 0.0:
+        warnings.append(host_offload_note(training, [(slot.group.device, float(st.host_state_bytes[0])) for slot, st in zip(slots, stage_costs, strict=True)]))
     step = combine_stages(stage_costs, S, m)
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
@@ -297,7 +301,27 @@ def estimate(
         **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(stage_results, key=lambda s: s.peak_memory_GB),
                                parallel_mix(strategy.pp, strategy.zero_stage)),
     )
+    est = with_offload_spread(est, training)
     return with_single_source_spread(est, model, training, cluster, strategy, stage_groups) if spread_single_source else est
+
+
+#: How far the host's optimizer update may run from its priced time under optimizer offload:
+#: its DRAM and link figures are vendor specifications, not fitted to a measured run (none of the
+#: calibration set offloads), so the step-time interval takes in the update at half and at twice
+#: its priced time.
+OFFLOAD_TIME_FACTOR = 2.0
+
+
+def with_offload_spread(est: Estimate, training: Training) -> Estimate:
+    """``est`` with its step-time interval widened, under optimizer offload, to take in the
+    step with the optimizer term (``breakdown_s["optimizer"]``, the host's update and copies with
+    the GPU's share) at 1/:data:`OFFLOAD_TIME_FACTOR` and :data:`OFFLOAD_TIME_FACTOR` times its
+    priced time; ``est`` itself without offload or without an interval."""
+    if training.optimizer_offload_fraction <= 0.0 or est.step_time_s_p10 is None or est.step_time_s_p90 is None:
+        return est
+    opt_s = est.breakdown_s.get("optimizer", 0.0)
+    fast, slow = est.step_time_s - opt_s * (1.0 - 1.0 / OFFLOAD_TIME_FACTOR), est.step_time_s + opt_s * (OFFLOAD_TIME_FACTOR - 1.0)
+    return dataclasses.replace(est, step_time_s_p10=min(est.step_time_s_p10, fast), step_time_s_p90=max(est.step_time_s_p90, slow))
 
 
 def with_single_source_spread(est: Estimate, model: TransformerSpec, training: Training, cluster: Cluster, strategy: Strategy,
@@ -349,6 +373,29 @@ def _single_source_warning(names: Mapping[str, str], step_s: float, alt_s: float
     rests = "; ".join(f"{', '.join(ns)} on {src}" for src, ns in sorted(by_source.items()))
     return (f"{SINGLE_SOURCE_WARNING} ({rests}): at their priors, what cross-validation "
             f"predicts runs of other sources with, it is {alt_s:.3g} s rather than {step_s:.3g} s, and the p10–p90 interval spans both")
+
+
+def offload_device_check(training: Training, devices: Sequence[DeviceSpec]) -> None:
+    """Refuse optimizer offload where a stage runs on a CPU device: its state already lives in
+    host memory, so there is nothing to offload to (a 422 naming the field)."""
+    cpu = next((d.name for d in devices if d.kind != "gpu"), None)
+    if training.optimizer_offload_fraction > 0.0 and cpu is not None:
+        raise InvalidTraining(f"{cpu} is a CPU device: its optimizer state is in host memory already, there is nothing to offload; "
+                              "leave optimizer_offload_fraction out", field="training.optimizer_offload_fraction")
+
+
+def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, float]]) -> str:
+    """The warning every offloading estimate carries: the host memory the busiest GPU's
+    offloaded state takes against its share of the reference server's
+    (``DeviceSpec.host_memory_GB``), and that the host side is not calibrated."""
+    device, host_bytes = max(stages, key=lambda x: x[1] / max(x[0].host_memory_GB, 1e-9))
+    need_GB, have_GB = bytes_to_gb(host_bytes), device.host_memory_GB
+    share = "all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state"
+    verdict = "more than" if need_GB > have_GB else "within"
+    return (f"optimizer offload ({share}): {need_GB:.1f} GB of host memory per GPU, {verdict} the {have_GB:.0f} GB per GPU of "
+            f"{device.name}'s reference server{' (the host runs out of memory)' if need_GB > have_GB else ''}; the host's update "
+            f"is priced at {device.host_memory_bandwidth_GBps:.0f} GB/s of DRAM and {device.host_link_GBps:.0f} GB/s of host link "
+            f"per GPU, figures not calibrated against measured runs: the step's p10–p90 takes in the update at half and twice that time")
 
 
 def usable_memory_ratio(stages: Sequence[StageEstimate], headroom_fraction: float) -> float:

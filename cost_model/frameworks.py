@@ -161,6 +161,18 @@ class FrameworkRules:
     #: ``precision_aware_optimizer``), each with its own spelling for messages: Megatron-Core
     #: all of them, Paddle the gradients' dtype (AMP O2's ``master_grad``)
     optimizer_precision: Mapping[str, str] = field(default_factory=dict)
+    #: its optimizer offload (``training.optimizer_offload_fraction``), in its own terms; empty:
+    #: none the cost model prices (:data:`UNPRICED_OFFLOAD` says what the framework has instead)
+    optimizer_offload: str = ""
+    #: the sharding stages its optimizer offload runs at, and those where a fraction below 1 may
+    #: be offloaded (DeepSpeed: ``offload_optimizer.ratio``, "only valid with ZeRO Stage 3")
+    offload_stages: tuple[int, ...] = ()
+    partial_offload_stages: tuple[int, ...] = ()
+    #: its offload moves gradients and parameters in the pieces the host updates, overlapping
+    #: the copies with the host's update (Megatron-Core's ``--overlap-cpu-optimizer-d2h-h2d``,
+    #: which its launch writes); else the update runs and then the parameters are copied back,
+    #: the gradients having been copied out during backward (DeepSpeed's ZeRO-Offload)
+    offload_pipelined: bool = False
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -220,6 +232,8 @@ RULES: dict[str, FrameworkRules] = {
         ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
         persistent_grad_buffer=True,
         tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
+        optimizer_offload="Megatron-Core's hybrid optimizer (--optimizer-cpu-offload --optimizer-offload-fraction)",
+        offload_stages=(1,), partial_offload_stages=(1,), offload_pipelined=True,
         optimizer_precision={k: f"Megatron-Core's {flag}" for k, flag in OPTIMIZER_PRECISION_FLAGS.items()},
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
@@ -228,6 +242,8 @@ RULES: dict[str, FrameworkRules] = {
         name="megatron-deepspeed", title="Megatron's TP/SP inside DeepSpeed's engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_tp=False, cp_with_pp=False,
+        optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
+        offload_stages=(1, 2, 3), partial_offload_stages=(3,),
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -235,6 +251,8 @@ RULES: dict[str, FrameworkRules] = {
         name="deepspeed", title="DeepSpeed alone", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_pp=False,
+        optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
+        offload_stages=(1, 2, 3), partial_offload_stages=(3,),
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -259,6 +277,15 @@ RULES: dict[str, FrameworkRules] = {
         optimizer_precision={"main_grads_dtype": "Paddle's paddle.amp.decorate(master_grad=False)"},
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
+}
+
+
+#: The optimizer offload a framework has that the cost model does not price, and why.
+UNPRICED_OFFLOAD = {
+    "fsdp": ("FSDP's CPU offload (CPUOffloadPolicy, torchtitan's training.enable_cpu_offload) moves the parameters and "
+             "gradients to the host as well, which the cost model does not price"),
+    "paddle": ("PaddleNLP's optimizer offload (offload_optim, tensorwise_offload_optimizer) moves the state to the host between "
+               "updates and back for each, which the cost model does not price"),
 }
 
 
@@ -778,6 +805,49 @@ def master_weights_violation(framework: str, dtype: str, master_weights: bool) -
     return None
 
 
+def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, fraction: float, precision_aware: bool) -> str | None:
+    """Reason when ``training.optimizer_offload_fraction`` > 0 cannot be costed or run, else None.
+
+    It is priced where the framework keeps the optimizer's state and update on the host
+    (``FrameworkRules.optimizer_offload``): DeepSpeed's ZeRO-Offload, whose ZeRO optimizer
+    accepts DeepSpeed's CPU Adam there (``stage_1_and_2.py``: "ZeRO-Offload ... optimizer type"),
+    and Megatron-Core's hybrid optimizer, which "must be used in conjunction with
+    --use-precision-aware-optimizer, as the hybrid device optimizer reuses the code path of this
+    flag" (Megatron-LM ``validate_args``), itself Adam only.  Both keep fp32 master weights on the
+    host: mixed precision only.  The sharding stage is the layout's rule
+    (:func:`optimizer_offload_zero_violation`)."""
+    if fraction <= 0.0:
+        return None
+    r = rules_for(framework)
+    if not r.optimizer_offload:
+        where = " and ".join(dict.fromkeys(x.optimizer_offload for x in RULES.values() if x.optimizer_offload))
+        return f"{framework}: {UNPRICED_OFFLOAD.get(framework, 'no optimizer offload')}; optimizer offload is priced for {where}"
+    if dtype == "fp32":
+        return "optimizer offload keeps the fp32 master weights of mixed-precision training on the host; with fp32 training leave it out"
+    if optimizer not in ADAM_OPTIMIZERS:
+        return f"{r.optimizer_offload} updates with Adam on the host (CPU Adam), got optimizer {optimizer!r}"
+    if "precision_aware_optimizer" in r.optimizer_precision and not precision_aware:
+        return (f"{framework}: the optimizer cpu offload needs precision_aware_optimizer: true ('must be used in conjunction with "
+                "--use-precision-aware-optimizer, as the hybrid device optimizer reuses the code path of this flag')")
+    return None
+
+
+def optimizer_offload_zero_violation(framework: str, fraction: float, zero_stage: int | None) -> str | None:
+    """Reason when the layout's sharding stage cannot run ``training.optimizer_offload_fraction``
+    (``FrameworkRules.offload_stages``, ``partial_offload_stages``), else None: DeepSpeed offloads
+    from its ZeRO optimizer (stages 1–3; "ratio ... only valid with ZeRO Stage 3"); Megatron-Core
+    from its distributed optimizer (stage 1, as the precision-aware optimizer needs)."""
+    if fraction <= 0.0 or zero_stage is None:
+        return None
+    r = rules_for(framework)
+    if zero_stage not in r.offload_stages:
+        return (f"{r.optimizer_offload} runs at zero_stage {'/'.join(map(str, r.offload_stages))}, got {zero_stage}")
+    if fraction < 1.0 and zero_stage not in r.partial_offload_stages:
+        return (f"{r.optimizer_offload} offloads part of the state ({fraction:g}) at zero_stage "
+                f"{'/'.join(map(str, r.partial_offload_stages))} only, got {zero_stage}: offload all of it (1) or change the stage")
+    return None
+
+
 def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, precision_aware: bool,
                                   dtypes: Mapping[str, str]) -> tuple[str, str] | None:
     """(training field, reason) when an optimizer-precision setting is given where Megatron-Core
@@ -909,6 +979,8 @@ __all__ = [
     "interleaved_schedule_violation",
     "layout_rule_violation",
     "master_weights_violation",
+    "optimizer_offload_violation",
+    "optimizer_offload_zero_violation",
     "moe_overlap_layout_violation",
     "optimizer_precision_violation",
     "precision_aware_zero_violation",

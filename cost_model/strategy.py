@@ -24,6 +24,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
+    optimizer_offload_zero_violation,
     precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
@@ -489,6 +490,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     why = precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.zero_stage")
+    why = optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, s.zero_stage)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
     why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, s.tp, s.sequence_parallel)

@@ -16,6 +16,7 @@ from cost_model.frameworks import (
     grad_accum_rule_violation,
     master_weights_violation,
     moe_training_violation,
+    optimizer_offload_violation,
     optimizer_precision_violation,
     tp_comm_overlap_violation,
 )
@@ -94,6 +95,13 @@ class Training:
     ``training.dtype = "bfloat16"``, torchtune's default, a Hugging Face model loaded in bf16):
     2 + 2 + 4 bytes a parameter under Adam instead of 2 + 4 + 12
     (:func:`cost_model.frameworks.master_weights_violation`).
+
+    ``optimizer_offload_fraction`` (0 to 1; 0 by default): the fraction of the fp32 master
+    weights and Adam moments held in host memory, whose update runs on the host CPU — DeepSpeed's
+    ZeRO-Offload (``zero_optimization.offload_optimizer.device: cpu``, its ``ratio`` at stage 3),
+    Megatron-Core's hybrid optimizer (``--optimizer-cpu-offload --optimizer-offload-fraction``)
+    (:func:`cost_model.frameworks.optimizer_offload_violation`,
+    :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`).
     """
 
     global_batch_size: int
@@ -119,6 +127,8 @@ class Training:
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
     master_weights: bool = True
+    #: the fraction of the optimizer's state and update kept in host memory and run on the CPU
+    optimizer_offload_fraction: float = 0.0
 
     @property
     def adam(self) -> bool:
@@ -160,7 +170,6 @@ TRAINING_FIELDS = frozenset(f.name for f in fields(Training))
 #: they are: refused by name with the reason rather than as unknown (offloading moves state and
 #: optimizer work to the host, over PCIe, at a host memory bandwidth the cluster does not state).
 UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
-    "offload_optimizer": "DeepSpeed's ZeRO-Offload (optimizer state and step in CPU memory)",
     "offload_param": "DeepSpeed's ZeRO-Infinity parameter offload (parameters in CPU or NVMe memory)",
     "cpu_offload": "FSDP's CPU offload (parameters, gradients and optimizer step on the host)",
     "activation_offloading": "activation offloading to host memory",
@@ -169,6 +178,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
+                                     "optimizer_offload_fraction": 0.0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -178,6 +188,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     ``offload_optimizer``, which the cost model does not price)."""
     if not isinstance(data, Mapping):
         raise InvalidTraining("must be an object with global_batch_size and sequence_length", field=field_path)
+    if "offload_optimizer" in data:  # DeepSpeed's spelling of a costed setting
+        raise InvalidTraining("DeepSpeed's offload_optimizer is stated as training.optimizer_offload_fraction: 1 for "
+                              "device cpu (its ratio at ZeRO stage 3)", field=f"{field_path}.offload_optimizer")
     uncosted = sorted(str(k) for k in data if k in UNCOSTED_TRAINING_FIELDS)
     if uncosted:
         raise InvalidTraining(f"{UNCOSTED_TRAINING_FIELDS[uncosted[0]]}: the cost model does not price it, so it cannot plan it; "
@@ -218,6 +231,12 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not 1.0 <= val <= 64.0:
             raise InvalidTraining(f"must be a number from 1 to 64 (times the mean expert load), got {val!r}", field=f"{field_path}.moe_capacity_factor")
         out["moe_capacity_factor"] = float(val)
+    if data.get("optimizer_offload_fraction") is not None:
+        val = data["optimizer_offload_fraction"]
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0.0 <= val <= 1.0:
+            raise InvalidTraining(f"must be a number from 0 to 1 (the fraction of the optimizer state in host memory), got {val!r}",
+                                  field=f"{field_path}.optimizer_offload_fraction")
+        out["optimizer_offload_fraction"] = float(val)
     framework = out.get("framework", "megatron-core")
     why = dtype_rule_violation(framework, out.get("dtype", "bf16"))
     if why is not None:
@@ -239,6 +258,10 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = master_weights_violation(framework, out.get("dtype", "bf16"), bool(out.get("master_weights", True)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.master_weights")
+    why = optimizer_offload_violation(framework, out.get("dtype", "bf16"), out.get("optimizer", "adam"),
+                                      out.get("optimizer_offload_fraction", 0.0), bool(out.get("precision_aware_optimizer", False)))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.optimizer_offload_fraction")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
                                      out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
     if moe_why is not None:

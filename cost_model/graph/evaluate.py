@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from cost_model.cluster import Cluster
-from cost_model.errors import InvalidStrategy
+from cost_model.errors import InvalidStrategy, InvalidTraining
 from cost_model.frameworks import (
     effective_zero_stage,
     layout_rule_violation,
@@ -215,6 +215,15 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
                      breakdown_s=breakdown, bottleneck=bottleneck)
 
 
+def refuse_graph_offload(training: Training) -> None:
+    """Optimizer offload is priced on transformer layers only (its host update and copies,
+    :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`): an operator graph's
+    request with it gets a 422 naming the field, not a plan that keeps the state on the GPU."""
+    if training.optimizer_offload_fraction > 0.0:
+        raise InvalidTraining("optimizer offload is priced for transformer models (a preset or config.json), not for operator "
+                              "graphs; leave optimizer_offload_fraction out", field="training.optimizer_offload_fraction")
+
+
 def estimate_graph(
     graph: GraphSpec,
     training: Training,
@@ -231,6 +240,7 @@ def estimate_graph(
     zero_stage (cp, ep and vpp must be 1).  ``op_shardings`` maps op names to sharding names
     (see :mod:`cost_model.graph.layouts`); ops not named get the greedy choice given the others.
     ``stages`` lists the op names of each stage; by default the balanced contiguous split."""
+    refuse_graph_offload(training)
     for key in ("cp", "ep", "vpp"):
         if getattr(strategy, key, 1) != 1:
             raise InvalidStrategy(f"{key} must be 1 for operator graphs (got {getattr(strategy, key)})", field=f"strategy.{key}")

@@ -1260,11 +1260,14 @@ def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloa
     micro-batch (``stage_cost.grad_accumulation_s``), has no IPG gradient buckets
     (``stage_cost.gradient_bucket_bytes``), partitions its fp32 master weights and moments over
     dp even at stage 0 (:func:`optimizer_state_partitioned`) and all-reduces its gradients before
-    all-gathering the updated weights (:func:`step_sync_ring_passes`)."""
+    all-gathering the updated weights (:func:`step_sync_ring_passes`).  With optimizer offload
+    (``training.optimizer_offload_fraction``) the engine keeps its ZeRO optimizer at stage 1
+    (``_do_optimizer_sanity_check``: BF16_Optimizer only "and not self.zero_cpu_offload()")."""
     z = np.asarray(zero_stage)
     if training.dtype != "bf16" or not runs_deepspeed_engine(training.framework):
         return np.zeros(np.broadcast(z, np.asarray(pp)).shape, dtype=bool)
-    out: npt.NDArray[np.bool_] = ((z == 0) & (np.asarray(pp) > 1)) | ((z == 1) & (training.grad_accum_dtype == "fp32"))
+    offloaded = training.optimizer_offload_fraction > 0.0  # ZeRO-Offload keeps its ZeRO optimizer ("and not self.zero_cpu_offload()")
+    out: npt.NDArray[np.bool_] = ((z == 0) & (np.asarray(pp) > 1)) | ((z == 1) & (training.grad_accum_dtype == "fp32") & (not offloaded))
     return out
 
 
@@ -1408,7 +1411,82 @@ def model_state_bytes_per_param(
     piped = pipelined_fsdp(training, z, pp)
     weights = np.where(piped, w + (4.0 if training.master_weights else w) / shard, weights)
     grads = np.where(piped, 4.0, grads)
+    # Optimizer offload (offloaded_state_bytes_per_param): the offloaded fraction of the master
+    # weights and moments lives in host memory; DeepSpeed's ZeRO-Offload moves its fp32 gradient
+    # partition there too (the bf16 gradients pass through its IPG buckets), Megatron-Core's
+    # gradient buffer stays on the GPU.
+    f = training.optimizer_offload_fraction
+    if f > 0.0:
+        opt = opt * (1.0 - f)
+        if runs_deepspeed_engine(training.framework):
+            grads = np.where(z >= 1, grads - f * 4.0 / shard, grads)
     return weights, grads, opt
+
+
+#: Bytes per parameter the host keeps for the offloaded optimizer state: the fp32 master
+#: weights and Adam's two moments (12) and the fp32 gradients copied out for the update (4);
+#: DeepSpeed also pins a 16-bit copy of its partition to copy the updated weights back from
+#: (``param_buffer_of_bit16_for_cpu_offload_groups``, 2).  Source: DeepSpeed
+#: ``runtime/zero/stage_1_and_2.py`` (``single_partition_of_fp32_groups`` on the CPU with its
+#: ``.grad``); Megatron-Core ``optimizer/cpu_offloading/hybrid_optimizer.py`` (fp32 CPU copies
+#: of the parameters, pinned CPU gradients, the CPU optimizer's moments).
+OFFLOADED_HOST_BYTES_PER_PARAM = 16.0
+DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM = 2.0
+#: Bytes the host's Adam update moves per offloaded parameter: DeepSpeed's CPU Adam and
+#: PyTorch's fused CPU AdamW (Megatron-Core's ``CPUAdam``, ``fused=True``) read the fp32
+#: master, gradient and two moments (16) and write the master and moments (12); the updated
+#: weights are then narrowed to 16 bits on the host for the copy back (read 4, write 2): 34.
+HOST_ADAM_BYTES_PER_PARAM = 34.0
+#: Fraction of a host link's rate that pinned-memory copies reach (CUDA ``bandwidthTest``
+#: with pinned buffers: ~25 of 32 GB/s on PCIe Gen4 x16, ~50 of 64 on Gen5).
+HOST_LINK_FRACTION = 0.8
+
+
+def offloaded_state_bytes_per_param(training: Training) -> float:
+    """Host memory per (sharded) parameter of this GPU's rank under optimizer offload:
+    ``optimizer_offload_fraction`` × (:data:`OFFLOADED_HOST_BYTES_PER_PARAM`, plus DeepSpeed's
+    16-bit staging copy)."""
+    extra = DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM if runs_deepspeed_engine(training.framework) else 0.0
+    return training.optimizer_offload_fraction * (OFFLOADED_HOST_BYTES_PER_PARAM + extra)
+
+
+def offloaded_optimizer_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat) -> FloatArray:
+    """Seconds the host adds to the step for the offloaded fraction ``f`` of this GPU's
+    optimizer shard (``P = f · params / shard`` parameters).
+
+    * The update runs on the host CPU, streaming :data:`HOST_ADAM_BYTES_PER_PARAM` per
+      parameter through DRAM at this GPU's share of its server's bandwidth
+      (``DeviceSpec.host_memory_bandwidth_GBps``: every rank of the node updates at once) and the
+      CPU family's streaming fraction (``FAMILY_EFFICIENCY["cpu"].memory_fraction``, as for a
+      CPU device): ``t_cpu = 34·P / (B_host · f_mem)``.
+    * The gradients cross the host link out (``main_grads_dtype`` bytes under Megatron-Core,
+      DeepSpeed's fp32 partition: 4) and the updated 16-bit weights back (2), at
+      ``host_link_GBps · HOST_LINK_FRACTION``.
+    * Megatron-Core's hybrid optimizer with ``--overlap-cpu-optimizer-d2h-h2d`` (what the
+      planner's launch writes; ``FrameworkRules.offload_pipelined``) moves and updates the state
+      in pieces, so the slowest of the three paces it: ``max(t_cpu, t_d2h, t_h2d)`` (the link is
+      full duplex).  DeepSpeed's ZeRO-Offload copies each gradient partition out during backward
+      (``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` on the reduction stream), then
+      updates, then copies the weights back: ``t_cpu + t_h2d``.
+
+    Source: Ren et al. 2021, "ZeRO-Offload" §4 (the schedule); DeepSpeed
+    ``runtime/zero/stage_1_and_2.py`` (``step``: CPU Adam, then the 16-bit partition copied to
+    the GPU); Megatron-Core ``HybridDeviceOptimizer``."""
+    from cost_model.devices import FAMILY_EFFICIENCY
+    from cost_model.units import gbps_to_bytes_per_s
+
+    P = training.optimizer_offload_fraction * np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
+    host_bw = gbps_to_bytes_per_s(device.host_memory_bandwidth_GBps) * FAMILY_EFFICIENCY["cpu"].memory_fraction
+    link = gbps_to_bytes_per_s(device.host_link_GBps) * HOST_LINK_FRACTION
+    cpu = P * HOST_ADAM_BYTES_PER_PARAM / host_bw
+    grad_bytes = _stored_bytes(training.main_grads_dtype) if "main_grads_dtype" in rules_for(training.framework).optimizer_precision else 4.0
+    d2h = P * grad_bytes / link
+    h2d = P * 2.0 / link
+    if rules_for(training.framework).offload_pipelined:
+        out: FloatArray = np.maximum(np.maximum(cpu, d2h), h2d)
+        return out
+    serial: FloatArray = cpu + h2d
+    return serial
 
 
 def _stored_bytes(dtype: str) -> float:
@@ -1867,11 +1945,17 @@ def optimizer_step_s(
     (:func:`optimizer_bytes_per_param`, :func:`optimizer_kernels`; ``tensors_per_gpu``: the
     parameter tensors a for-loop optimizer iterates over; ``shard``: the ranks the state is
     sharded over, dp_shard·cp (dp·cp under full sharding) where
-    :func:`optimizer_state_partitioned` by default — EDP for expert weights)."""
+    :func:`optimizer_state_partitioned` by default — EDP for expert weights).  Under optimizer
+    offload the GPU updates the fraction it keeps and the host the rest
+    (:func:`offloaded_optimizer_s`)."""
     if shard is None:
         shard = np.where(optimizer_state_partitioned(training, S.zero, S.pp), zero_shard_ranks(S), 1.0)
     per_param = optimizer_bytes_per_param(training)
-    return memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
+    f = training.optimizer_offload_fraction
+    on_gpu = memory_bound_time_s(params_per_gpu * (1.0 - f) * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
+    if f > 0.0:  # the host's share (offloaded_optimizer_s), after the GPU's
+        return on_gpu + offloaded_optimizer_s(params_per_gpu, training, device, shard)
+    return on_gpu
 
 
 def param_tensors_per_layer(model: TransformerSpec) -> int:

@@ -40,6 +40,7 @@ from cost_model.transformer.layer_cost import (
     fsdp_accumulates_in_fp32,
     layer_costs,
     model_state_bytes_per_param,
+    offloaded_state_bytes_per_param,
     op_level_recomputed_gemm_flops,
     op_level_selective,
     optimizer_state_partitioned,
@@ -232,6 +233,8 @@ class StageCost:
     optimizer_state_bytes: np.ndarray
     activations_bytes: np.ndarray
     workspace_bytes: np.ndarray
+    #: host memory of this GPU's offloaded optimizer state (not in the GPU's peak)
+    host_state_bytes: np.ndarray
 
     @property
     def time_s(self) -> np.ndarray:
@@ -391,6 +394,10 @@ def stage_cost(
         weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
+    # optimizer offload: the host's share of the (partitioned) state, layer_cost.offloaded_state_bytes_per_param
+    partitioned = optimizer_state_partitioned(training, S.zero, S.pp)
+    host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
+                                                              + experts / np.where(partitioned, shard_exp, 1.0))
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
@@ -488,6 +495,7 @@ def stage_cost(
         optimizer_state_bytes=opt,
         activations_bytes=acts,
         workspace_bytes=workspace,
+        host_state_bytes=host_state,
     )
 
 

@@ -136,6 +136,18 @@ def optimizer_precision_args(training: Mapping[str, Any]) -> list[tuple[str, str
     return out
 
 
+def optimizer_offload_args(training: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """Megatron-Core's hybrid optimizer for the plan's ``training.optimizer_offload_fraction``
+    (priced by ``layer_cost.offloaded_optimizer_s`` with the copies overlapping the host's
+    update, ``--overlap-cpu-optimizer-d2h-h2d``); the precision-aware optimizer it needs is
+    :func:`optimizer_precision_args`'."""
+    fraction = float(training.get("optimizer_offload_fraction", 0.0) or 0.0)
+    if fraction <= 0.0:
+        return []
+    return [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{fraction:g}"),
+            ("--overlap-cpu-optimizer-d2h-h2d", None)]
+
+
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value) pairs in Megatron-LM's own option names, and notes."""
     chunks = view.require_layers("megatron")
@@ -192,6 +204,11 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     args += optimizer_precision_args(view.training)
     zero = int(view.s("zero_stage", 0))
     deepspeed_engine = runs_deepspeed_engine(view.training.get("framework", "megatron-core"))
+    if not deepspeed_engine:
+        args += optimizer_offload_args(view.training)
+    elif float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0) > 0.0:
+        notes.append("the optimizer offload is DeepSpeed's (ds_config.json's zero_optimization.offload_optimizer): add "
+                     "Megatron-DeepSpeed's --cpu-optimizer so that it builds DeepSpeed's CPU Adam")
     if deepspeed_engine:
         # Megatron-DeepSpeed: sharding and its overlap are DeepSpeed's engine's (ds_config.json), not
         # Megatron-LM's distributed optimizer, Megatron-FSDP or DDP overlap flags
@@ -496,6 +513,13 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
                               field="target")
         notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only; the plan asks for stage " + str(zero))
     cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0 and overlap, "contiguous_gradients": zero > 0}
+    offload = float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0)
+    if offload > 0.0:
+        # ZeRO-Offload as priced (layer_cost.offloaded_optimizer_s): the optimizer state in pinned
+        # host memory, ``ratio`` of it at stage 3 ("only valid with ZeRO Stage 3")
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True, **({"ratio": offload} if offload < 1.0 else {})}
+        notes.append("ZeRO-Offload updates with DeepSpeed's CPU Adam: let DeepSpeed build it (an optimizer section in "
+                     "ds_config.json, or Megatron-DeepSpeed's --cpu-optimizer) or pass deepspeed.ops.adam.DeepSpeedCPUAdam")
     dtype = view.training.get("dtype", "bf16")
     if dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}

@@ -434,6 +434,9 @@ const fmt = {
     // empty: dropless (the contract's None), left out
     const capacity = num("#t-moe-capacity");
     if (capacity !== undefined) out.moe_capacity_factor = capacity;
+    // empty or 0: nothing offloaded (the contract's default), left out
+    const offload = num("#t-offload");
+    if (offload !== undefined && offload !== 0) out.optimizer_offload_fraction = offload;
     return out;
   }
 

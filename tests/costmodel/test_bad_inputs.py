@@ -59,7 +59,7 @@ CASES = [
     (with_("training.optimizer", "lamb"), "training.optimizer", "one of"),
     (with_("training.fused_kernels", "no"), "training.fused_kernels", "true or false"),
     # a field the cost model neither prices nor refuses by name would be dropped without a word
-    (with_("training.offload_optimizer", "cpu"), "training.offload_optimizer", "ZeRO-Offload"),
+    (with_("training.offload_optimizer", "cpu"), "training.offload_optimizer", "optimizer_offload_fraction"),
     (with_("training.offload_optimiser", "cpu"), "training.offload_optimiser", "unknown training field"),
     (with_("cluster.node_groups.0.device", "TPU-v5"), "cluster.node_groups[0].device", "unknown device"),
     (with_("cluster.node_groups.0.count", 0), "cluster.node_groups[0].count", "positive integer"),

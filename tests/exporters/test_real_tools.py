@@ -155,6 +155,29 @@ def test_deepspeed_runs_the_optimizer_the_plan_priced(zero_stage, pp, accum, exp
     assert priced == (expected == "bf16")  # what the cost model prices is what DeepSpeed runs
 
 
+@pytest.mark.parametrize("zero_stage, fraction", [(1, 1.0), (2, 1.0), (3, 1.0), (3, 0.25)])
+def test_deepspeed_runs_the_optimizer_offload_the_plan_priced(zero_stage, fraction, monkeypatch):
+    # training.optimizer_offload_fraction is ZeRO-Offload: DeepSpeed's config parser takes the
+    # offload_optimizer section the launch writes, its engine sees CPU offload at the priced ratio
+    # and keeps its ZeRO optimizer even where fp32 accumulation at stage 1 would run BF16_Optimizer
+    # (layer_cost.bf16_optimizer prices the same)
+    from cost_model.training import Training
+    from cost_model.transformer.layer_cost import bf16_optimizer
+
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    plan = _bf16_deepspeed_plan(zero_stage, 1, "fp32")
+    plan["training"]["optimizer_offload_fraction"] = fraction
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    engine = object.__new__(DeepSpeedEngine)
+    engine.__dict__.update(_config=cfg)
+    assert engine.zero_cpu_offload() and engine.zero_partial_offload() == fraction
+    assert _deepspeed_optimizer(config, plan, monkeypatch) == "zero_optimization"
+    priced = Training(64, 8192, framework="megatron-deepspeed", grad_accum_dtype="fp32", optimizer_offload_fraction=fraction)
+    assert not bool(bf16_optimizer(priced, zero_stage, 1))
+
+
 @pytest.mark.parametrize("zero_stage", [1, 2, 3])
 def test_deepspeed_autoep_accepts_the_expert_parallel_section(zero_stage, monkeypatch):
     """A ``deepspeed`` plan's expert parallelism is DeepSpeed's AutoEP: DeepSpeedConfig parses its

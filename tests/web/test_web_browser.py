@@ -508,7 +508,7 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
                         "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
-                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights"}
+                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -526,7 +526,7 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
                      "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false", "#t-precision-aware": "false",
                      "#t-main-grads": "fp32", "#t-main-params": "fp32", "#t-exp-avg": "fp32", "#t-exp-avg-sq": "fp32",
                      "#t-master-weights": "true"}
-    assert css(d, "#t-moe-capacity").get_attribute("value") == ""
+    assert css(d, "#t-moe-capacity").get_attribute("value") == "" and css(d, "#t-offload").get_attribute("value") == ""
 
     # each changed control reaches the body under its contract name, with its JSON type
     css(d, "#training-options summary").click()
@@ -624,6 +624,28 @@ def test_pure_bf16_training_is_planned_from_the_page(browser, live_server):
     css(d, "#submit-plan").click()
     plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
     assert plan["training"]["master_weights"] is False
+
+
+def test_optimizer_offload_is_planned_from_the_page(browser, live_server):
+    """DeepSpeed's ZeRO-Offload chosen on the page: the body carries the fraction, the stored plan
+    keeps it and says what the host holds; under FSDP (whose CPU offload is not priced) the 422
+    lands next to the control."""
+    d = browser
+    small_one_node_form(d, live_server, "fsdp")
+    css(d, "#training-options summary").click()
+    control = css(d, "#t-offload")
+    fill(control, 1)
+    assert form_body(d)["training"]["optimizer_offload_fraction"] == 1
+    submit_and_expect_error_at(d, control, "training.optimizer_offload_fraction: fsdp: FSDP's CPU offload", "CPUOffloadPolicy")
+    small_one_node_form(d, live_server, "deepspeed")
+    css(d, "#training-options summary").click()
+    fill(css(d, "#t-offload"), 0)  # nothing offloaded: the contract's default, left out
+    assert "optimizer_offload_fraction" not in form_body(d)["training"]
+    fill(css(d, "#t-offload"), 1)
+    css(d, "#submit-plan").click()
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert plan["training"]["optimizer_offload_fraction"] == 1.0 and plan["best"]["strategy"]["zero_stage"] >= 1
+    assert any(w.startswith("optimizer offload (all of the state)") for w in plan["best"]["prediction"]["warnings"])
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

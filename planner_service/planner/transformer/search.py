@@ -43,6 +43,7 @@ from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
 from cost_model.estimate import (
     estimate,
     memory_verdict,
+    offload_device_check,
     peak_over_usable,
     usable_memory_ratio,
     with_single_source_spread,
@@ -576,6 +577,7 @@ def search_transformer(
     assert isinstance(request.model, TransformerSpec)
     check_pins(request.model, training, request.constraints.pinned)
     pools, dtype_warnings = _dtype_pools(cluster, training)
+    offload_device_check(training, [g.device for g in pools])
     state = _Search(request, settings, cluster, pools, memo)
     if incumbent is not None:
         state.seed(incumbent)

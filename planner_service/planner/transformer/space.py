@@ -42,6 +42,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     one_rank_sharding_note,
+    optimizer_offload_zero_violation,
     pinned_rule_violation,
     precision_aware_zero_violation,
     recompute_modules_violation,
@@ -113,6 +114,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     why = precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.zero_stage")
+    why = optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, pins.get("zero_stage"))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
     if "sequence_parallel" in pins:
@@ -298,6 +302,8 @@ def enumerate_space(
         stages = [z for z in ((0, 1, 2, 3) if rules.deepspeed_engine else (1, 2, 3)) if z in rules.zero_stages]
         if training.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (precision_aware_zero_violation)
             stages = [1]
+        if training.optimizer_offload_fraction > 0.0:  # where the offload runs (optimizer_offload_zero_violation)
+            stages = [z for z in stages if optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, z) is None]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] <= 1))

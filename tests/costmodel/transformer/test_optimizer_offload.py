@@ -1,0 +1,195 @@
+"""Optimizer offload (``training.optimizer_offload_fraction``): DeepSpeed's ZeRO-Offload and
+Megatron-Core's hybrid optimizer keep the fp32 master weights and Adam's moments in host memory
+and update them on the host CPU.  Memory leaves the GPU, the step gains the host's update and the
+copies over the host link (``layer_cost.offloaded_optimizer_s``); what a framework cannot run is
+a 422 naming the field."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cost_model.cluster import cluster_from_dict, simple_cluster
+from cost_model.devices import FAMILY_EFFICIENCY, get_device
+from cost_model.errors import InvalidStrategy, InvalidTraining
+from cost_model.estimate import estimate, with_offload_spread
+from cost_model.strategy import Strategy
+from cost_model.training import Training, training_from_dict
+from cost_model.transformer.layer_cost import (
+    HOST_ADAM_BYTES_PER_PARAM,
+    HOST_LINK_FRACTION,
+    bf16_optimizer,
+    model_state_bytes_per_param,
+    offloaded_optimizer_s,
+    offloaded_state_bytes_per_param,
+)
+from cost_model.transformer.spec import get_preset
+
+BASE = {"global_batch_size": 64, "sequence_length": 4096}
+DS = {**BASE, "framework": "deepspeed"}
+MC = {**BASE, "framework": "megatron-core", "precision_aware_optimizer": True}
+
+
+def _tr(body: dict, fraction: float = 1.0) -> Training:
+    return training_from_dict({**body, "optimizer_offload_fraction": fraction})
+
+
+@pytest.mark.parametrize("zero, kept_grads", [(1, 2.0), (2, 0.0), (3, 0.0)])
+def test_deepspeed_offload_moves_the_state_and_its_fp32_gradient_partition_to_the_host(zero, kept_grads):
+    shard = 8.0
+    w0, g0, o0 = (float(x) for x in model_state_bytes_per_param(training_from_dict(DS), zero, shard, 1))
+    w, g, o = (float(x) for x in model_state_bytes_per_param(_tr(DS), zero, shard, 1))
+    assert w == w0 and o == 0.0 and o0 == 12.0 / shard
+    assert g == pytest.approx(g0 - 4.0 / shard) and g == pytest.approx(kept_grads)
+    # half the state at stage 3 (DeepSpeed's ratio): half of each
+    _, g3, _ = (float(x) for x in model_state_bytes_per_param(training_from_dict(DS), 3, shard, 1))
+    _, g_half, o_half = (float(x) for x in model_state_bytes_per_param(_tr(DS, 0.5), 3, shard, 1))
+    assert o_half == pytest.approx(o0 / 2) and g_half == pytest.approx(g3 - 2.0 / shard)
+    assert offloaded_state_bytes_per_param(_tr(DS)) == 18.0  # 12 state + 4 fp32 gradients + DeepSpeed's 16-bit staging copy
+
+
+def test_megatron_offload_keeps_its_gradient_buffer_on_the_gpu():
+    w0, g0, o0 = (float(x) for x in model_state_bytes_per_param(training_from_dict(MC), 1, 8.0, 1))
+    w, g, o = (float(x) for x in model_state_bytes_per_param(_tr(MC, 0.25), 1, 8.0, 1))
+    assert (w, g) == (w0, g0) and o == pytest.approx(0.75 * o0)
+    assert offloaded_state_bytes_per_param(_tr(MC)) == 16.0
+
+
+def test_the_host_update_is_priced_from_host_bandwidth_and_the_link():
+    a100 = get_device("A100-SXM4-80GB")
+    params, shard = 8e9, 8.0
+    P = params / shard
+    cpu = P * HOST_ADAM_BYTES_PER_PARAM / (a100.host_memory_bandwidth_GBps * 1e9 * FAMILY_EFFICIENCY["cpu"].memory_fraction)
+    link = a100.host_link_GBps * 1e9 * HOST_LINK_FRACTION
+    # DeepSpeed: the gradients leave during backward; the update, then the 16-bit weights back
+    assert float(offloaded_optimizer_s(params, _tr(DS), a100, shard)) == pytest.approx(cpu + 2 * P / link)
+    # Megatron-Core pipelines copies and update (--overlap-cpu-optimizer-d2h-h2d): the slowest of the three
+    mc = _tr(MC)
+    assert float(offloaded_optimizer_s(params, mc, a100, shard)) == pytest.approx(max(cpu, 4 * P / link, 2 * P / link))
+    # a host with twice the DRAM bandwidth halves the update; a fraction offloads its share
+    fast = replace(a100, host_memory_bandwidth_GBps=2 * a100.host_memory_bandwidth_GBps)
+    assert float(offloaded_optimizer_s(params, _tr(DS), fast, shard)) == pytest.approx(cpu / 2 + 2 * P / link)
+    assert float(offloaded_optimizer_s(params, _tr(DS, 0.5), a100, shard)) == pytest.approx((cpu + 2 * P / link) / 2)
+    assert a100.host_memory_bandwidth_GBps == pytest.approx(409.6 / 8)  # DGX A100: 2 sockets x 8 channels DDR4-3200, 8 GPUs
+    assert get_device("H100-SXM5-80GB").host_link_GBps == 64.0 > a100.host_link_GBps
+
+
+def test_deepspeed_keeps_its_zero_optimizer_when_offloading():
+    # engine._do_optimizer_sanity_check: BF16_Optimizer at stage 1 with fp32 accumulation "and not self.zero_cpu_offload()"
+    accum = training_from_dict({**DS, "grad_accum_dtype": "fp32"})
+    assert bool(bf16_optimizer(accum, 1, 1)) and not bool(bf16_optimizer(replace(accum, optimizer_offload_fraction=1.0), 1, 1))
+
+
+def test_an_estimate_trades_gpu_memory_for_step_time_and_says_what_the_host_holds():
+    model, cluster = get_preset("llama2-13b"), simple_cluster("A100-SXM4-80GB", 1)
+    s = Strategy(dp=8, micro_batch_size=1, recompute="full", zero_stage=2)
+    on_gpu, offloaded = (estimate(model, t, cluster, s) for t in (training_from_dict(DS), _tr(DS)))
+    assert offloaded.stages[0].memory_GB["optimizer_state"] == 0.0 < on_gpu.stages[0].memory_GB["optimizer_state"]
+    assert offloaded.peak_memory_GB[0] < on_gpu.peak_memory_GB[0] - 20
+    assert offloaded.step_time_s > on_gpu.step_time_s and offloaded.breakdown_s["optimizer"] > 10 * on_gpu.breakdown_s["optimizer"]
+    note = next(w for w in offloaded.warnings if w.startswith("optimizer offload"))
+    host_GB = 13.0e9 / 8 * 18 / 1e9
+    assert f"{host_GB:.0f}." in note or f"{host_GB:.1f}" in note and "not calibrated" in note
+    assert not any("offload" in w for w in on_gpu.warnings)
+    # the host's figures are not calibrated: the interval takes in its update at half and twice the priced time
+    opt = offloaded.breakdown_s["optimizer"]
+    assert offloaded.step_time_s_p10 <= offloaded.step_time_s - opt / 2 and offloaded.step_time_s_p90 >= offloaded.step_time_s + opt
+    assert with_offload_spread(on_gpu, training_from_dict(DS)) is on_gpu
+    # a host with less memory than the offloaded state: said so
+    small = dict(get_device("A100-SXM4-80GB").to_dict(), name="a100-small-host", host_memory_GB=16.0)
+    small.pop("profile_id"), small.pop("source")
+    tiny_host = cluster_from_dict({"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": small}]})
+    assert "runs out of memory" in next(w for w in estimate(model, _tr(DS), tiny_host, s).warnings if w.startswith("optimizer offload"))
+
+
+@pytest.mark.parametrize("body, words", [
+    ({**BASE, "framework": "fsdp"}, "CPUOffloadPolicy"),
+    ({**BASE, "framework": "paddle"}, "offload_optim"),
+    ({**BASE, "framework": "megatron-core"}, "precision_aware_optimizer: true"),
+    ({**DS, "dtype": "fp32"}, "mixed-precision"),
+    ({**DS, "optimizer": "sgd"}, "CPU Adam"),
+])
+def test_offload_a_framework_cannot_run_is_refused_by_field(body, words):
+    with pytest.raises(InvalidTraining) as err:
+        _tr(body)
+    assert err.value.field == "training.optimizer_offload_fraction" and words in err.value.message
+
+
+def test_bad_fractions_and_deepspeeds_own_spelling_are_refused_by_field():
+    for bad in (-0.1, 1.5, "all", True):
+        with pytest.raises(InvalidTraining) as err:
+            training_from_dict({**DS, "optimizer_offload_fraction": bad})
+        assert err.value.field == "training.optimizer_offload_fraction"
+    with pytest.raises(InvalidTraining) as err:
+        training_from_dict({**DS, "offload_optimizer": {"device": "cpu"}})
+    assert err.value.field == "training.offload_optimizer" and "optimizer_offload_fraction" in err.value.message
+    assert "optimizer_offload_fraction" not in training_from_dict(DS).to_dict()
+    assert _tr(DS, 0.5).to_dict()["optimizer_offload_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("fraction, zero, words", [(1.0, 0, "zero_stage 1/2/3"), (0.5, 2, "zero_stage 3 only")])
+def test_the_sharding_stage_must_run_the_offload(fraction, zero, words):
+    model, cluster = get_preset("llama2-7b"), simple_cluster("A100-SXM4-80GB", 1)
+    with pytest.raises(InvalidStrategy) as err:
+        estimate(model, _tr(DS, fraction), cluster, Strategy(dp=8, micro_batch_size=1, zero_stage=zero))
+    assert err.value.field == "strategy.zero_stage" and words in err.value.message
+
+
+def test_a_cpu_device_has_nothing_to_offload():
+    with pytest.raises(InvalidTraining) as err:
+        estimate(get_preset("gpt3-125m"), _tr(DS), simple_cluster("local-cpu", 1, gpus_per_node=1),
+                 Strategy(dp=1, micro_batch_size=1, zero_stage=1))
+    assert err.value.field == "training.optimizer_offload_fraction" and "CPU device" in err.value.message
+
+
+def _plan_request(training: dict) -> dict:
+    return {"model": {"preset": "llama2-13b"}, "training": training,
+            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": "A100-SXM4-40GB"}]},
+            "constraints": {"tp": 1, "pp": 1, "cp": 1, "zero_stage": 2}}
+
+
+def test_the_planner_finds_a_layout_only_offload_fits(client):
+    # Llama 2 13B on 8 A100 40GB under ZeRO-2 without model parallelism: the 16-bit weights (26 GB)
+    # and the fp32 partitions do not fit; with ZeRO-Offload they do, and the plan's launch writes
+    # the offload
+    body = {**DS, "global_batch_size": 16, "sequence_length": 2048}
+    refused = client.post("/v1/plans", json=_plan_request(body))
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
+    r = client.post("/v1/plans", json=_plan_request({**body, "optimizer_offload_fraction": 1.0}))
+    assert r.status_code in (200, 201), r.text
+    plan = r.json()
+    assert plan["training"]["optimizer_offload_fraction"] == 1.0 and plan["best"]["strategy"]["zero_stage"] == 2
+    assert any(w.startswith("optimizer offload") for w in plan["best"]["prediction"]["warnings"])
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "deepspeed-config"})
+    assert launch.status_code == 200, launch.text
+    ds = json.loads(next(v for k, v in launch.json()["files"].items() if k.endswith(".json")))
+    assert ds["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+def test_the_cli_estimates_an_offloaded_layout(cli, tmp_path):
+    body = {"model": {"preset": "llama2-13b"}, "training": {**MC, "optimizer_offload_fraction": 0.5},
+            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+            "strategy": {"dp": 8, "zero_stage": 1, "micro_batch_size": 1, "recompute": "full"}}
+    (tmp_path / "est.json").write_text(json.dumps(body))
+    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"])
+    assert res.exit_code == 0, res.stdout
+    out = json.loads(res.stdout)
+    assert any(w.startswith("optimizer offload (0.5 of the state)") for w in out["warnings"])
+    body["training"] = {**BASE, "framework": "fsdp", "optimizer_offload_fraction": 0.5}
+    (tmp_path / "bad.json").write_text(json.dumps(body))
+    bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
+    assert bad.exit_code == 2 and "training.optimizer_offload_fraction" in bad.stdout + (bad.stderr or "")
+
+
+def test_megatron_core_launch_runs_the_hybrid_optimizer():
+    from planner_service.exporters.frameworks import megatron_reference, optimizer_offload_args
+
+    args = optimizer_offload_args(_tr(MC, 0.75).to_dict())
+    assert args == [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", "0.75"), ("--overlap-cpu-optimizer-d2h-h2d", None)]
+    assert all(flag in megatron_reference() for flag, _ in args)  # Megatron-LM's own flags
+    assert optimizer_offload_args(training_from_dict(MC).to_dict()) == []
+    assert np.isfinite(float(offloaded_optimizer_s(1e9, _tr(MC), get_device("GB200-NVL72-186GB"), 1.0)))
