@@ -179,6 +179,19 @@ def physics() -> str | None:
                    + "; ".join(f"{fw} on {dev} " + ", ".join(offload(r) for r in rows) for (dev, fw), rows in by.items())
                    + " — the host's Adam update streams 34 bytes a parameter through the GPU's share of its server's DRAM, "
                    "so what offload frees on the GPU it pays for in step time.")
+    fo = d.get("fsdp_cpu_offload")
+    if fo:
+        def fsdp_row(r: dict) -> str:
+            return (f"peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}"
+                    + (f", host {r['host_memory_GB_per_gpu']:.0f} GB" if r["cpu_offload"] else "")
+                    + f", step {r['step_time_s']:.1f} s (DP exposed {r['breakdown_s'].get('dp_comm_exposed', 0):.2f} s"
+                    + (" with the host copies" if r["cpu_offload"] else "") + f", optimizer {r['breakdown_s'].get('optimizer', 0):.2f} s)")
+
+        out.append(f"* **FSDP CPU offload** ({fo['model']}, {fo['layout']}): "
+                   + "; ".join(f"{r['microbatches']} micro-batch{'es' if r['microbatches'] > 1 else ''}, "
+                               f"{'offloaded' if r['cpu_offload'] else 'on the GPU'}: {fsdp_row(r)}" for r in fo["rows"])
+                   + " — one micro-batch hides the shard copies behind its compute; accumulating makes each gradient's copy "
+                   "and the host's add synchronous.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

@@ -261,7 +261,7 @@ def estimate(
                 layer_ranges=tuple(ranges[i]),
             )
         )
-    if training.optimizer_offload_fraction > 0.0:
+    if training.optimizer_offload_fraction > 0.0 or training.cpu_offload:
         warnings.append(host_offload_note(training, [(slot.group.device, float(st.host_state_bytes[0])) for slot, st in zip(slots, stage_costs, strict=True)]))
     step = combine_stages(stage_costs, S, m)
     step_s = float(step.step_time_s[0])
@@ -317,7 +317,7 @@ def with_offload_spread(est: Estimate, training: Training) -> Estimate:
     step with the optimizer term (``breakdown_s["optimizer"]``, the host's update and copies with
     the GPU's share) at 1/:data:`OFFLOAD_TIME_FACTOR` and :data:`OFFLOAD_TIME_FACTOR` times its
     priced time; ``est`` itself without offload or without an interval."""
-    if training.optimizer_offload_fraction <= 0.0 or est.step_time_s_p10 is None or est.step_time_s_p90 is None:
+    if (training.optimizer_offload_fraction <= 0.0 and not training.cpu_offload) or est.step_time_s_p10 is None or est.step_time_s_p90 is None:
         return est
     opt_s = est.breakdown_s.get("optimizer", 0.0)
     fast, slow = est.step_time_s - opt_s * (1.0 - 1.0 / OFFLOAD_TIME_FACTOR), est.step_time_s + opt_s * (OFFLOAD_TIME_FACTOR - 1.0)
@@ -379,9 +379,10 @@ def offload_device_check(training: Training, devices: Sequence[DeviceSpec]) -> N
     """Refuse optimizer offload where a stage runs on a CPU device: its state already lives in
     host memory, so there is nothing to offload to (a 422 naming the field)."""
     cpu = next((d.name for d in devices if d.kind != "gpu"), None)
-    if training.optimizer_offload_fraction > 0.0 and cpu is not None:
+    field = "optimizer_offload_fraction" if training.optimizer_offload_fraction > 0.0 else "cpu_offload" if training.cpu_offload else None
+    if field is not None and cpu is not None:
         raise InvalidTraining(f"{cpu} is a CPU device: its optimizer state is in host memory already, there is nothing to offload; "
-                              "leave optimizer_offload_fraction out", field="training.optimizer_offload_fraction")
+                              f"leave {field} out", field=f"training.{field}")
 
 
 def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, float]]) -> str:
@@ -390,9 +391,10 @@ def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, flo
     (``DeviceSpec.host_memory_GB``), and that the host side is not calibrated."""
     device, host_bytes = max(stages, key=lambda x: x[1] / max(x[0].host_memory_GB, 1e-9))
     need_GB, have_GB = bytes_to_gb(host_bytes), device.host_memory_GB
-    share = "all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state"
+    share = ("all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state")
+    what = "FSDP CPU offload (the sharded parameters, gradients and optimizer state)" if training.cpu_offload else f"optimizer offload ({share})"
     verdict = "more than" if need_GB > have_GB else "within"
-    return (f"optimizer offload ({share}): {need_GB:.1f} GB of host memory per GPU, {verdict} the {have_GB:.0f} GB per GPU of "
+    return (f"{what}: {need_GB:.1f} GB of host memory per GPU, {verdict} the {have_GB:.0f} GB per GPU of "
             f"{device.name}'s reference server{' (the host runs out of memory)' if need_GB > have_GB else ''}; the host's update "
             f"is priced at {device.host_memory_bandwidth_GBps:.0f} GB/s of DRAM and {device.host_link_GBps:.0f} GB/s of host link "
             f"per GPU, figures not calibrated against measured runs: the step's p10–p90 takes in the update at half and twice that time")

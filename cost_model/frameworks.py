@@ -173,6 +173,9 @@ class FrameworkRules:
     #: which its launch writes); else the update runs and then the parameters are copied back,
     #: the gradients having been copied out during backward (DeepSpeed's ZeRO-Offload)
     offload_pipelined: bool = False
+    #: its CPU offload of the sharded parameters, gradients and optimizer state
+    #: (``training.cpu_offload``), in its own terms; empty: none
+    cpu_offload: str = ""
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -264,6 +267,7 @@ RULES: dict[str, FrameworkRules] = {
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
+        cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
@@ -282,8 +286,8 @@ RULES: dict[str, FrameworkRules] = {
 
 #: The optimizer offload a framework has that the cost model does not price, and why.
 UNPRICED_OFFLOAD = {
-    "fsdp": ("FSDP's CPU offload (CPUOffloadPolicy, torchtitan's training.enable_cpu_offload) moves the parameters and "
-             "gradients to the host as well, which the cost model does not price"),
+    "fsdp": ("FSDP's CPU offload moves the parameters and gradients to the host as well: state it as cpu_offload: true "
+             "(CPUOffloadPolicy, torchtitan's training.enable_cpu_offload)"),
     "paddle": ("PaddleNLP's optimizer offload (offload_optim, tensorwise_offload_optimizer) moves the state to the host between "
                "updates and back for each, which the cost model does not price"),
 }
@@ -832,6 +836,37 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
     return None
 
 
+def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool) -> str | None:
+    """Reason when ``training.cpu_offload`` cannot be run or costed, else None: it is FSDP's
+    (``FrameworkRules.cpu_offload``: FSDP2's ``CPUOffloadPolicy``, "offloads parameters,
+    gradients, and optimizer states to CPU"); elsewhere the optimizer state alone is offloaded
+    (``optimizer_offload_fraction``).  fp16 needs a gradient scaler FSDP2's CPU step does not
+    price; refused."""
+    if not cpu_offload:
+        return None
+    r = rules_for(framework)
+    if not r.cpu_offload:
+        where = " and ".join(x.cpu_offload for x in RULES.values() if x.cpu_offload)
+        return f"{framework}: no CPU offload of the parameters ({where}); offload its optimizer state with optimizer_offload_fraction"
+    if dtype not in ("bf16", "fp32"):
+        return f"{r.cpu_offload} is priced under bf16 or fp32 training, got {dtype}"
+    return None
+
+
+def cpu_offload_layout_violation(cpu_offload: bool, zero_stage: int | None, pp: int | None) -> tuple[str, str] | None:
+    """(strategy field, reason) when the layout cannot run ``training.cpu_offload``, else None:
+    CPUOffloadPolicy offloads the *sharded* parameters — full sharding (zero_stage 3); inside a
+    pipeline torchtitan keeps unsharded gradients across micro-batches, which the cost model does
+    not price with offload."""
+    if not cpu_offload:
+        return None
+    if zero_stage is not None and zero_stage != 3:
+        return "zero_stage", f"cpu_offload offloads FSDP's sharded parameters: zero_stage 3 (FULL_SHARD), got {zero_stage}"
+    if pp is not None and pp > 1:
+        return "pp", f"cpu_offload is priced without a pipeline (pp 1), got pp {pp}"
+    return None
+
+
 def optimizer_offload_zero_violation(framework: str, fraction: float, zero_stage: int | None) -> str | None:
     """Reason when the layout's sharding stage cannot run ``training.optimizer_offload_fraction``
     (``FrameworkRules.offload_stages``, ``partial_offload_stages``), else None: DeepSpeed offloads
@@ -980,6 +1015,8 @@ __all__ = [
     "layout_rule_violation",
     "master_weights_violation",
     "optimizer_offload_violation",
+    "cpu_offload_violation",
+    "cpu_offload_layout_violation",
     "optimizer_offload_zero_violation",
     "moe_overlap_layout_violation",
     "optimizer_precision_violation",

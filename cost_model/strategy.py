@@ -19,6 +19,7 @@ from cost_model.frameworks import (
     canonical_recompute_modules,
     context_parallel_violation,
     cp_sequence_violation,
+    cpu_offload_layout_violation,
     deepspeed_moe_violation,
     effective_zero_stage,
     expert_parallel_dtype_violation,
@@ -495,6 +496,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     why = optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, s.zero_stage)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
+    offload_rule = cpu_offload_layout_violation(training.cpu_offload, s.zero_stage, s.pp)
+    if offload_rule is not None:
+        raise InvalidStrategy(offload_rule[1], field=f"{f}.{offload_rule[0]}")
     why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, s.tp, s.sequence_parallel)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.sequence_parallel")

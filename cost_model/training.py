@@ -12,6 +12,7 @@ from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
     cp_exchange,
     cp_exchange_rule_violation,
+    cpu_offload_violation,
     dtype_rule_violation,
     grad_accum_rule_violation,
     master_weights_violation,
@@ -102,6 +103,12 @@ class Training:
     Megatron-Core's hybrid optimizer (``--optimizer-cpu-offload --optimizer-offload-fraction``)
     (:func:`cost_model.frameworks.optimizer_offload_violation`,
     :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`).
+
+    ``cpu_offload`` (``fsdp``, full sharding): FSDP2's ``CPUOffloadPolicy`` (torchtitan's
+    ``training.enable_cpu_offload``) — the sharded parameters, gradients and optimizer state live
+    in host memory, each all-gather copies its shard to the GPU first, each reduce-scatter's
+    output goes back, and the optimizer steps on the CPU
+    (:func:`cost_model.transformer.layer_cost.cpu_offload_microbatch_s`).
     """
 
     global_batch_size: int
@@ -129,6 +136,8 @@ class Training:
     master_weights: bool = True
     #: the fraction of the optimizer's state and update kept in host memory and run on the CPU
     optimizer_offload_fraction: float = 0.0
+    #: FSDP's CPU offload: sharded parameters, gradients and optimizer state on the host
+    cpu_offload: bool = False
 
     @property
     def adam(self) -> bool:
@@ -171,14 +180,13 @@ TRAINING_FIELDS = frozenset(f.name for f in fields(Training))
 #: optimizer work to the host, over PCIe, at a host memory bandwidth the cluster does not state).
 UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
     "offload_param": "DeepSpeed's ZeRO-Infinity parameter offload (parameters in CPU or NVMe memory)",
-    "cpu_offload": "FSDP's CPU offload (parameters, gradients and optimizer step on the host)",
     "activation_offloading": "activation offloading to host memory",
 }
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
-                                     "optimizer_offload_fraction": 0.0,
+                                     "optimizer_offload_fraction": 0.0, "cpu_offload": False,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -216,7 +224,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
-    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights"):
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -262,6 +270,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                       out.get("optimizer_offload_fraction", 0.0), bool(out.get("precision_aware_optimizer", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.optimizer_offload_fraction")
+    why = cpu_offload_violation(framework, out.get("dtype", "bf16"), bool(out.get("cpu_offload", False)))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.cpu_offload")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
                                      out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
     if moe_why is not None:

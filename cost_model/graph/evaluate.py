@@ -219,9 +219,10 @@ def refuse_graph_offload(training: Training) -> None:
     """Optimizer offload is priced on transformer layers only (its host update and copies,
     :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`): an operator graph's
     request with it gets a 422 naming the field, not a plan that keeps the state on the GPU."""
-    if training.optimizer_offload_fraction > 0.0:
-        raise InvalidTraining("optimizer offload is priced for transformer models (a preset or config.json), not for operator "
-                              "graphs; leave optimizer_offload_fraction out", field="training.optimizer_offload_fraction")
+    field = "optimizer_offload_fraction" if training.optimizer_offload_fraction > 0.0 else "cpu_offload" if training.cpu_offload else None
+    if field is not None:
+        raise InvalidTraining("offload to the host is priced for transformer models (a preset or config.json), not for operator "
+                              f"graphs; leave {field} out", field=f"training.{field}")
 
 
 def estimate_graph(

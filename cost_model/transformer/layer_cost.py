@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -1420,6 +1420,8 @@ def model_state_bytes_per_param(
         opt = opt * (1.0 - f)
         if runs_deepspeed_engine(training.framework):
             grads = np.where(z >= 1, grads - f * 4.0 / shard, grads)
+    if training.cpu_offload:  # FSDP's CPUOffloadPolicy: the whole sharded state on the host (full sharding)
+        weights, grads, opt = (np.where(z >= 3, 0.0, x) for x in (weights, grads, opt))
     return weights, grads, opt
 
 
@@ -1445,7 +1447,10 @@ HOST_LINK_FRACTION = 0.8
 def offloaded_state_bytes_per_param(training: Training) -> float:
     """Host memory per (sharded) parameter of this GPU's rank under optimizer offload:
     ``optimizer_offload_fraction`` × (:data:`OFFLOADED_HOST_BYTES_PER_PARAM`, plus DeepSpeed's
-    16-bit staging copy)."""
+    16-bit staging copy); under FSDP's CPU offload the whole fully sharded state — the sharded
+    parameter (the fp32 master, or bf16 in pure bf16), its gradient and the moments."""
+    if training.cpu_offload:
+        return float(sum(float(x) for x in model_state_bytes_per_param(replace(training, cpu_offload=False), 3, 1.0, 1)))
     extra = DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM if runs_deepspeed_engine(training.framework) else 0.0
     return training.optimizer_offload_fraction * (OFFLOADED_HOST_BYTES_PER_PARAM + extra)
 
@@ -1472,13 +1477,9 @@ def offloaded_optimizer_s(params_per_gpu: ArrayOrFloat, training: Training, devi
     Source: Ren et al. 2021, "ZeRO-Offload" §4 (the schedule); DeepSpeed
     ``runtime/zero/stage_1_and_2.py`` (``step``: CPU Adam, then the 16-bit partition copied to
     the GPU); Megatron-Core ``HybridDeviceOptimizer``."""
-    from cost_model.devices import FAMILY_EFFICIENCY
-    from cost_model.units import gbps_to_bytes_per_s
-
     P = training.optimizer_offload_fraction * np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
-    host_bw = gbps_to_bytes_per_s(device.host_memory_bandwidth_GBps) * FAMILY_EFFICIENCY["cpu"].memory_fraction
-    link = gbps_to_bytes_per_s(device.host_link_GBps) * HOST_LINK_FRACTION
-    cpu = P * HOST_ADAM_BYTES_PER_PARAM / host_bw
+    link = _host_link_bytes_per_s(device)
+    cpu = P * HOST_ADAM_BYTES_PER_PARAM / _host_bytes_per_s(device)
     grad_bytes = _stored_bytes(training.main_grads_dtype) if "main_grads_dtype" in rules_for(training.framework).optimizer_precision else 4.0
     d2h = P * grad_bytes / link
     h2d = P * 2.0 / link
@@ -1925,6 +1926,71 @@ def optimizer_bytes_per_param(training: Training) -> float:
     return 22.0 if training.dtype != "fp32" else 16.0
 
 
+#: Bytes FSDP's CPU step moves per parameter of its shard: PyTorch's fused CPU AdamW
+#: (torchtitan's default ``implementation = "fused"``) reads the fp32 parameter, gradient and
+#: moments (16) and writes the parameter and moments (12), after the gradient-norm clipping has
+#: read the gradients (4): 32.  Unfused, the for-loop Adam's :data:`EAGER_ADAM_BYTES_PER_PARAM`.
+CPU_OFFLOAD_ADAM_BYTES_PER_PARAM = 32.0
+
+
+def _host_bytes_per_s(device: DeviceSpec) -> float:
+    """This GPU's share of its host's DRAM bandwidth as a streaming update reaches it
+    (``FAMILY_EFFICIENCY["cpu"].memory_fraction``), bytes/s."""
+    from cost_model.devices import FAMILY_EFFICIENCY
+    from cost_model.units import gbps_to_bytes_per_s
+
+    return float(gbps_to_bytes_per_s(device.host_memory_bandwidth_GBps) * FAMILY_EFFICIENCY["cpu"].memory_fraction)
+
+
+def _host_link_bytes_per_s(device: DeviceSpec) -> float:
+    """The host link's rate as pinned copies reach it (:data:`HOST_LINK_FRACTION`), bytes/s."""
+    from cost_model.units import gbps_to_bytes_per_s
+
+    return float(gbps_to_bytes_per_s(device.host_link_GBps) * HOST_LINK_FRACTION)
+
+
+def cpu_offload_step_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat) -> FloatArray:
+    """FSDP's CPU-offloaded optimizer step: the host updates this GPU's shard
+    (``params / shard`` parameters) in host memory, :data:`CPU_OFFLOAD_ADAM_BYTES_PER_PARAM`
+    each (pure bf16: half; unfused: the for-loop Adam's), at :func:`_host_bytes_per_s`; nothing
+    crosses the link at the step (the next all-gathers copy the updated shard).  Source: PyTorch
+    ``CPUOffloadPolicy`` ("the optimizer step runs on CPU with CPU optimizer states")."""
+    per_param = CPU_OFFLOAD_ADAM_BYTES_PER_PARAM if training.fused_kernels else EAGER_ADAM_BYTES_PER_PARAM
+    if not training.master_weights:
+        per_param /= 2.0
+    out: FloatArray = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float) * per_param / _host_bytes_per_s(device)
+    return out
+
+
+def cpu_offload_microbatch_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat,
+                             compute_s: ArrayOrFloat, microbatches: ArrayOrFloat) -> FloatArray:
+    """Seconds per micro-batch FSDP's CPU offload adds beyond its compute (``training.cpu_offload``).
+
+    Every all-gather first copies the unit's shard host-to-device (``all_gather_inputs``:
+    ``sharded_local_tensor.to(device, non_blocking=True)``; the fp32 master, 2 bytes in pure
+    bf16) — twice a micro-batch (before forward, before backward) — and every reduce-scatter's
+    output goes device-to-host at :func:`gradient_reduce_bytes`.  The first micro-batch's copies
+    are asynchronous into pinned memory and hide behind its compute; from the second on FSDP
+    adds each reduced gradient to the host's accumulated one (``foreach_reduce``:
+    ``sharded_param.grad._local_tensor += new_sharded_grad``), so that copy is synchronous and the
+    host's add (read two, write one) runs in the backward.  Per micro-batch over a step of ``m``:
+    ``max(0, h2d + d2h − compute)`` once, ``max(0, h2d − compute) + d2h + add`` the other m − 1
+    times, averaged.  Link at :func:`_host_link_bytes_per_s`, host at :func:`_host_bytes_per_s`."""
+    P = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
+    master = 4.0 if training.master_weights else 2.0  # the sharded parameter: the fp32 master (bf16 in pure bf16)
+    g = gradient_reduce_bytes(training)
+    link = _host_link_bytes_per_s(device)
+    h2d = 2.0 * P * master / link
+    d2h = P * g / link
+    add = P * 3.0 * g / _host_bytes_per_s(device)
+    compute = np.asarray(compute_s, dtype=float)
+    m = np.maximum(np.asarray(microbatches, dtype=float), 1.0)
+    first = np.maximum(h2d + d2h - compute, 0.0)
+    rest = np.maximum(h2d - compute, 0.0) + d2h + add
+    out: FloatArray = (first + (m - 1.0) * rest) / m
+    return out
+
+
 def optimizer_kernels(training: Training, tensors_per_gpu: ArrayOrFloat = 0.0) -> int | FloatArray:
     """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
     for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
@@ -1951,6 +2017,8 @@ def optimizer_step_s(
     if shard is None:
         shard = np.where(optimizer_state_partitioned(training, S.zero, S.pp), zero_shard_ranks(S), 1.0)
     per_param = optimizer_bytes_per_param(training)
+    if training.cpu_offload:  # FSDP's CPUOffloadPolicy: the step runs on the host alone (cpu_offload_step_s)
+        return cpu_offload_step_s(params_per_gpu, training, device, shard)
     f = training.optimizer_offload_fraction
     on_gpu = memory_bound_time_s(params_per_gpu * (1.0 - f) * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
     if f > 0.0:  # the host's share (offloaded_optimizer_s), after the GPU's

@@ -32,6 +32,7 @@ from cost_model.transformer.layer_cost import (
     LayerCosts,
     StrategyArrays,
     bf16_optimizer,
+    cpu_offload_microbatch_s,
     deepspeed_gather_copy_out_s,
     dp_gradient_comm_s,
     dp_overlap_fraction,
@@ -464,6 +465,9 @@ def stage_cost(
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
                                                  backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0),
                                                  forward_s_comm=np.where(per_microbatch_sharding, forward_gathers, dp_mb_forward))
+    if training.cpu_offload:  # FSDP's CPUOffloadPolicy: each gather's and reduce's host copies (full sharding only)
+        dp_mb_exposed = dp_mb_exposed + np.where(S.zero >= 3, cpu_offload_microbatch_s(
+            dense + experts * shard_dense / shard_exp, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

@@ -907,6 +907,9 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     if view.training.get("master_weights") is False:
         # pure bf16, as priced: "all parameters, gradients, and optimizer states in bfloat16, without an extra copy of fp32 weights"
         training["dtype"] = "bfloat16"
+    if view.training.get("cpu_offload") is True:
+        # FSDP2's CPUOffloadPolicy, as priced (layer_cost.cpu_offload_microbatch_s, cpu_offload_step_s)
+        training["enable_cpu_offload"] = True
     recompute = view.s("recompute", "none")
     ac = {"mode": recompute, "selective_ac_option": "op" if recompute == "selective" else None}
     sections: dict[str, Any] = {

@@ -418,6 +418,7 @@ const fmt = {
     ["#t-precision-aware", "precision_aware_optimizer", "false", (v) => v === "true"],
     ["#t-main-grads", "main_grads_dtype", "fp32", (v) => v],
     ["#t-master-weights", "master_weights", "true", (v) => v === "true"],
+    ["#t-cpu-offload", "cpu_offload", "false", (v) => v === "true"],
     ["#t-main-params", "main_params_dtype", "fp32", (v) => v],
     ["#t-exp-avg", "exp_avg_dtype", "fp32", (v) => v],
     ["#t-exp-avg-sq", "exp_avg_sq_dtype", "fp32", (v) => v],

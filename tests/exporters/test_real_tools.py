@@ -424,6 +424,21 @@ def test_torchtitan_refuses_fp16_and_turns_cuda_graphs_off_for_experts():
     assert "--training.disable-cuda-graphs" in _overrides(render(moe, "torchtitan", PARAMS))
 
 
+def test_torchtitan_runs_a_cpu_offloaded_plan_with_its_cpu_offload():
+    # a plan priced with FSDP's CPU offload (training.cpu_offload) launches as torchtitan's
+    # training.enable_cpu_offload (FSDP2's CPUOffloadPolicy), which its ConfigManager parses
+    import tomllib
+
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"]["cpu_offload"] = True
+    art = render(plan, "torchtitan", PARAMS)
+    assert tomllib.loads(art.files["torchtitan.toml"])["training"]["enable_cpu_offload"] is True
+    assert manager.ConfigManager().parse_args(_overrides(art)).training.enable_cpu_offload is True
+    plan["training"].pop("cpu_offload")
+    assert "enable_cpu_offload" not in tomllib.loads(render(plan, "torchtitan", PARAMS).files["torchtitan.toml"])["training"]
+
+
 def test_torchtitan_runs_a_pure_bf16_plan_in_bf16():
     # a plan priced without fp32 master weights (training.master_weights false) launches as torchtitan's
     # training.dtype = "bfloat16": "all parameters, gradients, and optimizer states in bfloat16"

@@ -508,7 +508,7 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
                         "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
-                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction"}
+                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction", "cpu_offload"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -521,11 +521,11 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     # the contract's defaults are what the controls show
     shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value")
              for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-grad-accum", "#t-moe-dispatcher", "#t-moe-overlap",
-                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq", "#t-master-weights")}
+                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq", "#t-master-weights", "#t-cpu-offload")}
     assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "",
                      "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false", "#t-precision-aware": "false",
                      "#t-main-grads": "fp32", "#t-main-params": "fp32", "#t-exp-avg": "fp32", "#t-exp-avg-sq": "fp32",
-                     "#t-master-weights": "true"}
+                     "#t-master-weights": "true", "#t-cpu-offload": "false"}
     assert css(d, "#t-moe-capacity").get_attribute("value") == "" and css(d, "#t-offload").get_attribute("value") == ""
 
     # each changed control reaches the body under its contract name, with its JSON type
@@ -646,6 +646,25 @@ def test_optimizer_offload_is_planned_from_the_page(browser, live_server):
     plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
     assert plan["training"]["optimizer_offload_fraction"] == 1.0 and plan["best"]["strategy"]["zero_stage"] >= 1
     assert any(w.startswith("optimizer offload (all of the state)") for w in plan["best"]["prediction"]["warnings"])
+
+
+def test_fsdp_cpu_offload_is_planned_from_the_page(browser, live_server):
+    """FSDP's CPU offload chosen on the page: a torchtitan plan with full sharding and the host's
+    share in its warnings; under Megatron-Core it is refused next to the control."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    css(d, "#training-options summary").click()
+    control = css(d, "#t-cpu-offload")
+    Select(control).select_by_value("true")
+    assert form_body(d)["training"]["cpu_offload"] is True
+    submit_and_expect_error_at(d, control, "training.cpu_offload: megatron-core: no CPU offload of the parameters", "optimizer_offload_fraction")
+    small_one_node_form(d, live_server, "fsdp")
+    css(d, "#training-options summary").click()
+    Select(css(d, "#t-cpu-offload")).select_by_value("true")
+    css(d, "#submit-plan").click()
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert plan["training"]["cpu_offload"] is True and plan["best"]["strategy"]["zero_stage"] == 3
+    assert any(w.startswith("FSDP CPU offload") for w in plan["best"]["prediction"]["warnings"])
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

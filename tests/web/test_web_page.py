@@ -212,17 +212,21 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert defaults["cp_comm_type"] is None and defaults["grad_accum_dtype"] is None
     for key, choices in OPTIMIZER_DTYPES.items():  # Megatron-Core's optimizer precision, fp32 first
         assert tuple(fields[key]["options"]) == choices and defaults[key] == choices[0], key
-    for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights"):
+    for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights",
+                 "cpu_offload"):
         assert fields[flag]["tag"] == "select", flag
         assert fields[flag]["options"] == [str(defaults[flag]).lower(), str(not defaults[flag]).lower()], flag
     capacity = fields["moe_capacity_factor"]
     assert defaults["moe_capacity_factor"] is None
     assert (capacity["tag"], capacity["type"], capacity["min"], capacity["max"]) == ("input", "number", "1", "64")
     assert "value" not in capacity  # empty: dropless, left out of the request
+    offload = fields["optimizer_offload_fraction"]
+    assert defaults["optimizer_offload_fraction"] == 0.0
+    assert (offload["tag"], offload["type"], offload["min"], offload["max"]) == ("input", "number", "0", "1") and "value" not in offload
     # the script leaves a key out exactly when its control is at the contract's default
     choices = _training_choices()
     assert set(choices) == {"attention", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap",
-                            "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", *OPTIMIZER_DTYPES}
+                            "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload", *OPTIMIZER_DTYPES}
     for key, (ident, default) in choices.items():
         assert fields[key]["id"] == ident, key
         assert default == fields[key]["options"][0], key

@@ -33,6 +33,7 @@ from cost_model.frameworks import (
     WHOLE_LAYOUT_RULE_FRAMEWORKS,
     context_parallel_violation,
     cp_sequence_violation,
+    cpu_offload_layout_violation,
     deepspeed_moe_ok,
     deepspeed_moe_violation,
     dense_etp_note,
@@ -119,6 +120,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     why = optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, pins.get("zero_stage"))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
+    offload_rule = cpu_offload_layout_violation(training.cpu_offload, pins.get("zero_stage"), pins.get("pp"))
+    if offload_rule is not None:
+        raise InvalidStrategy(offload_rule[1], field=f"constraints.{offload_rule[0]}")
     if "sequence_parallel" in pins:
         why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, tp, bool(pins["sequence_parallel"]))
         if why is not None:
@@ -304,6 +308,8 @@ def enumerate_space(
             stages = [1]
         if training.optimizer_offload_fraction > 0.0:  # where the offload runs (optimizer_offload_zero_violation)
             stages = [z for z in stages if optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, z) is None]
+        if training.cpu_offload:  # FSDP's CPU offload: full sharding (cpu_offload_layout_violation)
+            stages = [3]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] <= 1))
@@ -311,6 +317,8 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] != 2))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
+    if training.cpu_offload:  # priced without a pipeline (cpu_offload_layout_violation)
+        cols = _keep(cols, cols["pp"] == 1)
     if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them
         cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
     # the framework's own ETP for this model at each row's ep (e.g. 1 for biased experts under

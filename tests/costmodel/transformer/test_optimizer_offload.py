@@ -193,3 +193,85 @@ def test_megatron_core_launch_runs_the_hybrid_optimizer():
     assert all(flag in megatron_reference() for flag, _ in args)  # Megatron-LM's own flags
     assert optimizer_offload_args(training_from_dict(MC).to_dict()) == []
     assert np.isfinite(float(offloaded_optimizer_s(1e9, _tr(MC), get_device("GB200-NVL72-186GB"), 1.0)))
+
+
+# FSDP's CPU offload (training.cpu_offload): FSDP2's CPUOffloadPolicy, the whole sharded state on the host
+
+FSDP = {**BASE, "framework": "fsdp"}
+
+
+def _fsdp(**kw) -> Training:
+    return training_from_dict({**FSDP, "cpu_offload": True, **kw})
+
+
+def test_fsdp_cpu_offload_takes_the_sharded_state_off_the_gpu():
+    w, g, o = (float(x) for x in model_state_bytes_per_param(_fsdp(), 3, 8.0, 1))
+    assert (w, g, o) == (0.0, 0.0, 0.0)
+    assert sum(float(x) for x in model_state_bytes_per_param(training_from_dict(FSDP), 3, 8.0, 1)) == pytest.approx(16.0 / 8)
+    assert offloaded_state_bytes_per_param(_fsdp()) == 16.0  # fp32 master, gradient, two moments
+    assert offloaded_state_bytes_per_param(_fsdp(master_weights=False)) == 8.0  # pure bf16: 2 + 2 + 4
+
+
+def test_fsdp_cpu_offload_copies_every_gather_and_reduce_and_steps_on_the_host():
+    from cost_model.transformer.layer_cost import (
+        CPU_OFFLOAD_ADAM_BYTES_PER_PARAM,
+        cpu_offload_microbatch_s,
+        cpu_offload_step_s,
+        gradient_reduce_bytes,
+    )
+
+    a100, t = get_device("A100-SXM4-80GB"), _fsdp()
+    P, shard = 1e9, 8.0
+    host = a100.host_memory_bandwidth_GBps * 1e9 * FAMILY_EFFICIENCY["cpu"].memory_fraction
+    link = a100.host_link_GBps * 1e9 * HOST_LINK_FRACTION
+    assert float(cpu_offload_step_s(P * shard, t, a100, shard)) == pytest.approx(P * CPU_OFFLOAD_ADAM_BYTES_PER_PARAM / host)
+    h2d, d2h = 2 * 4 * P / link, gradient_reduce_bytes(t) * P / link
+    add = 3 * gradient_reduce_bytes(t) * P / host
+    # one micro-batch: the copies hide behind its compute
+    assert float(cpu_offload_microbatch_s(P * shard, t, a100, shard, 10.0, 1)) == 0.0
+    assert float(cpu_offload_microbatch_s(P * shard, t, a100, shard, 0.0, 1)) == pytest.approx(h2d + d2h)
+    # accumulating: each later micro-batch's gradient copy is synchronous and the host adds it
+    assert float(cpu_offload_microbatch_s(P * shard, t, a100, shard, 10.0, 4)) == pytest.approx(3 * (d2h + add) / 4)
+
+
+def test_an_fsdp_cpu_offload_estimate_fits_what_full_sharding_alone_does_not():
+    model, cluster = get_preset("llama2-70b"), simple_cluster("H100-SXM5-80GB", 1)
+    s = Strategy(dp=8, micro_batch_size=1, recompute="full", zero_stage=3)
+    on_gpu, offloaded = (estimate(model, t, cluster, s) for t in (training_from_dict(FSDP), _fsdp()))
+    assert not on_gpu.fits and offloaded.fits and offloaded.peak_memory_GB[0] < 30
+    assert offloaded.step_time_s > on_gpu.step_time_s and offloaded.breakdown_s["dp_comm_exposed"] > on_gpu.breakdown_s["dp_comm_exposed"]
+    note = next(w for w in offloaded.warnings if w.startswith("FSDP CPU offload"))
+    assert f"{69e9 * 16 / 8 / 1e9:.0f}" in note.split(" GB")[0] and "within the 256 GB per GPU" in note
+    assert offloaded.step_time_s_p90 >= offloaded.step_time_s + offloaded.breakdown_s["optimizer"]
+
+
+@pytest.mark.parametrize("body, strategy, field, words", [
+    ({**BASE, "framework": "megatron-core", "cpu_offload": True}, None, "training.cpu_offload", "optimizer_offload_fraction"),
+    ({**FSDP, "cpu_offload": True, "dtype": "fp8"}, None, "training.cpu_offload", "bf16 or fp32"),
+    ({**FSDP, "cpu_offload": True}, {"dp": 8, "zero_stage": 2}, "strategy.zero_stage", "zero_stage 3"),
+    ({**FSDP, "cpu_offload": True}, {"dp": 4, "pp": 2, "zero_stage": 3}, "strategy.pp", "pp 1"),
+    ({**FSDP, "cpu_offload": "yes"}, None, "training.cpu_offload", "true or false"),
+])
+def test_fsdp_cpu_offload_that_cannot_run_is_refused_by_field(body, strategy, field, words):
+    with pytest.raises((InvalidTraining, InvalidStrategy)) as err:
+        t = training_from_dict(body)
+        estimate(get_preset("llama2-7b"), t, simple_cluster("A100-SXM4-80GB", 1), Strategy(micro_batch_size=1, **strategy))
+    assert err.value.field == field and words in err.value.message
+
+
+def test_the_planner_plans_fsdp_cpu_offload(client):
+    # Llama 2 70B on 8 H100 without model parallelism fits only with its sharded state on the host
+    req = {"model": {"preset": "llama2-70b"}, "training": {**FSDP, "global_batch_size": 16, "sequence_length": 2048},
+           "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+           "constraints": {"tp": 1, "pp": 1, "cp": 1}}
+    refused = client.post("/v1/plans", json=req)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
+    req["training"]["cpu_offload"] = True
+    r = client.post("/v1/plans", json=req)
+    assert r.status_code in (200, 201), r.text
+    plan = r.json()
+    assert plan["training"]["cpu_offload"] is True and plan["best"]["strategy"]["zero_stage"] == 3
+    assert any(w.startswith("FSDP CPU offload") for w in plan["best"]["prediction"]["warnings"])
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "torchtitan"})
+    assert launch.status_code == 200, launch.text
+    assert "enable_cpu_offload = true" in next(v for k, v in launch.json()["files"].items() if k.endswith(".toml"))
