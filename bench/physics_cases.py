@@ -49,9 +49,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   (Megatron-Core's distributed optimizer, precision-aware, bf16 gradient buffer): the state on the GPU against half and
   all of it offloaded to the host — peak, host memory per GPU, the optimizer's share of the step,
   and on the A100 the fit that only offload gives;
-* ``fsdp_cpu_offload``: Llama-2 70B under FSDP FULL_SHARD on 8 H100, 1 and 8 micro-batches of
-  2048 tokens a step: the sharded state on the GPU against FSDP2's CPU offload — peak, host memory,
-  the host copies' exposed time and the CPU step;
+* ``fsdp_cpu_offload``: Llama-2 70B fully sharded on 8 H100, 1 and 8 micro-batches of 2048
+  tokens a step: the sharded state on the GPU against FSDP2's CPU offload (and DeepSpeed's ZeRO-3
+  Offload, one micro-batch) — peak, host memory, the host copies' exposed time and the CPU step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -430,18 +430,18 @@ def optimizer_offload() -> dict[str, Any]:
 
 def fsdp_cpu_offload() -> dict[str, Any]:
     """FSDP2's CPUOffloadPolicy (training.cpu_offload; layer_cost.cpu_offload_microbatch_s,
-    cpu_offload_step_s): Llama-2 70B, FSDP ZeRO-3 dp 8 on 8 H100, full recompute, 8 and 64
-    sequences of 2048 tokens a step (1 and 8 micro-batches a GPU)."""
+    cpu_offload_step_s): Llama-2 70B, ZeRO-3 dp 8 on 8 H100, full recompute, 8 and 64 sequences of
+    2048 tokens a step (1 and 8 micro-batches a GPU) under FSDP, 8 under DeepSpeed (ZeRO-3 Offload)."""
     model = get_preset("llama2-70b")
     rows = []
-    for gbs in (8, 64):
+    for framework, gbs in (("fsdp", 8), ("fsdp", 64), ("deepspeed", 8)):
         for off in (False, True):
-            tr = Training(global_batch_size=gbs, sequence_length=2048, framework="fsdp", cpu_offload=off)
+            tr = Training(global_batch_size=gbs, sequence_length=2048, framework=framework, cpu_offload=off)
             est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, recompute="full"))
-            host = next((w for w in est.warnings if w.startswith("FSDP CPU offload")), "")
-            rows.append(_row(est, microbatches=gbs // 8, cpu_offload=off,
+            host = next((w for w in est.warnings if w.startswith("CPU offload of the sharded")), "")
+            rows.append(_row(est, framework=framework, microbatches=gbs // 8, cpu_offload=off,
                              host_memory_GB_per_gpu=float(host.split(": ")[1].split(" GB")[0]) if host else 0.0))
-    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, full recompute, 2048 tokens a sequence", "rows": rows}
+    return {"model": model.name, "layout": "ZeRO-3 dp 8 on 8 H100, full recompute, 2048 tokens a sequence", "rows": rows}
 
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,

@@ -187,8 +187,8 @@ def physics() -> str | None:
                     + f", step {r['step_time_s']:.1f} s (DP exposed {r['breakdown_s'].get('dp_comm_exposed', 0):.2f} s"
                     + (" with the host copies" if r["cpu_offload"] else "") + f", optimizer {r['breakdown_s'].get('optimizer', 0):.2f} s)")
 
-        out.append(f"* **FSDP CPU offload** ({fo['model']}, {fo['layout']}): "
-                   + "; ".join(f"{r['microbatches']} micro-batch{'es' if r['microbatches'] > 1 else ''}, "
+        out.append(f"* **CPU offload of the sharded state** ({fo['model']}, {fo['layout']}): "
+                   + "; ".join(f"{r['framework']}, {r['microbatches']} micro-batch{'es' if r['microbatches'] > 1 else ''}, "
                                f"{'offloaded' if r['cpu_offload'] else 'on the GPU'}: {fsdp_row(r)}" for r in fo["rows"])
                    + " — one micro-batch hides the shard copies behind its compute; accumulating makes each gradient's copy "
                    "and the host's add synchronous.")

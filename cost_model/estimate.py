@@ -392,7 +392,7 @@ def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, flo
     device, host_bytes = max(stages, key=lambda x: x[1] / max(x[0].host_memory_GB, 1e-9))
     need_GB, have_GB = bytes_to_gb(host_bytes), device.host_memory_GB
     share = ("all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state")
-    what = "FSDP CPU offload (the sharded parameters, gradients and optimizer state)" if training.cpu_offload else f"optimizer offload ({share})"
+    what = "CPU offload of the sharded parameters, gradients and optimizer state" if training.cpu_offload else f"optimizer offload ({share})"
     verdict = "more than" if need_GB > have_GB else "within"
     return (f"{what}: {need_GB:.1f} GB of host memory per GPU, {verdict} the {have_GB:.0f} GB per GPU of "
             f"{device.name}'s reference server{' (the host runs out of memory)' if need_GB > have_GB else ''}; the host's update "

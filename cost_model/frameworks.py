@@ -247,6 +247,7 @@ RULES: dict[str, FrameworkRules] = {
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_tp=False, cp_with_pp=False,
         optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
         offload_stages=(1, 2, 3), partial_offload_stages=(3,),
+        cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -256,6 +257,7 @@ RULES: dict[str, FrameworkRules] = {
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_pp=False,
         optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
         offload_stages=(1, 2, 3), partial_offload_stages=(3,),
+        cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -836,32 +838,42 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
     return None
 
 
-def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool) -> str | None:
-    """Reason when ``training.cpu_offload`` cannot be run or costed, else None: it is FSDP's
-    (``FrameworkRules.cpu_offload``: FSDP2's ``CPUOffloadPolicy``, "offloads parameters,
-    gradients, and optimizer states to CPU"); elsewhere the optimizer state alone is offloaded
-    (``optimizer_offload_fraction``).  fp16 needs a gradient scaler FSDP2's CPU step does not
-    price; refused."""
+def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimizer_offload_fraction: float = 0.0,
+                          optimizer: str = "adam") -> str | None:
+    """Reason when ``training.cpu_offload`` cannot be run or costed, else None: the sharded
+    parameters, gradients and optimizer state on the host (``FrameworkRules.cpu_offload``):
+    FSDP2's ``CPUOffloadPolicy`` ("offloads parameters, gradients, and optimizer states to CPU")
+    and DeepSpeed's ZeRO-3 Offload (``offload_param`` with ``offload_optimizer``, both to the
+    CPU); elsewhere the optimizer state alone is offloaded (``optimizer_offload_fraction``).  Priced
+    under bf16 (and fp32 for FSDP, fp16 for DeepSpeed); DeepSpeed's parameters on the host with only
+    part of the optimizer state there is not priced."""
     if not cpu_offload:
         return None
     r = rules_for(framework)
     if not r.cpu_offload:
-        where = " and ".join(x.cpu_offload for x in RULES.values() if x.cpu_offload)
+        where = " and ".join(dict.fromkeys(x.cpu_offload for x in RULES.values() if x.cpu_offload))
         return f"{framework}: no CPU offload of the parameters ({where}); offload its optimizer state with optimizer_offload_fraction"
-    if dtype not in ("bf16", "fp32"):
-        return f"{r.cpu_offload} is priced under bf16 or fp32 training, got {dtype}"
+    dtypes = ("bf16", "fp16") if r.deepspeed_engine else ("bf16", "fp32")
+    if dtype not in dtypes:
+        return f"{r.cpu_offload} is priced under {' or '.join(dtypes)} training, got {dtype}"
+    if r.deepspeed_engine and optimizer not in ADAM_OPTIMIZERS:
+        return f"{r.cpu_offload} updates with DeepSpeed's CPU Adam, got optimizer {optimizer!r}"
+    if 0.0 < optimizer_offload_fraction < 1.0:
+        return (f"{r.cpu_offload} puts all of the optimizer state on the host; leave optimizer_offload_fraction out "
+                f"(got {optimizer_offload_fraction:g})")
     return None
 
 
 def cpu_offload_layout_violation(cpu_offload: bool, zero_stage: int | None, pp: int | None) -> tuple[str, str] | None:
     """(strategy field, reason) when the layout cannot run ``training.cpu_offload``, else None:
-    CPUOffloadPolicy offloads the *sharded* parameters — full sharding (zero_stage 3); inside a
-    pipeline torchtitan keeps unsharded gradients across micro-batches, which the cost model does
-    not price with offload."""
+    it offloads the *sharded* parameters — full sharding (zero_stage 3: FSDP's FULL_SHARD,
+    DeepSpeed's "offload_param ... only valid with stage 3"); inside a pipeline torchtitan keeps
+    unsharded gradients across micro-batches, which the cost model does not price with offload
+    (and DeepSpeed's pipeline engine runs no stage 3)."""
     if not cpu_offload:
         return None
     if zero_stage is not None and zero_stage != 3:
-        return "zero_stage", f"cpu_offload offloads FSDP's sharded parameters: zero_stage 3 (FULL_SHARD), got {zero_stage}"
+        return "zero_stage", f"cpu_offload offloads the sharded parameters: zero_stage 3 (full sharding), got {zero_stage}"
     if pp is not None and pp > 1:
         return "pp", f"cpu_offload is priced without a pipeline (pp 1), got pp {pp}"
     return None

@@ -104,10 +104,11 @@ class Training:
     (:func:`cost_model.frameworks.optimizer_offload_violation`,
     :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`).
 
-    ``cpu_offload`` (``fsdp``, full sharding): FSDP2's ``CPUOffloadPolicy`` (torchtitan's
-    ``training.enable_cpu_offload``) — the sharded parameters, gradients and optimizer state live
-    in host memory, each all-gather copies its shard to the GPU first, each reduce-scatter's
-    output goes back, and the optimizer steps on the CPU
+    ``cpu_offload`` (``fsdp``, ``deepspeed``, ``megatron-deepspeed``; full sharding): FSDP2's
+    ``CPUOffloadPolicy`` (torchtitan's ``training.enable_cpu_offload``), DeepSpeed's ZeRO-3 Offload
+    (``offload_param`` and ``offload_optimizer``) — the sharded parameters, gradients and optimizer
+    state live in host memory, each all-gather copies its shard to the GPU first, each
+    reduce-scatter's output goes back, and the optimizer steps on the CPU
     (:func:`cost_model.transformer.layer_cost.cpu_offload_microbatch_s`).
     """
 
@@ -270,7 +271,8 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                       out.get("optimizer_offload_fraction", 0.0), bool(out.get("precision_aware_optimizer", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.optimizer_offload_fraction")
-    why = cpu_offload_violation(framework, out.get("dtype", "bf16"), bool(out.get("cpu_offload", False)))
+    why = cpu_offload_violation(framework, out.get("dtype", "bf16"), bool(out.get("cpu_offload", False)),
+                                out.get("optimizer_offload_fraction", 0.0), out.get("optimizer", "adam"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.cpu_offload")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),

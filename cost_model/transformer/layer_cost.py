@@ -1950,34 +1950,44 @@ def _host_link_bytes_per_s(device: DeviceSpec) -> float:
 
 
 def cpu_offload_step_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat) -> FloatArray:
-    """FSDP's CPU-offloaded optimizer step: the host updates this GPU's shard
-    (``params / shard`` parameters) in host memory, :data:`CPU_OFFLOAD_ADAM_BYTES_PER_PARAM`
-    each (pure bf16: half; unfused: the for-loop Adam's), at :func:`_host_bytes_per_s`; nothing
-    crosses the link at the step (the next all-gathers copy the updated shard).  Source: PyTorch
-    ``CPUOffloadPolicy`` ("the optimizer step runs on CPU with CPU optimizer states")."""
-    per_param = CPU_OFFLOAD_ADAM_BYTES_PER_PARAM if training.fused_kernels else EAGER_ADAM_BYTES_PER_PARAM
-    if not training.master_weights:
-        per_param /= 2.0
+    """The CPU-offloaded optimizer step (``training.cpu_offload``): the host updates this GPU's
+    shard (``params / shard`` parameters) in host memory at :func:`_host_bytes_per_s` —
+    FSDP's fused CPU AdamW :data:`CPU_OFFLOAD_ADAM_BYTES_PER_PARAM` each (pure bf16: half;
+    unfused: the for-loop Adam's), DeepSpeed's CPU Adam :data:`HOST_ADAM_BYTES_PER_PARAM` (it
+    writes the 16-bit partition too); nothing crosses the link at the step (the next all-gathers
+    copy the updated shard).  Source: PyTorch ``CPUOffloadPolicy`` ("the optimizer step runs on
+    CPU with CPU optimizer states"); DeepSpeed ``runtime/zero/stage3.py`` with ``offload_param``."""
+    if runs_deepspeed_engine(training.framework):  # DeepSpeed's CPU Adam, narrowing into its 16-bit partition
+        per_param = HOST_ADAM_BYTES_PER_PARAM
+    else:
+        per_param = CPU_OFFLOAD_ADAM_BYTES_PER_PARAM if training.fused_kernels else EAGER_ADAM_BYTES_PER_PARAM
+        if not training.master_weights:
+            per_param /= 2.0
     out: FloatArray = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float) * per_param / _host_bytes_per_s(device)
     return out
 
 
 def cpu_offload_microbatch_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat,
                              compute_s: ArrayOrFloat, microbatches: ArrayOrFloat) -> FloatArray:
-    """Seconds per micro-batch FSDP's CPU offload adds beyond its compute (``training.cpu_offload``).
+    """Seconds per micro-batch the CPU offload of the sharded state adds beyond its compute
+    (``training.cpu_offload``).
 
-    Every all-gather first copies the unit's shard host-to-device (``all_gather_inputs``:
-    ``sharded_local_tensor.to(device, non_blocking=True)``; the fp32 master, 2 bytes in pure
-    bf16) — twice a micro-batch (before forward, before backward) — and every reduce-scatter's
-    output goes device-to-host at :func:`gradient_reduce_bytes`.  The first micro-batch's copies
-    are asynchronous into pinned memory and hide behind its compute; from the second on FSDP
-    adds each reduced gradient to the host's accumulated one (``foreach_reduce``:
-    ``sharded_param.grad._local_tensor += new_sharded_grad``), so that copy is synchronous and the
-    host's add (read two, write one) runs in the backward.  Per micro-batch over a step of ``m``:
+    Every all-gather first copies the unit's shard host-to-device (FSDP2's ``all_gather_inputs``:
+    ``sharded_local_tensor.to(device, non_blocking=True)``, the fp32 master, 2 bytes in pure bf16;
+    DeepSpeed's fetch copies its 16-bit ``ds_tensor`` into the gather's buffer) — twice a
+    micro-batch (before forward, before backward) — and every reduce-scatter's output goes
+    device-to-host at :func:`gradient_reduce_bytes`.  The first micro-batch's copies are
+    asynchronous into pinned memory and hide behind its compute; from the second on the
+    framework adds each reduced gradient to the host's accumulated one (FSDP2's ``foreach_reduce``:
+    ``sharded_param.grad._local_tensor += new_sharded_grad``; DeepSpeed accumulates its offloaded
+    fp32 gradient partition likewise), so that copy is synchronous and the host's add (read two,
+    write one) runs in the backward.  Per micro-batch over a step of ``m``:
     ``max(0, h2d + d2h − compute)`` once, ``max(0, h2d − compute) + d2h + add`` the other m − 1
     times, averaged.  Link at :func:`_host_link_bytes_per_s`, host at :func:`_host_bytes_per_s`."""
     P = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
-    master = 4.0 if training.master_weights else 2.0  # the sharded parameter: the fp32 master (bf16 in pure bf16)
+    # the sharded parameter on the host: FSDP's is the fp32 master (bf16 in pure bf16), DeepSpeed's
+    # its 16-bit partition (``ds_tensor``, copied into the gather's flat buffer)
+    master = param_bytes(training) if runs_deepspeed_engine(training.framework) else 4.0 if training.master_weights else 2.0
     g = gradient_reduce_bytes(training)
     link = _host_link_bytes_per_s(device)
     h2d = 2.0 * P * master / link

@@ -206,7 +206,7 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     deepspeed_engine = runs_deepspeed_engine(view.training.get("framework", "megatron-core"))
     if not deepspeed_engine:
         args += optimizer_offload_args(view.training)
-    elif float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0) > 0.0:
+    elif float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0) > 0.0 or view.training.get("cpu_offload") is True:
         notes.append("the optimizer offload is DeepSpeed's (ds_config.json's zero_optimization.offload_optimizer): add "
                      "Megatron-DeepSpeed's --cpu-optimizer so that it builds DeepSpeed's CPU Adam")
     if deepspeed_engine:
@@ -513,7 +513,11 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
                               field="target")
         notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only; the plan asks for stage " + str(zero))
     cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0 and overlap, "contiguous_gradients": zero > 0}
-    offload = float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0)
+    offload = 1.0 if view.training.get("cpu_offload") is True else float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0)
+    if view.training.get("cpu_offload") is True:
+        # ZeRO-3 Offload as priced (layer_cost.cpu_offload_microbatch_s, cpu_offload_step_s): the
+        # 16-bit parameter partitions in pinned host memory, fetched for each gather
+        cfg["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
     if offload > 0.0:
         # ZeRO-Offload as priced (layer_cost.offloaded_optimizer_s): the optimizer state in pinned
         # host memory, ``ratio`` of it at stage 3 ("only valid with ZeRO Stage 3")

@@ -178,6 +178,17 @@ def test_deepspeed_runs_the_optimizer_offload_the_plan_priced(zero_stage, fracti
     assert not bool(bf16_optimizer(priced, zero_stage, 1))
 
 
+def test_deepspeed_takes_the_zero3_offload_sections_the_launch_writes(monkeypatch):
+    # training.cpu_offload under DeepSpeed is its ZeRO-3 Offload: offload_param and
+    # offload_optimizer to the CPU, which DeepSpeed's config parser takes at stage 3
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = hsdp_plan("deepspeed", 3, dp_shard=16)
+    plan["best"]["strategy"].pop("dp_shard")
+    plan["training"]["cpu_offload"] = True
+    zero = _check_deepspeed_config(config, plan, monkeypatch).zero_config
+    assert zero.offload_param.device == "cpu" and zero.offload_optimizer.device == "cpu" and zero.offload_optimizer.ratio == 1.0
+
+
 @pytest.mark.parametrize("zero_stage", [1, 2, 3])
 def test_deepspeed_autoep_accepts_the_expert_parallel_section(zero_stage, monkeypatch):
     """A ``deepspeed`` plan's expert parallelism is DeepSpeed's AutoEP: DeepSpeedConfig parses its

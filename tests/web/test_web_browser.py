@@ -664,7 +664,7 @@ def test_fsdp_cpu_offload_is_planned_from_the_page(browser, live_server):
     css(d, "#submit-plan").click()
     plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
     assert plan["training"]["cpu_offload"] is True and plan["best"]["strategy"]["zero_stage"] == 3
-    assert any(w.startswith("FSDP CPU offload") for w in plan["best"]["prediction"]["warnings"])
+    assert any(w.startswith("CPU offload of the sharded") for w in plan["best"]["prediction"]["warnings"])
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

@@ -240,7 +240,7 @@ def test_an_fsdp_cpu_offload_estimate_fits_what_full_sharding_alone_does_not():
     on_gpu, offloaded = (estimate(model, t, cluster, s) for t in (training_from_dict(FSDP), _fsdp()))
     assert not on_gpu.fits and offloaded.fits and offloaded.peak_memory_GB[0] < 30
     assert offloaded.step_time_s > on_gpu.step_time_s and offloaded.breakdown_s["dp_comm_exposed"] > on_gpu.breakdown_s["dp_comm_exposed"]
-    note = next(w for w in offloaded.warnings if w.startswith("FSDP CPU offload"))
+    note = next(w for w in offloaded.warnings if w.startswith("CPU offload of the sharded"))
     assert f"{69e9 * 16 / 8 / 1e9:.0f}" in note.split(" GB")[0] and "within the 256 GB per GPU" in note
     assert offloaded.step_time_s_p90 >= offloaded.step_time_s + offloaded.breakdown_s["optimizer"]
 
@@ -271,7 +271,32 @@ def test_the_planner_plans_fsdp_cpu_offload(client):
     assert r.status_code in (200, 201), r.text
     plan = r.json()
     assert plan["training"]["cpu_offload"] is True and plan["best"]["strategy"]["zero_stage"] == 3
-    assert any(w.startswith("FSDP CPU offload") for w in plan["best"]["prediction"]["warnings"])
+    assert any(w.startswith("CPU offload of the sharded") for w in plan["best"]["prediction"]["warnings"])
     launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "torchtitan"})
     assert launch.status_code == 200, launch.text
     assert "enable_cpu_offload = true" in next(v for k, v in launch.json()["files"].items() if k.endswith(".toml"))
+
+
+def test_deepspeed_zero3_offload_is_its_cpu_offload():
+    # DeepSpeed's ZeRO-3 Offload (offload_param + offload_optimizer): its 16-bit partitions on the
+    # host, fetched for each gather, its CPU Adam over the fp32 state; the launch writes both sections
+    from cost_model.transformer.layer_cost import cpu_offload_microbatch_s, cpu_offload_step_s
+
+    t = training_from_dict({**DS, "cpu_offload": True})
+    assert [float(x) for x in model_state_bytes_per_param(t, 3, 8.0, 1)] == [0.0, 0.0, 0.0]
+    assert offloaded_state_bytes_per_param(t) == 18.0  # 16-bit partition, fp32 gradient, master and moments
+    a100 = get_device("A100-SXM4-80GB")
+    host = a100.host_memory_bandwidth_GBps * 1e9 * FAMILY_EFFICIENCY["cpu"].memory_fraction
+    link = a100.host_link_GBps * 1e9 * HOST_LINK_FRACTION
+    assert float(cpu_offload_step_s(8e9, t, a100, 8.0)) == pytest.approx(1e9 * HOST_ADAM_BYTES_PER_PARAM / host)
+    assert float(cpu_offload_microbatch_s(8e9, t, a100, 8.0, 0.0, 1)) == pytest.approx((2 * 2 + 2) * 1e9 / link)
+    for body, words in (({**DS, "cpu_offload": True, "optimizer": "sgd"}, "CPU Adam"),
+                        ({**DS, "cpu_offload": True, "optimizer_offload_fraction": 0.5}, "all of the optimizer state"),
+                        ({**DS, "cpu_offload": True, "dtype": "fp32"}, "bf16 or fp16")):
+        with pytest.raises(InvalidTraining) as err:
+            training_from_dict(body)
+        assert err.value.field == "training.cpu_offload" and words in err.value.message
+    with pytest.raises(InvalidStrategy) as err:
+        estimate(get_preset("llama2-7b"), t, simple_cluster("A100-SXM4-80GB", 1), Strategy(dp=8, micro_batch_size=1, zero_stage=2))
+    assert err.value.field == "strategy.zero_stage"
+
