@@ -607,29 +607,39 @@ def test_megatron_cores_optimizer_precision_is_planned_from_the_page(browser, li
     assert {k: plan["training"][k] for k in chosen} == chosen and plan["best"]["strategy"]["zero_stage"] == 1
 
 
+def refused_then_planned(d, live_server, select_id: str, value: str, refused_in: str, error_start: str, note: str,
+                         planned_in: str) -> dict:
+    """Choose ``value`` in the training option ``select_id``: under ``refused_in`` the 422 lands
+    next to the control (``error_start``, its note holding ``note``); under ``planned_in`` the
+    plan comes back — returned as stored."""
+    for framework in (refused_in, planned_in):
+        small_one_node_form(d, live_server, framework)
+        css(d, "#training-options summary").click()
+        control = css(d, select_id)
+        Select(control).select_by_value(value)
+        if framework == refused_in:
+            submit_and_expect_error_at(d, control, error_start, note)
+    css(d, "#submit-plan").click()
+    return api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+
+
 def test_pure_bf16_training_is_planned_from_the_page(browser, live_server):
     """FSDP without fp32 master weights (torchtitan's training.dtype bfloat16), chosen on the
     page: the body carries master_weights false, the stored plan keeps it with 2 + 2 + 4 bytes of
     state a parameter, and under Megatron-Core it is refused next to the control."""
-    d = browser
-    small_one_node_form(d, live_server, "megatron-core")
-    css(d, "#training-options summary").click()
-    control = css(d, "#t-master-weights")
-    Select(control).select_by_value("false")
-    assert form_body(d)["training"]["master_weights"] is False
-    submit_and_expect_error_at(d, control, "training.master_weights: megatron-core: keeps fp32 master weights", "torchtitan")
-    small_one_node_form(d, live_server, "fsdp")
-    css(d, "#training-options summary").click()
-    Select(css(d, "#t-master-weights")).select_by_value("false")
-    css(d, "#submit-plan").click()
-    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    small_one_node_form(browser, live_server, "fsdp")
+    css(browser, "#training-options summary").click()
+    Select(css(browser, "#t-master-weights")).select_by_value("false")
+    assert form_body(browser)["training"]["master_weights"] is False
+    plan = refused_then_planned(browser, live_server, "#t-master-weights", "false", "megatron-core",
+                                "training.master_weights: megatron-core: keeps fp32 master weights", "torchtitan", "fsdp")
     assert plan["training"]["master_weights"] is False
 
 
 def test_optimizer_offload_is_planned_from_the_page(browser, live_server):
     """DeepSpeed's ZeRO-Offload chosen on the page: the body carries the fraction, the stored plan
-    keeps it and says what the host holds; under FSDP (whose CPU offload is not priced) the 422
-    lands next to the control."""
+    keeps it and says what the host holds; under FSDP (whose offload is cpu_offload, the whole
+    sharded state) the 422 lands next to the control."""
     d = browser
     small_one_node_form(d, live_server, "fsdp")
     css(d, "#training-options summary").click()
@@ -651,18 +661,8 @@ def test_optimizer_offload_is_planned_from_the_page(browser, live_server):
 def test_fsdp_cpu_offload_is_planned_from_the_page(browser, live_server):
     """FSDP's CPU offload chosen on the page: a torchtitan plan with full sharding and the host's
     share in its warnings; under Megatron-Core it is refused next to the control."""
-    d = browser
-    small_one_node_form(d, live_server, "megatron-core")
-    css(d, "#training-options summary").click()
-    control = css(d, "#t-cpu-offload")
-    Select(control).select_by_value("true")
-    assert form_body(d)["training"]["cpu_offload"] is True
-    submit_and_expect_error_at(d, control, "training.cpu_offload: megatron-core: no CPU offload of the parameters", "optimizer_offload_fraction")
-    small_one_node_form(d, live_server, "fsdp")
-    css(d, "#training-options summary").click()
-    Select(css(d, "#t-cpu-offload")).select_by_value("true")
-    css(d, "#submit-plan").click()
-    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    plan = refused_then_planned(browser, live_server, "#t-cpu-offload", "true", "megatron-core",
+                                "training.cpu_offload: megatron-core: no CPU offload of the parameters", "optimizer_offload_fraction", "fsdp")
     assert plan["training"]["cpu_offload"] is True and plan["best"]["strategy"]["zero_stage"] == 3
     assert any(w.startswith("CPU offload of the sharded") for w in plan["best"]["prediction"]["warnings"])
 
