@@ -313,10 +313,11 @@ OFFLOAD_TIME_FACTOR = 2.0
 
 
 def with_offload_spread(est: Estimate, training: Training) -> Estimate:
-    """``est`` with its step-time interval widened, under optimizer offload, to take in the
+    """``est`` with its step-time interval widened, under offload to the host, to take in the
     step with the optimizer term (``breakdown_s["optimizer"]``, the host's update and copies with
     the GPU's share) at 1/:data:`OFFLOAD_TIME_FACTOR` and :data:`OFFLOAD_TIME_FACTOR` times its
-    priced time; ``est`` itself without offload or without an interval."""
+    priced time; ``est`` itself without offload or without an interval.  (``cpu_offload``'s
+    per-micro-batch host copies, in ``dp_comm_exposed``, are not widened.)"""
     if (training.optimizer_offload_fraction <= 0.0 and not training.cpu_offload) or est.step_time_s_p10 is None or est.step_time_s_p90 is None:
         return est
     opt_s = est.breakdown_s.get("optimizer", 0.0)
@@ -376,8 +377,9 @@ def _single_source_warning(names: Mapping[str, str], step_s: float, alt_s: float
 
 
 def offload_device_check(training: Training, devices: Sequence[DeviceSpec]) -> None:
-    """Refuse optimizer offload where a stage runs on a CPU device: its state already lives in
-    host memory, so there is nothing to offload to (a 422 naming the field)."""
+    """Refuse offload (``optimizer_offload_fraction``, ``cpu_offload``) where a stage runs on a
+    CPU device: its state already lives in host memory, so there is nothing to offload to (a 422
+    naming the field)."""
     cpu = next((d.name for d in devices if d.kind != "gpu"), None)
     field = "optimizer_offload_fraction" if training.optimizer_offload_fraction > 0.0 else "cpu_offload" if training.cpu_offload else None
     if field is not None and cpu is not None:

@@ -1420,7 +1420,7 @@ def model_state_bytes_per_param(
         opt = opt * (1.0 - f)
         if runs_deepspeed_engine(training.framework):
             grads = np.where(z >= 1, grads - f * 4.0 / shard, grads)
-    if training.cpu_offload:  # FSDP's CPUOffloadPolicy: the whole sharded state on the host (full sharding)
+    if training.cpu_offload:  # FSDP's CPUOffloadPolicy, DeepSpeed's ZeRO-3 Offload: the whole sharded state on the host
         weights, grads, opt = (np.where(z >= 3, 0.0, x) for x in (weights, grads, opt))
     return weights, grads, opt
 
@@ -1447,8 +1447,9 @@ HOST_LINK_FRACTION = 0.8
 def offloaded_state_bytes_per_param(training: Training) -> float:
     """Host memory per (sharded) parameter of this GPU's rank under optimizer offload:
     ``optimizer_offload_fraction`` × (:data:`OFFLOADED_HOST_BYTES_PER_PARAM`, plus DeepSpeed's
-    16-bit staging copy); under FSDP's CPU offload the whole fully sharded state — the sharded
-    parameter (the fp32 master, or bf16 in pure bf16), its gradient and the moments."""
+    16-bit staging copy); under ``cpu_offload`` the whole fully sharded state — the sharded
+    parameter (FSDP's fp32 master, or bf16 in pure bf16; DeepSpeed's 16-bit partition beside its
+    fp32 master), its gradient and the moments."""
     if training.cpu_offload:
         return float(sum(float(x) for x in model_state_bytes_per_param(replace(training, cpu_offload=False), 3, 1.0, 1)))
     extra = DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM if runs_deepspeed_engine(training.framework) else 0.0
@@ -2023,11 +2024,12 @@ def optimizer_step_s(
     sharded over, dp_shard·cp (dp·cp under full sharding) where
     :func:`optimizer_state_partitioned` by default — EDP for expert weights).  Under optimizer
     offload the GPU updates the fraction it keeps and the host the rest
-    (:func:`offloaded_optimizer_s`)."""
+    (:func:`offloaded_optimizer_s`); under ``cpu_offload`` the host updates it all
+    (:func:`cpu_offload_step_s`)."""
     if shard is None:
         shard = np.where(optimizer_state_partitioned(training, S.zero, S.pp), zero_shard_ranks(S), 1.0)
     per_param = optimizer_bytes_per_param(training)
-    if training.cpu_offload:  # FSDP's CPUOffloadPolicy: the step runs on the host alone (cpu_offload_step_s)
+    if training.cpu_offload:  # the sharded state on the host: the step runs there alone (cpu_offload_step_s)
         return cpu_offload_step_s(params_per_gpu, training, device, shard)
     f = training.optimizer_offload_fraction
     on_gpu = memory_bound_time_s(params_per_gpu * (1.0 - f) * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))

@@ -465,7 +465,7 @@ def stage_cost(
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
                                                  backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0),
                                                  forward_s_comm=np.where(per_microbatch_sharding, forward_gathers, dp_mb_forward))
-    if training.cpu_offload:  # FSDP's CPUOffloadPolicy: each gather's and reduce's host copies (full sharding only)
+    if training.cpu_offload:  # the sharded state on the host: each gather's and reduce's host copies (full sharding only)
         dp_mb_exposed = dp_mb_exposed + np.where(S.zero >= 3, cpu_offload_microbatch_s(
             dense + experts * shard_dense / shard_exp, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
