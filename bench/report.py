@@ -240,7 +240,8 @@ def acceptance() -> str | None:
         out.append(
             f"\n**Shipped recipes** (the same run, `cost_model/data/framework_recipes.json`: the layouts framework repositories and "
             "trainers ship as examples — torchtitan, Megatron-LM, the Megatron-MoE model zoo, NeMo, Megatron-Bridge, PaddleNLP, "
-            f"DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune, axolotl, accelerate; {len(rc['frameworks'])} frameworks — configurations "
+            "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune, axolotl, accelerate, and offloading layouts of DeepSpeedExamples, "
+            f"ms-swift and slime; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
             "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's); "
             + (f"{len(rc['expected_not_to_fit'])} more rel{'ies' if len(rc['expected_not_to_fit']) == 1 else 'y'} on an optimizer "

@@ -185,6 +185,20 @@ def test_the_cli_estimates_an_offloaded_layout(cli, tmp_path):
     assert bad.exit_code == 2 and "training.optimizer_offload_fraction" in bad.stdout + (bad.stderr or "")
 
 
+def test_megatron_core_launch_parses_as_megatron_lm_does():
+    # the rendered megatron launch of an offloading plan: the hybrid optimizer beside the
+    # precision-aware optimizer it needs, through Megatron-LM's declared flags
+    from helpers.megatron_args import megatron_words, parse_as_megatron
+    from helpers.plans import ALL_PLANS
+
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"].update(framework="megatron-core", precision_aware_optimizer=True, optimizer_offload_fraction=0.5)
+    plan["best"]["strategy"]["zero_stage"] = 1
+    args = parse_as_megatron(megatron_words(plan))
+    assert args.optimizer_cpu_offload and args.use_precision_aware_optimizer and args.overlap_cpu_optimizer_d2h_h2d
+    assert float(args.optimizer_offload_fraction) == 0.5
+
+
 def test_megatron_core_launch_runs_the_hybrid_optimizer():
     from planner_service.exporters.frameworks import megatron_reference, optimizer_offload_args
 
