@@ -589,7 +589,7 @@ def search_transformer(
     complete = state.branch_and_bound(progress, should_cancel)
     state.refine_answers(request.top_k)
 
-    hint = recompute_modules_hint(request.model, training, request.constraints.pinned)
+    hint = recompute_modules_hint(request.model, training, request.constraints.pinned) + offload_hint(training)
     if not state.candidates:
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak, hint)
     picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
@@ -965,6 +965,20 @@ def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Map
     if not more:
         return ""
     return f"; constraints.recompute_modules {json.dumps(list(pinned))} leaves {', '.join(sorted(more))} unrecomputed, which would free more"
+
+
+def offload_hint(training: Training) -> str:
+    """What a no-fit answer adds where the framework can keep state in host memory and the
+    request does not yet (``FrameworkRules.optimizer_offload``, ``cpu_offload``): the setting that
+    would, priced as docs/frameworks.md says."""
+    r = rules_for(training.framework)
+    ways = []
+    if r.optimizer_offload and training.optimizer_offload_fraction < 1.0 and not training.cpu_offload:
+        need = " (with precision_aware_optimizer: true)" if "precision_aware_optimizer" in r.optimizer_precision else ""
+        ways.append(f"training.optimizer_offload_fraction{need} keeps the optimizer state in host memory: {r.optimizer_offload}")
+    if r.cpu_offload and not training.cpu_offload:
+        ways.append(f"training.cpu_offload keeps the whole sharded state in host memory at zero_stage 3: {r.cpu_offload}")
+    return f"; offloading would free GPU memory at the price of step time: {'; or '.join(ways)}" if ways else ""
 
 
 def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, float, str]], bound_name: str = "",

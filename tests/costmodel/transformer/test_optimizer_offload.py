@@ -159,6 +159,8 @@ def test_the_planner_finds_a_layout_only_offload_fits(client):
     body = {**DS, "global_batch_size": 16, "sequence_length": 2048}
     refused = client.post("/v1/plans", json=_plan_request(body))
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
+    # the refusal names the settings that would free the memory
+    assert "training.optimizer_offload_fraction keeps the optimizer state in host memory" in refused.json()["error"]["message"]
     r = client.post("/v1/plans", json=_plan_request({**body, "optimizer_offload_fraction": 1.0}))
     assert r.status_code in (200, 201), r.text
     plan = r.json()
@@ -280,6 +282,7 @@ def test_the_planner_plans_fsdp_cpu_offload(client):
            "constraints": {"tp": 1, "pp": 1, "cp": 1}}
     refused = client.post("/v1/plans", json=req)
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
+    assert "training.cpu_offload keeps the whole sharded state in host memory" in refused.json()["error"]["message"]
     req["training"]["cpu_offload"] = True
     r = client.post("/v1/plans", json=req)
     assert r.status_code in (200, 201), r.text
