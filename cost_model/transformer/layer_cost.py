@@ -1491,6 +1491,25 @@ def offloaded_optimizer_s(params_per_gpu: ArrayOrFloat, training: Training, devi
     return serial
 
 
+def zero_offload_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat,
+                                backward_s: ArrayOrFloat, microbatches: ArrayOrFloat) -> FloatArray:
+    """Seconds per micro-batch DeepSpeed's ZeRO-Offload (stages 1–2, ``optimizer_offload_fraction``)
+    adds under gradient accumulation beyond the backward it hides in: its ZeRO optimizer keeps the
+    accumulated 16-bit gradients of its partition on the host (``accumulated_grads_in_cpu``), so
+    every micro-batch but the last copies them out and every one but the first copies them back to
+    add the new ones (``async_accumulate_grad_in_cpu_via_gpu``): (m − 1) · 2 copies of
+    ``params / shard`` 16-bit values a step over the host link, spread over the m micro-batches'
+    backward passes.  Zero with one micro-batch, and elsewhere (Megatron-Core accumulates in its
+    GPU buffer; stage 3's offload is not priced here).  Source: DeepSpeed
+    ``runtime/zero/stage_1_and_2.py`` (``copy_grads_in_partition``: "Accumulate when there were
+    prior backwards in this step ... or more will follow")."""
+    m = np.maximum(np.asarray(microbatches, dtype=float), 1.0)
+    P = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
+    per_microbatch = (m - 1.0) * 2.0 * P * param_bytes(training) / _host_link_bytes_per_s(device) / m
+    out: FloatArray = np.maximum(per_microbatch - np.asarray(backward_s, dtype=float), 0.0)
+    return out
+
+
 def _stored_bytes(dtype: str) -> float:
     """Bytes of one optimizer-precision value (``devices.BYTES_PER_ELEMENT``; fp8: one byte, its
     per-tensor scale negligible)."""

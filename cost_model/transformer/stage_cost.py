@@ -54,6 +54,7 @@ from cost_model.transformer.layer_cost import (
     sharded_microbatch_exposed_s,
     sharded_passes_per_microbatch,
     sharded_passes_s,
+    zero_offload_accumulation_s,
 )
 from cost_model.transformer.memory import churned_gradients
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
@@ -465,6 +466,11 @@ def stage_cost(
     dp_mb_exposed = sharded_microbatch_exposed_s(dp_mb, S.zero, forward_s, backward_s, overlap_mb, passes,
                                                  backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0),
                                                  forward_s_comm=np.where(per_microbatch_sharding, forward_gathers, dp_mb_forward))
+    if training.optimizer_offload_fraction > 0.0 and runs_deepspeed_engine(training.framework):
+        # ZeRO-Offload's accumulated gradients on the host (stages 1-2): copied out and back with each micro-batch
+        part = np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_dense, 1.0)
+        dp_mb_exposed = dp_mb_exposed + np.where((S.zero == 1) | (S.zero == 2), zero_offload_accumulation_s(
+            dense + experts * shard_dense / shard_exp, training, dc.device, part, backward_s, m), 0.0)
     if training.cpu_offload:  # the sharded state on the host: each gather's and reduce's host copies (full sharding only)
         dp_mb_exposed = dp_mb_exposed + np.where(S.zero >= 3, cpu_offload_microbatch_s(
             dense + experts * shard_dense / shard_exp, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)

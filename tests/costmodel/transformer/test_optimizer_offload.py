@@ -317,3 +317,16 @@ def test_deepspeed_zero3_offload_is_its_cpu_offload():
         estimate(get_preset("llama2-7b"), t, simple_cluster("A100-SXM4-80GB", 1), Strategy(dp=8, micro_batch_size=1, zero_stage=2))
     assert err.value.field == "strategy.zero_stage"
 
+
+
+def test_zero_offload_accumulates_its_gradients_on_the_host_under_gradient_accumulation():
+    # stage 1-2 ZeRO-Offload keeps the accumulated 16-bit gradients on the host: (m - 1) copies out
+    # and (m - 1) back a step, hidden behind the backward passes as far as they last
+    from cost_model.transformer.layer_cost import zero_offload_accumulation_s
+
+    a100, t = get_device("A100-SXM4-80GB"), _tr(DS)
+    link = a100.host_link_GBps * 1e9 * HOST_LINK_FRACTION
+    P = 1e9
+    assert float(zero_offload_accumulation_s(8 * P, t, a100, 8.0, 0.0, 1)) == 0.0  # nothing to accumulate
+    assert float(zero_offload_accumulation_s(8 * P, t, a100, 8.0, 0.0, 4)) == pytest.approx(3 * 2 * 2 * P / link / 4)
+    assert float(zero_offload_accumulation_s(8 * P, t, a100, 8.0, 10.0, 4)) == 0.0  # a long backward hides them
