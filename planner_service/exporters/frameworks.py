@@ -139,8 +139,8 @@ def optimizer_precision_args(training: Mapping[str, Any]) -> list[tuple[str, str
 def optimizer_offload_args(training: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     """Megatron-Core's hybrid optimizer for the plan's ``training.optimizer_offload_fraction``
     (priced by ``layer_cost.offloaded_optimizer_s`` with the copies overlapping the host's
-    update, ``--overlap-cpu-optimizer-d2h-h2d``); the precision-aware optimizer it needs is
-    :func:`optimizer_precision_args`'."""
+    update, ``--overlap-cpu-optimizer-d2h-h2d``); the precision-aware optimizer it needs comes
+    from :func:`optimizer_precision_args`."""
     fraction = float(training.get("optimizer_offload_fraction", 0.0) or 0.0)
     if fraction <= 0.0:
         return []

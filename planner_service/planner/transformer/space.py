@@ -308,7 +308,7 @@ def enumerate_space(
             stages = [1]
         if training.optimizer_offload_fraction > 0.0:  # where the offload runs (optimizer_offload_zero_violation)
             stages = [z for z in stages if optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, z) is None]
-        if training.cpu_offload:  # FSDP's CPU offload: full sharding (cpu_offload_layout_violation)
+        if training.cpu_offload:  # the sharded state on the host: full sharding (cpu_offload_layout_violation)
             stages = [3]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
