@@ -420,11 +420,10 @@ def optimizer_offload() -> dict[str, Any]:
         for f in fractions:
             tr = Training(global_batch_size=16, sequence_length=2048, framework=framework, optimizer_offload_fraction=f, **extra)
             est = estimate(model, tr, simple_cluster(device, 1), Strategy(dp=8, zero_stage=zero, recompute="full"))
-            host = next((w for w in est.warnings if w.startswith("optimizer offload")), "")
             rows.append(_row(est, device=device, framework=framework, zero_stage=zero, offload_fraction=f,
                              optimizer_state_GB=round(est.stages[0].memory_GB["optimizer_state"], 2),
                              optimizer_share_of_step=round(est.breakdown_s["optimizer"] / est.step_time_s, 3),
-                             host_memory_GB_per_gpu=float(host.split(": ")[1].split(" GB")[0]) if host else 0.0))
+                             host_memory_GB_per_gpu=round(est.stages[0].host_memory_GB, 1)))
     return {"model": model.name, "layout": "8 GPUs, dp 8, full recompute, 16 x 2048 tokens a step", "rows": rows}
 
 
@@ -438,9 +437,8 @@ def fsdp_cpu_offload() -> dict[str, Any]:
         for off in (False, True):
             tr = Training(global_batch_size=gbs, sequence_length=2048, framework=framework, cpu_offload=off)
             est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, recompute="full"))
-            host = next((w for w in est.warnings if w.startswith("CPU offload of the sharded")), "")
             rows.append(_row(est, framework=framework, microbatches=gbs // 8, cpu_offload=off,
-                             host_memory_GB_per_gpu=float(host.split(": ")[1].split(" GB")[0]) if host else 0.0))
+                             host_memory_GB_per_gpu=round(est.stages[0].host_memory_GB, 1)))
     return {"model": model.name, "layout": "ZeRO-3 dp 8 on 8 H100, full recompute, 2048 tokens a sequence", "rows": rows}
 
 

@@ -259,10 +259,11 @@ def estimate(
                 memory_capacity_GB=slot.group.device.memory_GB,
                 memory_GB=mem,
                 layer_ranges=tuple(ranges[i]),
+                host_memory_GB=bytes_to_gb(float(st.host_state_bytes[0])),
             )
         )
     if training.optimizer_offload_fraction > 0.0 or training.cpu_offload:
-        warnings.append(host_offload_note(training, [(slot.group.device, float(st.host_state_bytes[0])) for slot, st in zip(slots, stage_costs, strict=True)]))
+        warnings.append(host_offload_note(training, [(slot.group.device, s.host_memory_GB) for slot, s in zip(slots, stage_results, strict=True)]))
     step = combine_stages(stage_costs, S, m)
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
@@ -388,11 +389,11 @@ def offload_device_check(training: Training, devices: Sequence[DeviceSpec]) -> N
 
 
 def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, float]]) -> str:
-    """The warning every offloading estimate carries: the host memory the busiest GPU's
-    offloaded state takes against its share of the reference server's
-    (``DeviceSpec.host_memory_GB``), and that the host side is not calibrated."""
-    device, host_bytes = max(stages, key=lambda x: x[1] / max(x[0].host_memory_GB, 1e-9))
-    need_GB, have_GB = bytes_to_gb(host_bytes), device.host_memory_GB
+    """The warning every offloading estimate carries: the host memory (GB) the busiest GPU's
+    offloaded state takes (``StageEstimate.host_memory_GB``) against its share of the reference
+    server's (``DeviceSpec.host_memory_GB``), and that the host side is not calibrated."""
+    device, need_GB = max(stages, key=lambda x: x[1] / max(x[0].host_memory_GB, 1e-9))
+    have_GB = device.host_memory_GB
     share = ("all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state")
     what = "CPU offload of the sharded parameters, gradients and optimizer state" if training.cpu_offload else f"optimizer offload ({share})"
     verdict = "more than" if need_GB > have_GB else "within"

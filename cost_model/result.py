@@ -38,6 +38,9 @@ class StageEstimate:
     memory_capacity_GB: float
     memory_GB: dict[str, float]
     layer_ranges: tuple[tuple[int, int], ...] = ()
+    #: host memory per GPU of the state offloaded to it (``training.optimizer_offload_fraction``,
+    #: ``cpu_offload``), not part of ``peak_memory_GB``; 0 without offload
+    host_memory_GB: float = 0.0
 
     @property
     def num_layers(self) -> int:
@@ -66,6 +69,7 @@ class StageEstimate:
             "peak_memory_GB": self.peak_memory_GB,
             "memory_capacity_GB": self.memory_capacity_GB,
             "memory_GB": dict(self.memory_GB),
+            **({"host_memory_GB": self.host_memory_GB} if self.host_memory_GB else {}),
         }
 
 

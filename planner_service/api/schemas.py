@@ -185,6 +185,7 @@ class StageEstimate(_Open):
     forward_s: float | None = Field(description="Forward time of one micro-batch, s")
     backward_s: float | None = Field(description="Backward time of one micro-batch, s")
     peak_memory_GB: float | None = Field(description="Peak memory per GPU of the stage, GB as the allocator prints them (binary, compared with the device's nominal memory; docs/frameworks.md)")
+    host_memory_GB: float | None = Field(default=None, description="Host memory per GPU of the state offloaded to it (training.optimizer_offload_fraction, cpu_offload), GB; absent without offload")
 
 
 class Prediction(_Open):

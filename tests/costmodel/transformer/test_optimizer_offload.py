@@ -95,6 +95,7 @@ def test_an_estimate_trades_gpu_memory_for_step_time_and_says_what_the_host_hold
     host_GB = 13.0e9 / 8 * 18 / 1e9
     assert f"{host_GB:.0f}." in note or f"{host_GB:.1f}" in note and "not calibrated" in note
     assert not any("offload" in w for w in on_gpu.warnings)
+    assert "host_memory_GB" not in on_gpu.stages[0].to_dict() and offloaded.stages[0].to_dict()["host_memory_GB"] == pytest.approx(host_GB, rel=0.01)
     # the host's figures are not calibrated: the interval takes in its update at half and twice the priced time
     opt = offloaded.breakdown_s["optimizer"]
     assert offloaded.step_time_s_p10 <= offloaded.step_time_s - opt / 2 and offloaded.step_time_s_p90 >= offloaded.step_time_s + opt
@@ -166,6 +167,8 @@ def test_the_planner_finds_a_layout_only_offload_fits(client):
     plan = r.json()
     assert plan["training"]["optimizer_offload_fraction"] == 1.0 and plan["best"]["strategy"]["zero_stage"] == 2
     assert any(w.startswith("optimizer offload") for w in plan["best"]["prediction"]["warnings"])
+    # the host's share is data, per stage, beside the GPU's peak
+    assert plan["best"]["prediction"]["stages"][0]["host_memory_GB"] == pytest.approx(13.0e9 / 8 * 18 / 1e9, rel=0.01)
     launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "deepspeed-config"})
     assert launch.status_code == 200, launch.text
     ds = json.loads(next(v for k, v in launch.json()["files"].items() if k.endswith(".json")))
@@ -181,6 +184,7 @@ def test_the_cli_estimates_an_offloaded_layout(cli, tmp_path):
     assert res.exit_code == 0, res.stdout
     out = json.loads(res.stdout)
     assert any(w.startswith("optimizer offload (0.5 of the state)") for w in out["warnings"])
+    assert out["stages"][0]["host_memory_GB"] == pytest.approx(13.0e9 / 8 * 16 * 0.5 / 1e9, rel=0.01)
     body["training"] = {**BASE, "framework": "fsdp", "optimizer_offload_fraction": 0.5}
     (tmp_path / "bad.json").write_text(json.dumps(body))
     bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
