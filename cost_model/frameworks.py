@@ -409,7 +409,7 @@ def effective_zero_stage(framework: str, zero_stage: Any, shard_ranks: Any) -> A
     ``shard_ranks`` ranks: 0 where it runs a stage ≥ 2 over one rank as no sharding (its rule
     table's ``drops_one_rank_sharding``: Paddle's, under PaddleNLP's Trainer) — accepted, costed
     and launched so, with :func:`one_rank_sharding_note` — else ``zero_stage``.  The one
-    normalisation behind the strategy check, the operator-graph estimate and search, and the
+    normalisation behind the strategy check, the operator-graph estimate (whose search offers stages 0–1 only), and the
     transformer search's rows (arrays there, row by row)."""
     if not rules_for(framework).drops_one_rank_sharding:
         return zero_stage
@@ -821,7 +821,7 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
     --use-precision-aware-optimizer, as the hybrid device optimizer reuses the code path of this
     flag" (Megatron-LM ``validate_args``), itself Adam only.  Both keep fp32 master weights on the
     host: mixed precision only.  The sharding stage is the layout's rule
-    (:func:`optimizer_offload_zero_violation`)."""
+    (:func:`offload_layout_violation`)."""
     if fraction <= 0.0:
         return None
     r = rules_for(framework)
@@ -864,34 +864,32 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
     return None
 
 
-def cpu_offload_layout_violation(cpu_offload: bool, zero_stage: int | None, pp: int | None) -> tuple[str, str] | None:
-    """(strategy field, reason) when the layout cannot run ``training.cpu_offload``, else None:
-    it offloads the *sharded* parameters — full sharding (zero_stage 3: FSDP's FULL_SHARD,
-    DeepSpeed's "offload_param ... only valid with stage 3"); inside a pipeline torchtitan keeps
-    unsharded gradients across micro-batches, which the cost model does not price with offload
-    (and DeepSpeed's pipeline engine runs no stage 3)."""
-    if not cpu_offload:
-        return None
-    if zero_stage is not None and zero_stage != 3:
-        return "zero_stage", f"cpu_offload offloads the sharded parameters: zero_stage 3 (full sharding), got {zero_stage}"
-    if pp is not None and pp > 1:
-        return "pp", f"cpu_offload is priced without a pipeline (pp 1), got pp {pp}"
-    return None
+def offload_layout_violation(framework: str, optimizer_offload_fraction: float, cpu_offload: bool,
+                             zero_stage: int | None, pp: int | None) -> tuple[str, str] | None:
+    """(strategy field, reason) when the layout cannot run the request's offload to the host, else
+    None (``None`` for a knob not fixed yet).
 
-
-def optimizer_offload_zero_violation(framework: str, fraction: float, zero_stage: int | None) -> str | None:
-    """Reason when the layout's sharding stage cannot run ``training.optimizer_offload_fraction``
-    (``FrameworkRules.offload_stages``, ``partial_offload_stages``), else None: DeepSpeed offloads
-    from its ZeRO optimizer (stages 1–3; "ratio ... only valid with ZeRO Stage 3"); Megatron-Core
-    from its distributed optimizer (stage 1, as the precision-aware optimizer needs)."""
-    if fraction <= 0.0 or zero_stage is None:
+    ``optimizer_offload_fraction`` runs at the sharding stages the framework offloads from
+    (``FrameworkRules.offload_stages``, ``partial_offload_stages``): DeepSpeed from its ZeRO
+    optimizer (stages 1–3; "ratio ... only valid with ZeRO Stage 3"), Megatron-Core from its
+    distributed optimizer (stage 1, as the precision-aware optimizer needs).  ``cpu_offload``
+    offloads the *sharded* parameters — full sharding (zero_stage 3: FSDP's FULL_SHARD,
+    DeepSpeed's "offload_param ... only valid with stage 3") — and is priced without a pipeline
+    (inside one torchtitan keeps unsharded gradients across micro-batches; DeepSpeed's pipeline
+    engine runs no stage 3)."""
+    if cpu_offload:
+        if zero_stage is not None and zero_stage != 3:
+            return "zero_stage", f"cpu_offload offloads the sharded parameters: zero_stage 3 (full sharding), got {zero_stage}"
+        if pp is not None and pp > 1:
+            return "pp", f"cpu_offload is priced without a pipeline (pp 1), got pp {pp}"
+    if optimizer_offload_fraction <= 0.0 or zero_stage is None:
         return None
     r = rules_for(framework)
     if zero_stage not in r.offload_stages:
-        return (f"{r.optimizer_offload} runs at zero_stage {'/'.join(map(str, r.offload_stages))}, got {zero_stage}")
-    if fraction < 1.0 and zero_stage not in r.partial_offload_stages:
-        return (f"{r.optimizer_offload} offloads part of the state ({fraction:g}) at zero_stage "
-                f"{'/'.join(map(str, r.partial_offload_stages))} only, got {zero_stage}: offload all of it (1) or change the stage")
+        return "zero_stage", f"{r.optimizer_offload} runs at zero_stage {'/'.join(map(str, r.offload_stages))}, got {zero_stage}"
+    if optimizer_offload_fraction < 1.0 and zero_stage not in r.partial_offload_stages:
+        return "zero_stage", (f"{r.optimizer_offload} offloads part of the state ({optimizer_offload_fraction:g}) at zero_stage "
+                              f"{'/'.join(map(str, r.partial_offload_stages))} only, got {zero_stage}: offload all of it (1) or change the stage")
     return None
 
 
@@ -1028,8 +1026,7 @@ __all__ = [
     "master_weights_violation",
     "optimizer_offload_violation",
     "cpu_offload_violation",
-    "cpu_offload_layout_violation",
-    "optimizer_offload_zero_violation",
+    "offload_layout_violation",
     "moe_overlap_layout_violation",
     "optimizer_precision_violation",
     "precision_aware_zero_violation",

@@ -19,13 +19,12 @@ from cost_model.frameworks import (
     canonical_recompute_modules,
     context_parallel_violation,
     cp_sequence_violation,
-    cpu_offload_layout_violation,
     deepspeed_moe_violation,
     effective_zero_stage,
     expert_parallel_dtype_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
-    optimizer_offload_zero_violation,
+    offload_layout_violation,
     precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
@@ -493,10 +492,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     why = precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
-    why = optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, s.zero_stage)
-    if why is not None:
-        raise InvalidStrategy(why, field=f"{f}.zero_stage")
-    offload_rule = cpu_offload_layout_violation(training.cpu_offload, s.zero_stage, s.pp)
+    offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload, s.zero_stage, s.pp)
     if offload_rule is not None:
         raise InvalidStrategy(offload_rule[1], field=f"{f}.{offload_rule[0]}")
     why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, s.tp, s.sequence_parallel)

@@ -33,7 +33,6 @@ from cost_model.frameworks import (
     WHOLE_LAYOUT_RULE_FRAMEWORKS,
     context_parallel_violation,
     cp_sequence_violation,
-    cpu_offload_layout_violation,
     deepspeed_moe_ok,
     deepspeed_moe_violation,
     dense_etp_note,
@@ -42,8 +41,8 @@ from cost_model.frameworks import (
     expert_layout_ok,
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
+    offload_layout_violation,
     one_rank_sharding_note,
-    optimizer_offload_zero_violation,
     pinned_rule_violation,
     precision_aware_zero_violation,
     recompute_modules_violation,
@@ -117,10 +116,8 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     why = precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
-    why = optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, pins.get("zero_stage"))
-    if why is not None:
-        raise InvalidStrategy(why, field="constraints.zero_stage")
-    offload_rule = cpu_offload_layout_violation(training.cpu_offload, pins.get("zero_stage"), pins.get("pp"))
+    offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload,
+                                            pins.get("zero_stage"), pins.get("pp"))
     if offload_rule is not None:
         raise InvalidStrategy(offload_rule[1], field=f"constraints.{offload_rule[0]}")
     if "sequence_parallel" in pins:
@@ -306,10 +303,9 @@ def enumerate_space(
         stages = [z for z in ((0, 1, 2, 3) if rules.deepspeed_engine else (1, 2, 3)) if z in rules.zero_stages]
         if training.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (precision_aware_zero_violation)
             stages = [1]
-        if training.optimizer_offload_fraction > 0.0:  # where the offload runs (optimizer_offload_zero_violation)
-            stages = [z for z in stages if optimizer_offload_zero_violation(training.framework, training.optimizer_offload_fraction, z) is None]
-        if training.cpu_offload:  # the sharded state on the host: full sharding (cpu_offload_layout_violation)
-            stages = [3]
+        # the stages the request's offload runs at (offload_layout_violation)
+        stages = [z for z in stages if offload_layout_violation(training.framework, training.optimizer_offload_fraction,
+                                                                training.cpu_offload, z, None) is None]
         cols = _cross(cols, "zero", stages)
         if not rules.sharding_with_pipeline:
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] <= 1))
@@ -317,7 +313,7 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] != 2))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
-    if training.cpu_offload:  # priced without a pipeline (cpu_offload_layout_violation)
+    if training.cpu_offload:  # priced without a pipeline (offload_layout_violation)
         cols = _keep(cols, cols["pp"] == 1)
     if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them
         cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
