@@ -20,7 +20,6 @@ from cost_model.cluster import Cluster
 from cost_model.devices import device_matches
 from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan
 from cost_model.frameworks import (
-    effective_zero_stage,
     layout_rule_violation,
     pinned_rule_violation,
     precision_aware_zero_violation,
@@ -148,7 +147,6 @@ def _group_meshes(grp: Any, gpus: int, training: Training, cons: Constraints, pi
             per = B // dp
             # one rank shards nothing: stage 0 — but the precision-aware optimizer keeps the distributed one
             zero = pins["zero_stage"] if dp * t > 1 or training.precision_aware_optimizer else 0
-            zero = effective_zero_stage(training.framework, zero, dp)  # Paddle runs stage ≥ 2 over one rank as none
             if layout_rule_violation(training.framework, tp=t, pp=pp, vpp=1, cp=1, ep=1, dp=dp, zero_stage=zero,
                                      sequence_parallel=False) is not None:
                 pruned += 1  # a layout the framework cannot run (e.g. tp > 1 under DeepSpeed alone)
