@@ -44,7 +44,7 @@ from cost_model.compute import (
     gemm_time_s,
     memory_bound_time_s,
 )
-from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
+from cost_model.devices import BYTES_PER_ELEMENT, FAMILY_EFFICIENCY, NARROW_DTYPES, DeviceSpec
 from cost_model.frameworks import RECOMPUTE_MODULES, rules_for, runs_deepspeed_engine
 from cost_model.strategy import Strategy
 from cost_model.topology import (
@@ -76,6 +76,7 @@ from cost_model.transformer.moe import (
     received_slots,
 )
 from cost_model.transformer.spec import TransformerSpec
+from cost_model.units import gbps_to_bytes_per_s
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 
@@ -1956,16 +1957,11 @@ CPU_OFFLOAD_ADAM_BYTES_PER_PARAM = 32.0
 def _host_bytes_per_s(device: DeviceSpec) -> float:
     """This GPU's share of its host's DRAM bandwidth as a streaming update reaches it
     (``FAMILY_EFFICIENCY["cpu"].memory_fraction``), bytes/s."""
-    from cost_model.devices import FAMILY_EFFICIENCY
-    from cost_model.units import gbps_to_bytes_per_s
-
     return float(gbps_to_bytes_per_s(device.host_memory_bandwidth_GBps) * FAMILY_EFFICIENCY["cpu"].memory_fraction)
 
 
 def _host_link_bytes_per_s(device: DeviceSpec) -> float:
     """The host link's rate as pinned copies reach it (:data:`HOST_LINK_FRACTION`), bytes/s."""
-    from cost_model.units import gbps_to_bytes_per_s
-
     return float(gbps_to_bytes_per_s(device.host_link_GBps) * HOST_LINK_FRACTION)
 
 

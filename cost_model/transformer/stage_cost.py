@@ -396,10 +396,15 @@ def stage_cost(
         weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = dense * g_d + experts * g_e
     opt = dense * o_d + experts * o_e
-    # optimizer offload: the host's share of the (partitioned) state, layer_cost.offloaded_state_bytes_per_param
-    partitioned = optimizer_state_partitioned(training, S.zero, S.pp)
-    host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
-                                                              + experts / np.where(partitioned, shard_exp, 1.0))
+    # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
+    # (partitioned) state; the expert weights counted as dense ones of the same shard, for the copies
+    offloading = training.optimizer_offload_fraction > 0.0 or training.cpu_offload
+    host_state: ArrayOrFloat = 0.0
+    if offloading:
+        partitioned = optimizer_state_partitioned(training, S.zero, S.pp)
+        host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
+                                                                  + experts / np.where(partitioned, shard_exp, 1.0))
+        sharded_like_dense = dense + experts * shard_dense / shard_exp
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
@@ -467,13 +472,13 @@ def stage_cost(
                                                  backward_only_s=np.where(S.zero >= 3, mb_sync, 0.0),
                                                  forward_s_comm=np.where(per_microbatch_sharding, forward_gathers, dp_mb_forward))
     if training.optimizer_offload_fraction > 0.0 and runs_deepspeed_engine(training.framework):
-        # ZeRO-Offload's accumulated gradients on the host (stages 1-2): copied out and back with each micro-batch
-        part = np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_dense, 1.0)
+        # ZeRO-Offload's accumulated gradients on the host (stages 1-2, the state partitioned over
+        # dp·cp): copied out and back with each micro-batch
         dp_mb_exposed = dp_mb_exposed + np.where((S.zero == 1) | (S.zero == 2), zero_offload_accumulation_s(
-            dense + experts * shard_dense / shard_exp, training, dc.device, part, backward_s, m), 0.0)
+            sharded_like_dense, training, dc.device, shard_dense, backward_s, m), 0.0)
     if training.cpu_offload:  # the sharded state on the host: each gather's and reduce's host copies (full sharding only)
         dp_mb_exposed = dp_mb_exposed + np.where(S.zero >= 3, cpu_offload_microbatch_s(
-            dense + experts * shard_dense / shard_exp, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)
+            sharded_like_dense, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
@@ -505,7 +510,7 @@ def stage_cost(
         optimizer_state_bytes=opt,
         activations_bytes=acts,
         workspace_bytes=workspace,
-        host_state_bytes=host_state,
+        host_state_bytes=np.broadcast_to(host_state, np.shape(opt)),
     )
 
 
