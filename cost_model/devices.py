@@ -122,6 +122,34 @@ FAMILY_EFFICIENCY: dict[str, Efficiency] = {
 
 
 @dataclass(frozen=True)
+class HostServer:
+    """The server a device usually sits in, as optimizer offload sees it: its DRAM's peak
+    bandwidth (sockets × memory channels × transfer rate × 8 B) and capacity, shared by ``gpus``
+    devices.  Vendor system specifications; a cluster whose hosts differ states them on an
+    inline device (``host_memory_bandwidth_GBps``, ``host_memory_GB`` per GPU)."""
+
+    name: str
+    dram_GBps: float
+    dram_GB: float
+    gpus: int
+
+    @property
+    def dram_GBps_per_gpu(self) -> float:
+        return self.dram_GBps / self.gpus
+
+    @property
+    def dram_GB_per_gpu(self) -> float:
+        return self.dram_GB / self.gpus
+
+
+#: The host of PCIe cards and unlisted parts (and an inline device's when it states none): two
+#: sockets of 8 channels DDR4-3200, 1 TB, 8 devices.
+GENERIC_HOST = HostServer("generic 2-socket server", 2 * 8 * 3.2 * 8, 1024.0, 8)
+#: PCIe x16 Gen4, one direction: the host link of a device whose catalog entry states none.
+DEFAULT_HOST_LINK_GBps = 32.0
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One accelerator (or CPU socket) model.  Immutable; units in field names."""
 
@@ -144,9 +172,9 @@ class DeviceSpec:
     #: The host side, what optimizer offload runs on (:data:`REFERENCE_HOSTS`): the device's link
     #: to its host CPU (GB/s one direction: PCIe x16 of the catalog's generation, NVLink-C2C on
     #: Grace superchips), and this device's share of its server's DRAM bandwidth and capacity.
-    host_link_GBps: float = 32.0
-    host_memory_bandwidth_GBps: float = 51.2
-    host_memory_GB: float = 128.0
+    host_link_GBps: float = DEFAULT_HOST_LINK_GBps
+    host_memory_bandwidth_GBps: float = GENERIC_HOST.dram_GBps_per_gpu
+    host_memory_GB: float = GENERIC_HOST.dram_GB_per_gpu
     profile_id: str | None = None
     source: str = ""
 
@@ -221,26 +249,13 @@ _PCIE_GBps = {"3": 16.0, "4": 32.0, "5": 64.0, "6": 128.0}
 _C2C_GBps_PER_GPU = 225.0
 
 
-@dataclass(frozen=True)
-class HostServer:
-    """The server a device usually sits in, as optimizer offload sees it: its DRAM's peak
-    bandwidth (sockets × memory channels × transfer rate × 8 B) and capacity, shared by ``gpus``
-    devices.  Vendor system specifications; a cluster whose hosts differ states them on an
-    inline device (``host_memory_bandwidth_GBps``, ``host_memory_GB`` per GPU)."""
-
-    name: str
-    dram_GBps: float
-    dram_GB: float
-    gpus: int
-
-
 #: Reference host of each catalog device (first matching pattern; else the generic server):
 #: DGX-1 (2× Xeon E5-2698 v4, 4 channels DDR4-2133 each, 512 GB), DGX A100 (2× EPYC 7742,
 #: 8 channels DDR4-3200 each, 1 TB), DGX H100/H200 (2× Xeon Platinum 8480C, 8 channels
 #: DDR5-4800 each, 2 TB), DGX B200 (2× Xeon Platinum 8570, 8 channels DDR5-5600 each, 2 TB), a
 #: GB200/GB300 NVL72 compute tray (2 Grace CPUs, LPDDR5X at up to 512 GB/s and 480 GB each, 4
-#: GPUs), an 8× MI300X platform (2× EPYC 9654, 12 channels DDR5-4800 each, 1.5 TB).  The generic
-#: server (PCIe cards, unlisted parts): two sockets of 8 channels DDR4-3200, 1 TB, 8 devices.
+#: GPUs), an 8× MI300X platform (2× EPYC 9654, 12 channels DDR5-4800 each, 1.5 TB); else
+#: :data:`GENERIC_HOST`.
 REFERENCE_HOSTS: tuple[tuple[str, HostServer], ...] = (
     (r"^V100", HostServer("DGX-1", 2 * 4 * 2.133 * 8, 512.0, 8)),
     (r"^A100-SXM|^A800", HostServer("DGX A100", 2 * 8 * 3.2 * 8, 1024.0, 8)),
@@ -249,7 +264,6 @@ REFERENCE_HOSTS: tuple[tuple[str, HostServer], ...] = (
     (r"^GB200|^GB300", HostServer("GB200/GB300 NVL72 compute tray", 2 * 512.0, 2 * 480.0, 4)),
     (r"^MI300X", HostServer("8x MI300X platform", 2 * 12 * 4.8 * 8, 1536.0, 8)),
 )
-GENERIC_HOST = HostServer("generic 2-socket server", 2 * 8 * 3.2 * 8, 1024.0, 8)
 
 
 def reference_host(device_id: str) -> HostServer:
@@ -317,8 +331,8 @@ def _from_catalog_row(row: Mapping[str, Any]) -> DeviceSpec:
         gpus_per_node=int(row.get("nvlink_domain_gpus") or 8),
         efficiency=FAMILY_EFFICIENCY[family],
         host_link_GBps=_host_link_GBps(row.get("host_link")),
-        host_memory_bandwidth_GBps=host.dram_GBps / host.gpus,
-        host_memory_GB=host.dram_GB / host.gpus,
+        host_memory_bandwidth_GBps=host.dram_GBps_per_gpu,
+        host_memory_GB=host.dram_GB_per_gpu,
         source=row.get("source", ""),
     )
 
@@ -518,8 +532,8 @@ def device_from_dict(spec: Mapping[str, Any], field_path: str = "device") -> Dev
     intra = spec.get("intra_node_bandwidth_GBps", 32.0)
     inter = spec.get("inter_node_bandwidth_GBps", 25.0)
     # the host optimizer offload runs on (DeviceSpec): the generic server's unless stated
-    host = {"host_link_GBps": _pcie_GBps(None), "host_memory_bandwidth_GBps": GENERIC_HOST.dram_GBps / GENERIC_HOST.gpus,
-            "host_memory_GB": GENERIC_HOST.dram_GB / GENERIC_HOST.gpus}
+    host = {"host_link_GBps": DEFAULT_HOST_LINK_GBps, "host_memory_bandwidth_GBps": GENERIC_HOST.dram_GBps_per_gpu,
+            "host_memory_GB": GENERIC_HOST.dram_GB_per_gpu}
     host.update({k: spec[k] for k in host if spec.get(k) is not None})
     for key, val in (("intra_node_bandwidth_GBps", intra), ("inter_node_bandwidth_GBps", inter), *host.items()):
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
