@@ -137,7 +137,8 @@ class Training:
     master_weights: bool = True
     #: the fraction of the optimizer's state and update kept in host memory and run on the CPU
     optimizer_offload_fraction: float = 0.0
-    #: FSDP's CPU offload: sharded parameters, gradients and optimizer state on the host
+    #: the sharded parameters, gradients and optimizer state on the host (FSDP's CPU offload,
+    #: DeepSpeed's ZeRO-3 Offload)
     cpu_offload: bool = False
 
     @property
