@@ -52,6 +52,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``fsdp_cpu_offload``: Llama-2 70B fully sharded on 8 H100, 1 and 8 micro-batches of 2048
   tokens a step: the sharded state on the GPU against FSDP2's CPU offload (and DeepSpeed's ZeRO-3
   Offload, one micro-batch) — peak, host memory, the host copies' exposed time and the CPU step;
+* ``activation_offloading``: Llama-3-8B under FSDP on 8 H100, 4096-token sequences, 2 a
+  micro-batch: the saved activations on the GPU against offloaded to the host, without, with
+  selective and with full recompute — activations, peak, host memory, the copies' exposed time;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -442,10 +445,26 @@ def fsdp_cpu_offload() -> dict[str, Any]:
     return {"model": model.name, "layout": "ZeRO-3 dp 8 on 8 H100, full recompute, 2048 tokens a sequence", "rows": rows}
 
 
+def activation_offloading() -> dict[str, Any]:
+    """Saved activations in host memory (training.activation_offloading; layer_cost.activation_offload_s):
+    Llama-3-8B under FSDP ZeRO-3 on 8 H100, 64 sequences of 4096 tokens a step, 2 a micro-batch,
+    without, with selective and with full recompute, each on the GPU and offloaded."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for recompute in ("none", "selective", "full"):
+        for off in (False, True):
+            tr = Training(global_batch_size=64, sequence_length=4096, framework="fsdp", activation_offloading=off)
+            est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, micro_batch_size=2, recompute=recompute))
+            rows.append(_row(est, recompute=recompute, activation_offloading=off,
+                             activations_GB=round(est.stages[0].memory_GB["activations"], 1),
+                             host_memory_GB_per_gpu=round(est.stages[0].host_memory_GB, 1)))
+    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, 4 micro-batches of 2 x 4096 tokens a GPU", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

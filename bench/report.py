@@ -185,13 +185,26 @@ def physics() -> str | None:
             return (f"peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}"
                     + (f", host {r['host_memory_GB_per_gpu']:.0f} GB" if r["cpu_offload"] else "")
                     + f", step {r['step_time_s']:.1f} s (DP exposed {r['breakdown_s'].get('dp_comm_exposed', 0):.2f} s"
-                    + (" with the host copies" if r["cpu_offload"] else "") + f", optimizer {r['breakdown_s'].get('optimizer', 0):.2f} s)")
+                    + (f", host copies exposed {r['breakdown_s'].get('offload_exposed', 0):.2f} s" if r["cpu_offload"] else "")
+                    + f", optimizer {r['breakdown_s'].get('optimizer', 0):.2f} s)")
 
         out.append(f"* **CPU offload of the sharded state** ({fo['model']}, {fo['layout']}): "
                    + "; ".join(f"{r['framework']}, {r['microbatches']} micro-batch{'es' if r['microbatches'] > 1 else ''}, "
                                f"{'offloaded' if r['cpu_offload'] else 'on the GPU'}: {fsdp_row(r)}" for r in fo["rows"])
                    + " — one micro-batch hides the shard copies behind its compute; accumulating makes each gradient's copy "
                    "and the host's add synchronous.")
+    ao = d.get("activation_offloading")
+    if ao:
+        def act_row(r: dict) -> str:
+            what = "no recompute" if r["recompute"] == "none" else f"{r['recompute']} recompute"
+            return (f"{what}, {'offloaded' if r['activation_offloading'] else 'on the GPU'}: "
+                    f"activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}"
+                    + (f", host {r['host_memory_GB_per_gpu']:.1f} GB, copies exposed {r['breakdown_s'].get('offload_exposed', 0):.2f} s"
+                       if r["activation_offloading"] else "") + f", step {r['step_time_s']:.2f} s")
+
+        out.append(f"* **Activation offloading** ({ao['model']}, {ao['layout']}): " + "; ".join(act_row(r) for r in ao["rows"])
+                   + " — under full recompute the copies are one hidden state a layer and hide; without it a layer's "
+                   "activations outweigh its compute on the host link.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

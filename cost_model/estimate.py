@@ -262,7 +262,7 @@ def estimate(
                 host_memory_GB=bytes_to_gb(float(st.host_state_bytes[0])),
             )
         )
-    if training.optimizer_offload_fraction > 0.0 or training.cpu_offload:
+    if training.offload_field is not None:
         warnings.append(host_offload_note(training, [(slot.group.device, s.host_memory_GB) for slot, s in zip(slots, stage_results, strict=True)]))
     step = combine_stages(stage_costs, S, m)
     step_s = float(step.step_time_s[0])
@@ -306,23 +306,25 @@ def estimate(
     return with_single_source_spread(est, model, training, cluster, strategy, stage_groups) if spread_single_source else est
 
 
-#: How far the host's optimizer update may run from its priced time under optimizer offload:
-#: its DRAM and link figures are vendor specifications, not fitted to a measured run (none of the
-#: calibration set offloads), so the step-time interval takes in the update at half and at twice
-#: its priced time.
+#: How far the host's share of the step may run from its priced time under offload: its DRAM and
+#: link figures are vendor specifications, not fitted to a measured run (none of the calibration
+#: set offloads), so the step-time interval takes in that share at half and at twice its priced
+#: time.
 OFFLOAD_TIME_FACTOR = 2.0
 
 
 def with_offload_spread(est: Estimate, training: Training) -> Estimate:
     """``est`` with its step-time interval widened, under offload to the host, to take in the
-    step with the optimizer term (``breakdown_s["optimizer"]``, the host's update and copies with
-    the GPU's share) at 1/:data:`OFFLOAD_TIME_FACTOR` and :data:`OFFLOAD_TIME_FACTOR` times its
-    priced time; ``est`` itself without offload or without an interval.  (``cpu_offload``'s
-    per-micro-batch host copies, in ``dp_comm_exposed``, are not widened.)"""
-    if (training.optimizer_offload_fraction <= 0.0 and not training.cpu_offload) or est.step_time_s_p10 is None or est.step_time_s_p90 is None:
+    step with the host's share at 1/:data:`OFFLOAD_TIME_FACTOR` and :data:`OFFLOAD_TIME_FACTOR`
+    times its priced time; ``est`` itself without offload or without an interval.  The host's
+    share: the exposed host copies (``breakdown_s["offload_exposed"]``) and, where the optimizer
+    state is offloaded, the optimizer term (the host's update and copies with the GPU's share)."""
+    if training.offload_field is None or est.step_time_s_p10 is None or est.step_time_s_p90 is None:
         return est
-    opt_s = est.breakdown_s.get("optimizer", 0.0)
-    fast, slow = est.step_time_s - opt_s * (1.0 - 1.0 / OFFLOAD_TIME_FACTOR), est.step_time_s + opt_s * (OFFLOAD_TIME_FACTOR - 1.0)
+    host_s = est.breakdown_s.get("offload_exposed", 0.0)
+    if training.optimizer_offload_fraction > 0.0 or training.cpu_offload:
+        host_s += est.breakdown_s.get("optimizer", 0.0)
+    fast, slow = est.step_time_s - host_s * (1.0 - 1.0 / OFFLOAD_TIME_FACTOR), est.step_time_s + host_s * (OFFLOAD_TIME_FACTOR - 1.0)
     return dataclasses.replace(est, step_time_s_p10=min(est.step_time_s_p10, fast), step_time_s_p90=max(est.step_time_s_p90, slow))
 
 
@@ -378,14 +380,14 @@ def _single_source_warning(names: Mapping[str, str], step_s: float, alt_s: float
 
 
 def offload_device_check(training: Training, devices: Sequence[DeviceSpec]) -> None:
-    """Refuse offload (``optimizer_offload_fraction``, ``cpu_offload``) where a stage runs on a
-    CPU device: its state already lives in host memory, so there is nothing to offload to (a 422
-    naming the field)."""
+    """Refuse offload (``optimizer_offload_fraction``, ``cpu_offload``, ``activation_offloading``)
+    where a stage runs on a CPU device: its state and activations already live in host memory, so
+    there is nothing to offload to (a 422 naming the field)."""
     cpu = next((d.name for d in devices if d.kind != "gpu"), None)
-    field = "optimizer_offload_fraction" if training.optimizer_offload_fraction > 0.0 else "cpu_offload" if training.cpu_offload else None
+    field = training.offload_field
     if field is not None and cpu is not None:
-        raise InvalidTraining(f"{cpu} is a CPU device: its optimizer state is in host memory already, there is nothing to offload; "
-                              f"leave {field} out", field=f"training.{field}")
+        raise InvalidTraining(f"{cpu} is a CPU device: its state and activations are in host memory already, there is nothing to "
+                              f"offload; leave {field} out", field=f"training.{field}")
 
 
 def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, float]]) -> str:
@@ -395,12 +397,16 @@ def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, flo
     device, need_GB = max(stages, key=lambda x: x[1] / max(x[0].host_memory_GB, 1e-9))
     have_GB = device.host_memory_GB
     share = ("all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state")
-    what = "CPU offload of the sharded parameters, gradients and optimizer state" if training.cpu_offload else f"optimizer offload ({share})"
+    parts = ["CPU offload of the sharded parameters, gradients and optimizer state" if training.cpu_offload
+             else f"optimizer offload ({share})" if training.optimizer_offload_fraction > 0.0 else None,
+             "activation offloading (every layer's saved activations)" if training.activation_offloading else None]
+    what = " and ".join(p for p in parts if p)
     verdict = "more than" if need_GB > have_GB else "within"
     return (f"{what}: {need_GB:.1f} GB of host memory per GPU, {verdict} the {have_GB:.0f} GB per GPU of "
-            f"{device.name}'s reference server{' (the host runs out of memory)' if need_GB > have_GB else ''}; the host's update "
+            f"{device.name}'s reference server{' (the host runs out of memory)' if need_GB > have_GB else ''}; the host's work "
             f"is priced at {device.host_memory_bandwidth_GBps:.0f} GB/s of DRAM and {device.host_link_GBps:.0f} GB/s of host link "
-            f"per GPU, figures not calibrated against measured runs: the step's p10–p90 takes in the update at half and twice that time")
+            f"per GPU, figures not calibrated against measured runs: the step's p10–p90 takes in the host's share at half and twice "
+            "its priced time")
 
 
 def usable_memory_ratio(stages: Sequence[StageEstimate], headroom_fraction: float) -> float:

@@ -176,6 +176,9 @@ class FrameworkRules:
     #: its CPU offload of the sharded parameters, gradients and optimizer state
     #: (``training.cpu_offload``), in its own terms; empty: none
     cpu_offload: str = ""
+    #: its offload of the saved activations to the host (``training.activation_offloading``), in
+    #: its trainers' own terms; empty: none the cost model prices
+    activation_offloading: str = ""
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -258,6 +261,8 @@ RULES: dict[str, FrameworkRules] = {
         optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
         offload_stages=(1, 2, 3), partial_offload_stages=(3,),
         cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
+        activation_offloading=("TRL's activation_offloading on DeepSpeed, DeepSpeed's activation_checkpointing.cpu_checkpointing "
+                               "under full recompute"),
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -270,6 +275,7 @@ RULES: dict[str, FrameworkRules] = {
         reduces_every_backward=True,
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
+        activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
@@ -864,8 +870,36 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
     return None
 
 
+#: The activation offloads frameworks have that the cost model does not price, and why.
+UNPRICED_ACTIVATION_OFFLOAD = {
+    "megatron-core": ("Megatron-Core's --cpu-offloading offloads a chosen number of layers (--cpu-offloading-num-layers) "
+                      "through Transformer Engine, without recompute or a pipeline; its fine-grained activation offloading "
+                      "offloads chosen modules"),
+    "paddle": "PaddleNLP's recompute_offload offloads the recompute checkpoints of its pipeline schedule",
+}
+
+
+def activation_offloading_violation(framework: str, activation_offloading: bool) -> str | None:
+    """Reason when ``training.activation_offloading`` cannot be costed, else None.  It is priced
+    where the framework's trainers offload every saved activation through PyTorch's
+    saved-tensor hooks (``FrameworkRules.activation_offloading``): torchtune's
+    ``OffloadActivations`` (``training/_activation_offloading.py``: each saved tensor of at least
+    1 KB copied to pinned host memory on a side stream, brought back when the backward asks for
+    it), which TRL and verl carry too, and DeepSpeed's ``cpu_checkpointing`` (the checkpointed
+    inputs, the same copies under full recompute).  The layout rule is
+    :func:`offload_layout_violation`'s."""
+    if not activation_offloading:
+        return None
+    r = rules_for(framework)
+    if not r.activation_offloading:
+        where = "; ".join(dict.fromkeys(x.activation_offloading for x in RULES.values() if x.activation_offloading))
+        what = UNPRICED_ACTIVATION_OFFLOAD.get(framework, "no activation offloading")
+        return f"{framework}: {what}, which the cost model does not price; activation offloading is priced for {where}"
+    return None
+
+
 def offload_layout_violation(framework: str, optimizer_offload_fraction: float, cpu_offload: bool,
-                             zero_stage: int | None, pp: int | None) -> tuple[str, str] | None:
+                             zero_stage: int | None, pp: int | None, activation_offloading: bool = False) -> tuple[str, str] | None:
     """(strategy field, reason) when the layout cannot run the request's offload to the host, else
     None (``None`` for a knob not fixed yet).
 
@@ -876,7 +910,11 @@ def offload_layout_violation(framework: str, optimizer_offload_fraction: float, 
     offloads the *sharded* parameters — full sharding (zero_stage 3: FSDP's FULL_SHARD,
     DeepSpeed's "offload_param ... only valid with stage 3") — and is priced without a pipeline
     (inside one torchtitan keeps unsharded gradients across micro-batches; DeepSpeed's pipeline
-    engine runs no stage 3)."""
+    engine runs no stage 3).  ``activation_offloading`` is priced without a pipeline too: the
+    trainers that offload every saved activation (torchtune, TRL, verl) run none, and a
+    pipeline's in-flight micro-batches would multiply the host copies it does not price."""
+    if activation_offloading and pp is not None and pp > 1:
+        return "pp", f"activation_offloading is priced without a pipeline (pp 1), got pp {pp}"
     if cpu_offload:
         if zero_stage is not None and zero_stage != 3:
             return "zero_stage", f"cpu_offload offloads the sharded parameters: zero_stage 3 (full sharding), got {zero_stage}"
@@ -1022,6 +1060,7 @@ __all__ = [
     "expert_parallel_runs_in",
     "ep_group_divisor",
     "interleaved_schedule_violation",
+    "activation_offloading_violation",
     "layout_rule_violation",
     "master_weights_violation",
     "optimizer_offload_violation",

@@ -13,6 +13,7 @@ BREAKDOWN_KEYS = (
     "ep_comm",
     "pp_comm",
     "dp_comm_exposed",
+    "offload_exposed",
     "bubble",
     "optimizer",
 )
@@ -38,8 +39,9 @@ class StageEstimate:
     memory_capacity_GB: float
     memory_GB: dict[str, float]
     layer_ranges: tuple[tuple[int, int], ...] = ()
-    #: host memory per GPU of the state offloaded to it (``training.optimizer_offload_fraction``,
-    #: ``cpu_offload``), not part of ``peak_memory_GB``; 0 without offload
+    #: host memory per GPU of the state and activations offloaded to it
+    #: (``training.optimizer_offload_fraction``, ``cpu_offload``, ``activation_offloading``), not
+    #: part of ``peak_memory_GB``; 0 without offload
     host_memory_GB: float = 0.0
 
     @property

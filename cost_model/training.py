@@ -10,6 +10,7 @@ from cost_model.devices import DTYPES
 from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
+    activation_offloading_violation,
     cp_exchange,
     cp_exchange_rule_violation,
     cpu_offload_violation,
@@ -110,6 +111,13 @@ class Training:
     state live in host memory, each all-gather copies its shard to the GPU first, each
     reduce-scatter's output goes back, and the optimizer steps on the CPU
     (:func:`cost_model.transformer.layer_cost.cpu_offload_microbatch_s`).
+
+    ``activation_offloading`` (``fsdp``, ``deepspeed``; no pipeline): every layer's saved
+    activations (under full recompute, its checkpointed input) copied to pinned host memory on a
+    side stream during forward and back during backward — torchtune's
+    ``enable_activation_offloading``, TRL's ``activation_offloading``, verl's
+    ``enable_activation_offload``, DeepSpeed's ``activation_checkpointing.cpu_checkpointing``
+    (:func:`cost_model.transformer.layer_cost.activation_offload_s`).
     """
 
     global_batch_size: int
@@ -140,11 +148,23 @@ class Training:
     #: the sharded parameters, gradients and optimizer state on the host (FSDP's CPU offload,
     #: DeepSpeed's ZeRO-3 Offload)
     cpu_offload: bool = False
+    #: every layer's saved activations in host memory between its forward and its backward
+    activation_offloading: bool = False
 
     @property
     def adam(self) -> bool:
         """Whether the optimizer keeps Adam's two moments (``adam`` or ``adamw``)."""
         return self.optimizer in ADAM_OPTIMIZERS
+
+    @property
+    def offload_field(self) -> str | None:
+        """The first of the request's offloads to the host (``optimizer_offload_fraction``,
+        ``cpu_offload``, ``activation_offloading``) by field name, None without offload."""
+        if self.optimizer_offload_fraction > 0.0:
+            return "optimizer_offload_fraction"
+        if self.cpu_offload:
+            return "cpu_offload"
+        return "activation_offloading" if self.activation_offloading else None
 
     @property
     def tokens_per_step(self) -> int:
@@ -178,17 +198,17 @@ class Training:
 #: The fields a ``training`` object may have: :class:`Training`'s.
 TRAINING_FIELDS = frozenset(f.name for f in fields(Training))
 #: Settings of the frameworks a request may carry that the cost model does not price, with what
-#: they are: refused by name with the reason rather than as unknown (offloading moves state and
-#: optimizer work to the host, over PCIe, at a host memory bandwidth the cluster does not state).
+#: they are: refused by name with the reason rather than as unknown (DeepSpeed's parameter
+#: offload without its optimizer offload, or to NVMe; the priced offloads are
+#: ``optimizer_offload_fraction``, ``cpu_offload`` and ``activation_offloading``).
 UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
     "offload_param": "DeepSpeed's ZeRO-Infinity parameter offload (parameters in CPU or NVMe memory)",
-    "activation_offloading": "activation offloading to host memory",
 }
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
-                                     "optimizer_offload_fraction": 0.0, "cpu_offload": False,
+                                     "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -226,7 +246,8 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             if data[key] not in choices:
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
-    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload"):
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
+                "activation_offloading"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -276,6 +297,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                 out.get("optimizer_offload_fraction", 0.0), out.get("optimizer", "adam"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.cpu_offload")
+    why = activation_offloading_violation(framework, bool(out.get("activation_offloading", False)))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.activation_offloading")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
                                      out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
     if moe_why is not None:

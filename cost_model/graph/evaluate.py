@@ -206,7 +206,8 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
         compute, tp_c, pp_c = m * s.compute_s, m * s.tp_comm_s, m * s.pp_comm_s
     breakdown = {
         "compute": compute, "recompute": 0.0, "tp_comm": tp_c, "cp_comm": 0.0, "ep_comm": 0.0, "pp_comm": pp_c,
-        "dp_comm_exposed": dp_exposed, "bubble": max(0.0, pipeline - compute - tp_c - pp_c), "optimizer": optimizer,
+        "dp_comm_exposed": dp_exposed, "offload_exposed": 0.0, "bubble": max(0.0, pipeline - compute - tp_c - pp_c),
+        "optimizer": optimizer,
     }
     bottleneck = max(breakdown, key=lambda key: breakdown[key])
     return GraphEval(step_time_s=step, pipeline_s=pipeline, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
@@ -216,10 +217,11 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
 
 
 def refuse_graph_offload(training: Training) -> None:
-    """Optimizer offload is priced on transformer layers only (its host update and copies,
-    :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`): an operator graph's
+    """Offload to the host is priced on transformer layers only (the host update and copies,
+    :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`, the saved activations'
+    copies, :func:`cost_model.transformer.layer_cost.activation_offload_s`): an operator graph's
     request with it gets a 422 naming the field, not a plan that keeps the state on the GPU."""
-    field = "optimizer_offload_fraction" if training.optimizer_offload_fraction > 0.0 else "cpu_offload" if training.cpu_offload else None
+    field = training.offload_field
     if field is not None:
         raise InvalidTraining("offload to the host is priced for transformer models (a preset or config.json), not for operator "
                               f"graphs; leave {field} out", field=f"training.{field}")

@@ -1511,6 +1511,36 @@ def zero_offload_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training
     return out
 
 
+#: Decoder layers whose saved activations stay in GPU memory under activation offloading: the
+#: layer the backward starts with (torchtune's ``OffloadActivations`` keeps its last saved
+#: tensors in the forward stash, ``max_fwd_stash_size`` 5, and hands them to the backward
+#: without a round trip; DeepSpeed's engine ``keep_last_count`` 1) — and, as the backward runs,
+#: the one whose tensors were just copied back.
+ACTIVATION_OFFLOAD_KEPT_LAYERS = 1.0
+
+
+def activation_offload_s(offloaded_bytes: ArrayOrFloat, device: DeviceSpec, forward_s: ArrayOrFloat,
+                         backward_s: ArrayOrFloat) -> FloatArray:
+    """Seconds per micro-batch that activation offloading (``training.activation_offloading``)
+    adds beyond the compute its copies run under.
+
+    The saved tensors of every layer (``offloaded_bytes`` a micro-batch: under full recompute the
+    checkpointed layer inputs, otherwise everything the layers keep for backward) are copied to
+    pinned host memory on a side stream as the forward makes them, and back as the backward asks
+    for them.  The forward waits for the copy of the tensor a few saves back before it goes on
+    (torchtune's ``pack_tensor``: ``s0.wait_event`` on the forward stash), and the backward waits
+    for each tensor it unpacks (``s0.wait_stream(s1)``), so each pass runs at the slower of its
+    compute and its copies: ``max(0, t_copy − forward) + max(0, t_copy − backward)`` with
+    ``t_copy = offloaded_bytes / (host_link_GBps · HOST_LINK_FRACTION)`` each way (the link is full
+    duplex; the backward's copies run under its recompute too).  Copies of other offloads sharing
+    the link in the same pass (``cpu_offload``'s gathers) are priced apart, not queued behind these.
+    Source: torchtune ``training/_activation_offloading.py``; DeepSpeed
+    ``runtime/activation_checkpointing/offload_activations.py``."""
+    t_copy = np.asarray(offloaded_bytes, dtype=float) / _host_link_bytes_per_s(device)
+    out: FloatArray = np.maximum(t_copy - np.asarray(forward_s, dtype=float), 0.0) + np.maximum(t_copy - np.asarray(backward_s, dtype=float), 0.0)
+    return out
+
+
 def _stored_bytes(dtype: str) -> float:
     """Bytes of one optimizer-precision value (``devices.BYTES_PER_ELEMENT``; fp8: one byte, its
     per-tensor scale negligible)."""

@@ -27,10 +27,12 @@ from cost_model.transformer.calibration import (
     sharded_prefetch_overlap,
 )
 from cost_model.transformer.layer_cost import (
+    ACTIVATION_OFFLOAD_KEPT_LAYERS,
     RECOMPUTE_CODE,
     WORKSPACE_BYTES,
     LayerCosts,
     StrategyArrays,
+    activation_offload_s,
     bf16_optimizer,
     cpu_offload_microbatch_s,
     deepspeed_gather_copy_out_s,
@@ -227,6 +229,7 @@ class StageCost:
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     dp_microbatch_s: np.ndarray  # ZeRO 2/3 sync per micro-batch not hidden by its compute
+    offload_microbatch_s: np.ndarray  # host copies (and host adds) per micro-batch not hidden by its compute
     dp_comm_s: np.ndarray  # per-step DP sync (hidden partly behind the last backward)
     dp_window_s: np.ndarray  # the part of the last backward that DP sync can hide behind
     optimizer_s: np.ndarray
@@ -235,14 +238,14 @@ class StageCost:
     optimizer_state_bytes: np.ndarray
     activations_bytes: np.ndarray
     workspace_bytes: np.ndarray
-    #: host memory of this GPU's offloaded optimizer state (not in the GPU's peak)
+    #: host memory of this GPU's offloaded state and activations (not in the GPU's peak)
     host_state_bytes: np.ndarray
 
     @property
     def time_s(self) -> np.ndarray:
         """Time of one micro-batch through this stage (forward + backward + p2p + exposed
-        per-micro-batch ZeRO 2/3 traffic)."""
-        out: np.ndarray = self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s
+        per-micro-batch ZeRO 2/3 traffic + exposed host copies of offloading)."""
+        out: np.ndarray = self.forward_s + self.backward_s + self.pp_comm_s + self.dp_microbatch_s + self.offload_microbatch_s
         return out
 
     @property
@@ -400,6 +403,7 @@ def stage_cost(
     # (partitioned) state; the expert weights counted as dense ones of the same shard, for the copies
     offloading = training.optimizer_offload_fraction > 0.0 or training.cpu_offload
     host_state: ArrayOrFloat = 0.0
+    offload_mb: ArrayOrFloat = 0.0
     if offloading:
         partitioned = optimizer_state_partitioned(training, S.zero, S.pp)
         host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
@@ -408,10 +412,18 @@ def stage_cost(
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
-    acts = n * lc.activation_bytes * inflight
+    stored = n * lc.activation_bytes + (dc.embedding_act_bytes if has_embedding else 0.0)
+    if training.activation_offloading:  # priced without a pipeline (offload_layout_violation): one micro-batch in flight
+        # the saved activations in pinned host memory but for the layer the backward starts with
+        kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * lc.activation_bytes
+        host_state = host_state + (stored - kept) * inflight
+        offload_mb = offload_mb + activation_offload_s(stored - kept, dc.device, forward_s, backward_s)
+        acts = kept * inflight
+    else:
+        acts = n * lc.activation_bytes * inflight
     # Working set of the layer being (re)computed in backward.
     acts = acts + lc.recompute_working_bytes
-    if has_embedding:
+    if has_embedding and not training.activation_offloading:
         acts = acts + dc.embedding_act_bytes * inflight
     if has_head:  # the logits each output head (the model's, the MTP modules') keeps for backward
         acts = acts + dc.head_act_bytes * (1.0 + mtp)
@@ -474,10 +486,10 @@ def stage_cost(
     if training.optimizer_offload_fraction > 0.0 and runs_deepspeed_engine(training.framework):
         # ZeRO-Offload's accumulated gradients on the host (stages 1-2, the state partitioned over
         # dp·cp): copied out and back with each micro-batch
-        dp_mb_exposed = dp_mb_exposed + np.where((S.zero == 1) | (S.zero == 2), zero_offload_accumulation_s(
+        offload_mb = offload_mb + np.where((S.zero == 1) | (S.zero == 2), zero_offload_accumulation_s(
             sharded_like_dense, training, dc.device, shard_dense, backward_s, m), 0.0)
     if training.cpu_offload:  # the sharded state on the host: each gather's and reduce's host copies (full sharding only)
-        dp_mb_exposed = dp_mb_exposed + np.where(S.zero >= 3, cpu_offload_microbatch_s(
+        offload_mb = offload_mb + np.where(S.zero >= 3, cpu_offload_microbatch_s(
             sharded_like_dense, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
@@ -502,6 +514,7 @@ def stage_cost(
         ep_comm_s=ep,
         pp_comm_s=pp_comm,
         dp_microbatch_s=dp_mb_exposed,
+        offload_microbatch_s=np.broadcast_to(offload_mb, np.shape(dp_mb_exposed)),
         dp_comm_s=dp_comm,
         dp_window_s=overlap * backward_s,
         optimizer_s=optimizer,
@@ -570,7 +583,8 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     ep_c = m * pick(st.ep_comm_s)
     pp_c = m * pick(st.pp_comm_s)
     dp_mb = m * pick(st.dp_microbatch_s)
-    bubble = pipeline - (compute + recompute + tp_c + cp_c + ep_c + pp_c + dp_mb)
+    offload = m * pick(st.offload_microbatch_s)
+    bubble = pipeline - (compute + recompute + tp_c + cp_c + ep_c + pp_c + dp_mb + offload)
     breakdown = {
         "compute": compute,
         "recompute": recompute,
@@ -579,6 +593,7 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
         "ep_comm": ep_c,
         "pp_comm": pp_c,
         "dp_comm_exposed": dp_exposed + dp_mb,
+        "offload_exposed": offload,
         # Floating-point residue of the subtraction is not a bubble.
         "bubble": np.where(bubble > 1e-9 * pipeline, bubble, 0.0),
         "optimizer": optimizer,

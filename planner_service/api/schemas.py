@@ -185,7 +185,7 @@ class StageEstimate(_Open):
     forward_s: float | None = Field(description="Forward time of one micro-batch, s")
     backward_s: float | None = Field(description="Backward time of one micro-batch, s")
     peak_memory_GB: float | None = Field(description="Peak memory per GPU of the stage, GB as the allocator prints them (binary, compared with the device's nominal memory; docs/frameworks.md)")
-    host_memory_GB: float | None = Field(default=None, description="Host memory per GPU of the state offloaded to it (training.optimizer_offload_fraction, cpu_offload), GB; absent without offload")
+    host_memory_GB: float | None = Field(default=None, description="Host memory per GPU of the state and activations offloaded to it (training.optimizer_offload_fraction, cpu_offload, activation_offloading), GB; absent without offload")
 
 
 class Prediction(_Open):
@@ -208,7 +208,7 @@ class Prediction(_Open):
         "or fragmentation-bounds (no measured peak under it: widened by the allocator's fragmentation range; docs/frameworks.md)",
     )
     breakdown_s: dict[str, float | None] = Field(
-        description="Where a step's time goes: compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm_exposed, bubble, optimizer (s)"
+        description="Where a step's time goes: compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm_exposed, offload_exposed, bubble, optimizer (s)"
     )
     stages: list[StageEstimate]
     num_devices: int

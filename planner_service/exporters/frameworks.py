@@ -539,13 +539,25 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
                          "one; stages 2-3 their ZeRO optimizer), as the plan priced")
     elif dtype == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    offload_activations = view.training.get("activation_offloading") is True
+    if offload_activations and view.s("recompute", "none") != "full":
+        notes.append("the plan offloads every layer's saved activations (training.activation_offloading) without full recompute: "
+                     "DeepSpeed's cpu_checkpointing offloads only checkpointed inputs, so turn on the trainer's own offload "
+                     "(TRL's activation_offloading, torchtune's enable_activation_offloading)")
+    elif offload_activations:
+        notes.append("activation_checkpointing.cpu_checkpointing offloads the checkpointed inputs where the model checkpoints "
+                     "through deepspeed.checkpointing (Megatron-DeepSpeed); a Hugging Face model checkpoints through its own "
+                     "gradient checkpointing, so turn on TRL's activation_offloading there")
     if view.s("recompute", "none") != "none":
         cfg["activation_checkpointing"] = {
             # each checkpoint whole on every tensor-parallel rank, as priced (layer_cost.activation_bytes
             # splits a layer's input over tp under sequence parallelism only): partitioned checkpoints
             # would hold 1/tp of it and all-gather it before each recompute, which the plan does not price
             "partition_activations": False,
-            "cpu_checkpointing": False,
+            # the checkpointed inputs in host memory under full recompute, as priced
+            # (layer_cost.activation_offload_s); it acts where the model checkpoints through
+            # deepspeed.checkpointing (Megatron-DeepSpeed), a Hugging Face model through TRL's offload
+            "cpu_checkpointing": offload_activations and view.s("recompute", "none") == "full",
             "contiguous_memory_optimization": False,
             "number_checkpoints": None,
         }
@@ -986,6 +998,12 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if not (registered and registered[2]):
         model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
                        "pass --module/--config of one you register before these arguments"]
+    if view.training.get("activation_offloading") is True:
+        raise InvalidPlan("torchtitan has no activation offloading (its memory settings are activation checkpointing and "
+                          "enable_cpu_offload): the plan priced every layer's saved activations in host memory, which this launch "
+                          "would keep on the GPU; launch it with the torchrun target and a trainer that offloads them (torchtune's "
+                          "enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload)",
+                          field="target")
     if view.training.get("optimizer") == "sgd":
         raise InvalidPlan("torchtitan's optimizers are Adam, AdamW and Muon (components.optimizer): the plan's SGD "
                           "(priced with one momentum buffer) does not launch with it; use the torchrun target with your own trainer",

@@ -419,6 +419,7 @@ const fmt = {
     ["#t-main-grads", "main_grads_dtype", "fp32", (v) => v],
     ["#t-master-weights", "master_weights", "true", (v) => v === "true"],
     ["#t-cpu-offload", "cpu_offload", "false", (v) => v === "true"],
+    ["#t-act-offload", "activation_offloading", "false", (v) => v === "true"],
     ["#t-main-params", "main_params_dtype", "fp32", (v) => v],
     ["#t-exp-avg", "exp_avg_dtype", "fp32", (v) => v],
     ["#t-exp-avg-sq", "exp_avg_sq_dtype", "fp32", (v) => v],
@@ -698,7 +699,7 @@ const fmt = {
 
   // ───────────── one plan ─────────────
 
-  const BREAKDOWN_KEYS = ["compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm_exposed", "bubble", "optimizer"];
+  const BREAKDOWN_KEYS = ["compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm_exposed", "offload_exposed", "bubble", "optimizer"];
 
   function section(title, key, ...children) {
     const id = "sec-" + key;

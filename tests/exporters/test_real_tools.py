@@ -12,7 +12,7 @@ import pytest
 
 from helpers.launch_sim import plan_mapping
 from helpers.plans import ALL_PLANS, cp_plan, hsdp_plan, moe_plan
-from planner_service.exporters import LaunchParams, render
+from planner_service.exporters import InvalidPlan, LaunchParams, render
 
 PARAMS = LaunchParams(image="img", command="train.py --config cfg.yaml", smoke_test=False)
 
@@ -92,6 +92,33 @@ def test_deepspeed_checkpoints_activations_as_priced(monkeypatch):
     assert plan["best"]["strategy"]["tp"] > 1
     cfg = _check_deepspeed_config(config, plan, monkeypatch)
     assert cfg.activation_checkpointing_config.partition_activations is False
+
+
+@pytest.mark.parametrize("recompute", ["full", "selective"])
+def test_deepspeed_offloads_checkpointed_activations_as_priced(recompute, monkeypatch):
+    """training.activation_offloading under full recompute is DeepSpeed's cpu_checkpointing (the
+    checkpointed inputs in host memory, layer_cost.activation_offload_s), which its config parser
+    takes; otherwise DeepSpeed has no setting for it and the launch says which trainers do."""
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = hsdp_plan("deepspeed", 3, dp_shard=16)
+    plan["best"]["strategy"].pop("dp_shard")
+    plan["best"]["strategy"]["recompute"] = recompute
+    plan["training"]["activation_offloading"] = True
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    assert cfg.activation_checkpointing_config.cpu_checkpointing is (recompute == "full")
+    notes = render(plan, "deepspeed-config", PARAMS).notes
+    assert any("TRL's activation_offloading" in n for n in notes)
+    assert any("offloads only checkpointed inputs" in n for n in notes) is (recompute != "full")
+
+
+def test_torchtitan_refuses_an_activation_offloading_plan():
+    # torchtitan has no activation offloading: a plan priced with it is not launched as if it did
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"]["framework"] = "fsdp"
+    plan["training"]["activation_offloading"] = True
+    with pytest.raises(InvalidPlan) as err:
+        render(plan, "torchtitan", PARAMS)
+    assert err.value.field == "target" and "enable_activation_offloading" in err.value.message
 
 
 def test_deepspeed_refuses_partial_sharding_as_the_planner_does(monkeypatch):

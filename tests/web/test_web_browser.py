@@ -508,7 +508,8 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
                         "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
-                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction", "cpu_offload"}
+                        "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction", "cpu_offload",
+                        "activation_offloading"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -521,11 +522,12 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     # the contract's defaults are what the controls show
     shown = {sel: Select(css(d, sel)).first_selected_option.get_attribute("value")
              for sel in ("#t-attention", "#t-fused-kernels", "#t-tp-overlap", "#t-grad-overlap", "#t-cp-comm", "#t-grad-accum", "#t-moe-dispatcher", "#t-moe-overlap",
-                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq", "#t-master-weights", "#t-cpu-offload")}
+                         "#t-precision-aware", "#t-main-grads", "#t-main-params", "#t-exp-avg", "#t-exp-avg-sq", "#t-master-weights", "#t-cpu-offload",
+                         "#t-act-offload")}
     assert shown == {"#t-attention": "flash", "#t-fused-kernels": "true", "#t-tp-overlap": "false", "#t-grad-overlap": "true", "#t-cp-comm": "",
                      "#t-grad-accum": "", "#t-moe-dispatcher": "alltoall", "#t-moe-overlap": "false", "#t-precision-aware": "false",
                      "#t-main-grads": "fp32", "#t-main-params": "fp32", "#t-exp-avg": "fp32", "#t-exp-avg-sq": "fp32",
-                     "#t-master-weights": "true", "#t-cpu-offload": "false"}
+                     "#t-master-weights": "true", "#t-cpu-offload": "false", "#t-act-offload": "false"}
     assert css(d, "#t-moe-capacity").get_attribute("value") == "" and css(d, "#t-offload").get_attribute("value") == ""
 
     # each changed control reaches the body under its contract name, with its JSON type
@@ -665,6 +667,17 @@ def test_fsdp_cpu_offload_is_planned_from_the_page(browser, live_server):
                                 "training.cpu_offload: megatron-core: no CPU offload of the parameters", "optimizer_offload_fraction", "fsdp")
     assert plan["training"]["cpu_offload"] is True and plan["best"]["strategy"]["zero_stage"] == 3
     assert any(w.startswith("CPU offload of the sharded") for w in plan["best"]["prediction"]["warnings"])
+
+
+def test_activation_offloading_is_planned_from_the_page(browser, live_server):
+    """Activation offloading chosen on the page: an FSDP plan without a pipeline whose warnings
+    give the host memory its activations take; under Megatron-Core (whose --cpu-offloading is not
+    priced) it is refused next to the control."""
+    plan = refused_then_planned(browser, live_server, "#t-act-offload", "true", "megatron-core",
+                                "training.activation_offloading: megatron-core: Megatron-Core's --cpu-offloading", "torchtune", "fsdp")
+    assert plan["training"]["activation_offloading"] is True and plan["best"]["strategy"]["pp"] == 1
+    assert any(w.startswith("activation offloading (every layer's saved activations)") for w in plan["best"]["prediction"]["warnings"])
+    assert "offload_exposed" in plan["best"]["prediction"]["breakdown_s"]
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

@@ -213,7 +213,7 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     for key, choices in OPTIMIZER_DTYPES.items():  # Megatron-Core's optimizer precision, fp32 first
         assert tuple(fields[key]["options"]) == choices and defaults[key] == choices[0], key
     for flag in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights",
-                 "cpu_offload"):
+                 "cpu_offload", "activation_offloading"):
         assert fields[flag]["tag"] == "select", flag
         assert fields[flag]["options"] == [str(defaults[flag]).lower(), str(not defaults[flag]).lower()], flag
     capacity = fields["moe_capacity_factor"]
@@ -226,7 +226,8 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     # the script leaves a key out exactly when its control is at the contract's default
     choices = _training_choices()
     assert set(choices) == {"attention", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap",
-                            "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload", *OPTIMIZER_DTYPES}
+                            "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
+                            "activation_offloading", *OPTIMIZER_DTYPES}
     for key, (ident, default) in choices.items():
         assert fields[key]["id"] == ident, key
         assert default == fields[key]["options"][0], key

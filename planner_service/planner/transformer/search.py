@@ -969,7 +969,8 @@ def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Map
 
 def offload_hint(training: Training) -> str:
     """What a no-fit answer adds where the framework can keep state in host memory and the
-    request does not yet (``FrameworkRules.optimizer_offload``, ``cpu_offload``): the setting that
+    request does not yet (``FrameworkRules.optimizer_offload``, ``cpu_offload``,
+    ``activation_offloading``): the setting that
     would, priced as docs/frameworks.md says."""
     r = rules_for(training.framework)
     ways = []
@@ -978,6 +979,9 @@ def offload_hint(training: Training) -> str:
         ways.append(f"training.optimizer_offload_fraction{need} keeps the optimizer state in host memory: {r.optimizer_offload}")
     if r.cpu_offload and not training.cpu_offload:
         ways.append(f"training.cpu_offload keeps the whole sharded state in host memory at zero_stage 3: {r.cpu_offload}")
+    if r.activation_offloading and not training.activation_offloading:
+        ways.append(f"training.activation_offloading keeps every layer's saved activations in host memory without a pipeline: "
+                    f"{r.activation_offloading}")
     return f"; offloading would free GPU memory at the price of step time: {'; or '.join(ways)}" if ways else ""
 
 
