@@ -16,7 +16,8 @@ from importlib import resources
 from typing import Any
 
 #: The catalog device a recipe's stated device family runs on (H100 80GB when none is stated).
-DEVICES = {"H100": "H100-SXM5-80GB", "A100": "A100-SXM4-80GB", "B200": "B200-SXM-192GB", "H200": "H200-SXM-141GB"}
+DEVICES = {"H100": "H100-SXM5-80GB", "A100": "A100-SXM4-80GB", "B200": "B200-SXM-192GB", "H200": "H200-SXM-141GB",
+           "L40S": "L40S-48GB", "A10": "A10-24GB"}
 
 
 def load_recipes() -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 registry and benchmark layouts, Megatron-LM's examples, the Megatron-MoE model zoo, NeMo's
 performance tables, Megatron-Bridge's recipes, PaddleNLP's configs, DeepSpeed-Chat, LLaMA-Factory,
 Megatron-DeepSpeed, LLM Foundry, torchtune (pure bf16), axolotl, accelerate, and the offloading layouts of
-DeepSpeedExamples, ms-swift and slime) are real configurations: the planner must accept
+DeepSpeedExamples, ms-swift, slime and axolotl's gpt-oss examples) are real configurations: the planner must accept
 each as its framework runs it — estimate it without a refusal and predict it to fit (tight is
 kept) — except where the recipe relies on what the cost model does not price (the entry says
 why).  Layouts only: no measured figure of any source enters here."""
@@ -34,11 +34,12 @@ def test_the_recipes_cover_every_framework_and_say_where_they_come_from():
     assert {r["training"]["framework"] for r in RECIPES} == {"megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddle"}
     assert all(r["source"] and (r["expect"] == "runs" or r.get("why")) for r in RECIPES)
     assert sum(r["expect"] == "runs" for r in RECIPES) >= 70
-    # offload to the host, each kind a framework has, is among them (optimizer state alone, the whole sharded state)
-    offloading = {(r["training"]["framework"], "cpu_offload" if r["training"].get("cpu_offload") else "optimizer_offload_fraction")
-                  for r in RECIPES if r["expect"] == "runs" and (r["training"].get("cpu_offload") or r["training"].get("optimizer_offload_fraction"))}
+    # offload to the host, each kind a framework has, is among them (optimizer state alone, the whole
+    # sharded state, the saved activations)
+    kinds = ("optimizer_offload_fraction", "cpu_offload", "activation_offloading")
+    offloading = {(r["training"]["framework"], k) for r in RECIPES if r["expect"] == "runs" for k in kinds if r["training"].get(k)}
     assert offloading == {("deepspeed", "optimizer_offload_fraction"), ("deepspeed", "cpu_offload"),
-                          ("megatron-core", "optimizer_offload_fraction"), ("fsdp", "cpu_offload")}
+                          ("megatron-core", "optimizer_offload_fraction"), ("fsdp", "cpu_offload"), ("fsdp", "activation_offloading")}
 
 
 @pytest.mark.parametrize("rid", ["paddle-llama2-70b-sft-tp8-pp4-n4c32", "megatron_zoo_qwen3_235b_a22b_h100",
