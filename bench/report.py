@@ -249,18 +249,19 @@ def acceptance() -> str | None:
     ]
     rc = d.get("recipes")
     if rc:
-        offload = ", ".join(f"`{r['id']}`" for r in rc["expected_not_to_fit"])
+        unpriced = "; ".join(f"`{r['id']}`: {r['why']}" for r in rc["expected_not_to_fit"])
+        n = len(rc["expected_not_to_fit"])
         out.append(
             f"\n**Shipped recipes** (the same run, `cost_model/data/framework_recipes.json`: the layouts framework repositories and "
             "trainers ship as examples — torchtitan, Megatron-LM, the Megatron-MoE model zoo, NeMo, Megatron-Bridge, PaddleNLP, "
             "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune, axolotl, accelerate, and offloading layouts of DeepSpeedExamples, "
-            f"ms-swift and slime; {len(rc['frameworks'])} frameworks — configurations "
+            f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
             "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's); "
-            + (f"{len(rc['expected_not_to_fit'])} more rel{'ies' if len(rc['expected_not_to_fit']) == 1 else 'y'} on an optimizer "
-               f"offload the cost model does not price (PaddleNLP's tensorwise_offload_optimizer) and "
-               f"{'is' if len(rc['expected_not_to_fit']) == 1 else 'are'} predicted not to fit ({offload}); " if offload else "")
-            + "DeepSpeed's and Megatron-Core's optimizer offload is priced (`training.optimizer_offload_fraction`)."
+            + (f"{n} more rel{'ies' if n == 1 else 'y'} on what the cost model does not price and "
+               f"{'is' if n == 1 else 'are'} predicted not to fit ({unpriced}). " if n else "")
+            + "Offload to the host is priced where the framework has it: the optimizer state (`training.optimizer_offload_fraction`), "
+            "the whole sharded state (`training.cpu_offload`) and the saved activations (`training.activation_offloading`)."
         )
     return "\n".join(out)
 
