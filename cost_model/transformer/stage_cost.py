@@ -412,19 +412,20 @@ def stage_cost(
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
-    stored = n * lc.activation_bytes + (dc.embedding_act_bytes if has_embedding else 0.0)
     if training.activation_offloading:  # priced without a pipeline (offload_layout_violation): one micro-batch in flight
-        # the saved activations in pinned host memory but for the layer the backward starts with
+        # the saved activations (the embedding's among them) in pinned host memory but for the
+        # layer the backward starts with
         kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * lc.activation_bytes
-        host_state = host_state + (stored - kept) * inflight
-        offload_mb = offload_mb + activation_offload_s(stored - kept, dc.device, forward_s, backward_s)
+        offloaded = n * lc.activation_bytes + (dc.embedding_act_bytes if has_embedding else 0.0) - kept
+        host_state = host_state + offloaded * inflight
+        offload_mb = offload_mb + activation_offload_s(offloaded, dc.device, forward_s, backward_s)
         acts = kept * inflight
     else:
         acts = n * lc.activation_bytes * inflight
+        if has_embedding:
+            acts = acts + dc.embedding_act_bytes * inflight
     # Working set of the layer being (re)computed in backward.
     acts = acts + lc.recompute_working_bytes
-    if has_embedding and not training.activation_offloading:
-        acts = acts + dc.embedding_act_bytes * inflight
     if has_head:  # the logits each output head (the model's, the MTP modules') keeps for backward
         acts = acts + dc.head_act_bytes * (1.0 + mtp)
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched); DeepSpeed's
@@ -514,7 +515,7 @@ def stage_cost(
         ep_comm_s=ep,
         pp_comm_s=pp_comm,
         dp_microbatch_s=dp_mb_exposed,
-        offload_microbatch_s=np.broadcast_to(offload_mb, np.shape(dp_mb_exposed)),
+        offload_microbatch_s=offload_mb + np.zeros_like(dp_mb_exposed),
         dp_comm_s=dp_comm,
         dp_window_s=overlap * backward_s,
         optimizer_s=optimizer,

@@ -21,6 +21,7 @@ from cost_model.strategy import Strategy
 from cost_model.training import Training, training_from_dict
 from cost_model.transformer.layer_cost import HOST_LINK_FRACTION, activation_offload_s
 from cost_model.transformer.spec import get_preset
+from helpers.offload import planned_once_offloaded
 
 FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
 H100 = "H100-SXM5-80GB"
@@ -116,15 +117,10 @@ def test_the_planner_plans_with_activation_offloading_and_suggests_it(client):
     req = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "global_batch_size": 8, "sequence_length": 32768},
            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]},
            "constraints": {"tp": 1, "cp": 1, "recompute": "none"}}
-    refused = client.post("/v1/plans", json=req)
-    assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
-    assert "training.activation_offloading keeps every layer's saved activations in host memory" in refused.json()["error"]["message"]
-    req["training"]["activation_offloading"] = True
-    r = client.post("/v1/plans", json=req)
-    assert r.status_code in (200, 201), r.text
-    plan = r.json()
+    plan = planned_once_offloaded(client, req, "activation_offloading",
+                                  "training.activation_offloading keeps every layer's saved activations in host memory")
     best = plan["best"]
-    assert plan["training"]["activation_offloading"] is True and best["strategy"]["pp"] == 1
+    assert best["strategy"]["pp"] == 1
     assert best["prediction"]["breakdown_s"]["offload_exposed"] > 0 and best["prediction"]["stages"][0]["host_memory_GB"] > 0
     assert all(alt["strategy"]["pp"] == 1 for alt in plan["alternatives"])
     # torchtitan cannot offload activations: its launch is refused with the trainers that can
