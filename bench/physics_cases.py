@@ -55,6 +55,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``activation_offloading``: Llama-3-8B under FSDP on 8 H100, 4096-token sequences, 2 a
   micro-batch: the saved activations on the GPU against offloaded to the host, without, with
   selective and with full recompute — activations, peak, host memory, the copies' exposed time;
+* ``eight_bit_adam``: Llama-3-8B on 8 H100 replicated in pure bf16 (FSDP's NO_SHARD), under
+  DeepSpeed ZeRO-2 and FSDP's full sharding: AdamW against the 8-bit AdamW — optimizer state, peak, the optimizer's time;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -461,10 +463,26 @@ def activation_offloading() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, 4 micro-batches of 2 x 4096 tokens a GPU", "rows": rows}
 
 
+def eight_bit_adam() -> dict[str, Any]:
+    """The 8-bit AdamW (training.optimizer adamw_8bit; layer_cost.EIGHT_BIT_MOMENT_BYTES): Llama-3-8B
+    on 8 H100, 16 sequences of 2048 tokens, full recompute, AdamW against its 8-bit moments under
+    FSDP replicated in pure bf16 (DDP, the moments in the parameters' dtype), DeepSpeed ZeRO-2 and
+    FSDP's full sharding."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for framework, zero, master in (("fsdp", 0, False), ("deepspeed", 2, True), ("fsdp", 3, True)):
+        for optimizer in ("adamw", "adamw_8bit"):
+            tr = Training(global_batch_size=16, sequence_length=2048, framework=framework, optimizer=optimizer, master_weights=master)
+            est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=zero, recompute="full"))
+            rows.append(_row(est, framework=framework, zero_stage=zero, master_weights=master, optimizer=optimizer,
+                             optimizer_state_GB=round(est.stages[0].memory_GB["optimizer_state"], 2)))
+    return {"model": model.name, "layout": "dp 8 on 8 H100, full recompute, 16 x 2048 tokens a step", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, eight_bit_adam,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

@@ -205,6 +205,22 @@ def physics() -> str | None:
         out.append(f"* **Activation offloading** ({ao['model']}, {ao['layout']}): " + "; ".join(act_row(r) for r in ao["rows"])
                    + " — under full recompute the copies are one hidden state a layer and hide; without it a layer's "
                    "activations outweigh its compute on the host link.")
+    eb = d.get("eight_bit_adam")
+    if eb:
+        by = {}
+        for r in eb["rows"]:
+            by.setdefault((r["framework"], r["zero_stage"], r["master_weights"]), {})[r["optimizer"]] = r
+
+        def eight(fw: str, z: int, master: bool, rows: dict) -> str:
+            a, e = rows["adamw"], rows["adamw_8bit"]
+            return (f"{fw} ZeRO-{z}{'' if master else ' pure bf16'}: optimizer state {a['optimizer_state_GB']:.1f} → {e['optimizer_state_GB']:.1f} GB, peak "
+                    f"{a['peak_memory_GB']:.1f}{'' if a['fits'] else ' (does not fit)'} → {e['peak_memory_GB']:.1f} GB"
+                    f"{'' if e['fits'] else ' (does not fit)'}, optimizer {a['breakdown_s'].get('optimizer', 0) * 1e3:.0f} → "
+                    f"{e['breakdown_s'].get('optimizer', 0) * 1e3:.0f} ms")
+
+        out.append(f"* **8-bit AdamW** ({eb['model']}, {eb['layout']}; AdamW → adamw_8bit): "
+                   + "; ".join(eight(fw, z, master, rows) for (fw, z, master), rows in by.items())
+                   + " — a byte a moment instead of four; the step moves 22 bytes a parameter instead of 34.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

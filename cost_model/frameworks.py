@@ -176,6 +176,9 @@ class FrameworkRules:
     #: its CPU offload of the sharded parameters, gradients and optimizer state
     #: (``training.cpu_offload``), in its own terms; empty: none
     cpu_offload: str = ""
+    #: the 8-bit AdamW its trainers run (``training.optimizer`` ``adamw_8bit``), in their own
+    #: terms; empty: none
+    eight_bit_adam: str = ""
     #: its offload of the saved activations to the host (``training.activation_offloading``), in
     #: its trainers' own terms; empty: none the cost model prices
     activation_offloading: str = ""
@@ -222,8 +225,13 @@ OPTIMIZER_PRECISION_FLAGS = {"precision_aware_optimizer": "--use-precision-aware
                              "exp_avg_sq_dtype": "--exp-avg-sq-dtype"}
 
 
-#: The optimizers with Adam's two moments (``training.OPTIMIZERS``): AdamW differs in its update only.
+#: The optimizers with Adam's two moments in fp32 (``training.OPTIMIZERS``): AdamW differs in its update only.
 ADAM_OPTIMIZERS = ("adam", "adamw")
+#: AdamW with its two moments quantised blockwise to 8 bits (Dettmers et al. 2022, "8-bit
+#: Optimizers via Block-wise Quantization"): bitsandbytes' ``AdamW8bit`` / ``PagedAdamW8bit`` and
+#: torchao's ``AdamW8bit`` (Hugging Face ``optim`` ``adamw_bnb_8bit``, ``adamw_8bit``,
+#: ``paged_adamw_8bit``, ``adamw_torch_8bit``).
+EIGHT_BIT_ADAM = "adamw_8bit"
 
 
 #: Why the DeepSpeed frameworks shard only over every dp rank: its partial ZeRO-3 (MiCS) is gone.
@@ -263,6 +271,8 @@ RULES: dict[str, FrameworkRules] = {
         cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
         activation_offloading=("TRL's activation_offloading on DeepSpeed, DeepSpeed's activation_checkpointing.cpu_checkpointing "
                                "under full recompute"),
+        eight_bit_adam=("bitsandbytes' or torchao's AdamW8bit as the client optimizer (Hugging Face optim adamw_bnb_8bit, "
+                        "paged_adamw_8bit, adamw_torch_8bit), with zero_allow_untested_optimizer"),
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -276,6 +286,8 @@ RULES: dict[str, FrameworkRules] = {
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
         activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
+        eight_bit_adam=("bitsandbytes' AdamW8bit / PagedAdamW8bit or torchao's AdamW8bit (Hugging Face optim adamw_bnb_8bit, "
+                        "paged_adamw_8bit, adamw_torch_8bit; torchtune's bitsandbytes.optim.PagedAdamW8bit)"),
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
@@ -870,6 +882,32 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
     return None
 
 
+#: The 8-bit optimizer state frameworks have instead of an 8-bit AdamW, and where it is priced.
+UNPRICED_EIGHT_BIT = {
+    "megatron-core": ("Megatron-Core narrows Adam's moments through the precision-aware optimizer instead: "
+                      "precision_aware_optimizer with exp_avg_dtype / exp_avg_sq_dtype (fp8, bf16, fp16)"),
+}
+
+
+def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, optimizer_offload_fraction: float) -> str | None:
+    """Reason when ``training.optimizer`` ``adamw_8bit`` cannot be costed or run, else None.  It is
+    priced where the framework's trainers take bitsandbytes' or torchao's 8-bit AdamW
+    (``FrameworkRules.eight_bit_adam``: FSDP trainers; DeepSpeed as a client optimizer).  Its
+    kernels step the state on the GPU, so it does not run with the state on the host:
+    axolotl's FSDP2 offload examples say "8bit optimizers do not work with FSDP2 offload", and
+    DeepSpeed's offload steps with its own CPU Adam."""
+    if optimizer != EIGHT_BIT_ADAM:
+        return None
+    r = rules_for(framework)
+    if not r.eight_bit_adam:
+        where = " and ".join(f"{x.name} ({x.eight_bit_adam})" for x in RULES.values() if x.eight_bit_adam)
+        return f"{framework}: {UNPRICED_EIGHT_BIT.get(framework, 'no 8-bit AdamW')}; adamw_8bit is priced for {where}"
+    if cpu_offload or optimizer_offload_fraction > 0.0:
+        return ("the 8-bit AdamW steps its quantised state with GPU kernels; with the state on the host "
+                "(cpu_offload, optimizer_offload_fraction) use adam or adamw")
+    return None
+
+
 #: The activation offloads frameworks have that the cost model does not price, and why.
 UNPRICED_ACTIVATION_OFFLOAD = {
     "megatron-core": ("Megatron-Core's --cpu-offloading offloads a chosen number of layers (--cpu-offloading-num-layers) "
@@ -1061,6 +1099,8 @@ __all__ = [
     "ep_group_divisor",
     "interleaved_schedule_violation",
     "activation_offloading_violation",
+    "EIGHT_BIT_ADAM",
+    "eight_bit_adam_violation",
     "layout_rule_violation",
     "master_weights_violation",
     "optimizer_offload_violation",

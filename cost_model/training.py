@@ -10,11 +10,13 @@ from cost_model.devices import DTYPES
 from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
+    EIGHT_BIT_ADAM,
     activation_offloading_violation,
     cp_exchange,
     cp_exchange_rule_violation,
     cpu_offload_violation,
     dtype_rule_violation,
+    eight_bit_adam_violation,
     grad_accum_rule_violation,
     master_weights_violation,
     moe_training_violation,
@@ -25,8 +27,9 @@ from cost_model.frameworks import (
 
 #: ``adamw`` is Adam with decoupled weight decay: the same state (two moments) and traffic, so
 #: it is priced as ``adam`` (Megatron's ``--optimizer adam`` is AdamW by default,
-#: ``decoupled_weight_decay``); :attr:`Training.adam`.
-OPTIMIZERS = (*ADAM_OPTIMIZERS, "sgd")
+#: ``decoupled_weight_decay``); :attr:`Training.adam`.  ``adamw_8bit`` keeps the two moments in
+#: 8 bits (:data:`cost_model.frameworks.EIGHT_BIT_ADAM`).
+OPTIMIZERS = (*ADAM_OPTIMIZERS, EIGHT_BIT_ADAM, "sgd")
 ATTENTION_IMPLS = ("flash", "unfused")
 #: Training frameworks whose behaviour the cost model distinguishes (``training.framework``):
 #: Megatron-Core with Transformer Engine (the default), Megatron-DeepSpeed (Megatron-LM's
@@ -153,8 +156,13 @@ class Training:
 
     @property
     def adam(self) -> bool:
-        """Whether the optimizer keeps Adam's two moments (``adam`` or ``adamw``)."""
-        return self.optimizer in ADAM_OPTIMIZERS
+        """Whether the optimizer keeps Adam's two moments (``adam``, ``adamw``, ``adamw_8bit``)."""
+        return self.optimizer in ADAM_OPTIMIZERS or self.optimizer == EIGHT_BIT_ADAM
+
+    @property
+    def eight_bit_moments(self) -> bool:
+        """Whether Adam's moments are held in 8 bits (``adamw_8bit``)."""
+        return self.optimizer == EIGHT_BIT_ADAM
 
     @property
     def offload_field(self) -> str | None:
@@ -297,6 +305,10 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                 out.get("optimizer_offload_fraction", 0.0), out.get("optimizer", "adam"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.cpu_offload")
+    why = eight_bit_adam_violation(framework, out.get("optimizer", "adam"), bool(out.get("cpu_offload", False)),
+                                   out.get("optimizer_offload_fraction", 0.0))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.optimizer")
     why = activation_offloading_violation(framework, bool(out.get("activation_offloading", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.activation_offloading")

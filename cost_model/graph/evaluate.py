@@ -216,15 +216,19 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
                      breakdown_s=breakdown, bottleneck=bottleneck)
 
 
-def refuse_graph_offload(training: Training) -> None:
-    """Offload to the host is priced on transformer layers only (the host update and copies,
-    :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`, the saved activations'
-    copies, :func:`cost_model.transformer.layer_cost.activation_offload_s`): an operator graph's
-    request with it gets a 422 naming the field, not a plan that keeps the state on the GPU."""
+def refuse_graph_unpriced(training: Training) -> None:
+    """Offload to the host and the 8-bit AdamW are priced on transformer layers only (the host
+    update and copies, :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`, the saved
+    activations' copies, :func:`cost_model.transformer.layer_cost.activation_offload_s`; the 8-bit
+    moments beside a graph's CPU tables): an operator graph's request with one gets a 422 naming
+    the field, not a plan that prices something else."""
     field = training.offload_field
     if field is not None:
         raise InvalidTraining("offload to the host is priced for transformer models (a preset or config.json), not for operator "
                               f"graphs; leave {field} out", field=f"training.{field}")
+    if training.eight_bit_moments:
+        raise InvalidTraining("the 8-bit AdamW is priced for transformer models (a preset or config.json), not for operator graphs; "
+                              "use adam or adamw", field="training.optimizer")
 
 
 def estimate_graph(
@@ -243,7 +247,7 @@ def estimate_graph(
     zero_stage (cp, ep and vpp must be 1).  ``op_shardings`` maps op names to sharding names
     (see :mod:`cost_model.graph.layouts`); ops not named get the greedy choice given the others.
     ``stages`` lists the op names of each stage; by default the balanced contiguous split."""
-    refuse_graph_offload(training)
+    refuse_graph_unpriced(training)
     for key in ("cp", "ep", "vpp"):
         if getattr(strategy, key, 1) != 1:
             raise InvalidStrategy(f"{key} must be 1 for operator graphs (got {getattr(strategy, key)})", field=f"strategy.{key}")

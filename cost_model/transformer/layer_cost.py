@@ -1353,6 +1353,22 @@ def optimizer_state_partitioned(training: Training, zero_stage: ArrayOrFloat, pp
     return out
 
 
+#: Bytes an 8-bit Adam moment takes per parameter (``training.optimizer`` ``adamw_8bit``): its
+#: 8-bit code and an fp32 absolute maximum per block of 256 values (torchao's ``AdamW8bit``
+#: default ``block_size``; bitsandbytes' blockwise 8-bit state uses larger blocks, so less).
+#: Source: Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization" §2; torchao
+#: ``optim/subclass_8bit.py``.
+EIGHT_BIT_MOMENT_BYTES = 1.0 + 4.0 / 256.0
+
+
+def adam_moment_bytes(training: Training) -> float:
+    """Bytes per parameter of Adam's two moments: fp32 (8), the parameters' bf16 in pure bf16
+    training (4), 8-bit blockwise under ``adamw_8bit`` (:data:`EIGHT_BIT_MOMENT_BYTES` each)."""
+    if training.eight_bit_moments:
+        return 2.0 * EIGHT_BIT_MOMENT_BYTES
+    return 4.0 if not training.master_weights else 8.0
+
+
 def model_state_bytes_per_param(
     training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat, pp: ArrayOrFloat
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -1363,7 +1379,8 @@ def model_state_bytes_per_param(
     variance (12).  fp32 training: weights 4, gradients 4, Adam moments 8.  SGD keeps one
     momentum (4) plus the fp32 master copy under mixed precision.  Pure bf16 training
     (``training.master_weights`` false: torchtitan's ``training.dtype = "bfloat16"``, the
-    optimizer's state taking the parameters' dtype): weights 2, gradients 2, Adam moments 4 (SGD 2).  ZeRO divides over ``shard``
+    optimizer's state taking the parameters' dtype): weights 2, gradients 2, Adam moments 4 (SGD 2).  The 8-bit AdamW
+    (``adamw_8bit``) holds its moments in :data:`EIGHT_BIT_MOMENT_BYTES` each.  ZeRO divides over ``shard``
     ranks: stage ≥1 the optimizer state, ≥2 the gradients, 3 the weights.
 
     Megatron-Core's gradient buffer and optimizer state follow its optimizer-precision settings
@@ -1379,9 +1396,10 @@ def model_state_bytes_per_param(
     mixed = training.dtype != "fp32"
     w = 2.0 if mixed else 4.0
     g = 4.0
-    o = (12.0 if mixed else 8.0) if training.adam else (8.0 if mixed else 4.0)
+    # the fp32 master copy under mixed precision, Adam's moments (:func:`adam_moment_bytes`) or SGD's momentum
+    o = (4.0 if mixed else 0.0) + (adam_moment_bytes(training) if training.adam else 4.0)
     if not training.master_weights:  # pure bf16: bf16 gradients and moments, no fp32 master copy
-        g, o = 2.0, (4.0 if training.adam else 2.0)
+        g, o = 2.0, (adam_moment_bytes(training) if training.adam else 2.0)
     settings = rules_for(training.framework).optimizer_precision  # the framework's optimizer-precision settings
     if "precision_aware_optimizer" in settings:  # Megatron-Core's optimizer (defaults: the above)
         g, o = megatron_optimizer_state_bytes(training)
@@ -1957,6 +1975,14 @@ def optimizer_bytes_per_param(training: Training) -> float:
     gradient and two moments and writes the weight and moments, plus the gradient-norm read
     (16 B); SGD 12 B; the for-loop Adam's passes at half their fp32 bytes.
     """
+    if training.eight_bit_moments:
+        # read and write the master (the weight itself in fp32 or pure bf16 training) and the two
+        # 8-bit moments with their block scales, read the gradient twice (step and norm), write
+        # the 16-bit weight under mixed precision: 2·4 + 2·2.03 + 2·4 + 2 = 22 (pure bf16: 12)
+        weight = 2.0 if not training.master_weights else 4.0
+        grad = 2.0 if not training.master_weights else 4.0
+        narrow = 2.0 if training.master_weights and training.dtype != "fp32" else 0.0
+        return 2.0 * weight + 2.0 * adam_moment_bytes(training) + 2.0 * grad + narrow
     if not training.master_weights:
         if training.adam and not training.fused_kernels:
             return EAGER_ADAM_BYTES_PER_PARAM / 2.0
@@ -2049,7 +2075,11 @@ def cpu_offload_microbatch_s(params_per_gpu: ArrayOrFloat, training: Training, d
 
 def optimizer_kernels(training: Training, tensors_per_gpu: ArrayOrFloat = 0.0) -> int | FloatArray:
     """Kernels of one optimizer step: a fused multi-tensor step launches a handful (4); PyTorch's
-    for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor."""
+    for-loop Adam launches :data:`EAGER_ADAM_OPS_PER_TENSOR` per parameter tensor; the 8-bit
+    AdamW one fused kernel per parameter tensor (bitsandbytes' ``Optimizer8bit.step`` updates
+    its parameters one at a time)."""
+    if training.eight_bit_moments:
+        return np.asarray(tensors_per_gpu, dtype=float)
     if training.fused_kernels or not training.adam:
         return 4
     return EAGER_ADAM_OPS_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float)

@@ -19,6 +19,7 @@ from typing import Any
 
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
+    EIGHT_BIT_ADAM,
     OPTIMIZER_PRECISION_FLAGS,
     cp_exchange,
     expert_layout_ok,
@@ -513,6 +514,13 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
                               field="target")
         notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only; the plan asks for stage " + str(zero))
     cfg["zero_optimization"] = {"stage": zero, "overlap_comm": zero > 0 and overlap, "contiguous_gradients": zero > 0}
+    if view.training.get("optimizer") == EIGHT_BIT_ADAM:
+        # the 8-bit AdamW as priced (layer_cost.EIGHT_BIT_MOMENT_BYTES) is a client optimizer, which
+        # DeepSpeed's ZeRO takes only when allowed ("You are using an untested ZeRO Optimizer")
+        if zero > 0:
+            cfg["zero_allow_untested_optimizer"] = True
+        notes.append("the plan's optimizer is an 8-bit AdamW: pass bitsandbytes' AdamW8bit (or torchao's AdamW8bit) to "
+                     "deepspeed.initialize as the client optimizer (Hugging Face: optim adamw_bnb_8bit)")
     offload = 1.0 if view.training.get("cpu_offload") is True else float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0)
     if view.training.get("cpu_offload") is True:
         # ZeRO-3 Offload as priced (layer_cost.cpu_offload_microbatch_s, cpu_offload_step_s): the
@@ -1004,10 +1012,11 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
                           "would keep on the GPU; launch it with the torchrun target and a trainer that offloads them (torchtune's "
                           "enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload)",
                           field="target")
-    if view.training.get("optimizer") == "sgd":
-        raise InvalidPlan("torchtitan's optimizers are Adam, AdamW and Muon (components.optimizer): the plan's SGD "
-                          "(priced with one momentum buffer) does not launch with it; use the torchrun target with your own trainer",
-                          field="target")
+    if view.training.get("optimizer") in ("sgd", EIGHT_BIT_ADAM):
+        what = ("SGD (priced with one momentum buffer)" if view.training.get("optimizer") == "sgd"
+                else "8-bit AdamW (priced with 8-bit moments)")
+        raise InvalidPlan(f"torchtitan's optimizers are Adam, AdamW and Muon (components.optimizer): the plan's {what} "
+                          "does not launch with it; use the torchrun target with your own trainer", field="target")
     if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
         raise InvalidPlan(f"torchtitan's mixed precision takes bfloat16 or float32 parameters only, not the plan's "
                           f"{view.training.get('dtype')}: plan it in bf16 for this target", field="target")

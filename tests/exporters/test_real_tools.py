@@ -111,6 +111,23 @@ def test_deepspeed_offloads_checkpointed_activations_as_priced(recompute, monkey
     assert any("offloads only checkpointed inputs" in n for n in notes) is (recompute != "full")
 
 
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_deepspeed_takes_the_8_bit_adamw_as_an_allowed_client_optimizer(zero_stage, monkeypatch):
+    """training.optimizer adamw_8bit is a client optimizer (bitsandbytes' AdamW8bit), which
+    DeepSpeed's ZeRO accepts only with zero_allow_untested_optimizer: its config parser reads the
+    flag the launch writes wherever ZeRO runs."""
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = hsdp_plan("deepspeed", 3, dp_shard=16)
+    plan["best"]["strategy"].pop("dp_shard")
+    plan["best"]["strategy"]["zero_stage"] = zero_stage
+    plan["training"]["optimizer"] = "adamw_8bit"
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    assert cfg.zero_allow_untested_optimizer is (zero_stage > 0)
+    with pytest.raises(InvalidPlan) as err:
+        render({**plan, "training": {**plan["training"], "framework": "fsdp"}}, "torchtitan", PARAMS)
+    assert err.value.field == "target" and "8-bit AdamW" in err.value.message
+
+
 def test_torchtitan_refuses_an_activation_offloading_plan():
     # torchtitan has no activation offloading: a plan priced with it is not launched as if it did
     plan = ALL_PLANS["homogeneous"]()

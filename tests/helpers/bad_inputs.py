@@ -135,6 +135,7 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("estimate-cpu-offload-zero2-fsdp", "POST", "/v1/estimate",
      _with(_with(_with(ESTIMATE, "training.framework", "fsdp"), "training.cpu_offload", True), "strategy",
            {"dp": 8, "micro_batch_size": 2, "zero_stage": 2}), 422, "strategy.zero_stage"),
+    ("training-adamw-8bit-megatron", "POST", "/v1/plans", _with(PLAN, "training.optimizer", "adamw_8bit"), 422, "training.optimizer"),
     ("training-activation-offloading-megatron", "POST", "/v1/plans", _with(PLAN, "training.activation_offloading", True), 422,
      "training.activation_offloading"),
     ("training-activation-offloading-not-bool", "POST", "/v1/estimate",

@@ -680,6 +680,14 @@ def test_activation_offloading_is_planned_from_the_page(browser, live_server):
     assert "offload_exposed" in plan["best"]["prediction"]["breakdown_s"]
 
 
+def test_the_8_bit_adamw_is_planned_from_the_page(browser, live_server):
+    """The 8-bit AdamW chosen in the optimizer list: an FSDP plan keeps it; under Megatron-Core
+    (whose 8-bit state is the precision-aware optimizer's) it is refused next to the control."""
+    plan = refused_then_planned(browser, live_server, "#optimizer", "adamw_8bit", "megatron-core",
+                                "training.optimizer: megatron-core: Megatron-Core narrows Adam's moments", "exp_avg_dtype", "fsdp")
+    assert plan["training"]["optimizer"] == "adamw_8bit" and plan["best"]["prediction"]["fits"]
+
+
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
     d = browser
     small_one_node_form(d, live_server, "megatron-core")

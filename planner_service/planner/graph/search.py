@@ -33,7 +33,7 @@ from cost_model.cluster import Cluster
 from cost_model.errors import NoFeasiblePlan
 from cost_model.graph.analysis import analyse
 from cost_model.graph.assign import bottleneck_split, greedy_choices, split_stages
-from cost_model.graph.evaluate import GraphEval, refuse_graph_offload
+from cost_model.graph.evaluate import GraphEval, refuse_graph_unpriced
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import GraphMesh
 from cost_model.graph.op_cost import OpCost, graph_op_costs
@@ -162,7 +162,7 @@ def plan_graph(
     short when nothing fits.  ``search`` states the proved lower bound on the step time over
     every layout and the answer's gap to it."""
     t_start = time.perf_counter()
-    refuse_graph_offload(training)
+    refuse_graph_unpriced(training)
     cons = as_constraints(constraints)
     graph = model
     s = _Search(graph=graph, training=training, cluster=cluster, headroom=cons.headroom(graph=True),

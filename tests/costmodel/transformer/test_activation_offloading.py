@@ -93,14 +93,14 @@ def test_activation_offloading_that_cannot_be_priced_is_refused_by_field(body, s
 
 
 def test_on_a_cpu_device_and_on_an_operator_graph_it_is_refused():
-    from cost_model.graph.evaluate import refuse_graph_offload
+    from cost_model.graph.evaluate import refuse_graph_unpriced
 
     t = training_from_dict({**FSDP, "global_batch_size": 8, "sequence_length": 512, "activation_offloading": True})
     with pytest.raises(InvalidTraining) as err:
         estimate(get_preset("gpt3-125m"), t, simple_cluster("local-cpu", 1, 2), Strategy(dp=2, micro_batch_size=4))
     assert err.value.field == "training.activation_offloading" and "CPU device" in err.value.message
     with pytest.raises(InvalidTraining) as err:
-        refuse_graph_offload(t)
+        refuse_graph_unpriced(t)
     assert err.value.field == "training.activation_offloading"
 
 
