@@ -46,8 +46,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   ZeRO-3: the stage-3 constants rest on one source, so the ZeRO-3 step-time interval spans the
   step at their priors;
 * ``optimizer_offload``: Llama-2 13B on 8 A100 40GB (DeepSpeed ZeRO-2) and on 8 H100 80GB
-  (Megatron-Core's distributed optimizer, precision-aware, bf16 gradient buffer): the state on the GPU against half and
-  all of it offloaded to the host — peak, host memory per GPU, the optimizer's share of the step,
+  (Megatron-Core's distributed optimizer, precision-aware, bf16 gradient buffer), and PaddleNLP's
+  tensor-wise offload on 8 A100 40GB: the state on the GPU against half and all of it offloaded to the host — peak, host memory per GPU, the optimizer's share of the step,
   and on the A100 the fit that only offload gives;
 * ``fsdp_cpu_offload``: Llama-2 70B fully sharded on 8 H100, 1 and 8 micro-batches of 2048
   tokens a step: the sharded state on the GPU against FSDP2's CPU offload (and DeepSpeed's ZeRO-3
@@ -415,13 +415,14 @@ def memory_interval_state_dominated() -> dict[str, Any]:
 def optimizer_offload() -> dict[str, Any]:
     """Optimizer offload (layer_cost.offloaded_optimizer_s, offloaded_state_bytes_per_param):
     DeepSpeed's ZeRO-Offload at ZeRO-2 on 8 A100 40GB (whole partition; a fraction needs stage 3)
-    and Megatron-Core's hybrid optimizer on 8 H100 (0.5 and 1), Llama-2 13B, 16 × 2048 tokens a
-    step, full recompute."""
+    and Megatron-Core's hybrid optimizer on 8 H100 (0.5 and 1), PaddleNLP's tensorwise offload at
+    sharding stage 2 on 8 A100 40GB, Llama-2 13B, 16 × 2048 tokens a step, full recompute."""
     model = get_preset("llama2-13b")
     rows = []
     for device, framework, zero, extra, fractions in (
             ("A100-SXM4-40GB", "deepspeed", 2, {}, (0.0, 1.0)),
-            (H100, "megatron-core", 1, {"precision_aware_optimizer": True, "main_grads_dtype": "bf16"}, (0.0, 0.5, 1.0))):
+            (H100, "megatron-core", 1, {"precision_aware_optimizer": True, "main_grads_dtype": "bf16"}, (0.0, 0.5, 1.0)),
+            ("A100-SXM4-40GB", "paddle", 2, {}, (0.0, 1.0))):
         for f in fractions:
             tr = Training(global_batch_size=16, sequence_length=2048, framework=framework, optimizer_offload_fraction=f, **extra)
             est = estimate(model, tr, simple_cluster(device, 1), Strategy(dp=8, zero_stage=zero, recompute="full"))

@@ -177,7 +177,8 @@ def physics() -> str | None:
             by.setdefault((r["device"], r["framework"]), []).append(r)
         out.append(f"* **Optimizer offload** ({oo['model']}, {oo['layout']}; per GPU, by offloaded fraction): "
                    + "; ".join(f"{fw} on {dev} " + ", ".join(offload(r) for r in rows) for (dev, fw), rows in by.items())
-                   + " — the host's Adam update streams 34 bytes a parameter through the GPU's share of its server's DRAM, "
+                   + " — the host's Adam update streams 34 bytes a parameter through the GPU's share of its server's DRAM "
+                   "(Paddle's tensor-wise offload copies 24 a parameter over the host link for a GPU update), "
                    "so what offload frees on the GPU it pays for in step time.")
     fo = d.get("fsdp_cpu_offload")
     if fo:

@@ -173,6 +173,10 @@ class FrameworkRules:
     #: which its launch writes); else the update runs and then the parameters are copied back,
     #: the gradients having been copied out during backward (DeepSpeed's ZeRO-Offload)
     offload_pipelined: bool = False
+    #: its offload keeps the state on the host between updates and copies each tensor's to the
+    #: GPU for its update and back (PaddleNLP's ``tensorwise_offload_optimizer``); else the host
+    #: runs the update (DeepSpeed's CPU Adam, Megatron-Core's hybrid optimizer)
+    offload_updates_on_gpu: bool = False
     #: its CPU offload of the sharded parameters, gradients and optimizer state
     #: (``training.cpu_offload``), in its own terms; empty: none
     cpu_offload: str = ""
@@ -182,6 +186,10 @@ class FrameworkRules:
     #: its offload of the saved activations to the host (``training.activation_offloading``), in
     #: its trainers' own terms; empty: none the cost model prices
     activation_offloading: str = ""
+    #: the recompute settings its activation offload runs under (PaddleNLP's offloads the full
+    #: recompute's checkpointed inputs), and whether it runs inside a pipeline
+    activation_offloading_recompute: tuple[str, ...] = ("none", "selective", "full")
+    activation_offloading_with_pipeline: bool = False
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -299,6 +307,11 @@ RULES: dict[str, FrameworkRules] = {
         fp8=False, cp_exchanges=("a2a",), drops_one_rank_sharding=True, min_interleaved_pp=3,
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
         optimizer_precision={"main_grads_dtype": "Paddle's paddle.amp.decorate(master_grad=False)"},
+        optimizer_offload=("PaddleNLP's tensorwise_offload_optimizer (the master weights and moments in pinned host memory, "
+                           "each tensor's copied to the GPU for its update and back)"),
+        offload_stages=(0, 1, 2), offload_updates_on_gpu=True,
+        activation_offloading="PaddleNLP's recompute_offload (the full recompute's checkpointed inputs in host memory)",
+        activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -308,8 +321,6 @@ RULES: dict[str, FrameworkRules] = {
 UNPRICED_OFFLOAD = {
     "fsdp": ("FSDP's CPU offload moves the parameters and gradients to the host as well: state it as cpu_offload: true "
              "(CPUOffloadPolicy, torchtitan's training.enable_cpu_offload)"),
-    "paddle": ("PaddleNLP's optimizer offload (offload_optim, tensorwise_offload_optimizer) moves the state to the host between "
-               "updates and back for each, which the cost model does not price"),
 }
 
 
@@ -849,7 +860,11 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
     if dtype == "fp32":
         return "optimizer offload keeps the fp32 master weights of mixed-precision training on the host; with fp32 training leave it out"
     if optimizer not in ADAM_OPTIMIZERS:
+        if r.offload_updates_on_gpu:
+            return f"{r.optimizer_offload} offloads Adam's state, got optimizer {optimizer!r}"
         return f"{r.optimizer_offload} updates with Adam on the host (CPU Adam), got optimizer {optimizer!r}"
+    if fraction < 1.0 and not r.partial_offload_stages:
+        return f"{r.optimizer_offload} moves all of the optimizer state: 1, got {fraction:g}"
     if "precision_aware_optimizer" in r.optimizer_precision and not precision_aware:
         return (f"{framework}: the optimizer cpu offload needs precision_aware_optimizer: true ('must be used in conjunction with "
                 "--use-precision-aware-optimizer, as the hybrid device optimizer reuses the code path of this flag')")
@@ -913,7 +928,6 @@ UNPRICED_ACTIVATION_OFFLOAD = {
     "megatron-core": ("Megatron-Core's --cpu-offloading offloads a chosen number of layers (--cpu-offloading-num-layers) "
                       "through Transformer Engine, without recompute or a pipeline; its fine-grained activation offloading "
                       "offloads chosen modules"),
-    "paddle": "PaddleNLP's recompute_offload offloads the recompute checkpoints of its pipeline schedule",
 }
 
 
@@ -937,7 +951,8 @@ def activation_offloading_violation(framework: str, activation_offloading: bool)
 
 
 def offload_layout_violation(framework: str, optimizer_offload_fraction: float, cpu_offload: bool,
-                             zero_stage: int | None, pp: int | None, activation_offloading: bool = False) -> tuple[str, str] | None:
+                             zero_stage: int | None, pp: int | None, activation_offloading: bool = False,
+                             recompute: str | None = None) -> tuple[str, str] | None:
     """(strategy field, reason) when the layout cannot run the request's offload to the host, else
     None (``None`` for a knob not fixed yet).
 
@@ -948,11 +963,18 @@ def offload_layout_violation(framework: str, optimizer_offload_fraction: float, 
     offloads the *sharded* parameters — full sharding (zero_stage 3: FSDP's FULL_SHARD,
     DeepSpeed's "offload_param ... only valid with stage 3") — and is priced without a pipeline
     (inside one torchtitan keeps unsharded gradients across micro-batches; DeepSpeed's pipeline
-    engine runs no stage 3).  ``activation_offloading`` is priced without a pipeline too: the
-    trainers that offload every saved activation (torchtune, TRL, verl) run none, and a
-    pipeline's in-flight micro-batches would multiply the host copies it does not price."""
-    if activation_offloading and pp is not None and pp > 1:
-        return "pp", f"activation_offloading is priced without a pipeline (pp 1), got pp {pp}"
+    engine runs no stage 3).  ``activation_offloading`` runs under the recompute settings and
+    pipelines its framework's offload has (``FrameworkRules.activation_offloading_recompute``,
+    ``activation_offloading_with_pipeline``): the trainers that offload every saved activation
+    (torchtune, TRL, verl) run no pipeline; PaddleNLP's ``recompute_offload`` offloads the full
+    recompute's checkpointed inputs, in its pipeline too."""
+    if activation_offloading:
+        r = rules_for(framework)
+        if pp is not None and pp > 1 and not r.activation_offloading_with_pipeline:
+            return "pp", f"{framework}'s activation offloading is priced without a pipeline (pp 1), got pp {pp}"
+        if recompute is not None and recompute not in r.activation_offloading_recompute:
+            return "recompute", (f"{r.activation_offloading} runs under recompute {' or '.join(r.activation_offloading_recompute)}, "
+                                 f"got {recompute}")
     if cpu_offload:
         if zero_stage is not None and zero_stage != 3:
             return "zero_stage", f"cpu_offload offloads the sharded parameters: zero_stage 3 (full sharding), got {zero_stage}"

@@ -493,7 +493,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload, s.zero_stage, s.pp,
-                                            training.activation_offloading)
+                                            training.activation_offloading, s.recompute)
     if offload_rule is not None:
         raise InvalidStrategy(offload_rule[1], field=f"{f}.{offload_rule[0]}")
     why = tp_comm_overlap_layout_violation(training.tp_comm_overlap, s.tp, s.sequence_parallel)

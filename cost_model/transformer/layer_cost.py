@@ -1458,6 +1458,14 @@ DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM = 2.0
 #: master, gradient and two moments (16) and write the master and moments (12); the updated
 #: weights are then narrowed to 16 bits on the host for the copy back (read 4, write 2): 34.
 HOST_ADAM_BYTES_PER_PARAM = 34.0
+#: Bytes per parameter PaddleNLP's ``tensorwise_offload_optimizer`` keeps on the host and copies
+#: to the GPU and back at each update: the fp32 master weight and Adam's two moments (the
+#: ``adamw_`` op's tensor arguments from the learning rate on; "do not offload parameter and
+#: gradient").  Source: PaddleNLP ``trainer/utils/offload_optimizer.py`` (``hack_offload_optimizer``).
+TENSORWISE_OFFLOAD_BYTES_PER_PARAM = 12.0
+#: Synchronous copies per parameter tensor of a tensor-wise offloaded update: its master and two
+#: moments brought to the GPU before the op and sent back after it.
+TENSORWISE_COPIES_PER_TENSOR = 6
 #: Fraction of a host link's rate that pinned-memory copies reach (CUDA ``bandwidthTest``
 #: with pinned buffers: ~25 of 32 GB/s on PCIe Gen4 x16, ~50 of 64 on Gen5).
 HOST_LINK_FRACTION = 0.8
@@ -1471,6 +1479,8 @@ def offloaded_state_bytes_per_param(training: Training) -> float:
     fp32 master), its gradient and the moments."""
     if training.cpu_offload:
         return float(sum(float(x) for x in model_state_bytes_per_param(replace(training, cpu_offload=False), 3, 1.0, 1)))
+    if rules_for(training.framework).offload_updates_on_gpu:  # the master weights and moments alone (Paddle's)
+        return training.optimizer_offload_fraction * TENSORWISE_OFFLOAD_BYTES_PER_PARAM
     extra = DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM if runs_deepspeed_engine(training.framework) else 0.0
     return training.optimizer_offload_fraction * (OFFLOADED_HOST_BYTES_PER_PARAM + extra)
 
@@ -1508,6 +1518,20 @@ def offloaded_optimizer_s(params_per_gpu: ArrayOrFloat, training: Training, devi
         return out
     serial: FloatArray = cpu + h2d
     return serial
+
+
+def tensorwise_offload_s(params_per_gpu: ArrayOrFloat, device: DeviceSpec, shard: ArrayOrFloat, tensors_per_gpu: ArrayOrFloat = 0.0) -> FloatArray:
+    """Seconds PaddleNLP's ``tensorwise_offload_optimizer`` adds to the GPU's update of its shard
+    (``params / shard`` parameters): before each parameter's ``adamw_`` op its master weight and
+    moments (:data:`TENSORWISE_OFFLOAD_BYTES_PER_PARAM`) are copied from pinned host memory to
+    the GPU, after it back (``reload``, ``offload``: synchronous ``to_device`` copies, one tensor
+    at a time, so nothing overlaps): ``2 · 12 · P / link`` at :func:`_host_link_bytes_per_s`, plus
+    a launch for each of the :data:`TENSORWISE_COPIES_PER_TENSOR` copies of every parameter
+    tensor.  The update itself runs on the GPU as without offload."""
+    P = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
+    copies = 2.0 * TENSORWISE_OFFLOAD_BYTES_PER_PARAM * P / _host_link_bytes_per_s(device)
+    out: FloatArray = copies + TENSORWISE_COPIES_PER_TENSOR * np.asarray(tensors_per_gpu, dtype=float) * device.efficiency.kernel_overhead_s
+    return out
 
 
 def zero_offload_accumulation_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat,
@@ -2107,6 +2131,9 @@ def optimizer_step_s(
     if training.cpu_offload:  # the sharded state on the host: the step runs there alone (cpu_offload_step_s)
         return cpu_offload_step_s(params_per_gpu, training, device, shard)
     f = training.optimizer_offload_fraction
+    if f > 0.0 and rules_for(training.framework).offload_updates_on_gpu:  # the state round-trips for a GPU update (Paddle's)
+        on_gpu = memory_bound_time_s(params_per_gpu * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
+        return on_gpu + tensorwise_offload_s(params_per_gpu, device, shard, tensors_per_gpu)
     on_gpu = memory_bound_time_s(params_per_gpu * (1.0 - f) * per_param / shard, device, kernels=optimizer_kernels(training, tensors_per_gpu))
     if f > 0.0:  # the host's share (offloaded_optimizer_s), after the GPU's
         return on_gpu + offloaded_optimizer_s(params_per_gpu, training, device, shard)

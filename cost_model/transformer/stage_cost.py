@@ -412,14 +412,14 @@ def stage_cost(
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
-    if training.activation_offloading:  # priced without a pipeline (offload_layout_violation): one micro-batch in flight
-        # the saved activations (the embedding's among them) in pinned host memory but for the
-        # layer the backward starts with
+    if training.activation_offloading:
+        # the saved activations (the embedding's among them) of every in-flight micro-batch in
+        # pinned host memory but for the layer the backward works on
         kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * lc.activation_bytes
-        offloaded = n * lc.activation_bytes + (dc.embedding_act_bytes if has_embedding else 0.0) - kept
-        host_state = host_state + offloaded * inflight
-        offload_mb = offload_mb + activation_offload_s(offloaded, dc.device, forward_s, backward_s)
-        acts = kept * inflight
+        stored = n * lc.activation_bytes + (dc.embedding_act_bytes if has_embedding else 0.0)
+        host_state = host_state + stored * inflight - kept
+        offload_mb = offload_mb + activation_offload_s(stored - kept, dc.device, forward_s, backward_s)
+        acts = kept
     else:
         acts = n * lc.activation_bytes * inflight
         if has_embedding:

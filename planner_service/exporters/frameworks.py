@@ -802,6 +802,14 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
                      "carving them out of sharding × mp (ep a multiple of tp), which is not this plan's layout (cp > 1, replicas, "
                      "zero_stage 0 or an ep that does not take in whole tensor-parallel groups; re-plan it: the planner now keeps "
                      "Paddle's expert layouts to those), so no expert axes are written")
+    # the offloads the plan priced are PaddleNLP Trainer settings, not fleet strategy fields
+    if float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0) > 0.0:
+        notes.append("the plan keeps the optimizer state in host memory tensor-wise (layer_cost.tensorwise_offload_s): set "
+                     "PaddleNLP's tensorwise_offload_optimizer: true (outside its Trainer, "
+                     "paddlenlp.trainer.utils.offload_optimizer.hack_offload_optimizer() before building the optimizer)")
+    if view.training.get("activation_offloading") is True:
+        notes.append("the plan keeps the full recompute's checkpointed inputs in host memory: set PaddleNLP's recompute_offload: "
+                     "true with recompute_granularity full")
     zero = int(view.s("zero_stage", 0))
     if zero >= 2 and (view.tp > 1 or view.cp > 1 or view.dp_replicas > 1):
         notes.append(f"sharding stage {zero} with tensor/segment parallelism or replicas: fleet_init.wrap shards through "

@@ -442,6 +442,16 @@ def test_paddle_fleet_writes_no_expert_axes_for_a_layout_it_cannot_build(tmp_pat
     assert any("not this plan's layout" in n for n in art.notes)
 
 
+def test_paddle_fleet_notes_the_paddlenlp_offloads_the_plan_priced(tmp_path):
+    """Paddle's offloads are PaddleNLP Trainer arguments, not fleet strategy fields: the strategy
+    still builds with Paddle, and the notes name tensorwise_offload_optimizer and recompute_offload."""
+    plan = moe_plan("paddle", dp=4, ep=4, tp=1, zero_stage=1)
+    plan["training"].update(optimizer_offload_fraction=1.0, activation_offloading=True)
+    art, _ = _fleet_strategy(plan, tmp_path)
+    assert any("tensorwise_offload_optimizer: true" in n for n in art.notes)
+    assert any("recompute_offload: true" in n for n in art.notes)
+
+
 @pytest.mark.parametrize("plan_name", list(ALL_PLANS))
 def test_torchtitan_launch_runs_the_installed_torchtitans_arguments(plan_name):
     """launch_torchtitan.sh passes the arguments torchtitan >= 0.3 takes (not the TOML era's

@@ -117,7 +117,7 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload,
-                                            pins.get("zero_stage"), pins.get("pp"), training.activation_offloading)
+                                            pins.get("zero_stage"), pins.get("pp"), training.activation_offloading, pins.get("recompute"))
     if offload_rule is not None:
         raise InvalidStrategy(offload_rule[1], field=f"constraints.{offload_rule[0]}")
     if "sequence_parallel" in pins:
@@ -313,8 +313,11 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] != 2))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
-    if training.cpu_offload or training.activation_offloading:  # priced without a pipeline (offload_layout_violation)
+    # priced without a pipeline, the activation offload under its recompute settings (offload_layout_violation)
+    if training.cpu_offload or (training.activation_offloading and not rules.activation_offloading_with_pipeline):
         cols = _keep(cols, cols["pp"] == 1)
+    if training.activation_offloading:
+        cols = _keep(cols, np.isin(cols["recompute"], [RECOMPUTE_CODE[r] for r in rules.activation_offloading_recompute]))
     if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them
         cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
     # the framework's own ETP for this model at each row's ep (e.g. 1 for biased experts under

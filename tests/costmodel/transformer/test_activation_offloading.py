@@ -81,7 +81,7 @@ def test_under_full_recompute_the_checkpointed_inputs_go_and_their_copies_hide(f
 
 @pytest.mark.parametrize("body, strategy, field, words", [
     ({**FSDP, "framework": "megatron-core"}, None, "training.activation_offloading", "--cpu-offloading"),
-    ({**FSDP, "framework": "paddle"}, None, "training.activation_offloading", "recompute_offload"),
+    ({**FSDP, "framework": "paddle"}, {"dp": 8, "recompute": "selective"}, "strategy.recompute", "recompute_offload"),
     ({**FSDP, "framework": "megatron-deepspeed"}, None, "training.activation_offloading", "torchtune's enable_activation_offloading"),
     (FSDP, {"dp": 4, "pp": 2, "zero_stage": 3}, "strategy.pp", "pp 1"),
 ])
@@ -90,6 +90,23 @@ def test_activation_offloading_that_cannot_be_priced_is_refused_by_field(body, s
         t = training_from_dict({**body, "activation_offloading": True})
         estimate(get_preset("llama2-7b"), t, simple_cluster("A100-SXM4-80GB", 1), Strategy(micro_batch_size=1, **strategy))
     assert err.value.field == field and words in err.value.message
+
+
+def test_paddle_offloads_the_full_recomputes_checkpoints_inside_its_pipeline():
+    # PaddleNLP's recompute_offload: every in-flight micro-batch's checkpointed inputs on the host,
+    # the GPU keeping the layer being recomputed
+    model, cluster = get_preset("llama2-13b"), simple_cluster("A100-SXM4-80GB", 1)
+    s = Strategy(dp=2, pp=4, micro_batch_size=1, recompute="full", zero_stage=1)
+    on_gpu, offloaded = (estimate(model, training_from_dict({**FSDP, "framework": "paddle", "activation_offloading": off}), cluster, s)
+                         for off in (False, True))
+    first, last = offloaded.stages[0], offloaded.stages[-1]
+    # the first stage holds pp = 4 micro-batches in flight, the last one (both 10 layers, one kept on
+    # the GPU; the first stage's embedding output goes too): four to five times the host memory
+    assert first.last_layer - first.first_layer == last.last_layer - last.first_layer == 9
+    assert 4.0 < first.host_memory_GB / last.host_memory_GB < 5.0
+    for a, b in zip(on_gpu.stages, offloaded.stages, strict=True):
+        assert a.memory_GB["activations"] - b.memory_GB["activations"] == pytest.approx(b.host_memory_GB, rel=0.05)
+    assert offloaded.breakdown_s["offload_exposed"] == 0.0  # a hidden state a layer hides under the recompute
 
 
 def test_on_a_cpu_device_and_on_an_operator_graph_it_is_refused():

@@ -110,7 +110,7 @@ def test_an_estimate_trades_gpu_memory_for_step_time_and_says_what_the_host_hold
 
 @pytest.mark.parametrize("body, words", [
     ({**BASE, "framework": "fsdp"}, "CPUOffloadPolicy"),
-    ({**BASE, "framework": "paddle"}, "offload_optim"),
+    ({**BASE, "framework": "paddle", "optimizer": "sgd"}, "offloads Adam's state"),
     ({**BASE, "framework": "megatron-core"}, "precision_aware_optimizer: true"),
     ({**DS, "dtype": "fp32"}, "mixed-precision"),
     ({**DS, "optimizer": "sgd"}, "CPU Adam"),
@@ -119,6 +119,34 @@ def test_offload_a_framework_cannot_run_is_refused_by_field(body, words):
     with pytest.raises(InvalidTraining) as err:
         _tr(body)
     assert err.value.field == "training.optimizer_offload_fraction" and words in err.value.message
+
+
+def test_paddle_keeps_the_state_on_the_host_and_updates_it_on_the_gpu_tensor_by_tensor():
+    """PaddleNLP's tensorwise_offload_optimizer: the master weights and moments (12 bytes a
+    parameter) live in pinned host memory; each parameter's are copied to the GPU for its adamw_
+    op and back, synchronously, so the step is the GPU's update plus both copies over the link."""
+    from cost_model.transformer.layer_cost import TENSORWISE_OFFLOAD_BYTES_PER_PARAM, tensorwise_offload_s
+
+    model, cluster = get_preset("llama2-13b"), simple_cluster("A100-SXM4-80GB", 1)
+    s = Strategy(dp=8, micro_batch_size=1, recompute="full", zero_stage=1)
+    PD = {**BASE, "framework": "paddle"}
+    on_gpu, offloaded = estimate(model, training_from_dict(PD), cluster, s), estimate(model, _tr(PD), cluster, s)
+    params = model.total_params()
+    assert on_gpu.stages[0].memory_GB["optimizer_state"] == pytest.approx(params * 12 / 8 / 1e9, rel=0.01)
+    assert offloaded.stages[0].memory_GB["optimizer_state"] == 0.0
+    assert offloaded.stages[0].memory_GB["gradients"] == on_gpu.stages[0].memory_GB["gradients"]  # updated on the GPU
+    assert offloaded.stages[0].host_memory_GB == pytest.approx(params * TENSORWISE_OFFLOAD_BYTES_PER_PARAM / 8 / 1e9, rel=0.01)
+    a100 = get_device("A100-SXM4-80GB")
+    link = a100.host_link_GBps * 1e9 * HOST_LINK_FRACTION
+    assert float(tensorwise_offload_s(8e9, a100, 8.0)) == pytest.approx(2 * 12 * 1e9 / link)
+    added = offloaded.breakdown_s["optimizer"] - on_gpu.breakdown_s["optimizer"]
+    assert added == pytest.approx(2 * 12 * params / 8 / link, rel=0.05)
+    with pytest.raises(InvalidTraining) as err:
+        _tr(PD, 0.5)
+    assert err.value.field == "training.optimizer_offload_fraction" and "moves all of the optimizer state" in err.value.message
+    with pytest.raises(InvalidStrategy) as err:
+        estimate(model, _tr(PD), cluster, Strategy(dp=8, micro_batch_size=1, zero_stage=3))
+    assert err.value.field == "strategy.zero_stage"
 
 
 def test_bad_fractions_and_deepspeeds_own_spelling_are_refused_by_field():
