@@ -55,6 +55,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``activation_offloading``: Llama-3-8B under FSDP on 8 H100, 4096-token sequences, 2 a
   micro-batch: the saved activations on the GPU against offloaded to the host, without, with
   selective and with full recompute — activations, peak, host memory, the copies' exposed time;
+* ``megatron_module_offload``: Qwen3-30B-A3B on 32 H100 (ep 8) under Megatron-Core: its
+  fine-grained activation offloading of the experts' FC1 input, of their activation input too,
+  and of every module — activations, peak, host memory, the copies' exposed time;
 * ``eight_bit_adam``: Llama-3-8B on 8 H100 replicated in pure bf16 (FSDP's NO_SHARD), under
   DeepSpeed ZeRO-2 and FSDP's full sharding: AdamW against the 8-bit AdamW — optimizer state, peak, the optimizer's time;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
@@ -81,6 +84,7 @@ import numpy as np  # noqa: E402
 from cost_model import Strategy, Training, estimate, simple_cluster  # noqa: E402
 from cost_model.comm import Links  # noqa: E402
 from cost_model.devices import get_device  # noqa: E402
+from cost_model.frameworks import OFFLOAD_MODULES  # noqa: E402
 from cost_model.transformer import moe  # noqa: E402
 from cost_model.transformer.calibration import calibrated_device  # noqa: E402
 from cost_model.transformer.layer_cost import StrategyArrays, layer_costs  # noqa: E402
@@ -464,6 +468,23 @@ def activation_offloading() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, 4 micro-batches of 2 x 4096 tokens a GPU", "rows": rows}
 
 
+def megatron_module_offload() -> dict[str, Any]:
+    """Megatron-Core's fine-grained activation offloading (training.offload_modules;
+    layer_cost.offload_module_bytes): Qwen3-30B-A3B on 32 H100 (4 nodes), ep 8, dp 32, distributed
+    optimizer, selective recompute, 64 sequences of 4096 tokens — no offload against the experts' FC1 input,
+    their activation input too, and every module."""
+    model = _config("qwen3-30b-a3b")
+    rows = []
+    for modules in ((), ("expert_fc1",), ("expert_fc1", "moe_act"), OFFLOAD_MODULES):
+        tr = Training(global_batch_size=64, sequence_length=4096, framework="megatron-core", activation_offloading=bool(modules),
+                      offload_modules=modules)
+        est = estimate(model, tr, simple_cluster(H100, 4), Strategy(dp=32, ep=8, zero_stage=1, recompute="selective"))
+        rows.append(_row(est, offload_modules=list(modules), activations_GB=round(est.stages[0].memory_GB["activations"], 1),
+                         host_memory_GB_per_gpu=round(est.stages[0].host_memory_GB, 1)))
+    return {"model": model.name, "layout": "32 H100, ep 8, dp 32, distributed optimizer, selective recompute, 64 x 4096 tokens a step",
+            "rows": rows}
+
+
 def eight_bit_adam() -> dict[str, Any]:
     """The 8-bit AdamW (training.optimizer adamw_8bit; layer_cost.EIGHT_BIT_MOMENT_BYTES): Llama-3-8B
     on 8 H100, 16 sequences of 2048 tokens, full recompute, AdamW against its 8-bit moments under
@@ -483,7 +504,7 @@ def eight_bit_adam() -> dict[str, Any]:
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, eight_bit_adam,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

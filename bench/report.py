@@ -206,6 +206,18 @@ def physics() -> str | None:
         out.append(f"* **Activation offloading** ({ao['model']}, {ao['layout']}): " + "; ".join(act_row(r) for r in ao["rows"])
                    + " — under full recompute the copies are one hidden state a layer and hide; without it a layer's "
                    "activations outweigh its compute on the host link.")
+    mo = d.get("megatron_module_offload")
+    if mo:
+        def mod_row(r: dict) -> str:
+            what = ", ".join(r["offload_modules"]) if r["offload_modules"] else "none"
+            return (f"{what}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB"
+                    f"{'' if r['fits'] else ' (does not fit)'}"
+                    + (f", host {r['host_memory_GB_per_gpu']:.1f} GB, copies exposed {r['breakdown_s'].get('offload_exposed', 0):.2f} s"
+                       if r["offload_modules"] else "") + f", step {r['step_time_s']:.2f} s")
+
+        out.append(f"* **Megatron-Core's fine-grained activation offloading** ({mo['model']}, {mo['layout']}; by offloaded modules): "
+                   + "; ".join(mod_row(r) for r in mo["rows"])
+                   + " — each module's saved tensors leave the GPU; once their copies outrun the layer's compute the step pays.")
     eb = d.get("eight_bit_adam")
     if eb:
         by = {}

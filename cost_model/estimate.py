@@ -399,7 +399,8 @@ def host_offload_note(training: Training, stages: Sequence[tuple[DeviceSpec, flo
     share = ("all of the state" if training.optimizer_offload_fraction >= 1.0 else f"{training.optimizer_offload_fraction:g} of the state")
     parts = ["CPU offload of the sharded parameters, gradients and optimizer state" if training.cpu_offload
              else f"optimizer offload ({share})" if training.optimizer_offload_fraction > 0.0 else None,
-             "activation offloading (every layer's saved activations)" if training.activation_offloading else None]
+             (f"activation offloading (the saved tensors of {', '.join(training.offload_modules)})" if training.offload_modules
+              else "activation offloading (every layer's saved activations)") if training.activation_offloading else None]
     what = " and ".join(p for p in parts if p)
     verdict = "more than" if need_GB > have_GB else "within"
     return (f"{what}: {need_GB:.1f} GB of host memory per GPU, {verdict} the {have_GB:.0f} GB per GPU of "

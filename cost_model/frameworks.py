@@ -256,6 +256,9 @@ RULES: dict[str, FrameworkRules] = {
         tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
         optimizer_offload="Megatron-Core's hybrid optimizer (--optimizer-cpu-offload --optimizer-offload-fraction)",
         offload_stages=(1,), partial_offload_stages=(1,), offload_pipelined=True,
+        activation_offloading=("Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading "
+                               "--offload-modules: the chosen modules' saved inputs in host memory)"),
+        activation_offloading_recompute=("none", "selective"), activation_offloading_with_pipeline=True,
         optimizer_precision={k: f"Megatron-Core's {flag}" for k, flag in OPTIMIZER_PRECISION_FLAGS.items()},
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
@@ -923,12 +926,34 @@ def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, 
     return None
 
 
-#: The activation offloads frameworks have that the cost model does not price, and why.
-UNPRICED_ACTIVATION_OFFLOAD = {
-    "megatron-core": ("Megatron-Core's --cpu-offloading offloads a chosen number of layers (--cpu-offloading-num-layers) "
-                      "through Transformer Engine, without recompute or a pipeline; its fine-grained activation offloading "
-                      "offloads chosen modules"),
-}
+#: Megatron-Core's fine-grained activation offloading modules (``--offload-modules``; Megatron-Core
+#: ``TransformerConfig``'s allowed set): the attention's input norm, the QKV projection's input, the
+#: attention core's Q, K and V, the output projection's input, the MLP's pre-norm, the experts'
+#: FC1 input and their activation function's input — each module's saved tensors offloaded to
+#: the host after its forward and reloaded before its backward.
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def offload_modules_violation(framework: str, activation_offloading: bool, modules: tuple[str, ...]) -> str | None:
+    """Reason when ``training.offload_modules`` cannot be run, else None: it is Megatron-Core's
+    ``--offload-modules`` (:data:`OFFLOAD_MODULES`), which its activation offload needs
+    (``assert self.offload_modules is not None and len(self.offload_modules) > 0``) and which
+    names modules, ``attn_proj`` only beside ``core_attn`` ("attn_proj cannot be set to
+    offload_modules alone without core_attn")."""
+    takes = framework == "megatron-core"
+    if modules and not takes:
+        return f"{framework}: no offload_modules setting (it is Megatron-Core's --offload-modules); its activation offloading is whole"
+    if modules and not activation_offloading:
+        return "offload_modules choose what activation_offloading offloads: set activation_offloading: true"
+    if takes and activation_offloading and not modules:
+        return (f"Megatron-Core's fine-grained activation offloading offloads the modules it is given: name them in "
+                f"offload_modules ({', '.join(OFFLOAD_MODULES)})")
+    unknown = [m for m in modules if m not in OFFLOAD_MODULES]
+    if unknown:
+        return f"{unknown[0]!r} is not one of Megatron-Core's offload modules: {', '.join(OFFLOAD_MODULES)}"
+    if "attn_proj" in modules and "core_attn" not in modules:
+        return "attn_proj cannot be offloaded alone without core_attn (Megatron-Core's rule): add core_attn"
+    return None
 
 
 def activation_offloading_violation(framework: str, activation_offloading: bool) -> str | None:
@@ -945,8 +970,7 @@ def activation_offloading_violation(framework: str, activation_offloading: bool)
     r = rules_for(framework)
     if not r.activation_offloading:
         where = "; ".join(dict.fromkeys(x.activation_offloading for x in RULES.values() if x.activation_offloading))
-        what = UNPRICED_ACTIVATION_OFFLOAD.get(framework, "no activation offloading")
-        return f"{framework}: {what}, which the cost model does not price; activation offloading is priced for {where}"
+        return f"{framework}: no activation offloading the cost model prices; activation offloading is priced for {where}"
     return None
 
 
@@ -1121,6 +1145,8 @@ __all__ = [
     "ep_group_divisor",
     "interleaved_schedule_violation",
     "activation_offloading_violation",
+    "OFFLOAD_MODULES",
+    "offload_modules_violation",
     "EIGHT_BIT_ADAM",
     "eight_bit_adam_violation",
     "layout_rule_violation",

@@ -11,6 +11,7 @@ from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
     EIGHT_BIT_ADAM,
+    OFFLOAD_MODULES,
     activation_offloading_violation,
     cp_exchange,
     cp_exchange_rule_violation,
@@ -20,6 +21,7 @@ from cost_model.frameworks import (
     grad_accum_rule_violation,
     master_weights_violation,
     moe_training_violation,
+    offload_modules_violation,
     optimizer_offload_violation,
     optimizer_precision_violation,
     tp_comm_overlap_violation,
@@ -119,8 +121,11 @@ class Training:
     activations (under full recompute, its checkpointed input) copied to pinned host memory on a
     side stream during forward and back during backward — torchtune's
     ``enable_activation_offloading``, TRL's ``activation_offloading``, verl's
-    ``enable_activation_offload``, DeepSpeed's ``activation_checkpointing.cpu_checkpointing``
-    (:func:`cost_model.transformer.layer_cost.activation_offload_s`).
+    ``enable_activation_offload``, DeepSpeed's ``activation_checkpointing.cpu_checkpointing``,
+    PaddleNLP's ``recompute_offload`` (the full recompute's checkpoints); under Megatron-Core its
+    fine-grained activation offloading of the ``offload_modules`` named
+    (:func:`cost_model.transformer.layer_cost.activation_offload_s`,
+    :func:`cost_model.transformer.layer_cost.offload_module_bytes`).
     """
 
     global_batch_size: int
@@ -153,6 +158,9 @@ class Training:
     cpu_offload: bool = False
     #: every layer's saved activations in host memory between its forward and its backward
     activation_offloading: bool = False
+    #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading moves
+    #: (``--offload-modules``; :data:`cost_model.frameworks.OFFLOAD_MODULES`); empty: every saved tensor
+    offload_modules: tuple[str, ...] = ()
 
     @property
     def adam(self) -> bool:
@@ -216,7 +224,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
-                                     "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False,
+                                     "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -305,6 +313,14 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                 out.get("optimizer_offload_fraction", 0.0), out.get("optimizer", "adam"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.cpu_offload")
+    if "offload_modules" in data:
+        mods = data["offload_modules"]
+        if not isinstance(mods, (list, tuple)) or not all(isinstance(m, str) for m in mods):
+            raise InvalidTraining(f"must be a list of module names ({', '.join(OFFLOAD_MODULES)})", field=f"{field_path}.offload_modules")
+        out["offload_modules"] = tuple(m for m in OFFLOAD_MODULES if m in mods) + tuple(m for m in mods if m not in OFFLOAD_MODULES)
+    why = offload_modules_violation(framework, bool(out.get("activation_offloading", False)), out.get("offload_modules", ()))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.offload_modules")
     why = eight_bit_adam_violation(framework, out.get("optimizer", "adam"), bool(out.get("cpu_offload", False)),
                                    out.get("optimizer_offload_fraction", 0.0))
     if why is not None:

@@ -227,6 +227,8 @@ class LayerCosts:
     full_activation_bytes: np.ndarray  # what a layer holds while it runs (no recompute)
     recompute_working_bytes: np.ndarray  # what recomputing one layer adds while its backward runs
     model_flops: np.ndarray  # forward+backward model FLOPs of this GPU, no recompute
+    #: of ``activation_bytes``, what activation offloading moves to the host (0 without it)
+    offloaded_activation_bytes: np.ndarray
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -439,6 +441,10 @@ def _uniform_layer_costs(
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
     act, full_act, working = activation_bytes(model, training, S, frac)
+    # activation offloading: every saved tensor, or Megatron-Core's chosen modules' (at most what is saved)
+    offloaded: ArrayOrFloat = 0.0
+    if training.activation_offloading:
+        offloaded = np.minimum(offload_module_bytes(model, training, S), act) if training.offload_modules else act
 
     model_flops = 3 * layer_fwd_flops
     return LayerCosts(
@@ -452,6 +458,7 @@ def _uniform_layer_costs(
         full_activation_bytes=full_act,
         recompute_working_bytes=working,
         model_flops=model_flops,
+        offloaded_activation_bytes=np.broadcast_to(offloaded, np.shape(act)),
     )
 
 
@@ -1088,6 +1095,49 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     working = np.where(S.recompute == 2, full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
     stored = np.where(S.recompute == 2, rf * layer_input + (1.0 - rf) * full, stored)
     return stored, full, working
+
+
+def offload_module_bytes(model: TransformerSpec, training: Training, S: StrategyArrays) -> FloatArray:
+    """Bytes per layer and micro-batch that Megatron-Core's fine-grained activation offloading
+    moves to the host for ``training.offload_modules`` (each module's saved tensors, in
+    :func:`activation_bytes`' terms): ``attn_norm`` the attention's input norm's input and
+    ``mlp_norm`` the MLP's pre-norm input, where the norm is a module of its own (MLA's input norm,
+    an MoE layer's pre-MLP norm; Transformer Engine fuses a dense layer's norms into the next
+    GEMM, whose input is the ``qkv_linear`` / FC1 input); ``qkv_linear`` the QKV projection's
+    input; ``core_attn`` Q, K and V; ``attn_proj`` the output projection's input; ``expert_fc1`` the
+    experts' dispatched tokens (FC1's input); ``moe_act`` the activation function's input (both
+    halves when gated).  Source: Megatron-Core ``transformer_layer.py``/``moe/experts.py``
+    (``group_prefetch_offload_start`` around each module), docs "Fine-grained Activation Offloading"."""
+    mods = set(training.offload_modules)
+    eb = _act_bytes(training)
+    gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
+    h = float(model.hidden_size)
+    t, c, b = S.tp, S.cp, S.mbs
+    tokens = float(training.sequence_length) / c * b
+    rep = np.where(S.sp, t, 1.0)
+    kv = _kv_local(model, t)
+    out: FloatArray = np.zeros(np.broadcast(t, c, b, rep).shape)
+    if "attn_norm" in mods and model.is_mla:
+        out = out + tokens * h * eb / rep
+    if "mlp_norm" in mods and model.is_moe:
+        out = out + tokens * h * eb / rep
+    if "qkv_linear" in mods:
+        out = out + tokens * h * gi / rep
+    if "core_attn" in mods:
+        out = out + tokens * (float(model.q_size) / t * eb + 2.0 * kv * eb)
+    if "attn_proj" in mods:
+        out = out + tokens * float(model.attn_out_size) / t * gi
+    if model.is_moe and mods & {"expert_fc1", "moe_act"}:
+        k_tok = float(model.experts_per_token)
+        T_loc = local_tokens(tokens, t, S.sp)
+        load = expert_load_factor(T_loc * k_tok, S.ep, training.moe_capacity_factor)
+        slots = received_slots(T_loc, k_tok, load, expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin), S.sp)
+        etp = expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin)
+        if "expert_fc1" in mods:
+            out = out + slots * h * gi
+        if "moe_act" in mods:
+            out = out + slots * float(model.ffn_hidden_size) / etp * (2.0 if model.gated_ffn else 1.0) * eb
+    return out
 
 
 def recompute_modules_mask(modules: Sequence[str]) -> int:

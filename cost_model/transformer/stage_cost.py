@@ -413,13 +413,17 @@ def stage_cost(
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
     if training.activation_offloading:
-        # the saved activations (the embedding's among them) of every in-flight micro-batch in
-        # pinned host memory but for the layer the backward works on
-        kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * lc.activation_bytes
-        stored = n * lc.activation_bytes + (dc.embedding_act_bytes if has_embedding else 0.0)
-        host_state = host_state + stored * inflight - kept
-        offload_mb = offload_mb + activation_offload_s(stored - kept, dc.device, forward_s, backward_s)
-        acts = kept
+        # what the offload moves (every saved tensor, the embedding's among them, or Megatron-Core's
+        # chosen modules': lc.offloaded_activation_bytes) of every in-flight micro-batch in pinned
+        # host memory but for the layer the backward works on; the rest stays on the GPU
+        off = lc.offloaded_activation_bytes
+        kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * off
+        moved = n * off + (dc.embedding_act_bytes if has_embedding and not training.offload_modules else 0.0)
+        host_state = host_state + moved * inflight - kept
+        offload_mb = offload_mb + activation_offload_s(moved - kept, dc.device, forward_s, backward_s)
+        acts = n * (lc.activation_bytes - off) * inflight + kept
+        if has_embedding and training.offload_modules:
+            acts = acts + dc.embedding_act_bytes * inflight
     else:
         acts = n * lc.activation_bytes * inflight
         if has_embedding:

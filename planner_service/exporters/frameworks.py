@@ -200,13 +200,21 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     elif dtype == "fp4":  # Transformer Engine NVFP4BlockScaling (Megatron-Bridge bf16_with_nvfp4_mixed)
         args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     optimizer = view.training.get("optimizer")
-    if optimizer in OPTIMIZERS:  # Megatron's adam is AdamW (decoupled weight decay by default)
+    if optimizer == EIGHT_BIT_ADAM:
+        notes.append("Megatron-LM has no 8-bit AdamW (its narrow moments are the precision-aware optimizer's --exp-avg-dtype and "
+                     "--exp-avg-sq-dtype): --optimizer adam is written and the 8-bit state the plan priced is not")
+        args.append(("--optimizer", "adam"))
+    elif optimizer in OPTIMIZERS:  # Megatron's adam is AdamW (decoupled weight decay by default)
         args.append(("--optimizer", "adam" if optimizer in ADAM_OPTIMIZERS else optimizer))
     args += optimizer_precision_args(view.training)
     zero = int(view.s("zero_stage", 0))
     deepspeed_engine = runs_deepspeed_engine(view.training.get("framework", "megatron-core"))
     if not deepspeed_engine:
         args += optimizer_offload_args(view.training)
+        modules = view.training.get("offload_modules") or []
+        if view.training.get("activation_offloading") is True and modules:
+            # Megatron-Core's fine-grained activation offloading as priced (layer_cost.offload_module_bytes)
+            args += [("--fine-grained-activation-offloading", None), ("--offload-modules", " ".join(modules))]
     elif float(view.training.get("optimizer_offload_fraction", 0.0) or 0.0) > 0.0 or view.training.get("cpu_offload") is True:
         notes.append("the optimizer offload is DeepSpeed's (ds_config.json's zero_optimization.offload_optimizer): add "
                      "Megatron-DeepSpeed's --cpu-optimizer so that it builds DeepSpeed's CPU Adam")

@@ -436,6 +436,9 @@ const fmt = {
     // empty: dropless (the contract's None), left out
     const capacity = num("#t-moe-capacity");
     if (capacity !== undefined) out.moe_capacity_factor = capacity;
+    // none selected: every saved tensor when activation offloading is on (the contract's default), left out
+    const offloadModules = Array.from($("#t-offload-modules").selectedOptions, (o) => o.value);
+    if (offloadModules.length) out.offload_modules = offloadModules;
     // empty or 0: nothing offloaded (the contract's default), left out
     const offload = num("#t-offload");
     if (offload !== undefined && offload !== 0) out.optimizer_offload_fraction = offload;

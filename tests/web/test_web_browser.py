@@ -509,7 +509,7 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
                         "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
                         "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction", "cpu_offload",
-                        "activation_offloading"}
+                        "activation_offloading", "offload_modules"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -671,10 +671,10 @@ def test_fsdp_cpu_offload_is_planned_from_the_page(browser, live_server):
 
 def test_activation_offloading_is_planned_from_the_page(browser, live_server):
     """Activation offloading chosen on the page: an FSDP plan without a pipeline whose warnings
-    give the host memory its activations take; under Megatron-Core (whose --cpu-offloading is not
-    priced) it is refused next to the control."""
-    plan = refused_then_planned(browser, live_server, "#t-act-offload", "true", "megatron-core",
-                                "training.activation_offloading: megatron-core: Megatron-Core's --cpu-offloading", "torchtune", "fsdp")
+    give the host memory its activations take; under Megatron-DeepSpeed (which has none priced) it
+    is refused next to the control."""
+    plan = refused_then_planned(browser, live_server, "#t-act-offload", "true", "megatron-deepspeed",
+                                "training.activation_offloading: megatron-deepspeed: no activation offloading", "torchtune", "fsdp")
     assert plan["training"]["activation_offloading"] is True and plan["best"]["strategy"]["pp"] == 1
     assert any(w.startswith("activation offloading (every layer's saved activations)") for w in plan["best"]["prediction"]["warnings"])
     assert "offload_exposed" in plan["best"]["prediction"]["breakdown_s"]
@@ -686,6 +686,26 @@ def test_the_8_bit_adamw_is_planned_from_the_page(browser, live_server):
     plan = refused_then_planned(browser, live_server, "#optimizer", "adamw_8bit", "megatron-core",
                                 "training.optimizer: megatron-core: Megatron-Core narrows Adam's moments", "exp_avg_dtype", "fsdp")
     assert plan["training"]["optimizer"] == "adamw_8bit" and plan["best"]["prediction"]["fits"]
+
+
+def test_megatron_module_offload_is_planned_from_the_page(browser, live_server):
+    """Megatron-Core's fine-grained activation offloading: activation offloading without modules
+    is refused next to the module list; with core_attn chosen the plan keeps it, and its megatron
+    launch writes the flags."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    css(d, "#training-options summary").click()
+    Select(css(d, "#t-act-offload")).select_by_value("true")
+    modules = css(d, "#t-offload-modules")
+    submit_and_expect_error_at(d, modules, "training.offload_modules: Megatron-Core's fine-grained activation offloading",
+                               "expert_fc1")
+    Select(modules).select_by_value("core_attn")
+    assert form_body(d)["training"]["offload_modules"] == ["core_attn"]
+    css(d, "#submit-plan").click()
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert plan["training"]["offload_modules"] == ["core_attn"] and plan["best"]["strategy"]["recompute"] != "full"
+    launch = api(live_server, "GET", f"/v1/plans/{plan['id']}/launch?target=megatron").json()
+    assert "--offload-modules core_attn" in launch["files"]["megatron_args.sh"]
 
 
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):

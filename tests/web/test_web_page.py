@@ -220,6 +220,10 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert defaults["moe_capacity_factor"] is None
     assert (capacity["tag"], capacity["type"], capacity["min"], capacity["max"]) == ("input", "number", "1", "64")
     assert "value" not in capacity  # empty: dropless, left out of the request
+    from cost_model.frameworks import OFFLOAD_MODULES
+
+    modules = fields["offload_modules"]
+    assert modules["tag"] == "select" and tuple(modules["options"]) == OFFLOAD_MODULES and defaults["offload_modules"] == ()
     offload = fields["optimizer_offload_fraction"]
     assert defaults["optimizer_offload_fraction"] == 0.0
     assert (offload["tag"], offload["type"], offload["min"], offload["max"]) == ("input", "number", "0", "1") and "value" not in offload

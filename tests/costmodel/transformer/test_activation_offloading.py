@@ -80,7 +80,6 @@ def test_under_full_recompute_the_checkpointed_inputs_go_and_their_copies_hide(f
 
 
 @pytest.mark.parametrize("body, strategy, field, words", [
-    ({**FSDP, "framework": "megatron-core"}, None, "training.activation_offloading", "--cpu-offloading"),
     ({**FSDP, "framework": "paddle"}, {"dp": 8, "recompute": "selective"}, "strategy.recompute", "recompute_offload"),
     ({**FSDP, "framework": "megatron-deepspeed"}, None, "training.activation_offloading", "torchtune's enable_activation_offloading"),
     (FSDP, {"dp": 4, "pp": 2, "zero_stage": 3}, "strategy.pp", "pp 1"),
@@ -156,7 +155,79 @@ def test_the_cli_estimates_with_activation_offloading(cli, tmp_path):
     assert res.exit_code == 0, res.stdout
     out = json.loads(res.stdout)
     assert out["breakdown_s"]["offload_exposed"] > 0 and out["stages"][0]["host_memory_GB"] > 0
-    body["training"]["framework"] = "megatron-core"
+    body["training"]["framework"] = "megatron-deepspeed"
     (tmp_path / "bad.json").write_text(json.dumps(body))
     bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
     assert bad.exit_code == 2 and "training.activation_offloading" in bad.stdout + (bad.stderr or "")
+
+
+# ---- Megatron-Core's fine-grained activation offloading (training.offload_modules) -------------
+
+QWEN3_MOE = {"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
+             "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+             "vocab_size": 151936, "tie_word_embeddings": False, "num_experts": 128, "num_experts_per_tok": 8,
+             "decoder_sparse_step": 1, "mlp_only_layers": []}
+MC = {"global_batch_size": 64, "sequence_length": 4096, "framework": "megatron-core"}
+
+
+def test_megatron_offloads_the_named_modules_saved_tensors():
+    from cost_model.transformer.layer_cost import StrategyArrays, offload_module_bytes
+    from cost_model.transformer.spec import from_hf_config
+
+    model = from_hf_config(QWEN3_MOE, name="qwen3-30b-a3b")
+    S = StrategyArrays.from_strategies([Strategy(dp=8, ep=8, zero_stage=1, micro_batch_size=1, recompute="selective")])
+    T, h, eb = 4096.0, 2048.0, 2.0
+
+    def moved(*mods: str) -> float:
+        return float(offload_module_bytes(model, training_from_dict({**MC, "activation_offloading": True, "offload_modules": list(mods)}), S)[0])
+
+    # Q (32 heads), K and V (4 heads each) of 128 dims; the QKV projection's input; the pre-MLP norm's input
+    assert moved("core_attn") == pytest.approx(T * (32 + 2 * 4) * 128 * eb)
+    assert moved("qkv_linear") == pytest.approx(T * h * eb) == moved("mlp_norm")
+    assert moved("attn_norm") == 0.0  # a dense-attention layer's input norm is fused into the QKV GEMM
+    # the experts' FC1 input is every dispatched token's hidden state, their activation input
+    # both halves of the gated FC1 output; with the load imbalance's straggler factor on top
+    assert moved("expert_fc1") >= T * 8 * h * eb and moved("moe_act") >= T * 8 * 2 * 768 * eb
+    assert moved("expert_fc1", "moe_act") == pytest.approx(moved("expert_fc1") + moved("moe_act"))
+
+
+def test_a_megatron_estimate_offloading_modules_frees_what_the_host_holds():
+    from cost_model.transformer.spec import from_hf_config
+
+    model, cluster = from_hf_config(QWEN3_MOE, name="qwen3-30b-a3b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, ep=8, zero_stage=1, micro_batch_size=1, recompute="selective")
+    on_gpu = estimate(model, training_from_dict(MC), cluster, s)
+    offloaded = estimate(model, training_from_dict({**MC, "activation_offloading": True, "offload_modules": ["expert_fc1", "moe_act"]}),
+                         cluster, s)
+    saved = on_gpu.stages[0].memory_GB["activations"] - offloaded.stages[0].memory_GB["activations"]
+    assert saved == pytest.approx(offloaded.stages[0].host_memory_GB, rel=0.01) and saved > 5.0
+    assert any(w.startswith("activation offloading (the saved tensors of expert_fc1, moe_act)") for w in offloaded.warnings)
+    assert offloaded.step_time_s >= on_gpu.step_time_s
+
+
+@pytest.mark.parametrize("body, strategy, field, words", [
+    ({**MC, "activation_offloading": True}, None, "training.offload_modules", "name them in offload_modules"),
+    ({**MC, "offload_modules": ["core_attn"]}, None, "training.offload_modules", "set activation_offloading: true"),
+    ({**MC, "activation_offloading": True, "offload_modules": ["mlp"]}, None, "training.offload_modules", "not one of"),
+    ({**MC, "activation_offloading": True, "offload_modules": ["attn_proj"]}, None, "training.offload_modules", "without core_attn"),
+    ({**FSDP, "activation_offloading": True, "offload_modules": ["core_attn"]}, None, "training.offload_modules", "--offload-modules"),
+    ({**MC, "activation_offloading": True, "offload_modules": "core_attn"}, None, "training.offload_modules", "list of module names"),
+    ({**MC, "activation_offloading": True, "offload_modules": ["core_attn"]}, {"dp": 8, "recompute": "full"}, "strategy.recompute",
+     "none or selective"),
+])
+def test_megatron_module_offload_that_cannot_run_is_refused_by_field(body, strategy, field, words):
+    with pytest.raises((InvalidTraining, InvalidStrategy)) as err:
+        t = training_from_dict(body)
+        estimate(get_preset("llama2-7b"), t, simple_cluster("A100-SXM4-80GB", 1), Strategy(micro_batch_size=1, **strategy))
+    assert err.value.field == field and words in err.value.message
+
+
+def test_the_megatron_launch_writes_the_fine_grained_offload_as_megatron_lm_parses_it():
+    from helpers.megatron_args import megatron_words, parse_as_megatron
+    from helpers.plans import ALL_PLANS
+
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"].update(framework="megatron-core", activation_offloading=True, offload_modules=["core_attn", "attn_proj"])
+    plan["best"]["strategy"]["recompute"] = "selective"
+    args = parse_as_megatron(megatron_words(plan))
+    assert args.fine_grained_activation_offloading and args.offload_modules == ["core_attn", "attn_proj"]
