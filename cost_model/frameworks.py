@@ -958,13 +958,13 @@ def offload_modules_violation(framework: str, activation_offloading: bool, modul
 
 def activation_offloading_violation(framework: str, activation_offloading: bool) -> str | None:
     """Reason when ``training.activation_offloading`` cannot be costed, else None.  It is priced
-    where the framework's trainers offload every saved activation through PyTorch's
-    saved-tensor hooks (``FrameworkRules.activation_offloading``): torchtune's
-    ``OffloadActivations`` (``training/_activation_offloading.py``: each saved tensor of at least
+    where the framework has it (``FrameworkRules.activation_offloading``): the FSDP and DeepSpeed
+    trainers' offload of every saved activation through PyTorch's saved-tensor hooks (torchtune's
+    ``OffloadActivations``, ``training/_activation_offloading.py``: each saved tensor of at least
     1 KB copied to pinned host memory on a side stream, brought back when the backward asks for
-    it), which TRL and verl carry too, and DeepSpeed's ``cpu_checkpointing`` (the checkpointed
-    inputs, the same copies under full recompute).  The layout rule is
-    :func:`offload_layout_violation`'s."""
+    it; TRL's and verl's; DeepSpeed's ``cpu_checkpointing``, the checkpointed inputs), PaddleNLP's
+    ``recompute_offload`` and Megatron-Core's fine-grained offload of the modules named
+    (:func:`offload_modules_violation`).  The layout rule is :func:`offload_layout_violation`'s."""
     if not activation_offloading:
         return None
     r = rules_for(framework)
