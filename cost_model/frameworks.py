@@ -843,6 +843,12 @@ def master_weights_violation(framework: str, dtype: str, master_weights: bool) -
     return None
 
 
+def priced_by(setting: str, sep: str = " and ") -> str:
+    """The frameworks' own names for a setting the cost model prices (a :class:`FrameworkRules`
+    text field such as ``optimizer_offload``), each once, for a refusal to say where it runs."""
+    return sep.join(dict.fromkeys(getattr(x, setting) for x in RULES.values() if getattr(x, setting)))
+
+
 def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, fraction: float, precision_aware: bool) -> str | None:
     """Reason when ``training.optimizer_offload_fraction`` > 0 cannot be costed or run, else None.
 
@@ -858,7 +864,7 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
         return None
     r = rules_for(framework)
     if not r.optimizer_offload:
-        where = " and ".join(dict.fromkeys(x.optimizer_offload for x in RULES.values() if x.optimizer_offload))
+        where = priced_by("optimizer_offload")
         return f"{framework}: {UNPRICED_OFFLOAD.get(framework, 'no optimizer offload')}; optimizer offload is priced for {where}"
     if dtype == "fp32":
         return "optimizer offload keeps the fp32 master weights of mixed-precision training on the host; with fp32 training leave it out"
@@ -887,7 +893,7 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
         return None
     r = rules_for(framework)
     if not r.cpu_offload:
-        where = " and ".join(dict.fromkeys(x.cpu_offload for x in RULES.values() if x.cpu_offload))
+        where = priced_by("cpu_offload")
         return f"{framework}: no CPU offload of the parameters ({where}); offload its optimizer state with optimizer_offload_fraction"
     dtypes = ("bf16", "fp16") if r.deepspeed_engine else ("bf16", "fp32")
     if dtype not in dtypes:
@@ -969,8 +975,7 @@ def activation_offloading_violation(framework: str, activation_offloading: bool)
         return None
     r = rules_for(framework)
     if not r.activation_offloading:
-        where = "; ".join(dict.fromkeys(x.activation_offloading for x in RULES.values() if x.activation_offloading))
-        return f"{framework}: no activation offloading the cost model prices; activation offloading is priced for {where}"
+        return f"{framework}: no activation offloading the cost model prices; activation offloading is priced for {priced_by('activation_offloading', '; ')}"
     return None
 
 
