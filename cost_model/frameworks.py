@@ -353,6 +353,11 @@ def describe(framework: str) -> str:
     ep = ("ep over sharding × tp, experts unsplit" if r.ep_over_sharding else "ep folded into tp·cp·dp" if r.ep_folding
           else "ep over dp·cp") if r.expert_parallel else "no ep"
     extras = [x for x, ok in (("block recompute", r.block_recompute), ("FP8", r.fp8)) if ok] or ["no FP8"]
+    offloads = [x for x, ok in (("optimizer state", r.optimizer_offload), ("sharded state", r.cpu_offload),
+                                ("activations", r.activation_offloading)) if ok]
+    extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")
+    if r.eight_bit_adam:
+        extras.append("8-bit AdamW")
     return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
 
 

@@ -15,6 +15,9 @@ def test_each_framework_is_described_by_its_own_rules(framework):
     assert ("pp with interleaving" in text) == r.interleaved_pipeline
     assert ("no dp_shard" in text) == (not r.partial_sharding_stages)
     assert ("no FP8" in text) == (not r.fp8)
+    # what it can offload to the host, and the 8-bit AdamW where its trainers run one
+    assert ("activations" in text) == bool(r.activation_offloading) and ("sharded state" in text) == bool(r.cpu_offload)
+    assert ("optimizer state" in text) == bool(r.optimizer_offload) and ("8-bit AdamW" in text) == bool(r.eight_bit_adam)
 
 
 def test_what_differs_between_frameworks_shows():
