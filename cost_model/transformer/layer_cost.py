@@ -1131,8 +1131,8 @@ def offload_module_bytes(model: TransformerSpec, training: Training, S: Strategy
         k_tok = float(model.experts_per_token)
         T_loc = local_tokens(tokens, t, S.sp)
         load = expert_load_factor(T_loc * k_tok, S.ep, training.moe_capacity_factor)
-        slots = received_slots(T_loc, k_tok, load, expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin), S.sp)
         etp = expert_tensor_parallel(t, c, S.dp, S.ep, S.etp_pin)
+        slots = received_slots(T_loc, k_tok, load, etp, S.sp)
         if "expert_fc1" in mods:
             out = out + slots * h * gi
         if "moe_act" in mods:
