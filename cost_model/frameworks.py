@@ -60,7 +60,7 @@ Sources, per framework:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +190,9 @@ class FrameworkRules:
     #: recompute's checkpointed inputs), and whether it runs inside a pipeline
     activation_offloading_recompute: tuple[str, ...] = ("none", "selective", "full")
     activation_offloading_with_pipeline: bool = False
+    #: the modules its activation offload is told to offload, Megatron-Core's ``--offload-modules``
+    #: (``training.offload_modules``, which it needs); empty: it offloads every saved tensor
+    offload_modules: tuple[str, ...] = ()
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
@@ -204,11 +207,24 @@ class FrameworkRules:
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
+#: Megatron-Core's fine-grained activation offloading modules (``--offload-modules``; Megatron-Core
+#: ``TransformerConfig``'s allowed set): the attention's input norm, the QKV projection's input, the
+#: attention core's Q, K and V, the output projection's input, the MLP's pre-norm, the experts'
+#: FC1 input and their activation function's input — each module's saved tensors offloaded to
+#: the host after its forward and reloaded before its backward.
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def declared_order(modules: Sequence[str], declared: tuple[str, ...]) -> tuple[str, ...]:
+    """One spelling of a module set: in ``declared`` order, names that are not modules after
+    them, as given (for a violation check to name)."""
+    return tuple(m for m in declared if m in modules) + tuple(m for m in modules if m not in declared)
+
+
 def canonical_recompute_modules(modules: tuple[str, ...]) -> tuple[str, ...]:
-    """One spelling of a module set: in :data:`RECOMPUTE_MODULES` order (names that are not
-    modules after them, as given, for :func:`recompute_modules_violation` to name), and empty
-    for the default (the attention core alone)."""
-    ordered = tuple(m for m in RECOMPUTE_MODULES if m in modules) + tuple(m for m in modules if m not in RECOMPUTE_MODULES)
+    """One spelling of a recompute module set (:func:`declared_order` over
+    :data:`RECOMPUTE_MODULES`), and empty for the default (the attention core alone)."""
+    ordered = declared_order(modules, RECOMPUTE_MODULES)
     return () if ordered == ("core_attn",) else ordered
 
 
@@ -258,7 +274,7 @@ RULES: dict[str, FrameworkRules] = {
         offload_stages=(1,), partial_offload_stages=(1,), offload_pipelined=True,
         activation_offloading=("Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading "
                                "--offload-modules: the chosen modules' saved inputs in host memory)"),
-        activation_offloading_recompute=("none", "selective"), activation_offloading_with_pipeline=True,
+        activation_offloading_recompute=("none", "selective"), activation_offloading_with_pipeline=True, offload_modules=OFFLOAD_MODULES,
         optimizer_precision={k: f"Megatron-Core's {flag}" for k, flag in OPTIMIZER_PRECISION_FLAGS.items()},
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
@@ -937,31 +953,23 @@ def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, 
     return None
 
 
-#: Megatron-Core's fine-grained activation offloading modules (``--offload-modules``; Megatron-Core
-#: ``TransformerConfig``'s allowed set): the attention's input norm, the QKV projection's input, the
-#: attention core's Q, K and V, the output projection's input, the MLP's pre-norm, the experts'
-#: FC1 input and their activation function's input — each module's saved tensors offloaded to
-#: the host after its forward and reloaded before its backward.
-OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
-
-
 def offload_modules_violation(framework: str, activation_offloading: bool, modules: tuple[str, ...]) -> str | None:
-    """Reason when ``training.offload_modules`` cannot be run, else None: it is Megatron-Core's
-    ``--offload-modules`` (:data:`OFFLOAD_MODULES`), which its activation offload needs
-    (``assert self.offload_modules is not None and len(self.offload_modules) > 0``) and which
-    names modules, ``attn_proj`` only beside ``core_attn`` ("attn_proj cannot be set to
-    offload_modules alone without core_attn")."""
-    takes = framework == "megatron-core"
-    if modules and not takes:
+    """Reason when ``training.offload_modules`` cannot be run, else None: the modules a framework's
+    activation offload is told to offload (``FrameworkRules.offload_modules``: Megatron-Core's
+    ``--offload-modules``, which its activation offload needs — ``assert self.offload_modules is
+    not None and len(self.offload_modules) > 0``), ``attn_proj`` only beside ``core_attn``
+    ("attn_proj cannot be set to offload_modules alone without core_attn")."""
+    have = rules_for(framework).offload_modules
+    if modules and not have:
         return f"{framework}: no offload_modules setting (it is Megatron-Core's --offload-modules); its activation offloading is whole"
     if modules and not activation_offloading:
         return "offload_modules choose what activation_offloading offloads: set activation_offloading: true"
-    if takes and activation_offloading and not modules:
+    if have and activation_offloading and not modules:
         return (f"Megatron-Core's fine-grained activation offloading offloads the modules it is given: name them in "
-                f"offload_modules ({', '.join(OFFLOAD_MODULES)})")
-    unknown = [m for m in modules if m not in OFFLOAD_MODULES]
+                f"offload_modules ({', '.join(have)})")
+    unknown = [m for m in modules if m not in have]
     if unknown:
-        return f"{unknown[0]!r} is not one of Megatron-Core's offload modules: {', '.join(OFFLOAD_MODULES)}"
+        return f"{unknown[0]!r} is not one of Megatron-Core's offload modules: {', '.join(have)}"
     if "attn_proj" in modules and "core_attn" not in modules:
         return "attn_proj cannot be offloaded alone without core_attn (Megatron-Core's rule): add core_attn"
     return None
@@ -1156,6 +1164,7 @@ __all__ = [
     "interleaved_schedule_violation",
     "activation_offloading_violation",
     "OFFLOAD_MODULES",
+    "declared_order",
     "offload_modules_violation",
     "EIGHT_BIT_ADAM",
     "eight_bit_adam_violation",

@@ -16,6 +16,7 @@ from cost_model.frameworks import (
     cp_exchange,
     cp_exchange_rule_violation,
     cpu_offload_violation,
+    declared_order,
     dtype_rule_violation,
     eight_bit_adam_violation,
     grad_accum_rule_violation,
@@ -117,13 +118,14 @@ class Training:
     reduce-scatter's output goes back, and the optimizer steps on the CPU
     (:func:`cost_model.transformer.layer_cost.cpu_offload_microbatch_s`).
 
-    ``activation_offloading`` (``fsdp``, ``deepspeed``; no pipeline): every layer's saved
+    ``activation_offloading`` (every framework but ``megatron-deepspeed``; ``FrameworkRules``
+    says under which recompute settings and whether inside a pipeline): every layer's saved
     activations (under full recompute, its checkpointed input) copied to pinned host memory on a
     side stream during forward and back during backward — torchtune's
     ``enable_activation_offloading``, TRL's ``activation_offloading``, verl's
-    ``enable_activation_offload``, DeepSpeed's ``activation_checkpointing.cpu_checkpointing``,
-    PaddleNLP's ``recompute_offload`` (the full recompute's checkpoints); under Megatron-Core its
-    fine-grained activation offloading of the ``offload_modules`` named
+    ``enable_activation_offload``, DeepSpeed's ``activation_checkpointing.cpu_checkpointing``
+    (without a pipeline), PaddleNLP's ``recompute_offload`` (the full recompute's checkpoints);
+    under Megatron-Core its fine-grained activation offloading of the ``offload_modules`` named
     (:func:`cost_model.transformer.layer_cost.activation_offload_s`,
     :func:`cost_model.transformer.layer_cost.offload_module_bytes`).
     """
@@ -317,7 +319,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         mods = data["offload_modules"]
         if not isinstance(mods, (list, tuple)) or not all(isinstance(m, str) for m in mods):
             raise InvalidTraining(f"must be a list of module names ({', '.join(OFFLOAD_MODULES)})", field=f"{field_path}.offload_modules")
-        out["offload_modules"] = tuple(m for m in OFFLOAD_MODULES if m in mods) + tuple(m for m in mods if m not in OFFLOAD_MODULES)
+        out["offload_modules"] = declared_order(mods, OFFLOAD_MODULES)
     why = offload_modules_violation(framework, bool(out.get("activation_offloading", False)), out.get("offload_modules", ()))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.offload_modules")

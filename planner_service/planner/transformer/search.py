@@ -980,8 +980,7 @@ def offload_hint(training: Training) -> str:
     if r.cpu_offload and not training.cpu_offload:
         ways.append(f"training.cpu_offload keeps the whole sharded state in host memory at zero_stage 3: {r.cpu_offload}")
     if r.activation_offloading and not training.activation_offloading:
-        what = ("the saved tensors of the training.offload_modules named" if training.framework == "megatron-core"
-                else "every layer's saved activations")
+        what = "the saved tensors of the training.offload_modules named" if r.offload_modules else "every layer's saved activations"
         where = "" if r.activation_offloading_with_pipeline else " without a pipeline"
         ways.append(f"training.activation_offloading keeps {what} in host memory{where}: {r.activation_offloading}")
     return f"; offloading would free GPU memory at the price of step time: {'; or '.join(ways)}" if ways else ""
