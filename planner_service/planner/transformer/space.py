@@ -313,11 +313,8 @@ def enumerate_space(
             cols = _keep(cols, (cols["pp"] == 1) | (cols["zero"] != 2))
     if not rules.sharding_with_pipeline:
         cols = _keep(cols, ~((cols["zero"] >= 2) & (cols["pp"] > 1)))
-    # priced without a pipeline, the activation offload under its recompute settings (offload_layout_violation)
-    if training.cpu_offload or (training.activation_offloading and not rules.activation_offloading_with_pipeline):
-        cols = _keep(cols, cols["pp"] == 1)
-    if training.activation_offloading:
-        cols = _keep(cols, np.isin(cols["recompute"], [RECOMPUTE_CODE[r] for r in rules.activation_offloading_recompute]))
+    if training.offload_field is not None:  # the layouts the request's offload runs in
+        cols = _keep(cols, _offload_rows_ok(training, cols))
     if training.framework in WHOLE_LAYOUT_RULE_FRAMEWORKS:  # elsewhere every row passes: no pass over them
         cols = _keep(cols, _start_up_rules_hold(model, training, cols, B, bool(pins.get("sequence_parallel", rules.sequence_parallel))))
     # the framework's own ETP for this model at each row's ep (e.g. 1 for biased experts under
@@ -524,6 +521,18 @@ def _cross(cols: dict[str, np.ndarray], name: str, values: Sequence[Any]) -> dic
     out = {key: np.repeat(v, k) for key, v in cols.items()}
     n = len(next(iter(cols.values())))
     out[name] = np.tile(np.asarray(values, dtype=np.int64), n)
+    return out
+
+
+def _offload_rows_ok(training: Training, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """The rows whose sharding stage, pipeline and recompute run the request's offload to the host:
+    :func:`cost_model.frameworks.offload_layout_violation`, the strategy check's rule, asked once
+    per distinct (zero, pp, recompute) of the rows."""
+    keys = np.stack([cols["zero"], cols["pp"], cols["recompute"]], axis=1)
+    distinct, row_key = np.unique(keys, axis=0, return_inverse=True)
+    ok = np.array([offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload, int(z), int(p),
+                                            training.activation_offloading, RECOMPUTE_NAMES[int(r)]) is None for z, p, r in distinct], dtype=bool)
+    out: np.ndarray = ok[np.reshape(row_key, -1)] if len(ok) else np.zeros(len(keys), dtype=bool)
     return out
 
 
