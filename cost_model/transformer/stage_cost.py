@@ -412,22 +412,17 @@ def stage_cost(
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
+    embedding_act = dc.embedding_act_bytes if has_embedding else 0.0
+    acts = (n * lc.activation_bytes + embedding_act) * inflight
     if training.activation_offloading:
         # what the offload moves (every saved tensor, the embedding's among them, or Megatron-Core's
-        # chosen modules': lc.offloaded_activation_bytes) of every in-flight micro-batch in pinned
-        # host memory but for the layer the backward works on; the rest stays on the GPU
-        off = lc.offloaded_activation_bytes
-        kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * off
-        moved = n * off + (dc.embedding_act_bytes if has_embedding and not training.offload_modules else 0.0)
+        # chosen modules': lc.offloaded_activation_bytes) of every in-flight micro-batch leaves for
+        # pinned host memory but for the layer the backward works on
+        kept = np.minimum(n, ACTIVATION_OFFLOAD_KEPT_LAYERS) * lc.offloaded_activation_bytes
+        moved = n * lc.offloaded_activation_bytes + (0.0 if training.offload_modules else embedding_act)
         host_state = host_state + moved * inflight - kept
         offload_mb = offload_mb + activation_offload_s(moved - kept, dc.device, forward_s, backward_s)
-        acts = n * (lc.activation_bytes - off) * inflight + kept
-        if has_embedding and training.offload_modules:
-            acts = acts + dc.embedding_act_bytes * inflight
-    else:
-        acts = n * lc.activation_bytes * inflight
-        if has_embedding:
-            acts = acts + dc.embedding_act_bytes * inflight
+        acts = acts - moved * inflight + kept
     # Working set of the layer being (re)computed in backward.
     acts = acts + lc.recompute_working_bytes
     if has_head:  # the logits each output head (the model's, the MTP modules') keeps for backward
