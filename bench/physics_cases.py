@@ -87,7 +87,13 @@ from cost_model.devices import get_device  # noqa: E402
 from cost_model.frameworks import OFFLOAD_MODULES  # noqa: E402
 from cost_model.transformer import moe  # noqa: E402
 from cost_model.transformer.calibration import calibrated_device  # noqa: E402
-from cost_model.transformer.layer_cost import StrategyArrays, layer_costs  # noqa: E402
+from cost_model.transformer.layer_cost import (  # noqa: E402
+    HOST_ADAM_BYTES_PER_PARAM,
+    TENSORWISE_OFFLOAD_BYTES_PER_PARAM,
+    StrategyArrays,
+    layer_costs,
+    optimizer_bytes_per_param,
+)
 from cost_model.transformer.spec import TransformerSpec, from_hf_config, get_preset  # noqa: E402
 from cost_model.transformer.stage_cost import model_flops_per_step  # noqa: E402
 
@@ -434,7 +440,9 @@ def optimizer_offload() -> dict[str, Any]:
                              optimizer_state_GB=round(est.stages[0].memory_GB["optimizer_state"], 2),
                              optimizer_share_of_step=round(est.breakdown_s["optimizer"] / est.step_time_s, 3),
                              host_memory_GB_per_gpu=round(est.stages[0].host_memory_GB, 1)))
-    return {"model": model.name, "layout": "8 GPUs, dp 8, full recompute, 16 x 2048 tokens a step", "rows": rows}
+    return {"model": model.name, "layout": "8 GPUs, dp 8, full recompute, 16 x 2048 tokens a step", "rows": rows,
+            "host_update_bytes_per_param": HOST_ADAM_BYTES_PER_PARAM,
+            "tensorwise_round_trip_bytes_per_param": 2 * TENSORWISE_OFFLOAD_BYTES_PER_PARAM}
 
 
 def fsdp_cpu_offload() -> dict[str, Any]:
@@ -497,6 +505,7 @@ def eight_bit_adam() -> dict[str, Any]:
             tr = Training(global_batch_size=16, sequence_length=2048, framework=framework, optimizer=optimizer, master_weights=master)
             est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=zero, recompute="full"))
             rows.append(_row(est, framework=framework, zero_stage=zero, master_weights=master, optimizer=optimizer,
+                             step_bytes_per_param=round(optimizer_bytes_per_param(tr), 2),
                              optimizer_state_GB=round(est.stages[0].memory_GB["optimizer_state"], 2)))
     return {"model": model.name, "layout": "dp 8 on 8 H100, full recompute, 16 x 2048 tokens a step", "rows": rows}
 

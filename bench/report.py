@@ -177,9 +177,9 @@ def physics() -> str | None:
             by.setdefault((r["device"], r["framework"]), []).append(r)
         out.append(f"* **Optimizer offload** ({oo['model']}, {oo['layout']}; per GPU, by offloaded fraction): "
                    + "; ".join(f"{fw} on {dev} " + ", ".join(offload(r) for r in rows) for (dev, fw), rows in by.items())
-                   + " — the host's Adam update streams 34 bytes a parameter through the GPU's share of its server's DRAM "
-                   "(Paddle's tensor-wise offload copies 24 a parameter over the host link for a GPU update), "
-                   "so what offload frees on the GPU it pays for in step time.")
+                   + f" — the host's Adam update streams {oo['host_update_bytes_per_param']:g} bytes a parameter through the GPU's "
+                   f"share of its server's DRAM (Paddle's tensor-wise offload copies {oo['tensorwise_round_trip_bytes_per_param']:g} a "
+                   "parameter over the host link for a GPU update), so what offload frees on the GPU it pays for in step time.")
     fo = d.get("fsdp_cpu_offload")
     if fo:
         def fsdp_row(r: dict) -> str:
@@ -231,9 +231,11 @@ def physics() -> str | None:
                     f"{'' if e['fits'] else ' (does not fit)'}, optimizer {a['breakdown_s'].get('optimizer', 0) * 1e3:.0f} → "
                     f"{e['breakdown_s'].get('optimizer', 0) * 1e3:.0f} ms")
 
+        mixed = next(rows for (_, _, master), rows in by.items() if master)
         out.append(f"* **8-bit AdamW** ({eb['model']}, {eb['layout']}; AdamW → adamw_8bit): "
                    + "; ".join(eight(fw, z, master, rows) for (fw, z, master), rows in by.items())
-                   + " — a byte a moment instead of four; the step moves 22 bytes a parameter instead of 34.")
+                   + f" — a byte a moment instead of four; under mixed precision the step moves {mixed['adamw_8bit']['step_bytes_per_param']:.0f} "
+                   f"bytes a parameter instead of {mixed['adamw']['step_bytes_per_param']:.0f}.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
