@@ -198,25 +198,15 @@ def physics() -> str | None:
     if ao:
         def act_row(r: dict) -> str:
             what = "no recompute" if r["recompute"] == "none" else f"{r['recompute']} recompute"
-            return (f"{what}, {'offloaded' if r['activation_offloading'] else 'on the GPU'}: "
-                    f"activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}"
-                    + (f", host {r['host_memory_GB_per_gpu']:.1f} GB, copies exposed {r['breakdown_s'].get('offload_exposed', 0):.2f} s"
-                       if r["activation_offloading"] else "") + f", step {r['step_time_s']:.2f} s")
+            return _offload_row(f"{what}, {'offloaded' if r['activation_offloading'] else 'on the GPU'}", r, r["activation_offloading"])
 
         out.append(f"* **Activation offloading** ({ao['model']}, {ao['layout']}): " + "; ".join(act_row(r) for r in ao["rows"])
                    + " — under full recompute the copies are one hidden state a layer and hide; without it a layer's "
                    "activations outweigh its compute on the host link.")
     mo = d.get("megatron_module_offload")
     if mo:
-        def mod_row(r: dict) -> str:
-            what = ", ".join(r["offload_modules"]) if r["offload_modules"] else "none"
-            return (f"{what}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB"
-                    f"{'' if r['fits'] else ' (does not fit)'}"
-                    + (f", host {r['host_memory_GB_per_gpu']:.1f} GB, copies exposed {r['breakdown_s'].get('offload_exposed', 0):.2f} s"
-                       if r["offload_modules"] else "") + f", step {r['step_time_s']:.2f} s")
-
         out.append(f"* **Megatron-Core's fine-grained activation offloading** ({mo['model']}, {mo['layout']}; by offloaded modules): "
-                   + "; ".join(mod_row(r) for r in mo["rows"])
+                   + "; ".join(_offload_row(", ".join(r["offload_modules"]) or "none", r, bool(r["offload_modules"])) for r in mo["rows"])
                    + " — each module's saved tensors leave the GPU; once their copies outrun the layer's compute the step pays.")
     eb = d.get("eight_bit_adam")
     if eb:
@@ -295,6 +285,14 @@ def acceptance() -> str | None:
             "the whole sharded state (`training.cpu_offload`) and the saved activations (`training.activation_offloading`)."
         )
     return "\n".join(out)
+
+
+def _offload_row(label: str, r: dict, offloaded: bool) -> str:
+    """One physics-case row of an activation offload: its activations, peak (and whether it
+    fits), what the host holds and the copies' exposed time when offloaded, and the step."""
+    return (f"{label}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}"
+            + (f", host {r['host_memory_GB_per_gpu']:.1f} GB, copies exposed {r['breakdown_s'].get('offload_exposed', 0):.2f} s"
+               if offloaded else "") + f", step {r['step_time_s']:.2f} s")
 
 
 def _fragmentation_bases(bases: dict) -> str:
