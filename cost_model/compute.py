@@ -59,7 +59,7 @@ def gemm_time_s(
 
 
 def gemm_fwd_bwd_time_s(
-    m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, device: DeviceSpec, dtype: str, batch: ArrayOrFloat = 1
+    m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, device: DeviceSpec, dtype: str, batch: ArrayOrFloat = 1, frozen: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward times (s) of a linear layer Y[m×n] = X[m×k]·W[k×n], by
     :func:`gemm_time_s` (roofline) on each GEMM's own shape.
@@ -67,9 +67,13 @@ def gemm_fwd_bwd_time_s(
     Backward is two GEMMs with their own shapes: the input gradient dX = dY·Wᵀ (m×k, reducing
     over n) and the weight gradient dW = Xᵀ·dY (k×n, reducing over the m tokens) — so a
     row-parallel layer with a small k runs its backward faster than twice its forward.
+    ``frozen``: W does not train (the base weights of a LoRA run): autograd computes no dW, so
+    the backward is dX alone.
     """
     fwd = gemm_time_s(m, n, k, device, dtype, batch)
-    bwd = gemm_time_s(m, k, n, device, dtype, batch) + gemm_time_s(k, n, m, device, dtype, batch)
+    bwd = gemm_time_s(m, k, n, device, dtype, batch)
+    if not frozen:
+        bwd = bwd + gemm_time_s(k, n, m, device, dtype, batch)
     return fwd, bwd
 
 

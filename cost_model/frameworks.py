@@ -196,6 +196,12 @@ class FrameworkRules:
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
+    #: its LoRA finetuning (``training.lora_rank``), in its trainers' own terms; empty: none
+    lora: str = ""
+    #: its LoRA puts one adapter on each fused projection (Megatron-Bridge's ``linear_qkv`` and
+    #: gated ``linear_fc1``); else one per projection (PEFT's ``q_proj``, ``k_proj``, ``v_proj``,
+    #: ``gate_proj``, ``up_proj``; torchtitan's ``wq``, ``wk``, ``wv``, ``w1``, ``w3``)
+    lora_fused_projections: bool = False
 
 
 #: Megatron-Core's ``TransformerConfig.recompute_modules`` choices (``--recompute-modules``, with
@@ -213,6 +219,15 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 #: FC1 input and their activation function's input — each module's saved tensors offloaded to
 #: the host after its forward and reloaded before its backward.
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+#: The decoder's linear layers LoRA adapts (``training.lora_target_modules``), in Megatron-Core's
+#: names (Megatron-Bridge's ``LoRA.target_modules``): the attention's input projection
+#: (``linear_qkv``; PEFT's ``q_proj``, ``k_proj``, ``v_proj``), its output projection
+#: (``linear_proj``; ``o_proj``), the MLP's first layer (``linear_fc1``; ``gate_proj`` and
+#: ``up_proj``) and its second (``linear_fc2``; ``down_proj``).  All four is PEFT's
+#: ``"all-linear"`` and LLaMA-Factory's ``lora_target: all``, and the default.
+LORA_MODULES = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 
 
 def declared_order(modules: Sequence[str], declared: tuple[str, ...]) -> tuple[str, ...]:
@@ -277,6 +292,8 @@ RULES: dict[str, FrameworkRules] = {
         activation_offloading_recompute=("none", "selective"), activation_offloading_with_pipeline=True, offload_modules=OFFLOAD_MODULES,
         optimizer_precision={k: f"Megatron-Core's {flag}" for k, flag in OPTIMIZER_PRECISION_FLAGS.items()},
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
+        lora="Megatron-Bridge's LoRA (peft=LoRA(target_modules, dim, dropout); one adapter on each fused linear_qkv and linear_fc1)",
+        lora_fused_projections=True,
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
     "megatron-deepspeed": FrameworkRules(
@@ -300,6 +317,7 @@ RULES: dict[str, FrameworkRules] = {
                                "under full recompute"),
         eight_bit_adam=("bitsandbytes' or torchao's AdamW8bit as the client optimizer (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit), with zero_allow_untested_optimizer"),
+        lora="Hugging Face PEFT's LoraConfig (r, target_modules, lora_dropout) on DeepSpeed (TRL, LLaMA-Factory, axolotl)",
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -316,6 +334,8 @@ RULES: dict[str, FrameworkRules] = {
         eight_bit_adam=("bitsandbytes' AdamW8bit / PagedAdamW8bit or torchao's AdamW8bit (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit; torchtune's bitsandbytes.optim.PagedAdamW8bit)"),
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
+        lora=("Hugging Face PEFT's LoraConfig on FSDP (TRL, LLaMA-Factory, axolotl), torchtune's LoRA recipes, "
+              "torchtitan's LoRAConverter"),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
@@ -331,6 +351,7 @@ RULES: dict[str, FrameworkRules] = {
         offload_stages=(0, 1, 2), offload_updates_on_gpu=True,
         activation_offloading="PaddleNLP's recompute_offload (the full recompute's checkpointed inputs in host memory)",
         activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
+        lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)",
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -374,6 +395,7 @@ def describe(framework: str) -> str:
     extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")
     if r.eight_bit_adam:
         extras.append("8-bit AdamW")
+    extras.append("LoRA" + (" (fused projections' adapters)" if r.lora_fused_projections else "") if r.lora else "no LoRA")
     return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
 
 
@@ -975,6 +997,36 @@ def offload_modules_violation(framework: str, activation_offloading: bool, modul
     return None
 
 
+def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ...], dropout: float,
+                   optimizer_offload_fraction: float, cpu_offload: bool) -> tuple[str, str] | None:
+    """(training field, reason) when a LoRA request cannot be costed, else None.  LoRA (Hu et al.
+    2021, "LoRA: Low-Rank Adaptation of Large Language Models") is priced where the framework's
+    trainers have it (``FrameworkRules.lora``): the base weights frozen, a rank-``r`` adapter
+    B·A beside each targeted linear layer (:mod:`cost_model.transformer.lora`).  Not priced, so
+    refused by name: LoRA under FP8/FP4 (whose casts of the frozen weights' dgrad-only backward
+    the cost model does not have), and beside an offload of the optimizer state or the sharded
+    parameters to the host (whose copies it prices for a model that trains every weight)."""
+    if rank == 0:
+        if modules:
+            return "lora_target_modules", "lora_target_modules choose where LoRA's adapters go: set lora_rank"
+        if dropout:
+            return "lora_dropout", "lora_dropout is the LoRA adapters' input dropout: set lora_rank"
+        return None
+    r = rules_for(framework)
+    if not r.lora:
+        return "lora_rank", f"{framework}: no LoRA the cost model prices; LoRA is priced for {priced_by('lora', '; ')}"
+    unknown = [m for m in modules if m not in LORA_MODULES]
+    if unknown:
+        return "lora_target_modules", f"{unknown[0]!r} is not one of the decoder's linear layers: {', '.join(LORA_MODULES)}"
+    if dtype in ("fp8", "fp4"):
+        return "dtype", f"LoRA is priced in bf16, fp16 and fp32 training, not {dtype}"
+    if optimizer_offload_fraction > 0.0 or cpu_offload:
+        field = "optimizer_offload_fraction" if optimizer_offload_fraction > 0.0 else "cpu_offload"
+        return field, (f"{field} with LoRA is not priced (the adapters' state is small; the host copies are priced for "
+                       "a model that trains every weight): leave it out")
+    return None
+
+
 def activation_offloading_violation(framework: str, activation_offloading: bool) -> str | None:
     """Reason when ``training.activation_offloading`` cannot be costed, else None.  It is priced
     where the framework has it (``FrameworkRules.activation_offloading``): the FSDP and DeepSpeed
@@ -1168,6 +1220,8 @@ __all__ = [
     "offload_modules_violation",
     "EIGHT_BIT_ADAM",
     "eight_bit_adam_violation",
+    "LORA_MODULES",
+    "lora_violation",
     "layout_rule_violation",
     "master_weights_violation",
     "optimizer_offload_violation",

@@ -11,6 +11,7 @@ from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
     EIGHT_BIT_ADAM,
+    LORA_MODULES,
     OFFLOAD_MODULES,
     activation_offloading_violation,
     cp_exchange,
@@ -20,6 +21,7 @@ from cost_model.frameworks import (
     dtype_rule_violation,
     eight_bit_adam_violation,
     grad_accum_rule_violation,
+    lora_violation,
     master_weights_violation,
     moe_training_violation,
     offload_modules_violation,
@@ -128,6 +130,12 @@ class Training:
     under Megatron-Core its fine-grained activation offloading of the ``offload_modules`` named
     (:func:`cost_model.transformer.layer_cost.activation_offload_s`,
     :func:`cost_model.transformer.layer_cost.offload_module_bytes`).
+
+    LoRA (``lora_rank`` > 0; ``megatron-core``, ``deepspeed``, ``fsdp``, ``paddle``: the
+    frameworks' own LoRA in :data:`cost_model.frameworks.RULES` ``lora``): every base weight
+    frozen, a trainable rank-``lora_rank`` adapter B·A beside each of the ``lora_target_modules``
+    of every decoder layer (:data:`cost_model.frameworks.LORA_MODULES`; empty: all four), its
+    input through a dropout of ``lora_dropout`` (:mod:`cost_model.transformer.lora`).
     """
 
     global_batch_size: int
@@ -163,6 +171,25 @@ class Training:
     #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading moves
     #: (``--offload-modules``; :data:`cost_model.frameworks.OFFLOAD_MODULES`); empty: every saved tensor
     offload_modules: tuple[str, ...] = ()
+    #: LoRA's rank; 0: full finetuning (every weight trains)
+    lora_rank: int = 0
+    #: the decoder's linear layers LoRA adapts (:data:`cost_model.frameworks.LORA_MODULES`); empty: all
+    lora_target_modules: tuple[str, ...] = ()
+    #: the dropout probability on the adapters' input (PEFT's ``lora_dropout``)
+    lora_dropout: float = 0.0
+
+    @property
+    def frozen_base(self) -> bool:
+        """Whether the model's own weights are frozen (LoRA): no weight gradients, no optimizer
+        state for them."""
+        return self.lora_rank > 0
+
+    @property
+    def lora_modules(self) -> tuple[str, ...]:
+        """The layers LoRA adapts: ``lora_target_modules``, all four when empty; () without LoRA."""
+        if not self.frozen_base:
+            return ()
+        return self.lora_target_modules or LORA_MODULES
 
     @property
     def adam(self) -> bool:
@@ -227,6 +254,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
+                                     "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -323,6 +351,28 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = offload_modules_violation(framework, bool(out.get("activation_offloading", False)), out.get("offload_modules", ()))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.offload_modules")
+    if data.get("lora_rank") is not None:
+        val = data["lora_rank"]
+        if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= 65536:
+            raise InvalidTraining(f"must be an integer from 0 (no LoRA) to 65536, got {val!r}", field=f"{field_path}.lora_rank")
+        out["lora_rank"] = val
+    if "lora_target_modules" in data:
+        mods = data["lora_target_modules"]
+        if not isinstance(mods, (list, tuple)) or not all(isinstance(m, str) for m in mods):
+            raise InvalidTraining(f"must be a list of layer names ({', '.join(LORA_MODULES)})", field=f"{field_path}.lora_target_modules")
+        if not mods:
+            raise InvalidTraining(f"names no layer: list at least one of {', '.join(LORA_MODULES)}, or leave it out for all four",
+                                  field=f"{field_path}.lora_target_modules")
+        out["lora_target_modules"] = declared_order(mods, LORA_MODULES)
+    if data.get("lora_dropout") is not None:
+        val = data["lora_dropout"]
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0.0 <= val < 1.0:
+            raise InvalidTraining(f"must be a probability from 0 to below 1, got {val!r}", field=f"{field_path}.lora_dropout")
+        out["lora_dropout"] = float(val)
+    lora_why = lora_violation(framework, out.get("dtype", "bf16"), out.get("lora_rank", 0), out.get("lora_target_modules", ()),
+                              out.get("lora_dropout", 0.0), out.get("optimizer_offload_fraction", 0.0), bool(out.get("cpu_offload", False)))
+    if lora_why is not None:
+        raise InvalidTraining(lora_why[1], field=f"{field_path}.{lora_why[0]}")
     why = eight_bit_adam_violation(framework, out.get("optimizer", "adam"), bool(out.get("cpu_offload", False)),
                                    out.get("optimizer_offload_fraction", 0.0))
     if why is not None:

@@ -217,7 +217,7 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
 
 
 def refuse_graph_unpriced(training: Training) -> None:
-    """Offload to the host and the 8-bit AdamW are priced on transformer layers only (the host
+    """Offload to the host, the 8-bit AdamW and LoRA are priced on transformer layers only (the host
     update and copies, :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`, the saved
     activations' copies, :func:`cost_model.transformer.layer_cost.activation_offload_s`; the 8-bit
     moments beside a graph's CPU tables): an operator graph's request with one gets a 422 naming
@@ -229,6 +229,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.eight_bit_moments:
         raise InvalidTraining("the 8-bit AdamW is priced for transformer models (a preset or config.json), not for operator graphs; "
                               "use adam or adamw", field="training.optimizer")
+    if training.frozen_base:
+        raise InvalidTraining("LoRA is priced for transformer models (a preset or config.json), whose linear layers it adapts, not "
+                              "for operator graphs; leave lora_rank out", field="training.lora_rank")
 
 
 def estimate_graph(

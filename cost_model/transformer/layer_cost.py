@@ -63,6 +63,7 @@ from cost_model.topology import (
 )
 from cost_model.training import Training
 from cost_model.transformer.context_parallel import cp_layer_comm_s
+from cost_model.transformer.lora import adapter_costs, saved_activation_delta_bytes
 from cost_model.transformer.mla import mla_latent_activation_bytes, mla_projection_fwd_bwd_s, mla_projection_shapes
 from cost_model.transformer.moe import (
     MoeFfnCost,
@@ -395,11 +396,15 @@ def _uniform_layer_costs(
     attn_device = bf16_device if (bf16_device is not None and narrow) else device
     g = _LayerGeometry.of(model, training, S)
     moe = _moe_ffn(model, training, device, links, S, g) if model.is_moe else None
-    gemm_fwd, gemm_bwd, gemm_flops, qkv_n, ffn_fwd = _layer_gemms(model, dt, device, S, g, moe)
+    gemm_fwd, gemm_bwd, gemm_flops, qkv_n, ffn_fwd = _layer_gemms(model, dt, device, S, g, moe, frozen=training.frozen_base)
     attn_fwd, attn_bwd, flops_attn = _attention_core(model, training, device, attn_device, attn_dt, S, g)
     elem_fwd, elem_bwd = _layer_elementwise(model, training, device, S, g)
     if moe is not None:
         elem_fwd, elem_bwd = elem_fwd + moe.elementwise_fwd_s, elem_bwd + moe.elementwise_bwd_s
+    lora_flops: ArrayOrFloat = 0.0
+    if training.frozen_base:  # LoRA's adapters beside the frozen GEMMs (cost_model.transformer.lora)
+        lora_fwd, lora_bwd, lora_flops = adapter_costs(model, training, device, g.T, S.tp, g.eb)
+        elem_fwd, elem_bwd = elem_fwd + lora_fwd, elem_bwd + lora_bwd
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
@@ -441,12 +446,23 @@ def _uniform_layer_costs(
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
     act, full_act, working = activation_bytes(model, training, S, frac)
+    if training.frozen_base:
+        # LoRA: the adapters' saved tensors, less the frozen layers' inputs nothing needs — in the
+        # full set, in what a layer stores unless recomputed (torchtitan's op-level selective set
+        # is its own), and in a recomputed layer's working set
+        delta = saved_activation_delta_bytes(model, training, g.T, S.tp, S.sp, g.eb)
+        op_sel = (S.recompute == 1) & op_level
+        full_act = full_act + delta
+        act = act + np.where(S.recompute == 2, (1.0 - frac) * delta, np.where(op_sel, 0.0, delta))
+        working = working + np.where((S.recompute == 2) | op_sel, delta, 0.0)
     # activation offloading: every saved tensor, or Megatron-Core's chosen modules' (at most what is saved)
     offloaded: ArrayOrFloat = 0.0
     if training.activation_offloading:
         offloaded = np.minimum(offload_module_bytes(model, training, S), act) if training.offload_modules else act
 
-    model_flops = 3 * layer_fwd_flops
+    # model FLOPs: forward, dX and dW of every GEMM (dX alone for frozen weights: LoRA), the
+    # attention core's forward and backward, and the adapters' three passes
+    model_flops = 3 * layer_fwd_flops if not training.frozen_base else 2 * gemm_flops + 3 * flops_attn + 3 * lora_flops
     return LayerCosts(
         forward_compute_s=forward_compute,
         backward_compute_s=backward_compute,
@@ -510,28 +526,30 @@ def _mla_shapes(model: TransformerSpec, T: ArrayOrFloat, S: StrategyArrays) -> l
 
 
 def _layer_gemms(
-    model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost | None = None
+    model: TransformerSpec, dt: str, device: DeviceSpec, S: StrategyArrays, g: _LayerGeometry, moe: MoeFfnCost | None = None,
+    frozen: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ArrayOrFloat, np.ndarray]:
     """Forward and backward time (s) of one layer's GEMMs, their forward FLOPs, the local QKV
     width and the FFN's share of the forward time.  Megatron TP (Narayanan et al. 2021 §2.3): QKV column-parallel [T,h]×[h,(q+2kv)/t],
     projection row-parallel [T,o/t]×[o/t,h]; FFN FC1 column-parallel (gate and up fused when
     gated), FC2 row-parallel; an MoE layer's FFN (router, grouped experts, shared experts) is
-    ``moe`` (:func:`cost_model.transformer.moe.moe_ffn_costs`)."""
+    ``moe`` (:func:`cost_model.transformer.moe.moe_ffn_costs`).  ``frozen``: the weights do not
+    train (LoRA), so the backward is each GEMM's dX alone."""
     h, o, T, t = g.h, g.o, g.T, S.tp
     f = float(model.ffn_hidden_size)
     qkv_n = _qkv_width(model, t, g.kv)
     if model.is_mla:  # down- and up-projections on their own shapes (cost_model.transformer.mla)
-        t_qkv, b_qkv = mla_projection_fwd_bwd_s(_mla_shapes(model, T, S), device, dt)
+        t_qkv, b_qkv = mla_projection_fwd_bwd_s(_mla_shapes(model, T, S), device, dt, frozen=frozen)
     else:
-        t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt)
-    t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, o / t, device, dt)
+        t_qkv, b_qkv = gemm_fwd_bwd_time_s(T, qkv_n, h, device, dt, frozen=frozen)
+    t_proj, b_proj = gemm_fwd_bwd_time_s(T, h, o / t, device, dt, frozen=frozen)
     flops_qkv = 2 * T * h * qkv_n
     flops_proj = 2 * T * h * o / t
     fm = model.ffn_matrices
     if moe is not None:
         return t_qkv + t_proj + moe.gemm_fwd_s, b_qkv + b_proj + moe.gemm_bwd_s, flops_qkv + flops_proj + moe.flops, qkv_n, moe.gemm_fwd_s
-    t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt)
-    t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt)
+    t_fc1, b_fc1 = gemm_fwd_bwd_time_s(T, (fm - 1) * f / t, h, device, dt, frozen=frozen)
+    t_fc2, b_fc2 = gemm_fwd_bwd_time_s(T, h, f / t, device, dt, frozen=frozen)
     t_router = b_router = 0.0
     flops_ffn = 2 * T * fm * h * f / t
     gemm_bwd = b_qkv + b_proj + b_fc1 + b_fc2 + b_router
@@ -880,6 +898,7 @@ def _moe_ffn(model: TransformerSpec, training: Training, device: DeviceSpec, lin
         tp=S.tp, cp=S.cp, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, device=device, links=links, dtype=training.dtype,
         act_bytes=g.eb, dispatcher=training.moe_token_dispatcher, capacity_factor=training.moe_capacity_factor,
         ep_per_node=None if S.nest is None else members_in(links.gpus_per_node, _expert_axes(S)[0]), etp=S.etp_pin,
+        frozen=training.frozen_base,
     )
 
 
@@ -2004,6 +2023,16 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     return grads, weights
 
 
+def frozen_weight_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> FloatArray:
+    """GPU bytes per frozen parameter (LoRA's base weights, :mod:`cost_model.transformer.lora`):
+    the weight in the training dtype (:func:`param_bytes`) and nothing else — no gradient, no
+    master copy, no optimizer state — sharded over ``shard`` ranks under ZeRO-3 / FSDP's full
+    sharding (which shards every parameter), whole below it (ZeRO-1/2 partition what the
+    optimizer steps: the adapters)."""
+    out: FloatArray = param_bytes(training) / np.where(np.asarray(zero_stage) >= 3, shard, 1.0)
+    return out
+
+
 def param_bytes(training: Training) -> float:
     """Bytes of a 16-bit (or fp32 under fp32 training) weight as the collectives move it."""
     return 4.0 if training.dtype == "fp32" else 2.0
@@ -2232,9 +2261,11 @@ def embedding_head_costs(
     # A tied head on the embedding's stage in eager PyTorch: autograd adds the head's and the
     # embedding's gradients of the shared [V/t, h] weight (read two, write one); Megatron
     # accumulates both into the fp32 gradient buffer inside the GEMM (gradient-accumulation fusion).
-    tied = model.tie_embeddings and not training.fused_kernels
+    tied = model.tie_embeddings and not training.fused_kernels and not training.frozen_base
     tied_accumulate = np.where(S.pp == 1, memory_bound_time_s(3 * V / t * h * eb, device, kernels=1), 0.0) if tied else 0.0
-    head_s = 3 * head_gemm + loss + tied_accumulate
+    # frozen (LoRA): the head's backward is its dX alone, and the embedding builds no gradient
+    head_passes = 2 if training.frozen_base else 3
+    head_s = head_passes * head_gemm + loss + tied_accumulate
     tp_per_node = np.minimum(t, gpn)
     emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
     # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
@@ -2243,9 +2274,10 @@ def embedding_head_costs(
     emb_dropout = memory_bound_time_s(drop * T * h * (3 * eb + 1), device, kernels=drop, rng_elements=drop * T * h)
     # The embedding's backward builds a dense [V/t, h] gradient: zero-filled, then the T rows
     # scattered into it.
-    emb_grad = memory_bound_time_s(V / t * h * eb, device, kernels=1)
-    emb_s = memory_bound_time_s(3 * T * h * eb, device, kernels=3) + emb_grad + emb_dropout + 2 * emb_comm
-    head_flops = 3 * 2 * T * h * V / t
+    emb_grad = memory_bound_time_s(V / t * h * eb, device, kernels=1) if not training.frozen_base else 0.0
+    emb_passes = head_passes  # the gather, the positions' sum and (unless frozen) the backward's scatter
+    emb_s = memory_bound_time_s(emb_passes * T * h * eb, device, kernels=emb_passes) + emb_grad + emb_dropout + 2 * emb_comm
+    head_flops = head_passes * 2 * T * h * V / t
     # Logits (16-bit) and the fp32 copy the loss keeps for backward.
     head_act = T * V / t * (eb + 4)
     emb_act = T * h * eb / np.where(S.sp, t, 1.0)

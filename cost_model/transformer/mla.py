@@ -46,15 +46,16 @@ def mla_projection_shapes(
     return shapes
 
 
-def mla_projection_fwd_bwd_s(shapes: list[tuple[FloatArray, FloatArray, float]], device: DeviceSpec, dtype: str) -> tuple[FloatArray, FloatArray]:
+def mla_projection_fwd_bwd_s(shapes: list[tuple[FloatArray, FloatArray, float]], device: DeviceSpec, dtype: str,
+                             frozen: bool = False) -> tuple[FloatArray, FloatArray]:
     """Forward and backward time (s) of the MLA input projections (:func:`mla_projection_shapes`),
-    each GEMM on its own shape (:func:`cost_model.compute.gemm_fwd_bwd_time_s`): the narrow
-    reduction of the KV up-projection (k = kv_lora_rank, 512 in DeepSeek-V3) runs below the
-    large-GEMM rate."""
+    each GEMM on its own shape (:func:`cost_model.compute.gemm_fwd_bwd_time_s`; ``frozen``: dX
+    alone): the narrow reduction of the KV up-projection (k = kv_lora_rank, 512 in DeepSeek-V3)
+    runs below the large-GEMM rate."""
     fwd: FloatArray = np.zeros_like(shapes[0][0])
     bwd: FloatArray = np.zeros_like(shapes[0][0])
     for m, n, k in shapes:
-        f, b = gemm_fwd_bwd_time_s(m, n, k, device, dtype)
+        f, b = gemm_fwd_bwd_time_s(m, n, k, device, dtype, frozen=frozen)
         fwd, bwd = fwd + f, bwd + b
     return fwd, bwd
 

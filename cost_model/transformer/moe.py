@@ -176,14 +176,14 @@ def grouped_gemm_efficiency(m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, d
 
 
 def grouped_gemm_fwd_bwd_s(
-    m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, experts: ArrayOrFloat, device: DeviceSpec, dtype: str
+    m: ArrayOrFloat, n: ArrayOrFloat, k: ArrayOrFloat, experts: ArrayOrFloat, device: DeviceSpec, dtype: str, frozen: bool = False
 ) -> tuple[FloatArray, FloatArray]:
     """Forward and backward time (s) of ``experts`` equal GEMMs [m×k]·[k×n] run as one grouped
     GEMM (CUTLASS grouped GEMM / Transformer Engine ``GroupedLinear``: one launch, each expert's
     problem tiled on its own).  Each expert costs the roofline of its own shape
     (:func:`grouped_gemm_efficiency`), so few tokens per expert run at a low rate; backward is
-    dX and dW per expert (:func:`cost_model.compute.gemm_fwd_bwd_time_s`)."""
-    return gemm_fwd_bwd_time_s(m, n, k, device, dtype, batch=experts)
+    dX and dW per expert (:func:`cost_model.compute.gemm_fwd_bwd_time_s`; dX alone when ``frozen``)."""
+    return gemm_fwd_bwd_time_s(m, n, k, device, dtype, batch=experts, frozen=frozen)
 
 
 # ---- router, permutation ------------------------------------------------------------------------
@@ -193,7 +193,8 @@ def grouped_gemm_fwd_bwd_s(
 ROUTER_LOGIT_BYTES = 4.0
 
 
-def router_time_s(tokens: ArrayOrFloat, hidden: float, num_experts: float, device: DeviceSpec, dtype: str) -> tuple[FloatArray, FloatArray]:
+def router_time_s(tokens: ArrayOrFloat, hidden: float, num_experts: float, device: DeviceSpec, dtype: str,
+                  frozen: bool = False) -> tuple[FloatArray, FloatArray]:
     """Forward and backward time (s) of the router of ``tokens`` tokens: the gate GEMM
     [T×h]·[h×E] and the memory-bound routing kernels on the T×E fp32 logits.
 
@@ -201,8 +202,8 @@ def router_time_s(tokens: ArrayOrFloat, hidden: float, num_experts: float, devic
     load-balancing loss over the probabilities (read 4 B): 16 B per logit, 3 kernels.  Backward:
     softmax backward (read probabilities and gradient, write the gradient: 12 B) and the
     scatter of the top-k gradients into it (4 B): 16 B per logit, 2 kernels.  Megatron-Core
-    ``TopKRouter`` (``moe/router.py``)."""
-    g_fwd, g_bwd = gemm_fwd_bwd_time_s(tokens, num_experts, hidden, device, dtype)
+    ``TopKRouter`` (``moe/router.py``).  ``frozen``: the gate's dX alone (LoRA)."""
+    g_fwd, g_bwd = gemm_fwd_bwd_time_s(tokens, num_experts, hidden, device, dtype, frozen=frozen)
     logits = _f(tokens) * num_experts
     fwd = g_fwd + memory_bound_time_s(16.0 * logits, device, kernels=3, transcendental_elements=logits)
     bwd = g_bwd + memory_bound_time_s(16.0 * logits, device, kernels=2)
@@ -409,6 +410,7 @@ def moe_ffn_costs(
     capacity_factor: float | None = None,
     ep_per_node: ArrayOrFloat | None = None,
     etp: ArrayOrFloat = 0.0,
+    frozen: bool = False,
 ) -> MoeFfnCost:
     """Cost of one MoE FFN (module docstring; each term's formula in its function).
 
@@ -422,7 +424,8 @@ def moe_ffn_costs(
     on the full T tokens like a dense FFN (one all-gather + reduce-scatter, or all-reduce, of
     T·h per pass).  ``ep_per_node``: EP ranks per node when the ranks are not in Megatron's
     order (a topology's nesting order; default: ep ranks etp apart).  ``etp``: a pinned ETP
-    (:func:`expert_tensor_parallel`; 0: the default rule).
+    (:func:`expert_tensor_parallel`; 0: the default rule).  ``frozen``: no weight trains (LoRA),
+    so every GEMM's backward is its dX alone.
     """
     t, c, d, e = _f(tp), _f(cp), _f(dp), _f(ep)
     sp = np.asarray(sequence_parallel, dtype=bool)
@@ -433,9 +436,9 @@ def moe_ffn_costs(
     lf = expert_load_factor(T_loc * top_k, e, capacity_factor)
     M = tokens_per_expert(T, top_k, num_experts, e, etp, t) * lf
     e_local = num_experts / e
-    fc1_f, fc1_b = grouped_gemm_fwd_bwd_s(M, (fm - 1.0) * ffn_hidden / etp, hidden, e_local, device, dtype)
-    fc2_f, fc2_b = grouped_gemm_fwd_bwd_s(M, hidden, ffn_hidden / etp, e_local, device, dtype)
-    r_f, r_b = router_time_s(T_loc, hidden, num_experts, device, dtype)
+    fc1_f, fc1_b = grouped_gemm_fwd_bwd_s(M, (fm - 1.0) * ffn_hidden / etp, hidden, e_local, device, dtype, frozen=frozen)
+    fc2_f, fc2_b = grouped_gemm_fwd_bwd_s(M, hidden, ffn_hidden / etp, e_local, device, dtype, frozen=frozen)
+    r_f, r_b = router_time_s(T_loc, hidden, num_experts, device, dtype, frozen=frozen)
     gemm_fwd = fc1_f + fc2_f + r_f
     gemm_bwd = fc1_b + fc2_b + r_b
     # Forward FLOPs at the mean load (model FLOPs: the router and k experts per token).
@@ -444,8 +447,8 @@ def moe_ffn_costs(
     tp_per_node = np.minimum(t, gpn)
     shared_one: FloatArray = np.zeros_like(T)
     if shared_ffn_hidden:
-        s1f, s1b = gemm_fwd_bwd_time_s(T, (fm - 1.0) * shared_ffn_hidden / t, hidden, device, dtype)
-        s2f, s2b = gemm_fwd_bwd_time_s(T, hidden, shared_ffn_hidden / t, device, dtype)
+        s1f, s1b = gemm_fwd_bwd_time_s(T, (fm - 1.0) * shared_ffn_hidden / t, hidden, device, dtype, frozen=frozen)
+        s2f, s2b = gemm_fwd_bwd_time_s(T, hidden, shared_ffn_hidden / t, device, dtype, frozen=frozen)
         gemm_fwd, gemm_bwd = gemm_fwd + s1f + s2f, gemm_bwd + s1b + s2b
         flops = flops + 2.0 * T * fm * hidden * shared_ffn_hidden / t
         msg = T * hidden * act_bytes

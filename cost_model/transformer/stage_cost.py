@@ -40,6 +40,7 @@ from cost_model.transformer.layer_cost import (
     dp_overlap_fraction,
     embedding_head_costs,
     fragmentation_fraction,
+    frozen_weight_bytes_per_param,
     fsdp_accumulates_in_fp32,
     layer_costs,
     model_state_bytes_per_param,
@@ -58,6 +59,7 @@ from cost_model.transformer.layer_cost import (
     sharded_passes_s,
     zero_offload_accumulation_s,
 )
+from cost_model.transformer.lora import adapter_params_per_layer, adapter_tensors_per_layer
 from cost_model.transformer.memory import churned_gradients
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -326,12 +328,13 @@ def fsdp_unsharded_bytes(model: TransformerSpec, training: Training, S: Strategy
     """
     pb = param_bytes(training)
     rs = FSDP_REDUCE_SCATTER_INPUT_BYTES
+    grad = 0.0 if training.frozen_base else 1.0  # LoRA: frozen weights have no unsharded gradients (the adapters' are not counted)
     layer = 0.5 * live
     head: ArrayOrFloat = model.vocab_size * model.hidden_size / S.tp if has_head else 0.0
     unit = np.maximum(layer, head)
-    full_shard = np.maximum(2.0 * layer * pb + layer * (pb + rs), head * (2.0 * pb + rs) + layer * pb)
-    out: FloatArray = np.where(pipelined_fsdp(training, S.zero, S.pp), unit * pb,
-                               np.where(S.zero >= 3, full_shard, np.where(S.zero == 2, unit * (pb + rs), 0.0)))
+    full_shard = np.maximum(2.0 * layer * pb + grad * layer * (pb + rs), head * (pb + grad * (pb + rs)) + layer * pb)
+    out: FloatArray = np.where(pipelined_fsdp(training, S.zero, S.pp), grad * unit * pb,
+                               np.where(S.zero >= 3, full_shard, np.where(S.zero == 2, grad * unit * (pb + rs), 0.0)))
     return out
 
 
@@ -394,11 +397,20 @@ def stage_cost(
     shard_exp = np.maximum(expert_data_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin) / zero_replicas(S), 1.0)
     w_d, g_d, o_d = model_state_bytes_per_param(training, S.zero, shard_dense, S.pp)
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp, S.pp)
-    weights = dense * w_d + experts * w_e
+    # LoRA (cost_model.transformer.lora): the model's weights frozen in the training dtype,
+    # sharded under ZeRO-3 like any weight; gradients, master weights and optimizer state are
+    # the adapters' (dense-like: replicated over EP, sharded over dp·cp)
+    trainable = n_decoder * adapter_params_per_layer(model, training, S.tp) if training.frozen_base else dense
+    trainable_experts: ArrayOrFloat = 0.0 if training.frozen_base else experts
+    if training.frozen_base:
+        weights = (dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
+                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp) + trainable * w_d)
+    else:
+        weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
         weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
-    grads = dense * g_d + experts * g_e
-    opt = dense * o_d + experts * o_e
+    grads = trainable * g_d + trainable_experts * g_e
+    opt = trainable * o_d + trainable_experts * o_e
     # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
     # (partitioned) state; the expert weights counted as dense ones of the same shard, for the copies
     offloading = training.optimizer_offload_fraction > 0.0 or training.cpu_offload
@@ -444,7 +456,7 @@ def stage_cost(
     # layer_cost.fragmentation_fraction.
     workspace = WORKSPACE_BYTES + fragmentation_fraction() * (churned_gradients(grads - buckets, training.framework) + acts)
 
-    dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(dense, training, S, dc.links, experts)
+    dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(trainable, training, S, dc.links, trainable_experts)
     # ZeRO-3's per-micro-batch gathers and reduce-scatters, except FSDP inside a pipeline stage,
     # which gathers and reduces once a step (pipelined_fsdp: dp_gradient_comm_s's per-step term)
     per_microbatch_sharding = (S.zero >= 3) & ~pipelined_fsdp(training, S.zero, S.pp)
@@ -461,12 +473,14 @@ def stage_cost(
     # EDP replicas), each a micro-batch's worth: layer_cost.sharded_passes_s
     gather, reduce = sharded_passes_s((dense if model.is_moe else dense + experts) / np.maximum(units, 1.0), units, training, S,
                                       dc.links, per_unit, bandwidth_messages=matrices)
+    if training.frozen_base:  # LoRA: the frozen weights are gathered, the adapters' gradients alone reduced
+        _, reduce = sharded_passes_s(trainable / np.maximum(units, 1.0), units, training, S, dc.links, per_unit, bandwidth_messages=matrices)
     sharded = (passes - 1.0) * gather + reduce
     if model.is_moe:
         g_e, r_e = sharded_passes_s(experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
                                     stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
         gather = gather + g_e
-        sharded = sharded + (layer_passes - 1.0) * g_e + r_e
+        sharded = sharded + (layer_passes - 1.0) * g_e + (0.0 if training.frozen_base else r_e)
     # DeepSpeed's tensor-list gathers copy their output out per rank (0 elsewhere), each pass
     copy_out = deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device, per_unit, 1.0)
     sharded = sharded + (np.asarray(passes) - 1.0) * copy_out
@@ -495,13 +509,15 @@ def stage_cost(
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
         (2 if model.bias else 1) + (0 if model.tie_embeddings else 1) if has_head else 0)
-    optimizer = optimizer_step_s(dense + experts, training, dc.device, S, tensors)
-    if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
+    if training.frozen_base:  # LoRA: the adapters' A and B alone are stepped and accumulated
+        tensors = n_decoder * adapter_tensors_per_layer(model, training)
+    optimizer = optimizer_step_s(trainable + trainable_experts, training, dc.device, S, tensors)
+    if model.is_moe and not training.frozen_base:  # the experts' optimizer state is sharded over EDP, not dp·cp
         optimizer = optimizer_step_s(dense, training, dc.device, S, tensors) + optimizer_step_s(
             experts, training, dc.device, S, 0.0, shard=np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_exp, 1.0))
     # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
     # backward, on the compute stream (reported as compute, like the layers' other memory-bound work).
-    accumulate = grad_accumulation_s(dense + experts, training, dc.device, S, tensors)
+    accumulate = grad_accumulation_s(trainable + trainable_experts, training, dc.device, S, tensors)
     backward_s = backward_s + accumulate
     compute = compute + accumulate
     return StageCost(
@@ -627,13 +643,25 @@ def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
     square, as Narayanan et al. 2021 Eq. 3 and Megatron-LM's MFU do.  For GPT shapes this
     is exactly 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)).  Multi-token-prediction modules count
     as Megatron-LM's FLOP formula counts them: a decoder layer, the [2h, h] projection and an
-    output head each."""
+    output head each.  LoRA (frozen weights, :mod:`cost_model.transformer.lora`): a frozen GEMM
+    runs its forward and its dX (2× forward), the attention core its forward and backward (3×),
+    the adapters' GEMMs all three (3× their 2·r·(d_in + d_out) a token)."""
     s = float(training.sequence_length)
     h = float(model.hidden_size)
     layer_fwd = _layer_forward_flops(model, s)
     head_fwd = 2 * s * h * model.vocab_size
     mtp_fwd = model.mtp_layers * (layer_fwd + 2 * s * 2 * h * h + head_fwd)
+    if training.frozen_base:
+        attn_fwd = 4 * s * model.attention_core_width(s)
+        layer = 2.0 * (layer_fwd - attn_fwd) + 3.0 * attn_fwd + 3.0 * _adapter_forward_flops(model, training, s)
+        return training.global_batch_size * (model.num_layers * layer + 2.0 * (head_fwd + mtp_fwd))
     return 3.0 * training.global_batch_size * (model.num_layers * layer_fwd + head_fwd + mtp_fwd)
+
+
+def _adapter_forward_flops(model: TransformerSpec, training: Training, s: float) -> float:
+    """Forward FLOPs of the average layer's LoRA adapters for one sequence: 2·r·(d_in + d_out) a
+    token each, their whole parameter count (at tp 1) twice."""
+    return 2 * s * float(adapter_params_per_layer(model, training, 1.0)) if training.frozen_base else 0.0
 
 
 def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0,
@@ -648,8 +676,9 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
     if recompute == "none":
         return 0.0
     s = float(training.sequence_length)
-    if recompute == "full":  # every decoder layer's forward again (the MTP modules' included)
-        return fraction * training.global_batch_size * (model.num_layers + model.mtp_layers) * _layer_forward_flops(model, s)
+    if recompute == "full":  # every decoder layer's forward again (the MTP modules' included), with LoRA's adapters
+        return fraction * training.global_batch_size * (model.num_layers + model.mtp_layers) * (
+            _layer_forward_flops(model, s) + _adapter_forward_flops(model, training, s))
     tokens = float(training.global_batch_size) * s
     chosen = frozenset(modules or ("core_attn",))
     unfused_core = training.attention == "unfused" and ("core_attn" in chosen or op_level_selective(model, training))

@@ -149,8 +149,37 @@ def optimizer_offload_args(training: Mapping[str, Any]) -> list[tuple[str, str |
             ("--overlap-cpu-optimizer-d2h-h2d", None)]
 
 
+#: Hugging Face PEFT's ``target_modules`` for each of :data:`cost_model.frameworks.LORA_MODULES`
+#: (the Llama / Qwen / Mistral projection names; PaddleNLP's are the same).
+PEFT_TARGET_MODULES = {"linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_proj": ("o_proj",),
+                       "linear_fc1": ("gate_proj", "up_proj"), "linear_fc2": ("down_proj",)}
+
+
+def lora_note(view: PlanView, where: str) -> list[str]:
+    """The note that a LoRA plan's adapters are the trainer's to build (``where``: the trainer's
+    own LoRA setting), with the rank, layers and dropout the plan priced; none without LoRA."""
+    rank = int(view.training.get("lora_rank", 0) or 0)
+    if not rank:
+        return []
+    modules = view.training.get("lora_target_modules") or list(PEFT_TARGET_MODULES)
+    names = [n for m in modules for n in PEFT_TARGET_MODULES.get(m, (m,))]
+    dropout = float(view.training.get("lora_dropout", 0.0) or 0.0)
+    return [f"the plan trains LoRA adapters of rank {rank} on {', '.join(modules)} (PEFT target_modules {names}), lora_dropout "
+            f"{dropout:g}, every other weight frozen: {where}"]
+
+
+def refuse_lora(view: PlanView, target: str, how: str) -> None:
+    """A launch that would train every weight of a plan priced for LoRA is refused (it needs the
+    optimizer state and gradients the plan left out)."""
+    if int(view.training.get("lora_rank", 0) or 0):
+        raise InvalidPlan(f"{target} has no LoRA setting these arguments can carry: the plan priced frozen weights with LoRA adapters "
+                          f"(training.lora_rank), which this launch would train whole; {how}", field="target")
+
+
 def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value) pairs in Megatron-LM's own option names, and notes."""
+    refuse_lora(view, "Megatron-LM's pretrain_gpt.py", "run it with Megatron-Bridge's finetuning recipe, peft=LoRA(target_modules, "
+                "dim, dropout) with the plan's parallel sizes")
     chunks = view.require_layers("megatron")
     notes: list[str] = []
     args: list[tuple[str, str | None]] = [
@@ -586,6 +615,8 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         if expert_parallel is not None:
             cfg["expert_parallel"] = expert_parallel
         notes += ep_notes
+    notes += lora_note(view, "wrap the model with peft.get_peft_model(model, LoraConfig(r, target_modules, lora_dropout)) before "
+                             "deepspeed.initialize (ds_config.json has no LoRA setting; DeepSpeed steps the adapters alone)")
     return cfg, notes
 
 
@@ -818,6 +849,7 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
     if view.training.get("activation_offloading") is True:
         notes.append("the plan keeps the full recompute's checkpointed inputs in host memory: set PaddleNLP's recompute_offload: "
                      "true with recompute_granularity full")
+    notes += lora_note(view, "set PaddleNLP's lora: true and lora_rank (its LoRAConfig target_modules and lora_dropout for the rest)")
     zero = int(view.s("zero_stage", 0))
     if zero >= 2 and (view.tp > 1 or view.cp > 1 or view.dp_replicas > 1):
         notes.append(f"sharding stage {zero} with tensor/segment parallelism or replicas: fleet_init.wrap shards through "
@@ -1022,6 +1054,9 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if not (registered and registered[2]):
         model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
                        "pass --module/--config of one you register before these arguments"]
+    refuse_lora(view, "torchtitan's command line", "torchtitan's LoRA is a LoRAConverter in a registered config function's "
+                "model converters (components/lora.py): register one with the plan's rank and target modules, or use the "
+                "torchrun target with a PEFT trainer")
     if view.training.get("activation_offloading") is True:
         raise InvalidPlan("torchtitan has no activation offloading (its memory settings are activation checkpointing and "
                           "enable_cpu_offload): the plan priced every layer's saved activations in host memory, which this launch "

@@ -1,0 +1,199 @@
+"""LoRA: the frozen model's low-rank adapters, per decoder layer and GPU.
+
+LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", §4.1) freezes every
+weight W of the model and trains, beside each targeted linear layer Y = X·W, a rank-r update
+Y += s·(drop(X)·A)·B with A [d_in × r] and B [r × d_out] (s = alpha/r, a constant that costs
+nothing but its multiply).  What that changes, each priced where the layer's cost is written:
+
+* **No weight gradients for the base.** A frozen W has no dW GEMM (``cost_model.compute.
+  gemm_fwd_bwd_time_s(frozen=True)``), no gradient, no master copy, no optimizer state, nothing
+  to reduce across data-parallel ranks and nothing for the optimizer to step: the stage's
+  state, gradient traffic and update are the adapters' (``stage_cost``).  The frozen weights are
+  still gathered by ZeRO-3/FSDP in the forward and again in the backward (dX needs them).
+* **The adapters' own work** (:func:`adapter_costs`): two small GEMMs each way, on the shapes
+  below, and the memory-bound passes around them — PEFT's ``result + lora_B(lora_A(dropout(x)))
+  * scaling`` reads and writes the output twice (multiply, add), the dropout (when
+  ``lora_dropout`` > 0) reads the input and writes a copy and a mask, and backward adds the
+  adapter's input gradient into the base's.
+* **Saved activations** (:func:`saved_activation_delta_bytes`): each adapter keeps its rank-r
+  intermediate for B's weight gradient, and with dropout the dropped input and its mask; a
+  frozen layer without an adapter keeps nothing for its weight gradient (PyTorch's autograd
+  saves a matmul operand only for the gradient that needs it — ``mm``'s ``mat1`` for
+  ``mat2``'s; Transformer Engine's linear keeps its input only when the weight trains), so the
+  input that only its weight gradient needed is not stored.
+
+Tensor parallelism (torchtitan ``components/lora.py``, PaddleNLP's ``ColumnParallelLoRALinear``
+/ ``RowParallelLoRALinear``, Megatron-Bridge's ``ParallelLinearAdapter``): beside a
+column-parallel layer (QKV, FC1) A is replicated and B splits its output; beside a row-parallel
+one (projection, FC2) A splits its input and B is replicated, its partial output summed by the
+base layer's own reduction — no collective of its own.  Megatron-Bridge puts one adapter on the
+fused ``linear_qkv`` and gated ``linear_fc1``; PEFT, torchtune, torchtitan and PaddleNLP one on
+each projection (``FrameworkRules.lora_fused_projections``).
+
+Not modelled (each small against the layer): the TP all-reduce of the T×r gradient of a
+replicated A, the autograd nodes' launch overheads beyond the kernels counted, LoRA on the
+routed experts of an MoE layer (the ``linear_fc1``/``linear_fc2`` adapters go on its shared
+experts; the routed experts stay frozen without adapters, their saved inputs counted as stored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_model.comm import ArrayOrFloat, FloatArray
+from cost_model.compute import gemm_fwd_bwd_time_s, memory_bound_time_s
+from cost_model.devices import DeviceSpec
+from cost_model.frameworks import rules_for
+from cost_model.training import Training
+from cost_model.transformer.spec import TransformerSpec
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One adapter's base layer: input and output widths, and which of them TP splits (a
+    column-parallel layer splits its output, a row-parallel one its input, MLA's down-projections
+    neither).  ``module``: the :data:`cost_model.frameworks.LORA_MODULES` name it belongs to."""
+
+    module: str
+    d_in: float
+    d_out: float
+    in_split: bool
+    out_split: bool
+
+    def widths(self, tp: ArrayOrFloat) -> tuple[ArrayOrFloat, ArrayOrFloat]:
+        """The base layer's input and output widths on one TP rank."""
+        return (self.d_in / tp if self.in_split else self.d_in), (self.d_out / tp if self.out_split else self.d_out)
+
+
+def adapters(model: TransformerSpec, training: Training) -> list[Adapter]:
+    """The adapters of one uniform decoder layer (a :meth:`TransformerSpec.layer_variants` spec)
+    for ``training.lora_modules``: separate Q, K, V (and gate, up) adapters, or one on each fused
+    projection where the framework fuses them; MLA's four input projections; an MoE layer's FFN
+    adapters on its shared experts (none without them)."""
+    mods = set(training.lora_modules)
+    fused = rules_for(training.framework).lora_fused_projections
+    h = float(model.hidden_size)
+    out: list[Adapter] = []
+    if "linear_qkv" in mods:
+        if model.is_mla:
+            ql, kvl, heads = float(model.q_lora_rank), float(model.kv_lora_rank), float(model.num_heads)
+            q_parts = [Adapter("linear_qkv", h, ql, False, False), Adapter("linear_qkv", ql, float(model.q_size), False, True)] if ql else [
+                Adapter("linear_qkv", h, float(model.q_size), False, True)]
+            out += q_parts + [Adapter("linear_qkv", h, kvl + float(model.qk_rope_head_dim), False, False),
+                              Adapter("linear_qkv", kvl, heads * float(model.head_dim + model.v_head_dim), False, True)]
+        else:
+            q, kv = float(model.q_size), float(model.num_kv_heads * model.head_dim)
+            out += [Adapter("linear_qkv", h, q + 2 * kv, False, True)] if fused else [
+                Adapter("linear_qkv", h, w, False, True) for w in (q, kv, kv)]
+    if "linear_proj" in mods:
+        out.append(Adapter("linear_proj", float(model.attn_out_size), h, True, False))
+    f = float(model.shared_expert_ffn_hidden_size if model.is_moe else model.ffn_hidden_size)
+    if f:
+        inputs = model.ffn_matrices - 1  # gate and up when gated
+        if "linear_fc1" in mods:
+            out += [Adapter("linear_fc1", h, inputs * f, False, True)] if fused else [
+                Adapter("linear_fc1", h, f, False, True) for _ in range(inputs)]
+        if "linear_fc2" in mods:
+            out.append(Adapter("linear_fc2", f, h, True, False))
+    return out
+
+
+def adapter_params_per_layer(model: TransformerSpec, training: Training, tp: ArrayOrFloat) -> FloatArray:
+    """Trainable parameters of the average decoder layer on one TP rank: r·(d_in + d_out) per
+    adapter, each of A and B split where its base layer splits that side (the layer variants
+    weighted by their share of the layers)."""
+    r = float(training.lora_rank)
+    total: FloatArray = np.zeros(np.shape(tp))
+    for w, v in model.layer_variants():
+        for ad in adapters(v, training):
+            d_in, d_out = ad.widths(tp)
+            total = total + w * r * (d_in + d_out)
+    return total
+
+
+def adapter_tensors_per_layer(model: TransformerSpec, training: Training) -> float:
+    """Trainable tensors of the average decoder layer (A and B of each adapter): what a
+    per-tensor optimizer launches kernels for."""
+    return float(sum(w * 2 * len(adapters(v, training)) for w, v in model.layer_variants()))
+
+
+def adapter_costs(model: TransformerSpec, training: Training, device: DeviceSpec, tokens: ArrayOrFloat, tp: ArrayOrFloat,
+                  act_bytes: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Forward time, backward time (s) and forward FLOPs of one uniform layer's adapters for
+    ``tokens`` tokens per GPU (T, after context splitting; the full sequence under SP, as the base
+    GEMMs see it).
+
+    Per adapter with local widths d_in, d_out, rank r and element size e: the GEMMs X·A
+    [T, r, d_in] and H·B [T, d_out, r], each with its dX and dW in backward
+    (:func:`cost_model.compute.gemm_fwd_bwd_time_s`); forward the scaling multiply and the add
+    into the base output (5·e·T·d_out bytes, 2 kernels); backward the multiply's gradient
+    (2·e·T·d_out, 1 kernel) and the add of the adapter's dX into the base's (3·e·T·d_in, 1 kernel);
+    with ``lora_dropout`` > 0 the dropout (read e, write e and a 1-byte mask per input element, one
+    random number each) and its backward (2·e + 1 bytes an element)."""
+    r = float(training.lora_rank)
+    T = np.asarray(tokens, dtype=float)
+    drop = 1.0 if training.lora_dropout > 0.0 else 0.0
+    fwd: FloatArray = np.zeros(np.broadcast(T, tp).shape)
+    bwd: FloatArray = np.zeros_like(fwd)
+    flops: FloatArray = np.zeros_like(fwd)
+    e = act_bytes
+    for ad in adapters(model, training):
+        d_in, d_out = ad.widths(tp)
+        a_f, a_b = gemm_fwd_bwd_time_s(T, r, d_in, device, training.dtype)
+        b_f, b_b = gemm_fwd_bwd_time_s(T, d_out, r, device, training.dtype)
+        fwd = fwd + a_f + b_f + memory_bound_time_s(5.0 * e * T * d_out, device, kernels=2)
+        bwd = bwd + a_b + b_b + memory_bound_time_s(2.0 * e * T * d_out + 3.0 * e * T * d_in, device, kernels=2)
+        if drop:
+            fwd = fwd + memory_bound_time_s((2.0 * e + 1.0) * T * d_in, device, kernels=1, rng_elements=T * d_in)
+            bwd = bwd + memory_bound_time_s((2.0 * e + 1.0) * T * d_in, device, kernels=1)
+        flops = flops + 2.0 * T * r * (d_in + d_out)
+    return fwd, bwd, flops
+
+
+def saved_activation_delta_bytes(model: TransformerSpec, training: Training, tokens: ArrayOrFloat, tp: ArrayOrFloat,
+                                 sequence_parallel: ArrayOrFloat, act_bytes: float) -> FloatArray:
+    """What LoRA changes in one uniform layer's saved activations per micro-batch (bytes; the
+    layer's full set, :func:`cost_model.transformer.layer_cost.activation_bytes`' ``full``):
+
+    + each adapter's intermediate X·A (T·r·e) for B's weight gradient, and with ``lora_dropout``
+      the dropped input and its mask (T·d_in·(e + 1)) for A's;
+    − the input of each frozen linear layer without an adapter, which only its weight gradient
+      needed: the QKV input T·h (/t under SP), the projection input T·o/t, a dense FFN's FC1
+      input T·h (/t under SP) and FC2 input T·f/t (an MoE layer's FFN inputs stay counted).
+    """
+    r = float(training.lora_rank)
+    T = np.asarray(tokens, dtype=float)
+    e = act_bytes
+    rep = np.where(np.asarray(sequence_parallel, dtype=bool), tp, 1.0)
+    drop = 1.0 if training.lora_dropout > 0.0 else 0.0
+    out: FloatArray = np.zeros(np.broadcast(T, tp, rep).shape)
+    for ad in adapters(model, training):
+        d_in, _ = ad.widths(tp)
+        out = out + T * r * e + drop * T * d_in * (e + 1.0)
+    mods = set(training.lora_modules)
+    h = float(model.hidden_size)
+    if "linear_qkv" not in mods:
+        out = out - T * h * e / rep
+    if "linear_proj" not in mods:
+        out = out - T * float(model.attn_out_size) / tp * e
+    if not model.is_moe:
+        if "linear_fc1" not in mods:
+            out = out - T * h * e / rep
+        if "linear_fc2" not in mods:
+            out = out - T * float(model.ffn_hidden_size) / tp * e
+    return out
+
+
+def lora_notes(model: TransformerSpec, training: Training) -> list[str]:
+    """What an estimate of a LoRA run should say it assumed: an MoE model's routed experts frozen
+    without adapters (the FFN adapters on its shared experts, or none)."""
+    if not training.frozen_base or not model.is_moe or not {"linear_fc1", "linear_fc2"} & set(training.lora_modules):
+        return []
+    where = "its shared experts" if model.shared_expert_ffn_hidden_size else "no MoE layer's FFN (it has no shared experts)"
+    return [f"LoRA: the routed experts are priced frozen without adapters; linear_fc1/linear_fc2 adapters go on {where}"
+            + (" and the dense layers' FFNs" if model.dense_layer_indices else "")]
+
+
+__all__ = ["Adapter", "adapter_costs", "adapter_params_per_layer", "adapter_tensors_per_layer", "adapters", "lora_notes", "saved_activation_delta_bytes"]

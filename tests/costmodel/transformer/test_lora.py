@@ -1,0 +1,181 @@
+"""LoRA (``training.lora_rank``, ``lora_target_modules``, ``lora_dropout``): the model's weights
+frozen, a rank-r adapter beside each targeted linear layer (``cost_model.transformer.lora``).
+The frozen GEMMs lose their weight-gradient half, the state, gradient traffic and optimizer step
+become the adapters', the adapters add their own small GEMMs and memory-bound passes, and the
+frozen layers without an adapter stop storing the input only their weight gradient needed; what
+cannot be priced is a 422 naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cost_model.cluster import simple_cluster
+from cost_model.compute import gemm_fwd_bwd_time_s, gemm_time_s
+from cost_model.devices import get_device
+from cost_model.errors import InvalidTraining
+from cost_model.estimate import estimate
+from cost_model.graph.evaluate import refuse_graph_unpriced
+from cost_model.strategy import Strategy
+from cost_model.training import training_from_dict
+from cost_model.transformer.lora import adapter_params_per_layer, adapter_tensors_per_layer
+from cost_model.transformer.spec import get_preset
+
+FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
+H100 = "H100-SXM5-80GB"
+CLUSTER = {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]}
+
+
+def _tr(**kw) -> object:
+    return training_from_dict({**FSDP, **kw})
+
+
+def test_a_frozen_weight_has_no_weight_gradient_gemm():
+    dev = get_device(H100)
+    fwd, full = gemm_fwd_bwd_time_s(8192, 4096, 4096, dev, "bf16")
+    f2, frozen = gemm_fwd_bwd_time_s(8192, 4096, 4096, dev, "bf16", frozen=True)
+    assert f2 == fwd
+    assert frozen == pytest.approx(gemm_time_s(8192, 4096, 4096, dev, "bf16"))  # dX = dY·Wᵀ alone
+    assert full - frozen == pytest.approx(gemm_time_s(4096, 4096, 8192, dev, "bf16"))
+
+
+def test_the_adapters_of_llama_3_8b_are_peft_s_count():
+    # PEFT's print_trainable_parameters for Llama-3-8B, r=16, target_modules "all-linear":
+    # 41,943,040 trainable parameters (q, k, v, o, gate, up, down: r·(d_in + d_out) each)
+    model = get_preset("llama3-8b")
+    assert float(adapter_params_per_layer(model, _tr(lora_rank=16), 1.0)) * model.num_layers == 41_943_040
+    assert adapter_tensors_per_layer(model, _tr(lora_rank=16)) == 14
+    # Megatron-Bridge's fused projections: one adapter on linear_qkv and one on linear_fc1
+    fused = float(adapter_params_per_layer(model, _tr(lora_rank=16, framework="megatron-core"), 1.0))
+    assert fused == 16 * ((4096 + 6144) + (4096 + 4096) + (4096 + 2 * 14336) + (14336 + 4096))
+    # under TP A splits beside a row-parallel layer and B beside a column-parallel one
+    qkv = _tr(lora_rank=16, framework="megatron-core", lora_target_modules=["linear_qkv"])
+    assert float(adapter_params_per_layer(model, qkv, 4.0)) == 16 * (4096 + 6144 / 4)
+
+
+@pytest.mark.parametrize("framework, zero", [("fsdp", 3), ("fsdp", 0), ("deepspeed", 2), ("megatron-core", 1), ("paddle", 1)])
+def test_the_state_is_the_adapters_and_the_step_is_faster(framework, zero):
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    # without recompute (a recomputed forward re-runs the adapters' memory-bound passes, which
+    # can cost more than the frozen weights' dW saves)
+    s = Strategy(dp=8, zero_stage=zero, micro_batch_size=2, recompute="none")
+    full, lora = (estimate(model, _tr(framework=framework, **kw), cluster, s) for kw in ({}, {"lora_rank": 16}))
+    m_full, m_lora = full.stages[0].memory_GB, lora.stages[0].memory_GB
+    shard = 8 if zero >= 3 else 1
+    # the frozen weights in bf16, sharded only under full sharding, beside the adapters' own state
+    assert m_lora["weights"] == pytest.approx(model.total_params() * 2 / shard / 1e9, rel=0.02)
+    assert m_lora["optimizer_state"] < 0.6 < m_full["optimizer_state"]
+    assert m_lora["gradients"] < m_full["gradients"]
+    assert lora.breakdown_s["compute"] < full.breakdown_s["compute"]
+    assert lora.step_time_s < full.step_time_s and lora.peak_memory_GB[0] < full.peak_memory_GB[0]
+    assert lora.breakdown_s["optimizer"] < full.breakdown_s["optimizer"] / 50
+    # model FLOPs: the frozen GEMMs' forward and dX, no dW
+    assert lora.model_tflops_per_gpu * lora.step_time_s < 0.72 * full.model_tflops_per_gpu * full.step_time_s
+
+
+def test_layers_without_an_adapter_store_less_and_dropout_stores_its_copies():
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="none")
+    T, h, f = 4096, 4096, 14336
+    acts = {name: estimate(model, _tr(lora_rank=16, **kw), cluster, s).stages[0].memory_GB["activations"]
+            for name, kw in (("all", {}), ("qkv", {"lora_target_modules": ["linear_qkv"]}), ("drop", {"lora_dropout": 0.05}))}
+    # without adapters, o_proj, the gate/up input and down_proj's input are stored for nothing (bf16,
+    # per layer); the 14 adapters' r-wide intermediates with them
+    unsaved = T * (h + h + f) * 2 * model.num_layers / 1e9
+    assert acts["all"] - acts["qkv"] == pytest.approx(unsaved + T * 16 * 2 * 4 * model.num_layers / 1e9, rel=0.01)
+    # PEFT's dropout keeps each adapter's own dropped input and mask (3 bytes an element)
+    d_in = 3 * h + h + 2 * h + f
+    assert acts["drop"] - acts["all"] == pytest.approx(T * d_in * 3 * model.num_layers / 1e9, rel=0.01)
+
+
+def test_full_recompute_stores_only_the_layer_input_with_lora_too():
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    lora, drop = (estimate(model, _tr(**kw), cluster, s).stages[0].memory_GB["activations"]
+                  for kw in ({"lora_rank": 16}, {"lora_rank": 16, "lora_dropout": 0.1}))
+    # the stored checkpoints are the layer inputs either way: the dropout's copies are held by the
+    # one layer being recomputed
+    T, h, f = 4096, 4096, 14336
+    assert drop - lora == pytest.approx(T * (3 * h + h + 2 * h + f) * 3 / 1e9, rel=0.01)
+
+
+@pytest.mark.parametrize("body, field, needle", [
+    ({**FSDP, "framework": "megatron-deepspeed", "lora_rank": 8}, "training.lora_rank", "LoRA is priced for"),
+    ({**FSDP, "lora_rank": -1}, "training.lora_rank", "from 0"),
+    ({**FSDP, "lora_rank": True}, "training.lora_rank", "from 0"),
+    ({**FSDP, "lora_target_modules": ["linear_qkv"]}, "training.lora_target_modules", "set lora_rank"),
+    ({**FSDP, "lora_dropout": 0.1}, "training.lora_dropout", "set lora_rank"),
+    ({**FSDP, "lora_rank": 8, "lora_dropout": 1.0}, "training.lora_dropout", "probability"),
+    ({**FSDP, "lora_rank": 8, "lora_target_modules": ["q_proj"]}, "training.lora_target_modules", "linear_qkv"),
+    ({**FSDP, "lora_rank": 8, "lora_target_modules": []}, "training.lora_target_modules", "at least one"),
+    ({**FSDP, "lora_rank": 8, "dtype": "fp8"}, "training.dtype", "not fp8"),
+    ({**FSDP, "lora_rank": 8, "cpu_offload": True}, "training.cpu_offload", "not priced"),
+    ({**FSDP, "framework": "deepspeed", "lora_rank": 8, "optimizer_offload_fraction": 1}, "training.optimizer_offload_fraction", "not priced"),
+])
+def test_what_cannot_be_priced_is_refused_by_name(body, field, needle):
+    with pytest.raises(InvalidTraining) as err:
+        training_from_dict(body)
+    assert err.value.field == field and needle in str(err.value), str(err.value)
+
+
+def test_an_operator_graph_refuses_it():
+    with pytest.raises(InvalidTraining) as err:
+        refuse_graph_unpriced(_tr(lora_rank=8))
+    assert err.value.field == "training.lora_rank"
+
+
+def test_the_planner_fits_a_70b_lora_where_a_full_finetune_does_not(client):
+    req = {"model": {"preset": "llama3-70b"}, "training": {**FSDP, "global_batch_size": 16, "sequence_length": 2048},
+           "cluster": CLUSTER, "constraints": {"zero_stage": 3, "pp": 1}}
+    refused = client.post("/v1/plans", json=req)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
+    r = client.post("/v1/plans", json={**req, "training": {**req["training"], "lora_rank": 16}})
+    assert r.status_code in (200, 201), r.text
+    plan = r.json()
+    assert plan["training"]["lora_rank"] == 16 and plan["best"]["prediction"]["fits"]
+    # torchtitan's command line would train every weight: refused, with where its LoRA is
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "torchtitan"})
+    assert launch.status_code == 422 and launch.json()["error"]["field"] == "target", launch.text
+    assert "LoRAConverter" in launch.json()["error"]["message"]
+
+
+def _lora_plan(client, framework: str, **extra) -> dict:
+    req = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "framework": framework, "global_batch_size": 16, "lora_rank": 8, **extra},
+           "cluster": CLUSTER, "constraints": {"tp": 1, "pp": 1}}
+    r = client.post("/v1/plans", json=req)
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def test_megatron_lm_s_launch_is_refused_and_deepspeed_s_says_where_the_adapters_go(client):
+    plan = _lora_plan(client, "megatron-core")
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "megatron"})
+    assert launch.status_code == 422 and launch.json()["error"]["field"] == "target", launch.text
+    assert "Megatron-Bridge" in launch.json()["error"]["message"]
+    plan = _lora_plan(client, "deepspeed")
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "deepspeed-config"})
+    assert launch.status_code == 200, launch.text
+    assert any("get_peft_model" in n and "'q_proj'" in n for n in launch.json()["notes"])
+
+
+def test_the_paddle_launch_says_how_to_turn_it_on(client):
+    plan = _lora_plan(client, "paddle", lora_target_modules=["linear_qkv", "linear_proj"])
+    assert plan["training"]["lora_target_modules"] == ["linear_qkv", "linear_proj"]
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "paddle-fleet"})
+    assert launch.status_code == 200, launch.text
+    assert any("lora_rank" in n and "rank 8" in n for n in launch.json()["notes"])
+
+
+def test_the_cli_estimates_with_it(cli, tmp_path):
+    body = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "lora_rank": 16},
+            "cluster": CLUSTER, "strategy": {"dp": 8, "zero_stage": 3, "micro_batch_size": 2, "recompute": "full"}}
+    (tmp_path / "est.json").write_text(json.dumps(body))
+    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"])
+    assert res.exit_code == 0, res.stdout
+    assert json.loads(res.stdout)["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
+    body["training"]["framework"] = "megatron-deepspeed"
+    (tmp_path / "bad.json").write_text(json.dumps(body))
+    bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
+    assert bad.exit_code == 2 and "training.lora_rank" in bad.stdout + (bad.stderr or "")
