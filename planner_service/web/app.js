@@ -442,6 +442,14 @@ const fmt = {
     // empty or 0: nothing offloaded (the contract's default), left out
     const offload = num("#t-offload");
     if (offload !== undefined && offload !== 0) out.optimizer_offload_fraction = offload;
+    // LoRA: empty or 0 is full finetuning (the contract's default), left out; no layer selected
+    // is every decoder linear layer, and dropout empty or 0 none — both left out
+    const loraRank = num("#t-lora-rank");
+    if (loraRank !== undefined && loraRank !== 0) out.lora_rank = loraRank;
+    const loraModules = Array.from($("#t-lora-modules").selectedOptions, (o) => o.value);
+    if (loraModules.length) out.lora_target_modules = loraModules;
+    const loraDropout = num("#t-lora-dropout");
+    if (loraDropout !== undefined && loraDropout !== 0) out.lora_dropout = loraDropout;
     return out;
   }
 

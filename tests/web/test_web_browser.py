@@ -708,6 +708,28 @@ def test_megatron_module_offload_is_planned_from_the_page(browser, live_server):
     assert "--offload-modules core_attn" in launch["files"]["megatron_args.sh"]
 
 
+def test_lora_is_planned_from_the_page(browser, live_server):
+    """A LoRA rank, its layers and dropout typed on the page: under Megatron-DeepSpeed (no LoRA)
+    the 422 lands at the rank; under FSDP the plan keeps them, its optimizer state the adapters'."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-deepspeed")
+    css(d, "#training-options summary").click()
+    rank = css(d, "#t-lora-rank")
+    rank.send_keys("16")
+    submit_and_expect_error_at(d, rank, "training.lora_rank: megatron-deepspeed: no LoRA", "PEFT")
+    small_one_node_form(d, live_server, "fsdp")
+    css(d, "#training-options summary").click()
+    css(d, "#t-lora-rank").send_keys("16")
+    Select(css(d, "#t-lora-modules")).select_by_value("linear_qkv")
+    css(d, "#t-lora-dropout").send_keys("0.05")
+    assert {k: v for k, v in form_body(d)["training"].items() if k.startswith("lora")} == {
+        "lora_rank": 16, "lora_target_modules": ["linear_qkv"], "lora_dropout": 0.05}
+    css(d, "#submit-plan").click()
+    plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
+    assert plan["training"]["lora_rank"] == 16 and plan["training"]["lora_target_modules"] == ["linear_qkv"]
+    assert plan["best"]["prediction"]["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
+
+
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
     d = browser
     small_one_node_form(d, live_server, "megatron-core")
