@@ -8,10 +8,7 @@ the field."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
 from cost_model.cluster import simple_cluster
 from cost_model.devices import get_device
@@ -21,6 +18,7 @@ from cost_model.strategy import Strategy
 from cost_model.training import Training, training_from_dict
 from cost_model.transformer.layer_cost import HOST_LINK_FRACTION, activation_offload_s
 from cost_model.transformer.spec import get_preset
+from helpers.cli_estimate import cli_estimates_then_refuses
 from helpers.offload import planned_once_offloaded
 
 FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
@@ -150,15 +148,9 @@ def test_the_cli_estimates_with_activation_offloading(cli, tmp_path):
     body = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "activation_offloading": True},
             "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]},
             "strategy": {"dp": 8, "zero_stage": 3, "micro_batch_size": 2}}
-    (tmp_path / "est.json").write_text(json.dumps(body))
-    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"])
-    assert res.exit_code == 0, res.stdout
-    out = json.loads(res.stdout)
+    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "megatron-deepspeed"},
+                                     "training.activation_offloading")
     assert out["breakdown_s"]["offload_exposed"] > 0 and out["stages"][0]["host_memory_GB"] > 0
-    body["training"]["framework"] = "megatron-deepspeed"
-    (tmp_path / "bad.json").write_text(json.dumps(body))
-    bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
-    assert bad.exit_code == 2 and "training.activation_offloading" in bad.stdout + (bad.stderr or "")
 
 
 # ---- Megatron-Core's fine-grained activation offloading (training.offload_modules) -------------

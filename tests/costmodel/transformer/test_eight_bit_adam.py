@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from cost_model.cluster import simple_cluster
 from cost_model.errors import InvalidTraining
@@ -22,6 +21,7 @@ from cost_model.transformer.layer_cost import (
     optimizer_bytes_per_param,
 )
 from cost_model.transformer.spec import get_preset
+from helpers.cli_estimate import cli_estimates_then_refuses
 
 FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
 H100 = "H100-SXM5-80GB"
@@ -110,11 +110,5 @@ def test_the_cli_estimates_with_it(cli, tmp_path):
     body = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "optimizer": "adamw_8bit"},
             "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]},
             "strategy": {"dp": 8, "zero_stage": 3, "micro_batch_size": 2, "recompute": "full"}}
-    (tmp_path / "est.json").write_text(json.dumps(body))
-    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"])
-    assert res.exit_code == 0, res.stdout
-    assert json.loads(res.stdout)["memory_breakdown_GB"][0]["optimizer_state"] < 2.1
-    body["training"]["framework"] = "megatron-core"
-    (tmp_path / "bad.json").write_text(json.dumps(body))
-    bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
-    assert bad.exit_code == 2 and "training.optimizer" in bad.stdout + (bad.stderr or "")
+    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "megatron-core"}, "training.optimizer")
+    assert out["memory_breakdown_GB"][0]["optimizer_state"] < 2.1

@@ -7,10 +7,7 @@ cannot be priced is a 422 naming the field."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
 from cost_model.cluster import simple_cluster
 from cost_model.compute import gemm_fwd_bwd_time_s, gemm_time_s
@@ -22,6 +19,7 @@ from cost_model.strategy import Strategy
 from cost_model.training import training_from_dict
 from cost_model.transformer.lora import adapter_params_per_layer, adapter_tensors_per_layer
 from cost_model.transformer.spec import get_preset
+from helpers.cli_estimate import cli_estimates_then_refuses
 
 FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
 H100 = "H100-SXM5-80GB"
@@ -171,11 +169,5 @@ def test_the_paddle_launch_says_how_to_turn_it_on(client):
 def test_the_cli_estimates_with_it(cli, tmp_path):
     body = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "lora_rank": 16},
             "cluster": CLUSTER, "strategy": {"dp": 8, "zero_stage": 3, "micro_batch_size": 2, "recompute": "full"}}
-    (tmp_path / "est.json").write_text(json.dumps(body))
-    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json"), "--json"])
-    assert res.exit_code == 0, res.stdout
-    assert json.loads(res.stdout)["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
-    body["training"]["framework"] = "megatron-deepspeed"
-    (tmp_path / "bad.json").write_text(json.dumps(body))
-    bad = CliRunner().invoke(cli, ["estimate", str(tmp_path / "bad.json")])
-    assert bad.exit_code == 2 and "training.lora_rank" in bad.stdout + (bad.stderr or "")
+    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "megatron-deepspeed"}, "training.lora_rank")
+    assert out["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
