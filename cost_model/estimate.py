@@ -34,7 +34,6 @@ from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
 from cost_model.transformer.layer_cost import StrategyArrays, recompute_fraction, recompute_modules_notes
-from cost_model.transformer.lora import lora_notes
 from cost_model.transformer.memory import PEAK_MEMORY_QUANTITY, fragmentation_reserve_GB, interval_GB, memory_fit
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.transformer.stage_cost import (
@@ -214,7 +213,6 @@ def estimate(
     if overlap_note:
         warnings.append(overlap_note)
     warnings += recompute_modules_notes(model, strategy.recompute_modules)
-    warnings += lora_notes(model, training)
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:
         warnings.append(uneven)

@@ -403,7 +403,7 @@ def _uniform_layer_costs(
         elem_fwd, elem_bwd = elem_fwd + moe.elementwise_fwd_s, elem_bwd + moe.elementwise_bwd_s
     lora_flops: ArrayOrFloat = 0.0
     if training.frozen_base:  # LoRA's adapters beside the frozen GEMMs (cost_model.transformer.lora)
-        lora_fwd, lora_bwd, lora_flops = adapter_costs(model, training, device, g.T, S.tp, g.eb)
+        lora_fwd, lora_bwd, lora_flops = adapter_costs(model, training, device, g.T, S.tp, g.eb, moe)
         elem_fwd, elem_bwd = elem_fwd + lora_fwd, elem_bwd + lora_bwd
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
@@ -450,7 +450,7 @@ def _uniform_layer_costs(
         # LoRA: the adapters' saved tensors, less the frozen layers' inputs nothing needs — in the
         # full set, in what a layer stores unless recomputed (torchtitan's op-level selective set
         # is its own), and in a recomputed layer's working set
-        delta = saved_activation_delta_bytes(model, training, g.T, S.tp, S.sp, g.eb)
+        delta = saved_activation_delta_bytes(model, training, g.T, S.tp, S.sp, g.eb, moe)
         op_sel = (S.recompute == 1) & op_level
         full_act = full_act + delta
         act = act + np.where(S.recompute == 2, (1.0 - frac) * delta, np.where(op_sel, 0.0, delta))

@@ -30,10 +30,14 @@ base layer's own reduction — no collective of its own.  Megatron-Bridge puts o
 fused ``linear_qkv`` and gated ``linear_fc1``; PEFT, torchtune, torchtitan and PaddleNLP one on
 each projection (``FrameworkRules.lora_fused_projections``).
 
+An MoE layer's ``linear_fc1``/``linear_fc2`` adapters go on its shared experts and on every
+routed expert (PEFT's ``all-linear`` wraps each expert's linear layers where they are modules;
+Megatron-Bridge's LoRA wraps the grouped expert linears): each expert's adapters run over the
+tokens routed to it (:func:`expert_adapters`), split by the experts' own tensor parallelism,
+held by its EP rank and synchronised over its expert-data-parallel ranks like the experts.
+
 Not modelled (each small against the layer): the TP all-reduce of the T×r gradient of a
-replicated A, the autograd nodes' launch overheads beyond the kernels counted, LoRA on the
-routed experts of an MoE layer (the ``linear_fc1``/``linear_fc2`` adapters go on its shared
-experts; the routed experts stay frozen without adapters, their saved inputs counted as stored).
+replicated A, the autograd nodes' launch overheads beyond the kernels counted.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from cost_model.compute import gemm_fwd_bwd_time_s, memory_bound_time_s
 from cost_model.devices import DeviceSpec
 from cost_model.frameworks import rules_for
 from cost_model.training import Training
+from cost_model.transformer.moe import MoeFfnCost
 from cost_model.transformer.spec import TransformerSpec
 
 
@@ -69,9 +74,10 @@ class Adapter:
 
 def adapters(model: TransformerSpec, training: Training) -> list[Adapter]:
     """The adapters of one uniform decoder layer (a :meth:`TransformerSpec.layer_variants` spec)
-    for ``training.lora_modules``: separate Q, K, V (and gate, up) adapters, or one on each fused
-    projection where the framework fuses them; MLA's four input projections; an MoE layer's FFN
-    adapters on its shared experts (none without them)."""
+    outside its routed experts (:func:`expert_adapters`) for ``training.lora_modules``: separate
+    Q, K, V (and gate, up) adapters, or one on each fused projection where the framework fuses
+    them; MLA's four input projections; an MoE layer's FFN adapters on its shared experts (none
+    without them)."""
     mods = set(training.lora_modules)
     fused = rules_for(training.framework).lora_fused_projections
     h = float(model.hidden_size)
@@ -91,12 +97,48 @@ def adapters(model: TransformerSpec, training: Training) -> list[Adapter]:
         out.append(Adapter("linear_proj", float(model.attn_out_size), h, True, False))
     f = float(model.shared_expert_ffn_hidden_size if model.is_moe else model.ffn_hidden_size)
     if f:
-        inputs = model.ffn_matrices - 1  # gate and up when gated
-        if "linear_fc1" in mods:
-            out += [Adapter("linear_fc1", h, inputs * f, False, True)] if fused else [
-                Adapter("linear_fc1", h, f, False, True) for _ in range(inputs)]
-        if "linear_fc2" in mods:
-            out.append(Adapter("linear_fc2", f, h, True, False))
+        out += _ffn_adapters(training, h, f, model.ffn_matrices)
+    return out
+
+
+def _ffn_adapters(training: Training, h: float, f: float, ffn_matrices: int) -> list[Adapter]:
+    """The FFN's adapters (FC1 column-parallel, FC2 row-parallel) for an FFN of width ``f``."""
+    mods = set(training.lora_modules)
+    fused = rules_for(training.framework).lora_fused_projections
+    inputs = ffn_matrices - 1  # gate and up when gated
+    out: list[Adapter] = []
+    if "linear_fc1" in mods:
+        out += [Adapter("linear_fc1", h, inputs * f, False, True)] if fused else [Adapter("linear_fc1", h, f, False, True) for _ in range(inputs)]
+    if "linear_fc2" in mods:
+        out.append(Adapter("linear_fc2", f, h, True, False))
+    return out
+
+
+def expert_adapters(model: TransformerSpec, training: Training) -> list[Adapter]:
+    """The adapters of ONE routed expert of a uniform MoE layer (none for a dense layer), its
+    widths split by the experts' tensor parallelism (``Adapter.widths(etp)``)."""
+    if not model.is_moe:
+        return []
+    return _ffn_adapters(training, float(model.hidden_size), float(model.ffn_hidden_size), model.ffn_matrices)
+
+
+def expert_adapter_params_per_layer(model: TransformerSpec, training: Training, ep: ArrayOrFloat, etp: ArrayOrFloat) -> FloatArray:
+    """Trainable parameters of the average layer's routed-expert adapters on one GPU: the E/ep
+    local experts' r·(d_in + d_out) each, split by ETP as the experts are."""
+    r = float(training.lora_rank)
+    total: FloatArray = np.zeros(np.broadcast(ep, etp).shape)
+    for w, v in model.layer_variants():
+        for ad in expert_adapters(v, training):
+            d_in, d_out = ad.widths(etp)
+            total = total + w * v.num_experts / ep * r * (d_in + d_out)
+    return total
+
+
+def expert_adapter_tensors_per_layer(model: TransformerSpec, training: Training, ep: ArrayOrFloat) -> FloatArray:
+    """Trainable tensors of the average layer's routed-expert adapters on one GPU (A and B of
+    each local expert's adapters)."""
+    out: FloatArray = sum((w * v.num_experts / np.asarray(ep, dtype=float) * 2 * len(expert_adapters(v, training))
+                           for w, v in model.layer_variants()), np.zeros(np.shape(ep)))
     return out
 
 
@@ -119,11 +161,36 @@ def adapter_tensors_per_layer(model: TransformerSpec, training: Training) -> flo
     return float(sum(w * 2 * len(adapters(v, training)) for w, v in model.layer_variants()))
 
 
+def _adapter_group(ads: list[Adapter], training: Training, device: DeviceSpec, m: FloatArray, batch: ArrayOrFloat, split: ArrayOrFloat,
+                   act_bytes: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Forward time, backward time and forward FLOPs of ``batch`` alike sets of adapters over
+    ``m`` tokens each (:func:`adapter_costs`), their widths split by ``split``."""
+    r = float(training.lora_rank)
+    drop = 1.0 if training.lora_dropout > 0.0 else 0.0
+    fwd: FloatArray = np.zeros(np.broadcast(m, batch, split).shape)
+    bwd: FloatArray = np.zeros_like(fwd)
+    flops: FloatArray = np.zeros_like(fwd)
+    e, tokens = act_bytes, m * batch
+    for ad in ads:
+        d_in, d_out = ad.widths(split)
+        a_f, a_b = gemm_fwd_bwd_time_s(m, r, d_in, device, training.dtype, batch=batch)
+        b_f, b_b = gemm_fwd_bwd_time_s(m, d_out, r, device, training.dtype, batch=batch)
+        fwd = fwd + a_f + b_f + memory_bound_time_s(5.0 * e * tokens * d_out, device, kernels=2 * batch)
+        bwd = bwd + a_b + b_b + memory_bound_time_s(2.0 * e * tokens * d_out + 3.0 * e * tokens * d_in, device, kernels=2 * batch)
+        if drop:
+            fwd = fwd + memory_bound_time_s((2.0 * e + 1.0) * tokens * d_in, device, kernels=batch, rng_elements=tokens * d_in)
+            bwd = bwd + memory_bound_time_s((2.0 * e + 1.0) * tokens * d_in, device, kernels=batch)
+        flops = flops + 2.0 * tokens * r * (d_in + d_out)
+    return fwd, bwd, flops
+
+
 def adapter_costs(model: TransformerSpec, training: Training, device: DeviceSpec, tokens: ArrayOrFloat, tp: ArrayOrFloat,
-                  act_bytes: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+                  act_bytes: float, moe: MoeFfnCost | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Forward time, backward time (s) and forward FLOPs of one uniform layer's adapters for
     ``tokens`` tokens per GPU (T, after context splitting; the full sequence under SP, as the base
-    GEMMs see it).
+    GEMMs see it), and of an MoE layer's routed experts' adapters (``moe``: each local expert's
+    over the tokens routed to it, M at the slowest rank's load, widths split by ETP; one kernel
+    per expert for each pass — PEFT loops over the experts).
 
     Per adapter with local widths d_in, d_out, rank r and element size e: the GEMMs X·A
     [T, r, d_in] and H·B [T, d_out, r], each with its dX and dW in backward
@@ -132,33 +199,23 @@ def adapter_costs(model: TransformerSpec, training: Training, device: DeviceSpec
     (2·e·T·d_out, 1 kernel) and the add of the adapter's dX into the base's (3·e·T·d_in, 1 kernel);
     with ``lora_dropout`` > 0 the dropout (read e, write e and a 1-byte mask per input element, one
     random number each) and its backward (2·e + 1 bytes an element)."""
-    r = float(training.lora_rank)
     T = np.asarray(tokens, dtype=float)
-    drop = 1.0 if training.lora_dropout > 0.0 else 0.0
-    fwd: FloatArray = np.zeros(np.broadcast(T, tp).shape)
-    bwd: FloatArray = np.zeros_like(fwd)
-    flops: FloatArray = np.zeros_like(fwd)
-    e = act_bytes
-    for ad in adapters(model, training):
-        d_in, d_out = ad.widths(tp)
-        a_f, a_b = gemm_fwd_bwd_time_s(T, r, d_in, device, training.dtype)
-        b_f, b_b = gemm_fwd_bwd_time_s(T, d_out, r, device, training.dtype)
-        fwd = fwd + a_f + b_f + memory_bound_time_s(5.0 * e * T * d_out, device, kernels=2)
-        bwd = bwd + a_b + b_b + memory_bound_time_s(2.0 * e * T * d_out + 3.0 * e * T * d_in, device, kernels=2)
-        if drop:
-            fwd = fwd + memory_bound_time_s((2.0 * e + 1.0) * T * d_in, device, kernels=1, rng_elements=T * d_in)
-            bwd = bwd + memory_bound_time_s((2.0 * e + 1.0) * T * d_in, device, kernels=1)
-        flops = flops + 2.0 * T * r * (d_in + d_out)
+    fwd, bwd, flops = _adapter_group(adapters(model, training), training, device, T, 1.0, tp, act_bytes)
+    if moe is not None:
+        e_f, e_b, e_flops = _adapter_group(expert_adapters(model, training), training, device, moe.expert_tokens, moe.local_experts,
+                                           moe.etp, act_bytes)
+        fwd, bwd, flops = fwd + e_f, bwd + e_b, flops + e_flops
     return fwd, bwd, flops
 
 
 def saved_activation_delta_bytes(model: TransformerSpec, training: Training, tokens: ArrayOrFloat, tp: ArrayOrFloat,
-                                 sequence_parallel: ArrayOrFloat, act_bytes: float) -> FloatArray:
+                                 sequence_parallel: ArrayOrFloat, act_bytes: float, moe: MoeFfnCost | None = None) -> FloatArray:
     """What LoRA changes in one uniform layer's saved activations per micro-batch (bytes; the
     layer's full set, :func:`cost_model.transformer.layer_cost.activation_bytes`' ``full``):
 
     + each adapter's intermediate X·A (T·r·e) for B's weight gradient, and with ``lora_dropout``
-      the dropped input and its mask (T·d_in·(e + 1)) for A's;
+      the dropped input and its mask (T·d_in·(e + 1)) for A's — for the routed experts' adapters
+      over each local expert's M tokens (``moe``);
     − the input of each frozen linear layer without an adapter, which only its weight gradient
       needed: the QKV input T·h (/t under SP), the projection input T·o/t, a dense FFN's FC1
       input T·h (/t under SP) and FC2 input T·f/t (an MoE layer's FFN inputs stay counted).
@@ -169,9 +226,13 @@ def saved_activation_delta_bytes(model: TransformerSpec, training: Training, tok
     rep = np.where(np.asarray(sequence_parallel, dtype=bool), tp, 1.0)
     drop = 1.0 if training.lora_dropout > 0.0 else 0.0
     out: FloatArray = np.zeros(np.broadcast(T, tp, rep).shape)
-    for ad in adapters(model, training):
-        d_in, _ = ad.widths(tp)
-        out = out + T * r * e + drop * T * d_in * (e + 1.0)
+    groups: list[tuple[list[Adapter], ArrayOrFloat, ArrayOrFloat]] = [(adapters(model, training), T, tp)]
+    if moe is not None:
+        groups.append((expert_adapters(model, training), moe.expert_tokens * moe.local_experts, moe.etp))
+    for ads, m, split in groups:
+        for ad in ads:
+            d_in, _ = ad.widths(split)
+            out = out + m * r * e + drop * m * d_in * (e + 1.0)
     mods = set(training.lora_modules)
     h = float(model.hidden_size)
     if "linear_qkv" not in mods:
@@ -186,14 +247,5 @@ def saved_activation_delta_bytes(model: TransformerSpec, training: Training, tok
     return out
 
 
-def lora_notes(model: TransformerSpec, training: Training) -> list[str]:
-    """What an estimate of a LoRA run should say it assumed: an MoE model's routed experts frozen
-    without adapters (the FFN adapters on its shared experts, or none)."""
-    if not training.frozen_base or not model.is_moe or not {"linear_fc1", "linear_fc2"} & set(training.lora_modules):
-        return []
-    where = "its shared experts" if model.shared_expert_ffn_hidden_size else "no MoE layer's FFN (it has no shared experts)"
-    return [f"LoRA: the routed experts are priced frozen without adapters; linear_fc1/linear_fc2 adapters go on {where}"
-            + (" and the dense layers' FFNs" if model.dense_layer_indices else "")]
-
-
-__all__ = ["Adapter", "adapter_costs", "adapter_params_per_layer", "adapter_tensors_per_layer", "adapters", "lora_notes", "saved_activation_delta_bytes"]
+__all__ = ["Adapter", "adapter_costs", "adapter_params_per_layer", "adapter_tensors_per_layer", "adapters", "expert_adapter_params_per_layer",
+           "expert_adapter_tensors_per_layer", "expert_adapters", "saved_activation_delta_bytes"]

@@ -386,6 +386,11 @@ class MoeFfnCost:
     ep_recompute_s: FloatArray
     flops: FloatArray
     load_factor: FloatArray
+    #: each local expert's tokens (its GEMMs' M, at the slowest rank's load), the local experts
+    #: and the experts' tensor-parallel size — what LoRA's adapters on them are costed over
+    expert_tokens: FloatArray
+    local_experts: FloatArray
+    etp: FloatArray
 
 
 def moe_ffn_costs(
@@ -476,6 +481,9 @@ def moe_ffn_costs(
         ep_recompute_s=2.0 * one,
         flops=flops,
         load_factor=lf,
+        expert_tokens=M,
+        local_experts=np.broadcast_to(e_local, np.shape(M)),
+        etp=np.broadcast_to(etp, np.shape(M)),
     )
 
 

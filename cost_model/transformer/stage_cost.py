@@ -59,7 +59,12 @@ from cost_model.transformer.layer_cost import (
     sharded_passes_s,
     zero_offload_accumulation_s,
 )
-from cost_model.transformer.lora import adapter_params_per_layer, adapter_tensors_per_layer
+from cost_model.transformer.lora import (
+    adapter_params_per_layer,
+    adapter_tensors_per_layer,
+    expert_adapter_params_per_layer,
+    expert_adapter_tensors_per_layer,
+)
 from cost_model.transformer.memory import churned_gradients
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
 from cost_model.transformer.spec import TransformerSpec
@@ -399,12 +404,14 @@ def stage_cost(
     w_e, g_e, o_e = model_state_bytes_per_param(training, S.zero, shard_exp, S.pp)
     # LoRA (cost_model.transformer.lora): the model's weights frozen in the training dtype,
     # sharded under ZeRO-3 like any weight; gradients, master weights and optimizer state are
-    # the adapters' (dense-like: replicated over EP, sharded over dp·cp)
-    trainable = n_decoder * adapter_params_per_layer(model, training, S.tp) if training.frozen_base else dense
-    trainable_experts: ArrayOrFloat = 0.0 if training.frozen_base else experts
+    # the adapters' (the routed experts' held and synchronised as the experts are)
+    trainable, trainable_experts = dense, experts
     if training.frozen_base:
+        etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
+        trainable = n_decoder * adapter_params_per_layer(model, training, S.tp)
+        trainable_experts = n_decoder * expert_adapter_params_per_layer(model, training, S.ep, etp)
         weights = (dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
-                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp) + trainable * w_d)
+                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp) + trainable * w_d + trainable_experts * w_e)
     else:
         weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
@@ -480,7 +487,10 @@ def stage_cost(
         g_e, r_e = sharded_passes_s(experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
                                     stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
         gather = gather + g_e
-        sharded = sharded + (layer_passes - 1.0) * g_e + (0.0 if training.frozen_base else r_e)
+        if training.frozen_base:  # the experts' adapters' gradients alone reduced
+            _, r_e = sharded_passes_s(trainable_experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
+                                      stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
+        sharded = sharded + (layer_passes - 1.0) * g_e + r_e
     # DeepSpeed's tensor-list gathers copy their output out per rank (0 elsewhere), each pass
     copy_out = deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device, per_unit, 1.0)
     sharded = sharded + (np.asarray(passes) - 1.0) * copy_out
@@ -509,15 +519,18 @@ def stage_cost(
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
         (2 if model.bias else 1) + (0 if model.tie_embeddings else 1) if has_head else 0)
+    expert_tensors: ArrayOrFloat = 0.0
     if training.frozen_base:  # LoRA: the adapters' A and B alone are stepped and accumulated
         tensors = n_decoder * adapter_tensors_per_layer(model, training)
+        expert_tensors = n_decoder * expert_adapter_tensors_per_layer(model, training, S.ep)
     optimizer = optimizer_step_s(trainable + trainable_experts, training, dc.device, S, tensors)
-    if model.is_moe and not training.frozen_base:  # the experts' optimizer state is sharded over EDP, not dp·cp
-        optimizer = optimizer_step_s(dense, training, dc.device, S, tensors) + optimizer_step_s(
-            experts, training, dc.device, S, 0.0, shard=np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_exp, 1.0))
+    if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
+        optimizer = optimizer_step_s(trainable, training, dc.device, S, tensors) + optimizer_step_s(
+            trainable_experts, training, dc.device, S, expert_tensors,
+            shard=np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_exp, 1.0))
     # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
     # backward, on the compute stream (reported as compute, like the layers' other memory-bound work).
-    accumulate = grad_accumulation_s(trainable + trainable_experts, training, dc.device, S, tensors)
+    accumulate = grad_accumulation_s(trainable + trainable_experts, training, dc.device, S, tensors + expert_tensors)
     backward_s = backward_s + accumulate
     compute = compute + accumulate
     return StageCost(
@@ -660,8 +673,12 @@ def model_flops_per_step(model: TransformerSpec, training: Training) -> float:
 
 def _adapter_forward_flops(model: TransformerSpec, training: Training, s: float) -> float:
     """Forward FLOPs of the average layer's LoRA adapters for one sequence: 2·r·(d_in + d_out) a
-    token each, their whole parameter count (at tp 1) twice."""
-    return 2 * s * float(adapter_params_per_layer(model, training, 1.0)) if training.frozen_base else 0.0
+    token each — their whole parameter count (at tp 1) twice, and each routed token's k experts'
+    adapters."""
+    if not training.frozen_base:
+        return 0.0
+    one_expert = float(expert_adapter_params_per_layer(model, training, float(model.num_experts), 1.0))
+    return 2 * s * (float(adapter_params_per_layer(model, training, 1.0)) + model.experts_per_token * one_expert)
 
 
 def recompute_flops_per_step(model: TransformerSpec, training: Training, recompute: str, fraction: float = 1.0,

@@ -53,6 +53,33 @@ def test_the_adapters_of_llama_3_8b_are_peft_s_count():
     assert float(adapter_params_per_layer(model, qkv, 4.0)) == 16 * (4096 + 6144 / 4)
 
 
+def test_every_routed_expert_gets_its_adapters_held_as_the_experts_are():
+    # Qwen3-30B-A3B: 128 experts of width 768, hidden 2048, gated — PEFT's all-linear wraps each
+    # expert's gate, up and down projections; ep 8 holds 16 experts a GPU, etp splits them
+    import json as _json
+    from pathlib import Path
+
+    from cost_model.transformer.lora import expert_adapter_params_per_layer, expert_adapter_tensors_per_layer
+    from cost_model.transformer.spec import from_hf_config
+    cfg = _json.loads((Path(__file__).parent / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    model = from_hf_config(cfg, "qwen3-30b-a3b")
+    tr = _tr(lora_rank=16)
+    assert float(expert_adapter_params_per_layer(model, tr, 8.0, 1.0)) == 16 * 3 * 16 * (2048 + 768)
+    assert float(expert_adapter_params_per_layer(model, tr, 8.0, 2.0)) == 16 * 3 * 16 * (2048 + 768 / 2)
+    assert float(expert_adapter_tensors_per_layer(model, tr, 8.0)) == 16 * 3 * 2
+    # attention adapters alone leave the experts frozen and without state
+    qkv = _tr(lora_rank=16, lora_target_modules=["linear_qkv", "linear_proj"])
+    assert float(expert_adapter_params_per_layer(model, qkv, 8.0, 1.0)) == 0.0
+    cluster = simple_cluster(H100, 4)
+    s = Strategy(dp=32, ep=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    every, attn = (estimate(model, t, cluster, s).stages[0].memory_GB for t in (tr, qkv))
+    # the experts' adapters: 48 layers of 16 local experts' gradients and moments (4 + 8 bytes; FSDP's
+    # fp32 sharded parameter is counted with the weights), sharded over the experts' 4 data-parallel
+    # replicas under ZeRO-3
+    expert_state = 48 * 16 * 3 * 16 * (2048 + 768) * (4 + 8) / 4 / 1e9
+    assert (every["optimizer_state"] + every["gradients"]) - (attn["optimizer_state"] + attn["gradients"]) == pytest.approx(expert_state, rel=0.02)
+
+
 @pytest.mark.parametrize("framework, zero", [("fsdp", 3), ("fsdp", 0), ("deepspeed", 2), ("megatron-core", 1), ("paddle", 1)])
 def test_the_state_is_the_adapters_and_the_step_is_faster(framework, zero):
     model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
