@@ -60,6 +60,11 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   and of every module — activations, peak, host memory, the copies' exposed time;
 * ``eight_bit_adam``: Llama-3-8B on 8 H100 replicated in pure bf16 (FSDP's NO_SHARD), under
   DeepSpeed ZeRO-2 and FSDP's full sharding: AdamW against the 8-bit AdamW — optimizer state, peak, the optimizer's time;
+* ``lora``: Llama-3-8B under FSDP's full sharding on 8 H100 (2 × 4096 tokens a micro-batch, no
+  recompute), a full finetune against LoRA r 16 on every linear layer, on the QKV projection
+  alone and with a 0.05 dropout, Llama-3-70B and Qwen3-30B-A3B (ep 8; every expert adapted, or
+  the attention alone) on the same node with full recompute — trainable parameters, state,
+  activations, peak and step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -94,6 +99,7 @@ from cost_model.transformer.layer_cost import (  # noqa: E402
     layer_costs,
     optimizer_bytes_per_param,
 )
+from cost_model.transformer.lora import adapter_params_per_layer, expert_adapter_params_per_layer  # noqa: E402
 from cost_model.transformer.spec import TransformerSpec, from_hf_config, get_preset  # noqa: E402
 from cost_model.transformer.stage_cost import model_flops_per_step  # noqa: E402
 
@@ -510,10 +516,37 @@ def eight_bit_adam() -> dict[str, Any]:
     return {"model": model.name, "layout": "dp 8 on 8 H100, full recompute, 16 x 2048 tokens a step", "rows": rows}
 
 
+def lora() -> dict[str, Any]:
+    """LoRA (cost_model.transformer.lora): the frozen weights' missing weight gradients and state
+    against the adapters' own GEMMs, memory-bound passes and saved tensors."""
+    rows = []
+    cluster = simple_cluster(H100, 1)
+    for preset, recompute, cases in (
+        ("llama3-8b", "none", (("full finetune", {}), ("LoRA r16, all linear", {"lora_rank": 16}),
+                               ("LoRA r16, linear_qkv", {"lora_rank": 16, "lora_target_modules": ("linear_qkv",)}),
+                               ("LoRA r16, all linear, dropout 0.05", {"lora_rank": 16, "lora_dropout": 0.05}))),
+        ("llama3-70b", "full", (("full finetune", {}), ("LoRA r16, all linear", {"lora_rank": 16}))),
+        ("qwen3-30b-a3b", "full", (("full finetune", {}), ("LoRA r16, all linear (every expert's too)", {"lora_rank": 16}),
+                                   ("LoRA r16, attention", {"lora_rank": 16, "lora_target_modules": ("linear_qkv", "linear_proj")}))),
+    ):
+        model = _config(preset) if preset.startswith("qwen3") else get_preset(preset)
+        for label, kw in cases:
+            tr = Training(global_batch_size=16, sequence_length=4096, framework="fsdp", **kw)
+            ep = 8 if model.is_moe else 1
+            est = estimate(model, tr, cluster, Strategy(dp=8, ep=ep, zero_stage=3, micro_batch_size=2, recompute=recompute))
+            mem = est.stages[0].memory_GB
+            trainable = (float(adapter_params_per_layer(model, tr, 1.0) + expert_adapter_params_per_layer(model, tr, 1.0, 1.0))
+                         * model.num_layers if tr.frozen_base else float(model.total_params()))
+            rows.append(_row(est, model=model.name, recompute=recompute, case=label, trainable_params=round(trainable),
+                             state_GB=round(mem["gradients"] + mem["optimizer_state"], 2),
+                             activations_GB=round(mem["activations"], 1)))
+    return {"layout": "FSDP full sharding, dp 8 (ep 8 for the MoE) on 8 H100, 16 x 4096 tokens a step, 2 a micro-batch", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

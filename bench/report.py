@@ -226,6 +226,20 @@ def physics() -> str | None:
                    + "; ".join(eight(fw, z, master, rows) for (fw, z, master), rows in by.items())
                    + f" — a byte a moment instead of four; under mixed precision the step moves {mixed['adamw_8bit']['step_bytes_per_param']:.0f} "
                    f"bytes a parameter instead of {mixed['adamw']['step_bytes_per_param']:.0f}.")
+    lo = d.get("lora")
+    if lo:
+        def lora_row(r: dict) -> str:
+            return (f"{r['case']} — {r['trainable_params'] / 1e6:,.0f}M trainable, state {r['state_GB']:.2f} GB, activations "
+                    f"{r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}, "
+                    f"step {r['step_time_s']:.2f} s")
+
+        by_model: dict[str, list[dict]] = {}
+        for r in lo["rows"]:
+            by_model.setdefault(f"{r['model']} ({'no' if r['recompute'] == 'none' else r['recompute']} recompute)", []).append(r)
+        out.append(f"* **LoRA** ({lo['layout']}): " + ". ".join(f"{m}: " + "; ".join(lora_row(r) for r in rows) for m, rows in by_model.items())
+                   + " — the frozen weights drop their gradients, state and weight-gradient GEMMs, but the adapters' memory-bound "
+                   "passes take back much of the time (a recompute runs them again), and PEFT's dropout keeps a copy of every "
+                   "adapter's input.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
@@ -275,14 +289,15 @@ def acceptance() -> str | None:
         out.append(
             f"\n**Shipped recipes** (the same run, `cost_model/data/framework_recipes.json`: the layouts framework repositories and "
             "trainers ship as examples — torchtitan, Megatron-LM, the Megatron-MoE model zoo, NeMo, Megatron-Bridge, PaddleNLP, "
-            "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune, axolotl, accelerate, and offloading layouts of DeepSpeedExamples, "
+            "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune (LoRA among them), axolotl, accelerate, and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
             "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's); "
             + (f"{n} more rel{'ies' if n == 1 else 'y'} on what the cost model does not price and "
                f"{'is' if n == 1 else 'are'} predicted not to fit ({unpriced}). " if n else "")
             + "Offload to the host is priced where the framework has it: the optimizer state (`training.optimizer_offload_fraction`), "
-            "the whole sharded state (`training.cpu_offload`) and the saved activations (`training.activation_offloading`)."
+            "the whole sharded state (`training.cpu_offload`) and the saved activations (`training.activation_offloading`); "
+            "torchtune's distributed LoRA recipes run with `training.lora_rank`."
         )
     return "\n".join(out)
 
