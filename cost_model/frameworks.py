@@ -198,6 +198,8 @@ class FrameworkRules:
     recompute_modules: tuple[str, ...] = ()
     #: its LoRA finetuning (``training.lora_rank``), in its trainers' own terms; empty: none
     lora: str = ""
+    #: its QLoRA: LoRA over a 4-bit NF4 base (``training.lora_base_dtype`` ``nf4``); empty: none
+    qlora: str = ""
     #: its LoRA puts one adapter on each fused projection (Megatron-Bridge's ``linear_qkv`` and
     #: gated ``linear_fc1``); else one per projection (PEFT's ``q_proj``, ``k_proj``, ``v_proj``,
     #: ``gate_proj``, ``up_proj``; torchtitan's ``wq``, ``wk``, ``wv``, ``w1``, ``w3``)
@@ -318,6 +320,7 @@ RULES: dict[str, FrameworkRules] = {
         eight_bit_adam=("bitsandbytes' or torchao's AdamW8bit as the client optimizer (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit), with zero_allow_untested_optimizer"),
         lora="Hugging Face PEFT's LoraConfig (r, target_modules, lora_dropout) on DeepSpeed (TRL, LLaMA-Factory, axolotl)",
+        qlora="bitsandbytes' 4-bit NF4 base (BitsAndBytesConfig load_in_4bit, bnb_4bit_quant_type nf4, double quantisation)",
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -336,6 +339,8 @@ RULES: dict[str, FrameworkRules] = {
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
         lora=("Hugging Face PEFT's LoraConfig on FSDP (TRL, LLaMA-Factory, axolotl), torchtune's LoRA recipes, "
               "torchtitan's LoRAConverter"),
+        qlora=("bitsandbytes' 4-bit NF4 base with bnb_4bit_quant_storage for FSDP-QLoRA; torchtune's QLoRA recipes "
+               "(torchao's NF4Tensor)"),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
@@ -395,7 +400,8 @@ def describe(framework: str) -> str:
     extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")
     if r.eight_bit_adam:
         extras.append("8-bit AdamW")
-    extras.append("LoRA" + (" (fused projections' adapters)" if r.lora_fused_projections else "") if r.lora else "no LoRA")
+    extras.append(("QLoRA" if r.qlora else "LoRA") + (" (fused projections' adapters)" if r.lora_fused_projections else "")
+                  if r.lora else "no LoRA")
     return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
 
 
@@ -1027,6 +1033,28 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
     return None
 
 
+#: The 4-bit formats a LoRA base may be held in (``training.lora_base_dtype``): NF4, QLoRA's
+#: NormalFloat (Dettmers et al. 2023).
+LORA_BASE_DTYPES = ("nf4",)
+
+
+def qlora_violation(framework: str, dtype: str, rank: int, base_dtype: str | None) -> str | None:
+    """Reason when ``training.lora_base_dtype`` cannot be costed, else None.  QLoRA (Dettmers et
+    al. 2023) holds LoRA's frozen base in 4-bit NF4 and computes in bf16/fp16: priced where the
+    framework's trainers run it (``FrameworkRules.qlora``: bitsandbytes under Hugging Face's
+    FSDP and DeepSpeed trainers, torchtune's QLoRA recipes)."""
+    if base_dtype is None:
+        return None
+    if not rank:
+        return "lora_base_dtype is the dtype LoRA's frozen base is held in: set lora_rank"
+    r = rules_for(framework)
+    if not r.qlora:
+        return f"{framework}: no 4-bit LoRA base the cost model prices; QLoRA is priced for {priced_by('qlora', '; ')}"
+    if dtype not in ("bf16", "fp16"):
+        return f"QLoRA computes in bf16 or fp16 (bnb_4bit_compute_dtype), not {dtype}"
+    return None
+
+
 def activation_offloading_violation(framework: str, activation_offloading: bool) -> str | None:
     """Reason when ``training.activation_offloading`` cannot be costed, else None.  It is priced
     where the framework has it (``FrameworkRules.activation_offloading``): the FSDP and DeepSpeed
@@ -1221,7 +1249,9 @@ __all__ = [
     "EIGHT_BIT_ADAM",
     "eight_bit_adam_violation",
     "LORA_MODULES",
+    "LORA_BASE_DTYPES",
     "lora_violation",
+    "qlora_violation",
     "layout_rule_violation",
     "master_weights_violation",
     "optimizer_offload_violation",

@@ -11,6 +11,7 @@ from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
     EIGHT_BIT_ADAM,
+    LORA_BASE_DTYPES,
     LORA_MODULES,
     OFFLOAD_MODULES,
     activation_offloading_violation,
@@ -27,6 +28,7 @@ from cost_model.frameworks import (
     offload_modules_violation,
     optimizer_offload_violation,
     optimizer_precision_violation,
+    qlora_violation,
     tp_comm_overlap_violation,
 )
 
@@ -135,7 +137,9 @@ class Training:
     frameworks' own LoRA in :data:`cost_model.frameworks.RULES` ``lora``): every base weight
     frozen, a trainable rank-``lora_rank`` adapter B·A beside each of the ``lora_target_modules``
     of every decoder layer (:data:`cost_model.frameworks.LORA_MODULES`; empty: all four), its
-    input through a dropout of ``lora_dropout`` (:mod:`cost_model.transformer.lora`).
+    input through a dropout of ``lora_dropout`` (:mod:`cost_model.transformer.lora`); with
+    ``lora_base_dtype`` ``nf4`` (QLoRA; ``fsdp``, ``deepspeed``) the decoder's frozen weights held
+    in 4-bit NF4 and dequantised for each GEMM.
     """
 
     global_batch_size: int
@@ -177,6 +181,9 @@ class Training:
     lora_target_modules: tuple[str, ...] = ()
     #: the dropout probability on the adapters' input (PEFT's ``lora_dropout``)
     lora_dropout: float = 0.0
+    #: QLoRA: the frozen base's decoder weights held in 4-bit NF4 (:data:`LORA_BASE_DTYPES`);
+    #: None: in the training dtype
+    lora_base_dtype: str | None = None
 
     @property
     def frozen_base(self) -> bool:
@@ -254,7 +261,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
-                                     "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0,
+                                     "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -286,7 +293,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             raise InvalidTraining(f"must be at most {maximum}, got {val}", field=f"{field_path}.{key}")
         out[key] = val
     for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS),
-                         ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES),
+                         ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES), ("lora_base_dtype", LORA_BASE_DTYPES),
                          ("grad_accum_dtype", GRAD_ACCUM_DTYPES), *OPTIMIZER_DTYPES.items()):
         if key in data:
             if data[key] not in choices:
@@ -373,6 +380,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                               out.get("lora_dropout", 0.0), out.get("optimizer_offload_fraction", 0.0), bool(out.get("cpu_offload", False)))
     if lora_why is not None:
         raise InvalidTraining(lora_why[1], field=f"{field_path}.{lora_why[0]}")
+    why = qlora_violation(framework, out.get("dtype", "bf16"), out.get("lora_rank", 0), out.get("lora_base_dtype"))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.lora_base_dtype")
     why = eight_bit_adam_violation(framework, out.get("optimizer", "adam"), bool(out.get("cpu_offload", False)),
                                    out.get("optimizer_offload_fraction", 0.0))
     if why is not None:

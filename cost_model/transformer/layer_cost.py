@@ -63,7 +63,7 @@ from cost_model.topology import (
 )
 from cost_model.training import Training
 from cost_model.transformer.context_parallel import cp_layer_comm_s
-from cost_model.transformer.lora import adapter_costs, saved_activation_delta_bytes
+from cost_model.transformer.lora import adapter_costs, base_bytes_per_param, dequantize_s, saved_activation_delta_bytes
 from cost_model.transformer.mla import mla_latent_activation_bytes, mla_projection_fwd_bwd_s, mla_projection_shapes
 from cost_model.transformer.moe import (
     MoeFfnCost,
@@ -404,7 +404,8 @@ def _uniform_layer_costs(
     lora_flops: ArrayOrFloat = 0.0
     if training.frozen_base:  # LoRA's adapters beside the frozen GEMMs (cost_model.transformer.lora)
         lora_fwd, lora_bwd, lora_flops = adapter_costs(model, training, device, g.T, S.tp, g.eb, moe)
-        elem_fwd, elem_bwd = elem_fwd + lora_fwd, elem_bwd + lora_bwd
+        deq = dequantize_s(model, training, device, S.tp, g.eb, moe)  # QLoRA: each GEMM's weight expanded, forward and dX
+        elem_fwd, elem_bwd = elem_fwd + lora_fwd + deq, elem_bwd + lora_bwd + deq
 
     forward_compute = gemm_fwd + attn_fwd + elem_fwd
     backward_compute = gemm_bwd + attn_bwd + elem_bwd
@@ -455,6 +456,8 @@ def _uniform_layer_costs(
         full_act = full_act + delta
         act = act + np.where(S.recompute == 2, (1.0 - frac) * delta, np.where(op_sel, 0.0, delta))
         working = working + np.where((S.recompute == 2) | op_sel, delta, 0.0)
+        if training.lora_base_dtype is not None:  # QLoRA: the widest weight's dequantised copy while its GEMM runs
+            working = working + g.h * np.maximum(qkv_n, (model.ffn_matrices - 1) * float(model.ffn_hidden_size) / S.tp) * g.eb
     # activation offloading: every saved tensor, or Megatron-Core's chosen modules' (at most what is saved)
     offloaded: ArrayOrFloat = 0.0
     if training.activation_offloading:
@@ -2023,13 +2026,15 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     return grads, weights
 
 
-def frozen_weight_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat) -> FloatArray:
+def frozen_weight_bytes_per_param(training: Training, zero_stage: ArrayOrFloat, shard: ArrayOrFloat, decoder: bool = False) -> FloatArray:
     """GPU bytes per frozen parameter (LoRA's base weights, :mod:`cost_model.transformer.lora`):
-    the weight in the training dtype (:func:`param_bytes`) and nothing else — no gradient, no
-    master copy, no optimizer state — sharded over ``shard`` ranks under ZeRO-3 / FSDP's full
-    sharding (which shards every parameter), whole below it (ZeRO-1/2 partition what the
-    optimizer steps: the adapters)."""
-    out: FloatArray = param_bytes(training) / np.where(np.asarray(zero_stage) >= 3, shard, 1.0)
+    the weight in the training dtype (:func:`param_bytes`; a ``decoder`` weight under QLoRA in
+    4-bit NF4, :func:`cost_model.transformer.lora.base_bytes_per_param` — the embedding and the
+    head stay in the training dtype) and nothing else — no gradient, no master copy, no optimizer
+    state — sharded over ``shard`` ranks under ZeRO-3 / FSDP's full sharding (which shards every
+    parameter), whole below it (ZeRO-1/2 partition what the optimizer steps: the adapters)."""
+    held = base_bytes_per_param(training, param_bytes(training)) if decoder else param_bytes(training)
+    out: FloatArray = held / np.where(np.asarray(zero_stage) >= 3, shard, 1.0)
     return out
 
 

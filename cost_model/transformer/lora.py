@@ -54,6 +54,40 @@ from cost_model.training import Training
 from cost_model.transformer.moe import MoeFfnCost
 from cost_model.transformer.spec import TransformerSpec
 
+#: Bytes a parameter of a QLoRA base takes (``training.lora_base_dtype`` ``nf4``): a 4-bit NF4
+#: code, an absmax scale per 64-value block quantised to 8 bits and one fp32 scale per 256 such
+#: blocks (double quantisation: 8/64 + 32/(64·256) = 0.127 bits a parameter; Dettmers et al. 2023,
+#: "QLoRA", §3; bitsandbytes' ``bnb_4bit_use_double_quant``, torchao's NF4Tensor: blocks of 64,
+#: scalers of 256).
+NF4_BYTES_PER_PARAM = 0.5 + (8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0
+
+
+def base_bytes_per_param(training: Training, default: float) -> float:
+    """Bytes a frozen decoder weight is held in: :data:`NF4_BYTES_PER_PARAM` under QLoRA, else
+    ``default`` (the training dtype's)."""
+    return NF4_BYTES_PER_PARAM if training.lora_base_dtype == "nf4" else default
+
+
+def dequantize_s(model: TransformerSpec, training: Training, device: DeviceSpec, tp: ArrayOrFloat, act_bytes: float,
+                 moe: MoeFfnCost | None = None) -> FloatArray:
+    """Seconds one pass (forward, or the backward's dX) of one uniform QLoRA layer spends
+    dequantising its 4-bit weights: every frozen linear weight on this GPU is expanded to the
+    compute dtype before its GEMM (bitsandbytes' ``dequantize_4bit`` in ``MatMul4Bit``, torchao's
+    NF4Tensor ``to(bf16)``) — read :data:`NF4_BYTES_PER_PARAM`, write e bytes a weight, one
+    kernel a linear layer and a local routed expert's — and again in backward for dX; a
+    recomputed forward dequantises once more.  Weights: the layer's outside the routed experts
+    over TP (norms and biases among them, a few kB) and, in an MoE layer (``moe``), its local
+    experts' over ETP.  0 without a 4-bit base."""
+    if training.lora_base_dtype != "nf4":
+        return np.zeros(np.shape(tp))
+    weights = (float(model.decoder_layer_params()) - float(model.routed_expert_params_per_layer())) / np.asarray(tp, dtype=float)
+    kernels: ArrayOrFloat = 4.0 + model.ffn_matrices
+    if moe is not None:
+        weights = weights + moe.local_experts * float(model.expert_params()) / moe.etp
+        kernels = kernels + moe.local_experts * model.ffn_matrices
+    out: FloatArray = memory_bound_time_s(weights * (NF4_BYTES_PER_PARAM + act_bytes), device, kernels=kernels)
+    return out
+
 
 @dataclass(frozen=True)
 class Adapter:
@@ -247,5 +281,5 @@ def saved_activation_delta_bytes(model: TransformerSpec, training: Training, tok
     return out
 
 
-__all__ = ["Adapter", "adapter_costs", "adapter_params_per_layer", "adapter_tensors_per_layer", "adapters", "expert_adapter_params_per_layer",
+__all__ = ["NF4_BYTES_PER_PARAM", "base_bytes_per_param", "dequantize_s", "Adapter", "adapter_costs", "adapter_params_per_layer", "adapter_tensors_per_layer", "adapters", "expert_adapter_params_per_layer",
            "expert_adapter_tensors_per_layer", "expert_adapters", "saved_activation_delta_bytes"]

@@ -62,6 +62,7 @@ from cost_model.transformer.layer_cost import (
 from cost_model.transformer.lora import (
     adapter_params_per_layer,
     adapter_tensors_per_layer,
+    base_bytes_per_param,
     expert_adapter_params_per_layer,
     expert_adapter_tensors_per_layer,
 )
@@ -410,8 +411,10 @@ def stage_cost(
         etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
         trainable = n_decoder * adapter_params_per_layer(model, training, S.tp)
         trainable_experts = n_decoder * expert_adapter_params_per_layer(model, training, S.ep, etp)
-        weights = (dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
-                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp) + trainable * w_d + trainable_experts * w_e)
+        decoder = n_decoder * dense_layer_params(model) / S.tp  # QLoRA's 4-bit part of the dense weights
+        weights = ((dense - decoder) * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
+                   + decoder * frozen_weight_bytes_per_param(training, S.zero, shard_dense, decoder=True)
+                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp, decoder=True) + trainable * w_d + trainable_experts * w_e)
     else:
         weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
@@ -450,12 +453,14 @@ def stage_cost(
     # stage 3 caps the gathered parameters at stage3_max_live_parameters (default 1e9); FSDP's
     # unsharded buffers by schedule: fsdp_unsharded_bytes.
     live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)))
+    # QLoRA gathers and holds its layers' 4-bit storage: counted as that many 16-bit values
+    quantised = base_bytes_per_param(training, param_bytes(training)) / param_bytes(training)
     if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
     if training.framework == "fsdp":
-        acts = acts + fsdp_unsharded_bytes(model, training, S, live, has_head)
+        acts = acts + fsdp_unsharded_bytes(model, training, S, live * quantised, has_head)
     else:
-        acts = acts + np.where(S.zero >= 3, live * param_bytes(training), 0.0)
+        acts = acts + np.where(S.zero >= 3, live * quantised * param_bytes(training), 0.0)
     # The allocator's fragmentation of what is freed and reallocated during a step: gradients
     # and activations (gathered weights among them), not the resident weights nor the optimizer
     # state, allocated once, nor DeepSpeed's fixed-size gradient buckets, nor a framework's
@@ -478,13 +483,15 @@ def stage_cost(
 
     # one all-gather pass and the reduce-scatter pass of the stage's units (experts over their
     # EDP replicas), each a micro-batch's worth: layer_cost.sharded_passes_s
-    gather, reduce = sharded_passes_s((dense if model.is_moe else dense + experts) / np.maximum(units, 1.0), units, training, S,
-                                      dc.links, per_unit, bandwidth_messages=matrices)
+    gathered = dense if model.is_moe else dense + experts
+    if quantised != 1.0:  # QLoRA: the decoder's weights move as their 4-bit storage
+        gathered = gathered - (1.0 - quantised) * (n_decoder * dense_layer_params(model) / S.tp + (0.0 if model.is_moe else experts))
+    gather, reduce = sharded_passes_s(gathered / np.maximum(units, 1.0), units, training, S, dc.links, per_unit, bandwidth_messages=matrices)
     if training.frozen_base:  # LoRA: the frozen weights are gathered, the adapters' gradients alone reduced
         _, reduce = sharded_passes_s(trainable / np.maximum(units, 1.0), units, training, S, dc.links, per_unit, bandwidth_messages=matrices)
     sharded = (passes - 1.0) * gather + reduce
     if model.is_moe:
-        g_e, r_e = sharded_passes_s(experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
+        g_e, r_e = sharded_passes_s(experts * quantised / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
                                     stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
         gather = gather + g_e
         if training.frozen_base:  # the experts' adapters' gradients alone reduced
@@ -492,7 +499,8 @@ def stage_cost(
                                       stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
         sharded = sharded + (layer_passes - 1.0) * g_e + r_e
     # DeepSpeed's tensor-list gathers copy their output out per rank (0 elsewhere), each pass
-    copy_out = deepspeed_gather_copy_out_s((dense + experts) / np.maximum(units, 1.0), units, training, S, dc.device, per_unit, 1.0)
+    copy_out = deepspeed_gather_copy_out_s((gathered + (experts * quantised if model.is_moe else 0.0)) / np.maximum(units, 1.0), units,
+                                           training, S, dc.device, per_unit, 1.0)
     sharded = sharded + (np.asarray(passes) - 1.0) * copy_out
     # the forward's share: one all-gather pass (with its copies)
     forward_gathers = gather + copy_out

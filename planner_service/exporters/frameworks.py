@@ -164,8 +164,11 @@ def lora_note(view: PlanView, where: str) -> list[str]:
     modules = view.training.get("lora_target_modules") or list(PEFT_TARGET_MODULES)
     names = [n for m in modules for n in PEFT_TARGET_MODULES.get(m, (m,))]
     dropout = float(view.training.get("lora_dropout", 0.0) or 0.0)
+    base = ("; the frozen base in 4-bit NF4 (QLoRA): load it with BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+            "bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype and bnb_4bit_quant_storage the training dtype)"
+            if view.training.get("lora_base_dtype") == "nf4" else "")
     return [f"the plan trains LoRA adapters of rank {rank} on {', '.join(modules)} (PEFT target_modules {names}), lora_dropout "
-            f"{dropout:g}, every other weight frozen: {where}"]
+            f"{dropout:g}, every other weight frozen: {where}{base}"]
 
 
 def refuse_lora(view: PlanView, target: str, how: str) -> None:

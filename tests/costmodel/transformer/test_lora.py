@@ -7,6 +7,9 @@ cannot be priced is a 422 naming the field."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from cost_model.cluster import simple_cluster
@@ -17,8 +20,14 @@ from cost_model.estimate import estimate
 from cost_model.graph.evaluate import refuse_graph_unpriced
 from cost_model.strategy import Strategy
 from cost_model.training import training_from_dict
-from cost_model.transformer.lora import adapter_params_per_layer, adapter_tensors_per_layer
-from cost_model.transformer.spec import get_preset
+from cost_model.transformer.lora import (
+    NF4_BYTES_PER_PARAM,
+    adapter_params_per_layer,
+    adapter_tensors_per_layer,
+    expert_adapter_params_per_layer,
+    expert_adapter_tensors_per_layer,
+)
+from cost_model.transformer.spec import from_hf_config, get_preset
 from helpers.cli_estimate import cli_estimates_then_refuses
 
 FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
@@ -56,12 +65,7 @@ def test_the_adapters_of_llama_3_8b_are_peft_s_count():
 def test_every_routed_expert_gets_its_adapters_held_as_the_experts_are():
     # Qwen3-30B-A3B: 128 experts of width 768, hidden 2048, gated — PEFT's all-linear wraps each
     # expert's gate, up and down projections; ep 8 holds 16 experts a GPU, etp splits them
-    import json as _json
-    from pathlib import Path
-
-    from cost_model.transformer.lora import expert_adapter_params_per_layer, expert_adapter_tensors_per_layer
-    from cost_model.transformer.spec import from_hf_config
-    cfg = _json.loads((Path(__file__).parent / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    cfg = json.loads((Path(__file__).parent / "hf_configs" / "qwen3-30b-a3b.json").read_text())
     model = from_hf_config(cfg, "qwen3-30b-a3b")
     tr = _tr(lora_rank=16)
     assert float(expert_adapter_params_per_layer(model, tr, 8.0, 1.0)) == 16 * 3 * 16 * (2048 + 768)
@@ -198,3 +202,54 @@ def test_the_cli_estimates_with_it(cli, tmp_path):
             "cluster": CLUSTER, "strategy": {"dp": 8, "zero_stage": 3, "micro_batch_size": 2, "recompute": "full"}}
     out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "megatron-deepspeed"}, "training.lora_rank")
     assert out["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
+
+
+# ---- QLoRA: the frozen base in 4-bit NF4 (training.lora_base_dtype) ---------------------------------
+
+
+def test_nf4_is_half_a_byte_and_its_double_quantised_scales():
+    # QLoRA §3: 4 bits a value plus 0.127 bits of double-quantised scales (8 bits per 64, 32 per 64·256)
+    assert abs(NF4_BYTES_PER_PARAM * 8 - 4.127) < 1e-3
+
+
+def test_a_qlora_base_holds_its_decoder_in_nf4_and_dequantises_each_pass():
+    model, cluster = get_preset("llama3-70b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    lora, qlora = (estimate(model, _tr(global_batch_size=16, sequence_length=2048, lora_rank=16, **kw), cluster, s)
+                   for kw in ({}, {"lora_base_dtype": "nf4"}))
+    decoder = model.decoder_params()
+    rest = model.total_params() - decoder  # the embedding and the head stay in bf16
+    held = (decoder * NF4_BYTES_PER_PARAM + rest * 2) / 8
+    assert qlora.stages[0].memory_GB["weights"] - lora.stages[0].memory_GB["weights"] == pytest.approx(
+        (held - model.total_params() * 2 / 8) / 1e9, rel=0.01)
+    # the dequantisation runs in the forward, its recompute and the backward: the step is slower
+    assert qlora.breakdown_s["compute"] > lora.breakdown_s["compute"] and qlora.breakdown_s["recompute"] > lora.breakdown_s["recompute"]
+    # the ZeRO-3 gathers move the 4-bit storage
+    assert qlora.breakdown_s["dp_comm_exposed"] <= lora.breakdown_s["dp_comm_exposed"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({**FSDP, "lora_base_dtype": "nf4"}, "set lora_rank"),
+    ({**FSDP, "framework": "megatron-core", "lora_rank": 8, "lora_base_dtype": "nf4"}, "QLoRA is priced for"),
+    ({**FSDP, "framework": "paddle", "lora_rank": 8, "lora_base_dtype": "nf4"}, "QLoRA is priced for"),
+    ({**FSDP, "lora_rank": 8, "lora_base_dtype": "int4"}, "must be one of nf4"),
+    ({**FSDP, "lora_rank": 8, "lora_base_dtype": "nf4", "dtype": "fp32"}, "not fp32"),
+])
+def test_a_qlora_base_that_cannot_be_priced_is_refused(body, needle):
+    with pytest.raises(InvalidTraining) as err:
+        training_from_dict(body)
+    assert err.value.field == "training.lora_base_dtype" and needle in str(err.value), str(err.value)
+
+
+def test_the_planner_fits_405b_qlora_on_one_node_as_torchtune_runs_it(client):
+    # torchtune's 405B_qlora recipe: 8 GPUs, every linear layer adapted at rank 16, full recompute
+    req = {"model": {"preset": "llama3-405b"}, "training": {**FSDP, "global_batch_size": 16, "sequence_length": 2048, "lora_rank": 16},
+           "cluster": CLUSTER, "constraints": {"zero_stage": 3, "pp": 1, "tp": 1}}
+    refused = client.post("/v1/plans", json=req)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "no_feasible_plan", refused.text
+    r = client.post("/v1/plans", json={**req, "training": {**req["training"], "lora_base_dtype": "nf4"}})
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["training"]["lora_base_dtype"] == "nf4" and r.json()["best"]["prediction"]["fits"]
+    plan = _lora_plan(client, "deepspeed", lora_base_dtype="nf4")
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "deepspeed-config"})
+    assert any("bnb_4bit_quant_type='nf4'" in n for n in launch.json()["notes"])
