@@ -709,8 +709,9 @@ def test_megatron_module_offload_is_planned_from_the_page(browser, live_server):
 
 
 def test_lora_is_planned_from_the_page(browser, live_server):
-    """A LoRA rank, its layers and dropout typed on the page: under Megatron-DeepSpeed (no LoRA)
-    the 422 lands at the rank; under FSDP the plan keeps them, its optimizer state the adapters'."""
+    """A LoRA rank, its layers, dropout and a 4-bit base chosen on the page: under
+    Megatron-DeepSpeed (no LoRA) the 422 lands at the rank; under FSDP the plan keeps them, its
+    optimizer state the adapters'."""
     d = browser
     small_one_node_form(d, live_server, "megatron-deepspeed")
     css(d, "#training-options summary").click()
@@ -722,11 +723,13 @@ def test_lora_is_planned_from_the_page(browser, live_server):
     css(d, "#t-lora-rank").send_keys("16")
     Select(css(d, "#t-lora-modules")).select_by_value("linear_qkv")
     css(d, "#t-lora-dropout").send_keys("0.05")
+    Select(css(d, "#t-lora-base")).select_by_value("nf4")
     assert {k: v for k, v in form_body(d)["training"].items() if k.startswith("lora")} == {
-        "lora_rank": 16, "lora_target_modules": ["linear_qkv"], "lora_dropout": 0.05}
+        "lora_rank": 16, "lora_target_modules": ["linear_qkv"], "lora_dropout": 0.05, "lora_base_dtype": "nf4"}
     css(d, "#submit-plan").click()
     plan = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()
     assert plan["training"]["lora_rank"] == 16 and plan["training"]["lora_target_modules"] == ["linear_qkv"]
+    assert plan["training"]["lora_base_dtype"] == "nf4"
     assert plan["best"]["prediction"]["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
 
 
