@@ -63,8 +63,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``lora``: Llama-3-8B under FSDP's full sharding on 8 H100 (2 × 4096 tokens a micro-batch, no
   recompute), a full finetune against LoRA r 16 on every linear layer, on the QKV projection
   alone and with a 0.05 dropout, Llama-3-70B and Qwen3-30B-A3B (ep 8; every expert adapted, or
-  the attention alone) on the same node with full recompute — trainable parameters, state,
-  activations, peak and step;
+  the attention alone) on the same node with full recompute, and Llama-3.1-405B with its base in
+  bf16 against QLoRA's NF4 — trainable parameters, state, activations, peak and step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -528,19 +528,22 @@ def lora() -> dict[str, Any]:
         ("llama3-70b", "full", (("full finetune", {}), ("LoRA r16, all linear", {"lora_rank": 16}))),
         ("qwen3-30b-a3b", "full", (("full finetune", {}), ("LoRA r16, all linear (every expert's too)", {"lora_rank": 16}),
                                    ("LoRA r16, attention", {"lora_rank": 16, "lora_target_modules": ("linear_qkv", "linear_proj")}))),
+        ("llama3-405b", "full", (("LoRA r16, all linear", {"lora_rank": 16}),
+                                 ("QLoRA r16, all linear (NF4 base)", {"lora_rank": 16, "lora_base_dtype": "nf4"}))),
     ):
         model = _config(preset) if preset.startswith("qwen3") else get_preset(preset)
         for label, kw in cases:
             tr = Training(global_batch_size=16, sequence_length=4096, framework="fsdp", **kw)
             ep = 8 if model.is_moe else 1
-            est = estimate(model, tr, cluster, Strategy(dp=8, ep=ep, zero_stage=3, micro_batch_size=2, recompute=recompute))
+            mbs = 1 if preset == "llama3-405b" else 2  # the 405B's layer inputs alone take 34 GB at 2 x 4096
+            est = estimate(model, tr, cluster, Strategy(dp=8, ep=ep, zero_stage=3, micro_batch_size=mbs, recompute=recompute))
             mem = est.stages[0].memory_GB
             trainable = (float(adapter_params_per_layer(model, tr, 1.0) + expert_adapter_params_per_layer(model, tr, 1.0, 1.0))
                          * model.num_layers if tr.frozen_base else float(model.total_params()))
-            rows.append(_row(est, model=model.name, recompute=recompute, case=label, trainable_params=round(trainable),
+            rows.append(_row(est, model=model.name, recompute=recompute, micro_batch_size=mbs, case=label, trainable_params=round(trainable),
                              state_GB=round(mem["gradients"] + mem["optimizer_state"], 2),
                              activations_GB=round(mem["activations"], 1)))
-    return {"layout": "FSDP full sharding, dp 8 (ep 8 for the MoE) on 8 H100, 16 x 4096 tokens a step, 2 a micro-batch", "rows": rows}
+    return {"layout": "FSDP full sharding, dp 8 (ep 8 for the MoE) on 8 H100, 16 x 4096 tokens a step", "rows": rows}
 
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,

@@ -235,11 +235,13 @@ def physics() -> str | None:
 
         by_model: dict[str, list[dict]] = {}
         for r in lo["rows"]:
-            by_model.setdefault(f"{r['model']} ({'no' if r['recompute'] == 'none' else r['recompute']} recompute)", []).append(r)
+            by_model.setdefault(f"{r['model']} ({'no' if r['recompute'] == 'none' else r['recompute']} recompute, micro-batch "
+                                f"{r['micro_batch_size']})", []).append(r)
         out.append(f"* **LoRA** ({lo['layout']}): " + ". ".join(f"{m}: " + "; ".join(lora_row(r) for r in rows) for m, rows in by_model.items())
                    + " — the frozen weights drop their gradients, state and weight-gradient GEMMs, but the adapters' memory-bound "
-                   "passes take back much of the time (a recompute runs them again), and PEFT's dropout keeps a copy of every "
-                   "adapter's input.")
+                   "passes take back much of the time (a recompute runs them again), PEFT's dropout keeps a copy of every "
+                   "adapter's input, and QLoRA's NF4 base holds the weights in about a quarter of the memory for a "
+                   "dequantisation before every GEMM.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

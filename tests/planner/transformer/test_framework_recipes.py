@@ -41,8 +41,9 @@ def test_the_recipes_cover_every_framework_and_say_where_they_come_from():
     assert offloading == {("deepspeed", "optimizer_offload_fraction"), ("deepspeed", "cpu_offload"),
                           ("megatron-core", "optimizer_offload_fraction"), ("fsdp", "cpu_offload"), ("fsdp", "activation_offloading"),
                           ("paddle", "optimizer_offload_fraction"), ("paddle", "activation_offloading")}
-    # and LoRA (torchtune's distributed LoRA recipes)
+    # and LoRA (torchtune's distributed LoRA recipes), over a 4-bit base too (its 405B QLoRA)
     assert any(r["training"].get("lora_rank") for r in RECIPES if r["expect"] == "runs")
+    assert any(r["training"].get("lora_base_dtype") == "nf4" for r in RECIPES if r["expect"] == "runs")
 
 
 @pytest.mark.parametrize("rid", ["paddle-llama2-70b-sft-tp8-pp4-n4c32", "megatron_zoo_qwen3_235b_a22b_h100",
