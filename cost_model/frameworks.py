@@ -400,7 +400,7 @@ def describe(framework: str) -> str:
     extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")
     if r.eight_bit_adam:
         extras.append("8-bit AdamW")
-    extras.append(("QLoRA" if r.qlora else "LoRA") + (" (fused projections' adapters)" if r.lora_fused_projections else "")
+    extras.append(("LoRA and QLoRA" if r.qlora else "LoRA") + (" (fused projections' adapters)" if r.lora_fused_projections else "")
                   if r.lora else "no LoRA")
     return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
 
