@@ -65,7 +65,7 @@ NF4_BYTES_PER_PARAM = 0.5 + (8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0
 def base_bytes_per_param(training: Training, default: float) -> float:
     """Bytes a frozen decoder weight is held in: :data:`NF4_BYTES_PER_PARAM` under QLoRA, else
     ``default`` (the training dtype's)."""
-    return NF4_BYTES_PER_PARAM if training.lora_base_dtype == "nf4" else default
+    return NF4_BYTES_PER_PARAM if training.frozen_base and training.lora_base_dtype == "nf4" else default
 
 
 def dequantize_s(model: TransformerSpec, training: Training, device: DeviceSpec, tp: ArrayOrFloat, act_bytes: float,
@@ -78,7 +78,7 @@ def dequantize_s(model: TransformerSpec, training: Training, device: DeviceSpec,
     recomputed forward dequantises once more.  Weights: the layer's outside the routed experts
     over TP (norms and biases among them, a few kB) and, in an MoE layer (``moe``), its local
     experts' over ETP.  0 without a 4-bit base."""
-    if training.lora_base_dtype != "nf4":
+    if base_bytes_per_param(training, 0.0) == 0.0:
         return np.zeros(np.shape(tp))
     weights = (float(model.decoder_layer_params()) - float(model.routed_expert_params_per_layer())) / np.asarray(tp, dtype=float)
     kernels: ArrayOrFloat = 4.0 + model.ffn_matrices
