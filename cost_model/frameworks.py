@@ -200,6 +200,9 @@ class FrameworkRules:
     lora: str = ""
     #: its QLoRA: LoRA over a 4-bit NF4 base (``training.lora_base_dtype`` ``nf4``); empty: none
     qlora: str = ""
+    #: the loss kernels its trainers run that never hold the whole logits
+    #: (``training.loss_kernel``: :data:`LOSS_KERNELS`), each in their own terms
+    loss_kernels: tuple[tuple[str, str], ...] = ()
     #: its LoRA puts one adapter on each fused projection (Megatron-Bridge's ``linear_qkv`` and
     #: gated ``linear_fc1``); else one per projection (PEFT's ``q_proj``, ``k_proj``, ``v_proj``,
     #: ``gate_proj``, ``up_proj``; torchtitan's ``wq``, ``wk``, ``wv``, ``w1``, ``w3``)
@@ -321,6 +324,7 @@ RULES: dict[str, FrameworkRules] = {
                         "paged_adamw_8bit, adamw_torch_8bit), with zero_allow_untested_optimizer"),
         lora="Hugging Face PEFT's LoraConfig (r, target_modules, lora_dropout) on DeepSpeed (TRL, LLaMA-Factory, axolotl)",
         qlora="bitsandbytes' 4-bit NF4 base (BitsAndBytesConfig load_in_4bit, bnb_4bit_quant_type nf4, double quantisation)",
+        loss_kernels=(("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
         partial_sharding_name=DEEPSPEED_NO_MICS,
         sharding_name={0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"},
     ),
@@ -341,6 +345,7 @@ RULES: dict[str, FrameworkRules] = {
               "torchtitan's LoRAConverter"),
         qlora=("bitsandbytes' 4-bit NF4 base with bnb_4bit_quant_storage for FSDP-QLoRA; torchtune's QLoRA recipes "
                "(torchao's NF4Tensor)"),
+        loss_kernels=(("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
@@ -1033,6 +1038,23 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
     return None
 
 
+#: The loss kernels (``training.loss_kernel``): ``unfused`` (the default: the logits and the
+#: loss's fp32 copy held for the backward), ``liger`` (Liger Kernel's fused linear cross-entropy:
+#: the head's GEMMs and the loss chunk by chunk in the forward), ``cce`` (Cut Cross-Entropy:
+#: blockwise in on-chip memory, the logits recomputed in the backward).
+LOSS_KERNELS = ("unfused", "liger", "cce")
+
+
+def loss_kernel_violation(framework: str, kernel: str) -> str | None:
+    """Reason when ``training.loss_kernel`` is not one ``framework``'s trainers run, else None
+    (``FrameworkRules.loss_kernels``: Liger's and Cut Cross-Entropy's kernels under the Hugging
+    Face trainers on FSDP and DeepSpeed)."""
+    if kernel == "unfused" or kernel in dict(rules_for(framework).loss_kernels):
+        return None
+    where = "; ".join(dict.fromkeys(f"{k}: {text}" for x in RULES.values() for k, text in x.loss_kernels if k == kernel))
+    return f"{framework}: no {kernel} loss kernel; it runs under the FSDP and DeepSpeed trainers ({where})"
+
+
 #: The 4-bit formats a LoRA base may be held in (``training.lora_base_dtype``): NF4, QLoRA's
 #: NormalFloat (Dettmers et al. 2023).
 LORA_BASE_DTYPES = ("nf4",)
@@ -1250,6 +1272,8 @@ __all__ = [
     "eight_bit_adam_violation",
     "LORA_MODULES",
     "LORA_BASE_DTYPES",
+    "LOSS_KERNELS",
+    "loss_kernel_violation",
     "lora_violation",
     "qlora_violation",
     "layout_rule_violation",

@@ -13,6 +13,7 @@ from cost_model.frameworks import (
     EIGHT_BIT_ADAM,
     LORA_BASE_DTYPES,
     LORA_MODULES,
+    LOSS_KERNELS,
     OFFLOAD_MODULES,
     activation_offloading_violation,
     cp_exchange,
@@ -23,6 +24,7 @@ from cost_model.frameworks import (
     eight_bit_adam_violation,
     grad_accum_rule_violation,
     lora_violation,
+    loss_kernel_violation,
     master_weights_violation,
     moe_training_violation,
     offload_modules_violation,
@@ -140,6 +142,10 @@ class Training:
     input through a dropout of ``lora_dropout`` (:mod:`cost_model.transformer.lora`); with
     ``lora_base_dtype`` ``nf4`` (QLoRA; ``fsdp``, ``deepspeed``) the decoder's frozen weights held
     in 4-bit NF4 and dequantised for each GEMM.
+
+    ``loss_kernel`` (``fsdp``, ``deepspeed``): ``liger`` — Liger Kernel's fused linear
+    cross-entropy — or ``cce`` — Cut Cross-Entropy — compute the LM head and the loss without
+    holding the logits (:func:`cost_model.transformer.layer_cost.embedding_head_costs`).
     """
 
     global_batch_size: int
@@ -184,6 +190,9 @@ class Training:
     #: QLoRA: the frozen base's decoder weights held in 4-bit NF4 (:data:`LORA_BASE_DTYPES`);
     #: None: in the training dtype
     lora_base_dtype: str | None = None
+    #: the cross-entropy kernel (:data:`cost_model.frameworks.LOSS_KERNELS`): ``unfused`` holds the
+    #: logits for the backward, ``liger`` and ``cce`` never hold them whole
+    loss_kernel: str = "unfused"
 
     @property
     def frozen_base(self) -> bool:
@@ -261,7 +270,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
-                                     "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None,
+                                     "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -294,6 +303,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         out[key] = val
     for key, choices in (("dtype", DTYPES), ("optimizer", OPTIMIZERS), ("attention", ATTENTION_IMPLS), ("framework", FRAMEWORKS),
                          ("moe_token_dispatcher", MOE_DISPATCHERS), ("cp_comm_type", CP_COMM_TYPES), ("lora_base_dtype", LORA_BASE_DTYPES),
+                         ("loss_kernel", LOSS_KERNELS),
                          ("grad_accum_dtype", GRAD_ACCUM_DTYPES), *OPTIMIZER_DTYPES.items()):
         if key in data:
             if data[key] not in choices:
@@ -380,6 +390,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                               out.get("lora_dropout", 0.0), out.get("optimizer_offload_fraction", 0.0), bool(out.get("cpu_offload", False)))
     if lora_why is not None:
         raise InvalidTraining(lora_why[1], field=f"{field_path}.{lora_why[0]}")
+    why = loss_kernel_violation(framework, out.get("loss_kernel", "unfused"))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.loss_kernel")
     why = qlora_violation(framework, out.get("dtype", "bf16"), out.get("lora_rank", 0), out.get("lora_base_dtype"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.lora_base_dtype")

@@ -2240,7 +2240,12 @@ def embedding_head_costs(
     cross-entropy (last stage) per micro-batch, and their activation bytes.
 
     Head GEMM [T,h]x[h,V/t] forward, ×2 backward; the loss reads fp32 logits (softmax,
-    gradient: ≈ 4 passes of 4 B over T·V/t).  The embedding gathers T·h rows and all-reduces
+    gradient: ≈ 4 passes of 4 B over T·V/t).  ``training.loss_kernel``: Liger Kernel's fused
+    linear cross-entropy (``liger``: the same GEMMs and passes, chunk by chunk, all in the
+    forward — Hsu et al. 2024, "Liger Kernel", §3.3) holds no logits; Cut Cross-Entropy
+    (``cce``: Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models") keeps
+    the logits in on-chip memory, so no loss pass reaches HBM, and computes them again in the
+    backward (one more head GEMM).  The embedding gathers T·h rows and all-reduces
     (or reduce-scatters under SP) them across TP; its backward scatters gradients into a dense,
     zero-filled [V/t, h] gradient.
     """
@@ -2271,6 +2276,8 @@ def embedding_head_costs(
     # frozen (LoRA): the head's backward is its dX alone, and the embedding builds no gradient
     head_passes = 2 if training.frozen_base else 3
     head_s = head_passes * head_gemm + loss + tied_accumulate
+    if training.loss_kernel == "cce":  # the logits blockwise on chip, computed again in the backward: no loss passes
+        head_s = (head_passes + 1) * head_gemm + tied_accumulate
     tp_per_node = np.minimum(t, gpn)
     emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
     # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
@@ -2283,8 +2290,11 @@ def embedding_head_costs(
     emb_passes = head_passes  # the gather, the positions' sum and (unless frozen) the backward's scatter
     emb_s = memory_bound_time_s(emb_passes * T * h * eb, device, kernels=emb_passes) + emb_grad + emb_dropout + 2 * emb_comm
     head_flops = head_passes * 2 * T * h * V / t
-    # Logits (16-bit) and the fp32 copy the loss keeps for backward.
-    head_act = T * V / t * (eb + 4)
+    # Logits (16-bit) and the fp32 copy the loss keeps for backward; Liger's fused linear
+    # cross-entropy keeps the head's input gradient it computed in the forward and one chunk of
+    # logits with its fp32 gradient at a time (chunks of about T·h/V tokens: T·h·(2 + 4) bytes);
+    # Cut Cross-Entropy one fp32 log-sum-exp a token.
+    head_act = {"unfused": T * V / t * (eb + 4), "liger": T * h * (eb + 2.0 + 4.0), "cce": T * 4.0}[training.loss_kernel]
     emb_act = T * h * eb / np.where(S.sp, t, 1.0)
     return emb_s, head_s, head_flops, emb_act, head_act
 

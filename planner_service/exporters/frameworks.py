@@ -24,6 +24,7 @@ from cost_model.frameworks import (
     cp_exchange,
     expert_layout_ok,
     pipeline_gradient_sharding_note,
+    rules_for,
     runs_deepspeed_engine,
 )
 from cost_model.training import OPTIMIZER_DTYPES, OPTIMIZERS
@@ -618,6 +619,10 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         if expert_parallel is not None:
             cfg["expert_parallel"] = expert_parallel
         notes += ep_notes
+    kernel = view.training.get("loss_kernel", "unfused")
+    if kernel != "unfused":
+        notes.append(f"the plan's LM head and loss run {dict(rules_for('deepspeed').loss_kernels)[kernel]}: turn it on in the "
+                     "training script (ds_config.json has no loss setting); without it the logits take the memory the plan left out")
     notes += lora_note(view, "wrap the model with peft.get_peft_model(model, LoraConfig(r, target_modules, lora_dropout)) before "
                              "deepspeed.initialize (ds_config.json has no LoRA setting; DeepSpeed steps the adapters alone)")
     return cfg, notes
@@ -1057,6 +1062,10 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if not (registered and registered[2]):
         model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
                        "pass --module/--config of one you register before these arguments"]
+    if view.training.get("loss_kernel", "unfused") != "unfused":
+        raise InvalidPlan("torchtitan's loss is its own cross-entropy over the whole logits: the plan priced a loss kernel that never "
+                          "holds them (training.loss_kernel), which this launch would; use the torchrun target with a trainer that "
+                          "runs it (Liger Kernel, Cut Cross-Entropy)", field="target")
     refuse_lora(view, "torchtitan's command line", "torchtitan's LoRA is a LoRAConverter in a registered config function's "
                 "model converters (components/lora.py): register one with the plan's rank and target modules, or use the "
                 "torchrun target with a PEFT trainer")

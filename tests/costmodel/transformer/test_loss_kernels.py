@@ -1,0 +1,81 @@
+"""The loss kernels that never hold the whole logits (``training.loss_kernel``): Liger Kernel's
+fused linear cross-entropy (``liger``) and Cut Cross-Entropy (``cce``).  The unfused loss holds
+the 16-bit logits and the loss's fp32 copy for the backward (T·V·6 bytes: 6.3 GB for Llama 3's
+128K vocabulary at 8,192 tokens); Liger holds the head's input gradient and one chunk, Cut
+Cross-Entropy a log-sum-exp a token and computes the logits again in the backward.  Frameworks
+whose trainers do not run them refuse them by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_model.cluster import simple_cluster
+from cost_model.comm import Links
+from cost_model.compute import gemm_time_s
+from cost_model.devices import get_device
+from cost_model.errors import InvalidTraining
+from cost_model.estimate import estimate
+from cost_model.graph.evaluate import refuse_graph_unpriced
+from cost_model.strategy import Strategy
+from cost_model.training import training_from_dict
+from cost_model.transformer.layer_cost import StrategyArrays, embedding_head_costs
+from cost_model.transformer.spec import get_preset
+
+FSDP = {"global_batch_size": 64, "sequence_length": 8192, "framework": "fsdp"}
+H100 = "H100-SXM5-80GB"
+CLUSTER = {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]}
+
+
+def _tr(**kw) -> object:
+    return training_from_dict({**FSDP, **kw})
+
+
+def test_the_fused_kernels_do_not_hold_the_logits():
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    acts = {k: estimate(model, _tr(loss_kernel=k), cluster, s).stages[0].memory_GB["activations"] for k in ("unfused", "liger", "cce")}
+    T, V, h = 8192, 128256, 4096
+    assert acts["unfused"] - acts["liger"] == pytest.approx(T * (V * 6 - h * 8) / 1e9, rel=0.01)
+    assert acts["unfused"] - acts["cce"] == pytest.approx(T * (V * 6 - 4) / 1e9, rel=0.01)
+
+
+def test_cut_cross_entropy_computes_the_logits_again_and_passes_nothing_through_hbm():
+    model, dev = get_preset("llama3-8b"), get_device(H100)
+    S = StrategyArrays.from_strategies([Strategy(dp=8, micro_batch_size=1)])
+    links = Links(450.0, 50.0, 8, 5e-6)
+    heads = {k: float(embedding_head_costs(model, _tr(loss_kernel=k), dev, links, S)[1][0]) for k in ("unfused", "liger", "cce")}
+    assert heads["liger"] == heads["unfused"]  # the same GEMMs and passes, chunk by chunk
+    one_gemm = float(gemm_time_s(8192, 128256, 4096, dev, "bf16", fresh_output=False))
+    assert heads["cce"] == pytest.approx(4 * one_gemm)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({**FSDP, "framework": "megatron-core", "loss_kernel": "liger"}, "no liger loss kernel"),
+    ({**FSDP, "framework": "paddle", "loss_kernel": "cce"}, "Cut Cross-Entropy"),
+    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, liger, cce"),
+])
+def test_a_kernel_the_framework_does_not_run_is_refused(body, needle):
+    with pytest.raises(InvalidTraining) as err:
+        training_from_dict(body)
+    assert err.value.field == "training.loss_kernel" and needle in str(err.value), str(err.value)
+
+
+def test_an_operator_graph_refuses_it():
+    with pytest.raises(InvalidTraining) as err:
+        refuse_graph_unpriced(_tr(loss_kernel="cce"))
+    assert err.value.field == "training.loss_kernel"
+
+
+def test_the_planner_plans_with_it_and_the_launches_say_so(client):
+    req = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "global_batch_size": 16, "loss_kernel": "liger"},
+           "cluster": CLUSTER, "constraints": {"pp": 1}}
+    r = client.post("/v1/plans", json=req)
+    assert r.status_code in (200, 201), r.text
+    plan = r.json()
+    assert plan["training"]["loss_kernel"] == "liger"
+    launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "torchtitan"})
+    assert launch.status_code == 422 and launch.json()["error"]["field"] == "target" and "Liger" in launch.json()["error"]["message"]
+    r = client.post("/v1/plans", json={**req, "training": {**req["training"], "framework": "deepspeed"}})
+    assert r.status_code in (200, 201), r.text
+    launch = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "deepspeed-config"})
+    assert any("Liger Kernel's fused linear cross-entropy" in n for n in launch.json()["notes"])
