@@ -421,6 +421,7 @@ const fmt = {
     ["#t-cpu-offload", "cpu_offload", "false", (v) => v === "true"],
     ["#t-act-offload", "activation_offloading", "false", (v) => v === "true"],
     ["#t-lora-base", "lora_base_dtype", "", (v) => v],
+    ["#t-loss-kernel", "loss_kernel", "unfused", (v) => v],
     ["#t-main-params", "main_params_dtype", "fp32", (v) => v],
     ["#t-exp-avg", "exp_avg_dtype", "fp32", (v) => v],
     ["#t-exp-avg-sq", "exp_avg_sq_dtype", "fp32", (v) => v],

@@ -151,6 +151,7 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("training-lora-dropout-without-rank", "POST", "/v1/plans", _with(PLAN, "training.lora_dropout", 0.05), 422, "training.lora_dropout"),
     ("training-qlora-megatron", "POST", "/v1/plans", _with(_with(PLAN, "training.lora_rank", 16), "training.lora_base_dtype", "nf4"), 422,
      "training.lora_base_dtype"),
+    ("training-loss-kernel-megatron", "POST", "/v1/plans", _with(PLAN, "training.loss_kernel", "liger"), 422, "training.loss_kernel"),
     ("estimate-lora-fp8", "POST", "/v1/estimate", _with(_with(ESTIMATE, "training.lora_rank", 16), "training.dtype", "fp8"), 422,
      "training.dtype"),
     ("training-activation-offloading-not-bool", "POST", "/v1/estimate",

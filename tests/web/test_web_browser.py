@@ -733,6 +733,14 @@ def test_lora_is_planned_from_the_page(browser, live_server):
     assert plan["best"]["prediction"]["memory_breakdown_GB"][0]["optimizer_state"] < 0.1
 
 
+def test_a_fused_loss_kernel_is_planned_from_the_page(browser, live_server):
+    """Liger's fused linear cross-entropy chosen on the page: refused next to the control under
+    Megatron-Core, kept by an FSDP plan."""
+    plan = refused_then_planned(browser, live_server, "#t-loss-kernel", "liger", "megatron-core",
+                                "training.loss_kernel: megatron-core: no liger loss kernel", "Liger Kernel", "fsdp")
+    assert plan["training"]["loss_kernel"] == "liger"
+
+
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
     d = browser
     small_one_node_form(d, live_server, "megatron-core")
