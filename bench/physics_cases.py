@@ -65,6 +65,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   alone and with a 0.05 dropout, Llama-3-70B and Qwen3-30B-A3B (ep 8; every expert adapted, or
   the attention alone) on the same node with full recompute, and Llama-3.1-405B with its base in
   bf16 against QLoRA's NF4 — trainable parameters, state, activations, peak and step;
+* ``loss_kernels``: Llama-3-8B under FSDP on 8 H100 at 8,192 tokens a micro-batch: the unfused
+  loss against Liger's fused linear cross-entropy and Cut Cross-Entropy — activations, peak, step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -546,10 +548,23 @@ def lora() -> dict[str, Any]:
     return {"layout": "FSDP full sharding, dp 8 (ep 8 for the MoE) on 8 H100, 16 x 4096 tokens a step", "rows": rows}
 
 
+def loss_kernels() -> dict[str, Any]:
+    """The loss kernels (training.loss_kernel; layer_cost.embedding_head_costs): Llama-3-8B under
+    FSDP on 8 H100, one 8,192-token sequence a micro-batch, full recompute — the unfused loss
+    against Liger's fused linear cross-entropy and Cut Cross-Entropy."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for kernel in ("unfused", "liger", "cce"):
+        tr = Training(global_batch_size=16, sequence_length=8192, framework="fsdp", loss_kernel=kernel)
+        est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full"))
+        rows.append(_row(est, loss_kernel=kernel, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, 1 x 8192 tokens a micro-batch, full recompute", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

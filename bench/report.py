@@ -242,6 +242,12 @@ def physics() -> str | None:
                    "passes take back much of the time (a recompute runs them again), PEFT's dropout keeps a copy of every "
                    "adapter's input, and QLoRA's NF4 base holds the weights in about a quarter of the memory for a "
                    "dequantisation before every GEMM.")
+    lk = d.get("loss_kernels")
+    if lk:
+        out.append(f"* **Loss kernels** ({lk['model']}, {lk['layout']}): " + "; ".join(
+            f"{r['loss_kernel']}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.3f} s"
+            for r in lk["rows"]) + " — the unfused loss holds the logits and their fp32 copy (6 bytes a vocabulary entry a token); "
+            "Liger's chunks and Cut Cross-Entropy's on-chip blocks do not, the latter at the price of computing the logits again.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
