@@ -227,11 +227,20 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     offload = fields["optimizer_offload_fraction"]
     assert defaults["optimizer_offload_fraction"] == 0.0
     assert (offload["tag"], offload["type"], offload["min"], offload["max"]) == ("input", "number", "0", "1") and "value" not in offload
+    # LoRA: a rank (empty: full finetuning), the layers (none selected: all four), the dropout, the
+    # base dtype (empty: the training dtype); the loss kernel, unfused first
+    from cost_model.frameworks import LORA_BASE_DTYPES, LORA_MODULES, LOSS_KERNELS
+
+    assert defaults["lora_rank"] == 0 and (fields["lora_rank"]["tag"], fields["lora_rank"]["type"]) == ("input", "number")
+    assert tuple(fields["lora_target_modules"]["options"]) == LORA_MODULES and defaults["lora_target_modules"] == ()
+    assert defaults["lora_dropout"] == 0.0 and (fields["lora_dropout"]["tag"], fields["lora_dropout"]["type"]) == ("input", "number")
+    assert fields["lora_base_dtype"]["options"] == ["", *LORA_BASE_DTYPES] and defaults["lora_base_dtype"] is None
+    assert tuple(fields["loss_kernel"]["options"]) == LOSS_KERNELS and defaults["loss_kernel"] == LOSS_KERNELS[0]
     # the script leaves a key out exactly when its control is at the contract's default
     choices = _training_choices()
     assert set(choices) == {"attention", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap",
                             "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
-                            "activation_offloading", *OPTIMIZER_DTYPES}
+                            "activation_offloading", "lora_base_dtype", "loss_kernel", *OPTIMIZER_DTYPES}
     for key, (ident, default) in choices.items():
         assert fields[key]["id"] == ident, key
         assert default == fields[key]["options"][0], key
