@@ -253,3 +253,22 @@ def test_the_planner_fits_405b_qlora_on_one_node_as_torchtune_runs_it(client):
     plan = _lora_plan(client, "deepspeed", lora_base_dtype="nf4")
     launch = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "deepspeed-config"})
     assert any("bnb_4bit_quant_type='nf4'" in n for n in launch.json()["notes"])
+
+
+def test_pytorch_keeps_no_input_for_a_frozen_linear_layer():
+    """The saved-activation rule :func:`cost_model.transformer.lora.saved_activation_delta_bytes`
+    relies on, checked on PyTorch itself: autograd saves a linear layer's input for its weight
+    gradient only, so a frozen layer keeps none (the weight it saves is the parameter itself)."""
+    torch = pytest.importorskip("torch")
+
+    def saved(module, x) -> list[int]:
+        ptrs: list[int] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: ptrs.append(t.data_ptr()) or t, lambda t: t):
+            module(x)
+        return ptrs
+
+    x = torch.randn(8, 16, requires_grad=True)
+    for trains in (True, False):
+        layer = torch.nn.Linear(16, 32, bias=False)
+        layer.weight.requires_grad_(trains)
+        assert (x.data_ptr() in saved(layer, x)) is trains
