@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench bench-loop bench-acceptance bench-report clean
+.PHONY: venv run lint test bench-fidelity bench-plan bench-service bench-cpu bench-lora-cpu bench-graph bench-repro bench-physics bench bench-loop bench-acceptance bench-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,9 @@ bench-service: $(STAMP)
 bench-cpu: $(STAMP)
 	$(BIN)/python bench/cpu_validation.py
 
+bench-lora-cpu: $(STAMP)
+	$(BIN)/python bench/lora_cpu.py
+
 bench-graph: $(STAMP)
 	$(BIN)/python bench/graph_bench.py
 
@@ -59,7 +62,7 @@ bench-loop: $(STAMP)
 bench-report: $(STAMP)
 	$(BIN)/python bench/report.py
 
-bench: bench-fidelity bench-plan bench-service bench-cpu bench-graph bench-repro bench-physics bench-loop bench-acceptance bench-report
+bench: bench-fidelity bench-plan bench-service bench-cpu bench-lora-cpu bench-graph bench-repro bench-physics bench-loop bench-acceptance bench-report
 
 clean:
 	rm -rf $(VENV) *.egg-info planner.db

@@ -210,7 +210,37 @@ def build_llama(case: dict[str, Any]):
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     torch.manual_seed(0)
-    return init_gpt2_style(Llama(), case["layers"], residual=("o.weight", "down.weight"))
+    model = init_gpt2_style(Llama(), case["layers"], residual=("o.weight", "down.weight"))
+    return with_lora(model, case["lora_rank"]) if case.get("lora_rank") else model
+
+
+def with_lora(model, rank: int):
+    """``model`` as PEFT's LoRA trains it (``LoraConfig(r=rank, target_modules="all-linear")``
+    on the decoder's linear layers, no dropout): every weight frozen, each of q, k, v, o, gate,
+    up and down wrapped so that ``y = base(x) + lora_B(lora_A(x)) * scaling`` with A [r × in] and
+    B [out × r] trainable (PEFT's ``LoraLayer.forward``; B starts at zero, as PEFT's does)."""
+    import torch
+    from torch import nn
+
+    class LoRALinear(nn.Module):
+        def __init__(self, base: nn.Linear) -> None:
+            super().__init__()
+            self.base = base
+            self.lora_A = nn.Linear(base.in_features, rank, bias=False)
+            self.lora_B = nn.Linear(rank, base.out_features, bias=False)
+            nn.init.zeros_(self.lora_B.weight)
+            self.scaling = 2.0
+
+        def forward(self, x):
+            return self.base(x) + self.lora_B(self.lora_A(x)) * self.scaling
+
+    for p in model.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(1)
+    for blk in model.blocks:
+        for name in ("q", "k", "v", "o", "gate", "up", "down"):
+            setattr(blk, name, LoRALinear(getattr(blk, name)))
+    return model
 
 
 def hf_config(case: dict[str, Any]) -> dict[str, Any]:

@@ -490,6 +490,17 @@ def cpu() -> str | None:
         out.append(f"Per-element costs the {len(ew)} profiles fitted on this CPU: dropout random numbers {span('rng_s_per_element', 1e9, 'ns')}, "
                    f"exp/erf {span('transcendental_s_per_element', 1e9, 'ns')}, first touch of fresh tensors ≥ 32 MiB "
                    f"{span('first_touch_s_per_byte', 1e9, 'ns/byte')} (all zero on GPUs).")
+    lo = _load("lora_cpu.json")
+    if lo:
+        w, lr = lo["rows"]["whole"], lo["rows"]["lora"]
+        out.append("")
+        out.append(f"**LoRA on this CPU** (`make bench-lora-cpu`, `bench/results/lora_cpu.json`; {lo['host']['cpu']}): case L trained whole "
+                   f"and as PEFT's LoRA trains it (rank {lo['lora_rank']} on every linear layer, the rest frozen), alternately: "
+                   f"**LoRA / whole step measured {lo['measured_ratio']:.3f}, predicted {lo['predicted_ratio']:.3f}** "
+                   f"(pairs {min(lo['measured_pair_ratios']):.3f}–{max(lo['measured_pair_ratios']):.3f}); whole {w['measured_step_s']:.3f} s "
+                   f"measured, {w['predicted_step_s']:.3f} s predicted ({w['error'] * 100:+.0f}%), LoRA {lr['measured_step_s']:.3f} s "
+                   f"against {lr['predicted_step_s']:.3f} s ({lr['error'] * 100:+.0f}%) — the frozen layers' weight gradients saved, "
+                   "the adapters' GEMMs and passes added back.")
     return "\n".join(out)
 
 

@@ -272,3 +272,25 @@ def test_pytorch_keeps_no_input_for_a_frozen_linear_layer():
         layer = torch.nn.Linear(16, 32, bias=False)
         layer.weight.requires_grad_(trains)
         assert (x.data_ptr() in saved(layer, x)) is trains
+
+
+def test_the_cpu_bench_s_lora_model_trains_the_adapters_the_cost_model_counts(monkeypatch):
+    """bench/lora_cpu.py measures case L as PEFT's LoRA trains it (bench/cpu_validation.py's
+    ``with_lora``): its trainable parameters are exactly the adapters the cost model prices for
+    that model, and nothing else trains."""
+    import importlib.util
+    import sys
+
+    torch = pytest.importorskip("torch")
+    path = Path(__file__).resolve().parents[3] / "bench" / "cpu_validation.py"
+    spec = importlib.util.spec_from_file_location("bench_cpu_validation", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)
+    spec.loader.exec_module(bench)
+    case = {**next(c for c in bench.CASES if c["name"] == "L"), "lora_rank": 16}
+    model = bench.build_model(case)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    spec_model = from_hf_config(bench.hf_config(case), "case-L")
+    priced = float(adapter_params_per_layer(spec_model, _tr(lora_rank=16), 1.0)) * spec_model.num_layers
+    assert trainable == priced and all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
+    assert isinstance(model.blocks[0].q.lora_A, torch.nn.Linear)
