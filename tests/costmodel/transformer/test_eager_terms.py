@@ -9,6 +9,7 @@ from cost_model import Strategy, Training, get_preset
 from cost_model.comm import Links
 from cost_model.devices import get_device
 from cost_model.transformer import layer_cost as tc
+from helpers.bench_modules import cpu_validation
 
 LINKS = Links(100.0, 10.0, 8, 1e-5)
 BW_GBps = 100.0
@@ -156,18 +157,10 @@ def test_eager_llama_activations_are_what_autograd_keeps(dtype, monkeypatch):
     rotate_half, SwiGLU) against the bytes autograd really keeps: every tensor one forward of
     the layer (bench/cpu_validation.py's case L, in torch on the CPU) saves for backward,
     counted once per storage, parameters and the cos/sin tables aside."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     torch = pytest.importorskip("torch", reason="needs torch")
     from cost_model.transformer.spec import from_hf_config
 
-    path = Path(__file__).resolve().parents[3] / "bench" / "cpu_validation.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu_validation", path)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
-    spec.loader.exec_module(bench)
+    bench = cpu_validation(monkeypatch)
     case = {**next(c for c in bench.CASES if c["name"] == "L"), "layers": 1}
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     model = bench.build_model(case).to(dt)

@@ -28,6 +28,7 @@ from cost_model.transformer.lora import (
     expert_adapter_tensors_per_layer,
 )
 from cost_model.transformer.spec import from_hf_config, get_preset
+from helpers.bench_modules import cpu_validation
 from helpers.cli_estimate import cli_estimates_then_refuses
 
 FSDP = {"global_batch_size": 64, "sequence_length": 4096, "framework": "fsdp"}
@@ -278,15 +279,8 @@ def test_the_cpu_bench_s_lora_model_trains_the_adapters_the_cost_model_counts(mo
     """bench/lora_cpu.py measures case L as PEFT's LoRA trains it (bench/cpu_validation.py's
     ``with_lora``): its trainable parameters are exactly the adapters the cost model prices for
     that model, and nothing else trains."""
-    import importlib.util
-    import sys
-
     torch = pytest.importorskip("torch")
-    path = Path(__file__).resolve().parents[3] / "bench" / "cpu_validation.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu_validation", path)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)
-    spec.loader.exec_module(bench)
+    bench = cpu_validation(monkeypatch)
     case = {**next(c for c in bench.CASES if c["name"] == "L"), "lora_rank": 16}
     model = bench.build_model(case)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
