@@ -345,7 +345,7 @@ RULES: dict[str, FrameworkRules] = {
               "torchtitan's LoRAConverter"),
         qlora=("bitsandbytes' 4-bit NF4 base with bnb_4bit_quant_storage for FSDP-QLoRA; torchtune's QLoRA recipes "
                "(torchao's NF4Tensor)"),
-        loss_kernels=(("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
+        loss_kernels=(("chunked", "torchtune's CEWithChunkedOutputLoss (its recipes' default loss)"), ("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
@@ -1039,20 +1039,27 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
 
 
 #: The loss kernels (``training.loss_kernel``): ``unfused`` (the default: the logits and the
-#: loss's fp32 copy held for the backward), ``liger`` (Liger Kernel's fused linear cross-entropy:
-#: the head's GEMMs and the loss chunk by chunk in the forward), ``cce`` (Cut Cross-Entropy:
-#: blockwise in on-chip memory, the logits recomputed in the backward).
-LOSS_KERNELS = ("unfused", "liger", "cce")
+#: loss's fp32 copy held for the backward), ``chunked`` (torchtune's ``CEWithChunkedOutputLoss``:
+#: the logits upcast chunk by chunk and the 16-bit logits freed, the fp32 log-probabilities
+#: kept), ``liger`` (Liger Kernel's fused linear cross-entropy: the head's GEMMs and the loss
+#: chunk by chunk in the forward), ``cce`` (Cut Cross-Entropy: blockwise in on-chip memory, the
+#: logits recomputed in the backward).
+LOSS_KERNELS = ("unfused", "chunked", "liger", "cce")
 
 
 def loss_kernel_violation(framework: str, kernel: str) -> str | None:
     """Reason when ``training.loss_kernel`` is not one ``framework``'s trainers run, else None
     (``FrameworkRules.loss_kernels``: Liger's and Cut Cross-Entropy's kernels under the Hugging
-    Face trainers on FSDP and DeepSpeed)."""
+    Face trainers on FSDP and DeepSpeed, torchtune's chunked loss on FSDP)."""
     if kernel == "unfused" or kernel in dict(rules_for(framework).loss_kernels):
         return None
     where = "; ".join(dict.fromkeys(f"{k}: {text}" for x in RULES.values() for k, text in x.loss_kernels if k == kernel))
-    return f"{framework}: no {kernel} loss kernel; it runs under the FSDP and DeepSpeed trainers ({where})"
+    return f"{framework}: no {kernel} loss kernel; it runs under {priced_where(kernel)} ({where})"
+
+
+def priced_where(kernel: str) -> str:
+    """The frameworks whose trainers run loss kernel ``kernel``, by name."""
+    return " and ".join(x.name for x in RULES.values() if kernel in dict(x.loss_kernels))
 
 
 #: The 4-bit formats a LoRA base may be held in (``training.lora_base_dtype``): NF4, QLoRA's

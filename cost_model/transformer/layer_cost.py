@@ -2240,7 +2240,9 @@ def embedding_head_costs(
     cross-entropy (last stage) per micro-batch, and their activation bytes.
 
     Head GEMM [T,h]x[h,V/t] forward, ×2 backward; the loss reads fp32 logits (softmax,
-    gradient: ≈ 4 passes of 4 B over T·V/t).  ``training.loss_kernel``: Liger Kernel's fused
+    gradient: ≈ 4 passes of 4 B over T·V/t).  ``training.loss_kernel``: torchtune's
+    ``CEWithChunkedOutputLoss`` (``chunked``: the same passes chunk by chunk, its recipes ``del
+    logits`` before the backward) holds the fp32 log-probabilities alone; Liger Kernel's fused
     linear cross-entropy (``liger``: the same GEMMs and passes, chunk by chunk, all in the
     forward — Hsu et al. 2024, "Liger Kernel", §3.3) holds no logits; Cut Cross-Entropy
     (``cce``: Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models") keeps
@@ -2294,7 +2296,10 @@ def embedding_head_costs(
     # cross-entropy keeps the head's input gradient it computed in the forward and one chunk of
     # logits with its fp32 gradient at a time (chunks of about T·h/V tokens: T·h·(2 + 4) bytes);
     # Cut Cross-Entropy one fp32 log-sum-exp a token.
-    head_act = {"unfused": T * V / t * (eb + 4), "liger": T * h * (eb + 2.0 + 4.0), "cce": T * 4.0}[training.loss_kernel]
+    # torchtune's chunked loss frees the 16-bit logits once each chunk is upcast and keeps the
+    # fp32 log-probabilities (log_softmax saves its output).
+    head_act = {"unfused": T * V / t * (eb + 4), "chunked": T * V / t * 4.0, "liger": T * h * (eb + 2.0 + 4.0),
+                "cce": T * 4.0}[training.loss_kernel]
     emb_act = T * h * eb / np.where(S.sp, t, 1.0)
     return emb_s, head_s, head_flops, emb_act, head_act
 

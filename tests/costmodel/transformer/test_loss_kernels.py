@@ -1,5 +1,6 @@
-"""The loss kernels that never hold the whole logits (``training.loss_kernel``): Liger Kernel's
-fused linear cross-entropy (``liger``) and Cut Cross-Entropy (``cce``).  The unfused loss holds
+"""The loss kernels that never hold the whole logits (``training.loss_kernel``): torchtune's
+chunked loss (``chunked``: the fp32 log-probabilities alone), Liger Kernel's fused linear
+cross-entropy (``liger``) and Cut Cross-Entropy (``cce``).  The unfused loss holds
 the 16-bit logits and the loss's fp32 copy for the backward (T·V·6 bytes: 6.3 GB for Llama 3's
 128K vocabulary at 8,192 tokens); Liger holds the head's input gradient and one chunk, Cut
 Cross-Entropy a log-sum-exp a token and computes the logits again in the backward.  Frameworks
@@ -33,8 +34,10 @@ def _tr(**kw) -> object:
 def test_the_fused_kernels_do_not_hold_the_logits():
     model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
     s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
-    acts = {k: estimate(model, _tr(loss_kernel=k), cluster, s).stages[0].memory_GB["activations"] for k in ("unfused", "liger", "cce")}
+    acts = {k: estimate(model, _tr(loss_kernel=k), cluster, s).stages[0].memory_GB["activations"]
+            for k in ("unfused", "chunked", "liger", "cce")}
     T, V, h = 8192, 128256, 4096
+    assert acts["unfused"] - acts["chunked"] == pytest.approx(T * V * 2 / 1e9, rel=0.01)  # the 16-bit logits freed
     assert acts["unfused"] - acts["liger"] == pytest.approx(T * (V * 6 - h * 8) / 1e9, rel=0.01)
     assert acts["unfused"] - acts["cce"] == pytest.approx(T * (V * 6 - 4) / 1e9, rel=0.01)
 
@@ -43,8 +46,8 @@ def test_cut_cross_entropy_computes_the_logits_again_and_passes_nothing_through_
     model, dev = get_preset("llama3-8b"), get_device(H100)
     S = StrategyArrays.from_strategies([Strategy(dp=8, micro_batch_size=1)])
     links = Links(450.0, 50.0, 8, 5e-6)
-    heads = {k: float(embedding_head_costs(model, _tr(loss_kernel=k), dev, links, S)[1][0]) for k in ("unfused", "liger", "cce")}
-    assert heads["liger"] == heads["unfused"]  # the same GEMMs and passes, chunk by chunk
+    heads = {k: float(embedding_head_costs(model, _tr(loss_kernel=k), dev, links, S)[1][0]) for k in ("unfused", "chunked", "liger", "cce")}
+    assert heads["liger"] == heads["chunked"] == heads["unfused"]  # the same GEMMs and passes, chunk by chunk
     one_gemm = float(gemm_time_s(8192, 128256, 4096, dev, "bf16", fresh_output=False))
     assert heads["cce"] == pytest.approx(4 * one_gemm)
 
@@ -52,7 +55,8 @@ def test_cut_cross_entropy_computes_the_logits_again_and_passes_nothing_through_
 @pytest.mark.parametrize("body, needle", [
     ({**FSDP, "framework": "megatron-core", "loss_kernel": "liger"}, "no liger loss kernel"),
     ({**FSDP, "framework": "paddle", "loss_kernel": "cce"}, "Cut Cross-Entropy"),
-    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, liger, cce"),
+    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, chunked, liger, cce"),
+    ({**FSDP, "framework": "deepspeed", "loss_kernel": "chunked"}, "runs under fsdp (chunked: torchtune's CEWithChunkedOutputLoss"),
 ])
 def test_a_kernel_the_framework_does_not_run_is_refused(body, needle):
     with pytest.raises(InvalidTraining) as err:
