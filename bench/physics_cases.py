@@ -66,7 +66,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   the attention alone) on the same node with full recompute, and Llama-3.1-405B with its base in
   bf16 against QLoRA's NF4 — trainable parameters, state, activations, peak and step;
 * ``loss_kernels``: Llama-3-8B under FSDP on 8 H100 at 8,192 tokens a micro-batch: the unfused
-  loss against Liger's fused linear cross-entropy and Cut Cross-Entropy — activations, peak, step;
+  loss against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut
+  Cross-Entropy — activations, peak, step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -551,10 +552,10 @@ def lora() -> dict[str, Any]:
 def loss_kernels() -> dict[str, Any]:
     """The loss kernels (training.loss_kernel; layer_cost.embedding_head_costs): Llama-3-8B under
     FSDP on 8 H100, one 8,192-token sequence a micro-batch, full recompute — the unfused loss
-    against Liger's fused linear cross-entropy and Cut Cross-Entropy."""
+    against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut Cross-Entropy."""
     model = get_preset("llama3-8b")
     rows = []
-    for kernel in ("unfused", "liger", "cce"):
+    for kernel in ("unfused", "chunked", "liger", "cce"):
         tr = Training(global_batch_size=16, sequence_length=8192, framework="fsdp", loss_kernel=kernel)
         est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full"))
         rows.append(_row(est, loss_kernel=kernel, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))

@@ -246,8 +246,9 @@ def physics() -> str | None:
     if lk:
         out.append(f"* **Loss kernels** ({lk['model']}, {lk['layout']}): " + "; ".join(
             f"{r['loss_kernel']}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.3f} s"
-            for r in lk["rows"]) + " — the unfused loss holds the logits and their fp32 copy (6 bytes a vocabulary entry a token); "
-            "Liger's chunks and Cut Cross-Entropy's on-chip blocks do not, the latter at the price of computing the logits again.")
+            for r in lk["rows"]) + " — the unfused loss holds the logits and their fp32 copy (6 bytes a vocabulary entry a token), "
+            "torchtune's chunked loss the fp32 log-probabilities (4); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold "
+            "neither, the latter at the price of computing the logits again.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
