@@ -2289,7 +2289,7 @@ def embedding_head_costs(
     # The embedding's backward builds a dense [V/t, h] gradient: zero-filled, then the T rows
     # scattered into it.
     emb_grad = memory_bound_time_s(V / t * h * eb, device, kernels=1) if not training.frozen_base else 0.0
-    emb_passes = head_passes  # the gather, the positions' sum and (unless frozen) the backward's scatter
+    emb_passes = 2 if training.frozen_base else 3  # the gather, the positions' sum and (unless frozen) the backward's scatter
     emb_s = memory_bound_time_s(emb_passes * T * h * eb, device, kernels=emb_passes) + emb_grad + emb_dropout + 2 * emb_comm
     head_flops = head_passes * 2 * T * h * V / t
     # Logits (16-bit) and the fp32 copy the loss keeps for backward; Liger's fused linear

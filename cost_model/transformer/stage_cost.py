@@ -397,6 +397,8 @@ def stage_cost(
         pp_comm = pp_comm + np.where(S.pp > 1, engine_s * n_decoder * checkpointed, 0.0)
 
     dense, experts = stage_params(model, S, n_decoder, has_embedding, has_head)
+    decoder_dense = n_decoder * dense_layer_params(model) / S.tp  # of ``dense``, the decoder layers' (the rest: embedding, head)
+    etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
     # ZeRO shards over dp·cp (dp_shard·cp under HSDP), experts over their EDP replicas (their
     # share of each HSDP replica group)
     shard_dense = zero_shard_ranks(S)
@@ -408,17 +410,16 @@ def stage_cost(
     # the adapters' (the routed experts' held and synchronised as the experts are)
     trainable, trainable_experts = dense, experts
     if training.frozen_base:
-        etp = expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)
         trainable = n_decoder * adapter_params_per_layer(model, training, S.tp)
         trainable_experts = n_decoder * expert_adapter_params_per_layer(model, training, S.ep, etp)
-        decoder = n_decoder * dense_layer_params(model) / S.tp  # QLoRA's 4-bit part of the dense weights
-        weights = ((dense - decoder) * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
-                   + decoder * frozen_weight_bytes_per_param(training, S.zero, shard_dense, decoder=True)
+        # under QLoRA the decoder's weights in 4 bits, the embedding and head in the training dtype
+        weights = ((dense - decoder_dense) * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
+                   + decoder_dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense, decoder=True)
                    + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp, decoder=True) + trainable * w_d + trainable_experts * w_e)
     else:
         weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
-        weights = weights + (n_decoder * dense_layer_params(model) / S.tp + experts) * FP4_WEIGHT_CACHE_BYTES
+        weights = weights + (decoder_dense + experts) * FP4_WEIGHT_CACHE_BYTES
     grads = trainable * g_d + trainable_experts * g_e
     opt = trainable * o_d + trainable_experts * o_e
     # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
@@ -452,7 +453,7 @@ def stage_cost(
     # ZeRO-3 gathers a layer's full weights ahead of use (current + prefetched); DeepSpeed's
     # stage 3 caps the gathered parameters at stage3_max_live_parameters (default 1e9); FSDP's
     # unsharded buffers by schedule: fsdp_unsharded_bytes.
-    live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin)))
+    live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * etp))
     # QLoRA gathers and holds its layers' 4-bit storage: counted as that many 16-bit values
     quantised = base_bytes_per_param(training, param_bytes(training)) / param_bytes(training)
     if runs_deepspeed_engine(training.framework):
@@ -485,18 +486,20 @@ def stage_cost(
     # EDP replicas), each a micro-batch's worth: layer_cost.sharded_passes_s
     gathered = dense if model.is_moe else dense + experts
     if quantised != 1.0:  # QLoRA: the decoder's weights move as their 4-bit storage
-        gathered = gathered - (1.0 - quantised) * (n_decoder * dense_layer_params(model) / S.tp + (0.0 if model.is_moe else experts))
+        gathered = gathered - (1.0 - quantised) * (decoder_dense + (0.0 if model.is_moe else experts))
     gather, reduce = sharded_passes_s(gathered / np.maximum(units, 1.0), units, training, S, dc.links, per_unit, bandwidth_messages=matrices)
     if training.frozen_base:  # LoRA: the frozen weights are gathered, the adapters' gradients alone reduced
         _, reduce = sharded_passes_s(trainable / np.maximum(units, 1.0), units, training, S, dc.links, per_unit, bandwidth_messages=matrices)
     sharded = (passes - 1.0) * gather + reduce
-    if model.is_moe:
-        g_e, r_e = sharded_passes_s(experts * quantised / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-                                    stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
+    if model.is_moe:  # the experts' passes over their EDP replicas, ep·etp global ranks apart
+        def expert_passes(params: ArrayOrFloat) -> tuple[FloatArray, FloatArray]:
+            return sharded_passes_s(params / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp, stride=S.ep * etp,
+                                    bandwidth_messages=matrices)
+
+        g_e, r_e = expert_passes(experts * quantised)
         gather = gather + g_e
         if training.frozen_base:  # the experts' adapters' gradients alone reduced
-            _, r_e = sharded_passes_s(trainable_experts / np.maximum(n, 1.0), n, training, S, dc.links, per_unit, ranks=shard_exp,
-                                      stride=S.ep * expert_tensor_parallel(S.tp, S.cp, S.dp, S.ep, S.etp_pin), bandwidth_messages=matrices)
+            r_e = expert_passes(trainable_experts)[1]
         sharded = sharded + (layer_passes - 1.0) * g_e + r_e
     # DeepSpeed's tensor-list gathers copy their output out per rank (0 elsewhere), each pass
     copy_out = deepspeed_gather_copy_out_s((gathered + (experts * quantised if model.is_moe else 0.0)) / np.maximum(units, 1.0), units,
