@@ -1053,13 +1053,9 @@ def loss_kernel_violation(framework: str, kernel: str) -> str | None:
     Face trainers on FSDP and DeepSpeed, torchtune's chunked loss on FSDP)."""
     if kernel == "unfused" or kernel in dict(rules_for(framework).loss_kernels):
         return None
-    where = "; ".join(dict.fromkeys(f"{k}: {text}" for x in RULES.values() for k, text in x.loss_kernels if k == kernel))
-    return f"{framework}: no {kernel} loss kernel; it runs under {priced_where(kernel)} ({where})"
-
-
-def priced_where(kernel: str) -> str:
-    """The frameworks whose trainers run loss kernel ``kernel``, by name."""
-    return " and ".join(x.name for x in RULES.values() if kernel in dict(x.loss_kernels))
+    runs = [(x.name, dict(x.loss_kernels)[kernel]) for x in RULES.values() if kernel in dict(x.loss_kernels)]
+    where = "; ".join(dict.fromkeys(f"{kernel}: {text}" for _, text in runs))
+    return f"{framework}: no {kernel} loss kernel; it runs under {' and '.join(name for name, _ in runs)} ({where})"
 
 
 #: The 4-bit formats a LoRA base may be held in (``training.lora_base_dtype``): NF4, QLoRA's
