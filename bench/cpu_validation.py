@@ -561,7 +561,7 @@ def measure_dp(case: dict[str, Any], world: int, warmup: int, steps: int, tries:
 
 
 # ------------------------------------------------------------------------------ predictions
-def predict(case: dict[str, Any], dp: int, profile: dict[str, Any] | None) -> dict[str, Any]:
+def predict(case: dict[str, Any], dp: int, profile: dict[str, Any] | None, framework: str = "megatron-core") -> dict[str, Any]:
     from cost_model import (
         Strategy,
         Training,
@@ -572,7 +572,8 @@ def predict(case: dict[str, Any], dp: int, profile: dict[str, Any] | None) -> di
 
     model = from_hf_config(hf_config(case), name=f"case-{case['name']}")
     training = Training(global_batch_size=case["micro_batch"] * dp, sequence_length=case["seq"], dtype="fp32",
-                        optimizer="adam", attention="unfused", fused_kernels=False, grad_reduce_overlap=dp > 1)
+                        optimizer="adam", attention="unfused", fused_kernels=False, grad_reduce_overlap=dp > 1, framework=framework,
+                        lora_rank=case.get("lora_rank", 0))
     cluster = cluster_from_dict({"name": "local", "node_groups": [{"name": "cpu", "count": 1, "gpus_per_node": dp, "device": "local-cpu"}]})
     try:
         est = estimate(model, training, cluster, Strategy(dp=dp, micro_batch_size=case["micro_batch"]), profile=profile)

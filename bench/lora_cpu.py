@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -30,17 +29,6 @@ import cpu_validation as cv  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "lora_cpu.json"
 RANK = 16
-
-
-def predict(case: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
-    from cost_model import Strategy, Training, cluster_from_dict, estimate, from_hf_config
-
-    model = from_hf_config(cv.hf_config(case), name=f"case-{case['name']}")
-    training = Training(global_batch_size=case["micro_batch"], sequence_length=case["seq"], dtype="fp32", optimizer="adam",
-                        attention="unfused", fused_kernels=False, framework="fsdp", lora_rank=case.get("lora_rank", 0))
-    cluster = cluster_from_dict({"name": "local", "node_groups": [{"name": "cpu", "count": 1, "gpus_per_node": 1, "device": "local-cpu"}]})
-    est = estimate(model, training, cluster, Strategy(dp=1, micro_batch_size=case["micro_batch"]), profile=profile)
-    return {"step_time_s": est.step_time_s, "breakdown_s": est.breakdown_s}
 
 
 def main(argv: list[str]) -> int:
@@ -65,7 +53,7 @@ def main(argv: list[str]) -> int:
             print(f"round {rnd + 1}: {key} {m['median_s']:.3f} s", flush=True)
     rows = {}
     for key, case in (("whole", whole), ("lora", lora)):
-        pred = predict(case, prof)
+        pred = cv.predict(case, 1, prof, framework="fsdp")
         m = statistics.median(measured[key])
         rows[key] = {"measured_step_s": m, "measured_rounds_s": measured[key], "predicted_step_s": pred["step_time_s"],
                      "error": pred["step_time_s"] / m - 1.0, "predicted_breakdown_s": pred["breakdown_s"]}
