@@ -67,7 +67,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   bf16 against QLoRA's NF4 — trainable parameters, state, activations, peak and step;
 * ``loss_kernels``: Llama-3-8B under FSDP on 8 H100 at 8,192 tokens a micro-batch: the unfused
   loss against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut
-  Cross-Entropy — activations, peak, step;
+  Cross-Entropy, and under Megatron-Core its own loss against Transformer Engine's parallel
+  cross-entropy — activations, peak, step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -552,14 +553,18 @@ def lora() -> dict[str, Any]:
 def loss_kernels() -> dict[str, Any]:
     """The loss kernels (training.loss_kernel; layer_cost.embedding_head_costs): Llama-3-8B under
     FSDP on 8 H100, one 8,192-token sequence a micro-batch, full recompute — the unfused loss
-    against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut Cross-Entropy."""
+    against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut Cross-Entropy;
+    and under Megatron-Core (distributed optimizer, dp 8, the same micro-batch) its own loss
+    against Transformer Engine's parallel cross-entropy."""
     model = get_preset("llama3-8b")
     rows = []
-    for kernel in ("unfused", "chunked", "liger", "cce"):
-        tr = Training(global_batch_size=16, sequence_length=8192, framework="fsdp", loss_kernel=kernel)
-        est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full"))
-        rows.append(_row(est, loss_kernel=kernel, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
-    return {"model": model.name, "layout": "FSDP ZeRO-3 dp 8 on 8 H100, 1 x 8192 tokens a micro-batch, full recompute", "rows": rows}
+    for framework, zero, kernels in (("fsdp", 3, ("unfused", "chunked", "liger", "cce")), ("megatron-core", 1, ("unfused", "te"))):
+        for kernel in kernels:
+            tr = Training(global_batch_size=16, sequence_length=8192, framework=framework, loss_kernel=kernel)
+            est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=zero, micro_batch_size=1, recompute="full"))
+            rows.append(_row(est, framework=framework, loss_kernel=kernel, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "dp 8 on 8 H100 (FSDP ZeRO-3; Megatron-Core's distributed optimizer), 1 x 8192 tokens a micro-batch, full recompute",
+            "rows": rows}
 
 
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,

@@ -244,11 +244,14 @@ def physics() -> str | None:
                    "dequantisation before every GEMM.")
     lk = d.get("loss_kernels")
     if lk:
-        out.append(f"* **Loss kernels** ({lk['model']}, {lk['layout']}): " + "; ".join(
-            f"{r['loss_kernel']}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.3f} s"
-            for r in lk["rows"]) + " — the unfused loss holds the logits and their fp32 copy (6 bytes a vocabulary entry a token), "
-            "torchtune's chunked loss the fp32 log-probabilities (4); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold "
-            "neither, the latter at the price of computing the logits again.")
+        def kernel_rows(framework: str) -> str:
+            return "; ".join(f"{r['loss_kernel']}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, "
+                             f"step {r['step_time_s']:.3f} s" for r in lk["rows"] if r["framework"] == framework)
+        out.append(f"* **Loss kernels** ({lk['model']}, {lk['layout']}): FSDP: {kernel_rows('fsdp')}. Megatron-Core: "
+                   f"{kernel_rows('megatron-core')} — the unfused loss holds the logits and their fp32 copy (6 bytes a vocabulary "
+                   "entry a token), torchtune's chunked loss the fp32 log-probabilities (4), Transformer Engine's the 16-bit logits "
+                   "(2, its gradient written over them); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold neither, the "
+                   "latter at the price of computing the logits again.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

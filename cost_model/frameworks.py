@@ -299,6 +299,7 @@ RULES: dict[str, FrameworkRules] = {
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         lora="Megatron-Bridge's LoRA (peft=LoRA(target_modules, dim, dropout); one adapter on each fused linear_qkv and linear_fc1)",
         lora_fused_projections=True,
+        loss_kernels=(("te", "Transformer Engine's parallel cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te)"),),
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
     "megatron-deepspeed": FrameworkRules(
@@ -1043,14 +1044,18 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
 #: the logits upcast chunk by chunk and the 16-bit logits freed, the fp32 log-probabilities
 #: kept), ``liger`` (Liger Kernel's fused linear cross-entropy: the head's GEMMs and the loss
 #: chunk by chunk in the forward), ``cce`` (Cut Cross-Entropy: blockwise in on-chip memory, the
-#: logits recomputed in the backward).
-LOSS_KERNELS = ("unfused", "chunked", "liger", "cce")
+#: logits recomputed in the backward), ``te`` (Transformer Engine's parallel cross-entropy under
+#: Megatron-Core: an online softmax over the 16-bit logits, which it keeps, and the gradient
+#: written over them in the backward; Megatron-Core's native fused loss keeps the same fp32
+#: softmax as its unfused one and is priced as ``unfused``).
+LOSS_KERNELS = ("unfused", "chunked", "liger", "cce", "te")
 
 
 def loss_kernel_violation(framework: str, kernel: str) -> str | None:
     """Reason when ``training.loss_kernel`` is not one ``framework``'s trainers run, else None
     (``FrameworkRules.loss_kernels``: Liger's and Cut Cross-Entropy's kernels under the Hugging
-    Face trainers on FSDP and DeepSpeed, torchtune's chunked loss on FSDP)."""
+    Face trainers on FSDP and DeepSpeed, torchtune's chunked loss on FSDP, Transformer Engine's
+    parallel cross-entropy under Megatron-Core)."""
     if kernel == "unfused" or kernel in dict(rules_for(framework).loss_kernels):
         return None
     runs = [(x.name, dict(x.loss_kernels)[kernel]) for x in RULES.values() if kernel in dict(x.loss_kernels)]

@@ -145,7 +145,9 @@ class Training:
 
     ``loss_kernel`` (``fsdp``, ``deepspeed``): ``liger`` — Liger Kernel's fused linear
     cross-entropy — or ``cce`` — Cut Cross-Entropy — compute the LM head and the loss without
-    holding the logits (:func:`cost_model.transformer.layer_cost.embedding_head_costs`).
+    holding the logits; ``chunked`` (``fsdp``) holds the fp32 log-probabilities alone; ``te``
+    (``megatron-core``) the 16-bit logits alone
+    (:func:`cost_model.transformer.layer_cost.embedding_head_costs`).
     """
 
     global_batch_size: int
@@ -191,7 +193,8 @@ class Training:
     #: None: in the training dtype
     lora_base_dtype: str | None = None
     #: the cross-entropy kernel (:data:`cost_model.frameworks.LOSS_KERNELS`): ``unfused`` holds the
-    #: logits for the backward, ``liger`` and ``cce`` never hold them whole
+    #: logits and their fp32 copy for the backward, ``liger`` and ``cce`` never hold them whole,
+    #: ``chunked`` the fp32 copy alone, ``te`` the 16-bit logits alone
     loss_kernel: str = "unfused"
 
     @property

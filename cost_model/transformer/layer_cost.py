@@ -2247,7 +2247,12 @@ def embedding_head_costs(
     forward — Hsu et al. 2024, "Liger Kernel", §3.3) holds no logits; Cut Cross-Entropy
     (``cce``: Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models") keeps
     the logits in on-chip memory, so no loss pass reaches HBM, and computes them again in the
-    backward (one more head GEMM).  The embedding gathers T·h rows and all-reduces
+    backward (one more head GEMM).  Transformer Engine's ``parallel_cross_entropy`` (``te``:
+    Megatron-Core's ``--cross-entropy-fusion-impl te``) reads the 16-bit logits once in the
+    forward (an online softmax: a max, a sum and the target's logit a token — Milakov &
+    Gimelshein 2018) and keeps them; its backward reads them again and writes the gradient over
+    them in place, so neither the fp32 copy nor a separate gradient is ever allocated.  The
+    embedding gathers T·h rows and all-reduces
     (or reduce-scatters under SP) them across TP; its backward scatters gradients into a dense,
     zero-filled [V/t, h] gradient.
     """
@@ -2280,6 +2285,11 @@ def embedding_head_costs(
     head_s = head_passes * head_gemm + loss + tied_accumulate
     if training.loss_kernel == "cce":  # the logits blockwise on chip, computed again in the backward: no loss passes
         head_s = (head_passes + 1) * head_gemm + tied_accumulate
+    elif training.loss_kernel == "te":  # one read of the 16-bit logits forward, one read and in-place write backward
+        te_loss = (memory_bound_time_s(logits * eb, device, kernels=1, transcendental_elements=logits)
+                   + memory_bound_time_s(logits * 2 * eb, device, kernels=1, transcendental_elements=logits)
+                   + first_touch_s(logits * eb, device, count=1))
+        head_s = head_passes * head_gemm + te_loss + tied_accumulate
     tp_per_node = np.minimum(t, gpn)
     emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
     # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
@@ -2295,11 +2305,12 @@ def embedding_head_costs(
     # Logits (16-bit) and the fp32 copy the loss keeps for backward; Liger's fused linear
     # cross-entropy keeps the head's input gradient it computed in the forward and one chunk of
     # logits with its fp32 gradient at a time (chunks of about T·h/V tokens: T·h·(2 + 4) bytes);
-    # Cut Cross-Entropy one fp32 log-sum-exp a token.
+    # Cut Cross-Entropy one fp32 log-sum-exp a token; Transformer Engine's the 16-bit logits and
+    # three fp32 numbers a token (max, sum, the target's logit).
     # torchtune's chunked loss frees the 16-bit logits once each chunk is upcast and keeps the
     # fp32 log-probabilities (log_softmax saves its output).
     head_act = {"unfused": T * V / t * (eb + 4), "chunked": T * V / t * 4.0, "liger": T * h * (eb + 2.0 + 4.0),
-                "cce": T * 4.0}[training.loss_kernel]
+                "cce": T * 4.0, "te": T * V / t * eb + T * 12.0}[training.loss_kernel]
     emb_act = T * h * eb / np.where(S.sp, t, 1.0)
     return emb_s, head_s, head_flops, emb_act, head_act
 

@@ -283,6 +283,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
     if view.training.get("attention") == "unfused" and view.training.get("framework", "megatron-core") == "megatron-core":
         # the score matrix materialised, as priced: Megatron-Core's own attention, not Transformer Engine's fused kernels
         args.append(("--attention-backend", "local"))
+    if view.training.get("loss_kernel") == "te":  # the loss as priced: Transformer Engine's, over the 16-bit logits it keeps
+        args += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
     recompute = view.s("recompute", "none")
     depth = int(view.s("recompute_num_layers", 0))
     if recompute == "full" and depth:

@@ -741,6 +741,14 @@ def test_a_fused_loss_kernel_is_planned_from_the_page(browser, live_server):
     assert plan["training"]["loss_kernel"] == "liger"
 
 
+def test_transformer_engines_loss_is_planned_from_the_page_under_megatron_core(browser, live_server):
+    """Transformer Engine's parallel cross-entropy chosen on the page: refused next to the control
+    under FSDP (naming the framework that runs it), kept by a Megatron-Core plan."""
+    plan = refused_then_planned(browser, live_server, "#t-loss-kernel", "te", "fsdp",
+                                "training.loss_kernel: fsdp: no te loss kernel", "megatron-core", "megatron-core")
+    assert plan["training"]["loss_kernel"] == "te"
+
+
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
     d = browser
     small_one_node_form(d, live_server, "megatron-core")

@@ -3,8 +3,9 @@ chunked loss (``chunked``: the fp32 log-probabilities alone), Liger Kernel's fus
 cross-entropy (``liger``) and Cut Cross-Entropy (``cce``).  The unfused loss holds
 the 16-bit logits and the loss's fp32 copy for the backward (T·V·6 bytes: 6.3 GB for Llama 3's
 128K vocabulary at 8,192 tokens); Liger holds the head's input gradient and one chunk, Cut
-Cross-Entropy a log-sum-exp a token and computes the logits again in the backward.  Frameworks
-whose trainers do not run them refuse them by name."""
+Cross-Entropy a log-sum-exp a token and computes the logits again in the backward; Transformer
+Engine's parallel cross-entropy under Megatron-Core (``te``) keeps the 16-bit logits and writes
+their gradient over them.  Frameworks whose trainers do not run them refuse them by name."""
 
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def test_cut_cross_entropy_computes_the_logits_again_and_passes_nothing_through_
 @pytest.mark.parametrize("body, needle", [
     ({**FSDP, "framework": "megatron-core", "loss_kernel": "liger"}, "no liger loss kernel"),
     ({**FSDP, "framework": "paddle", "loss_kernel": "cce"}, "Cut Cross-Entropy"),
-    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, chunked, liger, cce"),
+    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, chunked, liger, cce, te"),
+    ({**FSDP, "loss_kernel": "te"}, "runs under megatron-core (te: Transformer Engine's parallel cross-entropy"),
+    ({**FSDP, "framework": "megatron-deepspeed", "loss_kernel": "te"}, "megatron-deepspeed: no te loss kernel"),
     ({**FSDP, "framework": "deepspeed", "loss_kernel": "chunked"}, "runs under fsdp (chunked: torchtune's CEWithChunkedOutputLoss"),
 ])
 def test_a_kernel_the_framework_does_not_run_is_refused(body, needle):
@@ -83,3 +86,38 @@ def test_the_planner_plans_with_it_and_the_launches_say_so(client):
     assert r.status_code in (200, 201), r.text
     launch = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "deepspeed-config"})
     assert any("Liger Kernel's fused linear cross-entropy" in n for n in launch.json()["notes"])
+
+
+def test_transformer_engines_loss_keeps_the_16_bit_logits_alone_and_passes_over_them_twice():
+    """Megatron-Core's loss holds the fp32 softmax (T·V/t·4 bytes) with the 16-bit logits live
+    beside it; Transformer Engine's online softmax keeps only the 16-bit logits (and three fp32
+    numbers a token) and writes the gradient in place: T·V/t·4 − T·12 bytes less at the head, and
+    fewer passes."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    mc = {**FSDP, "framework": "megatron-core", "global_batch_size": 16}
+    s = Strategy(dp=4, tp=2, micro_batch_size=1, recompute="full")
+    acts = {k: estimate(model, training_from_dict({**mc, "loss_kernel": k}), cluster, s).stages[0].memory_GB["activations"]
+            for k in ("unfused", "te")}
+    T, V, t = 8192, 128256, 2
+    assert acts["unfused"] - acts["te"] == pytest.approx((T * V / t * 4 - T * 12) / 1e9, rel=0.01)
+    dev, links = get_device(H100), Links(450.0, 50.0, 8, 5e-6)
+    S = StrategyArrays.from_strategies([s])
+    heads = {k: float(embedding_head_costs(model, training_from_dict({**mc, "loss_kernel": k}), dev, links, S)[1][0])
+             for k in ("unfused", "te")}
+    three_gemms = 3 * float(gemm_time_s(T, V / t, 4096, dev, "bf16", fresh_output=False))
+    assert three_gemms < heads["te"] < heads["unfused"]
+    # its passes: 2 B read forward, 2 B read and 2 B written backward, against the unfused loss's 18 B
+    assert heads["te"] - three_gemms < 0.5 * (heads["unfused"] - three_gemms)
+
+
+def test_megatron_launch_turns_on_the_kernel_the_plan_priced(client):
+    req = {"model": {"preset": "llama3-8b"}, "cluster": CLUSTER, "constraints": {"pp": 1, "tp": 2},
+           "training": {**FSDP, "framework": "megatron-core", "global_batch_size": 16, "loss_kernel": "te"}}
+    r = client.post("/v1/plans", json=req)
+    assert r.status_code in (200, 201), r.text
+    launch = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "megatron"})
+    assert launch.status_code == 200, launch.text
+    assert "--cross-entropy-loss-fusion\n  --cross-entropy-fusion-impl te\n" in launch.json()["files"]["megatron_args.sh"]
+    plain = client.post("/v1/plans", json={**req, "training": {**req["training"], "loss_kernel": "unfused"}})
+    launch = client.get(f"/v1/plans/{plain.json()['id']}/launch", params={"target": "megatron"})
+    assert "--cross-entropy" not in launch.json()["files"]["megatron_args.sh"]
