@@ -69,6 +69,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   loss against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut
   Cross-Entropy, and under Megatron-Core its own loss against Transformer Engine's parallel
   cross-entropy — activations, peak, step;
+* ``fp8_weights``: Llama-3-70B under Megatron-Core on 32 H100, tp 4 · pp 4 · dp 2 in BF16, in FP8
+  with the cached casts and with FP8 weights, and dp 32 under Megatron-FSDP — weights, peak, step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -567,10 +569,30 @@ def loss_kernels() -> dict[str, Any]:
             "rows": rows}
 
 
+def fp8_weights() -> dict[str, Any]:
+    """FP8 weights (training.fp8_param_gather; stage_cost.fp8_weight_cache_bytes_per_param):
+    Llama-3-70B under Megatron-Core on 4 × 8 H100 at 4,096 tokens a sequence, full recompute —
+    tp 4 · pp 4 · dp 2 with the distributed optimizer in BF16, in FP8 with 16-bit weights and
+    their cached FP8 casts, and with FP8 weights; dp 32 under Megatron-FSDP's full sharding, FP8
+    with and without FP8 weights."""
+    model = get_preset("llama3-70b")
+    mesh = Strategy(tp=4, pp=4, dp=2, zero_stage=1, micro_batch_size=1, recompute="full", sequence_parallel=True)
+    fsdp = Strategy(dp=32, zero_stage=3, micro_batch_size=1, recompute="full")
+    rows = []
+    for label, dtype, gather, s in (("bf16", "bf16", False, mesh), ("fp8, cached casts", "fp8", False, mesh), ("fp8 weights", "fp8", True, mesh),
+                                    ("Megatron-FSDP fp8", "fp8", False, fsdp), ("Megatron-FSDP fp8 weights", "fp8", True, fsdp)):
+        tr = Training(global_batch_size=64, sequence_length=4096, framework="megatron-core", dtype=dtype, fp8_param_gather=gather)
+        est = estimate(model, tr, simple_cluster(H100, 4), s)
+        mem = est.stages[0].memory_GB
+        rows.append(_row(est, case=label, weights_GB=round(mem["weights"], 2), activations_GB=round(mem["activations"], 2)))
+    return {"model": model.name, "layout": "Megatron-Core on 32 H100, 64 × 4096 tokens a step, full recompute: tp 4 · pp 4 · dp 2 with the "
+            "distributed optimizer, or dp 32 under Megatron-FSDP", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

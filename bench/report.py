@@ -252,6 +252,12 @@ def physics() -> str | None:
                    "entry a token), torchtune's chunked loss the fp32 log-probabilities (4), Transformer Engine's the 16-bit logits "
                    "(2, its gradient written over them); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold neither, the "
                    "latter at the price of computing the logits again.")
+    fw = d.get("fp8_weights")
+    if fw:
+        out.append(f"* **FP8 weights** ({fw['model']}, {fw['layout']}): " + "; ".join(
+            f"{r['case']}: weights {r['weights_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
+            for r in fw["rows"]) + " — FP8 training keeps each 16-bit weight's FP8 cast and its transpose over the step (2 bytes "
+            "a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve the weights' all-gathers.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

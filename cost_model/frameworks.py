@@ -207,6 +207,11 @@ class FrameworkRules:
     #: gated ``linear_fc1``); else one per projection (PEFT's ``q_proj``, ``k_proj``, ``v_proj``,
     #: ``gate_proj``, ``up_proj``; torchtitan's ``wq``, ``wk``, ``wv``, ``w1``, ``w3``)
     lora_fused_projections: bool = False
+    #: under FP8 its linear layers are Transformer Engine's, told which micro-batch is a step's
+    #: first (``is_first_microbatch``): each weight is cast to FP8 once a step and the cast kept
+    #: for the rest (``layer_cost.fp8_weight_cache_bytes_per_param``); and it can hold the
+    #: weights in FP8 instead (``training.fp8_param_gather``, its name for it)
+    fp8_weight_cache: str = ""
 
 
 #: Megatron-Core's ``TransformerConfig.recompute_modules`` choices (``--recompute-modules``, with
@@ -299,6 +304,7 @@ RULES: dict[str, FrameworkRules] = {
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         lora="Megatron-Bridge's LoRA (peft=LoRA(target_modules, dim, dropout); one adapter on each fused linear_qkv and linear_fc1)",
         lora_fused_projections=True,
+        fp8_weight_cache="--fp8-param-gather",
         loss_kernels=(("te", "Transformer Engine's parallel cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te)"),),
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
@@ -1063,6 +1069,31 @@ def loss_kernel_violation(framework: str, kernel: str) -> str | None:
     return f"{framework}: no {kernel} loss kernel; it runs under {' and '.join(name for name, _ in runs)} ({where})"
 
 
+def fp8_param_gather_violation(framework: str, dtype: str, fp8_param_gather: bool) -> str | None:
+    """Reason when ``training.fp8_param_gather`` cannot be costed, else None: it needs FP8
+    training, under a framework whose Transformer Engine layers hold FP8 weights
+    (``FrameworkRules.fp8_weight_cache``: Megatron-Core's ``--fp8-param-gather``)."""
+    if not fp8_param_gather:
+        return None
+    where = [r.name for r in RULES.values() if r.fp8_weight_cache]
+    if not rules_for(framework).fp8_weight_cache:
+        return (f"{framework}: no FP8 weights priced (its FP8 casts each weight as it uses it); it is "
+                f"{' and '.join(where)}'s {rules_for(where[0]).fp8_weight_cache}")
+    if dtype != "fp8":
+        return f"FP8 weights need FP8 training (training.dtype fp8), not {dtype}"
+    return None
+
+
+def fp8_param_gather_offload_violation(fp8_param_gather: bool, optimizer_offload_fraction: float) -> str | None:
+    """Reason when FP8 weights are asked for beside Megatron-Core's optimizer CPU offload, else
+    None: the Megatron-MoE model zoo's launcher leaves ``--fp8-param-gather`` out under
+    ``--optimizer-cpu-offload`` ("Optimizer CPU offload does not support fp8 param gather now")."""
+    if fp8_param_gather and optimizer_offload_fraction > 0.0:
+        return ("FP8 weights are not gathered beside Megatron-Core's optimizer CPU offload ('Optimizer CPU offload does not "
+                "support fp8 param gather now'): leave one of them out")
+    return None
+
+
 #: The 4-bit formats a LoRA base may be held in (``training.lora_base_dtype``): NF4, QLoRA's
 #: NormalFloat (Dettmers et al. 2023).
 LORA_BASE_DTYPES = ("nf4",)
@@ -1186,6 +1217,16 @@ def precision_aware_zero_violation(precision_aware: bool, zero_stage: int | None
             "'--use-precision-aware-optimizer only supported with distributed optimizer'")
 
 
+def fp8_param_gather_zero_violation(fp8_param_gather: bool, zero_stage: int | None) -> str | None:
+    """Reason when FP8 weights (``training.fp8_param_gather``) are asked for without a sharded
+    optimizer, else None: Megatron-LM's ``validate_args`` — "--fp8-param-gather only supported
+    with distributed optimizer, torch fsdp2, megatron fsdp" (zero_stage 1–3)."""
+    if not fp8_param_gather or zero_stage is None or zero_stage >= 1:
+        return None
+    return (f"FP8 weights run under Megatron-Core's distributed optimizer or Megatron-FSDP only (zero_stage 1-3, got {zero_stage}): "
+            "'--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp'")
+
+
 def tp_comm_overlap_violation(framework: str, tp_comm_overlap: bool) -> str | None:
     """Reason when ``training.tp_comm_overlap`` is asked of a framework that has no such overlap
     (``FrameworkRules.tp_comm_overlap``), else None: the plan would price collectives hidden
@@ -1281,6 +1322,9 @@ __all__ = [
     "LORA_MODULES",
     "LORA_BASE_DTYPES",
     "LOSS_KERNELS",
+    "fp8_param_gather_offload_violation",
+    "fp8_param_gather_violation",
+    "fp8_param_gather_zero_violation",
     "loss_kernel_violation",
     "lora_violation",
     "qlora_violation",

@@ -22,6 +22,7 @@ from cost_model.frameworks import (
     deepspeed_moe_violation,
     effective_zero_stage,
     expert_parallel_dtype_violation,
+    fp8_param_gather_zero_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
     offload_layout_violation,
@@ -489,7 +490,8 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=s.zero_stage, ep=s.ep, cp=s.cp)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
-    why = precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
+    why = (precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
+           or fp8_param_gather_zero_violation(training.fp8_param_gather, s.zero_stage))
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload, s.zero_stage, s.pp,

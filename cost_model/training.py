@@ -22,6 +22,8 @@ from cost_model.frameworks import (
     declared_order,
     dtype_rule_violation,
     eight_bit_adam_violation,
+    fp8_param_gather_offload_violation,
+    fp8_param_gather_violation,
     grad_accum_rule_violation,
     lora_violation,
     loss_kernel_violation,
@@ -148,6 +150,9 @@ class Training:
     holding the logits; ``chunked`` (``fsdp``) holds the fp32 log-probabilities alone; ``te``
     (``megatron-core``) the 16-bit logits alone
     (:func:`cost_model.transformer.layer_cost.embedding_head_costs`).
+
+    ``fp8_param_gather`` (``megatron-core``, ``dtype`` ``fp8``): the weights held in FP8 and
+    all-gathered so, instead of 16-bit weights with a cached FP8 cast of each.
     """
 
     global_batch_size: int
@@ -196,6 +201,10 @@ class Training:
     #: logits and their fp32 copy for the backward, ``liger`` and ``cce`` never hold them whole,
     #: ``chunked`` the fp32 copy alone, ``te`` the 16-bit logits alone
     loss_kernel: str = "unfused"
+    #: FP8 training keeps the weights themselves in FP8 and all-gathers them so (Megatron-Core's
+    #: ``--fp8-param-gather``); false: 16-bit weights, each cast to FP8 once a step and the cast
+    #: cached (``layer_cost.fp8_weight_cache_bytes_per_param``)
+    fp8_param_gather: bool = False
 
     @property
     def frozen_base(self) -> bool:
@@ -274,6 +283,7 @@ _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_c
                                      "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
+                                     "fp8_param_gather": False,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -313,7 +323,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
     for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
-                "activation_offloading"):
+                "activation_offloading", "fp8_param_gather"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -396,6 +406,10 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = loss_kernel_violation(framework, out.get("loss_kernel", "unfused"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.loss_kernel")
+    why = (fp8_param_gather_violation(framework, out.get("dtype", "bf16"), bool(out.get("fp8_param_gather", False)))
+           or fp8_param_gather_offload_violation(bool(out.get("fp8_param_gather", False)), out.get("optimizer_offload_fraction", 0.0)))
+    if why:
+        raise InvalidTraining(why, field=f"{field_path}.fp8_param_gather")
     why = qlora_violation(framework, out.get("dtype", "bf16"), out.get("lora_rank", 0), out.get("lora_base_dtype"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.lora_base_dtype")

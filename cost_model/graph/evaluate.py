@@ -232,6 +232,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.loss_kernel != "unfused":
         raise InvalidTraining("the fused loss kernels are priced on a transformer's LM head (a preset or config.json), not for "
                               "operator graphs; leave loss_kernel out", field="training.loss_kernel")
+    if training.fp8_param_gather:
+        raise InvalidTraining("FP8 weights are priced on a transformer's linear layers (a preset or config.json), not for operator "
+                              "graphs; leave fp8_param_gather out", field="training.fp8_param_gather")
     if training.frozen_base:
         raise InvalidTraining("LoRA is priced for transformer models (a preset or config.json), whose linear layers it adapts, not "
                               "for operator graphs; leave lora_rank out", field="training.lora_rank")

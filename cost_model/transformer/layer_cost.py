@@ -301,7 +301,9 @@ def fp8_cast_s(
     gradients of the four GEMMs (T·qkv_out, T·h, T·f_out, T·h), and again the forward inputs
     transposed for the weight-gradient GEMMs (FP8 GEMMs need K-major operands on Hopper).
     Widths are per TP rank (for a plain GPT layer qkv_out = h/t + 2kv, proj_in = h/t).
-    Weights are cast once per step and cached over the micro-batches (not counted here).
+    Weights are cast once per step and cached over the micro-batches: their memory is
+    :func:`cost_model.transformer.stage_cost.fp8_weight_cache_bytes_per_param`, their one pass a
+    step (a few ms) not counted.
     """
     fwd_elems = T * (h + proj_in + h + f_in)
     bwd_elems = T * (qkv_out + h + f_out + h) + fwd_elems
@@ -1919,7 +1921,8 @@ def replica_sync_s(
 
 
 def dp_gradient_comm_s(
-    params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0
+    params_per_gpu: ArrayOrFloat, training: Training, S: StrategyArrays, links: Links, expert_params_per_gpu: ArrayOrFloat = 0.0,
+    weight_fraction: ArrayOrFloat = 1.0, expert_weight_fraction: float = 1.0,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Data-parallel synchronisation: (per-step seconds, per-micro-batch seconds, the HSDP
     replicas' all-reduce within each micro-batch — part of the second, 0 unless FSDP HSDP —, and
@@ -1955,7 +1958,9 @@ def dp_gradient_comm_s(
     (:func:`replica_sync_s`), per micro-batch or per step (:func:`replica_sync_per_microbatch`).
 
     Gradients are reduced at :func:`gradient_reduce_bytes` a value (Megatron-Core's fp32
-    main-gradient buffer under bf16), the updated weights all-gathered in the training dtype.
+    main-gradient buffer under bf16), the updated weights all-gathered in the training dtype —
+    times ``weight_fraction`` (``expert_weight_fraction`` for the experts') where the weights are
+    held narrower (FP8 weights, ``training.fp8_param_gather``).
     """
     gb = param_bytes(training)
     rb = gradient_reduce_bytes(training)
@@ -1969,15 +1974,16 @@ def dp_gradient_comm_s(
     edp_axes = split_axes(_expert_axes(S)[1], n_e)[0]
     per_node_e = members_in(gpn, edp_axes)
 
-    def ring(b: float) -> FloatArray:  # one reduce-scatter (or all-gather) of the state at b bytes a value
+    def ring(b: ArrayOrFloat, b_e: ArrayOrFloat) -> FloatArray:  # one reduce-scatter (or all-gather) of the state at b (experts: b_e) bytes a value
         out: FloatArray = reduce_scatter_time_s(n, params_per_gpu * b, links, per_node) + reduce_scatter_time_s(
-            n_e, expert_params_per_gpu * b, links, per_node_e)
+            n_e, expert_params_per_gpu * b_e, links, per_node_e)
         # Levels above the node (zero without a topology): cost_model.topology.
         return out + hierarchical_collective_extra_s(links, axes, params_per_gpu * b, 1.0) + hierarchical_collective_extra_s(
-            links, edp_axes, expert_params_per_gpu * b, 1.0)
+            links, edp_axes, expert_params_per_gpu * b_e, 1.0)
 
-    rs_w = ring(gb)  # weights (all-gather)
-    rs_g = rs_w if rb == gb else ring(rb)  # gradients (reduce-scatter; an all-reduce is two)
+    rs_g = ring(rb, rb)  # gradients (reduce-scatter; an all-reduce is two)
+    narrower = np.any(np.asarray(weight_fraction) != 1.0) or expert_weight_fraction != 1.0
+    rs_w = ring(gb * np.asarray(weight_fraction), gb * expert_weight_fraction) if narrower or rb != gb else rs_g  # weights (all-gather)
     sync = replica_sync_s(params_per_gpu, training, S, links, expert_params_per_gpu)
     none = np.zeros_like(sync)
     step_sync, mb_sync = (none, sync) if replica_sync_per_microbatch(training.framework) else (sync, none)

@@ -15,7 +15,7 @@ import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import runs_deepspeed_engine
+from cost_model.frameworks import rules_for, runs_deepspeed_engine
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.topology import zero_replicas, zero_shard_ranks
 from cost_model.training import Training
@@ -149,8 +149,40 @@ BF16_OPTIMIZER_KERNELS_PER_TENSOR = 3.0
 #: 2D block scaling makes the two hold the same values), 0.5625 bytes each.  Megatron-Bridge's
 #: NVFP4 recipe keeps BF16 parameters (``fp8_param_gather=False``), so the copies add to them.
 #: Source: Transformer Engine ``NVFP4BlockScaling`` (2D weight quantisation), NVIDIA 2025 NVFP4
-#: pretraining paper (arXiv 2509.25149) §4.  (The FP8 path's cached casts are not counted yet.)
+#: pretraining paper (arXiv 2509.25149) §4.  The FP8 path's: :func:`fp8_weight_cache_bytes_per_param`.
 FP4_WEIGHT_CACHE_BYTES = 2.0 * BYTES_PER_ELEMENT["fp4"]
+#: Bytes a decoder weight moves in a gather when it is held in FP8 (``training.fp8_param_gather``:
+#: Megatron-Core's ``--fp8-param-gather``, "perform the param all-gather in fp8").
+FP8_GATHER_BYTES_PER_PARAM = BYTES_PER_ELEMENT["fp8"]
+
+
+def fp8_weight_cache_bytes_per_param(training: Training, device: DeviceSpec) -> float:
+    """Bytes per decoder linear-layer weight of the FP8 casts Transformer Engine keeps over a
+    step's micro-batches beside the 16-bit weight (``FrameworkRules.fp8_weight_cache``:
+    Megatron-Core's TE layers get ``is_first_microbatch`` — the weight is cast at a step's first
+    micro-batch, the cast reused for the rest; ``disable_parameter_transpose_cache`` turns the
+    reuse off).  On Hopper (and earlier) an FP8 weight and its transpose, one byte each (its FP8
+    tensor-core GEMMs take K-major operands only, so dgrad needs the transposed copy); on
+    Blackwell the MXFP8 recipe's row-wise and column-wise copies, each with an E8M0 scale per 32
+    values: 2·(1 + 1/32).  0 without FP8, under FP8 weights (``training.fp8_param_gather``: the
+    weight is the FP8 tensor, its transpose cached beside it — 2 bytes, as the 16-bit weight it
+    replaces) and where the framework casts as it goes (torchao's float8 under FSDP).
+    Source: Transformer Engine ``module/base.py`` (``get_weight_workspace``, the ``weight``
+    workspace cache keyed on ``is_first_microbatch``), Megatron-Core
+    ``extensions/transformer_engine.py`` (``TELinear.forward``)."""
+    if training.dtype != "fp8" or training.fp8_param_gather or not rules_for(training.framework).fp8_weight_cache:
+        return 0.0
+    scale = 1.0 / 32.0 if device.family == "blackwell" else 0.0
+    return 2.0 * (BYTES_PER_ELEMENT["fp8"] + scale)
+
+
+def decoder_gather_fraction(training: Training) -> float:
+    """Bytes a decoder weight moves in a gather (and a gathered layer holds) over the training
+    dtype's (:func:`~cost_model.transformer.layer_cost.param_bytes`): QLoRA's 4-bit NF4 storage
+    (:func:`~cost_model.transformer.lora.base_bytes_per_param`), FP8 weights
+    (:data:`FP8_GATHER_BYTES_PER_PARAM`), else 1."""
+    held = FP8_GATHER_BYTES_PER_PARAM if training.fp8_param_gather else base_bytes_per_param(training, param_bytes(training))
+    return held / param_bytes(training)
 
 
 #: Bytes per parameter FSDP's unsharded fp32 gradient accumulation moves per micro-batch inside
@@ -420,6 +452,9 @@ def stage_cost(
         weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
         weights = weights + (decoder_dense + experts) * FP4_WEIGHT_CACHE_BYTES
+    fp8_cache = fp8_weight_cache_bytes_per_param(training, dc.device)
+    if fp8_cache:  # FP8 casts cached over the step beside whole 16-bit weights (Megatron-FSDP's sharded ones: not counted)
+        weights = weights + np.where(S.zero >= 3, 0.0, (decoder_dense + experts) * fp8_cache)
     grads = trainable * g_d + trainable_experts * g_e
     opt = trainable * o_d + trainable_experts * o_e
     # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
@@ -454,8 +489,8 @@ def stage_cost(
     # stage 3 caps the gathered parameters at stage3_max_live_parameters (default 1e9); FSDP's
     # unsharded buffers by schedule: fsdp_unsharded_bytes.
     live = 2.0 * (dense_layer_params(model) / S.tp + model.routed_expert_params_per_layer() / (S.ep * etp))
-    # QLoRA gathers and holds its layers' 4-bit storage: counted as that many 16-bit values
-    quantised = base_bytes_per_param(training, param_bytes(training)) / param_bytes(training)
+    # QLoRA gathers and holds its layers' 4-bit storage, FP8 weights their 8-bit: counted as that many 16-bit values
+    quantised = decoder_gather_fraction(training)
     if runs_deepspeed_engine(training.framework):
         live = np.minimum(live, DEEPSPEED_MAX_LIVE_PARAMETERS)
     if training.framework == "fsdp":
@@ -469,7 +504,11 @@ def stage_cost(
     # layer_cost.fragmentation_fraction.
     workspace = WORKSPACE_BYTES + fragmentation_fraction() * (churned_gradients(grads - buckets, training.framework) + acts)
 
-    dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(trainable, training, S, dc.links, trainable_experts)
+    # the updated weights all-gathered as the decoder holds them (FP8 weights: 1 byte), the embedding and head in 16 bits
+    gather_fraction = 1.0 - (1.0 - quantised) * decoder_dense / np.maximum(trainable, 1.0) if training.fp8_param_gather else 1.0
+    dp_comm, dp_mb, mb_sync, dp_mb_forward = dp_gradient_comm_s(
+        trainable, training, S, dc.links, trainable_experts,
+        weight_fraction=gather_fraction, expert_weight_fraction=quantised if training.fp8_param_gather else 1.0)
     # ZeRO-3's per-micro-batch gathers and reduce-scatters, except FSDP inside a pipeline stage,
     # which gathers and reduces once a step (pipelined_fsdp: dp_gradient_comm_s's per-step term)
     per_microbatch_sharding = (S.zero >= 3) & ~pipelined_fsdp(training, S.zero, S.pp)
@@ -485,7 +524,7 @@ def stage_cost(
     # one all-gather pass and the reduce-scatter pass of the stage's units (experts over their
     # EDP replicas), each a micro-batch's worth: layer_cost.sharded_passes_s
     gathered = dense if model.is_moe else dense + experts
-    if quantised != 1.0:  # QLoRA: the decoder's weights move as their 4-bit storage
+    if quantised != 1.0:  # QLoRA, FP8 weights: the decoder's weights move as they are held
         gathered = gathered - (1.0 - quantised) * (decoder_dense + (0.0 if model.is_moe else experts))
     gather, reduce = sharded_passes_s(gathered / np.maximum(units, 1.0), units, training, S, dc.links, per_unit, bandwidth_messages=matrices)
     if training.frozen_base:  # LoRA: the frozen weights are gathered, the adapters' gradients alone reduced

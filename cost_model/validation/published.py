@@ -472,6 +472,9 @@ def _case(row: dict[str, Any]) -> PublishedCase | Unplannable:
         # DeepSpeed's BF16_Optimizer where the row states fp32 gradient accumulation (BLOOM's
         # "new BF16 optimizer"); otherwise DeepSpeed's default, bf16 accumulation
         grad_accum_dtype="fp32" if dtype == "bf16" and "fp32 grad accumulation" in (p.get("precision") or "") else None,
+        # Megatron-Bridge's FP8 precision recipes (bf16_with_fp8_mixed, ..._current_scaling_mixed,
+        # bf16_with_mxfp8_mixed: training/mixed_precision.py) all set fp8_param_gather = True
+        fp8_param_gather=dtype == "fp8" and group.startswith("MegatronBridge"),
     )
     nodes = max(1, math.ceil(n_gpus / gpn))
     fabric, nic_node_GBps = fabric_for(hw)

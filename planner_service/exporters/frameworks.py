@@ -230,6 +230,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args.append(("--fp16", None))
     elif dtype == "fp8":
         args += [("--bf16", None), ("--fp8-format", "hybrid")]
+        if view.training.get("fp8_param_gather") is True:  # the weights held and all-gathered in FP8, as priced
+            args.append(("--fp8-param-gather", None))
     elif dtype == "fp4":  # Transformer Engine NVFP4BlockScaling (Megatron-Bridge bf16_with_nvfp4_mixed)
         args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     optimizer = view.training.get("optimizer")

@@ -419,6 +419,7 @@ const fmt = {
     ["#t-main-grads", "main_grads_dtype", "fp32", (v) => v],
     ["#t-master-weights", "master_weights", "true", (v) => v === "true"],
     ["#t-cpu-offload", "cpu_offload", "false", (v) => v === "true"],
+    ["#t-fp8-param-gather", "fp8_param_gather", "false", (v) => v === "true"],
     ["#t-act-offload", "activation_offloading", "false", (v) => v === "true"],
     ["#t-lora-base", "lora_base_dtype", "", (v) => v],
     ["#t-loss-kernel", "loss_kernel", "unfused", (v) => v],

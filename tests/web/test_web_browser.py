@@ -749,6 +749,20 @@ def test_transformer_engines_loss_is_planned_from_the_page_under_megatron_core(b
     assert plan["training"]["loss_kernel"] == "te"
 
 
+def test_fp8_weights_chosen_on_the_page_reach_the_request_and_are_refused_at_the_control(browser, live_server):
+    """FP8 weights (Megatron-Core's --fp8-param-gather) chosen on the page: the body carries
+    fp8_param_gather true, and without FP8 training the 422 lands next to the control."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    css(d, "#training-options summary").click()
+    control = css(d, "#t-fp8-param-gather")
+    Select(control).select_by_value("true")
+    assert form_body(d)["training"]["fp8_param_gather"] is True
+    submit_and_expect_error_at(d, control, "training.fp8_param_gather: FP8 weights need FP8 training", "training.dtype fp8")
+    Select(control).select_by_value("false")
+    assert "fp8_param_gather" not in form_body(d)["training"]
+
+
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
     d = browser
     small_one_node_form(d, live_server, "megatron-core")

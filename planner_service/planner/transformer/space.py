@@ -41,6 +41,7 @@ from cost_model.frameworks import (
     expert_layout_ok,
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
+    fp8_param_gather_zero_violation,
     offload_layout_violation,
     one_rank_sharding_note,
     pinned_rule_violation,
@@ -113,7 +114,8 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
                                        ep=pins.get("ep"), cp=pins.get("cp"))
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
-    why = precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
+    why = (precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
+           or fp8_param_gather_zero_violation(training.fp8_param_gather, pins.get("zero_stage")))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload,
@@ -303,6 +305,8 @@ def enumerate_space(
         stages = [z for z in ((0, 1, 2, 3) if rules.deepspeed_engine else (1, 2, 3)) if z in rules.zero_stages]
         if training.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (precision_aware_zero_violation)
             stages = [1]
+        if training.fp8_param_gather:  # a sharded optimizer (fp8_param_gather_zero_violation)
+            stages = [z for z in stages if z >= 1]
         # the stages the request's offload runs at (offload_layout_violation)
         stages = [z for z in stages if offload_layout_violation(training.framework, training.optimizer_offload_fraction,
                                                                 training.cpu_offload, z, None) is None]
