@@ -20,6 +20,7 @@ from cost_model.training import training_from_dict
 from cost_model.transformer.layer_cost import StrategyArrays, dp_gradient_comm_s
 from cost_model.transformer.spec import get_preset
 from cost_model.transformer.stage_cost import dense_layer_params
+from helpers.cli_estimate import cli_estimates_then_refuses
 
 MC = {"global_batch_size": 64, "sequence_length": 4096, "framework": "megatron-core"}
 H100 = "H100-SXM5-80GB"
@@ -115,3 +116,11 @@ def test_planned_launched_and_refused_through_the_api(client):
     assert "--fp8-param-gather" not in args
     mem = [p["prediction"]["memory_breakdown_GB"][0]["weights"] for p in (plan["best"], plain.json()["best"])]
     assert np.isfinite(mem).all()
+
+
+def test_the_cli_estimates_with_it(cli, tmp_path):
+    body = {"model": {"preset": "llama3-8b"}, "training": {**MC, "dtype": "fp8", "fp8_param_gather": True},
+            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]},
+            "strategy": {"dp": 4, "tp": 2, "zero_stage": 1, "micro_batch_size": 1, "recompute": "full", "sequence_parallel": True}}
+    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "fsdp"}, "training.fp8_param_gather")
+    assert out["memory_breakdown_GB"][0]["weights"] == pytest.approx(_weights_GB("bf16"))

@@ -22,6 +22,7 @@ from cost_model.strategy import Strategy
 from cost_model.training import training_from_dict
 from cost_model.transformer.layer_cost import StrategyArrays, embedding_head_costs
 from cost_model.transformer.spec import get_preset
+from helpers.cli_estimate import cli_estimates_then_refuses
 
 FSDP = {"global_batch_size": 64, "sequence_length": 8192, "framework": "fsdp"}
 H100 = "H100-SXM5-80GB"
@@ -121,3 +122,11 @@ def test_megatron_launch_turns_on_the_kernel_the_plan_priced(client):
     plain = client.post("/v1/plans", json={**req, "training": {**req["training"], "loss_kernel": "unfused"}})
     launch = client.get(f"/v1/plans/{plain.json()['id']}/launch", params={"target": "megatron"})
     assert "--cross-entropy" not in launch.json()["files"]["megatron_args.sh"]
+
+
+def test_the_cli_estimates_with_transformer_engines_loss(cli, tmp_path):
+    body = {"model": {"preset": "llama3-8b"}, "cluster": CLUSTER,
+            "training": {**FSDP, "framework": "megatron-core", "global_batch_size": 16, "loss_kernel": "te"},
+            "strategy": {"dp": 4, "tp": 2, "zero_stage": 1, "micro_batch_size": 1, "recompute": "full", "sequence_parallel": True}}
+    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "deepspeed"}, "training.loss_kernel")
+    assert out["memory_breakdown_GB"][0]["activations"] > 0
