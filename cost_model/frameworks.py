@@ -352,7 +352,7 @@ RULES: dict[str, FrameworkRules] = {
               "torchtitan's LoRAConverter"),
         qlora=("bitsandbytes' 4-bit NF4 base with bnb_4bit_quant_storage for FSDP-QLoRA; torchtune's QLoRA recipes "
                "(torchao's NF4Tensor)"),
-        loss_kernels=(("chunked", "torchtune's CEWithChunkedOutputLoss (its recipes' default loss)"), ("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
+        loss_kernels=(("chunked", "torchtune's CEWithChunkedOutputLoss and LinearCrossEntropyLoss (its recipes' losses)"), ("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),

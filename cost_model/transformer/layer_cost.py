@@ -2248,7 +2248,9 @@ def embedding_head_costs(
     Head GEMM [T,h]x[h,V/t] forward, ×2 backward; the loss reads fp32 logits (softmax,
     gradient: ≈ 4 passes of 4 B over T·V/t).  ``training.loss_kernel``: torchtune's
     ``CEWithChunkedOutputLoss`` (``chunked``: the same passes chunk by chunk, its recipes ``del
-    logits`` before the backward) holds the fp32 log-probabilities alone; Liger Kernel's fused
+    logits`` before the backward) holds the fp32 log-probabilities alone, as does its
+    ``LinearCrossEntropyLoss`` (the head's GEMM inside the loss, chunk by chunk: each chunk's
+    16-bit logits freed once upcast, its log-softmax output kept); Liger Kernel's fused
     linear cross-entropy (``liger``: the same GEMMs and passes, chunk by chunk, all in the
     forward — Hsu et al. 2024, "Liger Kernel", §3.3) holds no logits; Cut Cross-Entropy
     (``cce``: Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models") keeps
