@@ -2258,9 +2258,11 @@ def embedding_head_costs(
     backward (one more head GEMM).  Transformer Engine's ``parallel_cross_entropy`` (``te``:
     Megatron-Core's ``--cross-entropy-fusion-impl te``) reads the 16-bit logits once in the
     forward (an online softmax: a max, a sum and the target's logit a token — Milakov &
-    Gimelshein 2018) and keeps them; its backward reads them again and writes the gradient over
-    them in place, so neither the fp32 copy nor a separate gradient is ever allocated.  The
-    embedding gathers T·h rows and all-reduces
+    Gimelshein 2018; under TP those three all-gathered), then reads them again and writes the
+    gradient over them in place, and its backward scales that gradient by the per-token loss
+    weights (a read and a write): neither the fp32 copy nor a separate gradient is ever
+    allocated (``triton/cross_entropy.py``; a TE version that writes the gradient in the backward
+    instead makes one pass fewer).  The embedding gathers T·h rows and all-reduces
     (or reduce-scatters under SP) them across TP; its backward scatters gradients into a dense,
     zero-filled [V/t, h] gradient.
     """
@@ -2293,9 +2295,10 @@ def embedding_head_costs(
     head_s = head_passes * head_gemm + loss + tied_accumulate
     if training.loss_kernel == "cce":  # the logits blockwise on chip, computed again in the backward: no loss passes
         head_s = (head_passes + 1) * head_gemm + tied_accumulate
-    elif training.loss_kernel == "te":  # one read of the 16-bit logits forward, one read and in-place write backward
+    elif training.loss_kernel == "te":  # the 16-bit logits read, then read and overwritten by their gradient; scaled in the backward
         te_loss = (memory_bound_time_s(logits * eb, device, kernels=1, transcendental_elements=logits)
                    + memory_bound_time_s(logits * 2 * eb, device, kernels=1, transcendental_elements=logits)
+                   + memory_bound_time_s(logits * 2 * eb, device, kernels=1)
                    + first_touch_s(logits * eb, device, count=1))
         head_s = head_passes * head_gemm + te_loss + tied_accumulate
     tp_per_node = np.minimum(t, gpn)

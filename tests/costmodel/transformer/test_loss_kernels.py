@@ -107,8 +107,9 @@ def test_transformer_engines_loss_keeps_the_16_bit_logits_alone_and_passes_over_
              for k in ("unfused", "te")}
     three_gemms = 3 * float(gemm_time_s(T, V / t, 4096, dev, "bf16", fresh_output=False))
     assert three_gemms < heads["te"] < heads["unfused"]
-    # its passes: 2 B read forward, 2 B read and 2 B written backward, against the unfused loss's 18 B
-    assert heads["te"] - three_gemms < 0.5 * (heads["unfused"] - three_gemms)
+    # its passes: 2 B read, 2 B read and 2 B written (the gradient in place), 2 + 2 B scaling it,
+    # against the unfused loss's 18 B
+    assert heads["te"] - three_gemms < 0.65 * (heads["unfused"] - three_gemms)
 
 
 def test_megatron_launch_turns_on_the_kernel_the_plan_priced(client):
