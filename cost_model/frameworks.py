@@ -88,7 +88,9 @@ class FrameworkRules:
     ep_folding: bool
     fp8: bool
     sharding_name: Mapping[int, str]
-    #: full recompute of only some layers of each model chunk (``recompute_num_layers``)
+    #: full recompute of only some layers of each model chunk (``recompute_num_layers``), and of
+    #: groups of layers under one checkpoint (``recompute_method`` uniform): Megatron-Core's
+    #: ``--recompute-method``
     block_recompute: bool = False
     #: runs DeepSpeed's engine: its ZeRO optimizer's gradient buffers, its stage-3 hooks and
     #: tensor-list gathers, its pipeline engine — the cost terms and fitted constants of
@@ -385,6 +387,21 @@ BLOCK_RECOMPUTE_MISSING = (
     "{framework}: no partial (block) recompute — its full recompute recomputes every layer "
     "(recompute_num_layers needs megatron-core: --recompute-method block)"
 )
+GROUPED_RECOMPUTE_MISSING = (
+    "{framework}: no grouped recompute — its full recompute checkpoints every layer "
+    "(recompute_method uniform with recompute_num_layers 2 or more needs megatron-core: --recompute-method uniform)"
+)
+
+
+def recompute_method_violation(framework: str, recompute_num_layers: int, recompute_method: str) -> tuple[str, str] | None:
+    """(field, reason) when ``framework`` has no full recompute of the kind asked: block depths
+    (``recompute_num_layers`` alone) or uniform groups of 2 or more layers
+    (``recompute_method`` uniform); None otherwise."""
+    if not recompute_num_layers or rules_for(framework).block_recompute:
+        return None
+    if recompute_method == "uniform":
+        return "recompute_method", GROUPED_RECOMPUTE_MISSING.format(framework=framework)
+    return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
 
 
 def rules_for(framework: str) -> FrameworkRules:
@@ -431,12 +448,13 @@ def ep_group_divisor(framework: str, *, tp: int, dp: int, cp: int) -> int:
 
 def layout_rule_violation(
     framework: str, *, tp: int, pp: int, vpp: int, cp: int, ep: int, dp: int, zero_stage: int, sequence_parallel: bool,
-    recompute_num_layers: int = 0, dp_shard: int = 0,
+    recompute_num_layers: int = 0, dp_shard: int = 0, recompute_method: str = "",
 ) -> tuple[str, str] | None:
     """(strategy field, reason naming the rule) when ``framework`` cannot run the layout."""
     r = rules_for(framework)
-    if recompute_num_layers and not r.block_recompute:
-        return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
+    rule = recompute_method_violation(framework, recompute_num_layers, recompute_method)
+    if rule is not None:
+        return rule
     if tp > 1 and not r.tensor_parallel:
         return "tp", f"{framework}: no tensor parallelism (tp must be 1; use megatron-deepspeed for Megatron's TP under DeepSpeed)"
     if sequence_parallel and tp > 1 and not r.sequence_parallel:
@@ -584,8 +602,9 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
     cp_why = context_parallel_violation(framework, cp=pinned.get("cp", 1), tp=pinned.get("tp", 1), pp=pinned.get("pp", 1))
     if cp_why is not None:
         return "cp", cp_why
-    if pinned.get("recompute_num_layers") and not r.block_recompute:
-        return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
+    rule = recompute_method_violation(framework, pinned.get("recompute_num_layers", 0), pinned.get("recompute_method", ""))
+    if rule is not None:
+        return rule
     if "zero_stage" in pinned:
         z = pinned["zero_stage"]
         if z not in r.zero_stages:
@@ -1325,6 +1344,7 @@ __all__ = [
     "fp8_param_gather_offload_violation",
     "fp8_param_gather_violation",
     "fp8_param_gather_zero_violation",
+    "recompute_method_violation",
     "loss_kernel_violation",
     "lora_violation",
     "qlora_violation",

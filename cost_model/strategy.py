@@ -39,6 +39,11 @@ from cost_model.transformer.moe import expert_blocks_tile
 from cost_model.transformer.spec import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
+#: Megatron-Core's ``--recompute-method`` under full recompute (``Strategy.recompute_method``):
+#: ``block`` recomputes the first ``recompute_num_layers`` layers of each model chunk and keeps
+#: the rest; ``uniform`` checkpoints the input of every group of ``recompute_num_layers``
+#: consecutive layers and recomputes the whole group in its backward.
+RECOMPUTE_METHODS = ("block", "uniform")
 INT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
 #: The pipeline-split options of Megatron-Core (:func:`pipeline_split`).
 SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
@@ -197,6 +202,11 @@ class Strategy:
     #: ``--recompute-modules`` (:data:`cost_model.frameworks.RECOMPUTE_MODULES`, in that order);
     #: empty: its default, the attention core alone.
     recompute_modules: tuple[str, ...] = ()
+    #: With ``recompute: full``: ``uniform`` — Megatron-Core's ``--recompute-method uniform
+    #: --recompute-num-layers N`` with N = ``recompute_num_layers`` ≥ 2: one checkpoint per group
+    #: of N consecutive layers, the group recomputed whole in its backward; empty: block when
+    #: ``recompute_num_layers`` is set (:func:`normalize_recompute_method`), else every layer.
+    recompute_method: str = ""
 
     @property
     def num_devices(self) -> int:
@@ -212,7 +222,7 @@ class Strategy:
             del out["nesting"]
         else:
             out["nesting"] = list(self.nesting)
-        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard", "etp", "recompute_modules"):  # written only when set: requests and plans without them unchanged
+        for flag in (*SPLIT_FLAGS, "recompute_num_layers", "dp_shard", "etp", "recompute_modules", "recompute_method"):  # written only when set: requests and plans without them unchanged
             if not out[flag]:
                 del out[flag]
         if "recompute_modules" in out:
@@ -268,6 +278,11 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         if isinstance(rnl, bool) or not isinstance(rnl, int) or not 0 <= rnl <= 1_000_000:
             raise InvalidStrategy(f"must be a non-negative integer (0: every layer), got {rnl!r}", field=f"{field_path}.recompute_num_layers")
         out["recompute_num_layers"] = rnl
+    method = data.get("recompute_method")
+    if method is not None:
+        if method not in RECOMPUTE_METHODS:
+            raise InvalidStrategy(f"must be one of {', '.join(RECOMPUTE_METHODS)}, got {method!r}", field=f"{field_path}.recompute_method")
+        out["recompute_method"], out["recompute_num_layers"] = normalize_recompute_method(method, out.get("recompute_num_layers", 0), field_path)
     modules = data.get("recompute_modules")
     if modules is not None:
         if not isinstance(modules, (list, tuple)) or not modules or not all(isinstance(m, str) for m in modules) or len(set(modules)) != len(modules):
@@ -313,6 +328,21 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
         nesting_code(nesting, f"{field_path}.nesting")
         out["nesting"] = None if tuple(nesting) == MEGATRON_NESTING else tuple(nesting)
     return Strategy(**out)
+
+
+def normalize_recompute_method(method: str, num_layers: int, field_path: str = "strategy") -> tuple[str, int]:
+    """One spelling of a full recompute's method (``Strategy.recompute_method``,
+    ``recompute_num_layers``): ``block`` is what ``recompute_num_layers`` alone means (it needs
+    N ≥ 1); ``uniform`` over groups of one layer (N 0 or 1) is the plain full recompute of every
+    layer; ``uniform`` with N ≥ 2 stays."""
+    if method == "block":
+        if num_layers < 1:
+            raise InvalidStrategy("recompute_method block recomputes the first recompute_num_layers layers of each model chunk: "
+                                  "give recompute_num_layers (1 or more)", field=f"{field_path}.recompute_num_layers")
+        return "", num_layers
+    if method == "uniform" and num_layers <= 1:
+        return "", 0
+    return method, num_layers
 
 
 def expert_sharding_violation(model: TransformerSpec, s: Strategy) -> str | None:
@@ -469,7 +499,16 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             raise InvalidStrategy(f"recompute_modules choose what recompute: selective recomputes (got recompute {s.recompute!r})",
                                   field=f"{f}.recompute_modules")
         s = replace(s, recompute_modules=canonical_recompute_modules(s.recompute_modules))
-    if s.recompute_num_layers:
+    if s.recompute_method == "uniform":
+        if s.recompute != "full":
+            raise InvalidStrategy(f"recompute_method uniform groups the layers a full recompute checkpoints (got recompute {s.recompute!r})",
+                                  field=f"{f}.recompute_method")
+        largest = max(s.layers_per_stage or (model.num_layers,))
+        if s.recompute_num_layers > largest:
+            raise InvalidStrategy(
+                f"recompute_num_layers={s.recompute_num_layers}: a group of more layers than the {largest} of a model chunk "
+                "(Megatron-Core's uniform groups stop at the chunk's end)", field=f"{f}.recompute_num_layers")
+    elif s.recompute_num_layers:
         if s.recompute != "full":
             raise InvalidStrategy(
                 f"recompute_num_layers={s.recompute_num_layers} needs recompute: full (got {s.recompute!r})", field=f"{f}.recompute_num_layers")
@@ -481,7 +520,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     # What the framework can run (cost_model.frameworks: one rule table per framework).
     rule = layout_rule_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, dp=s.dp,
                                  zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel,
-                                 recompute_num_layers=s.recompute_num_layers, dp_shard=s.dp_shard)
+                                 recompute_num_layers=s.recompute_num_layers, dp_shard=s.dp_shard, recompute_method=s.recompute_method)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,

@@ -171,6 +171,9 @@ class StrategyArrays:
     #: Strategy.recompute_modules as a bitmask over :data:`cost_model.frameworks.RECOMPUTE_MODULES`
     #: (:func:`recompute_modules_mask`; 0 the default, the attention core); None: 0 for all
     recompute_modules: np.ndarray | None = None
+    #: Layers under one checkpoint of a full recompute (Strategy.recompute_method uniform's
+    #: recompute_num_layers; 1 every layer its own); None: 1 for all candidates
+    recompute_group: np.ndarray | None = None
 
     @staticmethod
     def from_strategies(strategies: Sequence[Strategy]) -> StrategyArrays:
@@ -189,11 +192,14 @@ class StrategyArrays:
             recompute=col(lambda s: RECOMPUTE_CODE[s.recompute]),
             zero=col(lambda s: s.zero_stage),
             nest=col(lambda s: nesting_code(s.nesting)) if any(s.nesting is not None for s in strategies) else None,
-            recompute_layers=col(lambda s: s.recompute_num_layers) if any(s.recompute_num_layers for s in strategies) else None,
+            recompute_layers=col(lambda s: 0 if s.recompute_method == "uniform" else s.recompute_num_layers)
+            if any(s.recompute_num_layers and s.recompute_method != "uniform" for s in strategies) else None,
             dp_shard=col(lambda s: s.dp_shard) if any(s.dp_shard for s in strategies) else None,
             etp=col(lambda s: s.etp) if any(s.etp for s in strategies) else None,
             recompute_modules=col(lambda s: recompute_modules_mask(s.recompute_modules))
             if any(s.recompute_modules for s in strategies) else None,
+            recompute_group=col(lambda s: s.recompute_num_layers if s.recompute_method == "uniform" else 1)
+            if any(s.recompute_method == "uniform" for s in strategies) else None,
         )
 
     def __len__(self) -> int:
@@ -1037,7 +1043,11 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     (:func:`op_level_selective`) keeps what its op-level policy saves instead (computed below).
     Full recompute keeps only the
     layer input (2·sbh, /t under SP) — for the fraction ``frac`` of the layers it recomputes
-    (:func:`recompute_fraction`; the others keep everything).  FP4 (NVFP4) saves them as the wgrad operand Transformer
+    (:func:`recompute_fraction`; the others keep everything); Megatron-Core's uniform method over
+    groups of g layers (``StrategyArrays.recompute_group``) keeps one such input a group (1/g a
+    layer) and, while a group's backward runs, holds the recomputed activations of all g of its
+    layers (the working set: g·full less the group's input; Megatron-Core
+    ``transformer_block._checkpointed_forward``, ``recompute_method == "uniform"``).  FP4 (NVFP4) saves them as the wgrad operand Transformer
     Engine keeps: the Hadamard-transformed input quantised along the token dimension, 0.5 byte per
     element plus one E4M3 scale per 16 (:data:`cost_model.devices.BYTES_PER_ELEMENT`).
     """
@@ -1116,8 +1126,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         freed = _selective_freed_bytes(model, S, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)
         stored = np.where(S.recompute == 1, stored - freed, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
-    working = np.where(S.recompute == 2, full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
-    stored = np.where(S.recompute == 2, rf * layer_input + (1.0 - rf) * full, stored)
+    group = S.recompute_group if S.recompute_group is not None else 1.0
+    working = np.where(S.recompute == 2, group * full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
+    stored = np.where(S.recompute == 2, rf * layer_input / group + (1.0 - rf) * full, stored)
     return stored, full, working
 
 

@@ -61,7 +61,9 @@ def describe_strategy(req: EstimateRequest) -> str:
     if s.sequence_parallel:
         parts.append("sequence parallel")
     if s.recompute != "none":
-        parts.append(f"{s.recompute} recompute" + (f" of the first {s.recompute_num_layers} layers of each chunk" if s.recompute_num_layers else "")
+        group = f" in groups of {s.recompute_num_layers} layers" if s.recompute_method == "uniform" else ""
+        first = f" of the first {s.recompute_num_layers} layers of each chunk" if s.recompute_num_layers and not group else ""
+        parts.append(f"{s.recompute} recompute" + (group or first)
                      + (f" ({', '.join(s.recompute_modules)})" if s.recompute_modules else ""))
     parts.append(f"ZeRO-{s.zero_stage}" + (f" sharded over {s.dp_shard} of the dp ranks (HSDP, {s.dp // s.dp_shard} replicas)" if s.dp_shard else ""))
     if s.layers_per_stage:

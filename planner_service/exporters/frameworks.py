@@ -289,7 +289,10 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         args += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
     recompute = view.s("recompute", "none")
     depth = int(view.s("recompute_num_layers", 0))
-    if recompute == "full" and depth:
+    if recompute == "full" and depth and view.s("recompute_method", "") == "uniform":
+        # uniform: one checkpoint per group of `depth` layers, each group recomputed whole
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", str(depth))]
+    elif recompute == "full" and depth:
         # block: the first `depth` layers of every model chunk recomputed, the rest keep theirs
         args += [("--recompute-granularity", "full"), ("--recompute-method", "block"), ("--recompute-num-layers", str(depth))]
     elif recompute == "full":

@@ -12,7 +12,7 @@ from typing import Any
 
 from cost_model.strategy import Strategy
 
-KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers", "zero_stage", "dp_shard", "nesting")
+KNOBS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers", "recompute_method", "zero_stage", "dp_shard", "nesting")
 #: What a stored strategy that omits a knob means (dp_shard, recompute_num_layers: 0).
 KNOB_DEFAULTS: dict[str, Any] = {f.name: getattr(Strategy(), f.name) for f in fields(Strategy)}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from cost_model.cluster import Cluster, cluster_from_dict
 from cost_model.devices import catalog_id
-from cost_model.errors import InvalidInput, PlannerError
+from cost_model.errors import InvalidInput, InvalidStrategy, PlannerError
 from cost_model.frameworks import canonical_recompute_modules
 from cost_model.strategy import INT_FIELDS, RECOMPUTE, SPLIT_FLAGS, Strategy, strategy_from_dict
 from cost_model.training import Training, training_from_dict
@@ -24,8 +24,8 @@ OBJECTIVES = ("throughput", "cost", "time_to_train")
 TIGHT_MEMORY = ("rank_after_safe", "by_objective", "reject", "reject_unlikely")
 #: Headroom of operator-graph plans when the request gives none.
 GRAPH_DEFAULT_HEADROOM = 0.1
-PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "recompute_modules", "zero_stage", "dp_shard", "etp",
-                         "layers_per_stage") + SPLIT_FLAGS
+PINNABLE = INT_FIELDS + ("sequence_parallel", "recompute", "recompute_num_layers", "recompute_method", "recompute_modules", "zero_stage",
+                         "dp_shard", "etp", "layers_per_stage") + SPLIT_FLAGS
 
 #: Top-level fields of a plan request: what is planned, and (``RUN_OPTIONS``) how the service runs it.
 PLAN_FIELDS = ("model", "training", "cluster", "constraints", "objective", "top_k", "profile_id")
@@ -156,8 +156,19 @@ def parse_constraints(value: Any) -> Constraints:
         raise InvalidInput(f"unknown constraint {unknown[0]!r}; allowed: {', '.join(sorted(known))}", field=f"constraints.{unknown[0]}")
     pins_in = {k: value[k] for k in PINNABLE if k in value and value[k] is not None}
     # Reuse the strategy parser for types and ranges of pinned fields.
-    strategy_from_dict(pins_in, "constraints")
+    parsed = strategy_from_dict(pins_in, "constraints")
     pins = dict(pins_in)
+    if "recompute_method" in pins:  # one spelling (normalize_recompute_method): uniform groups of 2 or more layers alone
+        if pins.get("recompute", "full") != "full":
+            raise InvalidStrategy(f"recompute_method {pins['recompute_method']} is a full recompute's method (pinned recompute {pins['recompute']!r})",
+                                  field="constraints.recompute_method")
+        pins["recompute"] = "full"
+        pins.pop("recompute_method")
+        pins.pop("recompute_num_layers", None)
+        if parsed.recompute_method:
+            pins["recompute_method"], pins["recompute_num_layers"] = parsed.recompute_method, parsed.recompute_num_layers
+        elif parsed.recompute_num_layers:
+            pins["recompute_num_layers"] = parsed.recompute_num_layers
     if "layers_per_stage" in pins:
         pins["layers_per_stage"] = tuple(pins["layers_per_stage"])
     if "recompute_modules" in pins:  # one spelling: Megatron-Core's order, the default alone as ()

@@ -399,6 +399,7 @@ const fmt = {
   const CONSTRAINT_CHOICES = [
     ["#c-sp", "sequence_parallel", (v) => v === "true"],
     ["#c-recompute", "recompute", (v) => v],
+    ["#c-recompute-method", "recompute_method", (v) => v],
     ["#c-zero", "zero_stage", Number],
     ["#c-split-emb", "account_for_embedding_in_pipeline_split", (v) => v === "true"],
     ["#c-split-loss", "account_for_loss_in_pipeline_split", (v) => v === "true"],

@@ -763,6 +763,19 @@ def test_fp8_weights_chosen_on_the_page_reach_the_request_and_are_refused_at_the
     assert "fp8_param_gather" not in form_body(d)["training"]
 
 
+def test_grouped_recompute_is_pinned_from_the_page(browser, live_server):
+    """Megatron-Core's uniform recompute over groups of 2 layers pinned on the page: the body
+    carries the method and the group, and the stored plan's strategy keeps them."""
+    d = browser
+    small_one_node_form(d, live_server, "megatron-core")
+    fill(css(d, "#c-recompute-layers"), 2)
+    Select(css(d, "#c-recompute-method")).select_by_value("uniform")
+    assert form_body(d)["constraints"] == {"recompute_num_layers": 2, "recompute_method": "uniform"}
+    css(d, "#submit-plan").click()
+    strategy = api(live_server, "GET", f"/v1/plans/{rendered_plan_id(d)}").json()["best"]["strategy"]
+    assert (strategy["recompute"], strategy["recompute_method"], strategy["recompute_num_layers"]) == ("full", "uniform", 2)
+
+
 def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browser, live_server):
     d = browser
     small_one_node_form(d, live_server, "megatron-core")

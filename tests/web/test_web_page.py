@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from cost_model.frameworks import describe
-from cost_model.strategy import RECOMPUTE
+from cost_model.strategy import RECOMPUTE, RECOMPUTE_METHODS
 from cost_model.training import (
     ATTENTION_IMPLS,
     CP_COMM_TYPES,
@@ -176,6 +176,7 @@ def test_constraints_fieldset_pins_every_pinnable_knob_with_the_contracts_values
         assert f'"#{c["id"]}"' in script, c["id"]
     # the choices are the contract's; "" (not pinned) leaves the key out
     assert fields["recompute"]["options"] == ["", *RECOMPUTE]
+    assert fields["recompute_method"]["options"] == ["", *RECOMPUTE_METHODS]
     assert fields["zero_stage"]["options"] == ["", "0", "1", "2", "3"]
     assert fields["tight_memory"]["options"][0] == "" and set(fields["tight_memory"]["options"][1:]) <= set(TIGHT_MEMORY)
     for flag in ("sequence_parallel", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):

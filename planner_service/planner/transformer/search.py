@@ -893,7 +893,7 @@ def _shape(strategy: Strategy, stage_groups: tuple[str, ...]) -> tuple[Any, ...]
     """The structural knobs that make two candidates different plans (not the split)."""
     s = strategy
     return (s.dp, s.tp, s.pp, s.cp, s.ep, s.vpp, s.micro_batch_size, s.recompute, s.zero_stage, tuple(sorted(set(stage_groups))), s.nesting,
-            s.recompute_num_layers, s.dp_shard, s.recompute_modules)
+            s.recompute_num_layers, s.dp_shard, s.recompute_modules, s.recompute_method)
 
 
 #: With a pinned split: how many rows the estimate may reject before the layouts left unanswered

@@ -100,6 +100,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if pins.get("recompute", "selective") != "selective":
             raise InvalidStrategy(f"recompute_modules choose what recompute: selective recomputes (pinned recompute {pins['recompute']!r})",
                                   field="constraints.recompute_modules")
+    if pins.get("recompute_method") and pins.get("recompute", "full") != "full":
+        raise InvalidStrategy(f"recompute_method uniform groups the layers a full recompute checkpoints (pinned recompute {pins['recompute']!r})",
+                              field="constraints.recompute_method")
     if pins.get("recompute_num_layers") and pins.get("recompute", "full") != "full":
         raise InvalidStrategy(f"recompute_num_layers={pins['recompute_num_layers']} needs recompute: full (pinned {pins['recompute']!r})",
                               field="constraints.recompute_num_layers")
@@ -359,6 +362,8 @@ def enumerate_space(
         return _empty()
     f = {k: v.astype(float) for k, v in cols.items() if k != "sp"}
     rl = pins.get("recompute_num_layers")
+    full = f["recompute"] == RECOMPUTE_CODE["full"]
+    uniform = pins.get("recompute_method") == "uniform"  # groups of rl layers a checkpoint, every layer recomputed
     shard = f["dp_shard"] if f["dp_shard"].any() else None
     return StrategyArrays(
         etp=f.get("etp"),
@@ -372,9 +377,10 @@ def enumerate_space(
         sp=cols["sp"].astype(bool),
         recompute=f["recompute"],
         zero=f["zero"],
-        recompute_layers=np.where(f["recompute"] == RECOMPUTE_CODE["full"], float(rl), 0.0) if rl else None,
+        recompute_layers=np.where(full, float(rl), 0.0) if rl and not uniform else None,
         dp_shard=shard,
         recompute_modules=f["rc_mods"] if f["rc_mods"].any() else None,
+        recompute_group=np.where(full, float(rl or 1), 1.0) if uniform else None,
     )
 
 
@@ -442,13 +448,14 @@ def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
     """One row per candidate of the knobs that make it a distinct layout (not its split): dp, tp,
     pp, cp, ep, vpp, micro-batch, ZeRO stage, sequence parallelism, nesting order, ZeRO shard
     group (dp_shard) and — with
-    ``recompute`` — the recompute mode, block depth and recompute modules."""
+    ``recompute`` — the recompute mode, block depth, recompute modules and uniform group."""
     n = len(S)
     cols = [S.dp, S.tp, S.pp, S.cp, S.ep, S.vpp, S.mbs, S.zero, S.sp.astype(float), S.nest if S.nest is not None else np.zeros(n),
             S.dp_shard if S.dp_shard is not None else np.zeros(n)]
     if recompute:
         cols += [S.recompute, S.recompute_layers if S.recompute_layers is not None else np.zeros(n),
-                 S.recompute_modules if S.recompute_modules is not None else np.zeros(n)]
+                 S.recompute_modules if S.recompute_modules is not None else np.zeros(n),
+                 S.recompute_group if S.recompute_group is not None else np.ones(n)]
     return np.stack(cols, axis=1)
 
 
@@ -562,7 +569,9 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         recompute=RECOMPUTE_NAMES[int(S.recompute[i])],
         zero_stage=int(S.zero[i]),
         layers_per_stage=layers_per_stage,
-        recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None else 0,
+        recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None
+        else int(S.recompute_group[i]) if S.recompute_group is not None and S.recompute_group[i] > 1 else 0,
+        recompute_method="uniform" if S.recompute_group is not None and S.recompute_group[i] > 1 else "",
         dp_shard=int(S.dp_shard[i]) if S.dp_shard is not None else 0,
         etp=int(S.etp[i]) if S.etp is not None else 0,
         recompute_modules=recompute_modules_of(int(S.recompute_modules[i])) if S.recompute_modules is not None else (),
