@@ -71,6 +71,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   cross-entropy — activations, peak, step;
 * ``fp8_weights``: Llama-3-70B under Megatron-Core on 32 H100, tp 4 · pp 4 · dp 2 in BF16, in FP8
   with the cached casts and with FP8 weights, and dp 32 under Megatron-FSDP — weights, peak, step;
+* ``grouped_recompute``: Llama-3-70B under Megatron-Core, tp 8 · pp 4 on 32 H100, full recompute
+  with every layer checkpointed, in uniform groups of 2, 4 and 10 layers, and block recompute of
+  half of each chunk — activations, peak, step;
 * ``memory_interval_state_dominated``: DeepSeek-V3 (its config.json) under FSDP on 16 × 8 A800
   80GB, a layout whose sharded state nearly fills the device: its peak's p10–p90 widens only the
   fragmentation reserve (``memory.MemoryBound``), against the p10 a widening of the whole peak
@@ -96,6 +99,7 @@ from cost_model import Strategy, Training, estimate, simple_cluster  # noqa: E40
 from cost_model.comm import Links  # noqa: E402
 from cost_model.devices import get_device  # noqa: E402
 from cost_model.frameworks import OFFLOAD_MODULES  # noqa: E402
+from cost_model.strategy import strategy_from_dict  # noqa: E402
 from cost_model.transformer import moe  # noqa: E402
 from cost_model.transformer.calibration import calibrated_device  # noqa: E402
 from cost_model.transformer.layer_cost import (  # noqa: E402
@@ -589,10 +593,29 @@ def fp8_weights() -> dict[str, Any]:
             "distributed optimizer, or dp 32 under Megatron-FSDP", "rows": rows}
 
 
+def grouped_recompute() -> dict[str, Any]:
+    """Megatron-Core's full recompute by method (Strategy.recompute_method; layer_cost.activation_bytes):
+    Llama-3-70B on 4 × 8 H100, tp 8 · pp 4 with the distributed optimizer, 8,192 tokens a
+    sequence — every layer its own checkpoint, uniform groups of 2, 4 and 10 layers (one
+    checkpoint a group, the group recomputed whole), and block recompute of 10 of each chunk's
+    20 layers."""
+    model = get_preset("llama3-70b")
+    tr = Training(global_batch_size=64, sequence_length=8192, framework="megatron-core")
+    base = {"tp": 8, "pp": 4, "dp": 1, "zero_stage": 1, "micro_batch_size": 1, "recompute": "full", "sequence_parallel": True}
+    rows = []
+    for label, extra in (("every layer", {}), ("uniform, groups of 2", {"recompute_method": "uniform", "recompute_num_layers": 2}),
+                         ("uniform, groups of 4", {"recompute_method": "uniform", "recompute_num_layers": 4}),
+                         ("uniform, groups of 10", {"recompute_method": "uniform", "recompute_num_layers": 10}),
+                         ("block, 10 of 20 layers", {"recompute_num_layers": 10})):
+        est = estimate(model, tr, simple_cluster(H100, 4), strategy_from_dict({**base, **extra}))
+        rows.append(_row(est, case=label, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "Megatron-Core tp 8 · pp 4 on 32 H100, 64 × 8192 tokens a step, full recompute", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, grouped_recompute,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

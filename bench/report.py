@@ -258,6 +258,13 @@ def physics() -> str | None:
             f"{r['case']}: weights {r['weights_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
             for r in fw["rows"]) + " — FP8 training keeps each 16-bit weight's FP8 cast and its transpose over the step (2 bytes "
             "a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve the weights' all-gathers.")
+    gr = d.get("grouped_recompute")
+    if gr:
+        out.append(f"* **Grouped recompute** ({gr['model']}, {gr['layout']}): " + "; ".join(
+            f"{r['case']}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
+            for r in gr["rows"]) + " — uniform groups keep one checkpoint a group for the full recompute's time, but hold a whole "
+            "group's activations while its backward runs, so the saving turns into a cost as the group grows; block recompute "
+            "trades memory for time instead.")
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

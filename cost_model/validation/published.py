@@ -475,6 +475,9 @@ def _case(row: dict[str, Any]) -> PublishedCase | Unplannable:
         # Megatron-Bridge's FP8 precision recipes (bf16_with_fp8_mixed, ..._current_scaling_mixed,
         # bf16_with_mxfp8_mixed: training/mixed_precision.py) all set fp8_param_gather = True
         fp8_param_gather=dtype == "fp8" and group.startswith("MegatronBridge"),
+        # and its performance scripts reduce the gradients in bf16 (scripts/performance/configs/llama:
+        # set_llama3_common_configs, set_llama31_common_configs — grad_reduce_in_fp32 = False)
+        main_grads_dtype="bf16" if group.startswith("MegatronBridge") else Training.main_grads_dtype,
     )
     nodes = max(1, math.ceil(n_gpus / gpn))
     fabric, nic_node_GBps = fabric_for(hw)
