@@ -252,19 +252,22 @@ def physics() -> str | None:
                    "entry a token), torchtune's chunked loss the fp32 log-probabilities (4), Transformer Engine's the 16-bit logits "
                    "(2, its gradient written over them); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold neither, the "
                    "latter at the price of computing the logits again.")
+    def case_rows(title: str, sec: dict, memory: str, why: str) -> str:
+        """One bullet of a case-per-row section: each row's ``memory`` figure (weights, activations), peak and step."""
+        rows = "; ".join(f"{r['case']}: {memory} {r[memory + '_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
+                         for r in sec["rows"])
+        return f"* **{title}** ({sec['model']}, {sec['layout']}): {rows} — {why}"
+
     fw = d.get("fp8_weights")
     if fw:
-        out.append(f"* **FP8 weights** ({fw['model']}, {fw['layout']}): " + "; ".join(
-            f"{r['case']}: weights {r['weights_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
-            for r in fw["rows"]) + " — FP8 training keeps each 16-bit weight's FP8 cast and its transpose over the step (2 bytes "
-            "a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve the weights' all-gathers.")
+        out.append(case_rows("FP8 weights", fw, "weights", "FP8 training keeps each 16-bit weight's FP8 cast and its transpose over "
+                             "the step (2 bytes a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve "
+                             "the weights' all-gathers."))
     gr = d.get("grouped_recompute")
     if gr:
-        out.append(f"* **Grouped recompute** ({gr['model']}, {gr['layout']}): " + "; ".join(
-            f"{r['case']}: activations {r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB, step {r['step_time_s']:.2f} s"
-            for r in gr["rows"]) + " — uniform groups keep one checkpoint a group for the full recompute's time, but hold a whole "
-            "group's activations while its backward runs, so the saving turns into a cost as the group grows; block recompute "
-            "trades memory for time instead.")
+        out.append(case_rows("Grouped recompute", gr, "activations", "uniform groups keep one checkpoint a group for the full "
+                             "recompute's time, but hold a whole group's activations while its backward runs, so the saving turns "
+                             "into a cost as the group grows; block recompute trades memory for time instead."))
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))
