@@ -209,11 +209,12 @@ class FrameworkRules:
     #: gated ``linear_fc1``); else one per projection (PEFT's ``q_proj``, ``k_proj``, ``v_proj``,
     #: ``gate_proj``, ``up_proj``; torchtitan's ``wq``, ``wk``, ``wv``, ``w1``, ``w3``)
     lora_fused_projections: bool = False
-    #: under FP8 its linear layers are Transformer Engine's, told which micro-batch is a step's
-    #: first (``is_first_microbatch``): each weight is cast to FP8 once a step and the cast kept
-    #: for the rest (``layer_cost.fp8_weight_cache_bytes_per_param``); and it can hold the
-    #: weights in FP8 instead (``training.fp8_param_gather``, its name for it)
-    fp8_weight_cache: str = ""
+    #: its way to hold the weights in FP8 and all-gather them so (``training.fp8_param_gather``),
+    #: in its own terms; empty: none.  Where it has one, its FP8 linear layers are Transformer
+    #: Engine's, told which micro-batch is a step's first (``is_first_microbatch``), so without
+    #: FP8 weights each 16-bit weight is cast to FP8 once a step and the cast kept for the rest
+    #: (``stage_cost.fp8_weight_cache_bytes_per_param``)
+    fp8_param_gather: str = ""
 
 
 #: Megatron-Core's ``TransformerConfig.recompute_modules`` choices (``--recompute-modules``, with
@@ -306,7 +307,7 @@ RULES: dict[str, FrameworkRules] = {
         partial_sharding_stages=(1,), partial_sharding_name="--num-distributed-optimizer-instances (partial distributed optimizer)",
         lora="Megatron-Bridge's LoRA (peft=LoRA(target_modules, dim, dropout); one adapter on each fused linear_qkv and linear_fc1)",
         lora_fused_projections=True,
-        fp8_weight_cache="--fp8-param-gather",
+        fp8_param_gather="--fp8-param-gather",
         loss_kernels=(("te", "Transformer Engine's parallel cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te)"),),
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
@@ -1091,13 +1092,13 @@ def loss_kernel_violation(framework: str, kernel: str) -> str | None:
 def fp8_param_gather_violation(framework: str, dtype: str, fp8_param_gather: bool) -> str | None:
     """Reason when ``training.fp8_param_gather`` cannot be costed, else None: it needs FP8
     training, under a framework whose Transformer Engine layers hold FP8 weights
-    (``FrameworkRules.fp8_weight_cache``: Megatron-Core's ``--fp8-param-gather``)."""
+    (``FrameworkRules.fp8_param_gather``: Megatron-Core's ``--fp8-param-gather``)."""
     if not fp8_param_gather:
         return None
-    where = [r.name for r in RULES.values() if r.fp8_weight_cache]
-    if not rules_for(framework).fp8_weight_cache:
+    where = [r.name for r in RULES.values() if r.fp8_param_gather]
+    if not rules_for(framework).fp8_param_gather:
         return (f"{framework}: no FP8 weights priced (its FP8 casts each weight as it uses it); it is "
-                f"{' and '.join(where)}'s {rules_for(where[0]).fp8_weight_cache}")
+                f"{' and '.join(where)}'s {rules_for(where[0]).fp8_param_gather}")
     if dtype != "fp8":
         return f"FP8 weights need FP8 training (training.dtype fp8), not {dtype}"
     return None

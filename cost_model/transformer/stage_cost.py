@@ -158,7 +158,7 @@ FP8_GATHER_BYTES_PER_PARAM = BYTES_PER_ELEMENT["fp8"]
 
 def fp8_weight_cache_bytes_per_param(training: Training, device: DeviceSpec) -> float:
     """Bytes per decoder linear-layer weight of the FP8 casts Transformer Engine keeps over a
-    step's micro-batches beside the 16-bit weight (``FrameworkRules.fp8_weight_cache``:
+    step's micro-batches beside the 16-bit weight (``FrameworkRules.fp8_param_gather``:
     Megatron-Core's TE layers get ``is_first_microbatch`` — the weight is cast at a step's first
     micro-batch, the cast reused for the rest; ``disable_parameter_transpose_cache`` turns the
     reuse off).  On Hopper (and earlier) an FP8 weight and its transpose, one byte each (its FP8
@@ -170,7 +170,7 @@ def fp8_weight_cache_bytes_per_param(training: Training, device: DeviceSpec) -> 
     Source: Transformer Engine ``module/base.py`` (``get_weight_workspace``, the ``weight``
     workspace cache keyed on ``is_first_microbatch``), Megatron-Core
     ``extensions/transformer_engine.py`` (``TELinear.forward``)."""
-    if training.dtype != "fp8" or training.fp8_param_gather or not rules_for(training.framework).fp8_weight_cache:
+    if training.dtype != "fp8" or training.fp8_param_gather or not rules_for(training.framework).fp8_param_gather:
         return 0.0
     scale = 1.0 / 32.0 if device.family == "blackwell" else 0.0
     return 2.0 * (BYTES_PER_ELEMENT["fp8"] + scale)
