@@ -462,8 +462,9 @@ def test_with_no_predicted_peak_within_memory_the_layout_needing_least_is_the_fi
 
 
 def test_the_best_safe_plan_does_not_depend_on_how_many_alternatives_are_asked_for():
-    """Megatron-Bridge's Llama 3 70B on 64 GB200 (MXFP8, its stated knobs pinned) with 2% of
-    memory held back: the fastest layout (no recompute) is memory-tight, so the best safe one
+    """Megatron-Bridge's Llama 3 70B on 64 GB200 (MXFP8, its stated knobs pinned; FP8 weights and
+    bf16 gradients, as its performance scripts run it) with 12% of memory held back: the fastest
+    layout (no recompute) is memory-tight, so the best safe one
     needs the exact safe search.  With top_k 0 the tight candidate is not among the answers, yet
     the search must still see that it was faster (a regression once answered full recompute of
     every layer, 10.3 s, instead of 8.5 s), and an interleaved layout whose near-even chunks do
@@ -472,7 +473,7 @@ def test_the_best_safe_plan_does_not_depend_on_how_many_alternatives_are_asked_f
     case = next(c for c in cases() if c.row_id == "megatron-bridge-26.04.01-DGX-GB200-LLAMA3_70B-MXFP8-64gpu-tp2pp4cp1")
     pins = {"tp": 2, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "vpp": 5, "micro_batch_size": 1}
     results = [plan(PlanRequest(case.model, case.training, case.cluster,
-                                Constraints(pinned=pins, max_devices=64, memory_headroom_fraction=0.02), top_k=k), SETTINGS)
+                                Constraints(pinned=pins, max_devices=64, memory_headroom_fraction=0.12), top_k=k), SETTINGS)
                for k in (0, 3)]
     assert not any(r.best.prediction.tight for r in results)
     assert all((r.best.strategy.recompute, r.best.strategy.recompute_num_layers) == ("full", 1) for r in results)
