@@ -215,6 +215,10 @@ class FrameworkRules:
     #: FP8 weights each 16-bit weight is cast to FP8 once a step and the cast kept for the rest
     #: (``stage_cost.fp8_weight_cache_bytes_per_param``)
     fp8_param_gather: str = ""
+    #: its MoE layers weight each routed token by the router's probability inside the experts'
+    #: activation (Megatron-Core's ``activation_func_with_probs``), so the combine keeps no
+    #: expert output for the probabilities' gradient (``moe.moe_activation_bytes``)
+    moe_probs_in_experts: bool = False
 
 
 #: Megatron-Core's ``TransformerConfig.recompute_modules`` choices (``--recompute-modules``, with
@@ -308,6 +312,7 @@ RULES: dict[str, FrameworkRules] = {
         lora="Megatron-Bridge's LoRA (peft=LoRA(target_modules, dim, dropout); one adapter on each fused linear_qkv and linear_fc1)",
         lora_fused_projections=True,
         fp8_param_gather="--fp8-param-gather",
+        moe_probs_in_experts=True,
         loss_kernels=(("te", "Transformer Engine's parallel cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te)"),),
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),

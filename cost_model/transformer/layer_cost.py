@@ -1091,6 +1091,7 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
             shared_ffn_hidden=float(model.shared_expert_ffn_hidden_size), gated=model.gated_ffn, tokens=sc * b,
             tp=t, cp=c, dp=S.dp, ep=S.ep, sequence_parallel=S.sp, act_bytes=eb, saved_input_bytes=gi,
             capacity_factor=training.moe_capacity_factor, etp=S.etp_pin,
+            keeps_expert_outputs=not rules_for(training.framework).moe_probs_in_experts,
         )
     if not training.fused_kernels:
         # eager PyTorch's RMSNorm and gated activation keep more (eager_saved_bytes_per_element)

@@ -346,14 +346,21 @@ def moe_activation_bytes(
     saved_input_bytes: float,
     capacity_factor: float | None = None,
     etp: ArrayOrFloat = 0.0,
+    keeps_expert_outputs: bool = True,
 ) -> FloatArray:
     """Bytes an MoE FFN stores for backward per micro-batch beyond the dense FFN's terms
     (``layer_cost.activation_bytes`` already counts the layer input and the k experts' hidden
     T·k·f/t): the router's fp32 probabilities (T_loc·E·4, softmax backward), the permuted
     expert input R·h (FC1's saved input, ``saved_input_bytes`` per element: 1 under FP8), the
-    expert outputs T_loc·k·h (the combine's probability gradient), and the shared experts'
-    hidden (their activation input(s) and FC2 input, T·f_s/t each).  Megatron-Core keeps each
-    of these for its autograd function (``moe_utils.permute``/``unpermute``, ``TopKRouter``)."""
+    expert outputs T_loc·k·h where the combine weights them by the router's probabilities
+    (``keeps_expert_outputs``: the probabilities' gradient needs them — DeepSpeed's MoE
+    ``combine_weights``, torchtitan's scores applied after the experts), and the shared experts'
+    hidden (their activation input(s) and FC2 input, T·f_s/t each).  Megatron-Core weights the
+    tokens inside the experts' activation instead (``activation_func_with_probs`` in
+    ``moe/experts.py``: the gradient of the probabilities comes from FC1's output, already
+    kept), so its combine is a pure permutation that keeps no tensor
+    (``FrameworkRules.moe_probs_in_experts``); it keeps the rest for its autograd functions
+    (``moe_utils.permute``, ``TopKRouter``)."""
     t = _f(tp)
     T = _f(tokens)
     T_loc = local_tokens(T, t, sequence_parallel)
@@ -362,7 +369,8 @@ def moe_activation_bytes(
     R = received_slots(T_loc, top_k, lf, etp, sequence_parallel)
     fm = 3.0 if gated else 2.0
     shared = T * shared_ffn_hidden / t * (act_bytes * (fm - 1.0) + saved_input_bytes)
-    out: FloatArray = T_loc * num_experts * ROUTER_LOGIT_BYTES + R * hidden * saved_input_bytes + T_loc * top_k * hidden * act_bytes + shared
+    outputs = T_loc * top_k * hidden * act_bytes if keeps_expert_outputs else 0.0
+    out: FloatArray = T_loc * num_experts * ROUTER_LOGIT_BYTES + R * hidden * saved_input_bytes + outputs + shared
     return out
 
 

@@ -336,3 +336,23 @@ def test_an_expert_tensor_parallelism_of_a_dense_model_is_a_no_op_with_a_warning
     plain = estimate(get_preset("llama3-8b"), training, cluster, strategy_from_dict({"dp": 16}))
     assert (asked.step_time_s, asked.peak_memory_GB) == (plain.step_time_s, plain.peak_memory_GB)
     assert any("etp=1 has no effect on a dense model" in w for w in asked.warnings), asked.warnings
+
+
+def test_megatron_core_weights_tokens_inside_the_experts_so_its_combine_keeps_no_expert_output():
+    """Megatron-Core multiplies each routed token by its router probability in the experts'
+    activation (``activation_func_with_probs``): the probabilities' gradient comes from FC1's
+    output, already kept, and the combine is a pure permutation.  A combine that weights the
+    expert outputs (DeepSpeed's MoE, FSDP trainers') keeps them: T·k·h 16-bit values a layer more."""
+    from cost_model.transformer.layer_cost import activation_bytes
+    from cost_model.transformer.spec import get_preset
+
+    model = get_preset("mixtral-8x7b")
+    S = StrategyArrays.from_strategies([Strategy(dp=8, ep=8, micro_batch_size=1)])
+    kept = {fw: float(activation_bytes(model, Training(global_batch_size=64, sequence_length=4096, framework=fw), S)[0][0])
+            for fw in ("megatron-core", "megatron-deepspeed", "fsdp")}
+    outputs = 4096 * model.experts_per_token * model.hidden_size * 2
+    assert kept["megatron-deepspeed"] - kept["megatron-core"] == pytest.approx(outputs)
+    assert kept["fsdp"] == pytest.approx(kept["megatron-deepspeed"])
+    args = dict(hidden=4096.0, num_experts=8.0, top_k=2.0, shared_ffn_hidden=0.0, gated=True, tokens=4096.0, tp=1.0, cp=1.0, dp=8.0,
+                ep=8.0, sequence_parallel=False, act_bytes=2.0, saved_input_bytes=2.0)
+    assert float(moe.moe_activation_bytes(**args)) - float(moe.moe_activation_bytes(**args, keeps_expert_outputs=False)) == pytest.approx(outputs)
