@@ -1077,7 +1077,7 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
 #: chunk by chunk in the forward), ``cce`` (Cut Cross-Entropy: blockwise in on-chip memory, the
 #: logits recomputed in the backward), ``te`` (Transformer Engine's parallel cross-entropy under
 #: Megatron-Core: an online softmax over the 16-bit logits, which it keeps, and the gradient
-#: written over them in the backward; Megatron-Core's native fused loss keeps the same fp32
+#: written over them in place; Megatron-Core's native fused loss keeps the same fp32
 #: softmax as its unfused one and is priced as ``unfused``).
 LOSS_KERNELS = ("unfused", "chunked", "liger", "cce", "te")
 
@@ -1094,10 +1094,12 @@ def loss_kernel_violation(framework: str, kernel: str) -> str | None:
     return f"{framework}: no {kernel} loss kernel; it runs under {' and '.join(name for name, _ in runs)} ({where})"
 
 
-def fp8_param_gather_violation(framework: str, dtype: str, fp8_param_gather: bool) -> str | None:
+def fp8_param_gather_violation(framework: str, dtype: str, fp8_param_gather: bool, optimizer_offload_fraction: float = 0.0) -> str | None:
     """Reason when ``training.fp8_param_gather`` cannot be costed, else None: it needs FP8
     training, under a framework whose Transformer Engine layers hold FP8 weights
-    (``FrameworkRules.fp8_param_gather``: Megatron-Core's ``--fp8-param-gather``)."""
+    (``FrameworkRules.fp8_param_gather``: Megatron-Core's ``--fp8-param-gather``), and not beside
+    its optimizer CPU offload (the Megatron-MoE model zoo's launcher leaves the flag out under
+    ``--optimizer-cpu-offload``: "Optimizer CPU offload does not support fp8 param gather now")."""
     if not fp8_param_gather:
         return None
     where = [r.name for r in RULES.values() if r.fp8_param_gather]
@@ -1106,14 +1108,7 @@ def fp8_param_gather_violation(framework: str, dtype: str, fp8_param_gather: boo
                 f"{' and '.join(where)}'s {rules_for(where[0]).fp8_param_gather}")
     if dtype != "fp8":
         return f"FP8 weights need FP8 training (training.dtype fp8), not {dtype}"
-    return None
-
-
-def fp8_param_gather_offload_violation(fp8_param_gather: bool, optimizer_offload_fraction: float) -> str | None:
-    """Reason when FP8 weights are asked for beside Megatron-Core's optimizer CPU offload, else
-    None: the Megatron-MoE model zoo's launcher leaves ``--fp8-param-gather`` out under
-    ``--optimizer-cpu-offload`` ("Optimizer CPU offload does not support fp8 param gather now")."""
-    if fp8_param_gather and optimizer_offload_fraction > 0.0:
+    if optimizer_offload_fraction > 0.0:
         return ("FP8 weights are not gathered beside Megatron-Core's optimizer CPU offload ('Optimizer CPU offload does not "
                 "support fp8 param gather now'): leave one of them out")
     return None
@@ -1347,7 +1342,6 @@ __all__ = [
     "LORA_MODULES",
     "LORA_BASE_DTYPES",
     "LOSS_KERNELS",
-    "fp8_param_gather_offload_violation",
     "fp8_param_gather_violation",
     "fp8_param_gather_zero_violation",
     "recompute_method_violation",

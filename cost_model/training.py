@@ -22,7 +22,6 @@ from cost_model.frameworks import (
     declared_order,
     dtype_rule_violation,
     eight_bit_adam_violation,
-    fp8_param_gather_offload_violation,
     fp8_param_gather_violation,
     grad_accum_rule_violation,
     lora_violation,
@@ -145,7 +144,7 @@ class Training:
     ``lora_base_dtype`` ``nf4`` (QLoRA; ``fsdp``, ``deepspeed``) the decoder's frozen weights held
     in 4-bit NF4 and dequantised for each GEMM.
 
-    ``loss_kernel`` (``fsdp``, ``deepspeed``): ``liger`` — Liger Kernel's fused linear
+    ``loss_kernel`` (``fsdp``, ``deepspeed``, ``megatron-core``; ``FrameworkRules.loss_kernels``): ``liger`` — Liger Kernel's fused linear
     cross-entropy — or ``cce`` — Cut Cross-Entropy — compute the LM head and the loss without
     holding the logits; ``chunked`` (``fsdp``) holds the fp32 log-probabilities alone; ``te``
     (``megatron-core``) the 16-bit logits alone
@@ -203,7 +202,7 @@ class Training:
     loss_kernel: str = "unfused"
     #: FP8 training keeps the weights themselves in FP8 and all-gathers them so (Megatron-Core's
     #: ``--fp8-param-gather``); false: 16-bit weights, each cast to FP8 once a step and the cast
-    #: cached (``layer_cost.fp8_weight_cache_bytes_per_param``)
+    #: cached (``stage_cost.fp8_weight_cache_bytes_per_param``)
     fp8_param_gather: bool = False
 
     @property
@@ -406,9 +405,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = loss_kernel_violation(framework, out.get("loss_kernel", "unfused"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.loss_kernel")
-    why = (fp8_param_gather_violation(framework, out.get("dtype", "bf16"), bool(out.get("fp8_param_gather", False)))
-           or fp8_param_gather_offload_violation(bool(out.get("fp8_param_gather", False)), out.get("optimizer_offload_fraction", 0.0)))
-    if why:
+    why = fp8_param_gather_violation(framework, out.get("dtype", "bf16"), bool(out.get("fp8_param_gather", False)),
+                                     out.get("optimizer_offload_fraction", 0.0))
+    if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.fp8_param_gather")
     why = qlora_violation(framework, out.get("dtype", "bf16"), out.get("lora_rank", 0), out.get("lora_base_dtype"))
     if why is not None:

@@ -2287,16 +2287,30 @@ def embedding_head_costs(
     gpn = links.gpus_per_node
     logits = T * V / t
     head_gemm = gemm_time_s(T, V / t, h, device, dt, fresh_output=False)
-    # Log-softmax forward reads the logits and writes fp32 log-probabilities (one exp per logit);
-    # backward writes the zero-filled gradient, reads it and the log-probabilities and writes
-    # the logits' gradient (one exp per logit again).  Fresh tensors: logits, log-probabilities,
-    # the two gradients.
-    loss = (
-        memory_bound_time_s(logits * (eb + 4), device, kernels=2, transcendental_elements=logits)
-        + memory_bound_time_s(logits * 12, device, kernels=2, transcendental_elements=logits)
-        + first_touch_s(logits * eb, device, count=2)
-        + first_touch_s(logits * 4, device, count=2)
-    )
+    loss: ArrayOrFloat
+    if training.loss_kernel == "cce":
+        # the logits blockwise on chip, computed again in the backward: one more head GEMM, no
+        # loss pass through HBM
+        loss = head_gemm
+    elif training.loss_kernel == "te":
+        # the 16-bit logits read (online softmax), then read and overwritten by their gradient;
+        # the backward scales it in place.  The logits are the only fresh tensor.
+        loss = (memory_bound_time_s(logits * eb, device, kernels=1, transcendental_elements=logits)
+                + memory_bound_time_s(logits * 2 * eb, device, kernels=1, transcendental_elements=logits)
+                + memory_bound_time_s(logits * 2 * eb, device, kernels=1)
+                + first_touch_s(logits * eb, device, count=1))
+    else:
+        # Log-softmax forward reads the logits and writes fp32 log-probabilities (one exp per
+        # logit); backward writes the zero-filled gradient, reads it and the log-probabilities and
+        # writes the logits' gradient (one exp per logit again).  Fresh tensors: logits,
+        # log-probabilities, the two gradients.  Liger's and torchtune's chunks run the same
+        # passes chunk by chunk.
+        loss = (
+            memory_bound_time_s(logits * (eb + 4), device, kernels=2, transcendental_elements=logits)
+            + memory_bound_time_s(logits * 12, device, kernels=2, transcendental_elements=logits)
+            + first_touch_s(logits * eb, device, count=2)
+            + first_touch_s(logits * 4, device, count=2)
+        )
     # A tied head on the embedding's stage in eager PyTorch: autograd adds the head's and the
     # embedding's gradients of the shared [V/t, h] weight (read two, write one); Megatron
     # accumulates both into the fp32 gradient buffer inside the GEMM (gradient-accumulation fusion).
@@ -2305,14 +2319,6 @@ def embedding_head_costs(
     # frozen (LoRA): the head's backward is its dX alone, and the embedding builds no gradient
     head_passes = 2 if training.frozen_base else 3
     head_s = head_passes * head_gemm + loss + tied_accumulate
-    if training.loss_kernel == "cce":  # the logits blockwise on chip, computed again in the backward: no loss passes
-        head_s = (head_passes + 1) * head_gemm + tied_accumulate
-    elif training.loss_kernel == "te":  # the 16-bit logits read, then read and overwritten by their gradient; scaled in the backward
-        te_loss = (memory_bound_time_s(logits * eb, device, kernels=1, transcendental_elements=logits)
-                   + memory_bound_time_s(logits * 2 * eb, device, kernels=1, transcendental_elements=logits)
-                   + memory_bound_time_s(logits * 2 * eb, device, kernels=1)
-                   + first_touch_s(logits * eb, device, count=1))
-        head_s = head_passes * head_gemm + te_loss + tied_accumulate
     tp_per_node = np.minimum(t, gpn)
     emb_comm = np.where(t > 1, allreduce_time_s(t, T * h * eb, links, tp_per_node), 0.0)
     # Gather, the summed positions (learned) and the backward scatter; GPT-style models also
