@@ -163,12 +163,10 @@ def parse_constraints(value: Any) -> Constraints:
             raise InvalidStrategy(f"recompute_method {pins['recompute_method']} is a full recompute's method (pinned recompute {pins['recompute']!r})",
                                   field="constraints.recompute_method")
         pins["recompute"] = "full"
-        pins.pop("recompute_method")
-        pins.pop("recompute_num_layers", None)
-        if parsed.recompute_method:
-            pins["recompute_method"], pins["recompute_num_layers"] = parsed.recompute_method, parsed.recompute_num_layers
-        elif parsed.recompute_num_layers:
-            pins["recompute_num_layers"] = parsed.recompute_num_layers
+        for key in ("recompute_method", "recompute_num_layers"):  # as strategy_from_dict normalised them; unset ones left out
+            pins.pop(key, None)
+            if getattr(parsed, key):
+                pins[key] = getattr(parsed, key)
     if "layers_per_stage" in pins:
         pins["layers_per_stage"] = tuple(pins["layers_per_stage"])
     if "recompute_modules" in pins:  # one spelling: Megatron-Core's order, the default alone as ()

@@ -100,9 +100,6 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if pins.get("recompute", "selective") != "selective":
             raise InvalidStrategy(f"recompute_modules choose what recompute: selective recomputes (pinned recompute {pins['recompute']!r})",
                                   field="constraints.recompute_modules")
-    if pins.get("recompute_method") and pins.get("recompute", "full") != "full":
-        raise InvalidStrategy(f"recompute_method uniform groups the layers a full recompute checkpoints (pinned recompute {pins['recompute']!r})",
-                              field="constraints.recompute_method")
     if pins.get("recompute_num_layers") and pins.get("recompute", "full") != "full":
         raise InvalidStrategy(f"recompute_num_layers={pins['recompute_num_layers']} needs recompute: full (pinned {pins['recompute']!r})",
                               field="constraints.recompute_num_layers")
@@ -557,6 +554,7 @@ def _empty() -> StrategyArrays:
 
 
 def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
+    group = int(S.recompute_group[i]) if S.recompute_group is not None else 1  # uniform recompute's layers a checkpoint
     return Strategy(
         dp=int(S.dp[i]),
         tp=int(S.tp[i]),
@@ -569,9 +567,8 @@ def strategy_at(S: StrategyArrays, i: int, layers_per_stage: tuple[int, ...] | N
         recompute=RECOMPUTE_NAMES[int(S.recompute[i])],
         zero_stage=int(S.zero[i]),
         layers_per_stage=layers_per_stage,
-        recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None
-        else int(S.recompute_group[i]) if S.recompute_group is not None and S.recompute_group[i] > 1 else 0,
-        recompute_method="uniform" if S.recompute_group is not None and S.recompute_group[i] > 1 else "",
+        recompute_num_layers=int(S.recompute_layers[i]) if S.recompute_layers is not None else group if group > 1 else 0,
+        recompute_method="uniform" if group > 1 else "",
         dp_shard=int(S.dp_shard[i]) if S.dp_shard is not None else 0,
         etp=int(S.etp[i]) if S.etp is not None else 0,
         recompute_modules=recompute_modules_of(int(S.recompute_modules[i])) if S.recompute_modules is not None else (),
