@@ -593,6 +593,25 @@ def fp8_weights() -> dict[str, Any]:
             "distributed optimizer, or dp 32 under Megatron-FSDP", "rows": rows}
 
 
+def fp8_attention_output() -> dict[str, Any]:
+    """A fused attention's output under FP8 (layer_cost.activation_bytes, checkpoints_attention_core):
+    Llama-3-8B under Megatron-Core on 8 H100, tp 2 · dp 4 with sequence parallelism and the
+    distributed optimizer, 8,192 tokens a sequence — BF16 and FP8, no recompute and selective
+    (the attention core).  In BF16 the
+    kernel's saved output is the output projection's saved input; in FP8 the projection keeps an
+    FP8 copy and the 16-bit output stays beside it, which the attention core's checkpoint drops.
+    Either way Megatron-Core runs FlashAttention's forward again."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for dtype in ("bf16", "fp8"):
+        for rc in ("none", "selective"):
+            tr = Training(global_batch_size=64, sequence_length=8192, framework="megatron-core", dtype=dtype)
+            est = estimate(model, tr, simple_cluster(H100, 1), Strategy(tp=2, dp=4, sequence_parallel=True, zero_stage=1, micro_batch_size=1, recompute=rc))
+            label = f"{dtype}, {'selective recompute' if rc == 'selective' else 'no recompute'}"
+            rows.append(_row(est, case=label, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "Megatron-Core tp 2 · dp 4 on 8 H100, sequence parallelism, distributed optimizer, 64 × 8192 tokens a step", "rows": rows}
+
+
 def grouped_recompute() -> dict[str, Any]:
     """Megatron-Core's full recompute by method (Strategy.recompute_method; layer_cost.activation_bytes):
     Llama-3-70B on 4 × 8 H100, tp 8 · pp 4 with the distributed optimizer, 8,192 tokens a
@@ -615,7 +634,7 @@ def grouped_recompute() -> dict[str, Any]:
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, grouped_recompute,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
                                   deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 

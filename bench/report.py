@@ -98,8 +98,9 @@ def physics() -> str | None:
 
     out.append(f"* **Selective recompute by framework** ({sel['model']}, {sel['layout']}): " + ", ".join(
         f"fsdp {rc} {sel_row('fsdp', rc)['step_time_s']:.2f} s at {sel_row('fsdp', rc)['peak_memory_GB']:.1f} GB" for rc in ("none", "selective", "full"))
-        + f" — torchtitan's op-level checkpointing keeps about half the activations; Megatron's selective recompute with FlashAttention "
-        f"is no recompute ({sel_row('megatron-core', 'selective')['peak_memory_GB']:.1f} GB).")
+        + f" — torchtitan's op-level checkpointing keeps about half the activations; Megatron-Core's selective recompute with "
+        f"FlashAttention runs the attention's forward again for no memory in 16 bits ({sel_row('megatron-core', 'selective')['step_time_s']:.2f} s "
+        f"at {sel_row('megatron-core', 'selective')['peak_memory_GB']:.1f} GB).")
     mm = d.get("selective_recompute_moe_mla")
     if mm:
         by_rc = {r["recompute"]: r for r in mm["rows"]}
@@ -263,6 +264,12 @@ def physics() -> str | None:
         out.append(case_rows("FP8 weights", fw, "weights", "FP8 training keeps each 16-bit weight's FP8 cast and its transpose over "
                              "the step (2 bytes a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve "
                              "the weights' all-gathers."))
+    fa = d.get("fp8_attention_output")
+    if fa:
+        out.append(case_rows("A fused attention's output under FP8", fa, "activations", "in BF16 the attention kernel's saved output "
+                             "is the output projection's saved input; in FP8 the projection keeps an FP8 copy and the 16-bit output "
+                             "stays too, which Megatron-Core's attention-core checkpoint drops — its FlashAttention forward runs "
+                             "again either way."))
     gr = d.get("grouped_recompute")
     if gr:
         out.append(case_rows("Grouped recompute", gr, "activations", "uniform groups keep one checkpoint a group for the full "

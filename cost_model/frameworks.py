@@ -102,10 +102,18 @@ class FrameworkRules:
     cp_with_tp: bool = True
     cp_with_pp: bool = True
     #: what ``recompute: selective`` means: ``attention-core`` — Megatron's selective recompute
-    #: (Korthikanti et al. 2022 §4.2: the attention core alone, nothing with fused attention);
+    #: (Korthikanti et al. 2022 §4.2: the attention core alone; with fused attention see
+    #: ``checkpoints_fused_attention``);
     #: ``op-level`` — torchtitan's op-level selective checkpointing (every other matmul output
     #: and the attention output saved, everything else recomputed)
     selective_recompute: str = "attention-core"
+    #: its attention-core selective recompute checkpoints the core whichever kernel runs it, a
+    #: fused one included — Megatron-Core's ``Attention.forward`` takes
+    #: ``_checkpointed_attention_forward`` whenever ``checkpoint_core_attention`` (so a
+    #: FlashAttention/cuDNN forward runs again in backward, and the kernel's saved output is not
+    #: kept); else only an unfused core is checkpointed (legacy Megatron's ``ParallelAttention``,
+    #: which Megatron-DeepSpeed keeps, runs its flash path outside the checkpoint)
+    checkpoints_fused_attention: bool = False
     #: the sharding stages at which the ZeRO state may shard over only part of the data-parallel
     #: ranks and replicate across the rest (``dp_shard`` < dp: HSDP), and what the framework
     #: calls it
@@ -313,6 +321,7 @@ RULES: dict[str, FrameworkRules] = {
         lora_fused_projections=True,
         fp8_param_gather="--fp8-param-gather",
         moe_probs_in_experts=True,
+        checkpoints_fused_attention=True,
         loss_kernels=(("te", "Transformer Engine's parallel cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te)"),),
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),

@@ -429,8 +429,9 @@ def _uniform_layer_costs(
     # ---- recompute ---------------------------------------------------------------------------
     # full: the whole forward again (with its TP collectives) — of the fraction ``frac`` of the
     # layers the block method recomputes (:func:`recompute_fraction`); selective, attention-core
-    # (Megatron): the attention core only (Korthikanti 2022 §4.2) — with fused attention nothing
-    # extra is stored or redone; selective, op-level (torchtitan, :func:`op_level_recomputed_gemm_flops`):
+    # (Megatron): the attention core only (Korthikanti 2022 §4.2) — a fused one too where the
+    # framework checkpoints it (:func:`checkpoints_attention_core`: Megatron-Core), else with
+    # fused attention nothing is redone; selective, op-level (torchtitan, :func:`op_level_recomputed_gemm_flops`):
     # the even-numbered matmuls (with their casts), every memory-bound op, the unfused attention
     # core, and the TP all-gathers that feed them.
     layer_fwd_flops = gemm_flops + flops_attn
@@ -444,7 +445,8 @@ def _uniform_layer_costs(
     else:
         # the attention core (Megatron's default module) and any other --recompute-modules
         modules_s, module_tp, module_ep = selective_module_costs(model, training, device, S, g.T, ffn_fwd, moe)
-        selective_s = recomputes(S, "core_attn") * unfused * attn_fwd + modules_s
+        core = 1.0 if checkpoints_attention_core(training) else 0.0
+        selective_s = recomputes(S, "core_attn") * core * attn_fwd + modules_s
     selective = np.where(S.recompute == 1, 1.0, 0.0)
     recompute_s = np.where(S.recompute == 2, frac * forward_compute, np.where(S.recompute == 1, selective_s, 0.0))
 
@@ -955,6 +957,23 @@ def eager_attention_elementwise_s(elems: ArrayOrFloat, eb: int, drop: float, dev
     return fwd, bwd
 
 
+def checkpoints_attention_core(training: Training) -> bool:
+    """Whether ``recompute: selective`` with the attention core among its modules checkpoints
+    the core under ``training``'s attention: an unfused one always, a fused one where the
+    framework does (:attr:`cost_model.frameworks.FrameworkRules.checkpoints_fused_attention`:
+    Megatron-Core) — its forward then runs again in backward."""
+    return training.attention == "unfused" or rules_for(training.framework).checkpoints_fused_attention
+
+
+def core_attention_recompute_frees(training: Training) -> bool:
+    """Whether recomputing the attention core (selective recompute's default module) frees
+    memory (:func:`activation_bytes`): the scores of an unfused attention; of a fused one that
+    the framework checkpoints (:func:`checkpoints_attention_core`), in FP8/FP4, the 16-bit output
+    the kernel keeps beside the projection's quantised copy of it.  In 16 bits a fused
+    attention's output is the projection's saved input, kept either way."""
+    return training.attention == "unfused" or (training.dtype in NARROW_DTYPES and checkpoints_attention_core(training))
+
+
 def op_level_selective(model: TransformerSpec, training: Training) -> bool:
     """Whether ``recompute: selective`` is costed as torchtitan's op-level selective activation
     checkpointing (``SelectiveAC``, ``torchtitan/distributed/activation_checkpoint.py``): the
@@ -1036,7 +1055,8 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     divide by t; under SP the rest does too.  Generalised here: K and V use the KV width, the
     FFN hidden uses f (×3/2 when gated, ×k for MoE), the s² terms vanish with fused attention and
     with selective recompute, dropout masks vanish without dropout (models without biases), and
-    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8, eager PyTorch
+    sequences divide by cp, FP8 training saves the linear layers' inputs in FP8 (a fused
+    attention's output then kept twice: in 16 bits by the attention, in FP8 by the projection), eager PyTorch
     (``fused_kernels`` false) keeps its RMSNorm's and gated activation's intermediates
     (:func:`eager_saved_bytes_per_element`); an MoE FFN adds
     :func:`cost_model.transformer.moe.moe_activation_bytes`.  Selective recompute under torchtitan
@@ -1099,8 +1119,15 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         norms = model.norms_per_layer * sbh / rep + (sc * b * (q / t + kv) if model.qk_norm else 0.0)
         replicated = replicated + (norms * norm_b if model.norm == "rmsnorm" else 0.0)
         ffn_inner = ffn_inner + (sc * b * f / t * k_experts * glu_b if model.gated_ffn else 0.0)
-    full = replicated + attn_inner + ffn_inner + np.where(training.attention == "unfused", scores, 0.0)
-    stored = replicated + attn_inner + ffn_inner + np.where(store_scores, scores, 0.0)
+    # A fused attention kernel keeps its own output O (16-bit) for its backward (FlashAttention's
+    # and cuDNN's saved ``out``, with Q, K, V).  In 16 bits that is the tensor the output
+    # projection keeps as its input (``attn_inner``'s o/t term); under FP8/FP4 the projection keeps
+    # a quantised copy instead, and O stays beside it — unless a selective recompute of the
+    # attention core discards O (its checkpoint keeps Q, K, V only).
+    out_kept = sc * b * o / t * eb if training.attention != "unfused" and gi != eb else 0.0
+    keeps_out = np.logical_not((S.recompute == 1) & (recomputes(S, "core_attn") > 0.0) & checkpoints_attention_core(training))
+    full = replicated + attn_inner + ffn_inner + out_kept + np.where(training.attention == "unfused", scores, 0.0)
+    stored = replicated + attn_inner + ffn_inner + np.where(keeps_out, out_kept, 0.0) + np.where(store_scores, scores, 0.0)
     layer_input = sbh * eb / rep
     if op_level_selective(model, training):
         # torchtitan's op-level selective checkpointing (:func:`op_level_selective`) keeps the
@@ -1205,15 +1232,19 @@ def model_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
 OUTPUT_DISCARDING_MODULES = ("moe_act", "layernorm", "mla_up_proj")
 
 
-def lean_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
+def lean_recompute_modules(model: TransformerSpec, training: Training) -> tuple[str, ...]:
     """The module set the search offers beside Megatron-Core's default for a model that has
-    more to recompute: the attention core and the output-discarding modules the model has
+    more to recompute: the output-discarding modules the model has
     (:func:`model_recompute_modules`) — ``moe_act`` and ``layernorm`` (MoE), ``layernorm`` and
-    ``mla_up_proj`` (MLA).  They free their outputs for a memory-bound pass or two small GEMMs
-    each (:func:`selective_module_costs`), where full recompute pays the whole forward; empty
-    for a dense model without MLA (its norms are fused: nothing more to discard cheaply)."""
+    ``mla_up_proj`` (MLA) —, with the attention core where recomputing it frees memory
+    (:func:`core_attention_recompute_frees`; else its forward would run again for nothing).
+    They free their outputs for a memory-bound pass or two small GEMMs each
+    (:func:`selective_module_costs`), where full recompute pays the whole forward; empty for a
+    dense model without MLA (its norms are fused: nothing more to discard cheaply)."""
     chosen = [m for m in model_recompute_modules(model) if m in OUTPUT_DISCARDING_MODULES]
-    return ("core_attn", *chosen) if chosen else ()
+    if not chosen:
+        return ()
+    return ("core_attn", *chosen) if core_attention_recompute_frees(training) else tuple(chosen)
 
 
 def recomputes(S: StrategyArrays, module: str) -> FloatArray:

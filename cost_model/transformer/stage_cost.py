@@ -34,6 +34,7 @@ from cost_model.transformer.layer_cost import (
     StrategyArrays,
     activation_offload_s,
     bf16_optimizer,
+    checkpoints_attention_core,
     cpu_offload_microbatch_s,
     deepspeed_gather_copy_out_s,
     dp_gradient_comm_s,
@@ -736,7 +737,8 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
     """Extra forward FLOPs executed by activation recomputation (hardware FLOPs − model FLOPs);
     ``fraction``: of the layers a full recompute recomputes
     (:func:`cost_model.transformer.layer_cost.recompute_fraction`).  Selective: the attention core
-    where it is unfused; under torchtitan's op-level policy also the matmuls it recomputes
+    where it is checkpointed (:func:`~cost_model.transformer.layer_cost.checkpoints_attention_core`:
+    unfused, or fused under Megatron-Core); under torchtitan's op-level policy also the matmuls it recomputes
     (:func:`cost_model.transformer.layer_cost.op_level_recomputed_gemm_flops`); under Megatron-Core
     the GEMMs of its recompute ``modules`` (``Strategy.recompute_modules``; empty: the attention
     core alone)."""
@@ -748,8 +750,8 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
             _layer_forward_flops(model, s) + _adapter_forward_flops(model, training, s))
     tokens = float(training.global_batch_size) * s
     chosen = frozenset(modules or ("core_attn",))
-    unfused_core = training.attention == "unfused" and ("core_attn" in chosen or op_level_selective(model, training))
-    core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if unfused_core else 0.0
+    redone_core = checkpoints_attention_core(training) and ("core_attn" in chosen or op_level_selective(model, training))
+    core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if redone_core else 0.0
     if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls (and routed experts) of every layer
         return core + model.num_layers * sum(w * float(op_level_recomputed_gemm_flops(v, tokens, 1.0)) for w, v in model.layer_variants())
     return core + tokens * _module_recompute_flops_per_token(model, chosen)

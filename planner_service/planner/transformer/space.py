@@ -11,7 +11,7 @@ global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can 
 framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported,
 DeepSpeed-Ulysses without TP or a pipeline; the all-to-all exchange with tp·cp dividing the heads).
 Sequence parallelism only with tp > 1; selective recompute only where it differs from none
-(unfused attention; torchtitan's op-level checkpointing, where it is its own trade-off; under
+(unfused attention; FP8/FP4 beside a fused attention, whose 16-bit output it discards; torchtitan's op-level checkpointing, where it is its own trade-off; under
 Megatron-Core, for a model with MoE or MLA layers, with the output-discarding recompute modules
 that apply: :func:`_recompute_choices`).  Partial (block) recompute — the first N layers of each model chunk — is
 searched where the framework has it (:func:`block_recompute_candidates`), for the layouts that
@@ -58,6 +58,7 @@ from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     RECOMPUTE_CODE,
     StrategyArrays,
+    core_attention_recompute_frees,
     lean_recompute_modules,
     op_level_selective,
     recompute_modules_mask,
@@ -220,7 +221,6 @@ def enumerate_space(
     L = model.num_layers
     B = training.global_batch_size
     s = training.sequence_length
-    unfused = training.attention == "unfused"
 
     rules = rules_for(training.framework)
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if gpus_per_node % t == 0 and model.num_heads % t == 0 and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
@@ -241,7 +241,7 @@ def enumerate_space(
     dps = _pin(pins, "dp", _divisors(B))
     mbss = _pin(pins, "micro_batch_size", MBS_CHOICES)
     vpps = _pin(pins, "vpp", VPP_CHOICES if rules.interleaved_pipeline else (1,))
-    selective = unfused or op_level_selective(model, training)
+    selective = core_attention_recompute_frees(training) or op_level_selective(model, training)
     rc_choices = _recompute_choices(model, training, pins, selective)
     ep_ok = model.is_moe and expert_parallel_runs_in(training.framework, training.dtype)
     eps = _pin(pins, "ep", _divisors(model.num_experts) if ep_ok else [1])
@@ -499,7 +499,8 @@ def block_recompute_candidates(model: TransformerSpec, training: Training, S: St
 
 def _recompute_choices(model: TransformerSpec, training: Training, pins: Mapping[str, Any], selective: bool) -> list[tuple[int, int]]:
     """The (recompute mode, recompute-modules mask) pairs searched: none and full; selective at
-    the framework's own scope where it differs from none (unfused attention, torchtitan's
+    the framework's own scope where it differs from none (unfused attention, FP8/FP4 beside a
+    fused one: :func:`~cost_model.transformer.layer_cost.core_attention_recompute_frees`; torchtitan's
     op-level policy) or is pinned; and under Megatron-Core, for a model with more to recompute,
     selective with :func:`~cost_model.transformer.layer_cost.lean_recompute_modules` — less
     memory than none for a little time, far less time than full.  Pinned modules: selective
@@ -509,7 +510,7 @@ def _recompute_choices(model: TransformerSpec, training: Training, pins: Mapping
         return [(code["selective"], recompute_modules_mask(pins["recompute_modules"]))]
     if pins.get("recompute_num_layers"):
         return [(code["full"], 0)]
-    lean = lean_recompute_modules(model) if rules_for(training.framework).recompute_modules else ()
+    lean = lean_recompute_modules(model, training) if rules_for(training.framework).recompute_modules else ()
     rcs = _pin(pins, "recompute", ["none", "full"] + (["selective"] if selective or lean else []))
     out: list[tuple[int, int]] = []
     for rc in rcs:

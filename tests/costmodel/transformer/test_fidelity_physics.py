@@ -15,6 +15,7 @@ from cost_model.transformer.calibration import PRIORS, Constants, calibrated_dev
 from cost_model.transformer.layer_cost import (
     StrategyArrays,
     activation_bytes,
+    core_attention_recompute_frees,
     deepspeed_gather_copy_out_s,
     sharded_collectives_per_layer,
     sharded_microbatch_exposed_s,
@@ -228,6 +229,23 @@ def test_fp8_saves_linear_inputs_in_one_byte():
     bf16 = float(activation_bytes(model, t, S)[0][0])
     fp8 = float(activation_bytes(model, replace(t, dtype="fp8"), S)[0][0])
     assert 0.6 * bf16 < fp8 < bf16
+
+
+def test_fp8_keeps_a_fused_attentions_output_beside_the_projections_fp8_copy():
+    # Llama-3-8B, one token: the projection's saved input is its FP8 copy (1 B × q width), and the
+    # fused attention's own 16-bit output stays too — unless a selective recompute of the
+    # attention core discards it; in 16 bits the two are one tensor, and that recompute frees nothing.
+    model = get_preset("llama3-8b")
+    t = Training(global_batch_size=1, sequence_length=1)
+    none, sel = (StrategyArrays.from_strategies([Strategy(micro_batch_size=1, recompute=r)]) for r in ("none", "selective"))
+    q = model.q_size
+    fp8 = replace(t, dtype="fp8")
+    assert float(activation_bytes(model, fp8, none)[0][0]) - float(activation_bytes(model, fp8, sel)[0][0]) == pytest.approx(2.0 * q)
+    assert float(activation_bytes(model, t, none)[0][0]) == pytest.approx(float(activation_bytes(model, t, sel)[0][0]))
+    # the running set holds it either way; the search tries selective recompute where it frees something
+    assert float(activation_bytes(model, fp8, sel)[1][0]) == pytest.approx(float(activation_bytes(model, fp8, none)[1][0]))
+    assert core_attention_recompute_frees(fp8) and core_attention_recompute_frees(replace(t, attention="unfused"))
+    assert not core_attention_recompute_frees(t)
 
 
 def test_estimate_carries_intervals_around_the_point():

@@ -39,11 +39,12 @@ def reference_rows(model, training, max_gpus, gpn, pins):
     cps = pick("cp", [c for c in CP_CHOICES if s % c == 0 and (c == 1 or s // c >= 1024) and (c == 1 or r.context_parallel)])
     pps = [pins["pp"]] if "pp" in pins else (pp_choices(L) if r.pipeline_parallel else [1])
     dps = pick("dp", [d for d in range(1, B + 1) if B % d == 0])
-    # selective differs from none with unfused attention, or as torchtitan's op-level policy (dense layers)
+    # selective differs from none with unfused attention, in FP8/FP4 (the fused attention's 16-bit
+    # output it discards), or as torchtitan's op-level policy (dense layers)
     op_level = r.selective_recompute == "op-level"
-    own = training.attention == "unfused" or op_level
+    own = training.attention == "unfused" or training.dtype in ("fp8", "fp4") or op_level
     # Megatron-Core, a model with MoE or MLA layers: selective with the output-discarding modules too
-    lean = lean_recompute_modules(model) if r.recompute_modules else ()
+    lean = lean_recompute_modules(model, training) if r.recompute_modules else ()
     rcs = []
     for rc in pick("recompute", ["none", "full"] + (["selective"] if own or lean else [])):
         if rc != "selective":
@@ -126,6 +127,7 @@ MODELS = {
     "llama3-70b": {"global_batch_size": 1024, "sequence_length": 8192},
     "gpt3-175b": {"global_batch_size": 1536, "sequence_length": 2048, "attention": "unfused"},
     "mixtral-8x7b": {"global_batch_size": 256, "sequence_length": 4096},
+    "llama3-8b": {"global_batch_size": 256, "sequence_length": 8192, "dtype": "fp8"},
 }
 #: Framework variants: every framework's rule table applied row by row.
 FRAMEWORK_MODELS = {
