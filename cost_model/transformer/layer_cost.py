@@ -965,6 +965,25 @@ def checkpoints_attention_core(training: Training) -> bool:
     return training.attention == "unfused" or rules_for(training.framework).checkpoints_fused_attention
 
 
+def quantised_input_beside_attention_output(training: Training) -> float:
+    """1.0 where a fused attention's output is kept twice (else 0.0): the kernel keeps its own
+    output O in 16 bits for its backward (FlashAttention's and cuDNN's saved ``out``, beside Q,
+    K and V); in 16 bits that is the tensor the output projection keeps as its input, but under
+    FP8/FP4 the projection keeps a quantised copy of it (Transformer Engine's ``Linear`` saves
+    the input it cast for the weight gradient), so O stays beside it — o/t·eb bytes a token
+    (:func:`activation_bytes`)."""
+    return 1.0 if training.attention != "unfused" and training.dtype in NARROW_DTYPES else 0.0
+
+
+def keeps_attention_output(training: Training, S: StrategyArrays) -> FloatArray:
+    """Per candidate, 0.0 where a selective recompute of the attention core checkpoints it
+    (:func:`checkpoints_attention_core`), so that the kernel's output is not kept (the
+    checkpoint keeps Q, K and V), else 1.0."""
+    checkpointed = (S.recompute == 1) & (recomputes(S, "core_attn") > 0.0) & checkpoints_attention_core(training)
+    out: FloatArray = np.where(checkpointed, 0.0, 1.0)
+    return out
+
+
 def core_attention_recompute_frees(training: Training) -> bool:
     """Whether recomputing the attention core (selective recompute's default module) frees
     memory (:func:`activation_bytes`): the scores of an unfused attention; of a fused one that
@@ -1119,15 +1138,12 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         norms = model.norms_per_layer * sbh / rep + (sc * b * (q / t + kv) if model.qk_norm else 0.0)
         replicated = replicated + (norms * norm_b if model.norm == "rmsnorm" else 0.0)
         ffn_inner = ffn_inner + (sc * b * f / t * k_experts * glu_b if model.gated_ffn else 0.0)
-    # A fused attention kernel keeps its own output O (16-bit) for its backward (FlashAttention's
-    # and cuDNN's saved ``out``, with Q, K, V).  In 16 bits that is the tensor the output
-    # projection keeps as its input (``attn_inner``'s o/t term); under FP8/FP4 the projection keeps
-    # a quantised copy instead, and O stays beside it — unless a selective recompute of the
-    # attention core discards O (its checkpoint keeps Q, K, V only).
-    out_kept = sc * b * o / t * eb if training.attention != "unfused" and gi != eb else 0.0
-    keeps_out = np.logical_not((S.recompute == 1) & (recomputes(S, "core_attn") > 0.0) & checkpoints_attention_core(training))
+    # A fused attention kernel's own 16-bit output, kept beside the projection's quantised copy
+    # under FP8/FP4 (quantised_input_beside_attention_output), unless the attention core's
+    # checkpoint discards it (keeps_attention_output).
+    out_kept = sc * b * o / t * eb * quantised_input_beside_attention_output(training)
     full = replicated + attn_inner + ffn_inner + out_kept + np.where(training.attention == "unfused", scores, 0.0)
-    stored = replicated + attn_inner + ffn_inner + np.where(keeps_out, out_kept, 0.0) + np.where(store_scores, scores, 0.0)
+    stored = replicated + attn_inner + ffn_inner + out_kept * keeps_attention_output(training, S) + np.where(store_scores, scores, 0.0)
     layer_input = sbh * eb / rep
     if op_level_selective(model, training):
         # torchtitan's op-level selective checkpointing (:func:`op_level_selective`) keeps the
@@ -1167,7 +1183,8 @@ def offload_module_bytes(model: TransformerSpec, training: Training, S: Strategy
     ``mlp_norm`` the MLP's pre-norm input, where the norm is a module of its own (MLA's input norm,
     an MoE layer's pre-MLP norm; Transformer Engine fuses a dense layer's norms into the next
     GEMM, whose input is the ``qkv_linear`` / FC1 input); ``qkv_linear`` the QKV projection's
-    input; ``core_attn`` Q, K and V; ``attn_proj`` the output projection's input; ``expert_fc1`` the
+    input; ``core_attn`` Q, K and V (and under FP8/FP4 a fused kernel's own output,
+    :func:`quantised_input_beside_attention_output`); ``attn_proj`` the output projection's input; ``expert_fc1`` the
     experts' dispatched tokens (FC1's input); ``moe_act`` the activation function's input (both
     halves when gated).  Source: Megatron-Core ``transformer_layer.py``/``moe/experts.py``
     (``group_prefetch_offload_start`` around each module), docs "Fine-grained Activation Offloading"."""
@@ -1186,8 +1203,9 @@ def offload_module_bytes(model: TransformerSpec, training: Training, S: Strategy
         out = out + tokens * h * eb / rep
     if "qkv_linear" in mods:
         out = out + tokens * h * gi / rep
-    if "core_attn" in mods:
-        out = out + tokens * (float(model.q_size) / t * eb + 2.0 * kv * eb)
+    if "core_attn" in mods:  # with, under FP8/FP4, the fused kernel's own output
+        kernel_out = float(model.attn_out_size) / t * eb * quantised_input_beside_attention_output(training) * keeps_attention_output(training, S)
+        out = out + tokens * (float(model.q_size) / t * eb + 2.0 * kv * eb + kernel_out)
     if "attn_proj" in mods:
         out = out + tokens * float(model.attn_out_size) / t * gi
     if model.is_moe and mods & {"expert_fc1", "moe_act"}:

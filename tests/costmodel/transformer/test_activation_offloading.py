@@ -181,6 +181,12 @@ def test_megatron_offloads_the_named_modules_saved_tensors():
     # both halves of the gated FC1 output; with the load imbalance's straggler factor on top
     assert moved("expert_fc1") >= T * 8 * h * eb and moved("moe_act") >= T * 8 * 2 * 768 * eb
     assert moved("expert_fc1", "moe_act") == pytest.approx(moved("expert_fc1") + moved("moe_act"))
+    # under FP8 the fused kernel's own 16-bit output is the attention's too (the projection keeps
+    # an FP8 copy), unless the attention core's checkpoint discards it (selective, as above)
+    fp8 = training_from_dict({**MC, "dtype": "fp8", "activation_offloading": True, "offload_modules": ["core_attn"]})
+    none = StrategyArrays.from_strategies([Strategy(dp=8, ep=8, zero_stage=1, micro_batch_size=1)])
+    assert float(offload_module_bytes(model, fp8, S)[0]) == pytest.approx(moved("core_attn"))
+    assert float(offload_module_bytes(model, fp8, none)[0]) == pytest.approx(moved("core_attn") + T * 32 * 128 * eb)
 
 
 def test_a_megatron_estimate_offloading_modules_frees_what_the_host_holds():
