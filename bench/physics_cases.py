@@ -211,10 +211,10 @@ def cp_comm_types() -> dict[str, Any]:
     model = get_preset("llama3-70b")
     cl = simple_cluster(H100, 16)
     rows = []
-    for kind in ("p2p", "allgather", "a2a"):
-        tr = Training(global_batch_size=16, sequence_length=131072, cp_comm_type=kind)
+    for kind, a2a in (("p2p", None), ("allgather", None), ("a2a", None), ("a2a+p2p", 2)):
+        tr = Training(global_batch_size=16, sequence_length=131072, cp_comm_type=kind, cp_a2a_size=a2a)
         est = estimate(model, tr, cl, Strategy(tp=8, pp=2, cp=8, dp=1, sequence_parallel=True, recompute="full", zero_stage=1))
-        rows.append(_row(est, cp_comm_type=kind))
+        rows.append(_row(est, cp_comm_type=kind if a2a is None else f"{kind} ({a2a} × {8 // a2a})"))
     return {"model": model.name, "sequence_length": 131072, "layout": "tp 8, pp 2, cp 8 on 16 x 8 H100", "rows": rows}
 
 

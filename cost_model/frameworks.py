@@ -97,7 +97,7 @@ class FrameworkRules:
     #: ``cost_model.transformer.calibration`` named ``*.megatron-deepspeed``
     deepspeed_engine: bool = False
     #: the context-parallel exchanges it has (``training.cp_comm_type``), its default first
-    cp_exchanges: tuple[str, ...] = ("p2p", "allgather", "a2a")
+    cp_exchanges: tuple[str, ...] = ("p2p", "allgather", "a2a", "a2a+p2p")
     #: whether context parallelism combines with tensor / pipeline parallelism
     cp_with_tp: bool = True
     cp_with_pp: bool = True
@@ -675,14 +675,23 @@ def expert_layout_violation(framework: str, *, tp: int | None, cp: int | None, e
 
 
 def context_parallel_violation(framework: str, *, cp: int, tp: int, pp: int, exchange: str | None = None,
-                               heads: int | None = None) -> str | None:
+                               heads: int | None = None, a2a_size: int | None = None) -> str | None:
     """Reason when ``framework`` cannot run context parallelism of degree ``cp`` beside ``tp``
     and ``pp`` (the framework's rules), or when the ``a2a`` exchange cannot hand every one of the
-    tp·cp ranks whole heads (``heads`` given: the model's attention heads); else None.  The one
-    check behind :func:`layout_rule_violation`, :func:`pinned_rule_violation`, the strategy
-    validation and the search space."""
+    tp·cp ranks whole heads (``heads`` given: the model's attention heads), or when the
+    ``a2a+p2p`` exchange's all-to-all level (``a2a_size``) does not divide cp or cannot hand its
+    tp·a2a_size ranks whole heads; else None.  The one check behind
+    :func:`layout_rule_violation`, :func:`pinned_rule_violation`, the strategy validation and the
+    search space."""
     if cp <= 1:
         return None
+    if cp_exchange(framework, exchange) == "a2a+p2p" and a2a_size:
+        if cp % a2a_size:
+            return (f"cp={cp}: hierarchical context parallelism (a2a+p2p) splits cp into its all-to-all level of "
+                    f"cp_a2a_size {a2a_size} times a ring, and {a2a_size} does not divide {cp}")
+        if heads is not None and heads % (tp * a2a_size):
+            return (f"cp={cp}: the all-to-all level of a2a+p2p hands each of its ranks whole heads, and tp·cp_a2a_size = "
+                    f"{tp * a2a_size} does not divide the {heads} attention heads")
     r = rules_for(framework)
     if not r.context_parallel:
         return f"{framework}: no context parallelism (cp must be 1)"
@@ -895,13 +904,26 @@ def cp_exchange(framework: str, cp_comm_type: str | None) -> str:
     return cp_comm_type or rules_for(framework).cp_exchanges[0]
 
 
+def hierarchical_cp_violation(cp_comm_type: str | None, cp_a2a_size: int | None) -> tuple[str, str] | None:
+    """(training field, reason) when hierarchical context parallelism is half stated, else None:
+    ``a2a+p2p`` needs the size of its all-to-all level (Megatron-Core's
+    ``--hierarchical-context-parallel-sizes``: "hierarchical_context_parallel_sizes must be set
+    when cp_comm_type is a2a+p2p"), and that size means nothing under another exchange."""
+    if cp_comm_type == "a2a+p2p" and cp_a2a_size is None:
+        return "cp_a2a_size", ("is required with cp_comm_type a2a+p2p: the CP ranks of the all-to-all level (Megatron-Core's "
+                               "--hierarchical-context-parallel-sizes A P, A·P = cp)")
+    if cp_a2a_size is not None and cp_comm_type != "a2a+p2p":
+        return "cp_a2a_size", f"is the all-to-all level of cp_comm_type a2a+p2p, not of {cp_comm_type or 'the framework default'}; leave it out"
+    return None
+
+
 def cp_exchange_rule_violation(framework: str, cp_comm_type: str | None) -> str | None:
     """Reason when the framework has no such context-parallel exchange, else None."""
     exchanges = rules_for(framework).cp_exchanges
     if cp_comm_type is None or cp_comm_type in exchanges:
         return None
     return (f"{framework}: no {cp_comm_type!r} context-parallel exchange; it has {', '.join(exchanges)} "
-            "(megatron-core: p2p ring, allgather, a2a; fsdp: torchtitan's K/V allgather; DeepSpeed-Ulysses and Paddle's "
+            "(megatron-core: p2p ring, allgather, a2a, a2a+p2p; fsdp: torchtitan's K/V allgather; DeepSpeed-Ulysses and Paddle's "
             "sep_degree: a2a)")
 
 
@@ -1352,6 +1374,7 @@ __all__ = [
     "LORA_BASE_DTYPES",
     "LOSS_KERNELS",
     "fp8_param_gather_violation",
+    "hierarchical_cp_violation",
     "fp8_param_gather_zero_violation",
     "recompute_method_violation",
     "loss_kernel_violation",

@@ -404,7 +404,8 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     why = cp_sequence_violation(training.framework, s.cp, training.sequence_length, s.tp, s.sequence_parallel)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.cp" if s.cp > 1 else f"{f}.tp")
-    why = context_parallel_violation(training.framework, cp=s.cp, tp=s.tp, pp=s.pp, exchange=training.cp_comm_type, heads=model.num_heads)
+    why = context_parallel_violation(training.framework, cp=s.cp, tp=s.tp, pp=s.pp, exchange=training.cp_comm_type, heads=model.num_heads,
+                                     a2a_size=training.cp_a2a_size)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.cp")
     why = expert_parallel_dtype_violation(training.framework, training.dtype, s.ep)

@@ -24,6 +24,7 @@ from cost_model.frameworks import (
     eight_bit_adam_violation,
     fp8_param_gather_violation,
     grad_accum_rule_violation,
+    hierarchical_cp_violation,
     lora_violation,
     loss_kernel_violation,
     master_weights_violation,
@@ -50,7 +51,7 @@ FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddl
 #: MoE token dispatchers (``training.moe_token_dispatcher``; cost_model.transformer.moe).
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 #: Context-parallel exchanges (``training.cp_comm_type``; cost_model.transformer.context_parallel).
-CP_COMM_TYPES = ("p2p", "allgather", "a2a")
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
 #: Megatron-Core's optimizer-precision choices (``--main-grads-dtype``, ``--main-params-dtype``,
 #: ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``; the last three need ``--use-precision-aware-
 #: optimizer``), each field's allowed values, its default first.
@@ -86,7 +87,8 @@ class Training:
     dispatch/combine runs under another's compute), ``moe_capacity_factor`` (token dropping
     with buffers padded to that many times the mean load; None: dropless).  Context
     parallelism: ``cp_comm_type`` (Megatron-Core ``--cp-comm-type``: ``p2p`` ring, ``allgather``,
-    ``a2a`` Ulysses-style), of the exchanges the framework has; omitted, the framework's own
+    ``a2a`` Ulysses-style, ``a2a+p2p`` hierarchical: an all-to-all over ``cp_a2a_size`` ranks
+    inside a ring over the rest), of the exchanges the framework has; omitted, the framework's own
     (:data:`cost_model.frameworks.RULES` ``cp_exchanges``: Megatron-Core's ring, torchtitan's
     all-gather, DeepSpeed-Ulysses' and Paddle's segment-parallel all-to-all).
     ``grad_accum_dtype`` (``deepspeed``, ``megatron-deepspeed`` under bf16): DeepSpeed's
@@ -169,6 +171,10 @@ class Training:
     moe_capacity_factor: float | None = None
     #: None: the framework's own exchange (:func:`cost_model.frameworks.cp_exchange`)
     cp_comm_type: str | None = None
+    #: hierarchical context parallelism (``cp_comm_type`` ``a2a+p2p``): the CP ranks of its inner
+    #: all-to-all level; the p2p ring runs over cp / cp_a2a_size of them (Megatron-Core's
+    #: ``--hierarchical-context-parallel-sizes``)
+    cp_a2a_size: int | None = None
     #: DeepSpeed's ``data_types.grad_accum_dtype`` under bf16; None: DeepSpeed's default (bf16)
     grad_accum_dtype: str | None = None
     precision_aware_optimizer: bool = False
@@ -279,7 +285,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 
 #: Defaults of the MoE / context-parallel / accumulation knobs (``to_dict`` writes only those that differ).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
-                                     "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
+                                     "cp_a2a_size": None, "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
                                      "fp8_param_gather": False,
@@ -350,6 +356,15 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = cp_exchange_rule_violation(framework, out.get("cp_comm_type"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.cp_comm_type")
+    if data.get("cp_a2a_size") is not None:
+        val = data["cp_a2a_size"]
+        if isinstance(val, bool) or not isinstance(val, int) or not 2 <= val <= 1024:
+            raise InvalidTraining(f"must be an integer from 2 to 1024 (the CP ranks of the all-to-all level), got {val!r}",
+                                  field=f"{field_path}.cp_a2a_size")
+        out["cp_a2a_size"] = val
+    hierarchical = hierarchical_cp_violation(out.get("cp_comm_type"), out.get("cp_a2a_size"))
+    if hierarchical is not None:
+        raise InvalidTraining(hierarchical[1], field=f"{field_path}.{hierarchical[0]}")
     why = grad_accum_rule_violation(framework, out.get("dtype", "bf16"), out.get("grad_accum_dtype"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.grad_accum_dtype")

@@ -13,6 +13,12 @@ its queries attend to; the exchange (Megatron-Core ``--cp-comm-type``, Transform
   backward (Llama 3 §3.3.2: cheap because GQA keys and values are small), not overlapped.
 * ``a2a`` — all-to-all of Q, K, V from sequence-sharded to head-sharded before attention and
   of the output back (DeepSpeed-Ulysses, Jacobs et al. 2023), not overlapped.
+* ``a2a+p2p`` — hierarchical: the all-to-all over the inner ``a2a_size`` CP ranks (adjacent, so
+  inside a node where tp·a2a_size fits one), then the ring over the c/a2a_size groups, each rank
+  holding a2a_size·sc tokens of 1/a2a_size of the heads — a K,V block of the same bytes as the
+  plain ring's, c/a2a_size − 1 steps instead of c − 1 (Transformer Engine's
+  ``AttnFuncWithCPAndKVP2P`` with ``cp_group_a2a``; Megatron-Core
+  ``--hierarchical-context-parallel-sizes``).
 
 Every function is pure and returns seconds; arguments broadcast over candidate arrays.
 """
@@ -115,12 +121,14 @@ def cp_layer_comm_s(
     overlap: float,
     per_node: ArrayOrFloat | None = None,
     ring_send_extra_s: tuple[ArrayOrFloat, ArrayOrFloat] = (0.0, 0.0),
+    a2a_size: ArrayOrFloat = 1.0,
 ) -> tuple[FloatArray, FloatArray]:
     """Exposed (forward, backward) seconds of one layer's context-parallel exchange by
     ``comm_type`` (module docstring).  CP ranks are ``tp`` global ranks apart (Megatron order),
     so the group spans nodes when c·t exceeds a node; ``per_node`` overrides the CP ranks per
     node (another nesting order of the parallel dimensions); ``ring_send_extra_s``: the
-    ``send_extra_s`` of :func:`ring_exchange_exposed_s` (``p2p`` only)."""
+    ``send_extra_s`` of :func:`ring_exchange_exposed_s` (``p2p`` and the ring of ``a2a+p2p``);
+    ``a2a_size``: the all-to-all level of ``a2a+p2p``."""
     if comm_type not in CP_COMM_TYPES:
         raise ValueError(f"cp_comm_type must be one of {CP_COMM_TYPES}, got {comm_type!r}")
     c, t = _f(cp), _f(tp)
@@ -130,6 +138,14 @@ def cp_layer_comm_s(
         fwd, bwd = allgather_exchange_s(kv_block_bytes, c, per_node, links)
     elif comm_type == "a2a":
         fwd, bwd = a2a_exchange_s(qkv_bytes, out_bytes, c, per_node, links)
+    elif comm_type == "a2a+p2p":
+        a = np.minimum(_f(a2a_size), c)
+        rings = c / a
+        inner, outer = np.minimum(a, per_node), np.maximum(per_node / a, 1.0)
+        a2a_f, a2a_b = a2a_exchange_s(qkv_bytes, out_bytes, a, inner, links)
+        steps = ring_steps(rings, _f(local_seq) * a, window)
+        ring_f, ring_b = ring_exchange_exposed_s(kv_block_bytes, steps, links, rings > outer, attn_fwd_s, attn_bwd_s, overlap, ring_send_extra_s)
+        fwd, bwd = np.where(a > 1, a2a_f, 0.0) + ring_f, np.where(a > 1, a2a_b, 0.0) + ring_b
     else:
         steps = ring_steps(c, local_seq, window)
         fwd, bwd = ring_exchange_exposed_s(kv_block_bytes, steps, links, c > per_node, attn_fwd_s, attn_bwd_s, overlap, ring_send_extra_s)

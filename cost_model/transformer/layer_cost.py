@@ -826,6 +826,7 @@ def _layer_parallel_comm(
         attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd, overlap=overlap,
         per_node=None if S.nest is None else members_in(gpn, cp_axes),
         ring_send_extra_s=(p2p_extra_s(links, cp_axes, kv_block), p2p_extra_s(links, cp_axes, 2 * kv_block)),
+        a2a_size=float(training.cp_a2a_size or 1),
     )
     extra_f, extra_b = _cp_topology_extra_s(training.cp_exchange, links, cp_axes, c, kv_block, qkv_bytes, out_bytes)
     cp_fwd, cp_bwd = cp_fwd + extra_f, cp_bwd + extra_b
@@ -867,8 +868,9 @@ def _cp_topology_extra_s(
     ``allgather`` — the all-gather / reduce-scatter of the c K,V blocks
     (:func:`cost_model.topology.hierarchical_collective_extra_s`, volume factor 1); ``a2a`` —
     its two all-to-alls (:func:`cost_model.topology.alltoall_extra_s`).  Both are exposed, as
-    the flat exchange is.  ``p2p``: 0 here — the ring's surcharge is on each send, inside
-    ``cp_layer_comm_s`` (``ring_send_extra_s``), hidden behind attention as the send is."""
+    the flat exchange is.  ``p2p`` and ``a2a+p2p``: 0 here — the ring's surcharge is on each
+    send, inside ``cp_layer_comm_s`` (``ring_send_extra_s``), hidden behind attention as the send
+    is; the all-to-all level of ``a2a+p2p`` is its adjacent ranks, taken as within a node."""
     zero = np.zeros_like(np.asarray(c, dtype=float))
     if comm_type == "allgather":
         one = hierarchical_collective_extra_s(links, axes, c * np.asarray(kv_block_bytes, dtype=float), 1.0)

@@ -81,7 +81,8 @@ MEGATRON_CP_COMM_TYPES = {"allgather": "all_gather"}
 
 def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
     """The MoE and context-parallel flags the plan was costed with (``training``'s
-    ``moe_token_dispatcher``, ``moe_comm_overlap``, ``moe_capacity_factor``, ``cp_comm_type``),
+    ``moe_token_dispatcher``, ``moe_comm_overlap``, ``moe_capacity_factor``, ``cp_comm_type`` with
+    hierarchical CP's ``--hierarchical-context-parallel-sizes`` from ``cp_a2a_size``),
     and ``--expert-tensor-parallel-size`` when the experts' tensor parallelism differs from TP:
     pinned (``strategy.etp``), or EP folded across the TP ranks (ep ∤ dp·cp: ETP = gcd(tp,
     tp·cp·dp/ep), cost_model.transformer.moe.expert_tensor_parallel).  The dispatcher is always written:
@@ -106,6 +107,9 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
         exchange = cp_exchange("megatron-core", tr.get("cp_comm_type"))
         if exchange != "p2p":  # Megatron's default
             out.append(("--cp-comm-type", MEGATRON_CP_COMM_TYPES.get(exchange, exchange)))
+        if exchange == "a2a+p2p":  # the all-to-all level, then the ring's
+            a2a = int(tr["cp_a2a_size"])
+            out.append(("--hierarchical-context-parallel-sizes", f"{a2a} {view.cp // a2a}"))
     return out
 
 
@@ -485,8 +489,9 @@ def validate_megatron_args(args: list[tuple[str, str | None]]) -> None:
         choices = megatron_choices(info)
         if value is not None and choices and any(v not in choices for v in megatron_words(flag, value)):
             raise InvalidPlan(f"{flag} {value} is not one of {choices}", field="target")
-        if value is not None and info.get("type") == "int":
-            int(value)
+        if info.get("type") == "int":
+            for word in megatron_words(flag, value):
+                int(word)
 
 
 def render_megatron(view: PlanView, params: LaunchParams) -> Artifact:

@@ -440,6 +440,9 @@ const fmt = {
     // empty: dropless (the contract's None), left out
     const capacity = num("#t-moe-capacity");
     if (capacity !== undefined) out.moe_capacity_factor = capacity;
+    // empty: no hierarchical context parallelism (the contract's None), left out
+    const cpA2a = num("#t-cp-a2a");
+    if (cpA2a !== undefined) out.cp_a2a_size = cpA2a;
     // none selected: every saved tensor when activation offloading is on (the contract's default), left out
     const offloadModules = Array.from($("#t-offload-modules").selectedOptions, (o) => o.value);
     if (offloadModules.length) out.offload_modules = offloadModules;

@@ -20,7 +20,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "costmodel" / "transformer" / "h
 PARAMS = LaunchParams(image="img", command="pretrain_gpt.py", smoke_test=False)
 
 
-def flags(training: dict, **strategy: int) -> dict[str, str | None]:
+def words(training: dict, **strategy: int) -> list[str]:
+    """The MEGATRON_ARGS words of a Qwen3-30B-A3B plan with ``training`` and ``strategy`` over it."""
     plan = homogeneous_plan()
     plan["model"] = {"name": "m", "spec": {"transformer": json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())}}
     plan["training"].update(training)
@@ -32,11 +33,15 @@ def flags(training: dict, **strategy: int) -> dict[str, str | None]:
                                    lambda p, d, c, t: (hosts[p], (d * s["cp"] + c) * s["tp"] + t, "h100", "H100-SXM5-80GB"))
     plan["best"].pop("stages")
     text = render(plan, "megatron", PARAMS).files["megatron_args.sh"]
-    words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
+    return shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
+
+
+def flags(training: dict, **strategy: int) -> dict[str, str | None]:
+    ws = words(training, **strategy)
     out: dict[str, str | None] = {}
-    for i, w in enumerate(words):
+    for i, w in enumerate(ws):
         if w.startswith("--"):
-            nxt = words[i + 1] if i + 1 < len(words) else None
+            nxt = ws[i + 1] if i + 1 < len(ws) else None
             out[w] = nxt if nxt is not None and not nxt.startswith("--") else None
     return out
 
@@ -74,6 +79,16 @@ def test_cp_comm_type_only_when_not_the_ring():
     # Transformer Engine's name for the K/V all-gather exchange ("allgather" fails at the first forward)
     assert flags({"cp_comm_type": "allgather"}, cp=2, dp=1)["--cp-comm-type"] == "all_gather"
     assert "--cp-comm-type" not in flags({}, cp=2, dp=1)
+
+
+def test_hierarchical_cp_writes_both_levels_as_megatron_parses_them():
+    # a2a+p2p: the all-to-all level (cp_a2a_size) and the ring's, as --hierarchical-context-parallel-sizes A P
+    from helpers.megatron_args import parse_as_megatron
+
+    args = parse_as_megatron(words({"cp_comm_type": "a2a+p2p", "cp_a2a_size": 2}, cp=4, dp=1))
+    assert args.cp_comm_type == ["a2a+p2p"] and args.hierarchical_context_parallel_sizes == [2, 2]
+    assert args.context_parallel_size == 4
+    assert "--hierarchical-context-parallel-sizes" not in flags({"cp_comm_type": "a2a"}, cp=4, dp=1)
 
 
 def test_deepspeed_context_parallelism_launches_as_ulysses():

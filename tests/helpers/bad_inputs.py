@@ -155,6 +155,8 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("constraint-recompute-method-deepspeed", "POST", "/v1/plans",
      {**_with(PLAN, "training.framework", "deepspeed"), "constraints": {"recompute_method": "uniform", "recompute_num_layers": 2}}, 422,
      "constraints.recompute_method"),
+    ("training-cp-a2a-size-without-hierarchical-cp", "POST", "/v1/plans",
+     _with(_with(PLAN, "training.cp_comm_type", "a2a"), "training.cp_a2a_size", 4), 422, "training.cp_a2a_size"),
     ("training-fp8-param-gather-fsdp", "POST", "/v1/estimate",
      _with(_with(_with(ESTIMATE, "training.framework", "fsdp"), "training.dtype", "fp8"), "training.fp8_param_gather", True), 422,
      "training.fp8_param_gather"),

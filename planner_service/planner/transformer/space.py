@@ -155,7 +155,7 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if why is not None:
         raise InvalidStrategy(why, field="constraints.cp")
     why = context_parallel_violation(training.framework, cp=cp or 1, tp=pins.get("tp", 1), pp=pins.get("pp", 1),
-                                     exchange=training.cp_comm_type, heads=model.num_heads)
+                                     exchange=training.cp_comm_type, heads=model.num_heads, a2a_size=training.cp_a2a_size)
     if why is not None:
         raise InvalidStrategy(why, field="constraints.cp")
     if ep is not None and ep > 1 and "tp" in pins and "dp" in pins and ("cp" in pins or not rules_for(training.framework).context_parallel):
@@ -251,7 +251,8 @@ def enumerate_space(
         base = tp * cp * pp
         if base > max_gpus or pp > units:
             continue
-        if context_parallel_violation(training.framework, cp=cp, tp=tp, pp=pp, exchange=training.cp_comm_type, heads=model.num_heads):
+        if context_parallel_violation(training.framework, cp=cp, tp=tp, pp=pp, exchange=training.cp_comm_type, heads=model.num_heads,
+                                      a2a_size=training.cp_a2a_size):
             continue
         for dp in dps:
             if base * dp > max_gpus:

@@ -80,3 +80,58 @@ def test_cp_comm_type_is_validated_with_the_field():
     with pytest.raises(InvalidTraining) as e:
         training_from_dict({"global_batch_size": 8, "sequence_length": 128, "cp_comm_type": "ring"})
     assert e.value.field == "training.cp_comm_type"
+
+
+def test_hierarchical_cp_is_the_all_to_all_inside_the_ring_over_the_rest():
+    """a2a+p2p at cp 8 with an all-to-all level of 4: the all-to-all of Q, K, V and of the output
+    over the 4 adjacent CP ranks (tp 2: one node), then the ring over the 2 groups — each rank
+    holding 4·sc tokens of a quarter of the heads, a K,V block of the same bytes, one step."""
+    common = dict(cp=8.0, tp=2.0, local_seq=4096.0, window=32768.0, kv_block_bytes=1e7, qkv_bytes=3e7, out_bytes=1e7, links=LINKS,
+                  attn_fwd_s=1e-6, attn_bwd_s=2.5e-6, overlap=1.0)
+    f, b = cpm.cp_layer_comm_s("a2a+p2p", a2a_size=4.0, **common)
+    a2a = float(alltoall_time_s(4.0, 3e7, LINKS, 4.0) + alltoall_time_s(4.0, 1e7, LINKS, 4.0))
+    ring_f, ring_b = cpm.ring_exchange_exposed_s(1e7, 1.0, LINKS, True, 1e-6, 2.5e-6, 1.0)
+    assert float(f) == pytest.approx(a2a + float(ring_f), rel=1e-12) and float(b) == pytest.approx(a2a + float(ring_b), rel=1e-12)
+    # an all-to-all level of the whole group is the plain all-to-all; of 1, the plain ring
+    assert float(cpm.cp_layer_comm_s("a2a+p2p", a2a_size=8.0, **common)[0]) == pytest.approx(float(cpm.cp_layer_comm_s("a2a", **common)[0]))
+    assert float(cpm.cp_layer_comm_s("a2a+p2p", a2a_size=1.0, **common)[0]) == pytest.approx(float(cpm.cp_layer_comm_s("p2p", **common)[0]))
+
+
+@pytest.mark.parametrize(("body", "field", "words"), [
+    ({"cp_comm_type": "a2a+p2p"}, "training.cp_a2a_size", "is required with cp_comm_type a2a+p2p"),
+    ({"cp_comm_type": "a2a", "cp_a2a_size": 2}, "training.cp_a2a_size", "leave it out"),
+    ({"cp_comm_type": "a2a+p2p", "cp_a2a_size": 1}, "training.cp_a2a_size", "from 2 to 1024"),
+    ({"framework": "fsdp", "cp_comm_type": "a2a+p2p", "cp_a2a_size": 2}, "training.cp_comm_type", "no 'a2a+p2p'"),
+])
+def test_hierarchical_cp_is_refused_by_field_where_half_stated(body, field, words):
+    with pytest.raises(InvalidTraining) as e:
+        training_from_dict({"global_batch_size": 8, "sequence_length": 8192, **body})
+    assert e.value.field == field and words in e.value.message
+
+
+def test_hierarchical_cp_levels_must_divide_cp_and_the_heads():
+    from cost_model import estimate, simple_cluster
+    from cost_model.errors import InvalidStrategy
+
+    model, cluster = get_preset("llama3-8b"), simple_cluster("H100-SXM5-80GB", 2)
+    tr = training_from_dict({"global_batch_size": 8, "sequence_length": 65536, "cp_comm_type": "a2a+p2p", "cp_a2a_size": 4})
+    est = estimate(model, tr, cluster, Strategy(tp=2, cp=8, dp=1, sequence_parallel=True, recompute="full"))
+    assert est.breakdown_s["cp_comm"] > 0.0
+    for strategy, says in ((Strategy(tp=2, cp=2, dp=1, sequence_parallel=True), "4 does not divide 2"),
+                           (Strategy(tp=16, cp=4, dp=1, sequence_parallel=True), "tp·cp_a2a_size = 64 does not divide the 32")):
+        with pytest.raises(InvalidStrategy) as e:
+            estimate(model, tr, simple_cluster("H100-SXM5-80GB", 8), strategy)
+        assert e.value.field == "strategy.cp" and says in e.value.message
+
+
+def test_the_search_keeps_hierarchical_cp_to_multiples_of_its_all_to_all_level():
+    from planner_service.planner import SolverSettings, plan
+    from planner_service.planner.request import parse_plan_request
+
+    body = {"model": {"preset": "llama3-8b"},
+            "training": {"global_batch_size": 8, "sequence_length": 131072, "cp_comm_type": "a2a+p2p", "cp_a2a_size": 4},
+            "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 4, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+            "top_k": 5}
+    result = plan(parse_plan_request(body), SolverSettings())
+    cps = [c.strategy.cp for c in (result.best, *result.alternatives)]
+    assert max(cps) > 1 and all(cp == 1 or cp % 4 == 0 for cp in cps), cps
