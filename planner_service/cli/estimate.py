@@ -55,7 +55,9 @@ def describe_strategy(req: EstimateRequest) -> str:
     e.g. ``gpt3-175b on selene-128 with dp 16, tp 8, pp 8, micro-batch 1, sequence parallel,
     selective recompute, ZeRO-1``."""
     s = req.strategy
-    parts = [f"{name} {value}" for name, value in (("dp", s.dp), ("tp", s.tp), ("pp", s.pp), ("cp", s.cp), ("ep", s.ep), ("etp", s.etp), ("vpp", s.vpp))
+    a2a = req.training.cp_a2a_size if req.training.cp_exchange == "a2a+p2p" and s.cp > 1 else None
+    parts = [f"{name} {value}" + (f" (all-to-all over {a2a} inside a ring of {s.cp // a2a})" if name == "cp" and a2a else "")
+             for name, value in (("dp", s.dp), ("tp", s.tp), ("pp", s.pp), ("cp", s.cp), ("ep", s.ep), ("etp", s.etp), ("vpp", s.vpp))
              if name in ("dp", "tp", "pp") or value > 1 or (name == "etp" and value)]
     parts.append(f"micro-batch {s.micro_batch_size}")
     if s.sequence_parallel:

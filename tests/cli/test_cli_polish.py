@@ -159,6 +159,23 @@ def test_estimate_prints_the_step_interval_and_why_it_is_wide(cli, tmp_path):
     assert "fitted on a single source" in text and "Narayanan2021_Table2" in text
 
 
+def test_estimate_names_hierarchical_context_parallelism_and_refuses_a_level_that_does_not_divide_cp(cli, tmp_path):
+    import json
+
+    est = {"model": {"preset": "llama3-8b"},
+           "training": {"global_batch_size": 8, "sequence_length": 131072, "cp_comm_type": "a2a+p2p", "cp_a2a_size": 4},
+           "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+           "strategy": {"tp": 2, "cp": 8, "dp": 1, "sequence_parallel": True, "recompute": "full", "micro_batch_size": 1}}
+    (tmp_path / "est.json").write_text(json.dumps(est))
+    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json")], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    assert "cp 8 (all-to-all over 4 inside a ring of 2)" in " ".join(res.output.split())
+    est["training"]["cp_a2a_size"] = 3
+    (tmp_path / "est.json").write_text(json.dumps(est))
+    res = CliRunner().invoke(cli, ["estimate", str(tmp_path / "est.json")], terminal_width=400)
+    assert res.exit_code == 2 and "strategy.cp" in res.output and "3 does not divide 8" in " ".join(res.output.split())
+
+
 @pytest.mark.parametrize(
     ("command", "extra", "field", "says"),
     [
