@@ -114,6 +114,9 @@ class FrameworkRules:
     #: kept); else only an unfused core is checkpointed (legacy Megatron's ``ParallelAttention``,
     #: which Megatron-DeepSpeed keeps, runs its flash path outside the checkpoint)
     checkpoints_fused_attention: bool = False
+    #: whose FP8 linear layers it runs (``transformer-engine``, ``torchao``; empty: no FP8): what a
+    #: layer saves of its input for the weight gradient follows (``layer_cost.saved_gemm_input_bytes``)
+    fp8_linear: str = ""
     #: the sharding stages at which the ZeRO state may shard over only part of the data-parallel
     #: ranks and replicate across the rest (``dp_shard`` < dp: HSDP), and what the framework
     #: calls it
@@ -322,6 +325,7 @@ RULES: dict[str, FrameworkRules] = {
         fp8_param_gather="--fp8-param-gather",
         moe_probs_in_experts=True,
         checkpoints_fused_attention=True,
+        fp8_linear="transformer-engine",
         loss_kernels=(("te", "Transformer Engine's parallel cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te)"),),
         sharding_name={0: "DDP", 1: "distributed optimizer", 2: "Megatron-FSDP optim_grads", 3: "Megatron-FSDP optim_grads_params"},
     ),
@@ -355,7 +359,7 @@ RULES: dict[str, FrameworkRules] = {
     "fsdp": FrameworkRules(
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
-        ep_folding=True, fp8=True, selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
+        ep_folding=True, fp8=True, fp8_linear="torchao", selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,

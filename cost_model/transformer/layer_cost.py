@@ -967,6 +967,23 @@ def checkpoints_attention_core(training: Training) -> bool:
     return training.attention == "unfused" or rules_for(training.framework).checkpoints_fused_attention
 
 
+def saved_gemm_input_bytes(training: Training) -> float:
+    """Bytes per element a linear layer keeps of its input for the weight gradient: the 16-bit
+    activation's, except under FP8/FP4 where the framework's linear layer keeps the quantised
+    input — Transformer Engine's ``Linear`` (``saved_inputmat``, the FP8 cast, or its transpose,
+    it made for the GEMM), and torchao's ``Float8Linear`` under torch.compile, whose partitioner
+    keeps the forward's cast rather than the input it was cast from.  In eager PyTorch
+    (``training.fused_kernels`` false) torchao's float8 saves the 16-bit input
+    (``matmul_with_hp_or_float8_args``: ``save_for_backward(input_hp, weight_hp_t)``) and casts it
+    again in the backward (``FrameworkRules.fp8_linear``)."""
+    eb = float(_act_bytes(training))
+    if training.dtype not in NARROW_DTYPES:
+        return eb
+    if rules_for(training.framework).fp8_linear == "torchao" and not training.fused_kernels:
+        return eb
+    return float(BYTES_PER_ELEMENT[training.dtype])
+
+
 def quantised_input_beside_attention_output(training: Training) -> float:
     """1.0 where a fused attention's output is kept twice (else 0.0): the kernel keeps its own
     output O in 16 bits for its backward (FlashAttention's and cuDNN's saved ``out``, beside Q,
@@ -974,7 +991,7 @@ def quantised_input_beside_attention_output(training: Training) -> float:
     FP8/FP4 the projection keeps a quantised copy of it (Transformer Engine's ``Linear`` saves
     the input it cast for the weight gradient), so O stays beside it — o/t·eb bytes a token
     (:func:`activation_bytes`)."""
-    return 1.0 if training.attention != "unfused" and training.dtype in NARROW_DTYPES else 0.0
+    return 1.0 if training.attention != "unfused" and saved_gemm_input_bytes(training) != _act_bytes(training) else 0.0
 
 
 def keeps_attention_output(training: Training, S: StrategyArrays) -> FloatArray:
@@ -1106,9 +1123,10 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     mask = 1.0 if model.bias else 0.0
     rep = np.where(S.sp, t, 1.0)
 
-    # FP8 (Transformer Engine): each linear layer saves its FP8-cast input for the weight
-    # gradient (1 byte) instead of the 16-bit tensor — the QKV, projection, FC1 and FC2 inputs.
-    gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
+    # FP8 (Transformer Engine; torchao under torch.compile): each linear layer saves its FP8-cast
+    # input for the weight gradient (1 byte) instead of the 16-bit tensor — the QKV, projection,
+    # FC1 and FC2 inputs (saved_gemm_input_bytes).
+    gi = saved_gemm_input_bytes(training)
     # Replicated (outside TP regions): QKV input, FC1 input, two dropout masks, two norm inputs.
     replicated = sbh * (gi + gi + 2 * mask + 2 * eb) / rep
     # Inside TP regions: Q, K, V, projection input.
@@ -1192,7 +1210,7 @@ def offload_module_bytes(model: TransformerSpec, training: Training, S: Strategy
     (``group_prefetch_offload_start`` around each module), docs "Fine-grained Activation Offloading"."""
     mods = set(training.offload_modules)
     eb = _act_bytes(training)
-    gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
+    gi = saved_gemm_input_bytes(training)
     h = float(model.hidden_size)
     t, c, b = S.tp, S.cp, S.mbs
     tokens = float(training.sequence_length) / c * b

@@ -231,6 +231,17 @@ def test_fp8_saves_linear_inputs_in_one_byte():
     assert 0.6 * bf16 < fp8 < bf16
 
 
+def test_torchao_float8_in_eager_pytorch_saves_the_16_bit_inputs():
+    # torchao's Float8Linear saves input_hp (and casts it again in the backward); under
+    # torch.compile the partitioner keeps the forward's FP8 cast instead, as Transformer Engine does
+    model = get_preset("llama3-8b")
+    S = StrategyArrays.from_strategies([Strategy(micro_batch_size=1, zero_stage=3)])
+    eager = Training(global_batch_size=1, sequence_length=4096, framework="fsdp", fused_kernels=False)
+    assert float(activation_bytes(model, replace(eager, dtype="fp8"), S)[0][0]) == pytest.approx(float(activation_bytes(model, eager, S)[0][0]))
+    compiled = replace(eager, fused_kernels=True)
+    assert float(activation_bytes(model, replace(compiled, dtype="fp8"), S)[0][0]) < float(activation_bytes(model, compiled, S)[0][0])
+
+
 def test_fp8_keeps_a_fused_attentions_output_beside_the_projections_fp8_copy():
     # Llama-3-8B, one token: the projection's saved input is its FP8 copy (1 B × q width), and the
     # fused attention's own 16-bit output stays too — unless a selective recompute of the
