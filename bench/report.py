@@ -259,22 +259,19 @@ def physics() -> str | None:
                          for r in sec["rows"])
         return f"* **{title}** ({sec['model']}, {sec['layout']}): {rows} — {why}"
 
-    fw = d.get("fp8_weights")
-    if fw:
-        out.append(case_rows("FP8 weights", fw, "weights", "FP8 training keeps each 16-bit weight's FP8 cast and its transpose over "
-                             "the step (2 bytes a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve "
-                             "the weights' all-gathers."))
-    fa = d.get("fp8_attention_output")
-    if fa:
-        out.append(case_rows("A fused attention's output under FP8", fa, "activations", "in BF16 the attention kernel's saved output "
-                             "is the output projection's saved input; in FP8 the projection keeps an FP8 copy and the 16-bit output "
-                             "stays too, which Megatron-Core's attention-core checkpoint drops — its FlashAttention forward runs "
-                             "again either way."))
-    gr = d.get("grouped_recompute")
-    if gr:
-        out.append(case_rows("Grouped recompute", gr, "activations", "uniform groups keep one checkpoint a group for the full "
-                             "recompute's time, but hold a whole group's activations while its backward runs, so the saving turns "
-                             "into a cost as the group grows; block recompute trades memory for time instead."))
+    # the case-per-row sections: (results key, title, the memory figure each row shows, why)
+    for key, title, memory, why in (
+        ("fp8_weights", "FP8 weights", "weights", "FP8 training keeps each 16-bit weight's FP8 cast and its transpose over the step "
+         "(2 bytes a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve the weights' all-gathers."),
+        ("fp8_attention_output", "A fused attention's output under FP8", "activations", "in BF16 the attention kernel's saved output "
+         "is the output projection's saved input; in FP8 the projection keeps an FP8 copy and the 16-bit output stays too, which "
+         "Megatron-Core's attention-core checkpoint drops — its FlashAttention forward runs again either way."),
+        ("grouped_recompute", "Grouped recompute", "activations", "uniform groups keep one checkpoint a group for the full "
+         "recompute's time, but hold a whole group's activations while its backward runs, so the saving turns into a cost as the "
+         "group grows; block recompute trades memory for time instead."),
+    ):
+        if d.get(key):
+            out.append(case_rows(title, d[key], memory, why))
     ds = d.get("deepspeed_stage3_single_source")
     if ds:
         z2, z3 = (next(r for r in ds["rows"] if r["zero_stage"] == z) for z in (2, 3))

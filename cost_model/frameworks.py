@@ -689,13 +689,6 @@ def context_parallel_violation(framework: str, *, cp: int, tp: int, pp: int, exc
     search space."""
     if cp <= 1:
         return None
-    if cp_exchange(framework, exchange) == "a2a+p2p" and a2a_size:
-        if cp % a2a_size:
-            return (f"cp={cp}: hierarchical context parallelism (a2a+p2p) splits cp into its all-to-all level of "
-                    f"cp_a2a_size {a2a_size} times a ring, and {a2a_size} does not divide {cp}")
-        if heads is not None and heads % (tp * a2a_size):
-            return (f"cp={cp}: the all-to-all level of a2a+p2p hands each of its ranks whole heads, and tp·cp_a2a_size = "
-                    f"{tp * a2a_size} does not divide the {heads} attention heads")
     r = rules_for(framework)
     if not r.context_parallel:
         return f"{framework}: no context parallelism (cp must be 1)"
@@ -703,9 +696,17 @@ def context_parallel_violation(framework: str, *, cp: int, tp: int, pp: int, exc
         return f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with tensor parallelism (cp={cp} needs tp=1)"
     if pp > 1 and not r.cp_with_pp:
         return f"{framework}: its sequence parallelism (DeepSpeed-Ulysses) does not combine with pipeline parallelism (cp={cp} needs pp=1)"
-    if heads is not None and cp_exchange(framework, exchange) == "a2a" and heads % (tp * cp):
+    kind = cp_exchange(framework, exchange)
+    if heads is not None and kind == "a2a" and heads % (tp * cp):
         return (f"cp={cp}: the all-to-all (Ulysses) exchange hands each rank whole heads, and tp·cp = {tp * cp} does not divide "
                 f"the {heads} attention heads")
+    if kind == "a2a+p2p" and a2a_size:
+        if cp % a2a_size:
+            return (f"cp={cp}: hierarchical context parallelism (a2a+p2p) splits cp into its all-to-all level of "
+                    f"cp_a2a_size {a2a_size} times a ring, and {a2a_size} does not divide {cp}")
+        if heads is not None and heads % (tp * a2a_size):
+            return (f"cp={cp}: the all-to-all level of a2a+p2p hands each of its ranks whole heads, and tp·cp_a2a_size = "
+                    f"{tp * a2a_size} does not divide the {heads} attention heads")
     return None
 
 

@@ -1009,7 +1009,7 @@ def core_attention_recompute_frees(training: Training) -> bool:
     the framework checkpoints (:func:`checkpoints_attention_core`), in FP8/FP4, the 16-bit output
     the kernel keeps beside the projection's quantised copy of it.  In 16 bits a fused
     attention's output is the projection's saved input, kept either way."""
-    return training.attention == "unfused" or (training.dtype in NARROW_DTYPES and checkpoints_attention_core(training))
+    return training.attention == "unfused" or (quantised_input_beside_attention_output(training) > 0.0 and checkpoints_attention_core(training))
 
 
 def op_level_selective(model: TransformerSpec, training: Training) -> bool:
