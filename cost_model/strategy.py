@@ -160,6 +160,18 @@ def block_recompute_depths(num_layers: int, chunks: int) -> list[int]:
     return out
 
 
+def recompute_depth_fits(num_layers: int, depth: int, method: str, pp: Any, vpp: Any) -> Any:
+    """Whether a full recompute's ``recompute_num_layers`` = ``depth`` fits a near-even split of
+    ``num_layers`` over pp stages of vpp chunks (scalars or arrays): the block method's first N
+    layers of each chunk must be fewer than the largest chunk's ⌈L/(pp·vpp)⌉ (as many is full
+    recompute of every layer); uniform groups take 1 to a stage's ⌈L/pp⌉ layers (Megatron-Core's
+    TransformerConfig: between 1 and num_layers_per_pipeline_rank; a group stops at its chunk's
+    end, :func:`cost_model.transformer.layer_cost.uniform_recompute_groups`)."""
+    if method == "uniform":
+        return depth <= -(-num_layers // pp)
+    return depth < -(-num_layers // (pp * vpp))
+
+
 @dataclass(frozen=True)
 class Strategy:
     dp: int = 1
@@ -504,11 +516,14 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         if s.recompute != "full":
             raise InvalidStrategy(f"recompute_method uniform groups the layers a full recompute checkpoints (got recompute {s.recompute!r})",
                                   field=f"{f}.recompute_method")
-        largest = max(s.layers_per_stage or (model.num_layers,))
-        if s.recompute_num_layers > largest:
+        per_rank = [0] * s.pp
+        for k, n in enumerate(s.layers_per_stage or (model.num_layers,)):
+            per_rank[k % s.pp] += n
+        if s.recompute_num_layers > max(per_rank):
             raise InvalidStrategy(
-                f"recompute_num_layers={s.recompute_num_layers}: a group of more layers than the {largest} of a model chunk "
-                "(Megatron-Core's uniform groups stop at the chunk's end)", field=f"{f}.recompute_num_layers")
+                f"recompute_num_layers={s.recompute_num_layers}: Megatron-Core takes 1 to the {max(per_rank)} layers of a pipeline "
+                "stage (TransformerConfig: between 1 and num_layers_per_pipeline_rank); a group stops at its model chunk's end",
+                field=f"{f}.recompute_num_layers")
     elif s.recompute_num_layers:
         if s.recompute != "full":
             raise InvalidStrategy(

@@ -390,6 +390,24 @@ def recompute_fraction(model: TransformerSpec, S: StrategyArrays) -> FloatArray:
     return out
 
 
+def uniform_recompute_groups(model: TransformerSpec, S: StrategyArrays) -> tuple[FloatArray | float, FloatArray | float]:
+    """Megatron-Core's uniform full recompute over groups of N layers (``S.recompute_group``):
+    the largest group's layer count (whose recomputed activations one backward holds at once) and
+    the checkpointed inputs kept per layer.  Its loop walks each model chunk of
+    c = L/(pp·vpp) layers in steps of N and ends a group at the chunk's end (Megatron-Core
+    ``transformer_block._checkpointed_forward``, ``recompute_method == "uniform"``:
+    ``chunk_end = min(layer_idx + N, num_layers_per_pipeline_rank)``), so a chunk holds
+    ⌈c/N⌉ groups, the largest min(N, c) layers, and keeps ⌈c/N⌉/c inputs per layer — 1/N when
+    N divides c, more when the last group is short.  Every layer its own checkpoint: (1, 1)."""
+    if S.recompute_group is None:
+        return 1.0, 1.0
+    chunk = np.maximum(1.0, np.floor(model.num_layers / (S.pp * S.vpp)))
+    group = S.recompute_group
+    largest = np.minimum(group, chunk)
+    per_layer = np.where(group > 1, np.ceil(chunk / group) / chunk, 1.0)
+    return largest, per_layer
+
+
 def _uniform_layer_costs(
     model: TransformerSpec, training: Training, device: DeviceSpec, links: Links, S: StrategyArrays, bf16_device: DeviceSpec | None,
     frac: FloatArray,
@@ -1190,9 +1208,9 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         freed = _selective_freed_bytes(model, S, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)
         stored = np.where(S.recompute == 1, stored - freed, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
-    group = S.recompute_group if S.recompute_group is not None else 1.0
-    working = np.where(S.recompute == 2, group * full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
-    stored = np.where(S.recompute == 2, rf * layer_input / group + (1.0 - rf) * full, stored)
+    largest_group, inputs_per_layer = uniform_recompute_groups(model, S)
+    working = np.where(S.recompute == 2, largest_group * full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
+    stored = np.where(S.recompute == 2, rf * layer_input * inputs_per_layer + (1.0 - rf) * full, stored)
     return stored, full, working
 
 

@@ -53,7 +53,7 @@ from cost_model.frameworks import (
     torchtitan_layout_violation,
     tp_comm_overlap_layout_violation,
 )
-from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation
+from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation, recompute_depth_fits
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     RECOMPUTE_CODE,
@@ -167,6 +167,15 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     pp = pins.get("pp")
     if pp is not None and pp > units:
         raise InvalidStrategy(f"pp={pp} exceeds the {model.num_layers} layers", field="constraints.pp")
+    rl = pins.get("recompute_num_layers")
+    if rl and pp is not None and not recompute_depth_fits(model.num_layers, rl, pins.get("recompute_method", ""), pp, pins.get("vpp", 1)):
+        uniform = pins.get("recompute_method") == "uniform"
+        span = (f"the {-(-model.num_layers // pp)} layers of a pipeline stage at pp={pp} (Megatron-Core's uniform groups: "
+                "1 to num_layers_per_pipeline_rank)") if uniform else (
+                f"fewer than the {-(-model.num_layers // (pp * pins.get('vpp', 1)))} layers of a model chunk at pp·vpp = "
+                f"{pp}·{pins.get('vpp', 1)} (as many is full recompute of every layer: omit recompute_num_layers)")
+        raise InvalidStrategy(f"recompute_num_layers={rl}: needs {'at most ' if uniform else ''}{span}",
+                              field="constraints.recompute_num_layers")
     for flag in SPLIT_FLAGS:
         if not pins.get(flag):
             continue
@@ -281,6 +290,8 @@ def enumerate_space(
         cols = _keep(cols, even_chunks)
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
+    if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
+        cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], pins.get("recompute_method", ""), cols["pp"], cols["vpp"]))
     cols = _cross(cols, "rc", list(range(len(rc_choices))))
     choice = cols.pop("rc")
     cols["recompute"] = np.array([c for c, _ in rc_choices], dtype=np.int64)[choice]

@@ -38,6 +38,31 @@ def test_a_group_keeps_one_input_and_recomputes_all_its_layers_at_once():
     assert working[1] == pytest.approx(4 * full_layer - layer_input)
 
 
+def test_a_group_stops_at_its_model_chunks_end():
+    """Megatron-Core walks each chunk in steps of N and ends a group at the chunk's end: 20-layer
+    chunks (llama3-70b, pp 4) in groups of 8 are 8, 8 and 4 layers — three inputs kept per 20
+    layers, at most 8 recomputed at once; under vpp 2 (10-layer chunks) a group of 16 is the chunk."""
+    model = get_preset("llama3-70b")
+    none = StrategyArrays.from_strategies([_strategy(recompute="none")])
+    full_layer = activation_bytes(model, MC, none)[1][0]
+    S = StrategyArrays.from_strategies([_strategy(), _strategy(recompute_method="uniform", recompute_num_layers=8),
+                                        _strategy(recompute_method="uniform", recompute_num_layers=16, vpp=2),
+                                        _strategy(recompute_method="uniform", recompute_num_layers=10, vpp=2)])
+    stored, _, working = activation_bytes(model, MC, S)
+    layer_input = stored[0]
+    assert stored[1] == pytest.approx(layer_input * 3 / 20)
+    assert working[1] == pytest.approx(8 * full_layer - layer_input)
+    assert (stored[2], working[2]) == pytest.approx((stored[3], working[3]))
+    assert working[2] == pytest.approx(10 * full_layer - layer_input)
+
+
+def test_a_group_up_to_a_pipeline_stage_is_taken_under_interleaving():
+    model, cluster = get_preset("llama3-70b"), simple_cluster("H100-SXM5-80GB", 4)
+    training = Training(global_batch_size=64, sequence_length=8192, framework="megatron-core")
+    chunk, stage = (estimate(model, training, cluster, _strategy(recompute_method="uniform", recompute_num_layers=n, vpp=2)) for n in (10, 20))
+    assert chunk.stages[0].memory_GB == stage.stages[0].memory_GB and chunk.step_time_s == stage.step_time_s
+
+
 def test_it_costs_the_full_recomputes_time_and_less_memory_over_a_deep_pipeline():
     model, cluster = get_preset("llama3-70b"), simple_cluster("H100-SXM5-80GB", 4)
     plain, grouped = (estimate(model, MC, cluster, s) for s in (_strategy(), _strategy(recompute_method="uniform", recompute_num_layers=2)))
@@ -61,7 +86,7 @@ def test_one_spelling_of_each_method(body, method, layers):
     ({"recompute_method": "block"}, "megatron-core", "strategy.recompute_num_layers", "give recompute_num_layers"),
     ({"recompute_method": "uniform", "recompute_num_layers": 2, "recompute": "selective"}, "megatron-core", "strategy.recompute_method",
      "groups the layers a full recompute checkpoints"),
-    ({"recompute_method": "uniform", "recompute_num_layers": 40}, "megatron-core", "strategy.recompute_num_layers", "20 of a model chunk"),
+    ({"recompute_method": "uniform", "recompute_num_layers": 40}, "megatron-core", "strategy.recompute_num_layers", "to the 20 layers of a pipeline stage"),
     ({"recompute_method": "uniform", "recompute_num_layers": 2, "tp": 1, "pp": 1, "dp": 32, "zero_stage": 3, "sequence_parallel": False},
      "fsdp", "strategy.recompute_method", "fsdp: no grouped recompute"),
     ({"recompute_method": "sometimes"}, "megatron-core", "strategy.recompute_method", "must be one of block, uniform"),
@@ -89,6 +114,16 @@ def test_pinned_planned_launched_and_refused_through_the_api(client):
         training = {**req["training"], "framework": "deepspeed"} if "tp" in constraints else req["training"]
         bad = client.post("/v1/plans", json={**req, "training": training, "constraints": constraints})
         assert bad.status_code == 422 and bad.json()["error"]["field"] == field, bad.text
+    # a pinned depth the pinned pipeline's stages or chunks cannot hold, named before the search
+    for constraints, needle in (({"tp": 8, "pp": 4, "recompute_method": "uniform", "recompute_num_layers": 24}, "at most the 20 layers of a pipeline stage"),
+                                ({"tp": 8, "pp": 4, "vpp": 2, "recompute_num_layers": 10}, "fewer than the 10 layers of a model chunk")):
+        bad = client.post("/v1/plans", json={**req, "constraints": constraints})
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.recompute_num_layers", bad.text
+        assert needle in bad.json()["error"]["message"]
+    # unpinned pp: the search keeps the layouts whose stages hold the pinned group
+    free = client.post("/v1/plans", json={**req, "constraints": {"tp": 8, "recompute_method": "uniform", "recompute_num_layers": 24}})
+    assert free.status_code in (200, 201), free.text
+    assert 80 // free.json()["best"]["strategy"]["pp"] >= 24
     # groups of one layer are the plain full recompute: nothing of the method stored
     plain = client.post("/v1/plans", json={**req, "constraints": {"tp": 8, "pp": 4, "recompute_method": "uniform", "recompute_num_layers": 1}})
     assert plain.status_code in (200, 201), plain.text
