@@ -53,7 +53,13 @@ from cost_model.frameworks import (
     torchtitan_layout_violation,
     tp_comm_overlap_layout_violation,
 )
-from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths, expert_tensor_parallel_violation, recompute_depth_fits
+from cost_model.strategy import (
+    SPLIT_FLAGS,
+    Strategy,
+    block_recompute_depths,
+    expert_tensor_parallel_violation,
+    recompute_depth_fits,
+)
 from cost_model.training import Training
 from cost_model.transformer.layer_cost import (
     RECOMPUTE_CODE,
