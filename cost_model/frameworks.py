@@ -111,8 +111,11 @@ class FrameworkRules:
     #: fused one included — Megatron-Core's ``Attention.forward`` takes
     #: ``_checkpointed_attention_forward`` whenever ``checkpoint_core_attention`` (so a
     #: FlashAttention/cuDNN forward runs again in backward, and the kernel's saved output is not
-    #: kept); else only an unfused core is checkpointed (legacy Megatron's ``ParallelAttention``,
-    #: which Megatron-DeepSpeed keeps, runs its flash path outside the checkpoint)
+    #: kept) — and PaddleNLP's ``recompute_granularity: core_attn``, whose attention modules wrap
+    #: their attention function, the flash one included, in ``recompute`` (``LlamaAttention``:
+    #: ``recompute(self.attn_func, ...)``); else only an unfused core is checkpointed (legacy
+    #: Megatron's ``ParallelAttention``, which Megatron-DeepSpeed keeps, runs its flash path
+    #: outside the checkpoint)
     checkpoints_fused_attention: bool = False
     #: whose FP8 linear layers it runs (``transformer-engine``, ``torchao``; empty: no FP8): what a
     #: layer saves of its input for the weight gradient follows (``layer_cost.saved_gemm_input_bytes``)
@@ -389,7 +392,7 @@ RULES: dict[str, FrameworkRules] = {
         offload_stages=(0, 1, 2), offload_updates_on_gpu=True,
         activation_offloading="PaddleNLP's recompute_offload (the full recompute's checkpointed inputs in host memory)",
         activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
-        lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)",
+        lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)", checkpoints_fused_attention=True,
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }

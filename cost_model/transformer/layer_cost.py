@@ -981,7 +981,7 @@ def checkpoints_attention_core(training: Training) -> bool:
     """Whether ``recompute: selective`` with the attention core among its modules checkpoints
     the core under ``training``'s attention: an unfused one always, a fused one where the
     framework does (:attr:`cost_model.frameworks.FrameworkRules.checkpoints_fused_attention`:
-    Megatron-Core) — its forward then runs again in backward."""
+    Megatron-Core, PaddleNLP) — its forward then runs again in backward."""
     return training.attention == "unfused" or rules_for(training.framework).checkpoints_fused_attention
 
 

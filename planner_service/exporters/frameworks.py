@@ -741,7 +741,8 @@ def fleet_config(view: PlanView) -> dict[str, Any]:
         "layers_per_stage": list(view.stage_layers or ()),
         "sharding_stage": zero,
         "recompute": recompute,
-        # PipelineLayer recompute_interval: every layer (full); selective has no Paddle switch.
+        # PipelineLayer recompute_interval: every layer (full); selective has no fleet switch (a launch note names
+        # PaddleNLP's recompute_granularity core_attn).
         "recompute_interval": 1 if recompute == "full" else 0,
         "sequence_parallel": bool(view.s("sequence_parallel", False)),
         "amp_dtype": DTYPE_NAMES.get(dtype, "bfloat16"),
@@ -866,6 +867,10 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
         notes.append("the plan keeps the optimizer state in host memory tensor-wise (layer_cost.tensorwise_offload_s): set "
                      "PaddleNLP's tensorwise_offload_optimizer: true (outside its Trainer, "
                      "paddlenlp.trainer.utils.offload_optimizer.hack_offload_optimizer() before building the optimizer)")
+    if view.s("recompute", "none") == "selective":
+        notes.append("the plan recomputes the attention core (selective recompute, costed with its attention forward run again in "
+                     "backward), which fleet's strategy has no switch for: set PaddleNLP's recompute: true with "
+                     "recompute_granularity core_attn (or wrap the attention function in paddle.distributed.fleet.utils.recompute)")
     if view.training.get("activation_offloading") is True:
         notes.append("the plan keeps the full recompute's checkpointed inputs in host memory: set PaddleNLP's recompute_offload: "
                      "true with recompute_granularity full")

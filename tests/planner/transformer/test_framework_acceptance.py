@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,30 @@ def test_selective_recompute_pinned_with_flash_attention_is_costed():
     res = _plan(_body({"preset": "llama2-7b"}, "megatron-core", nodes=({**H100_NODE, "count": 2},), constraints={"recompute": "selective"}, attention="flash"))
     assert res.best.strategy.recompute == "selective"
     assert all(a.strategy.recompute == "selective" for a in res.alternatives)
+
+
+@pytest.mark.parametrize("framework, redone", [("megatron-core", True), ("paddle", True), ("megatron-deepspeed", False)])
+def test_selective_recompute_with_flash_redoes_the_attention_where_the_framework_checkpoints_it(framework, redone):
+    """Megatron-Core's ``_checkpointed_attention_forward`` and PaddleNLP's ``core_attn``
+    granularity (``recompute(self.attn_func, ...)``) wrap the attention, flash included; legacy
+    Megatron's ParallelAttention (Megatron-DeepSpeed) runs its flash path outside the checkpoint."""
+    req = parse_estimate_request({**_body({"preset": "llama2-7b"}, framework, attention="flash"),
+                                  "strategy": {"dp": 4, "tp": 2, "pp": 1, "zero_stage": 1, "micro_batch_size": 1, "recompute": "selective"}})
+    sel = estimate(req.model, req.training, req.cluster, req.strategy)
+    none = estimate(req.model, req.training, req.cluster, replace(req.strategy, recompute="none"))
+    assert (sel.breakdown_s["recompute"] > 0) == redone
+    assert sel.peak_memory_GB == pytest.approx(none.peak_memory_GB)  # 16 bits: the kernel's output is the projection's input
+
+
+def test_a_paddle_launch_of_selective_recompute_names_paddlenlps_switch(client):
+    """Fleet's strategy has no selective switch: the launch says which PaddleNLP setting runs
+    what the plan costed, rather than dropping it."""
+    r = client.post("/v1/plans", json=_body({"preset": "llama2-7b"}, "paddle", attention="flash",
+                                            constraints={"tp": 2, "zero_stage": 1, "recompute": "selective"}))
+    assert r.status_code in (200, 201), r.text
+    launch = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "paddle-fleet"})
+    assert launch.status_code == 200, launch.text
+    assert any("recompute_granularity core_attn" in n for n in launch.json()["notes"]), launch.json()["notes"]
 
 
 def test_fsdp_selective_is_torchtitans_op_level_checkpointing_and_fits_where_none_does_not():
