@@ -117,6 +117,12 @@ class FrameworkRules:
     #: Megatron's ``ParallelAttention``, which Megatron-DeepSpeed keeps, runs its flash path
     #: outside the checkpoint)
     checkpoints_fused_attention: bool = False
+    #: how its tensor parallelism treats more ranks than key/value heads: empty — it splits the
+    #: heads and never replicates them, so tp must divide them (the reason, for the refusal);
+    #: else how it replicates each head over tp/g ranks (tp a multiple of the g heads)
+    kv_head_replication: str = ""
+    #: why tp must divide the key/value heads where it does not replicate them
+    kv_head_split: str = ""
     #: whose FP8 linear layers it runs (``transformer-engine``, ``torchao``; empty: no FP8): what a
     #: layer saves of its input for the weight gradient follows (``layer_cost.saved_gemm_input_bytes``)
     fp8_linear: str = ""
@@ -309,11 +315,18 @@ DEEPSPEED_NO_MICS = ("MiCS, DeepSpeed's ZeRO-3 over part of the dp ranks, was re
                      "DeepSpeed 0.19 refuses zero_optimization.mics_shard_size)")
 
 
+#: Megatron's attention (Megatron-Core's and the legacy one Megatron-DeepSpeed runs) takes each
+#: rank's share of the key/value heads as ``divide(num_query_groups, tp)``, which asserts that tp
+#: divides them.
+MEGATRON_KV_SPLIT = "Megatron's attention divides the query groups over the ranks: divide(num_query_groups, tp)"
+
+
 RULES: dict[str, FrameworkRules] = {
     "megatron-core": FrameworkRules(
         name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
+        kv_head_split=MEGATRON_KV_SPLIT,
         persistent_grad_buffer=True,
         tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
         optimizer_offload="Megatron-Core's hybrid optimizer (--optimizer-cpu-offload --optimizer-offload-fraction)",
@@ -336,6 +349,7 @@ RULES: dict[str, FrameworkRules] = {
         name="megatron-deepspeed", title="Megatron's TP/SP inside DeepSpeed's engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_tp=False, cp_with_pp=False,
+        kv_head_split=MEGATRON_KV_SPLIT,
         optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
         offload_stages=(1, 2, 3), partial_offload_stages=(3,),
         cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
@@ -362,6 +376,7 @@ RULES: dict[str, FrameworkRules] = {
     "fsdp": FrameworkRules(
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
+        kv_head_split="torchtitan splits them, never replicates: 'tensor_parallel_degree must divide n_kv_heads'",
         ep_folding=True, fp8=True, fp8_linear="torchao", selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
@@ -393,6 +408,8 @@ RULES: dict[str, FrameworkRules] = {
         activation_offloading="PaddleNLP's recompute_offload (the full recompute's checkpointed inputs in host memory)",
         activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
         lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)", checkpoints_fused_attention=True,
+        kv_head_replication="PaddleNLP's attention selects each rank's head by kv_indices when tensor_parallel_degree exceeds "
+                            "num_key_value_heads",
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -833,6 +850,24 @@ def cp_sequence_violation(framework: str, cp: int, sequence_length: int, tp: int
             f"{', sharded over the TP ranks' if k != 2 * cp else ''}): sequence_length {sequence_length} is not a multiple of {k}")
 
 
+def kv_heads_violation(framework: str, tp: int | None, kv_heads: int) -> str | None:
+    """Why ``tp`` cannot split ``kv_heads`` key/value heads under ``framework``, else None: a
+    framework that replicates heads (``FrameworkRules.kv_head_replication``: PaddleNLP) takes tp
+    dividing them or a multiple of them; the others split them, so tp must divide them
+    (``FrameworkRules.kv_head_split``: Megatron's ``divide(num_query_groups, tp)``, torchtitan's
+    check)."""
+    if tp is None or tp <= 1 or kv_heads % tp == 0:
+        return None
+    r = rules_for(framework)
+    if not r.kv_head_replication:
+        where = " (torchtitan)" if framework == "fsdp" else ""
+        return f"{framework}{where}: tp={tp} must divide the {kv_heads} key/value heads ({r.kv_head_split})"
+    if tp % kv_heads:
+        return (f"tp={tp} neither divides the {kv_heads} key/value heads nor is a multiple of them "
+                "(KV heads can only be split or replicated evenly)")
+    return None
+
+
 def torchtitan_layout_violation(framework: str, *, kv_heads: int, tied_embeddings: bool, tp: int | None = None,
                                 pp: int | None = None, vpp: int | None = None, ep: int | None = None, cp: int | None = None,
                                 zero_stage: int | None = None, num_microbatches: int | None = None) -> tuple[str, str] | None:
@@ -851,8 +886,9 @@ def torchtitan_layout_violation(framework: str, *, kv_heads: int, tied_embedding
     search): the rules that need it wait for the whole layout."""
     if framework != "fsdp":
         return None
-    if tp is not None and tp > 1 and kv_heads % tp:
-        return "tp", f"fsdp (torchtitan): tp={tp} must divide the {kv_heads} key/value heads (it splits them, never replicates)"
+    why = kv_heads_violation(framework, tp, kv_heads)
+    if why is not None:
+        return "tp", why
     if pp is not None and vpp is not None and num_microbatches is not None and pp > 1 and vpp == 1 and num_microbatches < pp:
         return "micro_batch_size", (f"fsdp (torchtitan): its 1F1B schedule needs at least one micro-batch per stage: "
                                     f"{num_microbatches} micro-batches for pp={pp}")

@@ -23,6 +23,7 @@ from cost_model.frameworks import (
     effective_zero_stage,
     expert_parallel_dtype_violation,
     fp8_param_gather_zero_violation,
+    kv_heads_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
     offload_layout_violation,
@@ -407,12 +408,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         s = replace(s, etp=0)  # no experts to split: Megatron takes the flag and ignores it (dense_etp_note)
     if s.tp > 1 and model.num_heads % s.tp:
         raise InvalidStrategy(f"tp={s.tp} does not divide the {model.num_heads} attention heads", field=f"{f}.tp")
-    if s.tp > 1 and model.num_kv_heads % s.tp and s.tp % model.num_kv_heads:
-        raise InvalidStrategy(
-            f"tp={s.tp} neither divides the {model.num_kv_heads} key/value heads nor is a multiple of them "
-            "(KV heads can only be split or replicated evenly)",
-            field=f"{f}.tp",
-        )
+    why = kv_heads_violation(training.framework, s.tp, model.num_kv_heads)
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.tp")
     why = cp_sequence_violation(training.framework, s.cp, training.sequence_length, s.tp, s.sequence_parallel)
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.cp" if s.cp > 1 else f"{f}.tp")

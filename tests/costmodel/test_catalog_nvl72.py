@@ -30,8 +30,9 @@ def test_a_node_group_defaults_to_the_rack_and_may_not_exceed_it():
 
 
 def test_tensor_parallel_16_inside_the_rack_runs_over_nvlink():
-    """tp=16 on 8-GPU HGX B200 nodes crosses the NICs; on an NVL72 rack it stays on NVLink."""
-    model = get_preset("llama3-70b")
+    """tp=16 on 8-GPU HGX B200 nodes crosses the NICs; on an NVL72 rack it stays on NVLink (GPT-3
+    175B: 96 heads, each its own key/value head, so Megatron-Core splits them 16 ways)."""
+    model = get_preset("gpt3-175b")
     t = Training(global_batch_size=64, sequence_length=8192)
     s = Strategy(tp=16, dp=4, micro_batch_size=1, sequence_parallel=True)
     rack = estimate(model, t, simple_cluster("GB200-NVL72-186GB", 1, gpus_per_node=64), s)

@@ -42,6 +42,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     fp8_param_gather_zero_violation,
+    kv_heads_violation,
     offload_layout_violation,
     one_rank_sharding_note,
     pinned_rule_violation,
@@ -113,6 +114,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     tp = pins.get("tp")
     if tp is not None and tp > 1 and model.num_heads % tp:
         raise InvalidStrategy(f"tp={tp} does not divide the {model.num_heads} attention heads", field="constraints.tp")
+    why = kv_heads_violation(training.framework, tp, model.num_kv_heads)
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.tp")
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
     rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
                                        kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
@@ -238,7 +242,8 @@ def enumerate_space(
     s = training.sequence_length
 
     rules = rules_for(training.framework)
-    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if gpus_per_node % t == 0 and model.num_heads % t == 0 and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if gpus_per_node % t == 0 and model.num_heads % t == 0
+           and kv_heads_violation(training.framework, t, model.num_kv_heads) is None]
     if max_tp:
         tps = [t for t in tps if t <= max_tp]
     if not rules.tensor_parallel:

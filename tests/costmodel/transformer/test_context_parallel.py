@@ -117,10 +117,11 @@ def test_hierarchical_cp_levels_must_divide_cp_and_the_heads():
     tr = training_from_dict({"global_batch_size": 8, "sequence_length": 65536, "cp_comm_type": "a2a+p2p", "cp_a2a_size": 4})
     est = estimate(model, tr, cluster, Strategy(tp=2, cp=8, dp=1, sequence_parallel=True, recompute="full"))
     assert est.breakdown_s["cp_comm"] > 0.0
-    for strategy, says in ((Strategy(tp=2, cp=2, dp=1, sequence_parallel=True), "4 does not divide 2"),
-                           (Strategy(tp=16, cp=4, dp=1, sequence_parallel=True), "tp·cp_a2a_size = 64 does not divide the 32")):
+    wide = training_from_dict({**tr.to_dict(), "cp_a2a_size": 8})
+    for training, strategy, says in ((tr, Strategy(tp=2, cp=2, dp=1, sequence_parallel=True), "4 does not divide 2"),
+                                     (wide, Strategy(tp=8, cp=8, dp=1, sequence_parallel=True), "tp·cp_a2a_size = 64 does not divide the 32")):
         with pytest.raises(InvalidStrategy) as e:
-            estimate(model, tr, simple_cluster("H100-SXM5-80GB", 8), strategy)
+            estimate(model, training, simple_cluster("H100-SXM5-80GB", 8), strategy)
         assert e.value.field == "strategy.cp" and says in e.value.message
 
 

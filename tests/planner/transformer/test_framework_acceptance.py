@@ -744,6 +744,30 @@ def test_biased_experts_run_unsplit_under_megatron_core():
     assert all(e.strategy.etp == (1 if e.strategy.ep > 1 else 0) for e in [fsdp.best, *fsdp.alternatives])
 
 
+@pytest.mark.parametrize("framework, runs", [("megatron-core", False), ("megatron-deepspeed", False), ("fsdp", False), ("paddle", True)])
+def test_more_tensor_parallel_ranks_than_kv_heads_run_only_where_the_framework_replicates_them(framework, runs):
+    """ChatGLM3-6B has 2 key/value heads.  At tp 4 Megatron's attention (``divide(num_query_groups,
+    tp)``) and torchtitan refuse to start; PaddleNLP's attention replicates each head over two
+    ranks (``kv_indices``).  The search offers tp 4 only where it runs; a pin gets the reason."""
+    glm = {"transformer": json.loads((Path(__file__).parents[2] / "costmodel/transformer/hf_configs/chatglm3-6b.json").read_text())}
+    strategy = {"dp": 2, "tp": 4, "zero_stage": 1 if framework != "fsdp" else 3, "micro_batch_size": 1, "recompute": "full",
+                "sequence_parallel": framework != "megatron-deepspeed"}
+    req = parse_estimate_request({**_body(glm, framework), "strategy": strategy})
+    pins = {"tp": 4}
+    if runs:
+        assert estimate(req.model, req.training, req.cluster, req.strategy).step_time_s > 0
+        assert _plan(_body(glm, framework, constraints=pins)).best.strategy.tp == 4
+        return
+    with pytest.raises(InvalidStrategy) as exc:
+        estimate(req.model, req.training, req.cluster, req.strategy)
+    assert exc.value.field == "strategy.tp" and "must divide the 2 key/value heads" in str(exc.value), str(exc.value)
+    with pytest.raises(InvalidStrategy) as exc:
+        _plan(_body(glm, framework, constraints=pins))
+    assert exc.value.field == "constraints.tp"
+    res = _plan(_body(glm, framework))
+    assert all(a.strategy.tp in (1, 2) for a in [res.best, *res.alternatives])
+
+
 def test_fsdp_layouts_torchtitan_refuses_at_start_up_are_refused_and_never_searched():
     """Under fsdp (torchtitan): tp splits the KV heads and never replicates them, 1F1B needs a
     micro-batch per stage, a pipeline cannot tie embedding and head, experts without dp sharding
