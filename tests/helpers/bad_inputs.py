@@ -155,6 +155,8 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("constraint-recompute-method-deepspeed", "POST", "/v1/plans",
      {**_with(PLAN, "training.framework", "deepspeed"), "constraints": {"recompute_method": "uniform", "recompute_num_layers": 2}}, 422,
      "constraints.recompute_method"),
+    ("constraint-pins-beyond-cluster", "POST", "/v1/plans", {**PLAN, "constraints": {"tp": 4, "dp": 4}}, 422, "constraints.tp"),
+    ("constraint-dp-not-dividing-batch", "POST", "/v1/plans", {**PLAN, "constraints": {"dp": 3}}, 422, "constraints.dp"),
     ("constraint-recompute-group-beyond-stage", "POST", "/v1/plans",
      {**PLAN, "constraints": {"pp": 4, "recompute_method": "uniform", "recompute_num_layers": 4}}, 422, "constraints.recompute_num_layers"),
     ("training-cp-a2a-size-without-hierarchical-cp", "POST", "/v1/plans",

@@ -22,6 +22,7 @@ single pinned value, checked first (:func:`check_pins`) and never pruned by a do
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -186,6 +187,7 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
                 f"{pp}·{pins.get('vpp', 1)} (as many is full recompute of every layer: omit recompute_num_layers)")
         raise InvalidStrategy(f"recompute_num_layers={rl}: needs {'at most ' if uniform else ''}{span}",
                               field="constraints.recompute_num_layers")
+    _check_batch_and_pipeline_pins(model, training, pins)
     for flag in SPLIT_FLAGS:
         if not pins.get(flag):
             continue
@@ -196,6 +198,56 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
             raise InvalidStrategy(
                 f"{model.num_layers} layers + {split_units(pins)} (embedding/loss counted as layers) = {units} is not a multiple "
                 f"of pp·vpp = {pp}·{pins['vpp']} = {chunks}", field=f"constraints.{flag}")
+
+
+def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, pins: Mapping[str, Any]) -> None:
+    """The pinned knobs that cannot share the global batch or the pipeline among themselves —
+    which the search would otherwise meet as an empty space — refused by the field at fault:
+    dp must divide the global batch (each data-parallel rank takes an equal share of a step's
+    sequences), micro_batch_size that share; an interleaved schedule needs the framework's
+    fewest stages and, as many micro-batches as some multiple of pp (Megatron-Core's default
+    micro-batch group of pp per virtual stage); a pinned layer split covers the model's layers
+    once, one entry per model chunk."""
+    B = training.global_batch_size
+    dp, mbs, pp, vpp = pins.get("dp"), pins.get("micro_batch_size"), pins.get("pp"), pins.get("vpp", 1)
+    if dp is not None and B % dp:
+        raise InvalidStrategy(f"dp={dp} does not divide global_batch_size {B} (each data-parallel rank takes an equal share "
+                              "of a step's sequences)", field="constraints.dp")
+    share = B // dp if dp is not None else B
+    if mbs is not None and share % mbs:
+        of = f"the {share} sequences each of the dp={dp} ranks takes a step" if dp is not None else f"global_batch_size {B}"
+        raise InvalidStrategy(f"micro_batch_size={mbs} does not divide {of}", field="constraints.micro_batch_size")
+    if vpp > 1:
+        fewest = rules_for(training.framework).min_interleaved_pp
+        if pp is not None and pp < fewest:
+            raise InvalidStrategy(f"vpp={vpp} interleaves model chunks over the pipeline's stages: {training.framework} needs "
+                                  f"pp ≥ {fewest} for it (pinned pp={pp})", field="constraints.vpp")
+        if pp is not None and dp is not None and mbs is not None and (share // mbs) % pp:
+            raise InvalidStrategy(f"the interleaved schedule needs the {share // mbs} micro-batches (global_batch_size {B} / dp {dp} "
+                                  f"/ micro_batch_size {mbs}) to be a multiple of pp={pp}", field="constraints.vpp")
+    lps = pins.get("layers_per_stage")
+    if lps is not None:
+        if sum(lps) != model.num_layers:
+            raise InvalidStrategy(f"sums to {sum(lps)} but the model has {model.num_layers} layers", field="constraints.layers_per_stage")
+        if pp is not None and len(lps) != pp * vpp:
+            what = f"pp={pp}" if vpp == 1 else f"pp·vpp = {pp}·{vpp} = {pp * vpp} (one entry per model chunk, in model order)"
+            raise InvalidStrategy(f"has {len(lps)} entries but needs {what}", field="constraints.layers_per_stage")
+
+
+def check_pins_fit(pins: Mapping[str, Any], gpus: int, where: str, max_tp: int | None = None, max_pp: int | None = None) -> None:
+    """Refuse pinned tp·cp·pp·dp that need more than the ``gpus`` a request offers (``where``
+    says what bounds them: the cluster's available GPUs or max_devices), and a pinned tp or pp
+    above the request's own max_tp / max_pp, naming the pinned field."""
+    for knob, bound in (("tp", max_tp), ("pp", max_pp)):
+        if bound and pins.get(knob, 1) > bound:
+            raise InvalidStrategy(f"{knob}={pins[knob]} exceeds max_{knob}={bound} of the same request", field=f"constraints.{knob}")
+    pinned = {k: int(pins[k]) for k in ("tp", "cp", "pp", "dp") if k in pins}
+    need = math.prod(pinned.values())
+    if need > gpus:
+        field = max(pinned, key=lambda k: pinned[k])  # the largest pinned factor (the first of equals)
+        names, values = "·".join(pinned), "·".join(str(v) for v in pinned.values())
+        product = f"{names} = {values}" if len(pinned) > 1 else f"{names}={need}"
+        raise InvalidStrategy(f"{product} needs {need} GPUs, more than the {gpus} {where}", field=f"constraints.{field}")
 
 
 def pin_notes(model: TransformerSpec, training: Training, pins: Mapping[str, Any], strategy: Strategy) -> list[str]:

@@ -115,6 +115,32 @@ def test_no_feasible_plan_says_what_is_short():
     assert "GB per GPU" in e.value.message and "40 GB" in e.value.message
 
 
+@pytest.mark.parametrize("pins, field, says", [
+    ({"dp": 3}, "dp", "dp=3 does not divide global_batch_size 64"),
+    ({"micro_batch_size": 3}, "micro_batch_size", "micro_batch_size=3 does not divide global_batch_size 64"),
+    ({"dp": 16, "micro_batch_size": 8}, "micro_batch_size", "does not divide the 4 sequences each of the dp=16 ranks"),
+    ({"pp": 1, "vpp": 2}, "vpp", "needs pp ≥ 2"),
+    ({"pp": 8, "vpp": 4, "micro_batch_size": 8, "dp": 2}, "vpp", "the 4 micro-batches"),
+    ({"pp": 2, "layers_per_stage": [10, 10]}, "layers_per_stage", "sums to 20 but the model has 32 layers"),
+    ({"pp": 2, "layers_per_stage": [10, 10, 12]}, "layers_per_stage", "has 3 entries but needs pp=2"),
+    ({"dp": 32}, "dp", "dp=32 needs 32 GPUs, more than the 16 the cluster has available"),
+    ({"tp": 8, "cp": 4}, "tp", "tp·cp = 8·4 needs 32 GPUs"),
+    ({"tp": 8, "max_devices": 4}, "tp", "more than the 4 max_devices allows"),
+    ({"tp": 8, "max_tp": 4}, "tp", "exceeds max_tp=4"),
+])
+def test_pins_that_leave_no_layout_are_refused_by_the_field_at_fault(pins, field, says):
+    """A pinned field that no layout of the request can hold is named with the arithmetic that
+    rules it out, before the search, rather than a search that finds nothing."""
+    from cost_model.errors import InvalidStrategy
+
+    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 64, "sequence_length": 4096},
+            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+            "constraints": pins}
+    with pytest.raises(InvalidStrategy) as e:
+        _plan(body)
+    assert e.value.field == f"constraints.{field}" and says in e.value.message, e.value.message
+
+
 def test_result_contract_and_explanation():
     result = _plan({"model": {"preset": "gpt3-6.7b"}, "training": {"global_batch_size": 256, "sequence_length": 2048},
                     "cluster": {"name": "a", "node_groups": [{"name": "a", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
