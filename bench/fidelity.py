@@ -137,12 +137,14 @@ def physics_cases() -> list[dict]:
         out.append({"physics": "DeepSpeed pipeline engine (per-micro-batch gradient accumulation pass, per-layer engine overhead, no interleaving, era "
                                f"kernels) vs Megatron-Core: GPT 1.3B tp2 pp2 dp4, 64 micro-batches, {what}, step ratio",
                     "result": round(mds / core, 3)})
-    llama70 = get_preset("llama3-70b")
-    t70 = Training(global_batch_size=64, sequence_length=8192)
-    s70 = Strategy(tp=16, dp=4, micro_batch_size=1, sequence_parallel=True)
-    rack = estimate(llama70, t70, simple_cluster("GB200-NVL72-186GB", 1, gpus_per_node=64), s70)
-    hgx = estimate(llama70, t70, simple_cluster("B200-SXM-192GB", 8), s70)
-    out.append({"physics": "NVL72: Llama 3 70B tp16 inside one GB200 NVL72 rack vs across 8-GPU HGX B200 nodes, TP communication (s per step)",
+    # GPT-3 175B: 96 heads, each its own key/value head, so Megatron-Core splits them 16 ways
+    # (Llama 3 70B's 8 KV heads would not: kv_heads_violation)
+    gpt175 = get_preset("gpt3-175b")
+    t175 = Training(global_batch_size=64, sequence_length=8192)
+    s16 = Strategy(tp=16, dp=4, micro_batch_size=1, sequence_parallel=True)
+    rack = estimate(gpt175, t175, simple_cluster("GB200-NVL72-186GB", 1, gpus_per_node=64), s16)
+    hgx = estimate(gpt175, t175, simple_cluster("B200-SXM-192GB", 8), s16)
+    out.append({"physics": "NVL72: GPT-3 175B tp16 inside one GB200 NVL72 rack vs across 8-GPU HGX B200 nodes, TP communication (s per step)",
                 "result": {"GB200 NVL72": round(rack.breakdown_s["tp_comm"], 2), "HGX B200": round(hgx.breakdown_s["tp_comm"], 2)}})
     hsdp = {}
     for nodes in (4, 128):
