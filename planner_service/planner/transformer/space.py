@@ -235,12 +235,15 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
 
 
 def check_pins_fit(pins: Mapping[str, Any], gpus: int, where: str, max_tp: int | None = None, max_pp: int | None = None) -> None:
-    """Refuse pinned tp·cp·pp·dp that need more than the ``gpus`` a request offers (``where``
-    says what bounds them: the cluster's available GPUs or max_devices), and a pinned tp or pp
+    """Refuse pinned tp·cp·pp·dp (or an ep) that need more than the ``gpus`` a request offers
+    (``where`` says what bounds them: the cluster's available GPUs or max_devices), and a pinned tp or pp
     above the request's own max_tp / max_pp, naming the pinned field."""
     for knob, bound in (("tp", max_tp), ("pp", max_pp)):
         if bound and pins.get(knob, 1) > bound:
             raise InvalidStrategy(f"{knob}={pins[knob]} exceeds max_{knob}={bound} of the same request", field=f"constraints.{knob}")
+    ep = int(pins.get("ep", 1))
+    if ep > gpus:  # expert ranks are carved from a stage's tp·cp·dp (or dp·cp) ranks
+        raise InvalidStrategy(f"ep={ep} needs {ep} GPUs of one pipeline stage, more than the {gpus} {where}", field="constraints.ep")
     pinned = {k: int(pins[k]) for k in ("tp", "cp", "pp", "dp") if k in pins}
     need = math.prod(pinned.values())
     if need > gpus:

@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import pytest
 
 from cost_model.errors import NoFeasiblePlan
@@ -127,13 +130,15 @@ def test_no_feasible_plan_says_what_is_short():
     ({"tp": 8, "cp": 4}, "tp", "tp·cp = 8·4 needs 32 GPUs"),
     ({"tp": 8, "max_devices": 4}, "tp", "more than the 4 max_devices allows"),
     ({"tp": 8, "max_tp": 4}, "tp", "exceeds max_tp=4"),
+    ({"ep": 32}, "ep", "ep=32 needs 32 GPUs of one pipeline stage, more than the 16"),
 ])
 def test_pins_that_leave_no_layout_are_refused_by_the_field_at_fault(pins, field, says):
     """A pinned field that no layout of the request can hold is named with the arithmetic that
     rules it out, before the search, rather than a search that finds nothing."""
     from cost_model.errors import InvalidStrategy
 
-    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 64, "sequence_length": 4096},
+    moe = {"transformer": json.loads((Path(__file__).parents[2] / "costmodel/transformer/hf_configs/qwen3-30b-a3b.json").read_text())}
+    body = {"model": moe if "ep" in pins else {"preset": "llama3-8b"}, "training": {"global_batch_size": 64, "sequence_length": 4096},
             "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
             "constraints": pins}
     with pytest.raises(InvalidStrategy) as e:
