@@ -398,12 +398,13 @@ def uniform_recompute_groups(model: TransformerSpec, S: StrategyArrays) -> tuple
     ``transformer_block._checkpointed_forward``, ``recompute_method == "uniform"``:
     ``chunk_end = min(layer_idx + N, num_layers_per_pipeline_rank)``), so a chunk holds
     ⌈c/N⌉ groups, the largest min(N, c) layers, and keeps ⌈c/N⌉/c inputs per layer — 1/N when
-    N divides c, more when the last group is short.  Every layer its own checkpoint: (1, 1)."""
+    N divides c, more when the last group is short (c the chunks' mean where the split is uneven).
+    Every layer its own checkpoint: (1, 1)."""
     if S.recompute_group is None:
         return 1.0, 1.0
-    chunk = np.maximum(1.0, np.floor(model.num_layers / (S.pp * S.vpp)))
+    chunk = model.num_layers / (S.pp * S.vpp)  # the chunks' mean; the largest holds ⌈L/(pp·vpp)⌉
     group = S.recompute_group
-    largest = np.minimum(group, chunk)
+    largest = np.minimum(group, np.ceil(chunk))
     per_layer = np.where(group > 1, np.ceil(chunk / group) / chunk, 1.0)
     return largest, per_layer
 
