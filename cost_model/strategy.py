@@ -161,6 +161,19 @@ def block_recompute_depths(num_layers: int, chunks: int) -> list[int]:
     return out
 
 
+def layer_split_violation(layers_per_stage: Sequence[int], num_layers: int, pp: int | None, vpp: int) -> str | None:
+    """Why a ``layers_per_stage`` split cannot be the model's, else None: one entry per model
+    chunk (pp, or pp·vpp in model order when interleaved; unchecked while pp is not known) and
+    the model's layers once."""
+    chunks = None if pp is None else pp * vpp
+    if chunks is not None and len(layers_per_stage) != chunks:
+        what = f"pp={pp}" if vpp == 1 else f"pp·vpp = {pp}·{vpp} = {chunks} (one entry per model chunk, in model order)"
+        return f"has {len(layers_per_stage)} entries but needs {what}"
+    if sum(layers_per_stage) != num_layers:
+        return f"sums to {sum(layers_per_stage)} but the model has {num_layers} layers"
+    return None
+
+
 def recompute_depth_fits(num_layers: int, depth: int, method: str, pp: Any, vpp: Any) -> Any:
     """Whether a full recompute's ``recompute_num_layers`` = ``depth`` fits a near-even split of
     ``num_layers`` over pp stages of vpp chunks (scalars or arrays): the block method's first N
@@ -459,14 +472,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
                     "(account_for_embedding_in_pipeline_split) and a last chunk of only the head (account_for_loss_in_pipeline_split)",
                     field=f"{f}.layers_per_stage",
                 )
-        if len(s.layers_per_stage) != chunks:
-            what = f"pp={s.pp}" if s.vpp == 1 else f"pp·vpp = {s.pp}·{s.vpp} = {chunks} (one entry per model chunk, in model order)"
-            raise InvalidStrategy(f"has {len(s.layers_per_stage)} entries but needs {what}", field=f"{f}.layers_per_stage")
-        if sum(s.layers_per_stage) != model.num_layers:
-            raise InvalidStrategy(
-                f"sums to {sum(s.layers_per_stage)} but the model has {model.num_layers} layers",
-                field=f"{f}.layers_per_stage",
-            )
+        why = layer_split_violation(lps, model.num_layers, s.pp, s.vpp)
+        if why is not None:
+            raise InvalidStrategy(why, field=f"{f}.layers_per_stage")
     elif emb or loss:
         split = pipeline_split(model.num_layers, chunks, embedding=emb, loss=loss)
         if split is None:

@@ -60,6 +60,7 @@ from cost_model.strategy import (
     Strategy,
     block_recompute_depths,
     expert_tensor_parallel_violation,
+    layer_split_violation,
     recompute_depth_fits,
 )
 from cost_model.training import Training
@@ -226,12 +227,9 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
             raise InvalidStrategy(f"the interleaved schedule needs the {share // mbs} micro-batches (global_batch_size {B} / dp {dp} "
                                   f"/ micro_batch_size {mbs}) to be a multiple of pp={pp}", field="constraints.vpp")
     lps = pins.get("layers_per_stage")
-    if lps is not None:
-        if sum(lps) != model.num_layers:
-            raise InvalidStrategy(f"sums to {sum(lps)} but the model has {model.num_layers} layers", field="constraints.layers_per_stage")
-        if pp is not None and len(lps) != pp * vpp:
-            what = f"pp={pp}" if vpp == 1 else f"pp·vpp = {pp}·{vpp} = {pp * vpp} (one entry per model chunk, in model order)"
-            raise InvalidStrategy(f"has {len(lps)} entries but needs {what}", field="constraints.layers_per_stage")
+    why = layer_split_violation(lps, model.num_layers, pp, vpp) if lps is not None else None
+    if why is not None:
+        raise InvalidStrategy(why, field="constraints.layers_per_stage")
 
 
 def check_pins_fit(pins: Mapping[str, Any], gpus: int, where: str, max_tp: int | None = None, max_pp: int | None = None) -> None:
