@@ -39,7 +39,7 @@ import numpy as np
 
 from cost_model.cluster import Cluster, Node, NodeGroup
 from cost_model.devices import device_matches
-from cost_model.errors import InvalidInput, NoFeasiblePlan, PlannerError
+from cost_model.errors import InvalidInput, InvalidStrategy, NoFeasiblePlan, PlannerError
 from cost_model.estimate import (
     estimate,
     memory_verdict,
@@ -596,6 +596,8 @@ def search_transformer(
 
     hint = recompute_modules_hint(request.model, training, request.constraints.pinned) + offload_hint(training)
     if not state.candidates:
+        if not state.closest_shortfall and not state.closest_peak:
+            _raise_pin_at_fault(request)
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak, hint)
     picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
                                            safe_first=request.constraints.tight_memory == "rank_after_safe")
@@ -989,6 +991,26 @@ def offload_hint(training: Training) -> str:
         where = "" if r.activation_offloading_with_pipeline else " without a pipeline"
         ways.append(f"training.activation_offloading keeps {what} in host memory{where}: {r.activation_offloading}")
     return f"; offloading would free GPU memory at the price of step time: {'; or '.join(ways)}" if ways else ""
+
+
+def _raise_pin_at_fault(request: PlanRequest) -> None:
+    """When the pinned fields together leave the search no layout (each passed its own checks,
+    :func:`~planner_service.planner.transformer.space.check_pins`), name the first pinned field
+    whose release gives layouts back — the space re-enumerated without it, as
+    :func:`transformer_search_size` counts it — with the pins it conflicts with.  Returns when
+    no single release helps (the caller's message stands)."""
+    pins = dict(request.constraints.pinned)
+    for key in pins:
+        relaxed = replace(request, constraints=replace(request.constraints, pinned={k: v for k, v in pins.items() if k != key}))
+        try:
+            found = transformer_search_size(relaxed) > 0
+        except PlannerError:
+            continue
+        if found:
+            others = ", ".join(f"{k}={v!r}" for k, v in pins.items() if k != key) or "the model, batch and cluster"
+            raise InvalidStrategy(
+                f"{key}={pins[key]!r}: no layout of the request holds it together with {others} (without it there are layouts "
+                "that divide the model, batch and cluster)", field=f"constraints.{key}")
 
 
 def _raise_infeasible(cluster: Cluster, headroom: float, shortfalls: list[tuple[float, float, str]], bound_name: str = "",

@@ -120,8 +120,10 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if why is not None:
         raise InvalidStrategy(why, field="constraints.tp")
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
+    m = training.global_batch_size // (pins["dp"] * pins["micro_batch_size"]) if "dp" in pins and "micro_batch_size" in pins else None
     rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
-                                       kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
+                                       kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings,
+                                       vpp=pins.get("vpp", 1) if m is not None else None, num_microbatches=m)
     if rule is None:  # DeepSpeed's engine's MoE checks the pinned knobs alone can break
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=pins.get("zero_stage"),
                                        ep=pins.get("ep"), cp=pins.get("cp"))

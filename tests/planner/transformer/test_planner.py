@@ -146,6 +146,22 @@ def test_pins_that_leave_no_layout_are_refused_by_the_field_at_fault(pins, field
     assert e.value.field == f"constraints.{field}" and says in e.value.message, e.value.message
 
 
+@pytest.mark.parametrize("pins, gbs, field, says", [
+    ({"pp": 4, "dp": 4, "micro_batch_size": 4}, 16, "micro_batch_size", "1F1B schedule needs at least one micro-batch per stage"),
+    # no single pin is at fault on its own: the first whose release gives layouts back is named
+    ({"pp": 4, "dp": 4}, 8, "dp", "dp=4: no layout of the request holds it together with pp=4"),
+])
+def test_pins_that_conflict_only_together_name_one_of_them(pins, gbs, field, says):
+    from cost_model.errors import InvalidStrategy
+
+    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": gbs, "sequence_length": 4096, "framework": "fsdp"},
+            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 2, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
+            "constraints": pins}
+    with pytest.raises(InvalidStrategy) as e:
+        _plan(body)
+    assert e.value.field == f"constraints.{field}" and says in e.value.message, e.value.message
+
+
 def test_result_contract_and_explanation():
     result = _plan({"model": {"preset": "gpt3-6.7b"}, "training": {"global_batch_size": 256, "sequence_length": 2048},
                     "cluster": {"name": "a", "node_groups": [{"name": "a", "count": 2, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
