@@ -324,13 +324,21 @@ def acceptance() -> str | None:
             "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune (LoRA among them), axolotl, accelerate, and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
-            "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's); "
-            + (f"{n} more rel{'ies' if n == 1 else 'y'} on what the cost model does not price and "
-               f"{'is' if n == 1 else 'are'} predicted not to fit ({unpriced}). " if n else "")
+            "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's)"
+            + (f"; {n} more rel{'ies' if n == 1 else 'y'} on what the cost model does not price and "
+               f"{'is' if n == 1 else 'are'} predicted not to fit ({unpriced}). " if n else ". ")
             + "Offload to the host is priced where the framework has it: the optimizer state (`training.optimizer_offload_fraction`), "
             "the whole sharded state (`training.cpu_offload`) and the saved activations (`training.activation_offloading`); "
             "torchtune's distributed LoRA recipes run with `training.lora_rank`."
         )
+        over = [r for r in rc["rows"] if r["framework"] == "megatron-core" and r["verdict"] == "tight"]
+        if over:
+            out.append("\nMegatron-Core recipes kept only as tight (predicted peak per GPU): "
+                       + ", ".join(f"`{r['id']}` {r['peak_memory_GB']:.1f} GB" for r in over) + ".")
+    tight_runs = [r for r in d["rows"] if r.get("tight")]
+    if tight_runs:
+        out.append("\nMeasured runs kept only as tight (predicted peak per GPU, p10): "
+                   + ", ".join(f"`{r['id']}` {r['peak_memory_GB']:.1f} GB (p10 {r['peak_memory_GB_p10']:.1f} GB)" for r in tight_runs) + ".")
     return "\n".join(out)
 
 
