@@ -117,11 +117,11 @@ class FrameworkRules:
     #: Megatron's ``ParallelAttention``, which Megatron-DeepSpeed keeps, runs its flash path
     #: outside the checkpoint)
     checkpoints_fused_attention: bool = False
-    #: how its tensor parallelism treats more ranks than key/value heads: empty — it splits the
-    #: heads and never replicates them, so tp must divide them (the reason, for the refusal);
-    #: else how it replicates each head over tp/g ranks (tp a multiple of the g heads)
-    kv_head_replication: str = ""
-    #: why tp must divide the key/value heads where it does not replicate them
+    #: its tensor parallelism takes more ranks than key/value heads, replicating each head over
+    #: tp/g ranks (tp a multiple of the g heads): PaddleNLP's attention selects each rank's heads
+    #: by ``kv_indices`` when ``tensor_parallel_degree`` exceeds ``num_key_value_heads``
+    replicates_kv_heads: bool = False
+    #: why tp must divide the key/value heads where it does not replicate them (the refusal's reason)
     kv_head_split: str = ""
     #: whose FP8 linear layers it runs (``transformer-engine``, ``torchao``; empty: no FP8): what a
     #: layer saves of its input for the weight gradient follows (``layer_cost.saved_gemm_input_bytes``)
@@ -408,8 +408,7 @@ RULES: dict[str, FrameworkRules] = {
         activation_offloading="PaddleNLP's recompute_offload (the full recompute's checkpointed inputs in host memory)",
         activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
         lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)", checkpoints_fused_attention=True,
-        kv_head_replication="PaddleNLP's attention selects each rank's head by kv_indices when tensor_parallel_degree exceeds "
-                            "num_key_value_heads",
+        replicates_kv_heads=True,
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -852,28 +851,27 @@ def cp_sequence_violation(framework: str, cp: int, sequence_length: int, tp: int
 
 def kv_heads_violation(framework: str, tp: int | None, kv_heads: int) -> str | None:
     """Why ``tp`` cannot split ``kv_heads`` key/value heads under ``framework``, else None: a
-    framework that replicates heads (``FrameworkRules.kv_head_replication``: PaddleNLP) takes tp
+    framework that replicates heads (``FrameworkRules.replicates_kv_heads``: PaddleNLP) takes tp
     dividing them or a multiple of them; the others split them, so tp must divide them
     (``FrameworkRules.kv_head_split``: Megatron's ``divide(num_query_groups, tp)``, torchtitan's
     check)."""
     if tp is None or tp <= 1 or kv_heads % tp == 0:
         return None
     r = rules_for(framework)
-    if not r.kv_head_replication:
-        where = " (torchtitan)" if framework == "fsdp" else ""
-        return f"{framework}{where}: tp={tp} must divide the {kv_heads} key/value heads ({r.kv_head_split})"
+    if not r.replicates_kv_heads:
+        return f"{framework}: tp={tp} must divide the {kv_heads} key/value heads ({r.kv_head_split})"
     if tp % kv_heads:
         return (f"tp={tp} neither divides the {kv_heads} key/value heads nor is a multiple of them "
                 "(KV heads can only be split or replicated evenly)")
     return None
 
 
-def torchtitan_layout_violation(framework: str, *, kv_heads: int, tied_embeddings: bool, tp: int | None = None,
+def torchtitan_layout_violation(framework: str, *, tied_embeddings: bool, tp: int | None = None,
                                 pp: int | None = None, vpp: int | None = None, ep: int | None = None, cp: int | None = None,
                                 zero_stage: int | None = None, num_microbatches: int | None = None) -> tuple[str, str] | None:
     """(strategy field, reason) when torchtitan — what ``fsdp`` runs TP, PP, CP and EP with —
-    refuses the layout at start-up, else None: tensor parallelism splits the key/value heads
-    and never replicates them ("tensor_parallel_degree must divide n_kv_heads"); its
+    refuses the layout at start-up, else None (that tp splits the key/value heads and never
+    replicates them is the rule table's, :func:`kv_heads_violation`, checked everywhere); its
     ``torch.distributed.pipelining`` 1F1B needs at least one micro-batch per stage ("Number of
     microbatches must be greater than or equal to the number of stages"); a pipeline cannot
     tie the embedding and the head ("Weight tying is not supported with Pipeline Parallel");
@@ -886,9 +884,6 @@ def torchtitan_layout_violation(framework: str, *, kv_heads: int, tied_embedding
     search): the rules that need it wait for the whole layout."""
     if framework != "fsdp":
         return None
-    why = kv_heads_violation(framework, tp, kv_heads)
-    if why is not None:
-        return "tp", why
     if pp is not None and vpp is not None and num_microbatches is not None and pp > 1 and vpp == 1 and num_microbatches < pp:
         return "micro_batch_size", (f"fsdp (torchtitan): its 1F1B schedule needs at least one micro-batch per stage: "
                                     f"{num_microbatches} micro-batches for pp={pp}")

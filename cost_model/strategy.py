@@ -546,7 +546,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,
-                                       num_microbatches=m, kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings)
+                                       num_microbatches=m, tied_embeddings=model.tie_embeddings)
     if rule is None:
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=s.zero_stage, ep=s.ep, cp=s.cp)
     if rule is not None:

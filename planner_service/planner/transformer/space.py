@@ -122,8 +122,7 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
     m = training.global_batch_size // (pins["dp"] * pins["micro_batch_size"]) if "dp" in pins and "micro_batch_size" in pins else None
     rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
-                                       kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings,
-                                       vpp=pins.get("vpp", 1) if m is not None else None, num_microbatches=m)
+                                       tied_embeddings=model.tie_embeddings, vpp=pins.get("vpp", 1) if m is not None else None, num_microbatches=m)
     if rule is None:  # DeepSpeed's engine's MoE checks the pinned knobs alone can break
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=pins.get("zero_stage"),
                                        ep=pins.get("ep"), cp=pins.get("cp"))
@@ -472,7 +471,7 @@ def _start_up_rules_hold(model: TransformerSpec, training: Training, cols: dict[
     fw, seq = training.framework, training.sequence_length
     ok = np.array([
         torchtitan_layout_violation(fw, tp=int(tp), pp=int(pp), vpp=int(vpp), ep=int(ep), cp=int(cp), zero_stage=int(z),
-                                    num_microbatches=int(mb), kv_heads=model.num_kv_heads, tied_embeddings=model.tie_embeddings) is None
+                                    num_microbatches=int(mb), tied_embeddings=model.tie_embeddings) is None
         and cp_sequence_violation(fw, int(cp), seq, int(tp), sequence_parallel) is None
         for tp, pp, vpp, ep, cp, z, mb in layouts
     ])
