@@ -522,19 +522,17 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         if s.recompute != "full":
             raise InvalidStrategy(f"recompute_method uniform groups the layers a full recompute checkpoints (got recompute {s.recompute!r})",
                                   field=f"{f}.recompute_method")
-        per_rank = [0] * s.pp
-        for k, n in enumerate(s.layers_per_stage or (model.num_layers,)):
-            per_rank[k % s.pp] += n
-        if s.recompute_num_layers > max(per_rank):
+        per_rank = max(sum(last - first + 1 for first, last in chunks) for chunks in s.stage_layer_ranges())
+        if s.recompute_num_layers > per_rank:
             raise InvalidStrategy(
-                f"recompute_num_layers={s.recompute_num_layers}: Megatron-Core takes 1 to the {max(per_rank)} layers of a pipeline "
+                f"recompute_num_layers={s.recompute_num_layers}: Megatron-Core takes 1 to the {per_rank} layers of a pipeline "
                 "stage (TransformerConfig: between 1 and num_layers_per_pipeline_rank); a group stops at its model chunk's end",
                 field=f"{f}.recompute_num_layers")
     elif s.recompute_num_layers:
         if s.recompute != "full":
             raise InvalidStrategy(
                 f"recompute_num_layers={s.recompute_num_layers} needs recompute: full (got {s.recompute!r})", field=f"{f}.recompute_num_layers")
-        largest = max(s.layers_per_stage or (model.num_layers,))
+        largest = max(s.layers_per_stage or ())
         if s.recompute_num_layers >= largest:
             raise InvalidStrategy(
                 f"recompute_num_layers={s.recompute_num_layers} is not fewer than the {largest} layers of a model chunk: "

@@ -578,9 +578,7 @@ def search_transformer(
     assert isinstance(request.model, TransformerSpec)
     check_pins(request.model, training, request.constraints.pinned)
     cons = request.constraints
-    offered = min(cluster.total_gpus, cons.max_devices) if cons.max_devices else cluster.total_gpus
-    check_pins_fit(cons.pinned, offered, "max_devices allows" if cons.max_devices and cons.max_devices < cluster.total_gpus
-                   else "the cluster has available", cons.max_tp, cons.max_pp)
+    check_pins_fit(cons.pinned, cluster.total_gpus, cons.max_devices, cons.max_tp, cons.max_pp)
     pools, dtype_warnings = _dtype_pools(cluster, training)
     offload_device_check(training, [g.device for g in pools])
     state = _Search(request, settings, cluster, pools, memo)

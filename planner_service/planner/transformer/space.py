@@ -43,6 +43,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     fp8_param_gather_zero_violation,
+    interleaved_schedule_violation,
     kv_heads_violation,
     offload_layout_violation,
     one_rank_sharding_note,
@@ -181,14 +182,15 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if pp is not None and pp > units:
         raise InvalidStrategy(f"pp={pp} exceeds the {model.num_layers} layers", field="constraints.pp")
     rl = pins.get("recompute_num_layers")
-    if rl and pp is not None and not recompute_depth_fits(model.num_layers, rl, pins.get("recompute_method", ""), pp, pins.get("vpp", 1)):
-        uniform = pins.get("recompute_method") == "uniform"
-        span = (f"the {-(-model.num_layers // pp)} layers of a pipeline stage at pp={pp} (Megatron-Core's uniform groups: "
-                "1 to num_layers_per_pipeline_rank)") if uniform else (
-                f"fewer than the {-(-model.num_layers // (pp * pins.get('vpp', 1)))} layers of a model chunk at pp·vpp = "
-                f"{pp}·{pins.get('vpp', 1)} (as many is full recompute of every layer: omit recompute_num_layers)")
-        raise InvalidStrategy(f"recompute_num_layers={rl}: needs {'at most ' if uniform else ''}{span}",
-                              field="constraints.recompute_num_layers")
+    vpp = pins.get("vpp", 1)
+    if rl and pp is not None and not recompute_depth_fits(model.num_layers, rl, pins.get("recompute_method", ""), pp, vpp):
+        if pins.get("recompute_method") == "uniform":
+            needs = (f"at most the {-(-model.num_layers // pp)} layers of a pipeline stage at pp={pp} "
+                     "(Megatron-Core's uniform groups: 1 to num_layers_per_pipeline_rank)")
+        else:
+            needs = (f"fewer than the {-(-model.num_layers // (pp * vpp))} layers of a model chunk at pp·vpp = {pp}·{vpp} "
+                     "(as many is full recompute of every layer: omit recompute_num_layers)")
+        raise InvalidStrategy(f"recompute_num_layers={rl}: needs {needs}", field="constraints.recompute_num_layers")
     _check_batch_and_pipeline_pins(model, training, pins)
     for flag in SPLIT_FLAGS:
         if not pins.get(flag):
@@ -207,7 +209,7 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
     which the search would otherwise meet as an empty space — refused by the field at fault:
     dp must divide the global batch (each data-parallel rank takes an equal share of a step's
     sequences), micro_batch_size that share; an interleaved schedule needs the framework's
-    fewest stages and, as many micro-batches as some multiple of pp (Megatron-Core's default
+    fewest stages (:func:`~cost_model.frameworks.interleaved_schedule_violation`) and as many micro-batches as some multiple of pp (Megatron-Core's default
     micro-batch group of pp per virtual stage); a pinned layer split covers the model's layers
     once, one entry per model chunk."""
     B = training.global_batch_size
@@ -219,12 +221,11 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
     if mbs is not None and share % mbs:
         of = f"the {share} sequences each of the dp={dp} ranks takes a step" if dp is not None else f"global_batch_size {B}"
         raise InvalidStrategy(f"micro_batch_size={mbs} does not divide {of}", field="constraints.micro_batch_size")
-    if vpp > 1:
-        fewest = rules_for(training.framework).min_interleaved_pp
-        if pp is not None and pp < fewest:
-            raise InvalidStrategy(f"vpp={vpp} interleaves model chunks over the pipeline's stages: {training.framework} needs "
-                                  f"pp ≥ {fewest} for it (pinned pp={pp})", field="constraints.vpp")
-        if pp is not None and dp is not None and mbs is not None and (share // mbs) % pp:
+    if vpp > 1 and pp is not None:
+        why = interleaved_schedule_violation(training.framework, pp=pp, vpp=vpp)
+        if why is not None:
+            raise InvalidStrategy(why, field="constraints.vpp")
+        if dp is not None and mbs is not None and (share // mbs) % pp:
             raise InvalidStrategy(f"the interleaved schedule needs the {share // mbs} micro-batches (global_batch_size {B} / dp {dp} "
                                   f"/ micro_batch_size {mbs}) to be a multiple of pp={pp}", field="constraints.vpp")
     lps = pins.get("layers_per_stage")
@@ -233,10 +234,14 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
         raise InvalidStrategy(why, field="constraints.layers_per_stage")
 
 
-def check_pins_fit(pins: Mapping[str, Any], gpus: int, where: str, max_tp: int | None = None, max_pp: int | None = None) -> None:
-    """Refuse pinned tp·cp·pp·dp (or an ep) that need more than the ``gpus`` a request offers
-    (``where`` says what bounds them: the cluster's available GPUs or max_devices), and a pinned tp or pp
-    above the request's own max_tp / max_pp, naming the pinned field."""
+def check_pins_fit(pins: Mapping[str, Any], available_gpus: int, max_devices: int | None = None, max_tp: int | None = None,
+                   max_pp: int | None = None) -> None:
+    """Refuse pinned tp·cp·pp·dp (or an ep) that need more GPUs than the request offers (the
+    cluster's available ones, or max_devices where fewer), and a pinned tp or pp above the
+    request's own max_tp / max_pp, naming the pinned field."""
+    gpus, where = available_gpus, "the cluster has available"
+    if max_devices and max_devices < available_gpus:
+        gpus, where = max_devices, "max_devices allows"
     for knob, bound in (("tp", max_tp), ("pp", max_pp)):
         if bound and pins.get(knob, 1) > bound:
             raise InvalidStrategy(f"{knob}={pins[knob]} exceeds max_{knob}={bound} of the same request", field=f"constraints.{knob}")
