@@ -67,7 +67,7 @@ from typing import Any
 from cost_model.cluster import Cluster, cluster_from_dict
 from cost_model.devices import DTYPES
 from cost_model.frameworks import rules_for, runs_deepspeed_engine
-from cost_model.strategy import Strategy, block_recompute_depths
+from cost_model.strategy import SPLIT_FLAGS, Strategy, block_recompute_depths
 from cost_model.training import Training
 from cost_model.transformer.spec import TransformerSpec
 from cost_model.units import BITS_PER_BYTE, FLOPS_PER_TFLOPS, tflops_to_flops
@@ -103,6 +103,25 @@ class PublishedCase:
     measured_tflops: float | None = None  # the source's own TFLOP/s figure, when given
     measured_memory_GB: float | None = None  # BLOOM sweep: max memory of the first/last stage GPUs
     section: str | None = None  # BLOOM sweep: the chronicle's section (one software state and date)
+
+    def stated_pins(self) -> dict[str, Any]:
+        """Every knob of :data:`PIN_FIELDS` with one value over the row's candidate layouts: what
+        the source (or its documented convention) fixes — the constraints a platform engineer
+        reproducing the run would pin, the planner filling in the rest.  A split flag that is
+        off is not a pin."""
+        pins: dict[str, Any] = {}
+        for name in PIN_FIELDS:
+            values = {getattr(s, name) for s in self.candidates}
+            if len(values) == 1:
+                v = values.pop()
+                if v is not None and not (name in SPLIT_FLAGS and v is False):
+                    pins[name] = v
+        return pins
+
+
+#: The strategy fields a published row can state (:meth:`PublishedCase.stated_pins`).
+PIN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel", "recompute", "zero_stage", "dp_shard",
+              "layers_per_stage") + SPLIT_FLAGS
 
 
 @dataclass(frozen=True)

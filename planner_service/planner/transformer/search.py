@@ -996,7 +996,11 @@ def _raise_pin_at_fault(request: PlanRequest) -> None:
     :func:`~planner_service.planner.transformer.space.check_pins`), name the first pinned field
     whose release gives layouts back — the space re-enumerated without it, as
     :func:`transformer_search_size` counts it — with the pins it conflicts with.  Returns when
-    no single release helps (the caller's message stands)."""
+    no single release helps (the caller's message stands), and when the pinned fields do leave
+    layouts — every one rejected by the memory rule, e.g. by the memory-safe search that follows
+    a tight answer (:func:`_restricted_search`), which must fail as infeasible, not as a bad pin."""
+    if transformer_search_size(request) > 0:
+        return
     pins = dict(request.constraints.pinned)
     for key in pins:
         relaxed = replace(request, constraints=replace(request.constraints, pinned={k: v for k, v in pins.items() if k != key}))

@@ -886,3 +886,20 @@ def test_fsdp_search_does_not_propose_zero2_across_a_pipeline_but_costs_it_pinne
     assert pinned.best.strategy.zero_stage == 2 and pinned.best.strategy.pp == 2
     assert any("plan with zero_stage 3" in w for w in pinned.best.prediction.warnings)
     assert not any("plan with zero_stage 3" in w for w in res.best.prediction.warnings)
+
+
+def test_every_measured_run_of_the_public_file_is_planned_with_its_stated_knobs_pinned():
+    """What really ran is never refused: each measured run (status ok) planned with every knob its
+    source states pinned (``PublishedCase.stated_pins``, as ``bench/acceptance.py`` plans it)
+    returns a plan — tight where its p90 peak is over memory.  Regression: a run whose only
+    layouts were tight (Narayanan 2021's 1T-parameter row) made the memory-safe search that
+    follows a tight answer blame a pin (``constraints.tp``) instead of returning the tight plan."""
+    refused = {}
+    for case in cases():
+        pins = case.stated_pins()
+        request = PlanRequest(case.model, case.training, case.cluster, Constraints(pinned=pins, max_devices=case.candidates[0].num_devices), top_k=0)
+        try:
+            plan(request, SolverSettings(time_limit_s=10.0, max_refinements=2000))
+        except (InvalidInput, NoFeasiblePlan) as exc:
+            refused[case.row_id] = f"{exc.field}: {exc}"
+    assert not refused, refused
