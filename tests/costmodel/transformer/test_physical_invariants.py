@@ -5,13 +5,20 @@
 * twice the global batch on the same layout takes longer, but no more than twice as long;
 * twice the micro-batch at the same global batch never needs less memory;
 * an H200 node (an H100's compute with more and faster HBM, the same NVLink and NICs) never
-  runs a layout slower than an H100 node.
+  runs a layout slower than an H100 node, and faster NICs never make a step slower;
+* twice the sequence takes longer and needs no less memory;
+* a knob that only overlaps communication with compute (``tp_comm_overlap``,
+  ``grad_reduce_overlap``, ``moe_comm_overlap``) never makes a step slower;
+* offloading to the host (``activation_offloading``, ``cpu_offload``,
+  ``optimizer_offload_fraction``) never needs more GPU memory and never makes a step faster;
+* a larger MoE capacity factor (more padded slots) never makes a step faster.
 
 A layout the frameworks refuse is skipped; the draw keeps drawing until it has its bases.
-(ZeRO stages and sequence parallelism are not on this list on purpose: DeepSpeed's ZeRO
-optimizer allocates fixed-size buckets that stage 0 does not, and torchtitan's op-level
-selective recompute saves the reduce-scatter outputs that sequence parallelism adds, so on
-small layouts either can cost memory.)
+(ZeRO stages, sequence parallelism and fused loss kernels are not on this list on purpose:
+DeepSpeed's ZeRO optimizer allocates fixed-size buckets that stage 0 does not, torchtitan's
+op-level selective recompute saves the reduce-scatter outputs that sequence parallelism adds,
+and Liger's fused linear cross-entropy keeps a T·h input gradient that outweighs T·V/t
+vocab-parallel logits when the vocabulary per TP rank is small, so each can cost memory.)
 """
 
 from __future__ import annotations
@@ -131,3 +138,55 @@ def test_an_h200_node_is_never_slower_than_an_h100_node(bases):
               for d in ("H100-SXM5-80GB", "H200-SXM-141GB")}
         if on["H100-SXM5-80GB"] is not None and on["H200-SXM-141GB"] is not None:
             assert on["H200-SXM-141GB"]["step_time_s"] <= on["H100-SXM5-80GB"]["step_time_s"] * (1 + 1e-6), _label(body)
+
+
+def test_faster_nics_never_make_a_step_slower(bases):
+    for body, _ in bases:
+        steps = []
+        for nic_GBps in (200.0, 400.0, 800.0):
+            group = {**body["cluster"]["node_groups"][0], "inter_node_bandwidth_GBps": nic_GBps}
+            result = _estimate({**body, "cluster": {"node_groups": [group]}})
+            assert result is not None, _label(body)
+            steps.append(result["step_time_s"])
+        assert all(b <= a * (1 + 1e-6) for a, b in itertools.pairwise(steps)), f"{steps}: {_label(body)}"
+
+
+def test_twice_the_sequence_takes_longer_and_needs_no_less_memory(bases):
+    for body, base in bases:
+        longer = _estimate(_with(body, "training", sequence_length=2 * body["training"]["sequence_length"]))
+        if longer is not None:
+            assert longer["step_time_s"] > base["step_time_s"], _label(body)
+            assert _peak(longer) >= _peak(base) * (1 - 1e-6), _label(body)
+
+
+@pytest.mark.parametrize("knob", ["tp_comm_overlap", "grad_reduce_overlap", "moe_comm_overlap"])
+def test_overlapping_communication_never_makes_a_step_slower(bases, knob):
+    compared = 0
+    for body, _ in bases:
+        off, on = (_estimate(_with(body, "training", **{knob: v})) for v in (False, True))
+        if off is not None and on is not None:
+            compared += 1
+            assert on["step_time_s"] <= off["step_time_s"] * (1 + 1e-6), _label(body)
+    assert compared, f"no drawn layout takes {knob}"
+
+
+@pytest.mark.parametrize("knob, value", [("activation_offloading", True), ("cpu_offload", True), ("optimizer_offload_fraction", 1.0)])
+def test_offloading_to_the_host_never_needs_more_gpu_memory_nor_runs_faster(bases, knob, value):
+    compared = 0
+    for body, base in bases:
+        offloaded = _estimate(_with(body, "training", **{knob: value}))
+        if offloaded is not None:
+            compared += 1
+            assert _peak(offloaded) <= _peak(base) * (1 + 1e-6), _label(body)
+            assert offloaded["step_time_s"] >= base["step_time_s"] * (1 - 1e-6), _label(body)
+    assert compared, f"no drawn layout takes {knob}"
+
+
+def test_a_larger_capacity_factor_never_makes_an_moe_step_faster(bases):
+    compared = 0
+    for body, _ in bases:
+        tight, padded = (_estimate(_with(body, "training", moe_capacity_factor=f)) for f in (1.0, 2.0))
+        if tight is not None and padded is not None:
+            compared += 1
+            assert padded["step_time_s"] >= tight["step_time_s"] * (1 - 1e-6), _label(body)
+    assert compared, "no drawn layout is a mixture of experts"
