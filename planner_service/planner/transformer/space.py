@@ -198,7 +198,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         if pp == 1:
             raise InvalidStrategy("counts the embedding or the loss as a pipeline layer: needs pp > 1", field=f"constraints.{flag}")
         chunks = (pp or 1) * pins.get("vpp", 1)
-        if pp is not None and "vpp" in pins and units % chunks:
+        # a pinned layer split says where every layer goes (Megatron-Core's pipeline layout); the
+        # even split the flags otherwise ask for must divide (cost_model.strategy.validate_strategy)
+        if pp is not None and "vpp" in pins and "layers_per_stage" not in pins and units % chunks:
             raise InvalidStrategy(
                 f"{model.num_layers} layers + {split_units(pins)} (embedding/loss counted as layers) = {units} is not a multiple "
                 f"of pp·vpp = {pp}·{pins['vpp']} = {chunks}", field=f"constraints.{flag}")
@@ -355,8 +357,8 @@ def enumerate_space(
     # (Megatron-Core's --pipeline-model-parallel-layout; the search offers even chunks only).
     pinned_vpp = pins.get("vpp", 1) > 1
     even_chunks = (L % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins) | (pinned_vpp & (pp_col * vpp_col <= L))
-    if units != L:  # pinned split flags: layers + flags fill the pp·vpp chunks evenly or not at all
-        even_chunks = units % (pp_col * vpp_col) == 0
+    if units != L:  # pinned split flags: layers + flags fill the pp·vpp chunks evenly or not at all — or as a pinned split says
+        even_chunks = (units % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins)
         cols = _keep(cols, even_chunks)
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))

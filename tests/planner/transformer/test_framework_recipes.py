@@ -60,3 +60,30 @@ def test_a_recipes_stated_knobs_pinned_plan_as_the_recipe_runs(rid):
     res = plan(parse_plan_request({**recipe_body(recipe), "constraints": pins}), SolverSettings(time_limit_s=30))
     assert all(getattr(res.best.strategy, k) == v for k, v in pins.items() if k != "zero_stage"), res.best.strategy
     assert res.best.prediction.fits
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r["expect"] == "runs"], ids=[r["id"] for r in RECIPES if r["expect"] == "runs"])
+def test_a_recipes_whole_strategy_pinned_plans_to_that_strategy(recipe):
+    """Every field of the recipe's strategy pinned, the plan keeps each — except a sharding stage
+    over one rank, which PaddleNLP drops, and a dense model's etp, which Megatron ignores (the
+    plan warns of both), and a dp_shard of the whole data-parallel group, the default (0).  Regression: a pinned layer split with
+    the loss counted as a pipeline layer (the Megatron-MoE zoo's DeepSeek-V3 on 1,024 H100s: 61
+    layers + the loss over 32 uneven chunks) was refused as not filling the chunks evenly, which
+    only an unpinned split must."""
+    pins = dict(recipe["strategy"])
+    res = plan(parse_plan_request({**recipe_body(recipe), "constraints": pins}), SolverSettings(time_limit_s=30))
+    best = res.best.strategy
+    for key, value in pins.items():
+        got = getattr(best, key)
+        if key == "zero_stage" and got != value:
+            assert any("sharding group of one rank" in w for w in res.warnings), res.warnings
+            continue
+        if key == "dp_shard" and value == best.dp:  # sharding over the whole data-parallel group: the default, 0
+            assert got in (0, value), got
+            continue
+        if key == "etp" and got != value:  # a dense model's etp: a no-op, dropped with a warning
+            assert any("etp" in w for w in res.warnings), res.warnings
+            continue
+        want = sorted(value) if key == "recompute_modules" else list(value) if isinstance(value, list) else value
+        have = sorted(got) if key == "recompute_modules" else list(got) if isinstance(got, tuple) else got
+        assert have == want, (key, value, got)
