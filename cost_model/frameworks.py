@@ -553,6 +553,24 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
     return None
 
 
+def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int) -> str | None:
+    """Reason when an interleaved schedule over ``pp`` stages cannot take ``num_microbatches``
+    micro-batches a step, else None: they must come in whole groups of pp — Megatron-Core's
+    default group (``microbatch_group_size_per_vp_stage`` = pp: ``schedules.
+    forward_backward_pipelining_with_interleaving`` refuses a last group of fewer than pp), and
+    Paddle's interleaved schedule ("accumulate_steps should be evenly divisible by num_stages").
+    Megatron-Core runs other counts with a larger group (any group N in [pp, m] whose remainder
+    m mod N is 0 or at least pp), whose longer warm-up holds more activations; the cost model
+    prices the default group only, and says so."""
+    if num_microbatches % pp == 0:
+        return None
+    why = f"the interleaved schedule needs the {num_microbatches} micro-batches to be a multiple of pp={pp}"
+    if framework == "megatron-core":
+        why += (" (Megatron-Core's default --microbatch-group-size-per-virtual-pipeline-stage of pp; a larger group, which "
+                "the cost model does not price, runs other counts)")
+    return why
+
+
 def effective_zero_stage(framework: str, zero_stage: Any, shard_ranks: Any) -> Any:
     """The sharding stage ``framework`` runs when asked for ``zero_stage`` over a sharding group of
     ``shard_ranks`` ranks: 0 where it runs a stage ≥ 2 over one rank as no sharding (its rule

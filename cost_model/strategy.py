@@ -23,6 +23,7 @@ from cost_model.frameworks import (
     effective_zero_stage,
     expert_parallel_dtype_violation,
     fp8_param_gather_zero_violation,
+    interleaved_microbatches_violation,
     kv_heads_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
@@ -505,11 +506,9 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             field=f"{f}.micro_batch_size",
         )
     m = training.global_batch_size // per_step
-    if s.vpp > 1 and m % s.pp:
-        raise InvalidStrategy(
-            f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={s.pp}",
-            field=f"{f}.vpp",
-        )
+    why = interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=s.pp) if s.vpp > 1 else None
+    if why is not None:
+        raise InvalidStrategy(why, field=f"{f}.vpp")
     if s.recompute_modules:
         why = recompute_modules_violation(training.framework, s.recompute_modules)
         if why is not None:

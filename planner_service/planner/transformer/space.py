@@ -43,6 +43,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     fp8_param_gather_zero_violation,
+    interleaved_microbatches_violation,
     interleaved_schedule_violation,
     kv_heads_violation,
     offload_layout_violation,
@@ -227,9 +228,9 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
         why = interleaved_schedule_violation(training.framework, pp=pp, vpp=vpp)
         if why is not None:
             raise InvalidStrategy(why, field="constraints.vpp")
-        if dp is not None and mbs is not None and (share // mbs) % pp:
-            raise InvalidStrategy(f"the interleaved schedule needs the {share // mbs} micro-batches (global_batch_size {B} / dp {dp} "
-                                  f"/ micro_batch_size {mbs}) to be a multiple of pp={pp}", field="constraints.vpp")
+        why = interleaved_microbatches_violation(training.framework, num_microbatches=share // mbs, pp=pp) if dp is not None and mbs is not None else None
+        if why is not None:
+            raise InvalidStrategy(f"{why}; global_batch_size {B} / dp {dp} / micro_batch_size {mbs}", field="constraints.vpp")
     lps = pins.get("layers_per_stage")
     why = layer_split_violation(lps, model.num_layers, pp, vpp) if lps is not None else None
     if why is not None:
