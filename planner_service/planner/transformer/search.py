@@ -223,6 +223,9 @@ class _Search:
         self.pinned_flags = self.pinned_emb or self.pinned_loss
         self.fixed_split = bool(self.pinned_lps) or self.pinned_flags
         self.enumerated = 0
+        #: rows the space gave over every subset, whether costed here or reused from a memo (0: the
+        #: pinned fields leave the request no layout at all, :func:`_raise_pin_at_fault`)
+        self.layouts = 0
         self.pruned = 0
         self.refinements = 0
         self.solver_statuses: list[str] = []
@@ -302,6 +305,7 @@ class _Search:
         if cons.max_devices:
             gpus = min(gpus, cons.max_devices)
         S = enumerate_space(self.model, self.training, gpus, gpn, cons.pinned, cons.max_tp, cons.max_pp)
+        self.layouts += len(S)
         if len(S) == 0:
             return
         block = S.dp * S.cp * S.tp
@@ -594,7 +598,7 @@ def search_transformer(
 
     hint = recompute_modules_hint(request.model, training, request.constraints.pinned) + offload_hint(training)
     if not state.candidates:
-        if not state.closest_shortfall and not state.closest_peak:
+        if not state.layouts:
             _raise_pin_at_fault(request)
         _raise_infeasible(cluster, state.headroom, state.closest_shortfall, state.fit_bound_name, state.closest_peak, hint)
     picked, incumbent_held, needs_safe_search = _pick_answers(list(state.candidates.values()), state.evaluate, request.top_k,
@@ -992,15 +996,13 @@ def offload_hint(training: Training) -> str:
 
 
 def _raise_pin_at_fault(request: PlanRequest) -> None:
-    """When the pinned fields together leave the search no layout (each passed its own checks,
-    :func:`~planner_service.planner.transformer.space.check_pins`), name the first pinned field
-    whose release gives layouts back — the space re-enumerated without it, as
-    :func:`transformer_search_size` counts it — with the pins it conflicts with.  Returns when
-    no single release helps (the caller's message stands), and when the pinned fields do leave
-    layouts — every one rejected by the memory rule, e.g. by the memory-safe search that follows
-    a tight answer (:func:`_restricted_search`), which must fail as infeasible, not as a bad pin."""
-    if transformer_search_size(request) > 0:
-        return
+    """When the pinned fields together leave the search no layout at all (each passed its own
+    checks, :func:`~planner_service.planner.transformer.space.check_pins`; the caller knows from
+    the rows the space gave, not from the candidates — those the memory rule rejected, e.g. in
+    the memory-safe search that follows a tight answer, fail as infeasible, not as a bad pin),
+    name the first pinned field whose release gives layouts back — the space re-enumerated
+    without it, as :func:`transformer_search_size` counts it — with the pins it conflicts with.
+    Returns when no single release helps (the caller's message stands)."""
     pins = dict(request.constraints.pinned)
     for key in pins:
         relaxed = replace(request, constraints=replace(request.constraints, pinned={k: v for k, v in pins.items() if k != key}))
