@@ -123,6 +123,10 @@ class FrameworkRules:
     replicates_kv_heads: bool = False
     #: why tp must divide the key/value heads where it does not replicate them (the refusal's reason)
     kv_head_split: str = ""
+    #: its setting for the interleaved schedule's micro-batch group per virtual stage, where it has
+    #: one (Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``, pp by default);
+    #: :func:`interleaved_microbatches_violation` names it
+    interleaved_microbatch_group: str = ""
     #: whose FP8 linear layers it runs (``transformer-engine``, ``torchao``; empty: no FP8): what a
     #: layer saves of its input for the weight gradient follows (``layer_cost.saved_gemm_input_bytes``)
     fp8_linear: str = ""
@@ -326,7 +330,7 @@ RULES: dict[str, FrameworkRules] = {
         name="megatron-core", title="Megatron-Core with Transformer Engine", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, fp8=True, block_recompute=True, moe_comm_overlap=True, recompute_modules=RECOMPUTE_MODULES,
-        kv_head_split=MEGATRON_KV_SPLIT,
+        kv_head_split=MEGATRON_KV_SPLIT, interleaved_microbatch_group="--microbatch-group-size-per-virtual-pipeline-stage",
         persistent_grad_buffer=True,
         tp_comm_overlap="--tp-comm-overlap (Transformer Engine's userbuffers)",
         optimizer_offload="Megatron-Core's hybrid optimizer (--optimizer-cpu-offload --optimizer-offload-fraction)",
@@ -561,13 +565,14 @@ def interleaved_microbatches_violation(framework: str, *, num_microbatches: int,
     Paddle's interleaved schedule ("accumulate_steps should be evenly divisible by num_stages").
     Megatron-Core runs other counts with a larger group (any group N in [pp, m] whose remainder
     m mod N is 0 or at least pp), whose longer warm-up holds more activations; the cost model
-    prices the default group only, and says so."""
+    prices the default group only, and says so where the framework has the setting
+    (``FrameworkRules.interleaved_microbatch_group``)."""
     if num_microbatches % pp == 0:
         return None
     why = f"the interleaved schedule needs the {num_microbatches} micro-batches to be a multiple of pp={pp}"
-    if framework == "megatron-core":
-        why += (" (Megatron-Core's default --microbatch-group-size-per-virtual-pipeline-stage of pp; a larger group, which "
-                "the cost model does not price, runs other counts)")
+    group = rules_for(framework).interleaved_microbatch_group
+    if group:
+        why += f" ({framework}'s default {group} of pp; a larger group, which the cost model does not price, runs other counts)"
     return why
 
 
