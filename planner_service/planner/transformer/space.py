@@ -122,7 +122,7 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if why is not None:
         raise InvalidStrategy(why, field="constraints.tp")
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
-    m = training.global_batch_size // (pins["dp"] * pins["micro_batch_size"]) if "dp" in pins and "micro_batch_size" in pins else None
+    m = _pinned_microbatches(training, pins)
     rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
                                        tied_embeddings=model.tie_embeddings, vpp=pins.get("vpp", 1) if m is not None else None, num_microbatches=m)
     if rule is None:  # DeepSpeed's engine's MoE checks the pinned knobs alone can break
@@ -207,6 +207,15 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
                 f"of pp·vpp = {pp}·{pins['vpp']} = {chunks}", field=f"constraints.{flag}")
 
 
+def _pinned_microbatches(training: Training, pins: Mapping[str, Any]) -> int | None:
+    """Micro-batches a step when dp and micro_batch_size are pinned and share the global batch
+    evenly, else None (those that do not are refused by :func:`_check_batch_and_pipeline_pins`)."""
+    dp, mbs, B = pins.get("dp"), pins.get("micro_batch_size"), training.global_batch_size
+    if dp is None or mbs is None or B % (dp * mbs):
+        return None
+    return int(B // (dp * mbs))
+
+
 def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, pins: Mapping[str, Any]) -> None:
     """The pinned knobs that cannot share the global batch or the pipeline among themselves —
     which the search would otherwise meet as an empty space — refused by the field at fault:
@@ -228,7 +237,8 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
         why = interleaved_schedule_violation(training.framework, pp=pp, vpp=vpp)
         if why is not None:
             raise InvalidStrategy(why, field="constraints.vpp")
-        why = interleaved_microbatches_violation(training.framework, num_microbatches=share // mbs, pp=pp) if dp is not None and mbs is not None else None
+        m = _pinned_microbatches(training, pins)
+        why = interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=pp) if m is not None else None
         if why is not None:
             raise InvalidStrategy(f"{why}; global_batch_size {B} / dp {dp} / micro_batch_size {mbs}", field="constraints.vpp")
     lps = pins.get("layers_per_stage")

@@ -148,6 +148,8 @@ def test_pins_that_leave_no_layout_are_refused_by_the_field_at_fault(pins, field
 
 @pytest.mark.parametrize("pins, gbs, field, says", [
     ({"pp": 4, "dp": 4, "micro_batch_size": 4}, 16, "micro_batch_size", "1F1B schedule needs at least one micro-batch per stage"),
+    # a dp that does not share the batch is named as such, not met as too few micro-batches (8 // 3 = 2 < pp)
+    ({"pp": 4, "dp": 3, "micro_batch_size": 1}, 8, "dp", "dp=3 does not divide global_batch_size 8"),
     # no single pin is at fault on its own: the first whose release gives layouts back is named
     ({"pp": 4, "dp": 4}, 8, "dp", "dp=4: no layout of the request holds it together with pp=4"),
 ])
