@@ -366,12 +366,13 @@ def enumerate_space(
     # A pinned layers_per_stage (one entry per model chunk) need not split the layers evenly, nor
     # need a pinned interleaving: its chunks near-even, as the estimate costs them
     # (Megatron-Core's --pipeline-model-parallel-layout; the search offers even chunks only).
-    pinned_vpp = pins.get("vpp", 1) > 1
-    even_chunks = (L % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins) | (pinned_vpp & (pp_col * vpp_col <= L))
+    pinned_vpp, pinned_split = pins.get("vpp", 1) > 1, "layers_per_stage" in pins
     if units != L:  # pinned split flags: layers + flags fill the pp·vpp chunks evenly or not at all — or as a pinned split says
-        even_chunks = (units % (pp_col * vpp_col) == 0) | ("layers_per_stage" in pins)
+        even_chunks = (units % (pp_col * vpp_col) == 0) | pinned_split
         cols = _keep(cols, even_chunks)
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
+    else:
+        even_chunks = (L % (pp_col * vpp_col) == 0) | pinned_split | (pinned_vpp & (pp_col * vpp_col <= L))
     cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
     if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
         cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], pins.get("recompute_method", ""), cols["pp"], cols["vpp"]))
