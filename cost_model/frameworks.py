@@ -92,6 +92,12 @@ class FrameworkRules:
     #: groups of layers under one checkpoint (``recompute_method`` uniform): Megatron-Core's
     #: ``--recompute-method``
     block_recompute: bool = False
+    #: where the framework is not Megatron-Core, its setting for a full recompute of only some of
+    #: a stage's layers (``recompute_num_layers`` N of each model chunk's; which N does not change
+    #: the cost: every layer is alike), empty where it has none.  Estimated and pinned only — the
+    #: search offers partial recompute only under ``block_recompute`` —, and written by no launch
+    #: target but the framework's own trainer (the note names the setting)
+    partial_recompute: str = ""
     #: runs DeepSpeed's engine: its ZeRO optimizer's gradient buffers, its stage-3 hooks and
     #: tensor-list gathers, its pipeline engine — the cost terms and fitted constants of
     #: ``cost_model.transformer.calibration`` named ``*.megatron-deepspeed``
@@ -385,6 +391,9 @@ RULES: dict[str, FrameworkRules] = {
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,
+        partial_recompute=("fms-fsdp's selective_checkpointing p, the fraction of the blocks checkpointed, evenly spaced "
+                           "(policies/ac_handler.py apply_fsdp_checkpointing; p = N/L for N of L layers); torchtitan 0.3's "
+                           "activation checkpointing is full, op-level selective or a memory budget, none of them by layer"),
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
         activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
@@ -427,7 +436,7 @@ UNPRICED_OFFLOAD = {
 
 BLOCK_RECOMPUTE_MISSING = (
     "{framework}: no partial (block) recompute — its full recompute recomputes every layer "
-    "(recompute_num_layers needs megatron-core: --recompute-method block)"
+    "(recompute_num_layers needs megatron-core: --recompute-method block, or fsdp: fms-fsdp's selective_checkpointing)"
 )
 GROUPED_RECOMPUTE_MISSING = (
     "{framework}: no grouped recompute — its full recompute checkpoints every layer "
@@ -439,10 +448,13 @@ def recompute_method_violation(framework: str, recompute_num_layers: int, recomp
     """(field, reason) when ``framework`` has no full recompute of the kind asked: block depths
     (``recompute_num_layers`` alone) or uniform groups of 2 or more layers
     (``recompute_method`` uniform); None otherwise."""
-    if not recompute_num_layers or rules_for(framework).block_recompute:
+    rules = rules_for(framework)
+    if not recompute_num_layers or rules.block_recompute:
         return None
     if recompute_method == "uniform":
         return "recompute_method", GROUPED_RECOMPUTE_MISSING.format(framework=framework)
+    if rules.partial_recompute:
+        return None
     return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
 
 
@@ -465,7 +477,7 @@ def describe(framework: str) -> str:
              if r.partial_sharding_stages else "no dp_shard")
     ep = ("ep over sharding × tp, experts unsplit" if r.ep_over_sharding else "ep folded into tp·cp·dp" if r.ep_folding
           else "ep over dp·cp") if r.expert_parallel else "no ep"
-    extras = [x for x, ok in (("block recompute", r.block_recompute), ("FP8", r.fp8)) if ok] or ["no FP8"]
+    extras = [x for x, ok in (("block recompute", r.block_recompute), ("partial recompute", bool(r.partial_recompute)), ("FP8", r.fp8)) if ok] or ["no FP8"]
     offloads = [x for x, ok in (("optimizer state", r.optimizer_offload), ("sharded state", r.cpu_offload),
                                 ("activations", r.activation_offloading)) if ok]
     extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")

@@ -1086,6 +1086,14 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     refuse_lora(view, "torchtitan's command line", "torchtitan's LoRA is a LoRAConverter in a registered config function's "
                 "model converters (components/lora.py): register one with the plan's rank and target modules, or use the "
                 "torchrun target with a PEFT trainer")
+    depth = int(view.s("recompute_num_layers", 0) or 0)
+    layers = view.transformer.num_layers if view.transformer is not None else 0
+    if depth and layers:
+        raise InvalidPlan(f"torchtitan's activation checkpointing has no setting for recomputing {depth} of a stage's layers "
+                          "(strategy.recompute_num_layers; its modes are full, op-level selective and a memory budget): this "
+                          "launch would recompute all of them or none; launch it with the torchrun target and a trainer that "
+                          f"checkpoints {depth} of every {-(-layers // view.pp)} blocks (fms-fsdp's selective_checkpointing "
+                          f"{depth}/{-(-layers // view.pp)})", field="target")
     if view.training.get("activation_offloading") is True:
         raise InvalidPlan("torchtitan has no activation offloading (its memory settings are activation checkpointing and "
                           "enable_cpu_offload): the plan priced every layer's saved activations in host memory, which this launch "

@@ -1403,6 +1403,17 @@ const fmt = {
     const whyLost = explanation.alternatives || [];
     $("#plan-title").textContent = `Plan ${fmt.shortId(plan.id)}: ${plan.model.name} on ${plan.cluster.name}`;
 
+    /** The recompute knob in words: Megatron-Core's block depth (the first N layers of each
+     *  chunk) or uniform groups, another framework's N layers of each chunk (which ones does not
+     *  change the cost), or the selective modules. */
+    function recomputeText(s, framework) {
+      const n = s.recompute_num_layers;
+      if (n && s.recompute_method === "uniform") return `${s.recompute}, uniform groups of ${n} layers`;
+      if (n) return (framework || "megatron-core") === "megatron-core"
+        ? `${s.recompute}, first ${n} layers of each chunk (block)` : `${s.recompute}, ${n} layers of each chunk`;
+      return s.recompute_modules ? `${s.recompute}: ${s.recompute_modules.join(", ")}` : s.recompute;
+    }
+
     const cards = h(
       "div",
       { class: "cards", "data-section": "prediction" },
@@ -1435,8 +1446,7 @@ const fmt = {
           ...(s.etp || s.ep > 1 ? [["experts' tensor parallel (etp)", s.etp ? s.etp : "the framework's default"]] : []),
           ["virtual stages (vpp)", s.vpp],
           ["micro-batch size", s.micro_batch_size], ["micro-batches per step", pred.num_microbatches],
-          ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", s.recompute_num_layers ? `${s.recompute}, first ${s.recompute_num_layers} layers of each chunk (block)`
-            : s.recompute_modules ? `${s.recompute}: ${s.recompute_modules.join(", ")}` : s.recompute],
+          ["sequence parallel", s.sequence_parallel ? "yes" : "no"], ["recompute", recomputeText(s, plan.training.framework)],
           ["ZeRO stage", s.dp_shard ? `${s.zero_stage}, sharded over ${s.dp_shard} dp ranks, ${s.dp / s.dp_shard} replicas (HSDP)` : s.zero_stage],
           ["layers per stage", s.layers_per_stage ? s.layers_per_stage.join(", ") : "even"],
         ].map(([k, v]) => h("div", { "data-knob": k }, h("dt", {}, k), h("dd", {}, String(v))))

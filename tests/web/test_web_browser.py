@@ -791,3 +791,17 @@ def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browse
     assert any("layernorm: nothing to recompute" in w for w in plan["warnings"])
     knobs = pairs(d, "#strategy > div", "dt", "dd")
     assert knobs["recompute"] == "selective: layernorm"
+
+
+def test_an_fsdp_plan_pinned_to_recompute_some_of_its_blocks_says_so(browser, live_server):
+    """Under fsdp a pinned recompute_num_layers is fms-fsdp's selective_checkpointing: N of each
+    chunk's layers, not Megatron-Core's first N (the block method)."""
+    d = browser
+    small_one_node_form(d, live_server, "fsdp")
+    Select(css(d, "#c-recompute")).select_by_value("full")
+    fill(css(d, "#c-recompute-layers"), 6)
+    css(d, "#submit-plan").click()
+    plan_id = rendered_plan_id(d)
+    strategy = api(live_server, "GET", f"/v1/plans/{plan_id}").json()["best"]["strategy"]
+    assert (strategy["recompute"], strategy["recompute_num_layers"]) == ("full", 6)
+    assert pairs(d, "#strategy > div", "dt", "dd")["recompute"] == "full, 6 layers of each chunk"

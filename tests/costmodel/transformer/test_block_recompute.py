@@ -4,7 +4,10 @@ others keep their activations (cost_model.transformer.layer_cost.recompute_fract
 activation memory falls and the recompute time rises linearly in N between no recompute and
 full recompute of every layer.  The planner searches N where a layout fits only with recompute
 (planner_service.planner.transformer.space.block_recompute_candidates), the Megatron exporter
-writes it, and frameworks without it refuse it naming the field."""
+writes it, and frameworks without it refuse it naming the field.  Under ``fsdp`` the same field
+is fms-fsdp's ``selective_checkpointing`` (N of a stage's L blocks, p = N/L): costed and pinned,
+not searched, and refused by the torchtitan target, whose activation checkpointing has no such
+setting."""
 
 from __future__ import annotations
 
@@ -119,7 +122,7 @@ def test_the_plan_and_its_megatron_launch_file_carry_the_depth_over_http(client)
     words = shlex.split(text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.rindex(")")])
     assert words[words.index("--recompute-method") + 1] == "block"
     assert words[words.index("--recompute-num-layers") + 1] == str(n)
-    bad = client.post("/v1/plans", json={**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "fsdp"}})
+    bad = client.post("/v1/plans", json={**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "deepspeed"}})
     assert bad.status_code == 422 and "recompute_num_layers" in bad.text
 
 
@@ -134,7 +137,7 @@ def test_the_cli_plans_and_pins_the_depth(tmp_path):
         assert res.exit_code == 0, res.output
         s = json.loads(res.output)["best"]["strategy"]
         assert s["recompute"] == "full" and (s["recompute_num_layers"] == expect if expect else 0 < s["recompute_num_layers"] < 32)
-    (tmp_path / "req.json").write_text(json.dumps({**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "fsdp"}}))
+    (tmp_path / "req.json").write_text(json.dumps({**_body({"recompute_num_layers": 3}), "training": {**_body({})["training"], "framework": "deepspeed"}}))
     res = CliRunner().invoke(app, ["plan", str(tmp_path / "req.json"), "--json"])
     assert res.exit_code != 0 and "recompute_num_layers" in res.output
 
@@ -167,3 +170,48 @@ def test_published_rows_search_the_depths_as_costing_them_all_would():
         assert (est is None) == (want is None), case.row_id
         if want is not None:
             assert est.step_time_s == pytest.approx(want[0].step_time_s, rel=1e-9), case.row_id
+
+
+def _fsdp(strategy: dict) -> dict:
+    """Llama 2 13B (40 layers) under FSDP full sharding on 16 nodes of A100s, as fms-fsdp trains it."""
+    return {"model": {"preset": "llama2-13b"}, "training": {"global_batch_size": 256, "sequence_length": 4096, "framework": "fsdp"},
+            "cluster": {"name": "c", "node_groups": [{"name": "a", "count": 16, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]},
+            "strategy": {"dp": 128, "micro_batch_size": 2, "zero_stage": 3, **strategy}}
+
+
+def test_fsdp_recomputes_a_fraction_of_its_blocks_as_fms_fsdp_selective_checkpointing_does(client):
+    """fms-fsdp's selective_checkpointing p checkpoints p of the blocks: recompute_num_layers
+    N = p·L under recompute full, between no recompute and every layer in memory and time, and
+    linear in N (the layers are alike, so which N does not matter)."""
+    runs = {n: client.post("/v1/estimate", json=_fsdp({"recompute": "full", "recompute_num_layers": n} if n else {"recompute": "full"}))
+            for n in (10, 20, 30, 0)}
+    runs[-1] = client.post("/v1/estimate", json=_fsdp({"recompute": "none"}))
+    assert all(r.status_code == 200 for r in runs.values()), {n: r.text for n, r in runs.items()}
+    step = {n: r.json()["step_time_s"] for n, r in runs.items()}
+    peak = {n: max(r.json()["peak_memory_GB"]) for n, r in runs.items()}
+    assert step[-1] < step[10] < step[20] < step[30] < step[0]
+    assert peak[-1] > peak[10] > peak[20] > peak[30] > peak[0]
+    # a quarter of the blocks, a half, three quarters: the same recompute time and memory each
+    # quarter (beyond the recomputed layer's working set, which any recompute brings)
+    assert step[30] - step[20] == pytest.approx(step[20] - step[10], rel=0.05)
+    assert peak[20] - peak[30] == pytest.approx(peak[10] - peak[20], rel=0.05)
+
+
+def test_fsdp_plans_a_pinned_fraction_but_does_not_search_one_and_torchtitan_refuses_to_launch_it(client):
+    body = {**{k: v for k, v in _fsdp({}).items() if k != "strategy"}, "constraints": {"recompute": "full", "recompute_num_layers": 10}}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    best = r.json()["best"]["strategy"]
+    assert (best["recompute"], best["recompute_num_layers"]) == ("full", 10)
+    launch = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "torchtitan"})
+    assert launch.status_code == 422 and launch.json()["error"]["field"] == "target"
+    assert "selective_checkpointing 10/40" in launch.json()["error"]["message"]
+    assert client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "torchrun"}).status_code == 200
+    # unpinned, the search does not offer a depth (no fsdp launch target writes one)
+    body["constraints"] = {"dp": 128, "micro_batch_size": 2, "zero_stage": 3}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    assert all("recompute_num_layers" not in c["strategy"] for c in [r.json()["best"], *r.json()["alternatives"]])
+    # grouped (uniform) recompute stays Megatron-Core's
+    bad = client.post("/v1/estimate", json=_fsdp({"recompute": "full", "recompute_num_layers": 2, "recompute_method": "uniform"}))
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "strategy.recompute_method"
