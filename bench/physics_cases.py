@@ -29,6 +29,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``recompute_modules``: Megatron-Core's ``--recompute-modules`` on Qwen3-30B-A3B (tp 2, pp 2,
   ep 8): activations and step for the attention core alone, ``moe_act``, ``layernorm``, both, and
   the whole MoE layer;
+* ``paddle_full_attn``: PaddleNLP's ``recompute_granularity`` on Llama-2 13B (tp 4, SP): none,
+  ``core_attn``, ``full_attn`` (the whole attention module) and full recompute;
+* ``fsdp_selective_checkpointing``: fms-fsdp's ``selective_checkpointing`` on Llama-2 13B under
+  FSDP on 128 A100: none, a quarter, half, three quarters and all of the blocks;
 * ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
   4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
   (sharded within a node, replicated across) — step, exposed DP time and the state each holds;
@@ -631,11 +635,43 @@ def grouped_recompute() -> dict[str, Any]:
     return {"model": model.name, "layout": "Megatron-Core tp 8 · pp 4 on 32 H100, 64 × 8192 tokens a step, full recompute", "rows": rows}
 
 
+def paddle_full_attn() -> dict[str, Any]:
+    """PaddleNLP's recompute_granularity (Strategy.recompute_modules under paddle;
+    layer_cost.selective_module_costs): Llama-2 13B on 8 A800, tp 4 with sequence parallelism,
+    dp 2, 4096 tokens — no recompute, core_attn, full_attn (the whole attention module) and full."""
+    model = get_preset("llama2-13b")
+    tr = Training(global_batch_size=64, sequence_length=4096, framework="paddle")
+    base = {"tp": 4, "dp": 2, "zero_stage": 1, "micro_batch_size": 1, "sequence_parallel": True}
+    rows = []
+    for label, extra in (("none", {"recompute": "none"}), ("core_attn", {"recompute": "selective"}),
+                         ("full_attn", {"recompute": "selective", "recompute_modules": ["full_attn"]}), ("full", {"recompute": "full"})):
+        est = estimate(model, tr, simple_cluster("A800-SXM4-80GB", 1), strategy_from_dict({**base, **extra}))
+        rows.append(_row(est, case=label, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "Paddle tp 4 (SP) · dp 2 on 8 A800, sharding stage 1, 64 × 4096 tokens a step", "rows": rows}
+
+
+def fsdp_selective_checkpointing() -> dict[str, Any]:
+    """fms-fsdp's selective_checkpointing p (recompute_num_layers N = p·L under fsdp;
+    layer_cost.recompute_fraction): Llama-2 13B under FSDP full sharding on 16 × 8 A100, two
+    4096-token sequences per GPU — no checkpointing, a quarter, half and three quarters of the 40
+    blocks, and every block."""
+    model = get_preset("llama2-13b")
+    tr = Training(global_batch_size=256, sequence_length=4096, framework="fsdp")
+    base = {"dp": 128, "zero_stage": 3, "micro_batch_size": 2}
+    rows = []
+    for label, extra in (("none", {"recompute": "none"}), ("p = 1/4", {"recompute": "full", "recompute_num_layers": 10}),
+                         ("p = 1/2", {"recompute": "full", "recompute_num_layers": 20}),
+                         ("p = 3/4", {"recompute": "full", "recompute_num_layers": 30}), ("p = 1", {"recompute": "full"})):
+        est = estimate(model, tr, simple_cluster("A100-SXM4-80GB", 16), strategy_from_dict({**base, **extra}))
+        rows.append(_row(est, case=label, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "FSDP FULL_SHARD on 128 A100, 2 × 4096 tokens a GPU", "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
                                   optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
-                                  deepspeed_stage3_single_source, memory_interval_state_dominated)}
+                                  paddle_full_attn, fsdp_selective_checkpointing, deepspeed_stage3_single_source, memory_interval_state_dominated)}
 
 
 def main() -> None:

@@ -269,6 +269,12 @@ def physics() -> str | None:
         ("grouped_recompute", "Grouped recompute", "activations", "uniform groups keep one checkpoint a group for the full "
          "recompute's time, but hold a whole group's activations while its backward runs, so the saving turns into a cost as the "
          "group grows; block recompute trades memory for time instead."),
+        ("paddle_full_attn", "Paddle's recompute granularity", "activations", "core_attn redoes FlashAttention's forward for no "
+         "memory in 16 bits; full_attn also frees Q, K, V and the projection's input for the projections' forward and the "
+         "attention's TP collective again; full keeps only each layer's input."),
+        ("fsdp_selective_checkpointing", "FSDP checkpointing a fraction of the blocks", "activations", "fms-fsdp's "
+         "selective_checkpointing p trades memory for time linearly in p (the first checkpointed block brings its recompute "
+         "working set), so the smallest p that fits is the fastest."),
     ):
         if d.get(key):
             out.append(case_rows(title, d[key], memory, why))

@@ -228,6 +228,9 @@ class FrameworkRules:
     #: which submodules its selective recompute may recompute, Megatron-Core's
     #: ``--recompute-modules`` (``Strategy.recompute_modules``; empty: only its fixed selective scope)
     recompute_modules: tuple[str, ...] = ()
+    #: its setting that takes those modules, where it takes one of them only (PaddleNLP's
+    #: ``recompute_granularity``); empty: any set of them (Megatron-Core's list)
+    one_recompute_module: str = ""
     #: its LoRA finetuning (``training.lora_rank``), in its trainers' own terms; empty: none
     lora: str = ""
     #: its QLoRA: LoRA over a 4-bit NF4 base (``training.lora_base_dtype`` ``nf4``); empty: none
@@ -259,6 +262,19 @@ class FrameworkRules:
 #: submodule's input kept, its insides recomputed).
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
+#: PaddleNLP's ``recompute_granularity`` under ``recompute: true``, as ``recompute: selective``
+#: with one module: ``core_attn`` (its default scope here: the attention function, the flash one
+#: included) or ``full_attn`` — the whole self-attention module, which its decoder layers wrap in
+#: ``recompute(self.self_attn, ...)`` (``LlamaDecoderLayer.forward`` and its Qwen, Mixtral and
+#: DeepSeek siblings): the Q/K/V and output projections, RoPE and the attention core run again
+#: in backward with their tensor-parallel collectives, and only the module's input — the normed
+#: hidden state — is kept of the attention.  Its third granularity, ``full``, is ``recompute: full``.
+PADDLE_RECOMPUTE_MODULES = ("core_attn", "full_attn")
+
+#: Every recompute module a framework names, in one order (Megatron-Core's, then Paddle's own):
+#: the bitmask order of :func:`cost_model.transformer.layer_cost.recompute_modules_mask`.
+ALL_RECOMPUTE_MODULES = (*RECOMPUTE_MODULES, "full_attn")
+
 
 #: Megatron-Core's fine-grained activation offloading modules (``--offload-modules``; Megatron-Core
 #: ``TransformerConfig``'s allowed set): the attention's input norm, the QKV projection's input, the
@@ -285,8 +301,8 @@ def declared_order(modules: Sequence[str], declared: tuple[str, ...]) -> tuple[s
 
 def canonical_recompute_modules(modules: tuple[str, ...]) -> tuple[str, ...]:
     """One spelling of a recompute module set (:func:`declared_order` over
-    :data:`RECOMPUTE_MODULES`), and empty for the default (the attention core alone)."""
-    ordered = declared_order(modules, RECOMPUTE_MODULES)
+    :data:`ALL_RECOMPUTE_MODULES`), and empty for the default (the attention core alone)."""
+    ordered = declared_order(modules, ALL_RECOMPUTE_MODULES)
     return () if ordered == ("core_attn",) else ordered
 
 
@@ -295,13 +311,16 @@ def recompute_modules_violation(framework: str, modules: tuple[str, ...] | None)
     a module it does not have, else None."""
     if not modules:
         return None
-    have = rules_for(framework).recompute_modules
+    rules = rules_for(framework)
+    have = rules.recompute_modules
     if not have:
-        return (f"{framework}: no recompute_modules setting (it is Megatron-Core's --recompute-modules); its selective "
-                "recompute is fixed — leave it out")
+        return (f"{framework}: no recompute_modules setting (it is Megatron-Core's --recompute-modules and PaddleNLP's "
+                "recompute_granularity); its selective recompute is fixed — leave it out")
     unknown = [m for m in modules if m not in have]
     if unknown:
         return f"{unknown[0]!r} is not one of {framework}'s recompute modules: {', '.join(have)}"
+    if rules.one_recompute_module and len(modules) > 1:
+        return f"{framework}: recompute_modules is {rules.one_recompute_module}, which takes one of {', '.join(have)}: give one"
     return None
 
 
@@ -421,6 +440,7 @@ RULES: dict[str, FrameworkRules] = {
         activation_offloading="PaddleNLP's recompute_offload (the full recompute's checkpointed inputs in host memory)",
         activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
         lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)", checkpoints_fused_attention=True,
+        recompute_modules=PADDLE_RECOMPUTE_MODULES, one_recompute_module="PaddleNLP's recompute_granularity",
         replicates_kv_heads=True,
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),

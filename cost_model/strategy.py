@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 from cost_model.errors import InvalidStrategy
 from cost_model.frameworks import (
+    ALL_RECOMPUTE_MODULES,
+    PADDLE_RECOMPUTE_MODULES,
     RECOMPUTE_MODULES,
     canonical_recompute_modules,
     context_parallel_violation,
@@ -314,9 +316,10 @@ def strategy_from_dict(data: Mapping[str, Any], field_path: str = "strategy") ->
     if modules is not None:
         if not isinstance(modules, (list, tuple)) or not modules or not all(isinstance(m, str) for m in modules) or len(set(modules)) != len(modules):
             raise InvalidStrategy(f"must be a non-empty list of distinct module names, got {modules!r}", field=f"{field_path}.recompute_modules")
-        strange = [m for m in modules if m not in RECOMPUTE_MODULES]
+        strange = [m for m in modules if m not in ALL_RECOMPUTE_MODULES]
         if strange:
-            raise InvalidStrategy(f"{strange[0]!r} is not one of Megatron-Core's recompute modules: {', '.join(RECOMPUTE_MODULES)}",
+            raise InvalidStrategy(f"{strange[0]!r} is not a recompute module: Megatron-Core's are {', '.join(RECOMPUTE_MODULES)}; "
+                                  f"PaddleNLP's recompute_granularity {', '.join(PADDLE_RECOMPUTE_MODULES)}",
                                   field=f"{field_path}.recompute_modules")
         out["recompute_modules"] = tuple(modules)
     shard = data.get("dp_shard")

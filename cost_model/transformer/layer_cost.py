@@ -45,7 +45,7 @@ from cost_model.compute import (
     memory_bound_time_s,
 )
 from cost_model.devices import BYTES_PER_ELEMENT, FAMILY_EFFICIENCY, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import RECOMPUTE_MODULES, rules_for, runs_deepspeed_engine
+from cost_model.frameworks import ALL_RECOMPUTE_MODULES, RECOMPUTE_MODULES, rules_for, runs_deepspeed_engine
 from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
@@ -168,7 +168,7 @@ class StrategyArrays:
     #: Strategy.etp (the experts' tensor-parallel size; 0 Megatron-Core's default rule,
     #: :func:`cost_model.transformer.moe.expert_tensor_parallel`); None: the rule for all
     etp: np.ndarray | None = None
-    #: Strategy.recompute_modules as a bitmask over :data:`cost_model.frameworks.RECOMPUTE_MODULES`
+    #: Strategy.recompute_modules as a bitmask over :data:`cost_model.frameworks.ALL_RECOMPUTE_MODULES`
     #: (:func:`recompute_modules_mask`; 0 the default, the attention core); None: 0 for all
     recompute_modules: np.ndarray | None = None
     #: Layers under one checkpoint of a full recompute (Strategy.recompute_method uniform's
@@ -458,12 +458,14 @@ def _uniform_layer_costs(
     op_level = op_level_selective(model, training)
     module_tp: ArrayOrFloat = 0.0
     module_ep: ArrayOrFloat = 0.0
+    module_attn_tp: ArrayOrFloat = 0.0
     if op_level:
         sel_share = op_level_recomputed_gemm_flops(model, g.T, S.tp) / gemm_flops
         selective_s = sel_share * (gemm_fwd + cast_fwd) + elem_fwd + unfused * attn_fwd
     else:
         # the attention core (Megatron's default module) and any other --recompute-modules
-        modules_s, module_tp, module_ep = selective_module_costs(model, training, device, S, g.T, ffn_fwd, moe)
+        modules_s, module_tp, module_ep, module_attn_tp = selective_module_costs(model, training, device, S, g.T, ffn_fwd, moe,
+                                                                                  attn_gemm_fwd_s=gemm_fwd - ffn_fwd)
         core = 1.0 if checkpoints_attention_core(training) else 0.0
         selective_s = recomputes(S, "core_attn") * core * attn_fwd + modules_s
     selective = np.where(S.recompute == 1, 1.0, 0.0)
@@ -472,6 +474,7 @@ def _uniform_layer_costs(
     tp_comm, cp_exposed, ep_comm = _layer_parallel_comm(
         model, training, device, links, S, g, gemm_fwd, attn_fwd, attn_bwd, moe, forward_compute + backward_compute, frac,
         selective_collectives=selective if op_level else 0.0, ffn_collectives=selective * module_tp, ep_recomputes=selective * module_ep,
+        attn_collectives=selective * module_attn_tp,
     )
 
     # ---- activation memory (bytes per layer per micro-batch) -----------------------------------
@@ -800,14 +803,16 @@ def _layer_parallel_comm(
     selective_collectives: ArrayOrFloat = 0.0,
     ffn_collectives: ArrayOrFloat = 0.0,
     ep_recomputes: ArrayOrFloat = 0.0,
+    attn_collectives: ArrayOrFloat = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exposed time (s) of one layer's tensor-parallel collectives, context-parallel exchange
     (:func:`cost_model.transformer.context_parallel.cp_layer_comm_s`) and expert-parallel
     dispatch/combine (``moe``; alpha-beta costs of :mod:`cost_model.comm`).
     ``selective_collectives``: TP collectives a selective recompute runs again, in units of
     one all-reduce (op-level: the attention's and the FFN's input all-gathers, 1);
-    ``ffn_collectives``: the FFN's collective passes and ``ep_recomputes`` the dispatch/combine
-    pairs that recomputed modules run again (:func:`selective_module_costs`)."""
+    ``ffn_collectives``: the FFN's collective passes, ``ep_recomputes`` the dispatch/combine
+    pairs and ``attn_collectives`` the attention's collective passes that recomputed modules run
+    again (:func:`selective_module_costs`)."""
     h, T, kv, eb, sc = g.h, g.T, g.kv, g.eb, g.sc
     t, c, b = S.tp, S.cp, S.mbs
     gpn = links.gpus_per_node
@@ -825,6 +830,7 @@ def _layer_parallel_comm(
     n_collectives = 4 + 2 * np.asarray(frac, dtype=float) + selective_collectives
     tp_comm = n_collectives * one_ar if moe is None else n_collectives / 2 * (one_ar + moe.ffn_tp_one_s)
     tp_comm = tp_comm + np.asarray(ffn_collectives, dtype=float) * (one_ar if moe is None else moe.ffn_tp_one_s)
+    tp_comm = tp_comm + np.asarray(attn_collectives, dtype=float) * one_ar
     # Communication hides behind compute only where it runs beside it (GPUs: 1; CPUs: 0).
     overlap = device.efficiency.comm_overlap_fraction
     if training.tp_comm_overlap:
@@ -1206,7 +1212,8 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         stored = np.where(S.recompute == 1, layer_input + saved_mm + attn_out + reduce_scatter + moe_saved, stored)
     else:
         # Megatron-Core's --recompute-modules beyond the attention core (selective_module_costs)
-        freed = _selective_freed_bytes(model, S, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner)
+        freed = _selective_freed_bytes(model, S, sbh=sbh / rep, tokens=sc * b, gi=gi, eb=eb, t=t, kv=kv, ffn_inner=ffn_inner,
+                                       attn_inner=attn_inner)
         stored = np.where(S.recompute == 1, stored - freed, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
     largest_group, inputs_per_layer = uniform_recompute_groups(model, S)
@@ -1262,13 +1269,13 @@ def offload_module_bytes(model: TransformerSpec, training: Training, S: Strategy
 
 def recompute_modules_mask(modules: Sequence[str]) -> int:
     """A module set (``Strategy.recompute_modules``) as a bitmask over
-    :data:`cost_model.frameworks.RECOMPUTE_MODULES` (0: the default, the attention core)."""
-    return sum(1 << RECOMPUTE_MODULES.index(m) for m in modules)
+    :data:`cost_model.frameworks.ALL_RECOMPUTE_MODULES` (0: the default, the attention core)."""
+    return sum(1 << ALL_RECOMPUTE_MODULES.index(m) for m in modules)
 
 
 def recompute_modules_of(mask: int) -> tuple[str, ...]:
     """The module set of a :func:`recompute_modules_mask` (empty: the default)."""
-    return tuple(m for i, m in enumerate(RECOMPUTE_MODULES) if (int(mask) >> i) & 1)
+    return tuple(m for i, m in enumerate(ALL_RECOMPUTE_MODULES) if (int(mask) >> i) & 1)
 
 
 def model_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
@@ -1297,8 +1304,14 @@ def lean_recompute_modules(model: TransformerSpec, training: Training) -> tuple[
     (:func:`core_attention_recompute_frees`; else its forward would run again for nothing).
     They free their outputs for a memory-bound pass or two small GEMMs each
     (:func:`selective_module_costs`), where full recompute pays the whole forward; empty for a
-    dense model without MLA (its norms are fused: nothing more to discard cheaply)."""
-    chosen = [m for m in model_recompute_modules(model) if m in OUTPUT_DISCARDING_MODULES]
+    dense model without MLA (its norms are fused: nothing more to discard cheaply).  Under Paddle,
+    whose ``recompute_granularity`` takes one module, ``full_attn``: the attention's projections
+    forward again for its Q, K, V and projection input, about a third of a full recompute's
+    GEMMs for a third to a half of the activations it frees."""
+    have = rules_for(training.framework).recompute_modules
+    if "full_attn" in have:
+        return ("full_attn",)
+    chosen = [m for m in model_recompute_modules(model) if m in OUTPUT_DISCARDING_MODULES and m in have]
     if not chosen:
         return ()
     return ("core_attn", *chosen) if core_attention_recompute_frees(training) else tuple(chosen)
@@ -1308,10 +1321,13 @@ def recomputes(S: StrategyArrays, module: str) -> FloatArray:
     """Per candidate, 1.0 where ``recompute: selective`` recomputes Megatron-Core's ``module``
     (``Strategy.recompute_modules``; none given: the attention core alone — which is also what
     the other frameworks' attention-core selective recompute does; torchtitan's op-level policy
-    is its own, :func:`op_level_selective`), else 0.0 — whatever the recompute mode."""
+    is its own, :func:`op_level_selective`), else 0.0 — whatever the recompute mode.  PaddleNLP's
+    ``full_attn`` recomputes the attention core with the rest of its attention module."""
     mask = np.zeros_like(np.asarray(S.tp, dtype=float)) if S.recompute_modules is None else np.asarray(S.recompute_modules, dtype=float)
     bits = mask.astype(np.int64)
-    has = (bits >> RECOMPUTE_MODULES.index(module)) & 1
+    has = (bits >> ALL_RECOMPUTE_MODULES.index(module)) & 1
+    if module == "core_attn":
+        has = has | ((bits >> ALL_RECOMPUTE_MODULES.index("full_attn")) & 1)
     out: FloatArray = np.where((bits == 0) & (module == "core_attn"), 1.0, has.astype(float))
     return out
 
@@ -1319,7 +1335,7 @@ def recomputes(S: StrategyArrays, module: str) -> FloatArray:
 def recompute_modules_notes(model: TransformerSpec, modules: Sequence[str]) -> list[str]:
     """A warning for recompute modules that change nothing here: a module this model does not
     have (Megatron-Core runs it as a no-op; :func:`model_recompute_modules`)."""
-    has = model_recompute_modules(model)
+    has = (*model_recompute_modules(model), "full_attn")  # every attention has the module full_attn recomputes
     idle = [m for m in modules if m not in has]
     if not idle:
         return []
@@ -1328,17 +1344,19 @@ def recompute_modules_notes(model: TransformerSpec, modules: Sequence[str]) -> l
 
 
 def _selective_freed_bytes(model: TransformerSpec, S: StrategyArrays, *, sbh: ArrayOrFloat, tokens: ArrayOrFloat, gi: float,
-                           eb: float, t: ArrayOrFloat, kv: ArrayOrFloat, ffn_inner: ArrayOrFloat) -> FloatArray:
-    """Bytes per layer and micro-batch that Megatron-Core's recompute modules other than the
-    attention core free (:func:`selective_module_costs` has the derivation); ``sbh`` the layer's
-    hidden-state elements on this GPU (after sequence parallelism), ``tokens`` its tokens,
-    ``ffn_inner`` the FFN's stored bytes as :func:`activation_bytes` counts them."""
+                           eb: float, t: ArrayOrFloat, kv: ArrayOrFloat, ffn_inner: ArrayOrFloat, attn_inner: ArrayOrFloat) -> FloatArray:
+    """Bytes per layer and micro-batch that the recompute modules other than the attention core
+    free (:func:`selective_module_costs` has the derivation); ``sbh`` the layer's hidden-state
+    elements on this GPU (after sequence parallelism), ``tokens`` its tokens, ``ffn_inner`` and
+    ``attn_inner`` the FFN's and the attention's inner stored bytes (Q, K, V, the projection's
+    input; MLA's latents) as :func:`activation_bytes` counts them."""
     norm_out = np.asarray(sbh, dtype=float) * gi
     if S.recompute_modules is None:  # every candidate at the default: nothing beyond the attention core
         return np.zeros_like(norm_out * np.asarray(t, dtype=float))
     f, fm = float(model.ffn_hidden_size), float(model.ffn_matrices)
     T, tp = np.asarray(tokens, dtype=float), np.asarray(t, dtype=float)
     freed: FloatArray = recomputes(S, "layernorm") * (int(model.is_moe) + int(model.is_mla)) * norm_out
+    freed = freed + recomputes(S, "full_attn") * np.asarray(attn_inner, dtype=float)
     if model.is_mla:
         freed = freed + recomputes(S, "mla_up_proj") * T * (model.q_size / tp + 2.0 * np.asarray(kv, dtype=float)) * eb
     if model.is_moe:
@@ -1353,15 +1371,17 @@ def _selective_freed_bytes(model: TransformerSpec, S: StrategyArrays, *, sbh: Ar
 
 def selective_module_costs(
     model: TransformerSpec, training: Training, device: DeviceSpec, S: StrategyArrays, T: ArrayOrFloat, ffn_fwd_s: ArrayOrFloat,
-    moe: MoeFfnCost | None,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
+    moe: MoeFfnCost | None, attn_gemm_fwd_s: ArrayOrFloat = 0.0,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Megatron-Core's ``--recompute-modules`` beyond the attention core (``Strategy.
     recompute_modules``; Megatron-Core ``TransformerConfig.recompute_modules``, its
-    ``transformer_layer.py``/``moe_layer.py``/``experts.py``): per layer and micro-batch, the
-    seconds the recomputed forward pieces take in backward, the FFN tensor-parallel collective
-    passes they run again (in :func:`_layer_parallel_comm`'s units: the dense MLP's one, or the
-    MoE layer's ``ffn_tp_one_s``), and the expert dispatch/combine pairs they run again.  What
-    each frees is :func:`_selective_freed_bytes` (same terms, in :func:`activation_bytes`):
+    ``transformer_layer.py``/``moe_layer.py``/``experts.py``) and PaddleNLP's ``full_attn``: per
+    layer and micro-batch, the seconds the recomputed forward pieces take in backward, the FFN
+    tensor-parallel collective passes they run again (in :func:`_layer_parallel_comm`'s units:
+    the dense MLP's one, or the MoE layer's ``ffn_tp_one_s``), the expert dispatch/combine pairs
+    they run again, and the attention's tensor-parallel collective passes they run again (one
+    all-reduce's, or a reduce-scatter and an all-gather under SP).  What each frees is
+    :func:`_selective_freed_bytes` (same terms, in :func:`activation_bytes`):
 
     * ``layernorm`` — output-discarding checkpoints of the norms that are modules of their own
       under Transformer Engine: an MoE layer's pre-MLP norm (the router and dispatcher read it)
@@ -1383,12 +1403,17 @@ def selective_module_costs(
       and ``shared_experts``.
     * ``shared_experts`` — the shared experts, normal checkpointing: frees their hidden; costs
       their two GEMMs forward.
+    * ``full_attn`` (PaddleNLP's ``recompute_granularity``) — the self-attention module, normal
+      checkpointing (its normed input kept): frees Q, K, V and the projection's input (MLA's
+      latents too); costs the attention's projection GEMMs forward (``attn_gemm_fwd_s``), a RoPE
+      pass over Q and K, its TP collective pass; the attention core it contains is the
+      ``core_attn`` term (:func:`recomputes`).
     """
     t = np.asarray(S.tp, dtype=float)
     T = np.asarray(T, dtype=float) * np.ones_like(t)
     zero: FloatArray = np.zeros_like(T)
     if S.recompute_modules is None:  # every candidate at the default (the search's usual case): nothing to cost
-        return zero, zero, zero
+        return zero, zero, zero, zero
     eb = _act_bytes(training)
     gi = BYTES_PER_ELEMENT[training.dtype] if training.dtype in NARROW_DTYPES else eb
     h, f, fm = float(model.hidden_size), float(model.ffn_hidden_size), float(model.ffn_matrices)
@@ -1418,7 +1443,10 @@ def selective_module_costs(
         act = memory_bound_time_s(T * f / t * ((fm - 1.0) * eb + gi), device, kernels=1)
         seconds = seconds + mlp * (np.asarray(ffn_fwd_s, dtype=float) + act)
         tp_passes = mlp
-    return seconds, tp_passes, ep_pairs
+    attn = recomputes(S, "full_attn")
+    rope = memory_bound_time_s(T * (model.q_size / t + _kv_local(model, S.tp)) * 2.0 * eb, device, kernels=2)
+    seconds = seconds + attn * (np.asarray(attn_gemm_fwd_s, dtype=float) + rope)
+    return seconds, tp_passes, ep_pairs, attn
 
 
 def bf16_optimizer(training: Training, zero_stage: ArrayOrFloat, pp: ArrayOrFloat) -> npt.NDArray[np.bool_]:

@@ -750,7 +750,7 @@ def recompute_flops_per_step(model: TransformerSpec, training: Training, recompu
             _layer_forward_flops(model, s) + _adapter_forward_flops(model, training, s))
     tokens = float(training.global_batch_size) * s
     chosen = frozenset(modules or ("core_attn",))
-    redone_core = checkpoints_attention_core(training) and ("core_attn" in chosen or op_level_selective(model, training))
+    redone_core = checkpoints_attention_core(training) and ("core_attn" in chosen or "full_attn" in chosen or op_level_selective(model, training))
     core = training.global_batch_size * model.num_layers * 4 * s * model.attention_core_width(s) if redone_core else 0.0
     if op_level_selective(model, training):  # torchtitan: the even-numbered matmuls (and routed experts) of every layer
         return core + model.num_layers * sum(w * float(op_level_recomputed_gemm_flops(v, tokens, 1.0)) for w, v in model.layer_variants())
@@ -761,8 +761,9 @@ def _module_recompute_flops_per_token(model: TransformerSpec, modules: frozenset
     """Forward GEMM FLOPs per token that Megatron-Core's recompute modules run again, summed over
     the layers (:func:`cost_model.transformer.layer_cost.selective_module_costs`): the dense
     MLP (``mlp``), the whole MoE FFN — router, k experts, shared experts — (``moe``), the shared
-    experts alone (``shared_experts``) and MLA's up-projections (``mla_up_proj``); the norms and
-    activations are memory-bound passes without GEMM FLOPs."""
+    experts alone (``shared_experts``), MLA's up-projections (``mla_up_proj``) and, for PaddleNLP's
+    ``full_attn``, the attention's projections (its QKV — or MLA's down- and up-projections — and
+    output weights); the norms and activations are memory-bound passes without GEMM FLOPs."""
     h, fm = float(model.hidden_size), float(model.ffn_matrices)
     dense_layers = float(len(model.dense_layer_indices)) if model.is_moe else float(model.num_layers)
     moe_layers = float(model.moe_layers) if model.is_moe else 0.0
@@ -778,4 +779,6 @@ def _module_recompute_flops_per_token(model: TransformerSpec, modules: frozenset
         a = float(model.num_heads)
         q_up = model.q_lora_rank * a * (model.head_dim + model.qk_rope_head_dim) if model.q_lora_rank else 0.0
         out += model.num_layers * 2.0 * (q_up + model.kv_lora_rank * a * (model.head_dim + model.v_head_dim))
+    if "full_attn" in modules:
+        out += model.num_layers * 2.0 * (model.qkv_weights() + model.attn_out_size * h)
     return out

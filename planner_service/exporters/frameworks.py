@@ -867,7 +867,11 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
         notes.append("the plan keeps the optimizer state in host memory tensor-wise (layer_cost.tensorwise_offload_s): set "
                      "PaddleNLP's tensorwise_offload_optimizer: true (outside its Trainer, "
                      "paddlenlp.trainer.utils.offload_optimizer.hack_offload_optimizer() before building the optimizer)")
-    if view.s("recompute", "none") == "selective":
+    if view.s("recompute", "none") == "selective" and "full_attn" in (view.s("recompute_modules", None) or ()):
+        notes.append("the plan recomputes each layer's whole self-attention module (recompute_modules full_attn, costed with its "
+                     "projections, RoPE, attention core and tensor-parallel collectives run again in backward), which fleet's "
+                     "strategy has no switch for: set PaddleNLP's recompute: true with recompute_granularity full_attn")
+    elif view.s("recompute", "none") == "selective":
         notes.append("the plan recomputes the attention core (selective recompute, costed with its attention forward run again in "
                      "backward), which fleet's strategy has no switch for: set PaddleNLP's recompute: true with "
                      "recompute_granularity core_attn (or wrap the attention function in paddle.distributed.fleet.utils.recompute)")

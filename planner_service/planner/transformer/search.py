@@ -970,7 +970,9 @@ def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Map
     # what frees more than the pinned set: the modules the model has beyond it, but not a part
     # of the whole MoE layer when that is pinned, nor the dense MLP (a normal checkpoint of its own)
     covered = {"moe_act", "shared_experts"} if "moe" in pinned else set()
-    more = [m for m in model_recompute_modules(model) if m not in pinned and m not in covered and m not in ("core_attn", "mlp")]
+    have = rules_for(training.framework).recompute_modules
+    more = [m for m in (*model_recompute_modules(model), "full_attn")
+            if m in have and m not in pinned and m not in covered and m not in ("core_attn", "mlp")]
     if not more:
         return ""
     return f"; constraints.recompute_modules {json.dumps(list(pinned))} leaves {', '.join(sorted(more))} unrecomputed, which would free more"

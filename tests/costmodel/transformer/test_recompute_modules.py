@@ -1,7 +1,9 @@
 """Megatron-Core's ``--recompute-modules`` (``Strategy.recompute_modules``): what each module
 frees and what recomputing it costs (layer_cost.selective_module_costs), the default being the
 attention core alone, the framework and module checks, the warnings for a module with nothing
-to recompute, the search's lean module set, and the Megatron launch that carries the modules."""
+to recompute, the search's lean module set, and the Megatron launch that carries the modules.
+PaddleNLP's ``recompute_granularity`` is the same field with one of its own modules: ``core_attn``
+(its default here) or ``full_attn``, the whole self-attention module."""
 
 import json
 from dataclasses import replace
@@ -116,7 +118,7 @@ def test_modules_lower_the_peak_of_a_pinned_moe_layout_end_to_end():
     assert not lean.warnings and not plain.warnings
 
 
-def test_only_megatron_core_has_recompute_modules_and_only_its_modules():
+def test_megatron_core_and_paddle_have_recompute_modules_each_its_own():
     s = strategy_from_dict({"dp": 8, "recompute": "selective", "recompute_modules": ["layernorm", "moe_act"]})
     assert s.recompute_modules == ("layernorm", "moe_act") and s.to_dict()["recompute_modules"] == ["layernorm", "moe_act"]
     assert "recompute_modules" not in strategy_from_dict({"dp": 8}).to_dict()
@@ -124,15 +126,19 @@ def test_only_megatron_core_has_recompute_modules_and_only_its_modules():
     # one spelling: Megatron-Core's order, and the default alone as none
     assert validate_strategy(QWEN3_MOE, TR, s, cluster.total_gpus).recompute_modules == ("moe_act", "layernorm")
     assert validate_strategy(QWEN3_MOE, TR, replace(s, recompute_modules=("core_attn",)), cluster.total_gpus).recompute_modules == ()
-    for body, says in (({"recompute_modules": ["attention"]}, "not one of"),
+    for body, says in (({"recompute_modules": ["attention"]}, "not a recompute module"),
                        ({"recompute_modules": ["mlp", "mlp"]}, "distinct"),
                        ({"recompute_modules": "mlp"}, "list"),
                        ({"recompute_modules": []}, "non-empty")):
         with pytest.raises(InvalidStrategy) as err:
             validate_strategy(QWEN3_MOE, TR, strategy_from_dict({"dp": 8, "recompute": "selective", **body}), cluster.total_gpus)
         assert err.value.field == "strategy.recompute_modules" and says in err.value.message
+    paddle = replace(TR, framework="paddle")
     for tr, strategy, says in ((replace(TR, framework="fsdp"), s, "no recompute_modules setting"),
-                               (TR, replace(s, recompute="full"), "recompute: selective")):
+                               (TR, replace(s, recompute="full"), "recompute: selective"),
+                               (TR, replace(s, recompute_modules=("full_attn",)), "not one of megatron-core's recompute modules"),
+                               (paddle, s, "not one of paddle's recompute modules: core_attn, full_attn"),
+                               (paddle, replace(s, recompute_modules=("core_attn", "full_attn")), "recompute_granularity, which takes one")):
         with pytest.raises(InvalidStrategy) as err:
             validate_strategy(QWEN3_MOE, tr, strategy, cluster.total_gpus)
         assert err.value.field == "strategy.recompute_modules" and says in err.value.message
@@ -236,3 +242,50 @@ def test_a_pinned_module_that_does_not_exist_is_refused_not_dropped():
     with pytest.raises(InvalidStrategy) as err:
         plan(parse_plan_request(body), SolverSettings())
     assert err.value.field == "constraints.recompute_modules" and "'attention'" in err.value.message
+
+
+PADDLE = replace(TR, framework="paddle")
+
+
+def test_paddles_full_attn_recomputes_the_attention_module_between_the_core_and_the_whole_layer():
+    """recompute_granularity full_attn (``recompute(self.self_attn, ...)``): Q, K, V and the
+    projection's input freed, the projections' GEMMs, RoPE and the attention's TP collective run
+    again — more memory freed and more time than the attention core, less of both than full."""
+    s = Strategy(dp=4, tp=2, sequence_parallel=True, recompute="selective")
+    core, attn = _stored(LLAMA, (), s), float(activation_bytes(LLAMA, PADDLE, _S(s, ("full_attn",)))[0][0])
+    kv_local = LLAMA.num_kv_heads * LLAMA.head_dim / 2
+    tokens = TR.sequence_length  # one sequence a micro-batch
+    assert float(activation_bytes(LLAMA, PADDLE, _S(s, ()))[0][0]) == pytest.approx(core)
+    assert core - attn == pytest.approx(tokens * (LLAMA.q_size / 2 + 2 * kv_local + LLAMA.attn_out_size / 2) * 2)
+    cluster = simple_cluster("A800-SXM4-80GB", 1)
+    runs = {m: estimate(LLAMA, PADDLE, cluster, replace(s, recompute=r, recompute_modules=mods))
+            for m, (r, mods) in {"none": ("none", ()), "core": ("selective", ()), "attn": ("selective", ("full_attn",)),
+                                 "full": ("full", ())}.items()}
+    peak = {m: max(e.peak_memory_GB) for m, e in runs.items()}
+    step = {m: e.step_time_s for m, e in runs.items()}
+    assert peak["full"] < peak["attn"] < peak["core"] == peak["none"]
+    assert step["none"] < step["core"] < step["attn"] < step["full"]
+    assert runs["attn"].breakdown_s["tp_comm"] > runs["core"].breakdown_s["tp_comm"]
+    # hardware FLOPs: the attention's projections once more than the attention core's recompute
+    projections = TR.global_batch_size * TR.sequence_length * LLAMA.num_layers * 2 * (LLAMA.qkv_weights() + LLAMA.attn_out_size * LLAMA.hidden_size)
+    extra = recompute_flops_per_step(LLAMA, PADDLE, "selective", modules=("full_attn",)) - recompute_flops_per_step(LLAMA, PADDLE, "selective")
+    assert extra == pytest.approx(projections)
+    hw = {m: e.hardware_tflops_per_gpu * e.step_time_s for m, e in runs.items()}
+    assert (hw["attn"] - hw["core"]) * 1e12 * 8 == pytest.approx(projections, rel=1e-6)
+    # the search offers it under Paddle, beside none and full, as its one lean module
+    assert lean_recompute_modules(LLAMA, PADDLE) == ("full_attn",)
+
+
+def test_a_paddle_plan_pinned_to_full_attn_is_planned_and_its_fleet_launch_names_the_granularity(client):
+    body = {"model": {"preset": "llama2-7b"}, "training": {"global_batch_size": 64, "sequence_length": 4096, "framework": "paddle"},
+            "cluster": {"name": "c", "node_groups": [{"name": "a", "count": 1, "gpus_per_node": 8, "device": "A800-SXM4-80GB"}]},
+            "constraints": {"tp": 4, "dp": 2, "recompute_modules": ["full_attn"]}}
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    best = r.json()["best"]["strategy"]
+    assert (best["recompute"], best["recompute_modules"]) == ("selective", ["full_attn"])
+    art = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "paddle-fleet"})
+    assert art.status_code == 200, art.text
+    assert any("recompute_granularity full_attn" in n for n in art.json()["notes"])
+    bad = client.post("/v1/plans", json={**body, "constraints": {"recompute_modules": ["core_attn", "full_attn"]}})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.recompute_modules"
