@@ -975,7 +975,8 @@ def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Map
             if m in have and m not in pinned and m not in covered and m not in ("core_attn", "mlp")]
     if not more:
         return ""
-    return f"; constraints.recompute_modules {json.dumps(list(pinned))} leaves {', '.join(sorted(more))} unrecomputed, which would free more"
+    shown = list(pinned) or ["core_attn"]  # the default alone is kept as an empty set (canonical_recompute_modules)
+    return f"; constraints.recompute_modules {json.dumps(shown)} leaves {', '.join(sorted(more))} unrecomputed, which would free more"
 
 
 def offload_hint(training: Training) -> str:

@@ -230,6 +230,13 @@ def test_pinned_modules_that_leave_memory_on_the_table_are_named_when_nothing_fi
     with pytest.raises(NoFeasiblePlan) as err:
         plan(parse_plan_request({**body, "constraints": {"recompute": "full", "tp": 1, "ep": 8}}), SolverSettings())
     assert "recompute_modules" not in err.value.message
+    # under Paddle the pinned default (the attention core, kept as no modules) leaves full_attn,
+    # and the message names the pin as it was written, not as the empty default set
+    paddle = {"model": {"preset": "llama2-13b"}, "training": {"global_batch_size": 64, "sequence_length": 16384, "framework": "paddle"},
+              "cluster": body["cluster"], "constraints": {"recompute_modules": ["core_attn"], "tp": 8, "micro_batch_size": 4}}
+    with pytest.raises(NoFeasiblePlan) as err:
+        plan(parse_plan_request(paddle), SolverSettings())
+    assert 'constraints.recompute_modules ["core_attn"] leaves full_attn unrecomputed' in err.value.message
 
 
 def test_a_pinned_module_that_does_not_exist_is_refused_not_dropped():
