@@ -93,10 +93,10 @@ class FrameworkRules:
     #: ``--recompute-method``
     block_recompute: bool = False
     #: where the framework is not Megatron-Core, its setting for a full recompute of only some of
-    #: a stage's layers (``recompute_num_layers`` N of each model chunk's; which N does not change
-    #: the cost: every layer is alike), empty where it has none.  Estimated and pinned only — the
-    #: search offers partial recompute only under ``block_recompute`` —, and written by no launch
-    #: target but the framework's own trainer (the note names the setting)
+    #: the layers (``recompute_num_layers`` N of the L; which N does not change the cost: every
+    #: layer is alike), without a pipeline, and why not with one; empty where it has none.
+    #: Estimated and pinned only — the search offers partial recompute only under
+    #: ``block_recompute`` — and written by the framework's own trainer (the launch notes name it)
     partial_recompute: str = ""
     #: runs DeepSpeed's engine: its ZeRO optimizer's gradient buffers, its stage-3 hooks and
     #: tensor-list gathers, its pipeline engine — the cost terms and fitted constants of
@@ -411,8 +411,9 @@ RULES: dict[str, FrameworkRules] = {
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,
         partial_recompute=("fms-fsdp's selective_checkpointing p, the fraction of the blocks checkpointed, evenly spaced "
-                           "(policies/ac_handler.py apply_fsdp_checkpointing; p = N/L for N of L layers); torchtitan 0.3's "
-                           "activation checkpointing is full, op-level selective or a memory budget, none of them by layer"),
+                           "(policies/ac_handler.py apply_fsdp_checkpointing; p = N/L for N of L layers), which has no "
+                           "pipeline; torchtitan 0.3's activation checkpointing is full, op-level selective or a memory budget, "
+                           "none of them by layer"),
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
         activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
@@ -441,6 +442,9 @@ RULES: dict[str, FrameworkRules] = {
         activation_offloading_recompute=("full",), activation_offloading_with_pipeline=True,
         lora="PaddleNLP's LoRA (lora: true, lora_rank; LoRAModel)", checkpoints_fused_attention=True,
         recompute_modules=PADDLE_RECOMPUTE_MODULES, one_recompute_module="PaddleNLP's recompute_granularity",
+        partial_recompute=("PaddleNLP's no_recompute_layers under recompute_granularity full (the L − N layers it lists keep "
+                           "their activations), which its pipeline models refuse ('for pp with full recompute, "
+                           "no_recompute_layers is not support')"),
         replicates_kv_heads=True,
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
@@ -456,7 +460,8 @@ UNPRICED_OFFLOAD = {
 
 BLOCK_RECOMPUTE_MISSING = (
     "{framework}: no partial (block) recompute — its full recompute recomputes every layer "
-    "(recompute_num_layers needs megatron-core: --recompute-method block, or fsdp: fms-fsdp's selective_checkpointing)"
+    "(recompute_num_layers needs megatron-core: --recompute-method block; or, without a pipeline, fsdp: fms-fsdp's "
+    "selective_checkpointing, or paddle: PaddleNLP's no_recompute_layers)"
 )
 GROUPED_RECOMPUTE_MISSING = (
     "{framework}: no grouped recompute — its full recompute checkpoints every layer "
@@ -464,16 +469,19 @@ GROUPED_RECOMPUTE_MISSING = (
 )
 
 
-def recompute_method_violation(framework: str, recompute_num_layers: int, recompute_method: str) -> tuple[str, str] | None:
+def recompute_method_violation(framework: str, recompute_num_layers: int, recompute_method: str, pp: int = 1) -> tuple[str, str] | None:
     """(field, reason) when ``framework`` has no full recompute of the kind asked: block depths
     (``recompute_num_layers`` alone) or uniform groups of 2 or more layers
-    (``recompute_method`` uniform); None otherwise."""
+    (``recompute_method`` uniform), or its partial recompute (``FrameworkRules.partial_recompute``,
+    a setting without a pipeline) with ``pp`` > 1; None otherwise."""
     rules = rules_for(framework)
     if not recompute_num_layers or rules.block_recompute:
         return None
     if recompute_method == "uniform":
         return "recompute_method", GROUPED_RECOMPUTE_MISSING.format(framework=framework)
     if rules.partial_recompute:
+        if pp > 1:
+            return "recompute_num_layers", f"{framework}: recompute_num_layers with pp={pp}: its partial recompute runs without a pipeline only — {rules.partial_recompute}"
         return None
     return "recompute_num_layers", BLOCK_RECOMPUTE_MISSING.format(framework=framework)
 
@@ -497,7 +505,8 @@ def describe(framework: str) -> str:
              if r.partial_sharding_stages else "no dp_shard")
     ep = ("ep over sharding × tp, experts unsplit" if r.ep_over_sharding else "ep folded into tp·cp·dp" if r.ep_folding
           else "ep over dp·cp") if r.expert_parallel else "no ep"
-    extras = [x for x, ok in (("block recompute", r.block_recompute), ("partial recompute", bool(r.partial_recompute)), ("FP8", r.fp8)) if ok] or ["no FP8"]
+    extras = [x for x, ok in (("block recompute", r.block_recompute), ("partial recompute without pp", bool(r.partial_recompute))) if ok]
+    extras.append("FP8" if r.fp8 else "no FP8")
     offloads = [x for x, ok in (("optimizer state", r.optimizer_offload), ("sharded state", r.cpu_offload),
                                 ("activations", r.activation_offloading)) if ok]
     extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")
@@ -526,7 +535,7 @@ def layout_rule_violation(
 ) -> tuple[str, str] | None:
     """(strategy field, reason naming the rule) when ``framework`` cannot run the layout."""
     r = rules_for(framework)
-    rule = recompute_method_violation(framework, recompute_num_layers, recompute_method)
+    rule = recompute_method_violation(framework, recompute_num_layers, recompute_method, pp=pp)
     if rule is not None:
         return rule
     if tp > 1 and not r.tensor_parallel:
@@ -695,7 +704,8 @@ def pinned_rule_violation(framework: str, pins: Mapping[str, Any]) -> tuple[str,
     cp_why = context_parallel_violation(framework, cp=pinned.get("cp", 1), tp=pinned.get("tp", 1), pp=pinned.get("pp", 1))
     if cp_why is not None:
         return "cp", cp_why
-    rule = recompute_method_violation(framework, pinned.get("recompute_num_layers", 0), pinned.get("recompute_method", ""))
+    rule = recompute_method_violation(framework, pinned.get("recompute_num_layers", 0), pinned.get("recompute_method", ""),
+                                      pp=pinned.get("pp", 1))
     if rule is not None:
         return rule
     if "zero_stage" in pinned:

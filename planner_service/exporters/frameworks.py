@@ -867,6 +867,13 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
         notes.append("the plan keeps the optimizer state in host memory tensor-wise (layer_cost.tensorwise_offload_s): set "
                      "PaddleNLP's tensorwise_offload_optimizer: true (outside its Trainer, "
                      "paddlenlp.trainer.utils.offload_optimizer.hack_offload_optimizer() before building the optimizer)")
+    depth = int(view.s("recompute_num_layers", 0) or 0)
+    layers = view.transformer.num_layers if view.transformer is not None else 0
+    if view.s("recompute", "none") == "full" and depth and layers:
+        kept = list(range(depth, layers))
+        notes.append(f"the plan recomputes {depth} of the {layers} layers (strategy.recompute_num_layers; the others keep their "
+                     "activations), which fleet's strategy has no switch for: set PaddleNLP's recompute: true, "
+                     f"recompute_granularity full and no_recompute_layers {kept} (which {len(kept)} does not change the cost)")
     if view.s("recompute", "none") == "selective" and "full_attn" in (view.s("recompute_modules", None) or ()):
         notes.append("the plan recomputes each layer's whole self-attention module (recompute_modules full_attn, costed with its "
                      "projections, RoPE, attention core and tensor-parallel collectives run again in backward), which fleet's "

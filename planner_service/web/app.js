@@ -1404,13 +1404,13 @@ const fmt = {
     $("#plan-title").textContent = `Plan ${fmt.shortId(plan.id)}: ${plan.model.name} on ${plan.cluster.name}`;
 
     /** The recompute knob in words: Megatron-Core's block depth (the first N layers of each
-     *  chunk) or uniform groups, another framework's N layers of each chunk (which ones does not
-     *  change the cost), or the selective modules. */
+     *  chunk) or uniform groups, another framework's N layers without a pipeline (which ones does
+     *  not change the cost), or the selective modules. */
     function recomputeText(s, framework) {
       const n = s.recompute_num_layers;
       if (n && s.recompute_method === "uniform") return `${s.recompute}, uniform groups of ${n} layers`;
       if (n) return (framework || "megatron-core") === "megatron-core"
-        ? `${s.recompute}, first ${n} layers of each chunk (block)` : `${s.recompute}, ${n} layers of each chunk`;
+        ? `${s.recompute}, first ${n} layers of each chunk (block)` : `${s.recompute}, ${n} layers (the others keep their activations)`;
       return s.recompute_modules ? `${s.recompute}: ${s.recompute_modules.join(", ")}` : s.recompute;
     }
 

@@ -794,8 +794,8 @@ def test_pinned_recompute_modules_are_planned_and_shown_with_the_strategy(browse
 
 
 def test_an_fsdp_plan_pinned_to_recompute_some_of_its_blocks_says_so(browser, live_server):
-    """Under fsdp a pinned recompute_num_layers is fms-fsdp's selective_checkpointing: N of each
-    chunk's layers, not Megatron-Core's first N (the block method)."""
+    """Under fsdp a pinned recompute_num_layers is fms-fsdp's selective_checkpointing: N of the
+    layers without a pipeline, not Megatron-Core's first N of each chunk (the block method)."""
     d = browser
     small_one_node_form(d, live_server, "fsdp")
     Select(css(d, "#c-recompute")).select_by_value("full")
@@ -804,4 +804,4 @@ def test_an_fsdp_plan_pinned_to_recompute_some_of_its_blocks_says_so(browser, li
     plan_id = rendered_plan_id(d)
     strategy = api(live_server, "GET", f"/v1/plans/{plan_id}").json()["best"]["strategy"]
     assert (strategy["recompute"], strategy["recompute_num_layers"]) == ("full", 6)
-    assert pairs(d, "#strategy > div", "dt", "dd")["recompute"] == "full, 6 layers of each chunk"
+    assert pairs(d, "#strategy > div", "dt", "dd")["recompute"] == "full, 6 layers (the others keep their activations)"

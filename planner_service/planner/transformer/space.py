@@ -376,6 +376,8 @@ def enumerate_space(
     cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
     if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
         cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], pins.get("recompute_method", ""), cols["pp"], cols["vpp"]))
+        if not rules.block_recompute:  # another framework's partial recompute runs without a pipeline (recompute_method_violation)
+            cols = _keep(cols, cols["pp"] == 1)
     cols = _cross(cols, "rc", list(range(len(rc_choices))))
     choice = cols.pop("rc")
     cols["recompute"] = np.array([c for c, _ in rc_choices], dtype=np.int64)[choice]

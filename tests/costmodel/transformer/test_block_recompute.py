@@ -4,10 +4,11 @@ others keep their activations (cost_model.transformer.layer_cost.recompute_fract
 activation memory falls and the recompute time rises linearly in N between no recompute and
 full recompute of every layer.  The planner searches N where a layout fits only with recompute
 (planner_service.planner.transformer.space.block_recompute_candidates), the Megatron exporter
-writes it, and frameworks without it refuse it naming the field.  Under ``fsdp`` the same field
-is fms-fsdp's ``selective_checkpointing`` (N of a stage's L blocks, p = N/L): costed and pinned,
-not searched, and refused by the torchtitan target, whose activation checkpointing has no such
-setting."""
+writes it, and frameworks without it refuse it naming the field.  Under ``fsdp`` and ``paddle``,
+without a pipeline, the same field is fms-fsdp's ``selective_checkpointing`` (N of the L blocks,
+p = N/L) and PaddleNLP's ``no_recompute_layers`` (the other L − N): costed and pinned, not
+searched, refused with pp > 1, and refused by the torchtitan target, whose activation
+checkpointing has no such setting."""
 
 from __future__ import annotations
 
@@ -215,3 +216,30 @@ def test_fsdp_plans_a_pinned_fraction_but_does_not_search_one_and_torchtitan_ref
     # grouped (uniform) recompute stays Megatron-Core's
     bad = client.post("/v1/estimate", json=_fsdp({"recompute": "full", "recompute_num_layers": 2, "recompute_method": "uniform"}))
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "strategy.recompute_method"
+
+
+def test_paddle_recomputes_all_but_its_no_recompute_layers_and_neither_it_nor_fsdp_does_so_in_a_pipeline(client):
+    """PaddleNLP's no_recompute_layers under recompute_granularity full: N of the L layers
+    recomputed, the L − N it lists keeping their activations — between no and full recompute,
+    its fleet launch naming the list; its pipeline models refuse it, and fms-fsdp has no pipeline,
+    so both are a 422 naming recompute_num_layers with pp > 1."""
+    def body(framework, **strategy):
+        return {"model": {"preset": "llama2-13b"}, "training": {"global_batch_size": 64, "sequence_length": 4096, "framework": framework},
+                "cluster": {"name": "c", "node_groups": [{"name": "a", "count": 1, "gpus_per_node": 8, "device": "A800-SXM4-80GB"}]},
+                "strategy": {"dp": 2, "tp": 4, "zero_stage": 1, **strategy}}
+    runs = [client.post("/v1/estimate", json=body("paddle", recompute=r, **extra)).json()
+            for r, extra in (("none", {}), ("full", {"recompute_num_layers": 20}), ("full", {}))]
+    assert runs[0]["step_time_s"] < runs[1]["step_time_s"] < runs[2]["step_time_s"]
+    assert max(runs[0]["peak_memory_GB"]) > max(runs[1]["peak_memory_GB"]) > max(runs[2]["peak_memory_GB"])
+    for framework, zero in (("paddle", 1), ("fsdp", 3)):
+        bad = client.post("/v1/estimate", json=body(framework, recompute="full", recompute_num_layers=10, pp=2, dp=1, zero_stage=zero))
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "strategy.recompute_num_layers", bad.text
+        assert "without a pipeline" in bad.json()["error"]["message"]
+    plan_body = {**{k: v for k, v in body("paddle").items() if k != "strategy"}, "constraints": {"recompute": "full", "recompute_num_layers": 30}}
+    r = client.post("/v1/plans", json=plan_body)
+    assert r.status_code == 201, r.text
+    assert r.json()["best"]["strategy"]["pp"] == 1 and r.json()["best"]["strategy"]["recompute_num_layers"] == 30
+    notes = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "paddle-fleet"}).json()["notes"]
+    assert any(f"no_recompute_layers {list(range(30, 40))}" in n for n in notes), notes
+    r = client.post("/v1/plans", json={**plan_body, "constraints": {**plan_body["constraints"], "pp": 2}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "constraints.recompute_num_layers"
