@@ -45,7 +45,7 @@ from cost_model.compute import (
     memory_bound_time_s,
 )
 from cost_model.devices import BYTES_PER_ELEMENT, FAMILY_EFFICIENCY, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import ALL_RECOMPUTE_MODULES, RECOMPUTE_MODULES, rules_for, runs_deepspeed_engine
+from cost_model.frameworks import ALL_RECOMPUTE_MODULES, rules_for, runs_deepspeed_engine
 from cost_model.strategy import Strategy
 from cost_model.topology import (
     Axes,
@@ -1283,11 +1283,13 @@ def model_recompute_modules(model: TransformerSpec) -> tuple[str, ...]:
     Engine (:func:`selective_module_costs`), in Megatron-Core's order: the attention core and
     the dense MLP (an MoE model's only in its dense layers), ``moe_act``, ``moe`` and
     ``shared_experts`` (MoE), ``mla_up_proj`` (MLA), ``layernorm`` where a norm is a module of
-    its own (MoE's pre-MLP norm, MLA's input norm; a dense layer's are fused into the next GEMM)."""
+    its own (MoE's pre-MLP norm, MLA's input norm; a dense layer's are fused into the next GEMM);
+    then Paddle's ``full_attn``, the attention module every layer has.  Which of them a framework
+    names is its rule table's (``FrameworkRules.recompute_modules``)."""
     has = {"core_attn": True, "moe_act": model.is_moe, "layernorm": model.is_moe or model.is_mla, "mla_up_proj": model.is_mla,
            "mlp": not model.is_moe or bool(model.dense_layer_indices), "moe": model.is_moe,
-           "shared_experts": model.is_moe and bool(model.shared_expert_ffn_hidden_size)}
-    return tuple(m for m in RECOMPUTE_MODULES if has[m])
+           "shared_experts": model.is_moe and bool(model.shared_expert_ffn_hidden_size), "full_attn": True}
+    return tuple(m for m in ALL_RECOMPUTE_MODULES if has[m])
 
 
 #: The modules that discard their output once consumed and recompute it before backward (a
@@ -1305,9 +1307,10 @@ def lean_recompute_modules(model: TransformerSpec, training: Training) -> tuple[
     They free their outputs for a memory-bound pass or two small GEMMs each
     (:func:`selective_module_costs`), where full recompute pays the whole forward; empty for a
     dense model without MLA (its norms are fused: nothing more to discard cheaply).  Under Paddle,
-    whose ``recompute_granularity`` takes one module, ``full_attn``: the attention's projections
-    forward again for its Q, K, V and projection input, about a third of a full recompute's
-    GEMMs for a third to a half of the activations it frees."""
+    whose ``recompute_granularity`` takes one module, ``full_attn``: it frees Q, K, V and the
+    projection's input for the attention's projections forward again — more than the attention
+    core frees, for less time than a full recompute (``bench/physics_cases.py``
+    ``paddle_full_attn``)."""
     have = rules_for(training.framework).recompute_modules
     if "full_attn" in have:
         return ("full_attn",)
@@ -1335,7 +1338,7 @@ def recomputes(S: StrategyArrays, module: str) -> FloatArray:
 def recompute_modules_notes(model: TransformerSpec, modules: Sequence[str]) -> list[str]:
     """A warning for recompute modules that change nothing here: a module this model does not
     have (Megatron-Core runs it as a no-op; :func:`model_recompute_modules`)."""
-    has = (*model_recompute_modules(model), "full_attn")  # every attention has the module full_attn recomputes
+    has = model_recompute_modules(model)
     idle = [m for m in modules if m not in has]
     if not idle:
         return []

@@ -873,7 +873,7 @@ def render_paddle_fleet(view: PlanView, params: LaunchParams) -> Artifact:
         kept = list(range(depth, layers))
         notes.append(f"the plan recomputes {depth} of the {layers} layers (strategy.recompute_num_layers; the others keep their "
                      "activations), which fleet's strategy has no switch for: set PaddleNLP's recompute: true, "
-                     f"recompute_granularity full and no_recompute_layers {kept} (which {len(kept)} does not change the cost)")
+                     f"recompute_granularity full and no_recompute_layers {kept} (any {len(kept)} of the layers cost the same)")
     if view.s("recompute", "none") == "selective" and "full_attn" in (view.s("recompute_modules", None) or ()):
         notes.append("the plan recomputes each layer's whole self-attention module (recompute_modules full_attn, costed with its "
                      "projections, RoPE, attention core and tensor-parallel collectives run again in backward), which fleet's "
@@ -1100,11 +1100,12 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     depth = int(view.s("recompute_num_layers", 0) or 0)
     layers = view.transformer.num_layers if view.transformer is not None else 0
     if depth and layers:
-        raise InvalidPlan(f"torchtitan's activation checkpointing has no setting for recomputing {depth} of a stage's layers "
+        # such a plan has no pipeline (recompute_method_violation: fsdp's partial recompute runs without one)
+        raise InvalidPlan(f"torchtitan's activation checkpointing has no setting for recomputing {depth} of the {layers} layers "
                           "(strategy.recompute_num_layers; its modes are full, op-level selective and a memory budget): this "
                           "launch would recompute all of them or none; launch it with the torchrun target and a trainer that "
-                          f"checkpoints {depth} of every {-(-layers // view.pp)} blocks (fms-fsdp's selective_checkpointing "
-                          f"{depth}/{-(-layers // view.pp)})", field="target")
+                          f"checkpoints {depth} of the {layers} blocks (fms-fsdp's selective_checkpointing {depth}/{layers})",
+                          field="target")
     if view.training.get("activation_offloading") is True:
         raise InvalidPlan("torchtitan has no activation offloading (its memory settings are activation checkpointing and "
                           "enable_cpu_offload): the plan priced every layer's saved activations in host memory, which this launch "

@@ -971,8 +971,7 @@ def recompute_modules_hint(model: TransformerSpec, training: Training, pins: Map
     # of the whole MoE layer when that is pinned, nor the dense MLP (a normal checkpoint of its own)
     covered = {"moe_act", "shared_experts"} if "moe" in pinned else set()
     have = rules_for(training.framework).recompute_modules
-    more = [m for m in (*model_recompute_modules(model), "full_attn")
-            if m in have and m not in pinned and m not in covered and m not in ("core_attn", "mlp")]
+    more = [m for m in model_recompute_modules(model) if m in have and m not in pinned and m not in covered and m not in ("core_attn", "mlp")]
     if not more:
         return ""
     shown = list(pinned) or ["core_attn"]  # the default alone is kept as an empty set (canonical_recompute_modules)

@@ -50,6 +50,7 @@ from cost_model.frameworks import (
     one_rank_sharding_note,
     pinned_rule_violation,
     precision_aware_zero_violation,
+    recompute_method_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
     required_expert_tensor_parallel_violation,
@@ -376,8 +377,11 @@ def enumerate_space(
     cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
     if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
         cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], pins.get("recompute_method", ""), cols["pp"], cols["vpp"]))
-        if not rules.block_recompute:  # another framework's partial recompute runs without a pipeline (recompute_method_violation)
-            cols = _keep(cols, cols["pp"] == 1)
+        # the framework's rule at each row's pipeline depth, asked once per distinct pp (fsdp's and
+        # paddle's partial recompute runs without a pipeline)
+        depth, method = pins["recompute_num_layers"], pins.get("recompute_method", "")
+        runs = [p for p in np.unique(cols["pp"]) if recompute_method_violation(training.framework, depth, method, pp=int(p)) is None]
+        cols = _keep(cols, np.isin(cols["pp"], runs))
     cols = _cross(cols, "rc", list(range(len(rc_choices))))
     choice = cols.pop("rc")
     cols["recompute"] = np.array([c for c, _ in rc_choices], dtype=np.int64)[choice]
