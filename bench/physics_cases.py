@@ -33,6 +33,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   ``core_attn``, ``full_attn`` (the whole attention module) and full recompute;
 * ``fsdp_selective_checkpointing``: fms-fsdp's ``selective_checkpointing`` on Llama-2 13B under
   FSDP on 128 A100: none, a quarter, half, three quarters and all of the blocks;
+* ``interleaved_microbatch_groups``: Megatron-Core's interleaved micro-batch group on Llama 3 70B
+  (tp 8, pp 4, vpp 5): 32 micro-batches in groups of 4, 8, 16 and 32, and 30 and 34 in the
+  smallest group that runs — activations held and step;
 * ``hsdp_vs_full_shard``: Llama-3-8B under FSDP ZeRO-3, one 8192-token micro-batch per GPU, on
   4–128 nodes of 8 H100 at a fixed per-GPU batch: full sharding over every dp rank against HSDP
   (sharded within a node, replicated across) — step, exposed DP time and the state each holds;
@@ -102,7 +105,7 @@ import numpy as np  # noqa: E402
 from cost_model import Strategy, Training, estimate, simple_cluster  # noqa: E402
 from cost_model.comm import Links  # noqa: E402
 from cost_model.devices import get_device  # noqa: E402
-from cost_model.frameworks import OFFLOAD_MODULES  # noqa: E402
+from cost_model.frameworks import OFFLOAD_MODULES, interleaved_microbatch_group  # noqa: E402
 from cost_model.strategy import strategy_from_dict  # noqa: E402
 from cost_model.transformer import moe  # noqa: E402
 from cost_model.transformer.calibration import calibrated_device  # noqa: E402
@@ -667,11 +670,32 @@ def fsdp_selective_checkpointing() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP FULL_SHARD on 128 A100, 2 × 4096 tokens a GPU", "rows": rows}
 
 
+def interleaved_microbatch_groups() -> dict[str, Any]:
+    """Megatron-Core's interleaved micro-batch group (training.microbatch_group_size_per_vp_stage;
+    schedule.inflight_microbatches): Llama-3-70B on 4 × 8 H100, tp 8 · pp 4 · vpp 5 with
+    sequence parallelism and selective recompute, 4096 tokens a sequence — 32 sequences in groups
+    of 4 (Megatron-Core's default, pp), 8, 16 and 32, and 30 and 34 sequences, which pp does not
+    divide, in the smallest group that runs."""
+    model = get_preset("llama3-70b")
+    base = {"tp": 8, "pp": 4, "vpp": 5, "dp": 1, "micro_batch_size": 1, "sequence_parallel": True, "recompute": "selective"}
+    rows = []
+    for batch, group in ((32, 0), (32, 8), (32, 16), (32, 32), (30, 0), (34, 0)):
+        tr = Training(global_batch_size=batch, sequence_length=4096, framework="megatron-core", microbatch_group_size_per_vp_stage=group)
+        est = estimate(model, tr, simple_cluster(H100, 4), strategy_from_dict(base))
+        used = interleaved_microbatch_group("megatron-core", num_microbatches=batch, pp=4, group=group)
+        rows.append(_row(est, case=f"{batch} micro-batches, groups of {used}" + ("" if group else " (chosen)"),
+                         activations_GB=round(est.stages[0].memory_GB["activations"], 2),
+                         step_per_microbatch_s=round(est.step_time_s / batch, 4)))
+    return {"model": model.name, "layout": "Megatron-Core tp 8 · pp 4 · vpp 5 (SP, selective recompute) on 32 H100, 4096-token sequences",
+            "rows": rows}
+
+
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
                                   optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
-                                  paddle_full_attn, fsdp_selective_checkpointing, deepspeed_stage3_single_source, memory_interval_state_dominated)}
+                                  paddle_full_attn, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
+                                  memory_interval_state_dominated)}
 
 
 def main() -> None:

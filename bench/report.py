@@ -275,6 +275,9 @@ def physics() -> str | None:
         ("fsdp_selective_checkpointing", "FSDP checkpointing a fraction of the blocks", "activations", "fms-fsdp's "
          "selective_checkpointing p trades memory for time linearly in p (the first checkpointed block brings its recompute "
          "working set), so the smallest p that fits is the fastest."),
+        ("interleaved_microbatch_groups", "Interleaved micro-batch groups", "activations", "a larger group lengthens every stage's "
+         "warm-up by (v − 1) chunk micro-batches per extra micro-batch, held until their backward, for the same step per "
+         "micro-batch; a count pp does not divide runs in the smallest group that takes it."),
     ):
         if d.get(key):
             out.append(case_rows(title, d[key], memory, why))

@@ -23,6 +23,7 @@ from cost_model.errors import InvalidStrategy, InvalidTraining
 from cost_model.frameworks import (
     dense_etp_note,
     grad_reduce_overlap_note,
+    microbatch_group_note,
     one_rank_sharding_note,
     pipeline_gradient_sharding_note,
     required_etp_reason,
@@ -220,6 +221,10 @@ def estimate(
         warnings.append(f"{required_etp_reason(training.framework, strategy.etp)}: costed so")
     if asked_etp and not strategy.etp:
         warnings.append(dense_etp_note(asked_etp))
+    group_note = microbatch_group_note(training.framework, num_microbatches=strategy.num_microbatches(training), pp=strategy.pp,
+                                       vpp=strategy.vpp, group=training.microbatch_group_size_per_vp_stage)
+    if group_note:
+        warnings.append(group_note)
     if strategy.num_devices < total:
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)

@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from cost_model.schedule import interleaved_group_runs, smallest_interleaved_group
+
 
 @dataclass(frozen=True, kw_only=True)
 class FrameworkRules:
@@ -598,23 +600,98 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
     return None
 
 
-def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int) -> str | None:
-    """Reason when an interleaved schedule over ``pp`` stages cannot take ``num_microbatches``
-    micro-batches a step, else None: they must come in whole groups of pp — Megatron-Core's
-    default group (``microbatch_group_size_per_vp_stage`` = pp: ``schedules.
-    forward_backward_pipelining_with_interleaving`` refuses a last group of fewer than pp), and
-    Paddle's interleaved schedule ("accumulate_steps should be evenly divisible by num_stages").
-    Megatron-Core runs other counts with a larger group (any group N in [pp, m] whose remainder
-    m mod N is 0 or at least pp), whose longer warm-up holds more activations; the cost model
-    prices the default group only, and says so where the framework has the setting
-    (``FrameworkRules.interleaved_microbatch_group``)."""
-    if num_microbatches % pp == 0:
+def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> tuple[str, str] | None:
+    """(field, reason) when the framework's interleaved schedule over ``pp`` stages cannot take
+    ``num_microbatches`` micro-batches a step, else None.  Paddle's interleaved schedule (and
+    every framework without a group setting) takes them in whole groups of pp ("accumulate_steps
+    should be evenly divisible by num_stages").  Megatron-Core takes them in groups of N per
+    virtual stage (``FrameworkRules.interleaved_microbatch_group``; ``training.
+    microbatch_group_size_per_vp_stage``, ``group``; 0: pp where that runs, else the smallest
+    that does, :func:`interleaved_microbatch_group`): N in [pp, m] leaving a last group of 0 or
+    at least pp (:func:`cost_model.schedule.interleaved_group_runs`) — any m ≥ pp runs with
+    some N.  The field is ``vpp``, or ``microbatch_group_size_per_vp_stage`` for a group asked
+    for that cannot run."""
+    setting = rules_for(framework).interleaved_microbatch_group
+    if setting and group:
+        if interleaved_group_runs(num_microbatches, pp, group):
+            return None
+        rest = num_microbatches % group
+        why = (f"must be from pp={pp} to the {num_microbatches} micro-batches a step" if not pp <= group <= num_microbatches
+               else f"leaves a last group of {rest} micro-batches, fewer than pp={pp} (it must leave 0 or at least pp)")
+        return "microbatch_group_size_per_vp_stage", f"{framework}: micro-batch group {group} ({setting}) {why}"
+    if setting and num_microbatches >= pp:
         return None
-    why = f"the interleaved schedule needs the {num_microbatches} micro-batches to be a multiple of pp={pp}"
-    group = rules_for(framework).interleaved_microbatch_group
+    if not setting and num_microbatches % pp == 0:
+        return None
+    if setting:
+        return "vpp", f"the interleaved schedule needs at least pp={pp} micro-batches a step, got {num_microbatches}"
+    return "vpp", f"the interleaved schedule needs the {num_microbatches} micro-batches to be a multiple of pp={pp}"
+
+
+def interleaved_microbatch_group(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> int:
+    """The micro-batch group per virtual stage the framework's interleaved schedule runs
+    (:mod:`cost_model.schedule`): the ``group`` asked for; else pp — Megatron-Core's default
+    and the only group of the others — or, where Megatron-Core's default cannot take the
+    ``num_microbatches`` (pp does not divide them), the smallest group that can
+    (:func:`cost_model.schedule.smallest_interleaved_group`), which its launch writes and which
+    holds the fewest activations of those that run.  Valid where
+    :func:`interleaved_microbatches_violation` is None."""
     if group:
-        why += f" ({framework}'s default {group} of pp; a larger group, which the cost model does not price, runs other counts)"
-    return why
+        return group
+    if num_microbatches % pp == 0 or not rules_for(framework).interleaved_microbatch_group:
+        return pp
+    return smallest_interleaved_group(num_microbatches, pp) or pp
+
+
+def _over_pairs(fn: Any, num_microbatches: Any, pp: Any, dtype: Any) -> np.ndarray:
+    """``fn(m, pp)`` elementwise over broadcast arrays, each distinct pair asked once."""
+    m, p = np.broadcast_arrays(np.asarray(num_microbatches, dtype=np.int64), np.asarray(pp, dtype=np.int64))
+    pairs, index = np.unique(np.stack([m.ravel(), p.ravel()]), axis=1, return_inverse=True)
+    values = np.array([fn(int(a), int(b)) for a, b in pairs.T], dtype=dtype)
+    return values[np.asarray(index).ravel()].reshape(m.shape)
+
+
+def interleaved_microbatch_groups(framework: str, num_microbatches: Any, pp: Any, group: int = 0) -> np.ndarray:
+    """:func:`interleaved_microbatch_group` over arrays of micro-batch counts and pipeline
+    depths (broadcast); rows whose schedule runs no group get pp."""
+    m, p = np.broadcast_arrays(np.asarray(num_microbatches).astype(np.int64), np.asarray(pp).astype(np.int64))
+    if group:
+        return np.full(m.shape, group, dtype=np.int64)
+    out = p.copy()
+    odd = (m % np.maximum(p, 1) != 0) & (m >= p)
+    if rules_for(framework).interleaved_microbatch_group and odd.any():
+        out[odd] = _over_pairs(smallest_interleaved_group, m[odd], p[odd], np.int64)
+    return out
+
+
+def interleaved_microbatches_run(framework: str, num_microbatches: Any, pp: Any, group: int = 0) -> np.ndarray:
+    """Elementwise: :func:`interleaved_microbatches_violation` is None."""
+    return _over_pairs(lambda m, p: interleaved_microbatches_violation(framework, num_microbatches=m, pp=p, group=group) is None,
+                       num_microbatches, pp, bool)
+
+
+def microbatch_group_note(framework: str, *, num_microbatches: int, pp: int, vpp: int, group: int = 0) -> str | None:
+    """Warning for the micro-batch group of an estimate or plan, else None: one asked for
+    without an interleaved schedule (Megatron-Core reads it only there), or a group other than
+    pp — its longer warm-up holds (v − 1)·(N − pp) more chunk micro-batches, priced."""
+    if vpp <= 1 or pp <= 1:
+        return f"microbatch_group_size_per_vp_stage {group} has no effect without an interleaved pipeline (vpp 1)" if group else None
+    used = interleaved_microbatch_group(framework, num_microbatches=num_microbatches, pp=pp, group=group)
+    if used == pp:
+        return None
+    why = "as asked" if group else f"{num_microbatches} micro-batches are not a multiple of pp={pp}, which the default group of pp needs"
+    more = (vpp - 1) * (used - pp)
+    return (f"the interleaved schedule takes micro-batches in groups of {used} per virtual stage "
+            f"({rules_for(framework).interleaved_microbatch_group} {used}; {why}): its warm-up holds the activations of "
+            f"{more} more chunk micro-batch{'es' if more > 1 else ''} than groups of pp would, priced; the step time is the same")
+
+
+def microbatch_group_setting_violation(framework: str, group: int) -> str | None:
+    """Reason when ``training.microbatch_group_size_per_vp_stage`` is set for a framework whose
+    interleaved schedule has no such setting (all but Megatron-Core: groups of pp), else None."""
+    if group and not rules_for(framework).interleaved_microbatch_group:
+        return f"{framework}: its interleaved schedule takes micro-batches in groups of pp, with no setting for another group (Megatron-Core's)"
+    return None
 
 
 def effective_zero_stage(framework: str, zero_stage: Any, shard_ranks: Any) -> Any:
@@ -1498,6 +1575,11 @@ __all__ = [
     "dense_etp_note",
     "effective_zero_stage",
     "one_rank_sharding_note",
+    "interleaved_microbatch_group",
+    "interleaved_microbatch_groups",
+    "interleaved_microbatches_run",
+    "microbatch_group_note",
+    "microbatch_group_setting_violation",
     "torchtitan_layout_violation",
     "tp_comm_overlap_layout_violation",
     "tp_comm_overlap_violation",

@@ -40,6 +40,19 @@ exposed sync linearly, and the step time it reports must be the one they optimis
 
 and the step is ``pipeline + exposed_dp + optimizer`` (the optimizer step of the slowest
 stage, which every stage waits for).
+
+Micro-batch groups of the interleaved schedule.  Megatron-Core issues micro-batches to the
+model chunks in groups of ``N`` per chunk (``--microbatch-group-size-per-virtual-pipeline-stage``,
+pp by default; ``schedules.get_schedule_table``): N micro-batches through chunk 0, the same N
+through chunk 1, …, then the next group.  It runs N in ``[pp, m]`` whose last, partial group
+(``m mod N``) is empty or holds at least pp micro-batches — a shorter one would wait on its own
+earlier chunks (``forward_backward_pipelining_with_interleaving`` refuses it).  The group does
+not change the step time above: every group holds at least pp micro-batches, so a stage never
+waits on a chunk of its own micro-batch still in flight, and the fill and drain stay
+``(Σ t_i − max t_i)/v`` (tests/costmodel/graph/test_schedule.py simulates Megatron-Core's
+order for every valid N and finds this step).  It changes the warm-up — ``(pp − i − 1)·2 +
+(v − 1)·N`` chunk forwards before stage i's first backward (``get_pp_rank_microbatches``) —
+and with it the activations held (:func:`inflight_microbatches`).
 """
 
 from __future__ import annotations
@@ -86,7 +99,23 @@ def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: An
     return exposed_dp_sync_each_s(dp_comm_s, dp_window_s, index * bwd / vpp, slowdown).max(axis=0)
 
 
-def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1) -> Any:
+def interleaved_group_runs(num_microbatches: int, pp: int, group: int) -> bool:
+    """Whether the interleaved schedule runs ``num_microbatches`` over ``pp`` stages in groups
+    of ``group`` per model chunk: ``pp ≤ N ≤ m`` and ``m mod N`` is 0 or at least pp
+    (module docstring; Megatron-Core ``forward_backward_pipelining_with_interleaving``)."""
+    rest = num_microbatches % group if group else 0
+    return pp <= group <= num_microbatches and (rest == 0 or rest >= pp)
+
+
+def smallest_interleaved_group(num_microbatches: int, pp: int) -> int:
+    """The smallest micro-batch group that runs ``num_microbatches`` over ``pp`` stages
+    (:func:`interleaved_group_runs`; the warm-up, and the activations held, grow with the group):
+    pp where pp divides m, else the first N above it — at most m, which always runs (m ≥ pp).
+    0 when m < pp: no group runs."""
+    return next((n for n in range(pp, num_microbatches + 1) if interleaved_group_runs(num_microbatches, pp, n)), 0)
+
+
+def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1, group: Any = None) -> Any:
     """Micro-batches whose activations stage ``stage_index`` holds at its peak, in units of the
     stage's whole layer set (a count; float arrays when any argument is an array).
 
@@ -99,11 +128,13 @@ def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp:
     micro-batches of ``1/v`` of the stage each — ``pp + (pp − 2i − 1)/v`` stage micro-batches when m
     is large: ``pp·(1 + (p − 1)/(p·v))`` on the first stage (Korthikanti et al. 2022, §4.3) and
     nearly pp on every stage, since a later stage must run its first v − 1 chunks for all pp
-    micro-batches of a group before its last chunk's first backward.  Layers are taken as spread
-    evenly over a stage's chunks."""
+    micro-batches of a group before its last chunk's first backward.  With a micro-batch
+    ``group`` of N per chunk (module docstring; None: pp) the warm-up is
+    ``2(pp − i − 1) + (v − 1)·N``.  Layers are taken as spread evenly over a stage's chunks."""
     base = np.minimum(pp - stage_index, num_microbatches)
     v = np.maximum(np.asarray(vpp, dtype=float), 1.0)
     m = np.asarray(num_microbatches, dtype=float)
-    warm = 2.0 * (pp - np.asarray(stage_index, dtype=float) - 1.0) + (v - 1.0) * pp + 1.0
+    n = np.asarray(pp if group is None else group, dtype=float)
+    warm = 2.0 * (pp - np.asarray(stage_index, dtype=float) - 1.0) + (v - 1.0) * n + 1.0
     chunks = np.where(m == pp, m * v, np.minimum(warm, m * v))
     return np.where(v > 1, chunks / v, base)

@@ -509,9 +509,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             field=f"{f}.micro_batch_size",
         )
     m = training.global_batch_size // per_step
-    why = interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=s.pp) if s.vpp > 1 else None
-    if why is not None:
-        raise InvalidStrategy(why, field=f"{f}.vpp")
+    bad = (interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=s.pp, group=training.microbatch_group_size_per_vp_stage)
+           if s.vpp > 1 else None)
+    if bad is not None:
+        raise InvalidStrategy(bad[1], field=f"{f}.vpp" if bad[0] == "vpp" else f"training.{bad[0]}")
     if s.recompute_modules:
         why = recompute_modules_violation(training.framework, s.recompute_modules)
         if why is not None:

@@ -28,6 +28,7 @@ from cost_model.frameworks import (
     lora_violation,
     loss_kernel_violation,
     master_weights_violation,
+    microbatch_group_setting_violation,
     moe_training_violation,
     offload_modules_violation,
     optimizer_offload_violation,
@@ -154,6 +155,12 @@ class Training:
 
     ``fp8_param_gather`` (``megatron-core``, ``dtype`` ``fp8``): the weights held in FP8 and
     all-gathered so, instead of 16-bit weights with a cached FP8 cast of each.
+
+    ``microbatch_group_size_per_vp_stage`` (``megatron-core``): the interleaved schedule's
+    micro-batches per model chunk in a row, its ``--microbatch-group-size-per-virtual-pipeline-
+    stage``; 0 (the default): pp, or the smallest group that runs where pp does not divide the
+    step's micro-batches (:func:`cost_model.frameworks.interleaved_microbatch_group`; its warm-up:
+    :func:`cost_model.schedule.inflight_microbatches`).
     """
 
     global_batch_size: int
@@ -210,6 +217,11 @@ class Training:
     #: ``--fp8-param-gather``); false: 16-bit weights, each cast to FP8 once a step and the cast
     #: cached (``stage_cost.fp8_weight_cache_bytes_per_param``)
     fp8_param_gather: bool = False
+    #: Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``: the interleaved
+    #: schedule's micro-batches per model chunk in a row (:mod:`cost_model.schedule`); 0: pp,
+    #: or the smallest group that runs where pp does not divide the micro-batches
+    #: (:func:`cost_model.frameworks.interleaved_microbatch_group`)
+    microbatch_group_size_per_vp_stage: int = 0
 
     @property
     def frozen_base(self) -> bool:
@@ -288,7 +300,7 @@ _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_c
                                      "cp_a2a_size": None, "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
-                                     "fp8_param_gather": False,
+                                     "fp8_param_gather": False, "microbatch_group_size_per_vp_stage": 0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
 
 
@@ -417,6 +429,18 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                               out.get("lora_dropout", 0.0), out.get("optimizer_offload_fraction", 0.0), bool(out.get("cpu_offload", False)))
     if lora_why is not None:
         raise InvalidTraining(lora_why[1], field=f"{field_path}.{lora_why[0]}")
+    if data.get("microbatch_group_size_per_vp_stage") is not None:
+        val = data["microbatch_group_size_per_vp_stage"]
+        if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= 1_000_000:
+            raise InvalidTraining(f"must be an integer of at least 2 (or 0: the framework's choice), got {val!r}",
+                                  field=f"{field_path}.microbatch_group_size_per_vp_stage")
+        if val == 1:
+            raise InvalidTraining("must be at least 2 (an interleaved pipeline has at least 2 stages, and the group at least pp micro-batches)",
+                                  field=f"{field_path}.microbatch_group_size_per_vp_stage")
+        why = microbatch_group_setting_violation(framework, val)
+        if why is not None:
+            raise InvalidTraining(why, field=f"{field_path}.microbatch_group_size_per_vp_stage")
+        out["microbatch_group_size_per_vp_stage"] = val
     why = loss_kernel_violation(framework, out.get("loss_kernel", "unfused"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.loss_kernel")

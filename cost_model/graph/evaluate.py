@@ -217,7 +217,7 @@ def evaluate(tables: CostTables, choice: Sequence[int] | np.ndarray, stage_of_op
 
 
 def refuse_graph_unpriced(training: Training) -> None:
-    """Offload to the host, the 8-bit AdamW and LoRA are priced on transformer layers only (the host
+    """Offload to the host, the 8-bit AdamW, LoRA and an interleaved schedule's micro-batch group are priced on transformer layers only (the host
     update and copies, :func:`cost_model.transformer.layer_cost.offloaded_optimizer_s`, the saved
     activations' copies, :func:`cost_model.transformer.layer_cost.activation_offload_s`; the 8-bit
     moments beside a graph's CPU tables): an operator graph's request with one gets a 422 naming
@@ -235,6 +235,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.fp8_param_gather:
         raise InvalidTraining("FP8 weights are priced on a transformer's linear layers (a preset or config.json), not for operator "
                               "graphs; leave fp8_param_gather out", field="training.fp8_param_gather")
+    if training.microbatch_group_size_per_vp_stage:
+        raise InvalidTraining("operator graphs run no interleaved pipeline (vpp 1), so no micro-batch group per virtual stage; "
+                              "leave microbatch_group_size_per_vp_stage out", field="training.microbatch_group_size_per_vp_stage")
     if training.frozen_base:
         raise InvalidTraining("LoRA is priced for transformer models (a preset or config.json), whose linear layers it adapts, not "
                               "for operator graphs; leave lora_rank out", field="training.lora_rank")

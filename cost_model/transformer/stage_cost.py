@@ -15,7 +15,7 @@ import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import rules_for, runs_deepspeed_engine
+from cost_model.frameworks import interleaved_microbatch_groups, rules_for, runs_deepspeed_engine
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.topology import zero_replicas, zero_shard_ranks
 from cost_model.training import Training
@@ -470,7 +470,9 @@ def stage_cost(
         sharded_like_dense = dense + experts * shard_dense / shard_exp
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
-    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp)
+    # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more
+    group = interleaved_microbatch_groups(training.framework, m, S.pp, training.microbatch_group_size_per_vp_stage)
+    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp, group)
     embedding_act = dc.embedding_act_bytes if has_embedding else 0.0
     acts = (n * lc.activation_bytes + embedding_act) * inflight
     if training.activation_offloading:

@@ -406,6 +406,8 @@ def _candidates(row: dict[str, Any], model: TransformerSpec, training: Training,
         per_dp = B // dp
         mbss = [mbs] if mbs else _divisors(per_dp, 16)
         for r, spv, b, vv, z in itertools.product(rcs, sps, mbss, vpps, zeros):
+            # the sources' interleaved schedules (Megatron-LM 2021's, before Megatron-Core's micro-batch
+            # groups; Llama 3's) took whole groups of pp micro-batches
             if vv > 1 and (B // (dp * b)) % pp:
                 continue
             if z >= 2 and pp > 1 and framework != "fsdp":

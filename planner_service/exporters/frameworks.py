@@ -324,6 +324,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
                     ("--decoder-first-pipeline-num-layers", str(chunks[0])),
                     ("--decoder-last-pipeline-num-layers", str(chunks[-1])),
                 ]
+        if view.vpp > 1 and view.microbatch_group != view.pp:  # the group the plan's warm-up was costed with
+            args.append(("--microbatch-group-size-per-virtual-pipeline-stage", str(view.microbatch_group)))
     validate_megatron_args(args)
     return args, notes
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cost_model.errors import InvalidInput, PlannerError
+from cost_model.frameworks import interleaved_microbatch_group
 from cost_model.strategy import even_split, rank_coords
 from cost_model.transformer.spec import TransformerSpec, from_hf_config, get_preset
 
@@ -176,6 +177,13 @@ class PlanView:
     @property
     def num_microbatches(self) -> int:
         return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+    @property
+    def microbatch_group(self) -> int:
+        """The interleaved schedule's micro-batch group per virtual stage the plan was costed with
+        (:func:`cost_model.frameworks.interleaved_microbatch_group`; pp by default)."""
+        return interleaved_microbatch_group(str(self.training.get("framework", "megatron-core")), num_microbatches=self.num_microbatches,
+                                            pp=self.pp, group=int(self.training.get("microbatch_group_size_per_vp_stage") or 0))
 
     @property
     def total_layers(self) -> int | None:

@@ -443,6 +443,9 @@ const fmt = {
     // empty: no hierarchical context parallelism (the contract's None), left out
     const cpA2a = num("#t-cp-a2a");
     if (cpA2a !== undefined) out.cp_a2a_size = cpA2a;
+    // empty or 0: pp, or the smallest group that runs (the contract's 0), left out
+    const mbGroup = num("#t-mb-group");
+    if (mbGroup !== undefined && mbGroup !== 0) out.microbatch_group_size_per_vp_stage = mbGroup;
     // none selected: every saved tensor when activation offloading is on (the contract's default), left out
     const offloadModules = Array.from($("#t-offload-modules").selectedOptions, (o) => o.value);
     if (offloadModules.length) out.offload_modules = offloadModules;

@@ -51,7 +51,9 @@ def brute_force(model, training, cluster, headroom=0.0, pins=None):
                             continue
                         m = B // dp // mbs
                         for vpp in (1, 2, 3, 4, 6, 8):
-                            if vpp > 1 and (pp == 1 or L % (pp * vpp) or m % pp):
+                            # Megatron-Core groups any m ≥ pp micro-batches (its micro-batch group setting); the others take multiples of pp
+                            grouped = m < pp if rules_for(training.framework).interleaved_microbatch_group else m % pp
+                            if vpp > 1 and (pp == 1 or L % (pp * vpp) or grouped):
                                 continue
                             for rc in ("none", "selective", "full"):
                                 if rc == "selective" and training.attention != "unfused":

@@ -5,7 +5,8 @@ Rules applied while enumerating (cheap, exact): tp divides the GPUs of a node an
 attention heads (KV heads split or replicated evenly) — TP groups stay inside one NVLink
 domain; cp divides the sequence (and leaves ≥ 1024 tokens per rank); ep divides the experts and
 dp·cp (tp·cp·dp under Megatron-Core's MoE parallel folding); pp ≤ layers; pp·vpp divides the
-layers when vpp > 1 and the micro-batch count is a multiple of pp; dp·micro_batch divides the
+layers when vpp > 1 and the framework's interleaved schedule can group the micro-batches (a
+multiple of pp; Megatron-Core: at least pp, :func:`cost_model.frameworks.interleaved_microbatches_violation`); dp·micro_batch divides the
 global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can run
 (:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
 framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported,
@@ -43,6 +44,7 @@ from cost_model.frameworks import (
     expert_parallel_dtype_violation,
     expert_parallel_runs_in,
     fp8_param_gather_zero_violation,
+    interleaved_microbatches_run,
     interleaved_microbatches_violation,
     interleaved_schedule_violation,
     kv_heads_violation,
@@ -222,8 +224,8 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
     which the search would otherwise meet as an empty space — refused by the field at fault:
     dp must divide the global batch (each data-parallel rank takes an equal share of a step's
     sequences), micro_batch_size that share; an interleaved schedule needs the framework's
-    fewest stages (:func:`~cost_model.frameworks.interleaved_schedule_violation`) and as many micro-batches as some multiple of pp (Megatron-Core's default
-    micro-batch group of pp per virtual stage); a pinned layer split covers the model's layers
+    fewest stages (:func:`~cost_model.frameworks.interleaved_schedule_violation`) and micro-batches its schedule can group (:func:`~cost_model.frameworks.interleaved_microbatches_violation`:
+    a multiple of pp, or under Megatron-Core at least pp, in the group asked for if any); a pinned layer split covers the model's layers
     once, one entry per model chunk."""
     B = training.global_batch_size
     dp, mbs, pp, vpp = pins.get("dp"), pins.get("micro_batch_size"), pins.get("pp"), pins.get("vpp", 1)
@@ -239,9 +241,11 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
         if why is not None:
             raise InvalidStrategy(why, field="constraints.vpp")
         m = _pinned_microbatches(training, pins)
-        why = interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=pp) if m is not None else None
-        if why is not None:
-            raise InvalidStrategy(f"{why}; global_batch_size {B} / dp {dp} / micro_batch_size {mbs}", field="constraints.vpp")
+        bad = (interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=pp, group=training.microbatch_group_size_per_vp_stage)
+               if m is not None else None)
+        if bad is not None:
+            raise InvalidStrategy(f"{bad[1]}; global_batch_size {B} / dp {dp} / micro_batch_size {mbs}",
+                                  field="constraints.vpp" if bad[0] == "vpp" else f"training.{bad[0]}")
     lps = pins.get("layers_per_stage")
     why = layer_split_violation(lps, model.num_layers, pp, vpp) if lps is not None else None
     if why is not None:
@@ -374,7 +378,9 @@ def enumerate_space(
         pp_col, vpp_col, m, even_chunks = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], even_chunks[even_chunks]
     else:
         even_chunks = (L % (pp_col * vpp_col) == 0) | pinned_split | (pinned_vpp & (pp_col * vpp_col <= L))
-    cols = _keep(cols, (vpp_col == 1) | ((pp_col >= rules.min_interleaved_pp) & even_chunks & (m % pp_col == 0)))
+    interleaved = (pp_col >= rules.min_interleaved_pp) & even_chunks
+    interleaved &= interleaved_microbatches_run(training.framework, m, pp_col, training.microbatch_group_size_per_vp_stage)
+    cols = _keep(cols, (vpp_col == 1) | interleaved)
     if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
         cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], pins.get("recompute_method", ""), cols["pp"], cols["vpp"]))
         # the framework's rule at each row's pipeline depth, asked once per distinct pp (fsdp's and

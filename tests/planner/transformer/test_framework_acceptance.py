@@ -903,24 +903,3 @@ def test_every_measured_run_of_the_public_file_is_planned_with_its_stated_knobs_
         except (InvalidInput, NoFeasiblePlan) as exc:
             refused[case.row_id] = f"{exc.field}: {exc}"
     assert not refused, refused
-
-
-@pytest.mark.parametrize("framework, names_the_group", [("megatron-core", True), ("paddle", False)])
-def test_interleaving_needs_whole_groups_of_pp_micro_batches_and_says_what_megatron_core_would_take(framework, names_the_group):
-    """Megatron-Core's default micro-batch group per virtual stage is pp, and it refuses a last
-    group of fewer (schedules.forward_backward_pipelining_with_interleaving); a larger
-    --microbatch-group-size-per-virtual-pipeline-stage runs other counts, which the cost model
-    does not price and the refusal says.  Paddle's interleaved schedule has no such setting."""
-    body = {"model": {"preset": "llama3-8b"}, "training": {"global_batch_size": 24, "sequence_length": 4096, "framework": framework},
-            "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]},
-            "strategy": {"tp": 2, "pp": 4, "vpp": 2, "dp": 1, "micro_batch_size": 4}}
-    with pytest.raises(InvalidStrategy) as e:
-        req = parse_estimate_request(body)
-        estimate(req.model, req.training, req.cluster, req.strategy)
-    assert e.value.field == "strategy.vpp" and "the 6 micro-batches to be a multiple of pp=4" in e.value.message, e.value.message
-    assert ("--microbatch-group-size-per-virtual-pipeline-stage" in e.value.message) is names_the_group
-    pins = {k: v for k, v in body.pop("strategy").items()}
-    with pytest.raises(InvalidStrategy) as e:
-        plan(parse_plan_request({**body, "constraints": pins}), SolverSettings())
-    assert e.value.field == "constraints.vpp" and "global_batch_size 24 / dp 1 / micro_batch_size 4" in e.value.message, e.value.message
-    assert ("--microbatch-group-size-per-virtual-pipeline-stage" in e.value.message) is names_the_group

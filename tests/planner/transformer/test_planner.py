@@ -123,7 +123,7 @@ def test_no_feasible_plan_says_what_is_short():
     ({"micro_batch_size": 3}, "micro_batch_size", "micro_batch_size=3 does not divide global_batch_size 64"),
     ({"dp": 16, "micro_batch_size": 8}, "micro_batch_size", "does not divide the 4 sequences each of the dp=16 ranks"),
     ({"pp": 1, "vpp": 2}, "vpp", "needs pp > 1"),
-    ({"pp": 8, "vpp": 4, "micro_batch_size": 8, "dp": 2}, "vpp", "the 4 micro-batches"),
+    ({"pp": 8, "vpp": 4, "micro_batch_size": 8, "dp": 2}, "vpp", "needs at least pp=8 micro-batches a step, got 4"),
     ({"pp": 2, "layers_per_stage": [10, 10]}, "layers_per_stage", "sums to 20 but the model has 32 layers"),
     ({"pp": 2, "layers_per_stage": [10, 10, 12]}, "layers_per_stage", "has 3 entries but needs pp=2"),
     ({"dp": 32}, "dp", "dp=32 needs 32 GPUs, more than the 16 the cluster has available"),
