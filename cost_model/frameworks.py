@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_model.schedule import interleaved_group_runs, smallest_interleaved_group
+from cost_model.schedule import interleaved_group_runs, leading_group, round_group, smallest_interleaved_group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +135,14 @@ class FrameworkRules:
     #: one (Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``, pp by default);
     #: :func:`interleaved_microbatches_violation` names it
     interleaved_microbatch_group: str = ""
+    #: its interleaved schedule runs the m micro-batches in max(1, m // pp) rounds of m/rounds,
+    #: which must divide m (PyTorch's ``ScheduleInterleaved1F1B``: the schedule named here);
+    #: empty: whole groups of pp, or the setting above (:func:`cost_model.schedule.round_group`)
+    interleaved_rounds: str = ""
+    #: its interleaved schedule runs a first group of m mod pp + pp micro-batches, then groups of pp,
+    #: from m ≥ 2·pp, and every forward first at m = pp (Paddle's: the schedules named here;
+    #: :func:`cost_model.schedule.leading_group`)
+    interleaved_leading_group: str = ""
     #: whose FP8 linear layers it runs (``transformer-engine``, ``torchao``; empty: no FP8): what a
     #: layer saves of its input for the weight gradient follows (``layer_cost.saved_gemm_input_bytes``)
     fp8_linear: str = ""
@@ -409,6 +417,7 @@ RULES: dict[str, FrameworkRules] = {
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         kv_head_split="torchtitan splits them, never replicates: 'tensor_parallel_degree must divide n_kv_heads'",
         ep_folding=True, fp8=True, fp8_linear="torchao", selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
+        interleaved_rounds="torchtitan's Interleaved1F1B (torch.distributed.pipelining.ScheduleInterleaved1F1B)",
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
         reduces_every_backward=True,
@@ -435,6 +444,7 @@ RULES: dict[str, FrameworkRules] = {
         interleaved_pipeline=True, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
         ep_folding=True, ep_over_sharding=True, unsplit_experts_under_ep="fleet's expert groups take in the tensor-parallel ranks",
         fp8=False, cp_exchanges=("a2a",), drops_one_rank_sharding=True, min_interleaved_pp=3,
+        interleaved_leading_group="fleet's PipelineParallelWithInterleave (FthenB at accumulate_steps = pp)",
         partial_sharding_stages=(1, 2, 3), partial_sharding_name="sharding_degree × dp_degree",
         optimizer_precision={"main_grads_dtype": "Paddle's paddle.amp.decorate(master_grad=False)"},
         optimizer_offload=("PaddleNLP's tensorwise_offload_optimizer (the master weights and moments in pinned host memory, "
@@ -602,45 +612,66 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
 
 def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> tuple[str, str] | None:
     """(field, reason) when the framework's interleaved schedule over ``pp`` stages cannot take
-    ``num_microbatches`` micro-batches a step, else None.  Paddle's interleaved schedule (and
-    every framework without a group setting) takes them in whole groups of pp ("accumulate_steps
-    should be evenly divisible by num_stages").  Megatron-Core takes them in groups of N per
-    virtual stage (``FrameworkRules.interleaved_microbatch_group``; ``training.
-    microbatch_group_size_per_vp_stage``, ``group``; 0: pp where that runs, else the smallest
-    that does, :func:`interleaved_microbatch_group`): N in [pp, m] leaving a last group of 0 or
-    at least pp (:func:`cost_model.schedule.interleaved_group_runs`) — any m ≥ pp runs with
-    some N.  The field is ``vpp``, or ``microbatch_group_size_per_vp_stage`` for a group asked
-    for that cannot run."""
-    setting = rules_for(framework).interleaved_microbatch_group
+    ``num_microbatches`` micro-batches a step, else None.  A framework without a rule of its own
+    takes them in whole groups of pp.  Megatron-Core takes them in groups of N per virtual stage (``FrameworkRules.
+    interleaved_microbatch_group``; ``training.microbatch_group_size_per_vp_stage``, ``group``;
+    0: pp where that runs, else the smallest that does, :func:`interleaved_microbatch_group`): N
+    in [pp, m] leaving a last group of 0 or at least pp (:func:`cost_model.schedule.
+    interleaved_group_runs`) — any m ≥ pp runs with some N.  torchtitan's Interleaved1F1B
+    (``FrameworkRules.interleaved_rounds``) runs them in max(1, m // pp) rounds that must divide
+    m (:func:`cost_model.schedule.round_group`; fewer than pp it runs with dependency bubbles,
+    which are not priced).  Paddle's (``FrameworkRules.interleaved_leading_group``) takes m ≥ 2·pp,
+    the first group m mod pp + pp, or m = pp (:func:`cost_model.schedule.leading_group`).  The field is ``vpp``, or ``microbatch_group_size_per_vp_stage`` for
+    a group asked for that cannot run."""
+    rules = rules_for(framework)
+    setting = rules.interleaved_microbatch_group
+    m = num_microbatches
     if setting and group:
-        if interleaved_group_runs(num_microbatches, pp, group):
+        if interleaved_group_runs(m, pp, group):
             return None
-        rest = num_microbatches % group
-        why = (f"must be from pp={pp} to the {num_microbatches} micro-batches a step" if not pp <= group <= num_microbatches
-               else f"leaves a last group of {rest} micro-batches, fewer than pp={pp} (it must leave 0 or at least pp)")
+        why = (f"must be from pp={pp} to the {m} micro-batches a step" if not pp <= group <= m
+               else f"leaves a last group of {m % group} micro-batches, fewer than pp={pp} (it must leave 0 or at least pp)")
         return "microbatch_group_size_per_vp_stage", f"{framework}: micro-batch group {group} ({setting}) {why}"
-    if setting and num_microbatches >= pp:
-        return None
-    if not setting and num_microbatches % pp == 0:
-        return None
     if setting:
-        return "vpp", f"the interleaved schedule needs at least pp={pp} micro-batches a step, got {num_microbatches}"
-    return "vpp", f"the interleaved schedule needs the {num_microbatches} micro-batches to be a multiple of pp={pp}"
+        return None if m >= pp else ("vpp", f"the interleaved schedule needs at least pp={pp} micro-batches a step, got {m}")
+    if rules.interleaved_leading_group:
+        if leading_group(m, pp):
+            return None
+        return "vpp", (f"{framework}: {rules.interleaved_leading_group} needs at least 2·pp={2 * pp} micro-batches a step "
+                       f"(accumulate_steps), or exactly pp={pp}; got {m}")
+    if rules.interleaved_rounds:
+        if round_group(m, pp):
+            return None
+        why = (f"runs {m} micro-batches, fewer than pp={pp}, in one round with dependency bubbles the cost model does not price" if m < pp
+               else f"needs the {m} micro-batches to be a multiple of its {m // pp} rounds (max(1, m // pp))")
+        return "vpp", f"{framework}: {rules.interleaved_rounds}: {why}"
+    if m % pp == 0:
+        return None
+    return "vpp", f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={pp}"
 
 
 def interleaved_microbatch_group(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> int:
     """The micro-batch group per virtual stage the framework's interleaved schedule runs
-    (:mod:`cost_model.schedule`): the ``group`` asked for; else pp — Megatron-Core's default
-    and the only group of the others — or, where Megatron-Core's default cannot take the
-    ``num_microbatches`` (pp does not divide them), the smallest group that can
+    (:mod:`cost_model.schedule`): the ``group`` asked for; else pp — Megatron-Core's default,
+    torchtitan's round where pp divides m, and Paddle's only group — or, where pp does not
+    divide the ``num_microbatches``, Megatron-Core's smallest group that can take them
     (:func:`cost_model.schedule.smallest_interleaved_group`), which its launch writes and which
-    holds the fewest activations of those that run.  Valid where
+    holds the fewest activations of those that run, torchtitan's round
+    (:func:`cost_model.schedule.round_group`) and Paddle's first group
+    (:func:`cost_model.schedule.leading_group`).  Valid where
     :func:`interleaved_microbatches_violation` is None."""
     if group:
         return group
-    if num_microbatches % pp == 0 or not rules_for(framework).interleaved_microbatch_group:
+    rules = rules_for(framework)
+    if num_microbatches % pp == 0:
         return pp
-    return smallest_interleaved_group(num_microbatches, pp) or pp
+    if rules.interleaved_microbatch_group:
+        return smallest_interleaved_group(num_microbatches, pp) or pp
+    if rules.interleaved_rounds:
+        return round_group(num_microbatches, pp) or pp
+    if rules.interleaved_leading_group:
+        return leading_group(num_microbatches, pp) or pp
+    return pp
 
 
 def _over_pairs(fn: Any, num_microbatches: Any, pp: Any, dtype: Any) -> np.ndarray:
@@ -659,9 +690,22 @@ def interleaved_microbatch_groups(framework: str, num_microbatches: Any, pp: Any
         return np.full(m.shape, group, dtype=np.int64)
     out = p.copy()
     odd = (m % np.maximum(p, 1) != 0) & (m >= p)
-    if rules_for(framework).interleaved_microbatch_group and odd.any():
-        out[odd] = _over_pairs(smallest_interleaved_group, m[odd], p[odd], np.int64)
+    rules = rules_for(framework)
+    pick = (smallest_interleaved_group if rules.interleaved_microbatch_group else round_group if rules.interleaved_rounds
+            else leading_group if rules.interleaved_leading_group else None)
+    if pick is not None and odd.any():
+        groups = _over_pairs(pick, m[odd], p[odd], np.int64)
+        out[odd] = np.where(groups > 0, groups, p[odd])
     return out
+
+
+def interleaved_forwards_first(framework: str, num_microbatches: Any, pp: Any) -> Any:
+    """Whether the framework's interleaved schedule runs every chunk forward before the first
+    backward (elementwise): Paddle's at m = pp (fleet's PipelineParallelWithInterleaveFthenB) —
+    Megatron-Core's current schedule and PyTorch's warm up by the group at m = pp too."""
+    if not rules_for(framework).interleaved_leading_group:
+        return False
+    return np.asarray(num_microbatches) == np.asarray(pp)
 
 
 def interleaved_microbatches_run(framework: str, num_microbatches: Any, pp: Any, group: int = 0) -> np.ndarray:
@@ -679,18 +723,30 @@ def microbatch_group_note(framework: str, *, num_microbatches: int, pp: int, vpp
     used = interleaved_microbatch_group(framework, num_microbatches=num_microbatches, pp=pp, group=group)
     if used == pp:
         return None
-    why = "as asked" if group else f"{num_microbatches} micro-batches are not a multiple of pp={pp}, which the default group of pp needs"
+    rules = rules_for(framework)
     more = (vpp - 1) * (used - pp)
+    held = (f"its warm-up holds the activations of {more} more chunk micro-batch{'es' if more > 1 else ''} than groups of pp "
+            "would, priced; the step time is the same")
+    if rules.interleaved_rounds:
+        return (f"{rules.interleaved_rounds} runs the {num_microbatches} micro-batches in {num_microbatches // used} round"
+                f"{'s' if num_microbatches // used > 1 else ''} of {used} per virtual stage (pp={pp} does not divide them): {held}")
+    if rules.interleaved_leading_group:
+        return (f"{rules.interleaved_leading_group} runs the {num_microbatches} micro-batches in a first group of {used} "
+                f"(accumulate_steps mod pp + pp), then groups of pp={pp}: {held}")
+    why = "as asked" if group else f"{num_microbatches} micro-batches are not a multiple of pp={pp}, which the default group of pp needs"
     return (f"the interleaved schedule takes micro-batches in groups of {used} per virtual stage "
-            f"({rules_for(framework).interleaved_microbatch_group} {used}; {why}): its warm-up holds the activations of "
-            f"{more} more chunk micro-batch{'es' if more > 1 else ''} than groups of pp would, priced; the step time is the same")
+            f"({rules.interleaved_microbatch_group} {used}; {why}): {held}")
 
 
 def microbatch_group_setting_violation(framework: str, group: int) -> str | None:
     """Reason when ``training.microbatch_group_size_per_vp_stage`` is set for a framework whose
     interleaved schedule has no such setting (all but Megatron-Core: groups of pp), else None."""
-    if group and not rules_for(framework).interleaved_microbatch_group:
-        return f"{framework}: its interleaved schedule takes micro-batches in groups of pp, with no setting for another group (Megatron-Core's)"
+    rules = rules_for(framework)
+    if group and not rules.interleaved_microbatch_group:
+        how = (f"{rules.interleaved_rounds} sets its own rounds of micro-batches (max(1, m // pp) of them)" if rules.interleaved_rounds
+               else f"{rules.interleaved_leading_group} sets its own first group (accumulate_steps mod pp + pp), then groups of pp"
+               if rules.interleaved_leading_group else "its interleaved schedule takes micro-batches in groups of pp")
+        return f"{framework}: {how}, with no setting for another group (Megatron-Core's)"
     return None
 
 
@@ -1578,6 +1634,7 @@ __all__ = [
     "interleaved_microbatch_group",
     "interleaved_microbatch_groups",
     "interleaved_microbatches_run",
+    "interleaved_forwards_first",
     "microbatch_group_note",
     "microbatch_group_setting_violation",
     "torchtitan_layout_violation",

@@ -49,10 +49,13 @@ through chunk 1, …, then the next group.  It runs N in ``[pp, m]`` whose last,
 earlier chunks (``forward_backward_pipelining_with_interleaving`` refuses it).  The group does
 not change the step time above: every group holds at least pp micro-batches, so a stage never
 waits on a chunk of its own micro-batch still in flight, and the fill and drain stay
-``(Σ t_i − max t_i)/v`` (tests/costmodel/graph/test_schedule.py simulates Megatron-Core's
+``(Σ t_i − max t_i)/v`` (tests/costmodel/test_microbatch_group.py simulates Megatron-Core's
 order for every valid N and finds this step).  It changes the warm-up — ``(pp − i − 1)·2 +
 (v − 1)·N`` chunk forwards before stage i's first backward (``get_pp_rank_microbatches``) —
-and with it the activations held (:func:`inflight_microbatches`).
+and with it the activations held (:func:`inflight_microbatches`).  PyTorch's
+``ScheduleInterleaved1F1B`` (torchtitan's Interleaved1F1B) issues the same order in rounds
+(:func:`round_group`), Paddle's interleaved schedule a first group of ``m mod pp + pp`` and then
+groups of pp (:func:`leading_group`).
 """
 
 from __future__ import annotations
@@ -115,26 +118,57 @@ def smallest_interleaved_group(num_microbatches: int, pp: int) -> int:
     return next((n for n in range(pp, num_microbatches + 1) if interleaved_group_runs(num_microbatches, pp, n)), 0)
 
 
-def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1, group: Any = None) -> Any:
+def round_group(num_microbatches: int, pp: int) -> int:
+    """The micro-batches per round of PyTorch's ``ScheduleInterleaved1F1B`` (torchtitan's
+    Interleaved1F1B): it runs ``m`` micro-batches in ``max(1, m // pp)`` rounds and needs them to
+    divide m ("Interleaved 1F1B requires the number of microbatches to be a multiple of the number
+    of rounds"); each round is a group in the sense of the module docstring (its
+    ``_get_warmup_ops``: ``(v − 1)·m/rounds + 2(pp − 1 − i)``).  0 where the rounds do not divide
+    m, or m < pp (one round of fewer than pp micro-batches: it runs, with dependency bubbles the
+    schedule above does not have)."""
+    rounds = max(1, num_microbatches // pp)
+    if num_microbatches < pp or num_microbatches % rounds:
+        return 0
+    return num_microbatches // rounds
+
+
+def leading_group(num_microbatches: int, pp: int) -> int:
+    """The first micro-batch group of Paddle's interleaved schedule (``PipelineParallelWithInterleave``,
+    which fleet runs from ``accumulate_steps`` ≥ 2·pp): ``m mod pp + pp`` micro-batches
+    (``first_chunk_acc``), then groups of pp — its warm-up ``2(pp − 1 − i) + (v − 1)·first_chunk_acc``
+    (``startup_steps``).  pp when m = pp (its ``PipelineParallelWithInterleaveFthenB``: every
+    forward first).  0 for the counts fleet refuses: below pp, and from pp + 1 to 2·pp − 1
+    (FthenB takes multiples of pp only)."""
+    if num_microbatches == pp:
+        return pp
+    if num_microbatches < 2 * pp:
+        return 0
+    return num_microbatches % pp + pp
+
+
+def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1, group: Any = None,
+                          forwards_first: Any = False) -> Any:
     """Micro-batches whose activations stage ``stage_index`` holds at its peak, in units of the
     stage's whole layer set (a count; float arrays when any argument is an array).
 
     1F1B: ``min(pp − i, m)`` (Narayanan et al. 2021, §2.2: stage i runs ``pp − i`` forwards
     before its first backward).  Interleaved (v model chunks per stage, micro-batches issued in
     groups of pp per chunk): Megatron-Core's warm-up count
-    (``schedules.forward_backward_pipelining_with_interleaving``: ``(pp − i − 1)·2 + (v − 1)·pp``
-    chunk forwards, then one more before the first backward; every chunk forward when
-    m = pp, ``all_warmup_microbatches``) holds ``min(2(pp − i − 1) + (v − 1)·pp + 1, m·v)`` chunk
+    (``schedules.get_pp_rank_microbatches``: ``(pp − i − 1)·2 + (v − 1)·pp`` chunk forwards,
+    then one more before the first backward; PyTorch's ``ScheduleInterleaved1F1B`` and Paddle's
+    interleaved schedule count alike) holds ``min(2(pp − i − 1) + (v − 1)·pp + 1, m·v)`` chunk
     micro-batches of ``1/v`` of the stage each — ``pp + (pp − 2i − 1)/v`` stage micro-batches when m
     is large: ``pp·(1 + (p − 1)/(p·v))`` on the first stage (Korthikanti et al. 2022, §4.3) and
     nearly pp on every stage, since a later stage must run its first v − 1 chunks for all pp
     micro-batches of a group before its last chunk's first backward.  With a micro-batch
     ``group`` of N per chunk (module docstring; None: pp) the warm-up is
-    ``2(pp − i − 1) + (v − 1)·N``.  Layers are taken as spread evenly over a stage's chunks."""
+    ``2(pp − i − 1) + (v − 1)·N``.  ``forwards_first``: the schedule runs every chunk forward
+    before the first backward (Paddle's FthenB at m = pp), holding all m micro-batches on every
+    stage.  Layers are taken as spread evenly over a stage's chunks."""
     base = np.minimum(pp - stage_index, num_microbatches)
     v = np.maximum(np.asarray(vpp, dtype=float), 1.0)
     m = np.asarray(num_microbatches, dtype=float)
     n = np.asarray(pp if group is None else group, dtype=float)
     warm = 2.0 * (pp - np.asarray(stage_index, dtype=float) - 1.0) + (v - 1.0) * n + 1.0
-    chunks = np.where(m == pp, m * v, np.minimum(warm, m * v))
+    chunks = np.where(forwards_first, m * v, np.minimum(warm, m * v))
     return np.where(v > 1, chunks / v, base)

@@ -15,7 +15,12 @@ import numpy as np
 
 from cost_model.comm import ArrayOrFloat, FloatArray, Links
 from cost_model.devices import BYTES_PER_ELEMENT, NARROW_DTYPES, DeviceSpec
-from cost_model.frameworks import interleaved_microbatch_groups, rules_for, runs_deepspeed_engine
+from cost_model.frameworks import (
+    interleaved_forwards_first,
+    interleaved_microbatch_groups,
+    rules_for,
+    runs_deepspeed_engine,
+)
 from cost_model.schedule import exposed_dp_sync_s, inflight_microbatches, pipeline_time_s
 from cost_model.topology import zero_replicas, zero_shard_ranks
 from cost_model.training import Training
@@ -472,7 +477,7 @@ def stage_cost(
     grads = grads + buckets
     # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more
     group = interleaved_microbatch_groups(training.framework, m, S.pp, training.microbatch_group_size_per_vp_stage)
-    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp, group)
+    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp, group, interleaved_forwards_first(training.framework, m, S.pp))
     embedding_act = dc.embedding_act_bytes if has_embedding else 0.0
     acts = (n * lc.activation_bytes + embedding_act) * inflight
     if training.activation_offloading:

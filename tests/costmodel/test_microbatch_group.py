@@ -21,6 +21,7 @@ from cost_model.schedule import (
     inflight_microbatches,
     interleaved_group_runs,
     pipeline_time_s,
+    round_group,
     smallest_interleaved_group,
 )
 from planner_service.planner import SolverSettings, plan
@@ -72,7 +73,7 @@ def simulate(pp: int, m: int, v: int, n: int, tf: float = 1.0, tb: float = 2.0) 
     return max(free), [p / v for p in peak]
 
 
-CASES = [(4, 8, 2), (4, 9, 2), (4, 10, 3), (4, 13, 4), (2, 7, 3), (8, 20, 2)]
+CASES = [(4, 4, 2), (2, 2, 3), (4, 8, 2), (4, 9, 2), (4, 10, 3), (4, 13, 4), (2, 7, 3), (8, 20, 2)]  # m = pp: no forwards-first special case
 
 
 @pytest.mark.parametrize("pp, m, v", CASES)
@@ -100,6 +101,41 @@ def test_the_groups_that_run_are_megatron_cores():
         assert bool(runs) is (m >= pp)
 
 
+@pytest.mark.parametrize("pp, v", [(2, 2), (4, 2), (4, 3), (8, 2)])
+def test_torchtitans_interleaved_schedule_runs_the_rounds_the_cost_model_allows_and_holds_what_it_prices(pp, v):
+    """PyTorch's own ScheduleInterleaved1F1B (torchtitan's Interleaved1F1B), built over stand-in
+    stages: it accepts exactly the micro-batch counts of at least pp that round_group takes (and
+    fewer than pp, in one round with bubbles, which the cost model refuses instead of mispricing),
+    and its per-rank action lists hold, at their peak, the chunk micro-batches
+    inflight_microbatches prices for that round."""
+    pipelining = pytest.importorskip("torch.distributed.pipelining.schedules", reason="needs torch")
+
+    class Stage:  # what the schedule's constructor reads of a stage
+        def __init__(self, index: int, rank: int):
+            self.stage_index, self.group_rank, self.group_size, self.num_stages = index, rank, pp, pp * v
+            self.is_first, self.is_last, self.has_backward = index == 0, index == pp * v - 1, True
+            self.stage_index_to_group_rank: dict[int, int] = {}
+
+    for m in range(pp, 4 * pp + 3):
+        stages = [Stage(k * pp, 0) for k in range(v)]
+        try:
+            schedule = pipelining.ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=lambda *a: 0)
+        except ValueError:
+            assert round_group(m, pp) == 0 and interleaved_microbatches_violation("fsdp", num_microbatches=m, pp=pp) is not None, m
+            continue
+        group = round_group(m, pp)
+        assert group == schedule.microbatches_per_round and interleaved_microbatches_violation("fsdp", num_microbatches=m, pp=pp) is None, m
+        assert interleaved_microbatch_group("fsdp", num_microbatches=m, pp=pp) == group
+        for rank in range(pp):
+            live = peak = 0
+            for action in schedule.pipeline_order[rank]:
+                if action is not None:
+                    kind = pipelining._ComputationType
+                    live += {kind.FORWARD: 1, kind.FULL_BACKWARD: -1}.get(action.computation_type, 0)
+                    peak = max(peak, live)
+            assert peak / v == pytest.approx(float(inflight_microbatches(rank, pp, m, v, group))), (m, rank)
+
+
 def test_megatron_core_takes_any_count_of_at_least_pp_and_the_others_whole_groups():
     assert interleaved_microbatches_violation("megatron-core", num_microbatches=9, pp=4) is None
     assert interleaved_microbatch_group("megatron-core", num_microbatches=9, pp=4) == 5  # 9 = 5 + 4
@@ -109,8 +145,13 @@ def test_megatron_core_takes_any_count_of_at_least_pp_and_the_others_whole_group
     assert field == "microbatch_group_size_per_vp_stage" and "last group of 1" in why
     assert interleaved_microbatches_violation("megatron-core", num_microbatches=9, pp=4, group=10)[0] == "microbatch_group_size_per_vp_stage"
     for framework in ("paddle", "fsdp"):
-        assert interleaved_microbatches_violation(framework, num_microbatches=9, pp=4)[0] == "vpp"
         assert interleaved_microbatch_group(framework, num_microbatches=12, pp=4) == 4
+    assert interleaved_microbatches_violation("fsdp", num_microbatches=9, pp=4)[0] == "vpp"  # not two equal rounds
+    assert interleaved_microbatch_group("fsdp", num_microbatches=10, pp=4) == 5  # two rounds of 5
+    # Paddle: a first group of m mod pp + pp from 2·pp micro-batches on, every forward first at pp
+    assert interleaved_microbatch_group("paddle", num_microbatches=10, pp=4) == 6
+    assert interleaved_microbatch_group("paddle", num_microbatches=4, pp=4) == 4
+    assert interleaved_microbatches_violation("paddle", num_microbatches=6, pp=4)[0] == "vpp"
 
 
 CLUSTER = {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": "H100-SXM5-80GB"}]}
@@ -128,7 +169,8 @@ def test_six_micro_batches_over_four_stages_run_in_a_group_of_six_under_megatron
     """24 sequences in micro-batches of 4 over pp 4, interleaved: Megatron-Core's default group
     (pp) refuses the 6 micro-batches, a group of 6 runs them (5 leaves 1) — the estimate costs
     that, says so, and holds (v − 1)·(6 − 4) = 2 more chunk micro-batches than the 8-micro-batch
-    step's groups of 4; the step per micro-batch is unchanged.  Paddle refuses the layout."""
+    step's groups of 4; the step per micro-batch is unchanged.  Paddle's fleet refuses it (its
+    interleaved schedule takes pp, or from 2·pp micro-batches on)."""
     six, eight = _estimate("megatron-core", 24), _estimate("megatron-core", 32)
     note = next(w for w in six.warnings if "groups of 6" in w)
     assert "--microbatch-group-size-per-virtual-pipeline-stage 6" in note and "2 more chunk micro-batches" in note
@@ -138,7 +180,7 @@ def test_six_micro_batches_over_four_stages_run_in_a_group_of_six_under_megatron
     assert extra == pytest.approx(per_chunk * (float(inflight_microbatches(0, 4, 6, 2, 6)) - float(inflight_microbatches(0, 4, 8, 2, 4))), rel=1e-6)
     with pytest.raises(InvalidStrategy) as e:
         _estimate("paddle", 24)
-    assert e.value.field == "strategy.vpp" and "the 6 micro-batches to be a multiple of pp=4" in e.value.message
+    assert e.value.field == "strategy.vpp" and "needs at least 2·pp=8 micro-batches a step (accumulate_steps), or exactly pp=4; got 6" in e.value.message
 
 
 def test_a_group_asked_for_is_costed_and_one_that_cannot_run_is_refused_naming_it():
@@ -175,10 +217,24 @@ def test_the_http_api_takes_the_group_and_refuses_it_where_it_cannot_be(client):
     r = client.post("/v1/estimate", json=body)
     assert r.status_code == 200, r.text
     assert any("groups of 8" in w for w in r.json()["warnings"])
-    for framework, value, words in (("paddle", 8, "no setting for another group"), ("megatron-core", 1, "at least 2"),
+    for framework, value, words in (("paddle", 8, "sets its own first group"), ("fsdp", 8, "sets its own rounds"), ("megatron-core", 1, "at least 2"),
                                     ("megatron-core", "8", "an integer")):
         bad = {**body, "training": {**body["training"], "framework": framework, "microbatch_group_size_per_vp_stage": value}}
         r = client.post("/v1/estimate", json=bad)
         assert r.status_code == 422, r.text
         error = r.json()["error"]
         assert error["field"] == "training.microbatch_group_size_per_vp_stage" and words in error["message"], error
+
+
+def test_paddle_runs_a_first_group_from_two_pp_micro_batches_and_every_forward_first_at_pp():
+    """fleet's PipelineParallelWithInterleave (accumulate_steps ≥ 2·pp): a first group of
+    m mod pp + pp micro-batches, then groups of pp — 10 micro-batches over pp 4 warm up with a
+    first group of 6; its FthenB at accumulate_steps = pp runs every chunk forward first.  On a
+    middle stage (no embedding, no head) the activations held go 4 (m = 4, every forward first),
+    4.5 (m = 8, groups of 4), 5.5 (m = 10, first group 6) stage micro-batches: the two steps up
+    are in the ratio 1 : 2."""
+    four, eight, ten = (_estimate("paddle", 4 * m) for m in (4, 8, 10))
+    assert any("first group of 6" in w for w in ten.warnings) and not any("first group" in w for w in eight.warnings)
+    held = [e.stages[1].memory_GB["activations"] for e in (four, eight, ten)]
+    assert [float(inflight_microbatches(1, 4, m, 2, g, m == 4)) for m, g in ((4, 4), (8, 4), (10, 6))] == [4.0, 4.5, 5.5]
+    assert (held[2] - held[1]) == pytest.approx(2 * (held[1] - held[0]), rel=1e-6)

@@ -51,8 +51,11 @@ def brute_force(model, training, cluster, headroom=0.0, pins=None):
                             continue
                         m = B // dp // mbs
                         for vpp in (1, 2, 3, 4, 6, 8):
-                            # Megatron-Core groups any m ≥ pp micro-batches (its micro-batch group setting); the others take multiples of pp
-                            grouped = m < pp if rules_for(training.framework).interleaved_microbatch_group else m % pp
+                            # Megatron-Core groups any m ≥ pp micro-batches (its micro-batch group setting); torchtitan runs
+                            # max(1, m // pp) rounds that divide m (m ≥ pp); Paddle m = pp or m ≥ 2·pp; otherwise multiples of pp
+                            r = rules_for(training.framework)
+                            grouped = (m < pp if r.interleaved_microbatch_group else (m < pp or m % (m // pp)) if r.interleaved_rounds
+                                       else (m != pp and m < 2 * pp) if r.interleaved_leading_group else m % pp)
                             if vpp > 1 and (pp == 1 or L % (pp * vpp) or grouped):
                                 continue
                             for rc in ("none", "selective", "full"):

@@ -105,8 +105,10 @@ def test_in_flight_micro_batches_of_1f1b_and_interleaving():
     # plus one, of 1/v of the stage each — nearly p on the last stage too, not 1 + (p − 1)/(p·v)
     assert [inflight_microbatches(i, 4, 8, 2) for i in range(4)] == pytest.approx([11 / 2, 9 / 2, 7 / 2, 5 / 2])
     assert inflight_microbatches(15, 16, 32, 8) == pytest.approx((7 * 16 + 1) / 8)
-    # m = p: every chunk forward runs before the first backward (all_warmup_microbatches)
-    assert [inflight_microbatches(i, 4, 4, 2) for i in range(4)] == pytest.approx([4, 4, 4, 4])
+    # m = p: the same warm-up, capped at every chunk forward (Megatron-Core's get_pp_rank_microbatches,
+    # PyTorch's ScheduleInterleaved1F1B); Paddle's FthenB runs every chunk forward first
+    assert [inflight_microbatches(i, 4, 4, 2) for i in range(4)] == pytest.approx([4, 4, 7 / 2, 5 / 2])
+    assert [inflight_microbatches(i, 4, 4, 2, forwards_first=True) for i in range(4)] == pytest.approx([4, 4, 4, 4])
     assert inflight_microbatches(0, 4, 8, 16) == pytest.approx((6 + 15 * 4 + 1) / 16)
     assert inflight(mesh_for(Training(global_batch_size=8, sequence_length=8), simple_cluster("A100-SXM4-80GB", 1),
                              dp=1, t=1, pp=4, micro_batch=1), 1) == 3

@@ -71,7 +71,10 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         m = B // dp // mbs
         # the search's interleaved chunks are even; a pinned vpp's may be near-even (one decoder layer each at least)
         uneven_ok = pins.get("vpp", 1) > 1 and pp * vpp <= L
-        grouped = m < pp if r.interleaved_microbatch_group else m % pp  # Megatron-Core groups any m ≥ pp (its group setting)
+        # Megatron-Core groups any m ≥ pp (its group setting); torchtitan runs max(1, m // pp) rounds that divide m (m ≥ pp);
+        # Paddle takes m = pp (every forward first) or m ≥ 2·pp (a first group of m mod pp + pp)
+        grouped = (m < pp if r.interleaved_microbatch_group else (m < pp or m % (m // pp)) if r.interleaved_rounds
+                   else (m != pp and m < 2 * pp) if r.interleaved_leading_group else m % pp)
         if vpp > 1 and (pp == 1 or (L % (pp * vpp) and not uneven_ok) or grouped):
             continue
         if vpp > 1 and training.framework == "paddle" and pp <= 2:  # Paddle's interleaved schedule: pp > 2
