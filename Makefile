@@ -28,8 +28,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # The peer (llm-analysis, the bench extra) runs on the same rows in the same run.
+# The peer installed without its dependencies: they pin transformers 4.31 and huggingface-hub < 0.15,
+# which the peer (explicit model configs, no Hub) does not use and which break torchtitan's datasets
+# beside it (the launch-file tests); fire is what llm_analysis imports.  Keep the pin equal to pyproject's bench extra.
 bench-fidelity: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python -m pip install -q --no-deps 'llm-analysis==0.2.2'
+	$(BIN)/python -m pip install -q fire
 	$(BIN)/python bench/fidelity.py
 
 bench-acceptance: $(STAMP)

@@ -612,17 +612,17 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
 
 def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> tuple[str, str] | None:
     """(field, reason) when the framework's interleaved schedule over ``pp`` stages cannot take
-    ``num_microbatches`` micro-batches a step, else None.  A framework without a rule of its own
-    takes them in whole groups of pp.  Megatron-Core takes them in groups of N per virtual stage (``FrameworkRules.
-    interleaved_microbatch_group``; ``training.microbatch_group_size_per_vp_stage``, ``group``;
-    0: pp where that runs, else the smallest that does, :func:`interleaved_microbatch_group`): N
-    in [pp, m] leaving a last group of 0 or at least pp (:func:`cost_model.schedule.
+    ``num_microbatches`` micro-batches a step, else None (a framework without a rule of its own:
+    whole groups of pp).  Megatron-Core takes them in groups of N per virtual stage
+    (``FrameworkRules.interleaved_microbatch_group``; ``training.microbatch_group_size_per_vp_stage``,
+    ``group``; 0: pp where that runs, else the smallest that does, :func:`interleaved_microbatch_group`):
+    N in [pp, m] leaving a last group of 0 or at least pp (:func:`cost_model.schedule.
     interleaved_group_runs`) — any m ≥ pp runs with some N.  torchtitan's Interleaved1F1B
-    (``FrameworkRules.interleaved_rounds``) runs them in max(1, m // pp) rounds that must divide
-    m (:func:`cost_model.schedule.round_group`; fewer than pp it runs with dependency bubbles,
-    which are not priced).  Paddle's (``FrameworkRules.interleaved_leading_group``) takes m ≥ 2·pp,
-    the first group m mod pp + pp, or m = pp (:func:`cost_model.schedule.leading_group`).  The field is ``vpp``, or ``microbatch_group_size_per_vp_stage`` for
-    a group asked for that cannot run."""
+    (``FrameworkRules.interleaved_rounds``) runs them in max(1, m // pp) rounds that must divide m
+    (:func:`cost_model.schedule.round_group`; fewer than pp it runs with dependency bubbles, which
+    are not priced).  Paddle's (``FrameworkRules.interleaved_leading_group``) takes m ≥ 2·pp, its
+    first group m mod pp + pp, or m = pp (:func:`cost_model.schedule.leading_group`).  The field is
+    ``vpp``, or ``microbatch_group_size_per_vp_stage`` for a group asked for that cannot run."""
     rules = rules_for(framework)
     setting = rules.interleaved_microbatch_group
     m = num_microbatches
