@@ -90,10 +90,15 @@ FRONTIER = {
 }
 
 
+def request_body(case: dict) -> dict:
+    """A case's plan request: the case less its ``target_s``, which is the benchmark's own."""
+    return {k: v for k, v in case.items() if k != "target_s"}
+
+
 def time_frontier(repeats: int) -> list[dict]:
     rows = []
     for name, case in FRONTIER.items():
-        req = parse_plan_request({k: v for k, v in case.items() if k != "target_s"})
+        req = parse_plan_request(request_body(case))
         walls, result = [], None
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -136,7 +141,7 @@ def time_frontier_http(repeats: int) -> dict:
     from planner_service.settings import ServiceSettings
 
     name = next(iter(FRONTIER))
-    body = {k: v for k, v in FRONTIER[name].items() if k != "target_s"}
+    body = request_body(FRONTIER[name])
     with tempfile.TemporaryDirectory() as d:
         settings = ServiceSettings(database_url=f"sqlite:///{d}/bench.db", auto_migrate=True, sync_max_candidates=10_000_000,
                                    auth="disabled", allowed_hosts="testserver", rate_limit="")
@@ -222,7 +227,7 @@ def time_replan(repeats: int) -> dict:
     from planner_service.api import create_app
     from planner_service.settings import ServiceSettings
 
-    body = {k: v for k, v in CASES["llama3-70b on 128x8 H100"].items() if k != "target_s"}
+    body = request_body(CASES["llama3-70b on 128x8 H100"])
     with tempfile.TemporaryDirectory() as d:
         # In-process and loopback only: no keys, the TestClient's Host allowed, no rate limit.
         settings = ServiceSettings(database_url=f"sqlite:///{d}/bench.db", auto_migrate=True, auth="disabled",
@@ -262,10 +267,9 @@ def main() -> int:
         return 0
     rows = []
     # Warm the imports (OR-tools, numpy) so process start is excluded.
-    plan(parse_plan_request(CASES["gpt3-175b on 128x8 A100-80GB"]), SolverSettings())
+    plan(parse_plan_request(request_body(CASES["gpt3-175b on 128x8 A100-80GB"])), SolverSettings())
     for name, case in CASES.items():
-        body = {k: v for k, v in case.items() if k != "target_s"}
-        req = parse_plan_request(body)
+        req = parse_plan_request(request_body(case))
         walls = []
         result = None
         for _ in range(args.repeats):
