@@ -610,93 +610,90 @@ def interleaved_schedule_violation(framework: str, *, pp: int, vpp: int) -> str 
     return None
 
 
-def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> tuple[str, str] | None:
-    """(field, reason) when the framework's interleaved schedule over ``pp`` stages cannot take
-    ``num_microbatches`` micro-batches a step, else None (a framework without a rule of its own:
-    whole groups of pp).  Megatron-Core takes them in groups of N per virtual stage
-    (``FrameworkRules.interleaved_microbatch_group``; ``training.microbatch_group_size_per_vp_stage``,
-    ``group``; 0: pp where that runs, else the smallest that does, :func:`interleaved_microbatch_group`):
-    N in [pp, m] leaving a last group of 0 or at least pp (:func:`cost_model.schedule.
+def interleaved_microbatches_run(framework: str, num_microbatches: Any, pp: Any, group: int = 0) -> np.ndarray:
+    """Whether the framework's interleaved schedule over ``pp`` stages runs ``num_microbatches``
+    micro-batches a step, elementwise (a framework without a rule of its own: whole groups of pp).
+    Megatron-Core takes them in groups of N per virtual stage (``FrameworkRules.
+    interleaved_microbatch_group``; ``training.microbatch_group_size_per_vp_stage``, ``group``; 0:
+    pp where that runs, else the smallest that does, :func:`interleaved_microbatch_groups`): N in
+    [pp, m] leaving a last group of 0 or at least pp (:func:`cost_model.schedule.
     interleaved_group_runs`) — any m ≥ pp runs with some N.  torchtitan's Interleaved1F1B
     (``FrameworkRules.interleaved_rounds``) runs them in max(1, m // pp) rounds that must divide m
     (:func:`cost_model.schedule.round_group`; fewer than pp it runs with dependency bubbles, which
     are not priced).  Paddle's (``FrameworkRules.interleaved_leading_group``) takes m ≥ 2·pp, its
-    first group m mod pp + pp, or m = pp (:func:`cost_model.schedule.leading_group`).  The field is
-    ``vpp``, or ``microbatch_group_size_per_vp_stage`` for a group asked for that cannot run."""
+    first group m mod pp + pp, or m = pp (:func:`cost_model.schedule.leading_group`)."""
+    m, p = np.asarray(num_microbatches, dtype=np.int64), np.asarray(pp, dtype=np.int64)
     rules = rules_for(framework)
-    setting = rules.interleaved_microbatch_group
+    if rules.interleaved_microbatch_group:
+        return np.asarray(interleaved_group_runs(m, p, group) if group else m >= p)
+    if rules.interleaved_rounds:
+        return np.asarray(round_group(m, p) > 0)
+    if rules.interleaved_leading_group:
+        return np.asarray(leading_group(m, p) > 0)
+    return np.asarray(m % np.maximum(p, 1) == 0)
+
+
+def interleaved_microbatches_violation(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> tuple[str, str] | None:
+    """(field, reason) where :func:`interleaved_microbatches_run` says the schedule cannot take
+    the micro-batches, else None: the field is ``vpp``, or ``microbatch_group_size_per_vp_stage``
+    for a group asked for that cannot run."""
+    if interleaved_microbatches_run(framework, num_microbatches, pp, group):
+        return None
+    rules = rules_for(framework)
     m = num_microbatches
-    if setting and group:
-        if interleaved_group_runs(m, pp, group):
-            return None
+    if rules.interleaved_microbatch_group and group:
         why = (f"must be from pp={pp} to the {m} micro-batches a step" if not pp <= group <= m
                else f"leaves a last group of {m % group} micro-batches, fewer than pp={pp} (it must leave 0 or at least pp)")
-        return "microbatch_group_size_per_vp_stage", f"{framework}: micro-batch group {group} ({setting}) {why}"
-    if setting:
-        return None if m >= pp else ("vpp", f"the interleaved schedule needs at least pp={pp} micro-batches a step, got {m}")
+        return "microbatch_group_size_per_vp_stage", f"{framework}: micro-batch group {group} ({rules.interleaved_microbatch_group}) {why}"
+    if rules.interleaved_microbatch_group:
+        return "vpp", f"the interleaved schedule needs at least pp={pp} micro-batches a step, got {m}"
     if rules.interleaved_leading_group:
-        if leading_group(m, pp):
-            return None
         return "vpp", (f"{framework}: {rules.interleaved_leading_group} needs at least 2·pp={2 * pp} micro-batches a step "
                        f"(accumulate_steps), or exactly pp={pp}; got {m}")
     if rules.interleaved_rounds:
-        if round_group(m, pp):
-            return None
         why = (f"runs {m} micro-batches, fewer than pp={pp}, in one round with dependency bubbles the cost model does not price" if m < pp
                else f"needs the {m} micro-batches to be a multiple of its {m // pp} rounds (max(1, m // pp))")
         return "vpp", f"{framework}: {rules.interleaved_rounds}: {why}"
-    if m % pp == 0:
-        return None
     return "vpp", f"the interleaved schedule needs the {m} micro-batches to be a multiple of pp={pp}"
 
 
-def interleaved_microbatch_group(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> int:
-    """The micro-batch group per virtual stage the framework's interleaved schedule runs
-    (:mod:`cost_model.schedule`): the ``group`` asked for; else pp — Megatron-Core's default,
-    torchtitan's round where pp divides m, and Paddle's only group — or, where pp does not
-    divide the ``num_microbatches``, Megatron-Core's smallest group that can take them
-    (:func:`cost_model.schedule.smallest_interleaved_group`), which its launch writes and which
-    holds the fewest activations of those that run, torchtitan's round
-    (:func:`cost_model.schedule.round_group`) and Paddle's first group
-    (:func:`cost_model.schedule.leading_group`).  Valid where
-    :func:`interleaved_microbatches_violation` is None."""
-    if group:
-        return group
-    rules = rules_for(framework)
-    if num_microbatches % pp == 0:
-        return pp
-    if rules.interleaved_microbatch_group:
-        return smallest_interleaved_group(num_microbatches, pp) or pp
-    if rules.interleaved_rounds:
-        return round_group(num_microbatches, pp) or pp
-    if rules.interleaved_leading_group:
-        return leading_group(num_microbatches, pp) or pp
-    return pp
-
-
-def _over_pairs(fn: Any, num_microbatches: Any, pp: Any, dtype: Any) -> np.ndarray:
-    """``fn(m, pp)`` elementwise over broadcast arrays, each distinct pair asked once."""
-    m, p = np.broadcast_arrays(np.asarray(num_microbatches, dtype=np.int64), np.asarray(pp, dtype=np.int64))
-    pairs, index = np.unique(np.stack([m.ravel(), p.ravel()]), axis=1, return_inverse=True)
-    values = np.array([fn(int(a), int(b)) for a, b in pairs.T], dtype=dtype)
-    return values[np.asarray(index).ravel()].reshape(m.shape)
+def _over_pairs(fn: Any, num_microbatches: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """``fn(m, pp)`` elementwise over two 1-D integer arrays, each distinct pair asked once
+    (pp < 2**20: a pipeline stage per GPU of the largest clusters fits many times over)."""
+    keys, index = np.unique(num_microbatches * (1 << 20) + pp, return_inverse=True)
+    values = np.array([fn(int(k >> 20), int(k & ((1 << 20) - 1))) for k in keys], dtype=np.int64)
+    return values[np.asarray(index).ravel()]
 
 
 def interleaved_microbatch_groups(framework: str, num_microbatches: Any, pp: Any, group: int = 0) -> np.ndarray:
-    """:func:`interleaved_microbatch_group` over arrays of micro-batch counts and pipeline
-    depths (broadcast); rows whose schedule runs no group get pp."""
+    """The micro-batch group per virtual stage the framework's interleaved schedule runs
+    (:mod:`cost_model.schedule`), elementwise: the ``group`` asked for; else pp — Megatron-Core's
+    default, torchtitan's round where pp divides m, and Paddle's only group — or, where pp does
+    not divide the ``num_microbatches``, Megatron-Core's smallest group that can take them
+    (:func:`cost_model.schedule.smallest_interleaved_group`), which its launch writes and which
+    holds the fewest activations of those that run, torchtitan's round
+    (:func:`cost_model.schedule.round_group`) or Paddle's first group
+    (:func:`cost_model.schedule.leading_group`).  Counts the schedule does not run
+    (:func:`interleaved_microbatches_run`) get pp."""
     m, p = np.broadcast_arrays(np.asarray(num_microbatches).astype(np.int64), np.asarray(pp).astype(np.int64))
     if group:
         return np.full(m.shape, group, dtype=np.int64)
-    out = p.copy()
-    odd = (m % np.maximum(p, 1) != 0) & (m >= p)
     rules = rules_for(framework)
-    pick = (smallest_interleaved_group if rules.interleaved_microbatch_group else round_group if rules.interleaved_rounds
-            else leading_group if rules.interleaved_leading_group else None)
-    if pick is not None and odd.any():
-        groups = _over_pairs(pick, m[odd], p[odd], np.int64)
-        out[odd] = np.where(groups > 0, groups, p[odd])
-    return out
+    if rules.interleaved_rounds:
+        groups = round_group(m, p)
+    elif rules.interleaved_leading_group:
+        groups = leading_group(m, p)
+    else:
+        groups = p.copy()
+        odd = (m % np.maximum(p, 1) != 0) & (m >= p)
+        if rules.interleaved_microbatch_group and odd.any():
+            groups[odd] = _over_pairs(smallest_interleaved_group, m[odd], p[odd])
+    return np.where(groups > 0, groups, p)
+
+
+def interleaved_microbatch_group(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> int:
+    """:func:`interleaved_microbatch_groups` of one layout."""
+    return int(interleaved_microbatch_groups(framework, num_microbatches, pp, group))
 
 
 def interleaved_forwards_first(framework: str, num_microbatches: Any, pp: Any) -> Any:
@@ -706,12 +703,6 @@ def interleaved_forwards_first(framework: str, num_microbatches: Any, pp: Any) -
     if not rules_for(framework).interleaved_leading_group:
         return False
     return np.asarray(num_microbatches) == np.asarray(pp)
-
-
-def interleaved_microbatches_run(framework: str, num_microbatches: Any, pp: Any, group: int = 0) -> np.ndarray:
-    """Elementwise: :func:`interleaved_microbatches_violation` is None."""
-    return _over_pairs(lambda m, p: interleaved_microbatches_violation(framework, num_microbatches=m, pp=p, group=group) is None,
-                       num_microbatches, pp, bool)
 
 
 def microbatch_group_note(framework: str, *, num_microbatches: int, pp: int, vpp: int, group: int = 0) -> str | None:

@@ -102,12 +102,14 @@ def exposed_dp_sync_s(dp_comm_s: Any, dp_window_s: Any, backward_s: Any, vpp: An
     return exposed_dp_sync_each_s(dp_comm_s, dp_window_s, index * bwd / vpp, slowdown).max(axis=0)
 
 
-def interleaved_group_runs(num_microbatches: int, pp: int, group: int) -> bool:
+def interleaved_group_runs(num_microbatches: Any, pp: Any, group: Any) -> Any:
     """Whether the interleaved schedule runs ``num_microbatches`` over ``pp`` stages in groups
     of ``group`` per model chunk: ``pp ≤ N ≤ m`` and ``m mod N`` is 0 or at least pp
-    (module docstring; Megatron-Core ``forward_backward_pipelining_with_interleaving``)."""
-    rest = num_microbatches % group if group else 0
-    return pp <= group <= num_microbatches and (rest == 0 or rest >= pp)
+    (module docstring; Megatron-Core ``forward_backward_pipelining_with_interleaving``).
+    Elementwise over arrays."""
+    m, p, n = (np.asarray(x, dtype=np.int64) for x in (num_microbatches, pp, group))
+    rest = m % np.maximum(n, 1)
+    return (p <= n) & (n <= m) & ((rest == 0) | (rest >= p))
 
 
 def smallest_interleaved_group(num_microbatches: int, pp: int) -> int:
@@ -118,32 +120,28 @@ def smallest_interleaved_group(num_microbatches: int, pp: int) -> int:
     return next((n for n in range(pp, num_microbatches + 1) if interleaved_group_runs(num_microbatches, pp, n)), 0)
 
 
-def round_group(num_microbatches: int, pp: int) -> int:
+def round_group(num_microbatches: Any, pp: Any) -> Any:
     """The micro-batches per round of PyTorch's ``ScheduleInterleaved1F1B`` (torchtitan's
     Interleaved1F1B): it runs ``m`` micro-batches in ``max(1, m // pp)`` rounds and needs them to
     divide m ("Interleaved 1F1B requires the number of microbatches to be a multiple of the number
     of rounds"); each round is a group in the sense of the module docstring (its
     ``_get_warmup_ops``: ``(v − 1)·m/rounds + 2(pp − 1 − i)``).  0 where the rounds do not divide
     m, or m < pp (one round of fewer than pp micro-batches: it runs, with dependency bubbles the
-    schedule above does not have)."""
-    rounds = max(1, num_microbatches // pp)
-    if num_microbatches < pp or num_microbatches % rounds:
-        return 0
-    return num_microbatches // rounds
+    schedule above does not have).  Elementwise over arrays."""
+    m, p = np.asarray(num_microbatches, dtype=np.int64), np.asarray(pp, dtype=np.int64)
+    rounds = np.maximum(1, m // np.maximum(p, 1))
+    return np.where((m >= p) & (m % rounds == 0), m // rounds, 0)
 
 
-def leading_group(num_microbatches: int, pp: int) -> int:
+def leading_group(num_microbatches: Any, pp: Any) -> Any:
     """The first micro-batch group of Paddle's interleaved schedule (``PipelineParallelWithInterleave``,
     which fleet runs from ``accumulate_steps`` ≥ 2·pp): ``m mod pp + pp`` micro-batches
     (``first_chunk_acc``), then groups of pp — its warm-up ``2(pp − 1 − i) + (v − 1)·first_chunk_acc``
     (``startup_steps``).  pp when m = pp (its ``PipelineParallelWithInterleaveFthenB``: every
     forward first).  0 for the counts fleet refuses: below pp, and from pp + 1 to 2·pp − 1
-    (FthenB takes multiples of pp only)."""
-    if num_microbatches == pp:
-        return pp
-    if num_microbatches < 2 * pp:
-        return 0
-    return num_microbatches % pp + pp
+    (FthenB takes multiples of pp only).  Elementwise over arrays."""
+    m, p = np.asarray(num_microbatches, dtype=np.int64), np.asarray(pp, dtype=np.int64)
+    return np.where(m == p, p, np.where(m < 2 * p, 0, m % np.maximum(p, 1) + p))
 
 
 def inflight_microbatches(stage_index: Any, pp: Any, num_microbatches: Any, vpp: Any = 1, group: Any = None,

@@ -476,7 +476,8 @@ def stage_cost(
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more
-    group = interleaved_microbatch_groups(training.framework, m, S.pp, training.microbatch_group_size_per_vp_stage)
+    # (asked of the interleaved rows alone: a 1F1B row's count stands in as pp, which needs no search)
+    group = interleaved_microbatch_groups(training.framework, np.where(S.vpp > 1, m, S.pp), S.pp, training.microbatch_group_size_per_vp_stage)
     inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp, group, interleaved_forwards_first(training.framework, m, S.pp))
     embedding_act = dc.embedding_act_bytes if has_embedding else 0.0
     acts = (n * lc.activation_bytes + embedding_act) * inflight
