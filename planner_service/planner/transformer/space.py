@@ -5,8 +5,8 @@ Rules applied while enumerating (cheap, exact): tp divides the GPUs of a node an
 attention heads (KV heads split or replicated evenly) — TP groups stay inside one NVLink
 domain; cp divides the sequence (and leaves ≥ 1024 tokens per rank); ep divides the experts and
 dp·cp (tp·cp·dp under Megatron-Core's MoE parallel folding); pp ≤ layers; pp·vpp divides the
-layers when vpp > 1 and the framework's interleaved schedule can group the micro-batches (a
-multiple of pp; Megatron-Core: at least pp, :func:`cost_model.frameworks.interleaved_microbatches_violation`); dp·micro_batch divides the
+layers when vpp > 1 and the framework's interleaved schedule takes the micro-batch count
+(:func:`cost_model.frameworks.interleaved_microbatches_run`); dp·micro_batch divides the
 global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can run
 (:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
 framework has none, its ZeRO stages, sharding ≥ 2 with a pipeline only where supported,
@@ -224,8 +224,9 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
     which the search would otherwise meet as an empty space — refused by the field at fault:
     dp must divide the global batch (each data-parallel rank takes an equal share of a step's
     sequences), micro_batch_size that share; an interleaved schedule needs the framework's
-    fewest stages (:func:`~cost_model.frameworks.interleaved_schedule_violation`) and micro-batches its schedule can group (:func:`~cost_model.frameworks.interleaved_microbatches_violation`:
-    a multiple of pp, or under Megatron-Core at least pp, in the group asked for if any); a pinned layer split covers the model's layers
+    fewest stages (:func:`~cost_model.frameworks.interleaved_schedule_violation`) and a
+    micro-batch count its schedule takes, in the group asked for if any
+    (:func:`~cost_model.frameworks.interleaved_microbatches_violation`); a pinned layer split covers the model's layers
     once, one entry per model chunk."""
     B = training.global_batch_size
     dp, mbs, pp, vpp = pins.get("dp"), pins.get("micro_batch_size"), pins.get("pp"), pins.get("vpp", 1)
