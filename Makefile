@@ -30,9 +30,9 @@ test: $(STAMP)
 # The peer (llm-analysis, the bench extra) runs on the same rows in the same run.
 # The peer installed without its dependencies: they pin transformers 4.31 and huggingface-hub < 0.15,
 # which the peer (explicit model configs, no Hub) does not use and which break torchtitan's datasets
-# beside it (the launch-file tests); fire is what llm_analysis imports.  Keep the pin equal to pyproject's bench extra.
+# beside it (the launch-file tests); fire is what llm_analysis imports.  The pin is pyproject's bench extra's.
 bench-fidelity: $(STAMP)
-	$(BIN)/python -m pip install -q --no-deps 'llm-analysis==0.2.2'
+	$(BIN)/python -m pip install -q --no-deps "$$(grep -o 'llm-analysis==[0-9.]*' pyproject.toml)"
 	$(BIN)/python -m pip install -q fire
 	$(BIN)/python bench/fidelity.py
 
