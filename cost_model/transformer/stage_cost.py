@@ -382,6 +382,14 @@ def fsdp_unsharded_bytes(model: TransformerSpec, training: Training, S: Strategy
     return out
 
 
+def compute_stretch(training: Training, S: StrategyArrays) -> ArrayOrFloat:
+    """The factor DeepSpeed's stage-3 hooks stretch every module's compute by, per candidate
+    (1 / :func:`~cost_model.transformer.calibration.sharded_compute_efficiency` under ZeRO-3 on
+    the DeepSpeed engine; 1 elsewhere)."""
+    hooks = sharded_compute_efficiency(training.framework)
+    return np.where(S.zero >= 3, 1.0 / hooks, 1.0) if hooks != 1.0 else 1.0
+
+
 def stage_cost(
     model: TransformerSpec,
     training: Training,
@@ -405,9 +413,7 @@ def stage_cost(
     n_decoder = np.asarray(num_layers, dtype=float)
     mtp = float(model.mtp_layers) if has_head else 0.0
     n = n_decoder + mtp
-    # DeepSpeed's stage-3 hooks stretch every module's compute (calibration.sharded_compute_efficiency)
-    hooks = sharded_compute_efficiency(training.framework)
-    stretch: ArrayOrFloat = np.where(S.zero >= 3, 1.0 / hooks, 1.0) if hooks != 1.0 else 1.0
+    stretch = compute_stretch(training, S)
     fwd = n * lc.forward_compute_s * stretch
     bwd = n * lc.backward_compute_s * stretch
     extra: ArrayOrFloat = 0.0

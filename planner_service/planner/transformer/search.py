@@ -5,7 +5,10 @@
 2. For every non-empty subset of pools (one device type alone, or several together): enumerate
    the knob space (``space.enumerate_space``), cost every candidate with the cost model's
    vectorised functions (``tables.even_tables``): exact step time for the near-even split,
-   a lower bound over all splits, and exact memory feasibility.
+   a lower bound over all splits, and exact memory feasibility.  A large one-pool space is
+   first bounded from each candidate's compute alone (``tables.compute_lower_bound_s``) and a
+   probe of its lowest-bound candidates costed: those bounded above what the probe's safe
+   layouts already give are left out uncosted (``_Search._within_answer_bound``).
 3. Branch and bound: candidates whose lower bound beats the best exact time so far get an
    optimal stage split (``split_cpsat.solve_split``: exact enumeration for one pool, CP-SAT for the
    split and stage → pool assignment over several).  Stops when no bound can beat the
@@ -74,11 +77,13 @@ from planner_service.planner.transformer.split_cpsat import WALL_GUARD_FACTOR, s
 from planner_service.planner.transformer.tables import (
     EvenTables,
     PoolCosts,
+    compute_lower_bound_s,
     even_tables,
     pool_costs,
     pp_cross_node,
     stage_linear,
 )
+from planner_service.planner.transformer.tables import subset as pool_subset
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,15 @@ class _Candidate:
     #: The queued refinement (subset id, candidate index) that would optimise this
     #: candidate's split; None when its split is already the optimal (or a pinned) one.
     source: tuple[int, int] | None = None
+
+
+#: Spaces of more single-pool rows than this are pruned by a costed probe before they are
+#: costed (``_Search._within_answer_bound``): the probe's rows, at least, and its share of the space.
+BOUND_MIN_ROWS = 8192
+BOUND_PROBE_ROWS = 2048
+BOUND_PROBE_FRACTION = 0.005
+#: Distinct layouts beyond the answers' that the probe's threshold keeps.
+BOUND_SPARE_LAYOUTS = 8
 
 
 #: Deterministic work charged for a refinement that finds no split.
@@ -184,7 +198,8 @@ _Pending = tuple[float, int, tuple[int, ...], list[PoolCosts], int, float | None
 @dataclass(frozen=True)
 class _CostedPool:
     """One pool's candidates and their costs, as ``_Search._costed_pool`` computed them at
-    ``fit_bound`` (``dropped``: the layouts left out for not fitting)."""
+    ``fit_bound`` (``dropped``: the layouts left out for not fitting, or for a compute bound
+    above what the answers must beat: ``_Search._within_answer_bound``)."""
 
     fit_bound: MemoryBound
     S: StrategyArrays
@@ -353,11 +368,40 @@ class _Search:
         known = self.memo.get(si)
         if known is not None and known.fit_bound.admits_all_of(self.fit_bound):
             return known, False
+        S, bounded = self._within_answer_bound(g, S)
         S, dropped = feasible_then_expand(self.model, self.training, g, S, self.usable_fraction, self.fit_bound)
+        dropped += bounded
         pcs = [pool_costs(self.model, self.training, g, S)] if len(S) else []
         tables = even_tables(self.model, self.training, pcs[0]) if pcs else None
         self.memo[si] = costed = _CostedPool(self.fit_bound, S, dropped, pcs, tables)
         return costed, True
+
+    def _within_answer_bound(self, g: NodeGroup, S: StrategyArrays) -> tuple[StrategyArrays, int]:
+        """The rows of a large space that can still enter the answers, and how many are left out.
+
+        Every row is bounded from its compute alone (``tables.compute_lower_bound_s``, a bound
+        over all splits and nesting orders, without a ``stage_cost`` call); the
+        :data:`BOUND_PROBE_ROWS` rows of lowest bound (or :data:`BOUND_PROBE_FRACTION` of the
+        space) are costed, and the objective of the probe's (top_k + 1 + :data:`BOUND_SPARE_LAYOUTS`)-th
+        best distinct layout whose even split is safely within memory (every stage's p90) is the
+        threshold: rows bounded above it cannot enter the answers of any search that shares this
+        costing — the first search's, the safe one's, the one restricted to predicted peaks
+        within memory — because each admits every safe row, so at least top_k + 1 layouts of its
+        own are at the threshold or below.  (The spare layouts stand for answers the estimate
+        might reject.)  Every row is kept when the split is pinned (its answers are the pinned
+        split's, which the even split does not bound from above), the space is small, or the
+        probe holds too few safe layouts."""
+        if self.fixed_split or len(S) <= BOUND_MIN_ROWS:
+            return S, 0
+        factor = _objective_factor(self.request.objective, self.training, S, [g])
+        pc = pool_costs(self.model, self.training, g, S)
+        bound = compute_lower_bound_s(self.model, self.training, pc) * factor
+        probe = np.argsort(bound, kind="stable")[: max(BOUND_PROBE_ROWS, int(len(S) * BOUND_PROBE_FRACTION))]
+        safe = even_tables(self.model, self.training, pool_subset(pc, probe)).evaluate(
+            g.device.memory_bytes * self.usable_fraction, self.safe_bound).step_time_s * factor[probe]
+        threshold = _kth_layout_objective(safe, layout_keys(S.take(probe)), self.request.top_k + 1 + BOUND_SPARE_LAYOUTS)
+        keep = np.nonzero(bound <= threshold * (1.0 + 1e-9))[0]
+        return S.take(keep), len(S) - len(keep)
 
     def _answer_threshold(self) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far
@@ -765,6 +809,16 @@ def _restricted_search(request: PlanRequest, settings: SolverSettings, should_ca
         return search_transformer(restricted, settings, None, should_cancel, incumbent, memo)
     except NoFeasiblePlan:
         return None
+
+
+def _kth_layout_objective(objective: np.ndarray, shapes: np.ndarray, k: int) -> float:
+    """The k-th best finite ``objective`` over distinct layouts (``shapes`` rows: each layout at
+    its best row), inf when fewer than k layouts have one."""
+    finite = np.nonzero(np.isfinite(objective))[0]
+    order = finite[np.argsort(objective[finite], kind="stable")]
+    _, first = np.unique(shapes[order], axis=0, return_index=True)
+    best = np.sort(objective[order[first]])
+    return float(best[k - 1]) if len(best) >= k else float("inf")
 
 
 def _objective_factor(objective: str, training: Training, S: StrategyArrays, groups: list[NodeGroup]) -> np.ndarray:

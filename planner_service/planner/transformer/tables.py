@@ -42,6 +42,7 @@ from cost_model.transformer.stage_cost import (
     DeviceCosts,
     StageCost,
     combine_stages,
+    compute_stretch,
     device_costs,
     stage_cost,
 )
@@ -293,6 +294,31 @@ def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> Ev
             lower_bound_s=(m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s,
         ))
     return EvenTables(L, len(S), tuple(groups))
+
+
+def compute_lower_bound_s(model: TransformerSpec, training: Training, pc: PoolCosts) -> np.ndarray:
+    """A lower bound of each candidate's step time over every stage split and nesting order,
+    from its per-layer compute alone ([N], seconds): no ``stage_cost`` call, so a whole space is
+    ranked by it before any of it is costed.
+
+    A stage's micro-batch time is its compute plus its recompute, collectives, p2p and exposed
+    DP and offload traffic (``StageCost.time_s``), so t_i ≥ c_i; over the stages the compute is
+    every decoder layer's forward and backward, the embedding and the head at least —
+    Σ_i c_i ≥ (L·(f + b) + e + h)·s, with s the stage-3 hooks' stretch
+    (:func:`~cost_model.transformer.stage_cost.compute_stretch`; the multi-token-prediction
+    modules and DeepSpeed's gradient accumulation only add to it).  The 1F1B pipeline takes
+    (m − 1/v)·max_i t_i + Σ_i t_i / v ≥ (m − 1/v)·Σ_i c_i / p + Σ_i c_i / v (the max is at least
+    the mean: :func:`even_tables`' bound), and the DP sync and the optimizer step add to it.
+    Compute does not depend on where the groups sit in the network, so the bound holds for
+    every nesting order of a layout; nor on recompute, so it also bounds the layout's
+    block-recompute variants."""
+    S = pc.S
+    lc = pc.dc.layer
+    compute_s = (model.num_layers * (lc.forward_compute_s + lc.backward_compute_s) + pc.dc.embedding_s + pc.dc.head_s) * compute_stretch(training, S)
+    m = _m(S, training)
+    v = S.vpp
+    bound: np.ndarray = ((m - 1.0 / v) / S.pp + 1.0 / v) * compute_s
+    return bound
 
 
 def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, usable_bytes: float, bound: MemoryBound,
