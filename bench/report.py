@@ -394,7 +394,7 @@ def plan() -> str | None:
         pod = next((b["crossed_by"] for b in r.get("boundaries") or [] if b["boundary"] == "pod"), None)
         nest = "<".join(s.get("nesting") or ["tp", "cp", "dp", "pp"])
         out.append(
-            f"| {r['case']} | {r['plan_wall_s_median']:.2f} s | ≤ {r['target_s']:.0f} s | {r['solver_status']} | {r['candidates']:,} candidates (× nesting orders) | "
+            f"| {r['case']} | {r['plan_wall_s_median']:.2f} s | ≤ {r['target_s']:.0f} s | {r['solver_status']} | {r['candidates']:,} candidates (layouts; × nesting orders where costed) | "
             f"| tp {s['tp']} pp {s['pp']} dp {s['dp']} cp {s['cp']} ep {s['ep']}, nesting {nest}, across pods: {', '.join(pod) if pod else 'nothing'}, MFU {r['best_mfu'] * 100:.0f}% |"
         )
     fh = d.get("frontier_http")
