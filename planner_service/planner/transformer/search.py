@@ -206,6 +206,10 @@ class _CostedPool:
     dropped: int
     pcs: list[PoolCosts]
     tables: EvenTables | None  # None when there is no candidate
+    #: on a topology, the layouts no split of which fits, dropped before their nesting orders
+    #: were costed (``nesting.feasible_then_expand``; in Megatron's order): the twins without
+    #: recompute that make block-recompute variants worth costing
+    unfit: StrategyArrays | None = None
 
 
 class _Search:
@@ -345,7 +349,14 @@ class _Search:
             # Block (partial) recompute of the layouts that fit only with full recompute: a
             # second, small pass under its own subset key (queued entries are keyed by it),
             # skipping layouts whose bound without recompute cannot enter the answers.
-            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned, bound, self._answer_threshold())
+            threshold = self._answer_threshold()
+            unfit = costed.unfit
+            unfit_bound = None
+            if unfit is not None and len(unfit):
+                # (a bound over every nesting order: a twin in Megatron's order stands for each)
+                unfit_bound = compute_lower_bound_s(self.model, self.training, pool_costs(self.model, self.training, groups[0], unfit)) * \
+                    _objective_factor(self.request.objective, self.training, unfit, groups)
+            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned, bound, threshold, unfit, unfit_bound)
             if len(S2):
                 self.enumerated += len(S2)
                 pcs2 = [pool_costs(self.model, self.training, groups[0], S2)]
@@ -369,11 +380,11 @@ class _Search:
         if known is not None and known.fit_bound.admits_all_of(self.fit_bound):
             return known, False
         S, bounded = self._within_answer_bound(g, S)
-        S, dropped = feasible_then_expand(self.model, self.training, g, S, self.usable_fraction, self.fit_bound)
-        dropped += bounded
+        S, unfit = feasible_then_expand(self.model, self.training, g, S, self.usable_fraction, self.fit_bound)
+        dropped = bounded + (len(unfit) if unfit is not None else 0)
         pcs = [pool_costs(self.model, self.training, g, S)] if len(S) else []
         tables = even_tables(self.model, self.training, pcs[0]) if pcs else None
-        self.memo[si] = costed = _CostedPool(self.fit_bound, S, dropped, pcs, tables)
+        self.memo[si] = costed = _CostedPool(self.fit_bound, S, dropped, pcs, tables, unfit)
         return costed, True
 
     def _within_answer_bound(self, g: NodeGroup, S: StrategyArrays) -> tuple[StrategyArrays, int]:

@@ -566,7 +566,8 @@ def layout_keys(S: StrategyArrays, *, recompute: bool = True) -> np.ndarray:
 
 
 def block_recompute_candidates(model: TransformerSpec, training: Training, S: StrategyArrays, fits: np.ndarray,
-                               pins: Mapping[str, Any], bound: np.ndarray | None = None, threshold: float = np.inf) -> StrategyArrays:
+                               pins: Mapping[str, Any], bound: np.ndarray | None = None, threshold: float = np.inf,
+                               unfit: StrategyArrays | None = None, unfit_bound: np.ndarray | None = None) -> StrategyArrays:
     """Partial-recompute variants of the full-recompute rows of ``S`` (Megatron-Core's block
     method, :func:`cost_model.transformer.layer_cost.recompute_fraction`) whose twin without
     recompute — the same layout with ``recompute: none`` — does not fit (``fits``: per row of S,
@@ -575,20 +576,23 @@ def block_recompute_candidates(model: TransformerSpec, training: Training, S: St
     recompute, recompute or its depth is pinned, or the layout fits without recompute (then none is the faster).
     ``bound``: per row of S a lower bound of its objective over all splits; a layout whose twin
     without recompute is bounded at ``threshold`` or above is skipped (recomputing only adds
-    time, so no depth of it can beat the answers found so far)."""
+    time, so no depth of it can beat the answers found so far).  ``unfit``: more twins, layouts
+    no split of which fits that are not among S's rows (on a topology, dropped before their
+    nesting orders were costed: memory does not depend on the order, so each stands for its
+    layout under every order), ``unfit_bound`` a bound of each over every order."""
     if not rules_for(training.framework).block_recompute or "recompute" in pins or "recompute_num_layers" in pins or len(S) == 0:
         return _empty()
     full = np.nonzero((S.recompute == RECOMPUTE_CODE["full"]) & fits)[0]
     lb = bound if bound is not None else np.full(len(S), -np.inf)
     # layouts without recompute that do not fit and whose bound can still enter the answers
     none = np.nonzero((S.recompute == RECOMPUTE_CODE["none"]) & ~fits & (lb < threshold))[0]
-    if len(full) == 0 or len(none) == 0:
-        return _empty()
     knobs = layout_keys(S, recompute=False)
-    rows_of = np.concatenate([none, full])
-    _, layout = np.unique(knobs[rows_of], axis=0, return_inverse=True)
-    layout = layout.reshape(-1)
-    wanted = np.isin(layout[len(none):], layout[: len(none)])
+    wanted = _rows_in(knobs[full], knobs[none])
+    if unfit is not None and len(unfit):
+        u_bound = unfit_bound if unfit_bound is not None else np.full(len(unfit), -np.inf)
+        twins = np.nonzero((unfit.recompute == RECOMPUTE_CODE["none"]) & (u_bound < threshold))[0]
+        any_order = layout_keys(replace(S, nest=None), recompute=False)[full]
+        wanted |= _rows_in(any_order, layout_keys(replace(unfit, nest=None), recompute=False)[twins])
     full_rows = [int(i) for i in full[wanted]]
     if not full_rows:
         return _empty()
@@ -604,6 +608,16 @@ def block_recompute_candidates(model: TransformerSpec, training: Training, S: St
     if not rows:
         return _empty()
     return replace(S.take(np.array(rows)), recompute_layers=np.array(depths))
+
+
+def _rows_in(rows: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Whether each row of ``rows`` ([n, k]) is a row of ``among`` ([r, k])."""
+    if len(rows) == 0 or len(among) == 0:
+        return np.zeros(len(rows), dtype=bool)
+    _, code = np.unique(np.concatenate([rows, among]), axis=0, return_inverse=True)
+    code = code.reshape(-1)
+    found: np.ndarray = np.isin(code[: len(rows)], code[len(rows):])
+    return found
 
 
 def _recompute_choices(model: TransformerSpec, training: Training, pins: Mapping[str, Any], selective: bool) -> list[tuple[int, int]]:
