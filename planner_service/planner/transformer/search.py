@@ -496,18 +496,26 @@ class _Search:
 
     def _best_per_layout(self, S: StrategyArrays, objective: np.ndarray, shapes: np.ndarray) -> Iterator[int]:
         """Rows of the best finite ``objective`` of each distinct layout (``shapes`` row), best
-        first, enough for the answer and its top-k alternatives.  Nesting orders of one layout
+        first, enough for the answer and its top-k alternatives (and up to :data:`TIE_LOOKAHEAD`
+        more tied with the last of them).  Nesting orders of one layout
         are adjacent rows: a stable sort keeps Megatron's first among equal objectives (without
         a topology the order is the plain argsort's)."""
         order = np.argsort(objective) if S.nest is None else np.argsort(objective, kind="stable")
         seen: set[tuple[Any, ...]] = set()
+        last, ties = np.inf, 0
         for j in map(int, order):
-            if not np.isfinite(objective[j]) or len(seen) > self.request.top_k:
+            if not np.isfinite(objective[j]):
                 return
+            if len(seen) > self.request.top_k:
+                # layouts tied with the last one are kept too (``_pick_answers`` breaks the tie)
+                if objective[j] > last * (1 + TIE_TOLERANCE) or ties >= TIE_LOOKAHEAD:
+                    return
+                ties += 1
             key = tuple(shapes[j])
             if key in seen:
                 continue
             seen.add(key)
+            last = float(objective[j])
             yield j
 
     def _even_strategy(self, S: StrategyArrays, j: int) -> Strategy:
@@ -976,6 +984,11 @@ FIXED_SPLIT_REJECTIONS = 256
 #: With tight candidates ranked after safe ones: how many candidates past the first k+1 answers
 #: are estimated while looking for safe ones.
 SAFE_LOOKAHEAD = 32
+#: How many candidates past the first k+1 answers whose objective ties the last answer's are
+#: estimated, so that the tie goes to the lower peak memory whatever k is.
+TIE_LOOKAHEAD = 8
+#: Relative difference of two objectives taken as a tie.
+TIE_TOLERANCE = 1e-12
 
 
 def _pick_answers(
@@ -992,12 +1005,13 @@ def _pick_answers(
     among the answers), or tight candidates leave fewer than k safe answers (the search's
     cutoffs count tight candidates among the answers to beat).  Ties in the objective go to the lower peak
     memory (more headroom), then to the strategy's knobs in a fixed order, never to the order
-    the candidates were found in."""
+    the candidates were found in nor to k: up to :data:`TIE_LOOKAHEAD` candidates tied with the
+    last answer are estimated before the answers are cut to k + 1."""
     ranked = sorted(candidates, key=lambda c: (c.objective, repr(c.strategy.key()), c.stage_groups))
     seen: set[tuple[Any, ...]] = set()
     out: list[Evaluated] = []
     held = True
-    looked = 0
+    looked = ties = 0
     for i, c in enumerate(ranked):
         sh = _shape(c.strategy, c.stage_groups)
         if sh in seen:
@@ -1011,7 +1025,10 @@ def _pick_answers(
         safe = sum(not e.prediction.tight for e in out)
         if len(out) > k:
             looked += 1
-            if not safe_first or safe > k or looked > SAFE_LOOKAHEAD:
+            # a candidate tied with the last answer is estimated too (its memory breaks the tie)
+            tied = i + 1 < len(ranked) and ranked[i + 1].objective <= c.objective * (1 + TIE_TOLERANCE) and ties < TIE_LOOKAHEAD
+            ties += tied
+            if (not safe_first or safe > k or looked > SAFE_LOOKAHEAD) and not tied:
                 break
     out.sort(key=lambda e: (safe_first and e.prediction.tight, e.objective, max(e.prediction.peak_memory_GB, default=0.0),
                            repr(e.strategy.key()), e.stage_groups))

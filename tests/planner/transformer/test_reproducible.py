@@ -110,3 +110,18 @@ def test_answers_are_reported_only_after_their_own_split_was_optimised():
     for ev in picked:
         c = by_key[(ev.strategy.key(), ev.stage_groups)]
         assert c.source is None or c.source in state.refined
+
+
+def test_a_tie_goes_to_the_lower_peak_whatever_top_k():
+    """DeepSpeed's ZeRO-1 and ZeRO-2 take the same step with one micro-batch (the gradients are
+    reduced once either way); ZeRO-2 holds less.  The best is ZeRO-2 whether the request asks
+    for no alternative or for several (the tie was once broken by the order of the rows when
+    top_k was 0)."""
+    body = {"model": {"preset": "gpt3-6.7b"}, "training": {"framework": "deepspeed", "global_batch_size": 64, "sequence_length": 4096},
+            "cluster": {"name": "c", "node_groups": [{"name": "g", "count": 8, "gpus_per_node": 8, "device": "A100-SXM4-80GB"}]}}
+    results = [plan(parse_plan_request(dict(body, top_k=k)), SolverSettings()) for k in (0, 1, 4)]
+    assert len({r.best.strategy for r in results}) == 1
+    best = results[-1]
+    tie = next(a for a in best.alternatives if a.prediction.step_time_s == best.best.prediction.step_time_s)
+    assert max(best.best.prediction.peak_memory_GB) < max(tie.prediction.peak_memory_GB)
+    assert best.best.strategy.zero_stage == 2 and tie.strategy.zero_stage == 1
