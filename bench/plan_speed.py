@@ -109,6 +109,7 @@ def time_frontier(repeats: int) -> list[dict]:
         entry = result.to_dict(alternative_ranks=False)["best"]
         rows.append({"case": name, "plan_wall_s_median": round(med, 3), "plan_wall_s_runs": [round(w, 3) for w in walls],
                      "target_s": case["target_s"], "within_target": med <= case["target_s"], "candidates": result.search["candidates"],
+                     "pruned": result.search["pruned"],
                      "solver_status": result.search["solver_status"], "best_strategy": best.strategy.to_dict(),
                      "best_step_time_s": round(best.prediction.step_time_s, 4), "best_mfu": round(best.prediction.mfu, 4),
                      "boundaries": entry.get("topology", {}).get("boundaries")})
