@@ -152,12 +152,12 @@ def explain_nesting(comparison: list[dict[str, Any]]) -> str | None:
 
 def feasible_then_expand(model: Any, training: Any, group: NodeGroup, S: StrategyArrays, usable_fraction: float,
                          bound: MemoryBound) -> tuple[StrategyArrays, StrategyArrays | None]:
-    """Nesting orders for the candidates some stage split of which fits memory, and how many
-    candidates were dropped for not fitting.  Memory does not depend on where a group sits in
-    the network, so the memory test runs once per layout (Megatron's order) and only the layouts
-    that pass are costed under every order — the same answer as costing every order of every
-    layout, at a fraction of the work.  Also returns the candidates dropped (None when none is
-    tested): no split of theirs fits under any order.  Without a topology (or when nothing fits,
+    """Nesting orders for the candidates some stage split of which fits memory, and the
+    candidates dropped for not fitting (no split of theirs fits under any order; None when
+    none is tested).  Memory does not depend on where a group sits in the network, so the
+    memory test runs once per layout (Megatron's order) and only the layouts that pass are
+    costed under every order — the same answer as costing every order of every layout, at a
+    fraction of the work.  Without a topology (or when nothing fits,
     so that the search reports the closest shortfall) the candidates are returned as they are.
     ``usable_fraction``: the share of device memory usable (1 − headroom); ``bound``: the end of
     the predicted peak's interval that must be within it (the search's ``fit_bound``)."""

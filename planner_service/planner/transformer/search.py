@@ -506,14 +506,13 @@ class _Search:
         for j in map(int, order):
             if not np.isfinite(objective[j]):
                 return
-            if len(seen) > self.request.top_k:
-                # layouts tied with the last one are kept too (``_pick_answers`` breaks the tie)
-                if objective[j] > last * (1 + TIE_TOLERANCE) or ties >= TIE_LOOKAHEAD:
-                    return
-                ties += 1
+            # past the answers, layouts tied with the last one are kept too (``_pick_answers`` breaks the tie)
+            if len(seen) > self.request.top_k and (objective[j] > last * (1 + TIE_TOLERANCE) or ties >= TIE_LOOKAHEAD):
+                return
             key = tuple(shapes[j])
             if key in seen:
                 continue
+            ties += len(seen) > self.request.top_k
             seen.add(key)
             last = float(objective[j])
             yield j
