@@ -150,23 +150,24 @@ def explain_nesting(comparison: list[dict[str, Any]]) -> str | None:
     return text
 
 
-def feasible_then_expand(model: Any, training: Any, group: NodeGroup, S: StrategyArrays, usable_fraction: float,
-                         bound: MemoryBound) -> tuple[StrategyArrays, StrategyArrays | None]:
-    """Nesting orders for the candidates some stage split of which fits memory, and the
-    candidates dropped for not fitting (no split of theirs fits under any order; None when
-    none is tested).  Memory does not depend on where a group sits in the network, so the
-    memory test runs once per layout (Megatron's order) and only the layouts that pass are
-    costed under every order — the same answer as costing every order of every layout, at a
-    fraction of the work.  Without a topology (or when nothing fits,
-    so that the search reports the closest shortfall) the candidates are returned as they are.
+def feasible_then_expand(model: Any, training: Any, pc: Any, usable_fraction: float,
+                         bound: MemoryBound) -> tuple[StrategyArrays, np.ndarray | None]:
+    """Nesting orders for the candidates (``pc``: their ``tables.PoolCosts``) some stage split of
+    which fits memory, and the indices of those dropped for not fitting (no split of theirs
+    fits under any order; None when none is tested).  Memory does not depend on where a group
+    sits in the network, so the memory test runs once per layout (Megatron's order) and only the
+    layouts that pass are costed under every order — the same answer as costing every order of
+    every layout, at a fraction of the work.  Without a topology (or when nothing fits, so that
+    the search reports the closest shortfall) the candidates are returned as they are.
     ``usable_fraction``: the share of device memory usable (1 − headroom); ``bound``: the end of
     the predicted peak's interval that must be within it (the search's ``fit_bound``)."""
-    from planner_service.planner.transformer.tables import evaluate_even, pool_costs
+    from planner_service.planner.transformer.tables import even_tables
 
+    S, group = pc.S, pc.group
     if group.topology is None or len(S) == 0:
         return S, None
-    ev = evaluate_even(model, training, pool_costs(model, training, group, S), group.device.memory_bytes * usable_fraction, bound)
-    fits = np.nonzero(ev.feasible)[0]
+    feasible = even_tables(model, training, pc).evaluate(group.device.memory_bytes * usable_fraction, bound).feasible
+    fits = np.nonzero(feasible)[0]
     if len(fits) == 0:
         return S, None
-    return expand_nestings(S.take(fits), group), S.take(np.nonzero(~ev.feasible)[0])
+    return expand_nestings(S.take(fits), group), np.nonzero(~feasible)[0]

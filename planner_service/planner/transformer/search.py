@@ -207,9 +207,9 @@ class _CostedPool:
     pcs: list[PoolCosts]
     tables: EvenTables | None  # None when there is no candidate
     #: on a topology, the layouts no split of which fits, dropped before their nesting orders
-    #: were costed (``nesting.feasible_then_expand``; in Megatron's order): the twins without
-    #: recompute that make block-recompute variants worth costing
-    unfit: StrategyArrays | None = None
+    #: were costed (``nesting.feasible_then_expand``; in Megatron's order), with their costs: the
+    #: twins without recompute that make block-recompute variants worth costing
+    unfit: PoolCosts | None = None
 
 
 class _Search:
@@ -349,14 +349,13 @@ class _Search:
             # Block (partial) recompute of the layouts that fit only with full recompute: a
             # second, small pass under its own subset key (queued entries are keyed by it),
             # skipping layouts whose bound without recompute cannot enter the answers.
-            threshold = self._answer_threshold()
-            unfit = costed.unfit
-            unfit_bound = None
-            if unfit is not None and len(unfit):
+            unfit, unfit_bound = costed.unfit, None
+            if unfit is not None and len(unfit.S):
                 # (a bound over every nesting order: a twin in Megatron's order stands for each)
-                unfit_bound = compute_lower_bound_s(self.model, self.training, pool_costs(self.model, self.training, groups[0], unfit)) * \
-                    _objective_factor(self.request.objective, self.training, unfit, groups)
-            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned, bound, threshold, unfit, unfit_bound)
+                unfit_bound = compute_lower_bound_s(self.model, self.training, unfit) * _objective_factor(
+                    self.request.objective, self.training, unfit.S, groups)
+            S2 = block_recompute_candidates(self.model, self.training, S, feasible, cons.pinned, bound, self._answer_threshold(),
+                                            unfit.S if unfit is not None else None, unfit_bound)
             if len(S2):
                 self.enumerated += len(S2)
                 pcs2 = [pool_costs(self.model, self.training, groups[0], S2)]
@@ -379,15 +378,20 @@ class _Search:
         known = self.memo.get(si)
         if known is not None and known.fit_bound.admits_all_of(self.fit_bound):
             return known, False
-        S, bounded = self._within_answer_bound(g, S)
-        S, unfit = feasible_then_expand(self.model, self.training, g, S, self.usable_fraction, self.fit_bound)
-        dropped = bounded + (len(unfit) if unfit is not None else 0)
-        pcs = [pool_costs(self.model, self.training, g, S)] if len(S) else []
-        tables = even_tables(self.model, self.training, pcs[0]) if pcs else None
-        self.memo[si] = costed = _CostedPool(self.fit_bound, S, dropped, pcs, tables, unfit)
+        if len(S) == 0:
+            self.memo[si] = costed = _CostedPool(self.fit_bound, S, 0, [], None)
+            return costed, True
+        # the rows' per-device costs once: the compute bound, the memory test before the nesting
+        # orders, and the tables of the rows as they are all read them
+        pc, bounded = self._within_answer_bound(pool_costs(self.model, self.training, g, S))
+        S, unfit_rows = feasible_then_expand(self.model, self.training, pc, self.usable_fraction, self.fit_bound)
+        unfit = pool_subset(pc, unfit_rows) if unfit_rows is not None else None
+        dropped = bounded + (len(unfit_rows) if unfit_rows is not None else 0)
+        pcs = [pc if unfit is None else pool_costs(self.model, self.training, g, S)]
+        self.memo[si] = costed = _CostedPool(self.fit_bound, S, dropped, pcs, even_tables(self.model, self.training, pcs[0]), unfit)
         return costed, True
 
-    def _within_answer_bound(self, g: NodeGroup, S: StrategyArrays) -> tuple[StrategyArrays, int]:
+    def _within_answer_bound(self, pc: PoolCosts) -> tuple[PoolCosts, int]:
         """The rows of a large space that can still enter the answers, and how many are left out.
 
         Every row is bounded from its compute alone (``tables.compute_lower_bound_s``, a bound
@@ -402,17 +406,17 @@ class _Search:
         might reject.)  Every row is kept when the split is pinned (its answers are the pinned
         split's, which the even split does not bound from above), the space is small, or the
         probe holds too few safe layouts."""
+        S, g = pc.S, pc.group
         if self.fixed_split or len(S) <= BOUND_MIN_ROWS:
-            return S, 0
+            return pc, 0
         factor = _objective_factor(self.request.objective, self.training, S, [g])
-        pc = pool_costs(self.model, self.training, g, S)
         bound = compute_lower_bound_s(self.model, self.training, pc) * factor
         probe = np.argsort(bound, kind="stable")[: max(BOUND_PROBE_ROWS, int(len(S) * BOUND_PROBE_FRACTION))]
         safe = even_tables(self.model, self.training, pool_subset(pc, probe)).evaluate(
             g.device.memory_bytes * self.usable_fraction, self.safe_bound).step_time_s * factor[probe]
         threshold = _kth_layout_objective(safe, layout_keys(S.take(probe)), self.request.top_k + 1 + BOUND_SPARE_LAYOUTS)
         keep = np.nonzero(bound <= threshold * (1.0 + 1e-9))[0]
-        return S.take(keep), len(S) - len(keep)
+        return (pc, 0) if len(keep) == len(S) else (pool_subset(pc, keep), len(S) - len(keep))
 
     def _answer_threshold(self) -> float:
         """The objective a candidate must beat to be among the best and top-k answers so far

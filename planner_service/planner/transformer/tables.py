@@ -7,10 +7,11 @@ Shapes (documented seam between cost model and solver):
   in the number of layers n placed on the stage (``value(n) = a[i] + b[i]·n``).  Arrays have
   shape ``[pp]``, seconds and bytes.  The solver works on these coefficients, so its
   objective is the cost model's step time exactly (up to integer scaling).
-* ``evaluate_even`` — for a pool and an array of N candidates: step time with the near-even
-  layer split, a lower bound over *all* splits, and whether some split fits memory.  Arrays of
-  shape ``[N]``.  The costing (``even_tables``) does not depend on the memory capacity; the
-  verdict for a capacity (``EvenTables.evaluate``) is a few array comparisons.
+* ``even_tables`` — for a pool and an array of N candidates: step time with the near-even
+  layer split, a lower bound over *all* splits, and whether some split fits memory (its
+  ``EvenTables.evaluate`` at a capacity, a few array comparisons: the costing does not depend
+  on the capacity).  Arrays of shape ``[N]``.  ``compute_lower_bound_s`` bounds the same
+  candidates from their compute alone, before any of them is costed.
 
 Memory is tested as an end of the predicted peak's interval
 (:class:`cost_model.transformer.memory.MemoryBound`): affine in the stage's peak and its
@@ -200,7 +201,7 @@ class _EvenGroup:
 
 @dataclass(frozen=True)
 class EvenTables:
-    """What :func:`evaluate_even` computes that does not depend on the memory capacity (every
+    """What the near-even costing computes that does not depend on the memory capacity (every
     ``stage_cost`` call): a search costs its candidates once and takes the verdict for each
     bound it asks about (the p10 and the p90 one) with :meth:`evaluate`."""
 
@@ -319,12 +320,6 @@ def compute_lower_bound_s(model: TransformerSpec, training: Training, pc: PoolCo
     v = S.vpp
     bound: np.ndarray = ((m - 1.0 / v) / S.pp + 1.0 / v) * compute_s
     return bound
-
-
-def evaluate_even(model: TransformerSpec, training: Training, pc: PoolCosts, usable_bytes: float, bound: MemoryBound,
-                  safe_bound: MemoryBound | None = None) -> EvenEval:
-    """:func:`even_tables` of ``pc``'s candidates, evaluated at one bound (and a safe one)."""
-    return even_tables(model, training, pc).evaluate(usable_bytes, bound, safe_bound)
 
 
 @dataclass(frozen=True)
