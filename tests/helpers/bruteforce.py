@@ -19,6 +19,22 @@ def compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
+def interleaved_counts_refused(framework: str, m: int, pp: int) -> bool:
+    """Whether the framework's interleaved schedule refuses m micro-batches over pp stages, as
+    the frameworks document it (the reference the space's vectorised rule must match): Megatron-Core
+    groups any m ≥ pp (its micro-batch group setting); torchtitan runs max(1, m // pp) rounds that
+    divide m (m ≥ pp); Paddle takes m = pp (every forward first) or m ≥ 2·pp (a first group of
+    m mod pp + pp); otherwise whole multiples of pp."""
+    r = rules_for(framework)
+    if r.interleaved_microbatch_group:
+        return m < pp
+    if r.interleaved_rounds:
+        return m < pp or m % (m // pp) != 0
+    if r.interleaved_leading_group:
+        return m != pp and m < 2 * pp
+    return m % pp != 0
+
+
 def brute_force(model, training, cluster, headroom=0.0, pins=None):
     """Minimum step time over every valid strategy, split and contiguous placement of stages on
     node groups (each stage on one group; one group's stages consecutive) and, on a cluster with
@@ -51,12 +67,7 @@ def brute_force(model, training, cluster, headroom=0.0, pins=None):
                             continue
                         m = B // dp // mbs
                         for vpp in (1, 2, 3, 4, 6, 8):
-                            # Megatron-Core groups any m ≥ pp micro-batches (its micro-batch group setting); torchtitan runs
-                            # max(1, m // pp) rounds that divide m (m ≥ pp); Paddle m = pp or m ≥ 2·pp; otherwise multiples of pp
-                            r = rules_for(training.framework)
-                            grouped = (m < pp if r.interleaved_microbatch_group else (m < pp or m % (m // pp)) if r.interleaved_rounds
-                                       else (m != pp and m < 2 * pp) if r.interleaved_leading_group else m % pp)
-                            if vpp > 1 and (pp == 1 or L % (pp * vpp) or grouped):
+                            if vpp > 1 and (pp == 1 or L % (pp * vpp) or interleaved_counts_refused(training.framework, m, pp)):
                                 continue
                             for rc in ("none", "selective", "full"):
                                 if rc == "selective" and training.attention != "unfused":

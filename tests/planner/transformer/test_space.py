@@ -9,6 +9,7 @@ import pytest
 from cost_model.frameworks import rules_for
 from cost_model.transformer.layer_cost import RECOMPUTE_CODE, lean_recompute_modules, recompute_modules_mask
 from cost_model.transformer.moe import expert_data_parallel
+from helpers.bruteforce import interleaved_counts_refused
 from planner_service.planner.request import parse_plan_request
 from planner_service.planner.transformer.space import (
     CP_CHOICES,
@@ -71,11 +72,7 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         m = B // dp // mbs
         # the search's interleaved chunks are even; a pinned vpp's may be near-even (one decoder layer each at least)
         uneven_ok = pins.get("vpp", 1) > 1 and pp * vpp <= L
-        # Megatron-Core groups any m ≥ pp (its group setting); torchtitan runs max(1, m // pp) rounds that divide m (m ≥ pp);
-        # Paddle takes m = pp (every forward first) or m ≥ 2·pp (a first group of m mod pp + pp)
-        grouped = (m < pp if r.interleaved_microbatch_group else (m < pp or m % (m // pp)) if r.interleaved_rounds
-                   else (m != pp and m < 2 * pp) if r.interleaved_leading_group else m % pp)
-        if vpp > 1 and (pp == 1 or (L % (pp * vpp) and not uneven_ok) or grouped):
+        if vpp > 1 and (pp == 1 or (L % (pp * vpp) and not uneven_ok) or interleaved_counts_refused(training.framework, m, pp)):
             continue
         if vpp > 1 and training.framework == "paddle" and pp <= 2:  # Paddle's interleaved schedule: pp > 2
             continue
