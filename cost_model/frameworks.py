@@ -32,13 +32,19 @@ Sources, per framework:
   no FP8 recipe.
 * ``deepspeed`` — DeepSpeed without Megatron: ZeRO stages 0–3 and its pipeline engine, no
   tensor or sequence parallelism, DeepSpeed-Ulysses (``deepspeed.sequence.layer.
-  DistributedAttention``) as above, without a pipeline; DeepSpeed-MoE as above; no FP8 recipe.
+  DistributedAttention``) as above, without a pipeline, or — ``cp_comm_type: allgather`` — the
+  K/V all-gather of the ``ring-flash-attn`` package's llama3 variant that trainers run on
+  DeepSpeed (OpenRLHF's ``--ring_attn_size``, ``--ring_head_stride``; axolotl's
+  ``sequence_parallel_degree``), the exchange torchtitan's is; DeepSpeed-MoE as above; no FP8 recipe.
 * ``fsdp`` — PyTorch FSDP (FSDP1 ``ShardingStrategy``: NO_SHARD = 0, SHARD_GRAD_OP = 2,
   FULL_SHARD = 3, HYBRID_SHARD = 3 sharded inside a node and replicated across; FSDP2
   ``fully_shard(reshard_after_forward=False)`` = 2, ``True`` = 3; no stage-1-only mode) with
   torchtitan's DTensor tensor parallelism (its TP always shards the norms' sequence: sequence
   parallelism), context parallelism (the K/V all-gather, ``allgather`` — torchtitan 0.3's only
-  exchange, its ``context_parallel_rotate_method`` gone; Llama 3 §3.3.2 describes the same),
+  exchange, its ``context_parallel_rotate_method`` gone; Llama 3 §3.3.2 describes the same) or —
+  ``cp_comm_type: a2a`` — the Ulysses all-to-all that FSDP trainers run beside it (verl's FSDP
+  trainers: ``ulysses_sequence_parallel_size``, ``FSDPUlyssesShardingManager``; whole heads per
+  rank, as for DeepSpeed-Ulysses),
   ``torch.distributed.pipelining`` (Interleaved1F1B: virtual
   stages; FSDP with a pipeline is supported: full sharding gathers once and reduces once a step,
   ``transformer.layer_cost.pipelined_fsdp``) and expert
@@ -398,7 +404,7 @@ RULES: dict[str, FrameworkRules] = {
     "deepspeed": FrameworkRules(
         name="deepspeed", title="DeepSpeed alone", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a",), cp_with_pp=False,
+        ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a", "allgather"), cp_with_pp=False,
         optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
         offload_stages=(1, 2, 3), partial_offload_stages=(3,),
         cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
@@ -416,7 +422,7 @@ RULES: dict[str, FrameworkRules] = {
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         kv_head_split="torchtitan splits them, never replicates: 'tensor_parallel_degree must divide n_kv_heads'",
-        ep_folding=True, fp8=True, fp8_linear="torchao", selective_recompute="op-level", cp_exchanges=("allgather",), sharded_gradients_in_pipeline=False,
+        ep_folding=True, fp8=True, fp8_linear="torchao", selective_recompute="op-level", cp_exchanges=("allgather", "a2a"), sharded_gradients_in_pipeline=False,
         interleaved_rounds="torchtitan's Interleaved1F1B (torch.distributed.pipelining.ScheduleInterleaved1F1B)",
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
@@ -1151,8 +1157,8 @@ def cp_exchange_rule_violation(framework: str, cp_comm_type: str | None) -> str 
     if cp_comm_type is None or cp_comm_type in exchanges:
         return None
     return (f"{framework}: no {cp_comm_type!r} context-parallel exchange; it has {', '.join(exchanges)} "
-            "(megatron-core: p2p ring, allgather, a2a, a2a+p2p; fsdp: torchtitan's K/V allgather; DeepSpeed-Ulysses and Paddle's "
-            "sep_degree: a2a)")
+            "(megatron-core: p2p ring, allgather, a2a, a2a+p2p; fsdp: torchtitan's K/V allgather, verl's Ulysses a2a; deepspeed: "
+            "DeepSpeed-Ulysses a2a, ring-flash-attn's K/V allgather; megatron-deepspeed: Ulysses a2a; paddle's sep_degree: a2a)")
 
 
 def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str | None) -> str | None:

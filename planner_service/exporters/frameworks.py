@@ -114,11 +114,16 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
 
 
 def ulysses_notes(view: PlanView) -> list[str]:
-    """How a DeepSpeed-engine launch runs the plan's context parallelism: DeepSpeed-Ulysses
-    (:mod:`cost_model.frameworks`), whose degree is a model-code setting, not a ds_config or
-    Megatron-LM flag."""
+    """How a DeepSpeed-engine launch runs the plan's context parallelism: DeepSpeed-Ulysses, or
+    under ``deepspeed`` with ``cp_comm_type: allgather`` ring-flash-attn's K/V all-gather
+    (:mod:`cost_model.frameworks`) — either degree a trainer or model-code setting, not a
+    ds_config or Megatron-LM flag."""
     if view.cp <= 1:
         return []
+    if cp_exchange(str(view.training.get("framework", "deepspeed")), view.training.get("cp_comm_type")) == "allgather":
+        return [f"cp={view.cp} all-gathers K/V over groups of {view.cp} consecutive ranks (the ring-flash-attn package's llama3 "
+                f"variant: OpenRLHF --ring_attn_size {view.cp}, axolotl sequence_parallel_degree: {view.cp}), as costed; "
+                f"batch sizes count the {view.dp} data-parallel ranks"]
     return [f"cp={view.cp} is DeepSpeed-Ulysses sequence parallelism over groups of {view.cp} consecutive ranks "
             f"(Megatron-DeepSpeed: --ds-sequence-parallel-size {view.cp}; otherwise deepspeed.sequence.layer.DistributedAttention "
             f"over such a group); batch sizes count the {view.dp} data-parallel ranks"]
@@ -1108,6 +1113,11 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
                           "launch would recompute all of them or none; launch it with the torchrun target and a trainer that "
                           f"checkpoints {depth} of the {layers} blocks (fms-fsdp's selective_checkpointing {depth}/{layers})",
                           field="target")
+    if view.cp > 1 and cp_exchange("fsdp", view.training.get("cp_comm_type")) != "allgather":
+        raise InvalidPlan(f"torchtitan's context parallelism all-gathers K/V: the plan priced cp={view.cp} as the Ulysses "
+                          "all-to-all (training.cp_comm_type a2a), which this launch would not run; launch it with the torchrun "
+                          f"target and a trainer that runs Ulysses under FSDP (verl's ulysses_sequence_parallel_size={view.cp}), "
+                          "or plan with the allgather exchange", field="target")
     if view.training.get("activation_offloading") is True:
         raise InvalidPlan("torchtitan has no activation offloading (its memory settings are activation checkpointing and "
                           "enable_cpu_offload): the plan priced every layer's saved activations in host memory, which this launch "

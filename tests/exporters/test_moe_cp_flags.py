@@ -104,13 +104,38 @@ def test_deepspeed_context_parallelism_launches_as_ulysses():
 
 
 def test_torchtitan_context_parallelism_is_its_all_gather():
-    # torchtitan 0.3 has one exchange (no rotate-method option): what fsdp costs, and all it accepts
+    # torchtitan 0.3 has one exchange (no rotate-method option): what fsdp costs by default
     plan = cp_plan("fsdp")
     assert "rotate" not in render(plan, "torchtitan", PARAMS).files["torchtitan.toml"]
     assert training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "fsdp"}).cp_exchange == "allgather"
     with pytest.raises(InvalidInput) as exc:
         training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "fsdp", "cp_comm_type": "p2p"})
     assert exc.value.field == "training.cp_comm_type"
+
+
+def test_fsdp_ulysses_is_costed_and_torchtitan_refuses_to_launch_it():
+    """verl's FSDP trainers run Ulysses (the a2a exchange) beside FSDP: a plan priced so is not a
+    torchtitan launch — torchtitan would all-gather K/V instead — so that target refuses it,
+    naming the setting that runs it; torchrun (the trainer's own script) launches it."""
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "fsdp",
+                               "cp_comm_type": "a2a"}).cp_exchange == "a2a"
+    plan = cp_plan("fsdp", pp=1, cp_comm_type="a2a")
+    with pytest.raises(InvalidInput) as exc:
+        render(plan, "torchtitan", PARAMS)
+    assert exc.value.field == "target" and "ulysses_sequence_parallel_size=4" in str(exc.value)
+    assert "launch_torchrun.sh" in render(plan, "torchrun", PARAMS).files
+
+
+def test_deepspeed_ring_attention_is_the_all_gather_and_its_launch_says_so():
+    """Trainers on DeepSpeed alone (OpenRLHF's --ring_attn_size, axolotl's sequence_parallel_degree)
+    run ring-flash-attn's K/V all-gather; Megatron-DeepSpeed's sequence parallelism stays Ulysses."""
+    plan = cp_plan("deepspeed", pp=1, cp_comm_type="allgather")
+    art = render(plan, "deepspeed-config", PARAMS)
+    assert any("ring_attn_size 4" in n for n in art.notes) and not any("Ulysses" in n for n in art.notes)
+    assert any("DeepSpeed-Ulysses" in n for n in render(cp_plan("deepspeed", pp=1), "deepspeed-config", PARAMS).notes)
+    with pytest.raises(InvalidInput) as exc:
+        training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "megatron-deepspeed", "cp_comm_type": "allgather"})
+    assert exc.value.field == "training.cp_comm_type" and "a2a" in str(exc.value)
 
 
 def test_fp4_training_launches_transformer_engine_nvfp4():

@@ -67,7 +67,9 @@ def _plan(body):
 
 def test_every_framework_has_one_rule_table():
     assert set(RULES) == set(FRAMEWORKS)
-    assert not rules_for("deepspeed").tensor_parallel and rules_for("deepspeed").cp_exchanges == ("a2a",)  # Ulysses only
+    # DeepSpeed alone: Ulysses by default, ring-flash-attn's K/V all-gather as its trainers run it; Megatron-DeepSpeed: Ulysses only
+    assert not rules_for("deepspeed").tensor_parallel and rules_for("deepspeed").cp_exchanges == ("a2a", "allgather")
+    assert rules_for("megatron-deepspeed").cp_exchanges == ("a2a",) and rules_for("fsdp").cp_exchanges == ("allgather", "a2a")
     assert not rules_for("megatron-deepspeed").interleaved_pipeline and not rules_for("deepspeed").interleaved_pipeline
     assert 1 not in rules_for("fsdp").zero_stages and rules_for("fsdp").sharding_with_pipeline
     assert rules_for("megatron-core").ep_folding and not rules_for("megatron-deepspeed").ep_folding
