@@ -330,7 +330,9 @@ def acceptance() -> str | None:
         out.append(
             f"\n**Shipped recipes** (the same run, `cost_model/data/framework_recipes.json`: the layouts framework repositories and "
             "trainers ship as examples — torchtitan, Megatron-LM, the Megatron-MoE model zoo, NeMo, Megatron-Bridge, PaddleNLP, "
-            "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune (LoRA among them), axolotl, accelerate, and offloading layouts of DeepSpeedExamples, "
+            "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune (LoRA among them), axolotl, accelerate, Megatron-DeepSpeed's Ulysses "
+            "examples, verl's FSDP SFT trainer (Ulysses), OpenRLHF (ring attention on DeepSpeed), Pai-Megatron-Patch, "
+            "NeMo-Framework-Launcher on A100, torchtitan on H200, and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
             "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's)"

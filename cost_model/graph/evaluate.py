@@ -47,7 +47,12 @@ from cost_model.graph.tables import CostTables, build_tables, p2p_stage_times
 from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
 from cost_model.training import Training
-from cost_model.transformer.layer_cost import WORKSPACE_BYTES, dp_overlap_fraction, fragmentation_fraction
+from cost_model.transformer.layer_cost import (
+    WORKSPACE_BYTES,
+    deepspeed_step_gradient_bytes,
+    dp_overlap_fraction,
+    fragmentation_fraction,
+)
 from cost_model.transformer.memory import churned_gradients, memory_interval_fields
 from cost_model.units import bytes_to_gb, flops_to_tflops, s_to_ms
 
@@ -116,6 +121,8 @@ class _StageSums:
     gradients_bytes: np.ndarray
     optimizer_state_bytes: np.ndarray
     activation_bytes: np.ndarray
+    #: trainable parameters of the GPU's ZeRO partition (DeepSpeed's step copy: layer_cost.deepspeed_step_gradient_bytes)
+    shard_params: np.ndarray
     p2p_s: np.ndarray
     cpu_s: float
     cpu_comm_s: float
@@ -143,6 +150,8 @@ def _stage_sums(tables: CostTables, choice: np.ndarray, stage: np.ndarray) -> _S
         weights_bytes=per_stage(tables.weights_bytes[rows]), gradients_bytes=per_stage(tables.gradients_bytes[rows]),
         optimizer_state_bytes=per_stage(tables.optimizer_state_bytes[rows]),
         activation_bytes=per_stage(tables.activation_bytes[rows]), p2p_s=p2p_stage_times(tables, stage),
+        shard_params=per_stage(tables.params_dev[rows] / np.where(tables.sync_dpt, tables.mesh.dp * tables.mesh.t, tables.mesh.dp)[rows])
+        if len(tables.params_dev) else np.zeros(pp),
         cpu_s=float(tables.cpu_s[rows].sum()), cpu_comm_s=float(tables.cpu_comm_s[rows].sum()),
         cpu_memory_bytes=float(tables.cpu_memory_bytes[rows].sum()), cpu_opt_s=float(tables.cpu_opt_s[rows].sum()),
     )
@@ -155,6 +164,8 @@ def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> l
         fl = inflight(tables.mesh, k)
         grads = sums.gradients_bytes[k] + buckets
         acts = fl * sums.activation_bytes[k]
+        # DeepSpeed ZeRO-2/3's fp32 copy of the step, after the backward freed the activations (as for transformer stages)
+        grads = grads + max(float(deepspeed_step_gradient_bytes(tables.training, tables.mesh.zero_stage, sums.shard_params[k])) - acts, 0.0)
         state = sums.weights_bytes[k] + grads + sums.optimizer_state_bytes[k] + acts
         # The allocator's fragmentation of what is freed during a step (gradients, activations),
         # not of the resident weights and optimizer state (allocated once), a persistent gradient

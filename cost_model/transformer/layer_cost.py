@@ -1592,9 +1592,14 @@ def model_state_bytes_per_param(
     (:func:`megatron_optimizer_state_bytes`); Paddle's gradients ``main_grads_dtype`` — fp32
     under AMP O2 with ``master_grad`` (what its launch writes by default), 16-bit without.
 
-    DeepSpeed's ZeRO-1/2 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
+    DeepSpeed's ZeRO-1 optimizer (``megatron-deepspeed``, ``deepspeed``: ``stage_1_and_2.py``)
     keeps the gradients in the 16-bit training dtype (2) and an fp32 copy of its own partition
-    only (4/shard), where Megatron keeps a full fp32 gradient buffer.  DeepSpeed's BF16_Optimizer
+    only (4/shard), where Megatron keeps a full fp32 gradient buffer.  At stages 2 and 3 the
+    gradients it holds are partitioned in their accumulation dtype — stage 2's
+    ``grads_in_partition`` in the training dtype, stage 3's ``grad_partitions_flat_buffer`` in
+    ``data_types.grad_accum_dtype``, by default the training dtype too — (2/shard, 4/shard
+    under fp32 accumulation); the fp32 copy the optimizer steps from exists only during the step,
+    after the backward freed the activations (:func:`deepspeed_step_gradient_bytes`).  DeepSpeed's BF16_Optimizer
     (:func:`bf16_optimizer`: stage 0 under a pipeline (``pp`` > 1), and 1 with fp32 accumulation) keeps bf16 gradients and a full fp32 buffer (2 + 4)
     and partitions its fp32 master weights and moments over dp at either stage (12/shard).
     """
@@ -1616,6 +1621,7 @@ def model_state_bytes_per_param(
     grads = np.where(z >= 2, g / shard, g)
     if mixed and runs_deepspeed_engine(training.framework):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
+        grads = np.where(z >= 2, np.where(z >= 3, deepspeed_accumulation_bytes(training), w) / shard, grads)
     opt = np.where(optimizer_state_partitioned(training, z, pp), o / shard, o)
     # DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`): the bf16 gradients (2) are accumulated
     # into a full-size fp32 gradient buffer (4, ``zeros_like(bf16_groups_flat, dtype=float32)``:
@@ -1642,12 +1648,48 @@ def model_state_bytes_per_param(
     f = training.optimizer_offload_fraction
     if f > 0.0:
         opt = opt * (1.0 - f)
-        if runs_deepspeed_engine(training.framework):
-            grads = np.where(z >= 1, grads - f * 4.0 / shard, grads)
+        if runs_deepspeed_engine(training.framework):  # stage 1: its fp32 partition; 2-3: the partitioned gradients themselves
+            grads = np.where(z >= 2, grads * (1.0 - f), np.where(z >= 1, grads - f * 4.0 / shard, grads))
     if training.cpu_offload:  # FSDP's CPUOffloadPolicy, DeepSpeed's ZeRO-3 Offload: the whole sharded state on the host
         weights, grads, opt = (np.where(z >= 3, 0.0, x) for x in (weights, grads, opt))
     return weights, grads, opt
 
+
+#: DeepSpeed stage 3's ``sub_group_size`` default: the parameters whose fp32 gradients it
+#: materialises at once during the step (DeepSpeed configuration docs; ``stage3.py``
+#: ``_prepare_fp32_grad_for_sub_group``, released after each sub-group's update).
+DEEPSPEED_SUB_GROUP_SIZE = 1e9
+
+
+def deepspeed_accumulation_bytes(training: Training) -> float:
+    """Bytes per parameter of the gradients DeepSpeed's stage 3 accumulates:
+    ``data_types.grad_accum_dtype`` (``engine.get_data_types``: the training dtype when unset)."""
+    if training.grad_accum_dtype == "fp32" or training.dtype == "fp32":
+        return 4.0
+    return 2.0
+
+
+def deepspeed_step_gradient_bytes(training: Training, zero_stage: ArrayOrFloat, params_per_shard: ArrayOrFloat) -> FloatArray:
+    """Bytes of the fp32 gradient copy DeepSpeed's ZeRO-2/3 optimizer makes during the step, on one
+    GPU holding ``params_per_shard`` trainable parameters of its partition (0 elsewhere).
+
+    Stage 2 (``stage_1_and_2.py`` ``step``): per parameter group, the 16-bit partition flattened
+    and cast to fp32 (``single_partition_grad_groups``), freed after the group's update — the
+    whole partition for one group, 4 B a parameter.  Stage 3 (``stage3.py``
+    ``_prepare_fp32_grad_for_sub_group``): the same per sub-group of at most
+    :data:`DEEPSPEED_SUB_GROUP_SIZE` parameters; none under fp32 accumulation, whose buffer is
+    already fp32.  The copy lives only between the backward and the next forward, so it adds to
+    the peak only where it exceeds what the backward held beside the same state (the stage's
+    activations and gathered weights: ``stage_cost``).  Optimizer offload builds it in host
+    memory (its ``offload_fraction`` of it at stage 3)."""
+    z = np.asarray(zero_stage)
+    p = np.asarray(params_per_shard, dtype=float)
+    mixed = training.dtype != "fp32"
+    if not (mixed and runs_deepspeed_engine(training.framework)) or training.cpu_offload:
+        return np.zeros(np.broadcast(z, p).shape)
+    stage3 = 0.0 if deepspeed_accumulation_bytes(training) == 4.0 else 4.0 * np.minimum(p, DEEPSPEED_SUB_GROUP_SIZE)
+    out: FloatArray = np.where(z == 2, 4.0 * p, np.where(z >= 3, stage3, 0.0)) * (1.0 - training.optimizer_offload_fraction)
+    return out
 
 #: Bytes per parameter the host keeps for the offloaded optimizer state: the fp32 master
 #: weights and Adam's two moments (12) and the fp32 gradients copied out for the update (4);
@@ -1683,7 +1725,10 @@ def offloaded_state_bytes_per_param(training: Training) -> float:
     parameter (FSDP's fp32 master, or bf16 in pure bf16; DeepSpeed's 16-bit partition beside its
     fp32 master), its gradient and the moments."""
     if training.cpu_offload:
-        return float(sum(float(x) for x in model_state_bytes_per_param(replace(training, cpu_offload=False), 3, 1.0, 1)))
+        w, g, o = (float(x) for x in model_state_bytes_per_param(replace(training, cpu_offload=False), 3, 1.0, 1))
+        if runs_deepspeed_engine(training.framework):  # its offloaded optimizer steps from an fp32 gradient partition on the host
+            g = 4.0
+        return w + g + o
     if rules_for(training.framework).offload_updates_on_gpu:  # the master weights and moments alone (Paddle's)
         return training.optimizer_offload_fraction * TENSORWISE_OFFLOAD_BYTES_PER_PARAM
     extra = DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM if runs_deepspeed_engine(training.framework) else 0.0

@@ -207,6 +207,24 @@ def test_fused_kernels_through_the_api(client):
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "training.fused_kernels"
 
 
+def test_ulysses_under_fsdp_through_the_api(client):
+    """verl's FSDP trainers run Ulysses (``training.cp_comm_type: a2a`` under ``fsdp``): estimated
+    and planned with the all-to-all's cost; torchtitan's launch, which would all-gather K/V, is a
+    422 naming the target, the torchrun launch (the trainer's own script) is not."""
+    training = {"global_batch_size": 8, "sequence_length": 16384, "framework": "fsdp", "cp_comm_type": "a2a"}
+    body = {**small_request(), "training": training, "constraints": {"cp": 4, "zero_stage": 3}}
+    est = client.post("/v1/estimate", json={**small_request(), "training": training,
+                                            "strategy": {"dp": 2, "cp": 4, "zero_stage": 3, "micro_batch_size": 1}})
+    assert est.status_code == 200 and est.json()["breakdown_s"]["cp_comm"] > 0, est.text
+    plan = client.post("/v1/plans", json=body)
+    assert plan.status_code in (200, 201) and plan.json()["best"]["strategy"]["cp"] == 4, plan.text
+    pid = plan.json()["id"]
+    titan = client.get(f"/v1/plans/{pid}/launch", params={"target": "torchtitan", "format": "json"})
+    assert titan.status_code == 422 and titan.json()["error"]["field"] == "target", titan.text
+    assert "ulysses_sequence_parallel_size=4" in titan.json()["error"]["message"]
+    assert client.get(f"/v1/plans/{pid}/launch", params={"target": "torchrun", "format": "json"}).status_code == 200
+
+
 def test_saved_cluster_by_name(client):
     client.app.state.repository.save_cluster("lab", SMALL_CLUSTER)
     r = client.post("/v1/plans", json=small_request(cluster="lab"))
