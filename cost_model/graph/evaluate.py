@@ -164,8 +164,8 @@ def _stage_results(tables: CostTables, sums: _StageSums, stage: np.ndarray) -> l
         fl = inflight(tables.mesh, k)
         grads = sums.gradients_bytes[k] + buckets
         acts = fl * sums.activation_bytes[k]
-        # DeepSpeed ZeRO-2/3's fp32 copy of the step, after the backward freed the activations (as for transformer stages)
-        grads = grads + max(float(deepspeed_step_gradient_bytes(tables.training, tables.mesh.zero_stage, sums.shard_params[k])) - acts, 0.0)
+        # DeepSpeed ZeRO-2/3's fp32 copy of the step, reserved beside the backward's blocks (as for transformer stages)
+        grads = grads + float(deepspeed_step_gradient_bytes(tables.training, tables.mesh.zero_stage, sums.shard_params[k]))
         state = sums.weights_bytes[k] + grads + sums.optimizer_state_bytes[k] + acts
         # The allocator's fragmentation of what is freed during a step (gradients, activations),
         # not of the resident weights and optimizer state (allocated once), a persistent gradient

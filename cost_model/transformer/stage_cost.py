@@ -480,8 +480,9 @@ def stage_cost(
         host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
                                                                   + experts / np.where(partitioned, shard_exp, 1.0))
         sharded_like_dense = dense + experts * shard_dense / shard_exp
-    # DeepSpeed ZeRO-2/3's fp32 gradient copy of the step (0 elsewhere): see below, once the activations are known
-    step_copy = deepspeed_step_gradient_bytes(training, S.zero, trainable / shard_dense + trainable_experts / shard_exp)
+    # DeepSpeed ZeRO-2/3's fp32 gradient copy of the step (0 elsewhere), reserved beside the
+    # backward's cached blocks (layer_cost.deepspeed_step_gradient_bytes)
+    grads = grads + deepspeed_step_gradient_bytes(training, S.zero, trainable / shard_dense + trainable_experts / shard_exp)
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more
@@ -515,9 +516,6 @@ def stage_cost(
         acts = acts + fsdp_unsharded_bytes(model, training, S, live * quantised, has_head)
     else:
         acts = acts + np.where(S.zero >= 3, live * quantised * param_bytes(training), 0.0)
-    # The step's fp32 gradient copy comes after the backward freed what it held (activations,
-    # gathered weights): the peak is the larger of the two phases over the same state.
-    grads = grads + np.maximum(step_copy - acts, 0.0)
     # The allocator's fragmentation of what is freed and reallocated during a step: gradients
     # and activations (gathered weights among them), not the resident weights nor the optimizer
     # state, allocated once, nor DeepSpeed's fixed-size gradient buckets, nor a framework's
