@@ -1696,6 +1696,7 @@ def deepspeed_step_gradient_bytes(training: Training, zero_stage: ArrayOrFloat, 
     out: FloatArray = np.where(z == 2, 4.0 * p, np.where(z >= 3, stage3, 0.0)) * (1.0 - training.optimizer_offload_fraction)
     return out
 
+
 #: Bytes per parameter the host keeps for the offloaded optimizer state: the fp32 master
 #: weights and Adam's two moments (12) and the fp32 gradients copied out for the update (4);
 #: DeepSpeed also pins a 16-bit copy of its partition to copy the updated weights back from
