@@ -43,7 +43,7 @@ from cost_model.frameworks import (
 from cost_model.graph.assign import assignment_from_names, split_stages, stage_from_names
 from cost_model.graph.ir import GraphSpec
 from cost_model.graph.mesh import bucket_bytes, inflight, mesh_for, pick_group
-from cost_model.graph.tables import CostTables, build_tables, p2p_stage_times
+from cost_model.graph.tables import CostTables, build_tables, p2p_stage_times, sync_ranks
 from cost_model.result import Estimate, StageEstimate
 from cost_model.schedule import exposed_dp_sync_s, pipeline_time_s
 from cost_model.training import Training
@@ -150,8 +150,7 @@ def _stage_sums(tables: CostTables, choice: np.ndarray, stage: np.ndarray) -> _S
         weights_bytes=per_stage(tables.weights_bytes[rows]), gradients_bytes=per_stage(tables.gradients_bytes[rows]),
         optimizer_state_bytes=per_stage(tables.optimizer_state_bytes[rows]),
         activation_bytes=per_stage(tables.activation_bytes[rows]), p2p_s=p2p_stage_times(tables, stage),
-        shard_params=per_stage(tables.params_dev[rows] / np.where(tables.sync_dpt, tables.mesh.dp * tables.mesh.t, tables.mesh.dp)[rows])
-        if len(tables.params_dev) else np.zeros(pp),
+        shard_params=per_stage(tables.params_dev[rows] / sync_ranks(tables, tables.mesh)[rows]),
         cpu_s=float(tables.cpu_s[rows].sum()), cpu_comm_s=float(tables.cpu_comm_s[rows].sum()),
         cpu_memory_bytes=float(tables.cpu_memory_bytes[rows].sum()), cpu_opt_s=float(tables.cpu_opt_s[rows].sum()),
     )

@@ -530,6 +530,13 @@ def _cpu_terms(tables: CostTables, mesh: GraphMesh) -> tuple[np.ndarray, np.ndar
     return cpu_s, cpu_comm, cpu_mem, cpu_opt
 
 
+def sync_ranks(tables: CostTables, mesh: GraphMesh) -> np.ndarray:
+    """Per row: the ranks its weights are synchronised and ZeRO-sharded over — dp, or dp·t for a
+    row replicated across the sharding axis (``sync_dpt``)."""
+    out: np.ndarray = np.where(tables.sync_dpt, mesh.dp * mesh.t, mesh.dp).astype(float)
+    return out
+
+
 def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     """The tables for ``mesh``, which must share the node group, ``t`` and micro-batch size
     with ``tables.mesh`` (operator costs, choices and edges depend only on those): recomputes
@@ -544,7 +551,7 @@ def for_mesh(tables: CostTables, mesh: GraphMesh) -> CostTables:
     t = mesh.t
     params_dev = tables.params_dev
     n_rows = len(params_dev)
-    sync_n = np.where(tables.sync_dpt, mesh.dp * t, mesh.dp).astype(float)
+    sync_n = sync_ranks(tables, mesh)
     w_pp, g_pp, o_pp = (np.broadcast_to(np.asarray(x, dtype=float), (n_rows,))
                         for x in model_state_bytes_per_param(training, mesh.zero_stage, sync_n, mesh.pp))
     # Bandwidth term of the step's ring passes over sync_n ranks (their latency is paid per

@@ -1621,7 +1621,8 @@ def model_state_bytes_per_param(
     grads = np.where(z >= 2, g / shard, g)
     if mixed and runs_deepspeed_engine(training.framework):
         grads = np.where(z == 1, 2.0 + 4.0 / shard, grads)
-        grads = np.where(z >= 2, np.where(z >= 3, deepspeed_accumulation_bytes(training), w) / shard, grads)
+        # stage 3's buffer in data_types.grad_accum_dtype (engine.get_data_types: the training dtype when unset)
+        grads = np.where(z >= 2, np.where(z >= 3, _stored_bytes(training.grad_accum_dtype or training.dtype), w) / shard, grads)
     opt = np.where(optimizer_state_partitioned(training, z, pp), o / shard, o)
     # DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`): the bf16 gradients (2) are accumulated
     # into a full-size fp32 gradient buffer (4, ``zeros_like(bf16_groups_flat, dtype=float32)``:
@@ -1661,14 +1662,6 @@ def model_state_bytes_per_param(
 DEEPSPEED_SUB_GROUP_SIZE = 1e9
 
 
-def deepspeed_accumulation_bytes(training: Training) -> float:
-    """Bytes per parameter of the gradients DeepSpeed's stage 3 accumulates:
-    ``data_types.grad_accum_dtype`` (``engine.get_data_types``: the training dtype when unset)."""
-    if training.grad_accum_dtype == "fp32" or training.dtype == "fp32":
-        return 4.0
-    return 2.0
-
-
 def deepspeed_step_gradient_bytes(training: Training, zero_stage: ArrayOrFloat, params_per_shard: ArrayOrFloat) -> FloatArray:
     """Bytes of the fp32 gradient copy DeepSpeed's ZeRO-2/3 optimizer makes during the step, on one
     GPU holding ``params_per_shard`` trainable parameters of its partition (0 elsewhere).
@@ -1692,7 +1685,7 @@ def deepspeed_step_gradient_bytes(training: Training, zero_stage: ArrayOrFloat, 
     mixed = training.dtype != "fp32"
     if not (mixed and runs_deepspeed_engine(training.framework)) or training.cpu_offload:
         return np.zeros(np.broadcast(z, p).shape)
-    stage3 = 0.0 if deepspeed_accumulation_bytes(training) == 4.0 else 4.0 * np.minimum(p, DEEPSPEED_SUB_GROUP_SIZE)
+    stage3 = 0.0 if training.grad_accum_dtype == "fp32" else 4.0 * np.minimum(p, DEEPSPEED_SUB_GROUP_SIZE)
     out: FloatArray = np.where(z == 2, 4.0 * p, np.where(z >= 3, stage3, 0.0)) * (1.0 - training.optimizer_offload_fraction)
     return out
 

@@ -480,9 +480,10 @@ def stage_cost(
         host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
                                                                   + experts / np.where(partitioned, shard_exp, 1.0))
         sharded_like_dense = dense + experts * shard_dense / shard_exp
-    # DeepSpeed ZeRO-2/3's fp32 gradient copy of the step (0 elsewhere), reserved beside the
-    # backward's cached blocks (layer_cost.deepspeed_step_gradient_bytes)
-    grads = grads + deepspeed_step_gradient_bytes(training, S.zero, trainable / shard_dense + trainable_experts / shard_exp)
+    if runs_deepspeed_engine(training.framework):
+        # DeepSpeed ZeRO-2/3's fp32 gradient copy of the step, reserved beside the backward's
+        # cached blocks (layer_cost.deepspeed_step_gradient_bytes)
+        grads = grads + deepspeed_step_gradient_bytes(training, S.zero, trainable / shard_dense + trainable_experts / shard_exp)
     buckets = gradient_bucket_bytes(training, S.zero, S.pp)
     grads = grads + buckets
     # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more

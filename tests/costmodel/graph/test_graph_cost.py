@@ -233,3 +233,19 @@ def test_graph_step_sync_follows_the_transformer_paths_ring_passes(gpt13, framew
     weighted = sync > 0
     assert weighted.any()
     assert sync[weighted] == pytest.approx(ratio * base[weighted], rel=1e-9)
+
+
+@pytest.mark.parametrize(("zero", "grad_bytes"), [(2, 2 + 4), (3, 2 + 4)])
+def test_graph_deepspeed_zero23_holds_its_partition_and_the_steps_fp32_copy(gpt13, zero, grad_bytes):
+    """A graph under DeepSpeed ZeRO-2/3 holds the gradients as the transformer path does
+    (``layer_cost.deepspeed_step_gradient_bytes``): the 16-bit partition and the step's fp32 copy
+    of it (1.3B parameters over 16 ranks: below stage 3's sub-group), beside the IPG buckets."""
+    from cost_model.graph.mesh import bucket_bytes
+
+    training = Training(global_batch_size=64, sequence_length=2048, framework="deepspeed")
+    cluster = simple_cluster("A100-SXM4-80GB", 2)
+    est = estimate_graph(gpt13, training, cluster, Strategy(dp=16, micro_batch_size=1, zero_stage=zero))
+    mesh = mesh_for(training, cluster, dp=16, t=1, pp=1, micro_batch=1, zero_stage=zero)
+    params = float(build_tables(gpt13, training, mesh).params_dev.sum())
+    expected = (grad_bytes * params / 16 + bucket_bytes(training, mesh)) / 1e9
+    assert est.stages[0].memory_GB["gradients"] == pytest.approx(expected, rel=1e-9)
