@@ -89,3 +89,37 @@ def test_a_recipes_whole_strategy_pinned_plans_to_that_strategy(recipe):
         want = sorted(value) if key == "recompute_modules" else list(value) if isinstance(value, list) else value
         have = sorted(got) if key == "recompute_modules" else list(got) if isinstance(got, tuple) else got
         assert have == want, (key, value, got)
+
+
+@pytest.mark.parametrize("rid", ["megatron_zoo_deepseek_v3_h100_1024gpu", "megatron_zoo_qwen3_235b_a22b_h100"])
+def test_interleaving_is_searched_where_the_chunks_cannot_be_even(rid):
+    """DeepSeek-V3's 61 layers (a prime) and Qwen3-235B's 94 split evenly over no pp·vpp ≥ 4, and
+    Megatron-Core's EP overlap (``moe_comm_overlap``) needs the interleaved schedule with a
+    pipeline: with only the zoo's tp and pp pinned, the search must offer near-even model chunks
+    (Megatron-Core's --pipeline-model-parallel-layout), as the estimate costs a pinned vpp's.
+    Regression: both were refused as needing 258 GB and 101 GB a GPU (expert parallelism
+    dropped with the interleaving)."""
+    recipe = next(r for r in RECIPES if r["id"] == rid)
+    res = plan(parse_plan_request({**recipe_body(recipe), "constraints": {"tp": 2, "pp": 8}}), SolverSettings(time_limit_s=30))
+    best = res.best.strategy
+    assert (best.tp, best.pp) == (2, 8) and best.vpp > 1 and best.ep > 1 and res.best.prediction.fits
+    layers = recipe["model"]["num_hidden_layers"]
+    assert layers % (best.pp * best.vpp)  # the chunks are near-even
+    # the plan's strategy estimated alone is the plan's prediction
+    est = estimate(*(lambda r: (r.model, r.training, r.cluster, r.strategy))(parse_estimate_request(
+        {**recipe_body(recipe), "strategy": {k: v for k, v in best.to_dict().items() if v is not None}})))
+    assert est.step_time_s == pytest.approx(res.best.prediction.step_time_s, rel=1e-9)
+
+
+def test_a_near_even_interleaved_plan_launches_with_megatrons_layout(client):
+    """Through the HTTP API: the plan with near-even chunks (DeepSeek-V3, tp 2 and pp 8 pinned)
+    launches on Megatron-LM with --pipeline-model-parallel-layout, one entry per model chunk."""
+    recipe = next(r for r in RECIPES if r["id"] == "megatron_zoo_deepseek_v3_h100_1024gpu")
+    resp = client.post("/v1/plans", json={**recipe_body(recipe), "constraints": {"tp": 2, "pp": 8}})
+    assert resp.status_code in (200, 201), resp.text
+    s = resp.json()["best"]["strategy"]
+    args = client.get(f"/v1/plans/{resp.json()['id']}/launch", params={"target": "megatron"}).json()["files"]["megatron_args.sh"]
+    words = args.split()
+    chunks = words[words.index("--pipeline-model-parallel-layout") + 1].strip("\"'").split("|")
+    assert len(chunks) == s["pp"] * s["vpp"] and sum(c.count("t") for c in chunks) == 61
+    assert max(c.count("t") for c in chunks) - min(c.count("t") for c in chunks) == 1

@@ -70,9 +70,8 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         if ep > 1 and r.ep_over_sharding and (cp > 1 or ep % tp or (tp * dp) % ep):
             continue
         m = B // dp // mbs
-        # the search's interleaved chunks are even; a pinned vpp's may be near-even (one decoder layer each at least)
-        uneven_ok = pins.get("vpp", 1) > 1 and pp * vpp <= L
-        if vpp > 1 and (pp == 1 or (L % (pp * vpp) and not uneven_ok) or interleaved_counts_refused(training.framework, m, pp)):
+        # interleaved chunks may be near-even (one decoder layer each at least)
+        if vpp > 1 and (pp == 1 or pp * vpp > L or interleaved_counts_refused(training.framework, m, pp)):
             continue
         if vpp > 1 and training.framework == "paddle" and pp <= 2:  # Paddle's interleaved schedule: pp > 2
             continue
