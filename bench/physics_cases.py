@@ -546,7 +546,8 @@ def lora() -> dict[str, Any]:
         ("qwen3-30b-a3b", "full", (("full finetune", {}), ("LoRA r16, all linear (every expert's too)", {"lora_rank": 16}),
                                    ("LoRA r16, attention", {"lora_rank": 16, "lora_target_modules": ("linear_qkv", "linear_proj")}))),
         ("llama3-405b", "full", (("LoRA r16, all linear", {"lora_rank": 16}),
-                                 ("QLoRA r16, all linear (NF4 base)", {"lora_rank": 16, "lora_base_dtype": "nf4"}))),
+                                 ("QLoRA r16, all linear (NF4 base)", {"lora_rank": 16, "lora_base_dtype": "nf4"}),
+                                 ("QLoRA r16 with CPU offload", {"lora_rank": 16, "lora_base_dtype": "nf4", "cpu_offload": True}))),
     ):
         model = _config(preset) if preset.startswith("qwen3") else get_preset(preset)
         for label, kw in cases:
@@ -559,7 +560,7 @@ def lora() -> dict[str, Any]:
                          * model.num_layers if tr.frozen_base else float(model.total_params()))
             rows.append(_row(est, model=model.name, recompute=recompute, micro_batch_size=mbs, case=label, trainable_params=round(trainable),
                              state_GB=round(mem["gradients"] + mem["optimizer_state"], 2),
-                             activations_GB=round(mem["activations"], 1)))
+                             activations_GB=round(mem["activations"], 1), host_GB=round(est.stages[0].host_memory_GB or 0.0, 1)))
     return {"layout": "FSDP full sharding, dp 8 (ep 8 for the MoE) on 8 H100, 16 x 4096 tokens a step", "rows": rows}
 
 

@@ -231,8 +231,8 @@ def physics() -> str | None:
     if lo:
         def lora_row(r: dict) -> str:
             return (f"{r['case']} — {r['trainable_params'] / 1e6:,.0f}M trainable, state {r['state_GB']:.2f} GB, activations "
-                    f"{r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}, "
-                    f"step {r['step_time_s']:.2f} s")
+                    f"{r['activations_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}"
+                    f"{', host ' + format(r['host_GB'], '.1f') + ' GB' if r.get('host_GB') else ''}, step {r['step_time_s']:.2f} s")
 
         by_model: dict[str, list[dict]] = {}
         for r in lo["rows"]:
@@ -242,7 +242,8 @@ def physics() -> str | None:
                    + " — the frozen weights drop their gradients, state and weight-gradient GEMMs, but the adapters' memory-bound "
                    "passes take back much of the time (a recompute runs them again), PEFT's dropout keeps a copy of every "
                    "adapter's input, and QLoRA's NF4 base holds the weights in about a quarter of the memory for a "
-                   "dequantisation before every GEMM.")
+                   "dequantisation before every GEMM; offloaded (FSDP's CPU offload), the 4-bit shard and the adapters' state "
+                   "leave the GPU for host memory, the shard copied back before each gather.")
     lk = d.get("loss_kernels")
     if lk:
         def kernel_rows(framework: str) -> str:

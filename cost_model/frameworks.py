@@ -1238,17 +1238,19 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
     FSDP2's ``CPUOffloadPolicy`` ("offloads parameters, gradients, and optimizer states to CPU")
     and DeepSpeed's ZeRO-3 Offload (``offload_param`` with ``offload_optimizer``, both to the
     CPU); elsewhere the optimizer state alone is offloaded (``optimizer_offload_fraction``).  Priced
-    under bf16 (and fp32 for FSDP, fp16 for DeepSpeed); DeepSpeed's parameters on the host with only
-    part of the optimizer state there is not priced."""
+    under bf16 and fp16 (and fp32 for FSDP: FSDP1's ``CPUOffload(offload_params=True)`` under an
+    fp16 ``MixedPrecision`` unscales the host's gradients with its ``ShardedGradScaler``,
+    :func:`cost_model.transformer.layer_cost.cpu_offload_step_s`); DeepSpeed's parameters on the
+    host with only part of the optimizer state there is not priced."""
     if not cpu_offload:
         return None
     r = rules_for(framework)
     if not r.cpu_offload:
         where = priced_by("cpu_offload")
         return f"{framework}: no CPU offload of the parameters ({where}); offload its optimizer state with optimizer_offload_fraction"
-    dtypes = ("bf16", "fp16") if r.deepspeed_engine else ("bf16", "fp32")
+    dtypes = ("bf16", "fp16") if r.deepspeed_engine else ("bf16", "fp16", "fp32")
     if dtype not in dtypes:
-        return f"{r.cpu_offload} is priced under {' or '.join(dtypes)} training, got {dtype}"
+        return f"{r.cpu_offload} is priced under {', '.join(dtypes[:-1])} or {dtypes[-1]} training, got {dtype}"
     if r.deepspeed_engine and optimizer not in ADAM_OPTIMIZERS:
         return f"{r.cpu_offload} updates with DeepSpeed's CPU Adam, got optimizer {optimizer!r}"
     if 0.0 < optimizer_offload_fraction < 1.0:
@@ -1305,15 +1307,15 @@ def offload_modules_violation(framework: str, activation_offloading: bool, modul
     return None
 
 
-def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ...], dropout: float,
-                   optimizer_offload_fraction: float, cpu_offload: bool) -> tuple[str, str] | None:
+def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ...], dropout: float) -> tuple[str, str] | None:
     """(training field, reason) when a LoRA request cannot be costed, else None.  LoRA (Hu et al.
     2021, "LoRA: Low-Rank Adaptation of Large Language Models") is priced where the framework's
     trainers have it (``FrameworkRules.lora``): the base weights frozen, a rank-``r`` adapter
-    B·A beside each targeted linear layer (:mod:`cost_model.transformer.lora`).  Not priced, so
-    refused by name: LoRA under FP8/FP4 (whose casts of the frozen weights' dgrad-only backward
-    the cost model does not have), and beside an offload of the optimizer state or the sharded
-    parameters to the host (whose copies it prices for a model that trains every weight)."""
+    B·A beside each targeted linear layer (:mod:`cost_model.transformer.lora`); offloaded to the
+    host, the adapters' state goes there, and under ``cpu_offload`` the frozen base's shard too
+    (:func:`cost_model.transformer.stage_cost.stage_cost`).  Not priced, so refused by name: LoRA
+    under FP8/FP4 (whose casts of the frozen weights' dgrad-only backward the cost model does not
+    have)."""
     if rank == 0:
         if modules:
             return "lora_target_modules", "lora_target_modules choose where LoRA's adapters go: set lora_rank"
@@ -1328,10 +1330,6 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
         return "lora_target_modules", f"{unknown[0]!r} is not one of the decoder's linear layers: {', '.join(LORA_MODULES)}"
     if dtype in ("fp8", "fp4"):
         return "dtype", f"LoRA is priced in bf16, fp16 and fp32 training, not {dtype}"
-    if optimizer_offload_fraction > 0.0 or cpu_offload:
-        field = "optimizer_offload_fraction" if optimizer_offload_fraction > 0.0 else "cpu_offload"
-        return field, (f"{field} with LoRA is not priced (the adapters' state is small; the host copies are priced for "
-                       "a model that trains every weight): leave it out")
     return None
 
 

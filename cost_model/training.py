@@ -426,7 +426,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
             raise InvalidTraining(f"must be a probability from 0 to below 1, got {val!r}", field=f"{field_path}.lora_dropout")
         out["lora_dropout"] = float(val)
     lora_why = lora_violation(framework, out.get("dtype", "bf16"), out.get("lora_rank", 0), out.get("lora_target_modules", ()),
-                              out.get("lora_dropout", 0.0), out.get("optimizer_offload_fraction", 0.0), bool(out.get("cpu_offload", False)))
+                              out.get("lora_dropout", 0.0))
     if lora_why is not None:
         raise InvalidTraining(lora_why[1], field=f"{field_path}.{lora_why[0]}")
     if data.get("microbatch_group_size_per_vp_stage") is not None:

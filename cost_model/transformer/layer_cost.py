@@ -2297,6 +2297,12 @@ def optimizer_bytes_per_param(training: Training) -> float:
 #: moments (16) and writes the parameter and moments (12), after the gradient-norm clipping has
 #: read the gradients (4): 32.  Unfused, the for-loop Adam's :data:`EAGER_ADAM_BYTES_PER_PARAM`.
 CPU_OFFLOAD_ADAM_BYTES_PER_PARAM = 32.0
+#: Bytes per parameter the fp16 loss scaler's unscale adds to FSDP's CPU step: FSDP's
+#: ``ShardedGradScaler._foreach_non_finite_check_and_unscale_cpu_`` (torch.distributed.fsdp.
+#: sharded_grad_scaler) loops over the host's fp32 gradient shards, and for each runs
+#: ``torch.isinf(grad).any()`` and ``torch.isnan(grad).any()`` (a 4-byte read, a 1-byte mask
+#: written and read: 6 each) and then ``grad.mul_(inv_scale)`` (read 4, write 4): 20.
+FP16_HOST_UNSCALE_BYTES_PER_PARAM = 20.0
 
 
 def _host_bytes_per_s(device: DeviceSpec) -> float:
@@ -2316,20 +2322,23 @@ def cpu_offload_step_s(params_per_gpu: ArrayOrFloat, training: Training, device:
     FSDP's fused CPU AdamW :data:`CPU_OFFLOAD_ADAM_BYTES_PER_PARAM` each (pure bf16: half;
     unfused: the for-loop Adam's), DeepSpeed's CPU Adam :data:`HOST_ADAM_BYTES_PER_PARAM` (it
     writes the 16-bit partition too); nothing crosses the link at the step (the next all-gathers
-    copy the updated shard).  Source: PyTorch ``CPUOffloadPolicy`` ("the optimizer step runs on
-    CPU with CPU optimizer states"); DeepSpeed ``runtime/zero/stage3.py`` with ``offload_param``."""
+    copy the updated shard); under fp16 FSDP's loss scaler first unscales the host's gradients
+    (:data:`FP16_HOST_UNSCALE_BYTES_PER_PARAM`).  Source: PyTorch ``CPUOffloadPolicy`` ("the optimizer step runs on CPU with CPU
+    optimizer states"); DeepSpeed ``runtime/zero/stage3.py`` with ``offload_param``."""
     if runs_deepspeed_engine(training.framework):  # DeepSpeed's CPU Adam, narrowing into its 16-bit partition
         per_param = HOST_ADAM_BYTES_PER_PARAM
     else:
         per_param = CPU_OFFLOAD_ADAM_BYTES_PER_PARAM if training.fused_kernels else EAGER_ADAM_BYTES_PER_PARAM
         if not training.master_weights:
             per_param /= 2.0
+        if training.dtype == "fp16":
+            per_param += FP16_HOST_UNSCALE_BYTES_PER_PARAM
     out: FloatArray = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float) * per_param / _host_bytes_per_s(device)
     return out
 
 
 def cpu_offload_microbatch_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat,
-                             compute_s: ArrayOrFloat, microbatches: ArrayOrFloat) -> FloatArray:
+                             compute_s: ArrayOrFloat, microbatches: ArrayOrFloat, frozen_shard_bytes: ArrayOrFloat = 0.0) -> FloatArray:
     """Seconds per micro-batch the CPU offload of the sharded state adds beyond its compute
     (``training.cpu_offload``).
 
@@ -2344,14 +2353,18 @@ def cpu_offload_microbatch_s(params_per_gpu: ArrayOrFloat, training: Training, d
     fp32 gradient partition likewise), so that copy is synchronous and the host's add (read two,
     write one) runs in the backward.  Per micro-batch over a step of ``m``:
     ``max(0, h2d + d2h − compute)`` once, ``max(0, h2d − compute) + d2h + add`` the other m − 1
-    times, averaged.  Link at :func:`_host_link_bytes_per_s`, host at :func:`_host_bytes_per_s`."""
+    times, averaged.  Link at :func:`_host_link_bytes_per_s`, host at :func:`_host_bytes_per_s`.
+    Under LoRA ``params_per_gpu`` are the adapters (what is reduced, accumulated and stepped) and
+    ``frozen_shard_bytes`` the frozen base's shard as held (4-bit under QLoRA), copied to the GPU
+    before each of the two gathers like the adapters' (FSDP's flat parameters hold both; DeepSpeed
+    partitions and offloads the frozen parameters as any other)."""
     P = np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
     # the sharded parameter on the host: FSDP's is the fp32 master (bf16 in pure bf16), DeepSpeed's
     # its 16-bit partition (``ds_tensor``, copied into the gather's flat buffer)
     master = param_bytes(training) if runs_deepspeed_engine(training.framework) else 4.0 if training.master_weights else 2.0
     g = gradient_reduce_bytes(training)
     link = _host_link_bytes_per_s(device)
-    h2d = 2.0 * P * master / link
+    h2d = 2.0 * (P * master + np.asarray(frozen_shard_bytes, dtype=float)) / link
     d2h = P * g / link
     add = P * 3.0 * g / _host_bytes_per_s(device)
     compute = np.asarray(compute_s, dtype=float)

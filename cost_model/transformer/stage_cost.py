@@ -454,13 +454,15 @@ def stage_cost(
     # sharded under ZeRO-3 like any weight; gradients, master weights and optimizer state are
     # the adapters' (the routed experts' held and synchronised as the experts are)
     trainable, trainable_experts = dense, experts
+    frozen: ArrayOrFloat = 0.0  # bytes of the frozen base weights this GPU holds (LoRA)
     if training.frozen_base:
         trainable = n_decoder * adapter_params_per_layer(model, training, S.tp)
         trainable_experts = n_decoder * expert_adapter_params_per_layer(model, training, S.ep, etp)
         # under QLoRA the decoder's weights in 4 bits, the embedding and head in the training dtype
-        weights = ((dense - decoder_dense) * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
-                   + decoder_dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense, decoder=True)
-                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp, decoder=True) + trainable * w_d + trainable_experts * w_e)
+        frozen = ((dense - decoder_dense) * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
+                  + decoder_dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense, decoder=True)
+                  + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp, decoder=True))
+        weights = frozen + trainable * w_d + trainable_experts * w_e
     else:
         weights = dense * w_d + experts * w_e
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
@@ -472,14 +474,20 @@ def stage_cost(
     opt = trainable * o_d + trainable_experts * o_e
     # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
     # (partitioned) state; the expert weights counted as dense ones of the same shard, for the copies
+    # (LoRA: the adapters' state; under cpu_offload the frozen base's shard goes to the host too)
     offloading = training.optimizer_offload_fraction > 0.0 or training.cpu_offload
     host_state: ArrayOrFloat = 0.0
     offload_mb: ArrayOrFloat = 0.0
+    frozen_offloaded: ArrayOrFloat = 0.0
     if offloading:
         partitioned = optimizer_state_partitioned(training, S.zero, S.pp)
-        host_state = offloaded_state_bytes_per_param(training) * (dense / np.where(partitioned, shard_dense, 1.0)
-                                                                  + experts / np.where(partitioned, shard_exp, 1.0))
-        sharded_like_dense = dense + experts * shard_dense / shard_exp
+        host_state = offloaded_state_bytes_per_param(training) * (trainable / np.where(partitioned, shard_dense, 1.0)
+                                                                  + trainable_experts / np.where(partitioned, shard_exp, 1.0))
+        sharded_like_dense = trainable + trainable_experts * shard_dense / shard_exp
+        if training.cpu_offload:  # full sharding only (model_state_bytes_per_param)
+            frozen_offloaded = np.where(S.zero >= 3, frozen, 0.0)
+            host_state = host_state + frozen_offloaded
+            weights = weights - frozen_offloaded
     if runs_deepspeed_engine(training.framework):
         # DeepSpeed ZeRO-2/3's fp32 gradient copy of the step, reserved beside the backward's
         # cached blocks (layer_cost.deepspeed_step_gradient_bytes)
@@ -584,7 +592,7 @@ def stage_cost(
             sharded_like_dense, training, dc.device, shard_dense, backward_s, m), 0.0)
     if training.cpu_offload:  # the sharded state on the host: each gather's and reduce's host copies (full sharding only)
         offload_mb = offload_mb + np.where(S.zero >= 3, cpu_offload_microbatch_s(
-            sharded_like_dense, training, dc.device, shard_dense, forward_s + backward_s, m), 0.0)
+            sharded_like_dense, training, dc.device, shard_dense, forward_s + backward_s, m, frozen_shard_bytes=frozen_offloaded), 0.0)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (

@@ -141,13 +141,63 @@ def test_full_recompute_stores_only_the_layer_input_with_lora_too():
     ({**FSDP, "lora_rank": 8, "lora_target_modules": ["q_proj"]}, "training.lora_target_modules", "linear_qkv"),
     ({**FSDP, "lora_rank": 8, "lora_target_modules": []}, "training.lora_target_modules", "at least one"),
     ({**FSDP, "lora_rank": 8, "dtype": "fp8"}, "training.dtype", "not fp8"),
-    ({**FSDP, "lora_rank": 8, "cpu_offload": True}, "training.cpu_offload", "not priced"),
-    ({**FSDP, "framework": "deepspeed", "lora_rank": 8, "optimizer_offload_fraction": 1}, "training.optimizer_offload_fraction", "not priced"),
 ])
 def test_what_cannot_be_priced_is_refused_by_name(body, field, needle):
     with pytest.raises(InvalidTraining) as err:
         training_from_dict(body)
     assert err.value.field == field and needle in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "deepspeed"])
+@pytest.mark.parametrize("base", [None, "nf4"])
+def test_offloaded_to_the_host_the_frozen_shard_and_the_adapters_state_leave_the_gpu(framework, base):
+    """FSDP's CPU offload and DeepSpeed's ZeRO-3 Offload under (Q)LoRA (LLaMA-Factory's FSDP-QLoRA
+    example, its ds_z3_offload config with LoRA): the frozen base's shard, as held (4-bit under
+    QLoRA), and the adapters' state live on the host; the GPU holds neither, and each micro-batch
+    copies the frozen shard in before its two gathers — so the copies grow with the base, not with
+    the adapters."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    kw = {"framework": framework, "global_batch_size": 16, "sequence_length": 2048, "lora_rank": 8, **({"lora_base_dtype": base} if base else {})}
+    on_gpu, offloaded = (estimate(model, _tr(**kw, cpu_offload=off), cluster, s) for off in (False, True))
+    m_gpu, m_off = on_gpu.stages[0].memory_GB, offloaded.stages[0].memory_GB
+    assert m_off["weights"] == m_off["optimizer_state"] == 0.0
+    # the GPU's gradient memory: the framework's communication buckets alone (DeepSpeed's), as offloaded without LoRA
+    full = estimate(model, _tr(framework=framework, global_batch_size=16, sequence_length=2048, cpu_offload=True), cluster, s)
+    assert m_off["gradients"] == full.stages[0].memory_GB["gradients"]
+    adapters = 32 * adapter_params_per_layer(model, _tr(**kw), 1) / 8
+    # the host: the GPU's frozen weights and the adapters' whole state (their weights, gradients, moments)
+    assert offloaded.stages[0].host_memory_GB == pytest.approx(
+        m_gpu["weights"] - adapters * 2 / 1e9 + adapters * (16 if framework == "fsdp" else 18) / 1e9, rel=0.02)
+    # the frozen shard crosses the host link twice a micro-batch (128 GB/s · 0.8 on this server's link)
+    link = get_device(H100).host_link_GBps * 1e9 * 0.8
+    copies = 2 * m_gpu["weights"] * 1e9 / link
+    assert offloaded.breakdown_s["offload_exposed"] >= 0.9 * 2 * max(copies - offloaded.stages[0].forward_s - offloaded.stages[0].backward_s, 0.0)
+    assert offloaded.peak_memory_GB[0] < on_gpu.peak_memory_GB[0] - m_gpu["weights"] + 0.1
+
+
+def test_optimizer_offload_with_lora_moves_the_adapters_state_alone():
+    """DeepSpeed's ZeRO-Offload (LLaMA-Factory's ds_z2_offload config) under LoRA: the host holds the
+    adapters' fp32 master, moments, gradient and 16-bit staging copy (18 B each), the frozen base
+    stays on the GPU."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=2, micro_batch_size=1, recompute="full")
+    kw = {"framework": "deepspeed", "global_batch_size": 16, "sequence_length": 2048, "lora_rank": 8}
+    on_gpu, offloaded = (estimate(model, _tr(**kw, optimizer_offload_fraction=f), cluster, s) for f in (0.0, 1.0))
+    adapters = 32 * adapter_params_per_layer(model, _tr(**kw), 1)
+    assert offloaded.stages[0].host_memory_GB == pytest.approx(adapters / 8 * 18 / 1e9, rel=0.02)
+    assert offloaded.stages[0].memory_GB["weights"] == on_gpu.stages[0].memory_GB["weights"]
+    assert offloaded.stages[0].memory_GB["optimizer_state"] == 0.0 < on_gpu.stages[0].memory_GB["optimizer_state"]
+
+
+def test_fsdp_cpu_offload_under_fp16_unscales_on_the_host():
+    """FSDP1's CPU offload under an fp16 MixedPrecision (accelerate's fsdp_offload_params with
+    mixed_precision fp16): priced, its host step adding the ShardedGradScaler's unscale pass."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    bf16, fp16 = (estimate(model, _tr(global_batch_size=16, sequence_length=2048, cpu_offload=True, dtype=dt), cluster, s)
+                  for dt in ("bf16", "fp16"))
+    assert fp16.breakdown_s["optimizer"] == pytest.approx(bf16.breakdown_s["optimizer"] * (32 + 20) / 32, rel=1e-6)
 
 
 def test_an_operator_graph_refuses_it():
@@ -288,3 +338,26 @@ def test_the_cpu_bench_s_lora_model_trains_the_adapters_the_cost_model_counts(mo
     priced = float(adapter_params_per_layer(spec_model, _tr(lora_rank=16), 1.0)) * spec_model.num_layers
     assert trainable == priced and all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
     assert isinstance(model.blocks[0].q.lora_A, torch.nn.Linear)
+
+
+def test_fsdp_qlora_with_cpu_offload_plans_through_the_api(client):
+    """LLaMA-Factory's FSDP-QLoRA example (Llama 3 8B, NF4 base, LoRA rank 8 on every linear layer,
+    fp16, accelerate's fsdp_offload_params on 2 GPUs): planned, nothing of the model's state left
+    on the GPU, the host's share named in the plan's warnings; and the same as a ZeRO-3 Offload
+    plan, whose ds_config holds both offload sections."""
+    cluster = {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 2, "device": H100}]}
+    training = {**FSDP, "global_batch_size": 16, "sequence_length": 1024, "dtype": "fp16", "lora_rank": 8, "lora_base_dtype": "nf4",
+                "cpu_offload": True}
+    r = client.post("/v1/plans", json={"model": {"preset": "llama3-8b"}, "training": training, "cluster": cluster,
+                                       "constraints": {"zero_stage": 3, "recompute": "full"}})
+    assert r.status_code in (200, 201), r.text
+    best = r.json()["best"]
+    assert best["prediction"]["fits"] and best["strategy"]["zero_stage"] == 3
+    # the host holds the frozen 4-bit shard and the adapters' state: ~3 GB a GPU of Llama 3 8B's
+    assert 2.5 < best["prediction"]["stages"][0]["host_memory_GB"] < 3.5
+    assert any("CPU offload of the sharded parameters" in w for w in r.json()["warnings"] + best["prediction"].get("warnings", []))
+    ds = client.post("/v1/plans", json={"model": {"preset": "llama3-8b"}, "training": {**training, "framework": "deepspeed", "dtype": "bf16"},
+                                        "cluster": cluster, "constraints": {"zero_stage": 3}})
+    assert ds.status_code in (200, 201), ds.text
+    cfg = json.loads(client.get(f"/v1/plans/{ds.json()['id']}/launch", params={"target": "deepspeed-config"}).json()["files"]["ds_config.json"])
+    assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu" == cfg["zero_optimization"]["offload_optimizer"]["device"]

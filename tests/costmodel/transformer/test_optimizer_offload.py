@@ -295,7 +295,7 @@ def test_an_fsdp_cpu_offload_estimate_fits_what_full_sharding_alone_does_not():
 
 @pytest.mark.parametrize("body, strategy, field, words", [
     ({**BASE, "framework": "megatron-core", "cpu_offload": True}, None, "training.cpu_offload", "optimizer_offload_fraction"),
-    ({**FSDP, "cpu_offload": True, "dtype": "fp8"}, None, "training.cpu_offload", "bf16 or fp32"),
+    ({**FSDP, "cpu_offload": True, "dtype": "fp8"}, None, "training.cpu_offload", "bf16, fp16 or fp32"),
     ({**FSDP, "cpu_offload": True}, {"dp": 8, "zero_stage": 2}, "strategy.zero_stage", "zero_stage 3"),
     ({**FSDP, "cpu_offload": True}, {"dp": 4, "pp": 2, "zero_stage": 3}, "strategy.pp", "pp 1"),
     ({**FSDP, "cpu_offload": "yes"}, None, "training.cpu_offload", "true or false"),
