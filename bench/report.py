@@ -333,7 +333,8 @@ def acceptance() -> str | None:
             "trainers ship as examples — torchtitan, Megatron-LM, the Megatron-MoE model zoo, NeMo, Megatron-Bridge, PaddleNLP, "
             "DeepSpeed-Chat, LLaMA-Factory, LLM Foundry, torchtune (LoRA among them), axolotl, accelerate, Megatron-DeepSpeed's Ulysses "
             "examples, verl's FSDP SFT trainer (Ulysses), OpenRLHF (ring attention on DeepSpeed), Pai-Megatron-Patch, "
-            "NeMo-Framework-Launcher on A100, torchtitan on H200, and offloading layouts of DeepSpeedExamples, "
+            "NeMo-Framework-Launcher on A100, torchtitan on H200, TRL's 1M-token context-parallel SFT, open-r1, ERNIEKit, "
+            "BigScience's BLOOM-176B layout, and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
             "recipes are tuned to the device's edge, and the memory interval outside Megatron-DeepSpeed is the fragmentation range's)"
@@ -341,7 +342,7 @@ def acceptance() -> str | None:
                f"{'is' if n == 1 else 'are'} predicted not to fit ({unpriced}). " if n else ". ")
             + "Offload to the host is priced where the framework has it: the optimizer state (`training.optimizer_offload_fraction`), "
             "the whole sharded state (`training.cpu_offload`) and the saved activations (`training.activation_offloading`); "
-            "torchtune's distributed LoRA recipes run with `training.lora_rank`."
+            "torchtune's distributed LoRA recipes run with `training.lora_rank`, LLaMA-Factory's FSDP-QLoRA with the base offloaded too."
         )
         over = [r for r in rc["rows"] if r["framework"] == "megatron-core" and r["verdict"] == "tight"]
         if over:

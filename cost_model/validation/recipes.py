@@ -4,7 +4,7 @@ real configurations the planner must accept as their frameworks run them.
 Each recipe is a request body (a Hugging Face config.json-style model, the training settings
 with the framework, a cluster of the stated GPUs, the stated strategy) and what is expected of
 its estimate: ``runs`` — no refusal, predicted to fit (tight allowed) — or ``does_not_fit`` with
-the reason (a setting the cost model does not price, e.g. PaddleNLP's optimizer offload).  Layouts only: no
+the reason (a setting the cost model does not price, e.g. verl's sequence packing).  Layouts only: no
 source's measured figure is recorded.  Used by the acceptance test
 (``tests/planner/transformer/test_framework_recipes.py``) and ``bench/acceptance.py``."""
 
