@@ -4,8 +4,8 @@ Knobs: tp, cp, ep, pp, dp, vpp, micro_batch_size, recompute, zero_stage, sequenc
 Rules applied while enumerating (cheap, exact): tp divides the GPUs of a node and the
 attention heads (KV heads split or replicated evenly) — TP groups stay inside one NVLink
 domain; cp divides the sequence (and leaves ≥ 1024 tokens per rank); ep divides the experts and
-dp·cp (tp·cp·dp under Megatron-Core's MoE parallel folding); pp ≤ layers; pp·vpp ≤ layers when vpp > 1
-(near-even chunks where it does not divide them; split flags: pp·vpp divides layers + flags) and the framework's interleaved schedule takes the micro-batch count
+dp·cp (tp·cp·dp under Megatron-Core's MoE parallel folding); pp ≤ layers; pp·vpp divides the layers when vpp > 1,
+or near-even chunks at a depth with no even interleaving (or a pinned vpp; split flags: pp·vpp divides layers + flags), and the framework's interleaved schedule takes the micro-batch count
 (:func:`cost_model.frameworks.interleaved_microbatches_run`); dp·micro_batch divides the
 global batch; dp·tp·cp·pp ≤ the GPUs available; and what the framework can run
 (:mod:`cost_model.frameworks`: no interleaving, context or tensor parallelism where the
@@ -372,16 +372,20 @@ def enumerate_space(
     # Interleaved model chunks need not split the layers evenly: where pp·vpp does not divide them
     # the chunks are near-even, as the estimate costs them and each interleaving framework runs
     # them (Megatron-Core's --pipeline-model-parallel-layout, torchtitan's module_fqns_per_model_part,
-    # Paddle's seg_method) — a prime layer count (DeepSeek-V3's 61) or 94 (Qwen3-235B) has no even
-    # interleaving, and Megatron-Core's EP overlap needs one with a pipeline.  A pinned
-    # layers_per_stage (one entry per model chunk) says its own split.
-    pinned_split = "layers_per_stage" in pins
+    # Paddle's seg_method).  The search offers them at the depths that have no even interleaving —
+    # at every depth for a prime layer count (DeepSeek-V3's 61) or 94 (Qwen3-235B), where
+    # Megatron-Core's EP overlap, which needs an interleaved pipeline, would otherwise find none —
+    # and a pinned vpp at any depth; where an even interleaving exists its near-even neighbours
+    # differ from it by a layer a chunk and would only slow the search.  A pinned layers_per_stage
+    # (one entry per model chunk) says its own split.
+    pinned_vpp, pinned_split = pins.get("vpp", 1) > 1, "layers_per_stage" in pins
     if units != L:  # pinned split flags: layers + flags fill the pp·vpp chunks evenly or not at all — or as a pinned split says
         chunks_ok = (units % (pp_col * vpp_col) == 0) | pinned_split
         cols = _keep(cols, chunks_ok)
         pp_col, vpp_col, m, chunks_ok = cols["pp"], cols["vpp"], B // cols["dp"] // cols["mbs"], chunks_ok[chunks_ok]
     else:
-        chunks_ok = (pp_col * vpp_col <= L) | pinned_split
+        no_even = np.array([p > 0 and not any(L % (p * v) == 0 for v in vpps if v > 1) for p in range(max(pps, default=1) + 1)])
+        chunks_ok = (L % (pp_col * vpp_col) == 0) | pinned_split | ((pinned_vpp | no_even[pp_col]) & (pp_col * vpp_col <= L))
     interleaved = (pp_col >= rules.min_interleaved_pp) & chunks_ok
     interleaved &= interleaved_microbatches_run(training.framework, m, pp_col, training.microbatch_group_size_per_vp_stage)
     cols = _keep(cols, (vpp_col == 1) | interleaved)

@@ -70,8 +70,10 @@ def reference_rows(model, training, max_gpus, gpn, pins):
         if ep > 1 and r.ep_over_sharding and (cp > 1 or ep % tp or (tp * dp) % ep):
             continue
         m = B // dp // mbs
-        # interleaved chunks may be near-even (one decoder layer each at least)
-        if vpp > 1 and (pp == 1 or pp * vpp > L or interleaved_counts_refused(training.framework, m, pp)):
+        # interleaved chunks: even, or near-even (one decoder layer each at least) at a depth with no
+        # even interleaving or under a pinned vpp
+        near_even_ok = (pins.get("vpp", 1) > 1 or not any(L % (pp * v) == 0 for v in vpps if v > 1)) and pp * vpp <= L
+        if vpp > 1 and (pp == 1 or (L % (pp * vpp) and not near_even_ok) or interleaved_counts_refused(training.framework, m, pp)):
             continue
         if vpp > 1 and training.framework == "paddle" and pp <= 2:  # Paddle's interleaved schedule: pp > 2
             continue
