@@ -567,12 +567,12 @@ def lora() -> dict[str, Any]:
 def loss_kernels() -> dict[str, Any]:
     """The loss kernels (training.loss_kernel; layer_cost.embedding_head_costs): Llama-3-8B under
     FSDP on 8 H100, one 8,192-token sequence a micro-batch, full recompute — the unfused loss
-    against torchtune's chunked loss, Liger's fused linear cross-entropy and Cut Cross-Entropy;
+    against torchtune's chunked loss, torch.compile's, Liger's fused linear cross-entropy and Cut Cross-Entropy;
     and under Megatron-Core (distributed optimizer, dp 8, the same micro-batch) its own loss
     against Transformer Engine's parallel cross-entropy."""
     model = get_preset("llama3-8b")
     rows = []
-    for framework, zero, kernels in (("fsdp", 3, ("unfused", "chunked", "liger", "cce")), ("megatron-core", 1, ("unfused", "te"))):
+    for framework, zero, kernels in (("fsdp", 3, ("unfused", "chunked", "compiled", "liger", "cce")), ("megatron-core", 1, ("unfused", "te"))):
         for kernel in kernels:
             tr = Training(global_batch_size=16, sequence_length=8192, framework=framework, loss_kernel=kernel)
             est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=zero, micro_batch_size=1, recompute="full"))

@@ -252,7 +252,7 @@ def physics() -> str | None:
         out.append(f"* **Loss kernels** ({lk['model']}, {lk['layout']}): FSDP: {kernel_rows('fsdp')}. Megatron-Core: "
                    f"{kernel_rows('megatron-core')} — the unfused loss holds the logits and their fp32 copy (6 bytes a vocabulary "
                    "entry a token), torchtune's chunked loss the fp32 log-probabilities (4), Transformer Engine's the 16-bit logits "
-                   "(2, its gradient written over them); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold neither, the "
+                   "(2, its gradient written over them), torch.compile's the 16-bit logits (2, the softmax recomputed); Liger's chunks and Cut Cross-Entropy's on-chip blocks hold neither, the "
                    "latter at the price of computing the logits again.")
     def case_rows(title: str, sec: dict, memory: str, why: str) -> str:
         """One bullet of a case-per-row section: each row's ``memory`` figure (weights, activations), peak and step."""

@@ -441,7 +441,8 @@ RULES: dict[str, FrameworkRules] = {
               "torchtitan's LoRAConverter"),
         qlora=("bitsandbytes' 4-bit NF4 base with bnb_4bit_quant_storage for FSDP-QLoRA; torchtune's QLoRA recipes "
                "(torchao's NF4Tensor)"),
-        loss_kernels=(("chunked", "torchtune's CEWithChunkedOutputLoss and LinearCrossEntropyLoss (its recipes' losses)"), ("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
+        loss_kernels=(("chunked", "torchtune's CEWithChunkedOutputLoss and LinearCrossEntropyLoss (its recipes' losses)"),
+                      ("compiled", "torch.compile's cross-entropy (torchtitan's compile.components with \"loss\", its default once compile is on)"), ("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
         partial_sharding_stages=(2, 3), partial_sharding_name="HSDP (HYBRID_SHARD; FSDP2 replicate × shard mesh)",
         sharding_name={0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD / HYBRID_SHARD"},
     ),
@@ -1341,8 +1342,10 @@ def lora_violation(framework: str, dtype: str, rank: int, modules: tuple[str, ..
 #: logits recomputed in the backward), ``te`` (Transformer Engine's parallel cross-entropy under
 #: Megatron-Core: an online softmax over the 16-bit logits, which it keeps, and the gradient
 #: written over them in place; Megatron-Core's native fused loss keeps the same fp32
-#: softmax as its unfused one and is priced as ``unfused``).
-LOSS_KERNELS = ("unfused", "chunked", "liger", "cce", "te")
+#: softmax as its unfused one and is priced as ``unfused``), ``compiled`` (``torch.compile``'s
+#: cross-entropy under FSDP: the upcast and log-softmax fused, the 16-bit logits and two fp32
+#: numbers a token kept, the softmax recomputed in the backward).
+LOSS_KERNELS = ("unfused", "chunked", "liger", "cce", "te", "compiled")
 
 
 def loss_kernel_violation(framework: str, kernel: str) -> str | None:

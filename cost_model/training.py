@@ -150,7 +150,7 @@ class Training:
     ``loss_kernel`` (``fsdp``, ``deepspeed``, ``megatron-core``; ``FrameworkRules.loss_kernels``): ``liger`` — Liger Kernel's fused linear
     cross-entropy — or ``cce`` — Cut Cross-Entropy — compute the LM head and the loss without
     holding the logits; ``chunked`` (``fsdp``) holds the fp32 log-probabilities alone; ``te``
-    (``megatron-core``) the 16-bit logits alone
+    (``megatron-core``) and ``compiled`` (``fsdp``: ``torch.compile``'s) the 16-bit logits alone
     (:func:`cost_model.transformer.layer_cost.embedding_head_costs`).
 
     ``fp8_param_gather`` (``megatron-core``, ``dtype`` ``fp8``): the weights held in FP8 and

@@ -2450,7 +2450,13 @@ def embedding_head_costs(
     gradient over them in place, and its backward scales that gradient by the per-token loss
     weights (a read and a write): neither the fp32 copy nor a separate gradient is ever
     allocated (``triton/cross_entropy.py``; a TE version that writes the gradient in the backward
-    instead makes one pass fewer).  The embedding gathers T·h rows and all-reduces
+    instead makes one pass fewer).  ``torch.compile``'s cross-entropy (``compiled``: torchtitan's
+    ``compile.components`` with ``"loss"``) is one fused kernel each way: AOTAutograd's min-cut
+    partitioner saves the cheapest tensors the backward can recompute from — the 16-bit logits
+    and each token's row maximum and log-sum-exp in fp32 — not the fp32 upcast or the
+    log-probabilities, which are pointwise from them; the forward reads the logits once (one exp
+    a logit), the backward reads them and writes their gradient (the softmax recomputed: one exp
+    a logit again).  The embedding gathers T·h rows and all-reduces
     (or reduce-scatters under SP) them across TP; its backward scatters gradients into a dense,
     zero-filled [V/t, h] gradient.
     """
@@ -2468,6 +2474,12 @@ def embedding_head_costs(
         # the logits blockwise on chip, computed again in the backward: one more head GEMM, no
         # loss pass through HBM
         loss = head_gemm
+    elif training.loss_kernel == "compiled":
+        # one fused pass forward over the 16-bit logits, one backward reading them and writing
+        # their gradient; fresh tensors: the logits and their gradient
+        loss = (memory_bound_time_s(logits * eb, device, kernels=1, transcendental_elements=logits)
+                + memory_bound_time_s(logits * 2 * eb, device, kernels=1, transcendental_elements=logits)
+                + first_touch_s(logits * eb, device, count=2))
     elif training.loss_kernel == "te":
         # the 16-bit logits read (online softmax), then read and overwritten by their gradient;
         # the backward scales it in place.  The logits are the only fresh tensor.
@@ -2511,11 +2523,12 @@ def embedding_head_costs(
     # cross-entropy keeps the head's input gradient it computed in the forward and one chunk of
     # logits with its fp32 gradient at a time (chunks of about T·h/V tokens: T·h·(2 + 4) bytes);
     # Cut Cross-Entropy one fp32 log-sum-exp a token; Transformer Engine's the 16-bit logits and
-    # three fp32 numbers a token (max, sum, the target's logit).
+    # three fp32 numbers a token (max, sum, the target's logit); torch.compile's the 16-bit logits
+    # and two fp32 numbers a token (the row maximum and log-sum-exp).
     # torchtune's chunked loss frees the 16-bit logits once each chunk is upcast and keeps the
     # fp32 log-probabilities (log_softmax saves its output).
     head_act = {"unfused": T * V / t * (eb + 4), "chunked": T * V / t * 4.0, "liger": T * h * (eb + 2.0 + 4.0),
-                "cce": T * 4.0, "te": T * V / t * eb + T * 12.0}[training.loss_kernel]
+                "cce": T * 4.0, "te": T * V / t * eb + T * 12.0, "compiled": T * V / t * eb + T * 8.0}[training.loss_kernel]
     emb_act = T * h * eb / np.where(S.sp, t, 1.0)
     return emb_s, head_s, head_flops, emb_act, head_act
 

@@ -1037,6 +1037,9 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
     if view.training.get("tp_comm_overlap") and view.tp > 1:
         # async tensor parallelism, the TP overlap the plan priced: torchtitan runs it under torch.compile only
         sections["compile"] = {"enable": True, "enable_async_tensor_parallel": True}
+    if view.training.get("loss_kernel") == "compiled":
+        # the compiled cross-entropy the plan priced (layer_cost.embedding_head_costs)
+        sections["compile"] = {**sections.get("compile", {"enable": True}), "components": ["model", "loss"]}
     return sections
 
 
@@ -1059,6 +1062,8 @@ def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: t
             name = key.replace("_", "-")
             if isinstance(value, bool):
                 args.append(f"--{section}.{name}" if value else f"--{section}.no-{name}")
+            elif key == "components":  # torchtitan's list[str] options take one comma-separated word
+                args += [f"--{section}.{name}", ",".join(value)]
             elif key == "module_fqns_per_model_part":
                 # torchtitan 0.3 names the output projection lm_head (the TOML era's "output"): a name
                 # its split does not know is dropped, and the last stage would have no head
@@ -1088,8 +1093,9 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
         sections["experimental"] = {"custom_import": "torchtitan_flavor"}
     toml_sections = dict(sections)
     if "compile" in toml_sections:  # the TOML era kept the async-TP switch under [parallelism]
-        toml_sections["compile"] = {"enable": True}
-        toml_sections["parallelism"] = {**sections["parallelism"], "enable_async_tensor_parallel": True}
+        toml_sections["compile"] = {k: v for k, v in sections["compile"].items() if k != "enable_async_tensor_parallel"}
+        if sections["compile"].get("enable_async_tensor_parallel"):
+            toml_sections["parallelism"] = {**sections["parallelism"], "enable_async_tensor_parallel": True}
     toml_text = to_toml(toml_sections, f"# torchtitan config for plan {view.plan_id} (TOML era, before torchtitan PR #2386)")
     m = view.transformer
     registered = TORCHTITAN_FLAVORS.get((m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.num_experts)) if m else None
@@ -1097,10 +1103,10 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if not (registered and registered[2]):
         model_notes = [*model_notes, "torchtitan >= 0.3 (Python configs): no config_registry function builds this model; "
                        "pass --module/--config of one you register before these arguments"]
-    if view.training.get("loss_kernel", "unfused") != "unfused":
-        raise InvalidPlan("torchtitan's loss is its own cross-entropy over the whole logits: the plan priced a loss kernel that never "
-                          "holds them (training.loss_kernel), which this launch would; use the torchrun target with a trainer that "
-                          "runs it (Liger Kernel, Cut Cross-Entropy)", field="target")
+    if view.training.get("loss_kernel", "unfused") not in ("unfused", "compiled"):
+        raise InvalidPlan("torchtitan's loss is its own cross-entropy over the whole logits (compiled or not): the plan priced a loss "
+                          "kernel that never holds them (training.loss_kernel), which this launch would; use the torchrun target with a "
+                          "trainer that runs it (Liger Kernel, Cut Cross-Entropy)", field="target")
     refuse_lora(view, "torchtitan's command line", "torchtitan's LoRA is a LoRAConverter in a registered config function's "
                 "model converters (components/lora.py): register one with the plan's rank and target modules, or use the "
                 "torchrun target with a PEFT trainer")

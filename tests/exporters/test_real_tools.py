@@ -504,6 +504,24 @@ def test_torchtitan_runs_a_cpu_offloaded_plan_with_its_cpu_offload():
     assert "enable_cpu_offload" not in tomllib.loads(render(plan, "torchtitan", PARAMS).files["torchtitan.toml"])["training"]
 
 
+def test_torchtitan_compiles_the_loss_a_plan_priced_compiled():
+    # training.loss_kernel "compiled" (torch.compile's cross-entropy, layer_cost.embedding_head_costs)
+    # launches as torchtitan's compile.components with "loss", which its ConfigManager parses
+    import tomllib
+
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = ALL_PLANS["homogeneous"]()
+    plan["training"]["loss_kernel"] = "compiled"
+    art = render(plan, "torchtitan", PARAMS)
+    assert tomllib.loads(art.files["torchtitan.toml"])["compile"] == {"enable": True, "components": ["model", "loss"]}
+    cfg = manager.ConfigManager().parse_args(_overrides(art))
+    assert cfg.compile.enable is True and list(cfg.compile.components) == ["model", "loss"]
+    plan["training"]["loss_kernel"] = "liger"  # a loss torchtitan does not run: refused by target
+    with pytest.raises(InvalidPlan) as err:
+        render(plan, "torchtitan", PARAMS)
+    assert err.value.field == "target"
+
+
 def test_torchtitan_runs_a_pure_bf16_plan_in_bf16():
     # a plan priced without fp32 master weights (training.master_weights false) launches as torchtitan's
     # training.dtype = "bfloat16": "all parameters, gradients, and optimizer states in bfloat16"

@@ -57,7 +57,8 @@ def test_cut_cross_entropy_computes_the_logits_again_and_passes_nothing_through_
 @pytest.mark.parametrize("body, needle", [
     ({**FSDP, "framework": "megatron-core", "loss_kernel": "liger"}, "no liger loss kernel"),
     ({**FSDP, "framework": "paddle", "loss_kernel": "cce"}, "Cut Cross-Entropy"),
-    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, chunked, liger, cce, te"),
+    ({**FSDP, "loss_kernel": "fused"}, "must be one of unfused, chunked, liger, cce, te, compiled"),
+    ({**FSDP, "framework": "deepspeed", "loss_kernel": "compiled"}, "runs under fsdp (compiled: torch.compile's cross-entropy"),
     ({**FSDP, "loss_kernel": "te"}, "runs under megatron-core (te: Transformer Engine's parallel cross-entropy"),
     ({**FSDP, "framework": "megatron-deepspeed", "loss_kernel": "te"}, "megatron-deepspeed: no te loss kernel"),
     ({**FSDP, "framework": "deepspeed", "loss_kernel": "chunked"}, "runs under fsdp (chunked: torchtune's CEWithChunkedOutputLoss"),
@@ -110,6 +111,24 @@ def test_transformer_engines_loss_keeps_the_16_bit_logits_alone_and_passes_over_
     # its passes: 2 B read, 2 B read and 2 B written (the gradient in place), 2 + 2 B scaling it,
     # against the unfused loss's 18 B
     assert heads["te"] - three_gemms < 0.65 * (heads["unfused"] - three_gemms)
+
+
+def test_torch_compiles_loss_keeps_the_16_bit_logits_and_recomputes_the_softmax():
+    """torch.compile's cross-entropy (torchtitan's compile.components with "loss"): AOTAutograd
+    saves the 16-bit logits and two fp32 numbers a token, not the fp32 upcast — T·V·4 − T·8 bytes
+    less than eager PyTorch's loss — and one fused pass each way (2 B forward, 4 B backward a
+    logit) instead of the eager loss's 18 B."""
+    model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=3, micro_batch_size=1, recompute="full")
+    acts = {k: estimate(model, _tr(loss_kernel=k), cluster, s).stages[0].memory_GB["activations"] for k in ("unfused", "compiled")}
+    T, V = 8192, 128256
+    assert acts["unfused"] - acts["compiled"] == pytest.approx((T * V * 4 - T * 8) / 1e9, rel=0.01)
+    dev, links = get_device(H100), Links(450.0, 50.0, 8, 5e-6)
+    S = StrategyArrays.from_strategies([s])
+    heads = {k: float(embedding_head_costs(model, _tr(loss_kernel=k), dev, links, S)[1][0]) for k in ("unfused", "compiled")}
+    three_gemms = 3 * float(gemm_time_s(T, V, 4096, dev, "bf16", fresh_output=False))
+    assert three_gemms < heads["compiled"] < heads["unfused"]
+    assert heads["compiled"] - three_gemms < 0.45 * (heads["unfused"] - three_gemms)
 
 
 def test_megatron_launch_turns_on_the_kernel_the_plan_priced(client):
