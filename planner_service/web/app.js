@@ -1149,19 +1149,48 @@ const fmt = {
     return section("Placement", "placement", note, map, legend, detail, hostDetail);
   }
 
+  /** The micro-batch groups an interleaved schedule runs ``m`` micro-batches in over ``p``
+   *  stages (cost_model.frameworks.interleaved_microbatch_groups): the group asked for, else
+   *  groups of pp where pp divides m; where it does not, Megatron-Core's smallest group that runs
+   *  (m mod N is 0 or at least pp; the last group holds the rest), torchtitan's rounds and
+   *  Paddle's leading group of m mod pp + pp. */
+  function microbatchGroups(plan, m, p) {
+    const training = plan.training || {};
+    const sizes = (first, size) => {
+      const out = [Math.min(first, m)];
+      for (let done = out[0]; done < m; done += size) out.push(Math.min(size, m - done));
+      return out;
+    };
+    if (training.microbatch_group_size_per_vp_stage) return sizes(training.microbatch_group_size_per_vp_stage, training.microbatch_group_size_per_vp_stage);
+    if (m % p === 0 || m < p) return sizes(p, p);
+    const framework = training.framework || "megatron-core";
+    if (framework === "fsdp") {
+      const rounds = Math.max(1, Math.floor(m / p));
+      return m % rounds === 0 ? sizes(m / rounds, m / rounds) : sizes(p, p);
+    }
+    if (framework === "paddle") return m >= 2 * p ? sizes((m % p) + p, p) : sizes(p, p);
+    let n = p;
+    while (n < m && m % n !== 0 && m % n < p) n++;
+    return sizes(n, n);
+  }
+
   /** The order in which a stage runs its forward and backward passes in one step (Megatron's
-   *  1F1B, interleaved over ``v`` model chunks), as [kind, micro-batch, chunk]. */
-  function stageOrder(i, p, m, v) {
+   *  1F1B, interleaved over ``v`` model chunks in the micro-batch ``groups``: each group's
+   *  micro-batches on chunk 0, then on chunk 1, ...), as [kind, micro-batch, chunk]. */
+  function stageOrder(i, p, m, v, groups) {
     const total = m * v;
-    const grouped = v > 1 && m % p === 0;
+    const table = [];
+    let start = 0;
+    for (const size of groups) {
+      for (let chunk = 0; chunk < v; chunk++) for (let mb = start; mb < start + size; mb++) table.push([mb, chunk]);
+      start += size;
+    }
     const at = (k, backward) => {
       if (v === 1) return [k, 0];
-      if (!grouped) return [Math.floor(k / v), backward ? v - 1 - (k % v) : k % v];
-      const mb = Math.floor(k / (p * v)) * p + (k % p);
-      const chunk = Math.floor(k / p) % v;
+      const [mb, chunk] = table[k];
       return [mb, backward ? v - 1 - chunk : chunk];
     };
-    const warmup = Math.min(total, v === 1 ? p - i - 1 : (p - i - 1) * 2 + (v - 1) * p);
+    const warmup = Math.min(total, v === 1 ? p - i - 1 : (p - i - 1) * 2 + (v - 1) * groups[0]);
     const ops = [];
     let f = 0;
     let b = 0;
@@ -1177,9 +1206,9 @@ const fmt = {
   /** Start and end of every pass of one step, from the stages' forward and backward times per
    *  micro-batch: a pass waits for the previous pass on its stage and for the same micro-batch
    *  on the neighbouring model chunk.  null if the order deadlocks (it does not for 1F1B). */
-  function simulateSchedule(stages, m, v) {
+  function simulateSchedule(stages, m, v, groups) {
     const p = stages.length;
-    const orders = stages.map((_, i) => stageOrder(i, p, m, v));
+    const orders = stages.map((_, i) => stageOrder(i, p, m, v, groups));
     const done = new Map();
     const ptr = new Array(p).fill(0);
     const free = new Array(p).fill(0);
@@ -1226,7 +1255,7 @@ const fmt = {
     if (!stages.every((st) => typeof st.forward_s === "number" && typeof st.backward_s === "number")) {
       return section("Pipeline schedule", "schedule", h("p", {}, "This plan's stages carry no forward and backward times."));
     }
-    const sim = simulateSchedule(stages, drawnM, v);
+    const sim = simulateSchedule(stages, drawnM, v, microbatchGroups(plan, drawnM, p));
     if (!sim) return section("Pipeline schedule", "schedule", h("p", {}, "The schedule could not be laid out."));
     const bd = pred.breakdown_s || {};
     const dpSync = bd.dp_comm_exposed || 0;

@@ -357,8 +357,12 @@ def test_a_2048_gpu_plan_renders_with_one_cell_per_node(browser, live_server, vi
     assert sorted(int(g.get_attribute("data-rank")) for g in gpus) == expected
     gpus[0].click()
     assert css(d, "#map-detail").text.startswith(f"Rank {gpus[0].get_attribute('data-rank')} on {host} GPU ")
-    # the schedule and the memory chart are drawn for the big plan too
-    assert int(css(d, "#schedule-chart").get_attribute("data-passes")) > 0
+    # the schedule and the memory chart are drawn for the big plan too — every pass of every drawn
+    # micro-batch, also where pp does not divide the micro-batches of an interleaved plan (Megatron-Core's
+    # micro-batch groups; regression: that order deadlocked and the chart was left out)
+    chart = css(d, "#schedule-chart")
+    v, p = plan["best"]["strategy"].get("vpp") or 1, len(plan["best"]["stages"])
+    assert int(chart.get_attribute("data-passes")) == 2 * int(chart.get_attribute("data-microbatches")) * v * p > 0
     assert len(all_css(d, "#memory-chart .mem-row")) == len(plan["best"]["stages"])
     assert view_screenshot(css(d, '[data-section="placement"]'), "view-placement-2048").stat().st_size > 5_000
 
