@@ -411,7 +411,9 @@ def plan() -> str | None:
     load = d.get("loadavg")
     note = f" Load average during the run: {load}." if load else ""
     out += ["", f"Median of {d.get('repeats', '?')} runs on a {d.get('cpu_count', '?')}-core machine, process start excluded; "
-            "the exhaustive time is the measured per-call time of `estimate` on a random sample of the same candidates times their number." + note]
+            "the exhaustive time is the measured per-call time of `estimate` on a random sample of the same candidates times their number." + note
+            + " The machines here are shared: that per-call time is the run's yardstick of the host's speed, so compare runs by "
+            "their speed-ups, and read a wall time over its target beside it."]
     return "\n".join(out)
 
 
