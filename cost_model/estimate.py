@@ -23,6 +23,7 @@ from cost_model.errors import InvalidStrategy, InvalidTraining
 from cost_model.frameworks import (
     dense_etp_note,
     grad_reduce_overlap_note,
+    interleaved_group_sizes,
     microbatch_group_note,
     one_rank_sharding_note,
     pipeline_gradient_sharding_note,
@@ -223,6 +224,8 @@ def estimate(
         warnings.append(dense_etp_note(asked_etp))
     group_note = microbatch_group_note(training.framework, num_microbatches=strategy.num_microbatches(training), pp=strategy.pp,
                                        vpp=strategy.vpp, group=training.microbatch_group_size_per_vp_stage)
+    groups = (interleaved_group_sizes(training.framework, num_microbatches=strategy.num_microbatches(training), pp=strategy.pp,
+                                      group=training.microbatch_group_size_per_vp_stage) if strategy.vpp > 1 else None)
     if group_note:
         warnings.append(group_note)
     if strategy.num_devices < total:
@@ -304,6 +307,7 @@ def estimate(
         active_params=float(model.active_params()),
         tight=tight,
         peak_memory_quantity=PEAK_MEMORY_QUANTITY,
+        microbatch_groups=groups,
         **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(stage_results, key=lambda s: s.peak_memory_GB),
                                parallel_mix(strategy.pp, strategy.zero_stage)),
     )

@@ -703,6 +703,17 @@ def interleaved_microbatch_group(framework: str, *, num_microbatches: int, pp: i
     return int(interleaved_microbatch_groups(framework, num_microbatches, pp, group))
 
 
+def interleaved_group_sizes(framework: str, *, num_microbatches: int, pp: int, group: int = 0) -> tuple[int, int]:
+    """The micro-batch groups the framework's interleaved schedule runs a step's micro-batches in,
+    as (first group, each later group; the last holds what is left): the first is
+    :func:`interleaved_microbatch_group` (the one the warm-up is priced with); the later ones are
+    the same size, except Paddle's, whose leading group takes ``m mod pp`` extra micro-batches
+    before groups of pp (:func:`cost_model.schedule.leading_group`)."""
+    first = interleaved_microbatch_group(framework, num_microbatches=num_microbatches, pp=pp, group=group)
+    later = pp if rules_for(framework).interleaved_leading_group and not group else first
+    return first, later
+
+
 def interleaved_forwards_first(framework: str, num_microbatches: Any, pp: Any) -> Any:
     """Whether the framework's interleaved schedule runs every chunk forward before the first
     backward (elementwise): Paddle's at m = pp (fleet's PipelineParallelWithInterleaveFthenB) —

@@ -105,6 +105,9 @@ class Estimate:
     #: Some stage's p90 peak exceeds the usable memory while every p10 fits (kept, flagged).
     tight: bool = False
     peak_memory_quantity: str = "max_reserved"
+    #: An interleaved schedule's micro-batch groups (frameworks.interleaved_group_sizes): the
+    #: first group's size and each later one's; None without interleaving.
+    microbatch_groups: tuple[int, int] | None = None
 
     @property
     def memory_breakdown_GB(self) -> tuple[dict[str, float], ...]:
@@ -143,6 +146,8 @@ class Estimate:
             "stages": [s.to_dict() for s in self.stages],
             "num_devices": self.num_devices,
             "num_microbatches": self.num_microbatches,
+            "microbatch_groups": ({"first": self.microbatch_groups[0], "later": self.microbatch_groups[1]}
+                                  if self.microbatch_groups else None),
             "bottleneck": self.bottleneck,
             "profile_ids": list(self.profile_ids),
             "warnings": list(self.warnings),

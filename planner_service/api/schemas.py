@@ -188,6 +188,14 @@ class StageEstimate(_Open):
     host_memory_GB: float | None = Field(default=None, description="Host memory per GPU of the state and activations offloaded to it (training.optimizer_offload_fraction, cpu_offload, activation_offloading), GB; absent without offload")
 
 
+class MicrobatchGroups(_Open):
+    """The micro-batch groups an interleaved pipeline schedule runs a step in (each group's
+    micro-batches through every model chunk before the next group's)."""
+
+    first: int = Field(description="Micro-batches in the first group (the warm-up is priced with it)")
+    later: int = Field(description="Micro-batches in each later group; the last holds what is left")
+
+
 class Prediction(_Open):
     """POST /v1/estimate and every plan candidate's ``prediction``: the cost model's answer for
     one strategy.  Floats that were not finite are null."""
@@ -212,6 +220,8 @@ class Prediction(_Open):
     )
     stages: list[StageEstimate]
     num_devices: int
+    microbatch_groups: MicrobatchGroups | None = Field(
+        default=None, description="The interleaved schedule's micro-batch groups as the framework runs them; null without interleaving")
     warnings: list[str]
     model_params: float | None = Field(default=None, description="Parameters of the model")
     active_params: float | None = Field(default=None, description="Parameters one token uses (MoE: the top-k routed experts); equals model_params for dense models")

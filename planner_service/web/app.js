@@ -1149,29 +1149,23 @@ const fmt = {
     return section("Placement", "placement", note, map, legend, detail, hostDetail);
   }
 
-  /** The micro-batch groups an interleaved schedule runs ``m`` micro-batches in over ``p``
-   *  stages (cost_model.frameworks.interleaved_microbatch_groups): the group asked for, else
-   *  groups of pp where pp divides m; where it does not, Megatron-Core's smallest group that runs
-   *  (m mod N is 0 or at least pp; the last group holds the rest), torchtitan's rounds and
-   *  Paddle's leading group of m mod pp + pp. */
-  function microbatchGroups(plan, m, p) {
-    const training = plan.training || {};
-    const sizes = (first, size) => {
-      const out = [Math.min(first, m)];
-      for (let done = out[0]; done < m; done += size) out.push(Math.min(size, m - done));
-      return out;
-    };
-    if (training.microbatch_group_size_per_vp_stage) return sizes(training.microbatch_group_size_per_vp_stage, training.microbatch_group_size_per_vp_stage);
-    if (m % p === 0 || m < p) return sizes(p, p);
-    const framework = training.framework || "megatron-core";
-    if (framework === "fsdp") {
-      const rounds = Math.max(1, Math.floor(m / p));
-      return m % rounds === 0 ? sizes(m / rounds, m / rounds) : sizes(p, p);
-    }
-    if (framework === "paddle") return m >= 2 * p ? sizes((m % p) + p, p) : sizes(p, p);
-    let n = p;
-    while (n < m && m % n !== 0 && m % n < p) n++;
-    return sizes(n, n);
+  /** The sizes of the micro-batch groups an interleaved schedule runs ``m`` micro-batches in:
+   *  the prediction's ``microbatch_groups`` (the first group, then groups of ``later``, the last
+   *  holding the rest), as the cost model priced them; groups of pp for a plan stored without it. */
+  function microbatchGroups(pred, m, p) {
+    const groups = pred.microbatch_groups || { first: p, later: p };
+    const out = [Math.min(groups.first, m)];
+    for (let done = out[0]; done < m; done += groups.later) out.push(Math.min(groups.later, m - done));
+    return out;
+  }
+
+  /** How many of a step's ``m`` micro-batches the chart draws under a cap on its passes: all of
+   *  them, else whole groups (as the schedule runs them; groups of pp under 1F1B; pp at the least). */
+  function drawnMicrobatches(pred, m, p, cap) {
+    if (m <= cap) return m;
+    const groups = pred.microbatch_groups || { first: p, later: p };
+    if (groups.first >= cap) return Math.min(m, Math.max(p, groups.first));
+    return groups.first + Math.floor((cap - groups.first) / groups.later) * groups.later;
   }
 
   /** The order in which a stage runs its forward and backward passes in one step (Megatron's
@@ -1251,11 +1245,11 @@ const fmt = {
     const v = best.strategy.vpp || 1;
     const m = pred.num_microbatches || 1;
     const cap = Math.floor(SCHEDULE_MAX_PASSES / (2 * v * p));
-    const drawnM = m <= cap ? m : Math.max(p, Math.floor(cap / p) * p);
+    const drawnM = drawnMicrobatches(pred, m, p, cap);
     if (!stages.every((st) => typeof st.forward_s === "number" && typeof st.backward_s === "number")) {
       return section("Pipeline schedule", "schedule", h("p", {}, "This plan's stages carry no forward and backward times."));
     }
-    const sim = simulateSchedule(stages, drawnM, v, microbatchGroups(plan, drawnM, p));
+    const sim = simulateSchedule(stages, drawnM, v, microbatchGroups(pred, drawnM, p));
     if (!sim) return section("Pipeline schedule", "schedule", h("p", {}, "The schedule could not be laid out."));
     const bd = pred.breakdown_s || {};
     const dpSync = bd.dp_comm_exposed || 0;

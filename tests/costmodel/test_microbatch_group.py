@@ -238,3 +238,22 @@ def test_paddle_runs_a_first_group_from_two_pp_micro_batches_and_every_forward_f
     held = [e.stages[1].memory_GB["activations"] for e in (four, eight, ten)]
     assert [float(inflight_microbatches(1, 4, m, 2, g, m == 4)) for m, g in ((4, 4), (8, 4), (10, 6))] == [4.0, 4.5, 5.5]
     assert (held[2] - held[1]) == pytest.approx(2 * (held[1] - held[0]), rel=1e-6)
+
+
+def test_the_prediction_carries_the_groups_the_schedule_runs(client):
+    """The estimate says which micro-batch groups it priced (the page draws the schedule from
+    them): Megatron-Core's smallest group that runs (6 micro-batches over pp 4: one group of 6),
+    a group asked for, torchtitan's rounds (12 over pp 4 fall in 3 rounds of 4; 10 in 2 of 5),
+    Paddle's leading group (10: a first group of 6, then groups of 4); none without interleaving."""
+    assert _estimate("megatron-core", 24).microbatch_groups == (6, 6)
+    assert _estimate("megatron-core", 32).microbatch_groups == (4, 4)
+    assert _estimate("megatron-core", 32, microbatch_group_size_per_vp_stage=8).microbatch_groups == (8, 8)
+    assert _estimate("fsdp", 40).microbatch_groups == (5, 5)
+    assert _estimate("paddle", 40).microbatch_groups == (6, 4)
+    flat = parse_estimate_request({"model": {"preset": "llama3-8b"}, "cluster": CLUSTER, "strategy": {**STRATEGY, "vpp": 1},
+                                   "training": {"global_batch_size": 24, "sequence_length": 4096}})
+    assert estimate(flat.model, flat.training, flat.cluster, flat.strategy).microbatch_groups is None
+    r = client.post("/v1/estimate", json={"model": {"preset": "llama3-8b"}, "cluster": CLUSTER, "strategy": STRATEGY,
+                                          "training": {"global_batch_size": 40, "sequence_length": 4096, "framework": "paddle"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["microbatch_groups"] == {"first": 6, "later": 4}
