@@ -1050,7 +1050,8 @@ TORCHTITAN_RENAMED = {"output": "lm_head"}
 def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: tuple[str, str, str | None] | None) -> list[str]:
     """The same settings as torchtitan >= 0.3 command-line words (its tyro parser): ``--module``/
     ``--config`` when a registered config builds the model, ``--section.key value``, booleans as
-    ``--section.key`` / ``--section.no-key``, lists as one word per item, and the activation
+    ``--section.key`` / ``--section.no-key``, a list of strings as one comma-separated word (the
+    model parts' list of lists as one such word a part), and the activation
     checkpoint mode as the ``activation-checkpoint:<mode>`` subcommand (last)."""
     args: list[str] = []
     if registered and registered[2]:
@@ -1062,12 +1063,13 @@ def torchtitan_cli_args(sections: Mapping[str, Mapping[str, Any]], registered: t
             name = key.replace("_", "-")
             if isinstance(value, bool):
                 args.append(f"--{section}.{name}" if value else f"--{section}.no-{name}")
-            elif key == "components":  # torchtitan's list[str] options take one comma-separated word
-                args += [f"--{section}.{name}", ",".join(value)]
             elif key == "module_fqns_per_model_part":
-                # torchtitan 0.3 names the output projection lm_head (the TOML era's "output"): a name
-                # its split does not know is dropped, and the last stage would have no head
+                # a list of lists: one word a model part. torchtitan 0.3 names the output projection
+                # lm_head (the TOML era's "output"): a name its split does not know is dropped, and
+                # the last stage would have no head
                 args += [f"--{section}.{name}", *(",".join(TORCHTITAN_RENAMED.get(m, m) for m in part) for part in value)]
+            elif isinstance(value, list):  # torchtitan's list[str] options take one comma-separated word
+                args += [f"--{section}.{name}", ",".join(str(v) for v in value)]
             else:
                 args += [f"--{section}.{name}", str(value)]
     par = sections["parallelism"]

@@ -131,6 +131,24 @@ def test_torch_compiles_loss_keeps_the_16_bit_logits_and_recomputes_the_softmax(
     assert heads["compiled"] - three_gemms < 0.45 * (heads["unfused"] - three_gemms)
 
 
+def test_a_compiled_loss_plan_launches_torchtitan_with_the_loss_compiled(client):
+    """Through the HTTP API: the plan keeps the kernel it priced, and torchtitan's launch compiles
+    the loss with the model (one comma-separated word, as torchtitan's list options take) — the
+    eager plan's launch compiles nothing."""
+    req = {"model": {"preset": "llama3-8b"}, "training": {**FSDP, "global_batch_size": 16, "loss_kernel": "compiled"},
+           "cluster": CLUSTER, "constraints": {"pp": 1}}
+    r = client.post("/v1/plans", json=req)
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["training"]["loss_kernel"] == "compiled"
+    launch = client.get(f"/v1/plans/{r.json()['id']}/launch", params={"target": "torchtitan"})
+    assert launch.status_code == 200, launch.text
+    words = launch.json()["files"]["torchtitan_overrides.txt"].splitlines()[1].split()
+    assert "--compile.enable" in words and words[words.index("--compile.components") + 1] == "model,loss"
+    eager = client.post("/v1/plans", json={**req, "training": {**req["training"], "loss_kernel": "unfused"}})
+    launch = client.get(f"/v1/plans/{eager.json()['id']}/launch", params={"target": "torchtitan"})
+    assert "--compile." not in launch.json()["files"]["torchtitan_overrides.txt"]
+
+
 def test_megatron_launch_turns_on_the_kernel_the_plan_priced(client):
     req = {"model": {"preset": "llama3-8b"}, "cluster": CLUSTER, "constraints": {"pp": 1, "tp": 2},
            "training": {**FSDP, "framework": "megatron-core", "global_batch_size": 16, "loss_kernel": "te"}}
