@@ -455,6 +455,7 @@ def stage_cost(
     # the adapters' (the routed experts' held and synchronised as the experts are)
     trainable, trainable_experts = dense, experts
     frozen: ArrayOrFloat = 0.0  # bytes of the frozen base weights this GPU holds (LoRA)
+    frozen_host: ArrayOrFloat = 0.0  # bytes of this GPU's frozen shard kept on the host (LoRA under cpu_offload)
     if training.frozen_base:
         trainable = n_decoder * adapter_params_per_layer(model, training, S.tp)
         trainable_experts = n_decoder * expert_adapter_params_per_layer(model, training, S.ep, etp)
@@ -462,6 +463,9 @@ def stage_cost(
         frozen = ((dense - decoder_dense) * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
                   + decoder_dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense, decoder=True)
                   + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp, decoder=True))
+        if training.cpu_offload:  # full sharding only (model_state_bytes_per_param): the shard on the host, none on the GPU
+            frozen_host = np.where(S.zero >= 3, frozen, 0.0)
+            frozen = np.where(S.zero >= 3, 0.0, frozen)
         weights = frozen + trainable * w_d + trainable_experts * w_e
     else:
         weights = dense * w_d + experts * w_e
@@ -478,16 +482,13 @@ def stage_cost(
     offloading = training.optimizer_offload_fraction > 0.0 or training.cpu_offload
     host_state: ArrayOrFloat = 0.0
     offload_mb: ArrayOrFloat = 0.0
-    frozen_offloaded: ArrayOrFloat = 0.0
     if offloading:
         partitioned = optimizer_state_partitioned(training, S.zero, S.pp)
         host_state = offloaded_state_bytes_per_param(training) * (trainable / np.where(partitioned, shard_dense, 1.0)
                                                                   + trainable_experts / np.where(partitioned, shard_exp, 1.0))
-        sharded_like_dense = trainable + trainable_experts * shard_dense / shard_exp
-        if training.cpu_offload:  # full sharding only (model_state_bytes_per_param)
-            frozen_offloaded = np.where(S.zero >= 3, frozen, 0.0)
-            host_state = host_state + frozen_offloaded
-            weights = weights - frozen_offloaded
+        # the trainable parameters whose state moves, the experts' counted as dense ones of the same shard
+        moved_params = trainable + trainable_experts * shard_dense / shard_exp
+        host_state = host_state + frozen_host
     if runs_deepspeed_engine(training.framework):
         # DeepSpeed ZeRO-2/3's fp32 gradient copy of the step, reserved beside the backward's
         # cached blocks (layer_cost.deepspeed_step_gradient_bytes)
@@ -589,10 +590,10 @@ def stage_cost(
         # ZeRO-Offload's accumulated gradients on the host (stages 1-2, the state partitioned over
         # dp·cp): copied out and back with each micro-batch
         offload_mb = offload_mb + np.where((S.zero == 1) | (S.zero == 2), zero_offload_accumulation_s(
-            sharded_like_dense, training, dc.device, shard_dense, backward_s, m), 0.0)
+            moved_params, training, dc.device, shard_dense, backward_s, m), 0.0)
     if training.cpu_offload:  # the sharded state on the host: each gather's and reduce's host copies (full sharding only)
         offload_mb = offload_mb + np.where(S.zero >= 3, cpu_offload_microbatch_s(
-            sharded_like_dense, training, dc.device, shard_dense, forward_s + backward_s, m, frozen_shard_bytes=frozen_offloaded), 0.0)
+            moved_params, training, dc.device, shard_dense, forward_s + backward_s, m, frozen_shard_bytes=frozen_host), 0.0)
     # parameter tensors of the stage: its layers, the embedding (and learned positions), the
     # final norm and an untied head (only a for-loop optimizer pays per tensor)
     tensors = n * param_tensors_per_layer(model) + (1 + int(model.learned_positions > 0) if has_embedding else 0) + (
