@@ -560,7 +560,8 @@ def lora() -> dict[str, Any]:
                          * model.num_layers if tr.frozen_base else float(model.total_params()))
             rows.append(_row(est, model=model.name, recompute=recompute, micro_batch_size=mbs, case=label, trainable_params=round(trainable),
                              state_GB=round(mem["gradients"] + mem["optimizer_state"], 2),
-                             activations_GB=round(mem["activations"], 1), host_GB=round(est.stages[0].host_memory_GB or 0.0, 1)))
+                             activations_GB=round(mem["activations"], 1),
+                             **({"host_GB": round(est.stages[0].host_memory_GB or 0.0, 1)} if tr.cpu_offload else {})))
     return {"layout": "FSDP full sharding, dp 8 (ep 8 for the MoE) on 8 H100, 16 x 4096 tokens a step", "rows": rows}
 
 
