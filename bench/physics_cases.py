@@ -31,6 +31,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   the whole MoE layer;
 * ``paddle_full_attn``: PaddleNLP's ``recompute_granularity`` on Llama-2 13B (tp 4, SP): none,
   ``core_attn``, ``full_attn`` (the whole attention module) and full recompute;
+* ``submodule_checkpointing``: full recompute by submodule (NeMo-RL's DTensor policy) against whole-layer
+  checkpoints and none, Llama-3-8B under FSDP on 8 H100;
 * ``fsdp_selective_checkpointing``: fms-fsdp's ``selective_checkpointing`` on Llama-2 13B under
   FSDP on 128 A100: none, a quarter, half, three quarters and all of the blocks;
 * ``interleaved_microbatch_groups``: Megatron-Core's interleaved micro-batch group on Llama 3 70B
@@ -640,6 +642,20 @@ def grouped_recompute() -> dict[str, Any]:
     return {"model": model.name, "layout": "Megatron-Core tp 8 · pp 4 on 32 H100, 64 × 8192 tokens a step, full recompute", "rows": rows}
 
 
+def submodule_checkpointing() -> dict[str, Any]:
+    """Full recompute by submodule (training.submodule_checkpointing; layer_cost.activation_bytes):
+    Llama-3-8B under FSDP on 8 H100, two 8,192-token sequences a micro-batch — no recompute,
+    whole layers checkpointed (torchtitan) and each layer's attention, MLP and norms checkpointed
+    apart (NeMo-RL's DTensor policy): four saved inputs a layer instead of one, the same step."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for label, recompute, sub in (("none", "none", False), ("whole layers", "full", False), ("by submodule", "full", True)):
+        tr = Training(global_batch_size=16, sequence_length=8192, framework="fsdp", submodule_checkpointing=sub)
+        est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=3, micro_batch_size=2, recompute=recompute))
+        rows.append(_row(est, case=label, activations_GB=round(est.stages[0].memory_GB["activations"], 2)))
+    return {"model": model.name, "layout": "FSDP full sharding, dp 8 on 8 H100, 2 × 8192 tokens a micro-batch", "rows": rows}
+
+
 def paddle_full_attn() -> dict[str, Any]:
     """PaddleNLP's recompute_granularity (Strategy.recompute_modules under paddle;
     layer_cost.selective_module_costs): Llama-2 13B on 8 A800, tp 4 with sequence parallelism,
@@ -696,7 +712,7 @@ CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, groupe
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
                                   optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
-                                  paddle_full_attn, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
+                                  paddle_full_attn, submodule_checkpointing, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
                                   memory_interval_state_dominated)}
 
 

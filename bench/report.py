@@ -270,6 +270,9 @@ def physics() -> str | None:
         ("grouped_recompute", "Grouped recompute", "activations", "uniform groups keep one checkpoint a group for the full "
          "recompute's time, but hold a whole group's activations while its backward runs, so the saving turns into a cost as the "
          "group grows; block recompute trades memory for time instead."),
+        ("submodule_checkpointing", "Full recompute by submodule", "activations", "NeMo-RL's DTensor policy wraps the "
+         "attention, the MLP and both norms apart, each keeping its input: four hidden-size tensors a layer where a whole-layer "
+         "checkpoint keeps one, for the same recompute; its backward holds one recomputed submodule at a time."),
         ("paddle_full_attn", "Paddle's recompute granularity", "activations", "core_attn redoes FlashAttention's forward for no "
          "memory in 16 bits; full_attn also frees Q, K, V and the projection's input for the projections' forward and the "
          "attention's TP collective again; full keeps only each layer's input."),

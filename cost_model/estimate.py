@@ -214,6 +214,9 @@ def estimate(
     overlap_note = grad_reduce_overlap_note(training.framework, training.grad_reduce_overlap)
     if overlap_note:
         warnings.append(overlap_note)
+    if training.submodule_checkpointing and strategy.recompute != "full":
+        warnings.append(f"training.submodule_checkpointing: checkpointing by submodule is the trainer's full recompute; under "
+                        f"recompute {strategy.recompute} it changes nothing (costed so)")
     warnings += recompute_modules_notes(model, strategy.recompute_modules)
     uneven = uneven_split_warning(asked_split, strategy)
     if uneven:

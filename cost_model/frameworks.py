@@ -247,6 +247,10 @@ class FrameworkRules:
     #: its setting that takes those modules, where it takes one of them only (PaddleNLP's
     #: ``recompute_granularity``); empty: any set of them (Megatron-Core's list)
     one_recompute_module: str = ""
+    #: its trainers' checkpointing of each decoder layer's attention, MLP and norms as separate
+    #: submodules under full recompute (``training.submodule_checkpointing``), in their own
+    #: terms; empty: its full recompute checkpoints whole layers only
+    submodule_checkpointing: str = ""
     #: its LoRA finetuning (``training.lora_rank``), in its trainers' own terms; empty: none
     lora: str = ""
     #: its QLoRA: LoRA over a 4-bit NF4 base (``training.lora_base_dtype`` ``nf4``); empty: none
@@ -433,6 +437,9 @@ RULES: dict[str, FrameworkRules] = {
                            "none of them by layer"),
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
+        submodule_checkpointing=("NeMo-RL's DTensor policy and NeMo Automodel's sub-module activation checkpointing "
+                                 "(apply_submodule_checkpointing, where a model has no checkpointing layers of its own): "
+                                 "checkpoint_wrapper on each layer's self_attn, mlp, input_layernorm and post_attention_layernorm"),
         activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
         eight_bit_adam=("bitsandbytes' AdamW8bit / PagedAdamW8bit or torchao's AdamW8bit (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit; torchtune's bitsandbytes.optim.PagedAdamW8bit)"),
@@ -1430,6 +1437,15 @@ def activation_offloading_violation(framework: str, activation_offloading: bool)
     return None
 
 
+def submodule_checkpointing_violation(framework: str, submodule_checkpointing: bool) -> str | None:
+    """Reason when ``training.submodule_checkpointing`` is asked of a framework whose trainers do
+    not checkpoint by submodule (``FrameworkRules.submodule_checkpointing``), else None."""
+    if not submodule_checkpointing or rules_for(framework).submodule_checkpointing:
+        return None
+    return (f"{framework}: its full recompute checkpoints whole layers; checkpointing each layer's attention, MLP and "
+            f"norms separately is priced for {priced_by('submodule_checkpointing', '; ')}")
+
+
 def offload_layout_violation(framework: str, optimizer_offload_fraction: float, cpu_offload: bool,
                              zero_stage: int | None, pp: int | None, activation_offloading: bool = False,
                              recompute: str | None = None) -> tuple[str, str] | None:
@@ -1655,4 +1671,5 @@ __all__ = [
     "rules_for",
     "pipeline_gradient_sharding_note",
     "sequence_parallel_noop",
+    "submodule_checkpointing_violation",
 ]

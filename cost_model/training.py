@@ -34,6 +34,7 @@ from cost_model.frameworks import (
     optimizer_offload_violation,
     optimizer_precision_violation,
     qlora_violation,
+    submodule_checkpointing_violation,
     tp_comm_overlap_violation,
 )
 
@@ -139,6 +140,14 @@ class Training:
     (:func:`cost_model.transformer.layer_cost.activation_offload_s`,
     :func:`cost_model.transformer.layer_cost.offload_module_bytes`).
 
+    ``submodule_checkpointing`` (``fsdp``): under ``recompute: full``, each decoder layer's
+    attention, MLP and both norms checkpointed as separate submodules (``checkpoint_wrapper`` on
+    ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``: NeMo-RL's DTensor
+    policy, NeMo Automodel's sub-module activation checkpointing) — each keeps its input, four
+    hidden-size tensors a layer where a whole-layer checkpoint keeps one, and the backward
+    recomputes one submodule at a time (:func:`cost_model.transformer.layer_cost.activation_bytes`);
+    under the other recompute settings it changes nothing (warned).
+
     LoRA (``lora_rank`` > 0; ``megatron-core``, ``deepspeed``, ``fsdp``, ``paddle``: the
     frameworks' own LoRA in :data:`cost_model.frameworks.RULES` ``lora``): every base weight
     frozen, a trainable rank-``lora_rank`` adapter B·A beside each of the ``lora_target_modules``
@@ -197,6 +206,9 @@ class Training:
     cpu_offload: bool = False
     #: every layer's saved activations in host memory between its forward and its backward
     activation_offloading: bool = False
+    #: full recompute checkpoints each layer's attention, MLP and norms as separate submodules
+    #: (their inputs kept), not the whole layer (``fsdp``: NeMo Automodel, NeMo-RL's DTensor policy)
+    submodule_checkpointing: bool = False
     #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading moves
     #: (``--offload-modules``; :data:`cost_model.frameworks.OFFLOAD_MODULES`); empty: every saved tensor
     offload_modules: tuple[str, ...] = ()
@@ -299,6 +311,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "cp_a2a_size": None, "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
+                                     "submodule_checkpointing": False,
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
                                      "fp8_param_gather": False, "microbatch_group_size_per_vp_stage": 0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
@@ -340,7 +353,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
     for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
-                "activation_offloading", "fp8_param_gather"):
+                "activation_offloading", "fp8_param_gather", "submodule_checkpointing"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -458,6 +471,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = activation_offloading_violation(framework, bool(out.get("activation_offloading", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.activation_offloading")
+    why = submodule_checkpointing_violation(framework, bool(out.get("submodule_checkpointing", False)))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.submodule_checkpointing")
     moe_why = moe_training_violation(framework, out.get("dtype", "bf16"), out.get("moe_token_dispatcher", "alltoall"),
                                      out.get("moe_capacity_factor"), bool(out.get("moe_comm_overlap", False)))
     if moe_why is not None:

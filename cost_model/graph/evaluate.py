@@ -242,6 +242,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.loss_kernel != "unfused":
         raise InvalidTraining("the fused loss kernels are priced on a transformer's LM head (a preset or config.json), not for "
                               "operator graphs; leave loss_kernel out", field="training.loss_kernel")
+    if training.submodule_checkpointing:
+        raise InvalidTraining("checkpointing by submodule is priced on a transformer's decoder layers (a preset or config.json), not "
+                              "for operator graphs; leave submodule_checkpointing out", field="training.submodule_checkpointing")
     if training.fp8_param_gather:
         raise InvalidTraining("FP8 weights are priced on a transformer's linear layers (a preset or config.json), not for operator "
                               "graphs; leave fp8_param_gather out", field="training.fp8_param_gather")

@@ -1133,6 +1133,10 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
     ``transformer_block._checkpointed_forward``, ``recompute_method == "uniform"``).  FP4 (NVFP4) saves them as the wgrad operand Transformer
     Engine keeps: the Hadamard-transformed input quantised along the token dimension, 0.5 byte per
     element plus one E4M3 scale per 16 (:data:`cost_model.devices.BYTES_PER_ELEMENT`).
+    Checkpointing by submodule (``training.submodule_checkpointing``: ``checkpoint_wrapper`` on
+    the attention, the MLP and the norms: NeMo-RL's DTensor policy) keeps each wrapped module's
+    input instead — norms_per_layer + 2 of them, 8·sbh for a two-norm layer against a whole-layer
+    checkpoint's 2·sbh — and its backward holds one recomputed submodule's insides at a time.
     """
     eb = _act_bytes(training)
     h = float(model.hidden_size)
@@ -1217,7 +1221,16 @@ def activation_bytes(model: TransformerSpec, training: Training, S: StrategyArra
         stored = np.where(S.recompute == 1, stored - freed, stored)
     rf = recompute_fraction(model, S) if frac is None else np.asarray(frac, dtype=float)
     largest_group, inputs_per_layer = uniform_recompute_groups(model, S)
-    working = np.where(S.recompute == 2, largest_group * full - layer_input, np.where(S.recompute == 1, full - stored, 0.0))
+    recomputing = largest_group * full - layer_input
+    if training.submodule_checkpointing:
+        # each checkpointed submodule keeps its input — the norms' (the residual stream), the
+        # attention's and the MLP's (the normed states): norms_per_layer + 2 hidden-size tensors
+        # a layer — and the backward recomputes one submodule at a time, the larger of the
+        # attention's and the MLP's insides (the scores too under unfused attention)
+        inputs_per_layer = inputs_per_layer * (model.norms_per_layer + 2.0)
+        attention_inside = attn_inner + out_kept + np.where(training.attention == "unfused", scores, 0.0)
+        recomputing = np.maximum(attention_inside, ffn_inner)
+    working = np.where(S.recompute == 2, recomputing, np.where(S.recompute == 1, full - stored, 0.0))
     stored = np.where(S.recompute == 2, rf * layer_input * inputs_per_layer + (1.0 - rf) * full, stored)
     return stored, full, working
 

@@ -1140,6 +1140,10 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
     if sections["training"]["mixed_precision_param"] not in ("bfloat16", "float32"):
         raise InvalidPlan(f"torchtitan's mixed precision takes bfloat16 or float32 parameters only, not the plan's "
                           f"{view.training.get('dtype')}: plan it in bf16 for this target", field="target")
+    if view.training.get("submodule_checkpointing") and view.s("recompute", "none") == "full":
+        model_notes.append("the plan priced full recompute by submodule (training.submodule_checkpointing: the attention, MLP and "
+                           "norms checkpointed separately, as NeMo-RL's DTensor policy does); torchtitan's full activation checkpointing "
+                           "wraps whole blocks, so this launch keeps less activation memory than the plan says")
     if view.training.get("attention") == "unfused":
         model_notes.append("the plan priced unfused attention (the score matrix materialised); torchtitan's models run fused "
                            "scaled-dot-product attention, so this launch needs less memory and time than the plan says")

@@ -152,6 +152,8 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
     ("training-qlora-megatron", "POST", "/v1/plans", _with(_with(PLAN, "training.lora_rank", 16), "training.lora_base_dtype", "nf4"), 422,
      "training.lora_base_dtype"),
     ("training-loss-kernel-megatron", "POST", "/v1/plans", _with(PLAN, "training.loss_kernel", "liger"), 422, "training.loss_kernel"),
+    ("training-submodule-checkpointing-megatron", "POST", "/v1/plans", _with(PLAN, "training.submodule_checkpointing", True), 422,
+     "training.submodule_checkpointing"),
     ("constraint-recompute-method-deepspeed", "POST", "/v1/plans",
      {**_with(PLAN, "training.framework", "deepspeed"), "constraints": {"recompute_method": "uniform", "recompute_num_layers": 2}}, 422,
      "constraints.recompute_method"),
