@@ -472,6 +472,7 @@ FAMILIES: dict[str, str] = {
     "olmo2": "olmo2", "olmoe": "olmo2", "granite": "granite", "minicpm": "minicpm", "cohere": "cohere",
     "nemotron": "nemotron", "stablelm": "stablelm", "glm": "glm", "glm4": "glm", "gpt_oss": "gpt_oss",
     "glm4_moe": "glm4_moe", "llama4_text": "llama4", "mpt": "mpt", "dbrx": "dbrx",
+    "olmo": "olmo", "baichuan": "baichuan",
 }
 
 #: Architectures the cost model cannot represent, by kind.
@@ -573,6 +574,10 @@ FAMILY_FIELDS: dict[str, frozenset[str]] = {
     # Gemma-2's checkpoints repeat sliding_window (which is read) as sliding_window_size
     "gemma": frozenset({"sliding_window_size"}),
     "olmo2": frozenset({"clip_qkv"}),  # OLMoE: a clamp of q, k and v (elementwise)
+    "olmo": frozenset({"clip_qkv"}),  # a clamp of q, k and v (elementwise)
+    # remote code (modeling_baichuan.py): the tokenizer's length and the z-loss weight (a scalar
+    # term of the loss over the logits it already has)
+    "baichuan": frozenset({"model_max_length", "z_loss_weight"}),
     # HF GraniteConfig: scalar scales of the residual branches, the attention scores and the logits
     "granite": frozenset({"attention_multiplier", "residual_multiplier", "logits_scaling"}),
     "minicpm": frozenset({"scale_emb", "dim_model_base", "scale_depth"}),  # remote code: μP scales
@@ -1001,6 +1006,12 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "internlm2": _LLAMA,
     # HF Olmo2 / OLMoE: full-width RMSNorm of q and k, always on
     "olmo2": {**_LLAMA, "qk_norm": True},
+    # HF Olmo (OLMo 1): Llama attention and SwiGLU, weight-free LayerNorms (costed as LayerNorms)
+    "olmo": {**_LLAMA, "norm": "layernorm"},
+    # Baichuan 2 (remote code): W_pack's fused bias-free q/k/v, SwiGLU, RMSNorm, an untied head
+    # (NormHead: the head's rows normalised, a pass over its weights), ALiBi on the 13B (a bias the
+    # fused attention adds)
+    "baichuan": _LLAMA,
     "granite": _LLAMA,
     "minicpm": {**_LLAMA, "tie": True},
     # HF Cohere: one weight-only LayerNorm feeding attention and MLP in parallel, tied

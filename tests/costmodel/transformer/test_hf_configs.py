@@ -366,6 +366,10 @@ def test_more_families_read_what_their_modelling_code_fixes():
     internlm2 = from_hf_config({**base, "model_type": "internlm2", "bias": False})
     assert not internlm2.has_qkv_bias and from_hf_config({**base, "model_type": "internlm2"}).has_out_bias
     assert from_hf_config({**base, "model_type": "olmo2"}).qk_norm and from_hf_config({**base, "model_type": "olmoe", "num_experts": 8}).is_moe
+    olmo = from_hf_config({**base, "model_type": "olmo", "clip_qkv": 8.0, "attention_bias": False})  # OLMo 1: weight-free LayerNorms
+    assert olmo.norm == "layernorm" and olmo.gated_ffn and not olmo.bias and not olmo.qk_norm and not olmo.warnings
+    baichuan = from_hf_config({**base, "model_type": "baichuan", "model_max_length": 4096, "z_loss_weight": 0})  # Baichuan 2
+    assert baichuan.norm == "rmsnorm" and baichuan.gated_ffn and not baichuan.bias and not baichuan.tie_embeddings and not baichuan.warnings
     cohere = from_hf_config({**base, "model_type": "cohere", "logit_scale": 0.0625})
     assert cohere.norms_per_layer == 1 and cohere.norm == "layernorm" and cohere.tie_embeddings and not cohere.qk_norm
     assert from_hf_config({**base, "model_type": "cohere", "use_qk_norm": True}).qk_norm
