@@ -31,6 +31,8 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   the whole MoE layer;
 * ``paddle_full_attn``: PaddleNLP's ``recompute_granularity`` on Llama-2 13B (tp 4, SP): none,
   ``core_attn``, ``full_attn`` (the whole attention module) and full recompute;
+* ``pipeline_schedules``: torchtitan's gradient accumulation around the pipeline — one, 2, 4 and 8
+  schedules a step on Llama-3-8B with pp 4: the bubble each fill and drain adds;
 * ``submodule_checkpointing``: full recompute by submodule (NeMo-RL's DTensor policy) against whole-layer
   checkpoints and none, Llama-3-8B under FSDP on 8 H100;
 * ``fsdp_selective_checkpointing``: fms-fsdp's ``selective_checkpointing`` on Llama-2 13B under
@@ -656,6 +658,21 @@ def submodule_checkpointing() -> dict[str, Any]:
     return {"model": model.name, "layout": "FSDP full sharding, dp 8 on 8 H100, 2 × 8192 tokens a micro-batch", "rows": rows}
 
 
+def pipeline_schedules() -> dict[str, Any]:
+    """Several pipeline schedules a step (training.pipeline_schedules_per_step; stage_cost.combine_stages):
+    Llama-3-8B under torchtitan-style FSDP with pp 4 · dp 2 on 8 H100, 64 sequences of 4,096 tokens
+    in 32 micro-batches of 1 a data-parallel rank — one schedule, or gradient accumulation over
+    2, 4 and 8 schedules: the bubble grows with each fill and drain, the memory does not."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for k in (1, 2, 4, 8):
+        tr = Training(global_batch_size=64, sequence_length=4096, framework="fsdp", pipeline_schedules_per_step=k)
+        est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=2, pp=4, zero_stage=3, micro_batch_size=1, recompute="full"))
+        rows.append(_row(est, case=f"{k} schedule{'s' if k > 1 else ''} of {32 // k}", activations_GB=round(est.stages[0].memory_GB["activations"], 2),
+                         bubble_s=round(est.breakdown_s["bubble"], 3)))
+    return {"model": model.name, "layout": "FSDP, pp 4 · dp 2 on 8 H100, 32 micro-batches of 1 × 4096 tokens a rank, full recompute", "rows": rows}
+
+
 def paddle_full_attn() -> dict[str, Any]:
     """PaddleNLP's recompute_granularity (Strategy.recompute_modules under paddle;
     layer_cost.selective_module_costs): Llama-2 13B on 8 A800, tp 4 with sequence parallelism,
@@ -712,7 +729,7 @@ CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, groupe
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
                                   optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
-                                  paddle_full_attn, submodule_checkpointing, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
+                                  paddle_full_attn, submodule_checkpointing, pipeline_schedules, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
                                   memory_interval_state_dominated)}
 
 

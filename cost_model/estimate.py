@@ -31,7 +31,7 @@ from cost_model.frameworks import (
     sequence_parallel_noop,
 )
 from cost_model.result import Estimate, StageEstimate
-from cost_model.strategy import Strategy, uneven_split_warning, validate_strategy
+from cost_model.strategy import Strategy, schedules_per_step, uneven_split_warning, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
@@ -214,6 +214,9 @@ def estimate(
     overlap_note = grad_reduce_overlap_note(training.framework, training.grad_reduce_overlap)
     if overlap_note:
         warnings.append(overlap_note)
+    if training.pipeline_schedules_per_step > 1 and strategy.pp == 1:
+        warnings.append(f"training.pipeline_schedules_per_step: {training.pipeline_schedules_per_step} schedules a step are a "
+                        "pipeline's; without one (pp 1) the micro-batches run one after another either way (costed so)")
     if training.submodule_checkpointing and strategy.recompute != "full":
         warnings.append(f"training.submodule_checkpointing: checkpointing by submodule is the trainer's full recompute; under "
                         f"recompute {strategy.recompute} it changes nothing (costed so)")
@@ -225,9 +228,10 @@ def estimate(
         warnings.append(f"{required_etp_reason(training.framework, strategy.etp)}: costed so")
     if asked_etp and not strategy.etp:
         warnings.append(dense_etp_note(asked_etp))
-    group_note = microbatch_group_note(training.framework, num_microbatches=strategy.num_microbatches(training), pp=strategy.pp,
+    scheduled = strategy.num_microbatches(training) // schedules_per_step(training, strategy.pp)  # a schedule's micro-batches
+    group_note = microbatch_group_note(training.framework, num_microbatches=scheduled, pp=strategy.pp,
                                        vpp=strategy.vpp, group=training.microbatch_group_size_per_vp_stage)
-    groups = (interleaved_group_sizes(training.framework, num_microbatches=strategy.num_microbatches(training), pp=strategy.pp,
+    groups = (interleaved_group_sizes(training.framework, num_microbatches=scheduled, pp=strategy.pp,
                                       group=training.microbatch_group_size_per_vp_stage) if strategy.vpp > 1 else None)
     if group_note:
         warnings.append(group_note)
@@ -275,7 +279,7 @@ def estimate(
         )
     if training.offload_field is not None:
         warnings.append(host_offload_note(training, [(slot.group.device, s.host_memory_GB) for slot, s in zip(slots, stage_results, strict=True)]))
-    step = combine_stages(stage_costs, S, m)
+    step = combine_stages(stage_costs, S, m, training.pipeline_schedules_per_step)
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
     model_flops = model_flops_per_step(model, training)

@@ -247,6 +247,10 @@ class FrameworkRules:
     #: its setting that takes those modules, where it takes one of them only (PaddleNLP's
     #: ``recompute_granularity``); empty: any set of them (Megatron-Core's list)
     one_recompute_module: str = ""
+    #: its gradient accumulation around whole pipeline schedules (``training.
+    #: pipeline_schedules_per_step``: each schedule fills and drains the pipeline), in its own
+    #: terms; empty: a step's micro-batches run in one schedule
+    pipeline_schedules: str = ""
     #: its trainers' checkpointing of each decoder layer's attention, MLP and norms as separate
     #: submodules under full recompute (``training.submodule_checkpointing``), in their own
     #: terms; empty: its full recompute checkpoints whole layers only
@@ -437,6 +441,9 @@ RULES: dict[str, FrameworkRules] = {
                            "none of them by layer"),
         pure_bf16="torchtitan's training.dtype = \"bfloat16\" (torchtune's default; a Hugging Face model loaded in bf16)",
         cpu_offload="FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload)",
+        pipeline_schedules=("torchtitan's and NeMo Automodel's gradient accumulation with a pipeline: "
+                            "global_batch_size / (local_batch_size × dp) schedules a step, each over local_batch_size / "
+                            "pipeline_parallel_microbatch_size micro-batches"),
         submodule_checkpointing=("NeMo-RL's DTensor policy and NeMo Automodel's sub-module activation checkpointing "
                                  "(apply_submodule_checkpointing, where a model has no checkpointing layers of its own): "
                                  "checkpoint_wrapper on each layer's self_attn, mlp, input_layernorm and post_attention_layernorm"),
@@ -1437,6 +1444,16 @@ def activation_offloading_violation(framework: str, activation_offloading: bool)
     return None
 
 
+def pipeline_schedules_violation(framework: str, schedules: int) -> str | None:
+    """Reason when ``training.pipeline_schedules_per_step`` > 1 is asked of a framework whose
+    pipeline runs a step's micro-batches in one schedule (``FrameworkRules.pipeline_schedules``:
+    Megatron-Core's, DeepSpeed's and Paddle's accumulate inside it), else None."""
+    if schedules <= 1 or rules_for(framework).pipeline_schedules:
+        return None
+    return (f"{framework}: its pipeline runs a step's micro-batches in one schedule (gradient accumulation is its micro-batches); "
+            f"several schedules a step are priced for {priced_by('pipeline_schedules', '; ')}")
+
+
 def submodule_checkpointing_violation(framework: str, submodule_checkpointing: bool) -> str | None:
     """Reason when ``training.submodule_checkpointing`` is asked of a framework whose trainers do
     not checkpoint by submodule (``FrameworkRules.submodule_checkpointing``), else None."""
@@ -1670,6 +1687,7 @@ __all__ = [
     "pinned_rule_violation",
     "rules_for",
     "pipeline_gradient_sharding_note",
+    "pipeline_schedules_violation",
     "sequence_parallel_noop",
     "submodule_checkpointing_violation",
 ]

@@ -413,6 +413,12 @@ def expert_tensor_parallel_violation(model: TransformerSpec, framework: str, etp
     return None
 
 
+def schedules_per_step(training: Training, pp: int) -> int:
+    """The pipeline schedules a step runs (``training.pipeline_schedules_per_step``) where there is
+    a pipeline, 1 without one."""
+    return training.pipeline_schedules_per_step if pp > 1 else 1
+
+
 def validate_strategy(model: TransformerSpec, training: Training, strategy: Strategy, num_devices: int | None = None, field_path: str = "strategy") -> Strategy:
     """Check every divisibility and consistency rule; return the strategy with
     ``layers_per_stage`` filled (an even split when not given).  Errors name the rule and the
@@ -509,7 +515,11 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             field=f"{f}.micro_batch_size",
         )
     m = training.global_batch_size // per_step
-    bad = (interleaved_microbatches_violation(training.framework, num_microbatches=m, pp=s.pp, group=training.microbatch_group_size_per_vp_stage)
+    k = schedules_per_step(training, s.pp)
+    if m % k:
+        raise InvalidStrategy(f"{m} micro-batches a step do not fall into {k} pipeline schedules of equal size "
+                              f"(global_batch_size / (dp·micro_batch_size) = {m})", field="training.pipeline_schedules_per_step")
+    bad = (interleaved_microbatches_violation(training.framework, num_microbatches=m // k, pp=s.pp, group=training.microbatch_group_size_per_vp_stage)
            if s.vpp > 1 else None)
     if bad is not None:
         raise InvalidStrategy(bad[1], field=f"{f}.vpp" if bad[0] == "vpp" else f"training.{bad[0]}")
@@ -547,7 +557,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,
-                                       num_microbatches=m, tied_embeddings=model.tie_embeddings)
+                                       num_microbatches=m // k, tied_embeddings=model.tie_embeddings)
     if rule is None:
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=s.zero_stage, ep=s.ep, cp=s.cp)
     if rule is not None:

@@ -33,6 +33,7 @@ from cost_model.frameworks import (
     offload_modules_violation,
     optimizer_offload_violation,
     optimizer_precision_violation,
+    pipeline_schedules_violation,
     qlora_violation,
     submodule_checkpointing_violation,
     tp_comm_overlap_violation,
@@ -140,6 +141,14 @@ class Training:
     (:func:`cost_model.transformer.layer_cost.activation_offload_s`,
     :func:`cost_model.transformer.layer_cost.offload_module_bytes`).
 
+    ``pipeline_schedules_per_step`` (``fsdp``; default 1): with a pipeline (pp > 1), the step's m
+    micro-batches run in that many whole schedules of m/k each — torchtitan's and NeMo
+    Automodel's gradient accumulation, ``global_batch_size / (local_batch_size × dp)`` steps,
+    each a ``pp_schedule.step`` over ``local_batch_size / pipeline_parallel_microbatch_size``
+    micro-batches — so each fills and drains the pipeline (the bubble k times) and holds the
+    in-flight micro-batches of an m/k schedule (:func:`cost_model.transformer.stage_cost.
+    combine_stages`); k must divide m.  Without a pipeline it changes nothing (warned).
+
     ``submodule_checkpointing`` (``fsdp``): under ``recompute: full``, each decoder layer's
     attention, MLP and both norms checkpointed as separate submodules (``checkpoint_wrapper`` on
     ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``: NeMo-RL's DTensor
@@ -206,6 +215,9 @@ class Training:
     cpu_offload: bool = False
     #: every layer's saved activations in host memory between its forward and its backward
     activation_offloading: bool = False
+    #: pipeline schedules a step runs its micro-batches in, each filling and draining the pipeline
+    #: (``fsdp``: torchtitan's and NeMo Automodel's gradient accumulation with a pipeline); 1: one
+    pipeline_schedules_per_step: int = 1
     #: full recompute checkpoints each layer's attention, MLP and norms as separate submodules
     #: (their inputs kept), not the whole layer (``fsdp``: NeMo Automodel, NeMo-RL's DTensor policy)
     submodule_checkpointing: bool = False
@@ -311,7 +323,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "cp_a2a_size": None, "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
-                                     "submodule_checkpointing": False,
+                                     "submodule_checkpointing": False, "pipeline_schedules_per_step": 1,
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
                                      "fp8_param_gather": False, "microbatch_group_size_per_vp_stage": 0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
@@ -442,6 +454,15 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                               out.get("lora_dropout", 0.0))
     if lora_why is not None:
         raise InvalidTraining(lora_why[1], field=f"{field_path}.{lora_why[0]}")
+    if data.get("pipeline_schedules_per_step") is not None:
+        val = data["pipeline_schedules_per_step"]
+        if isinstance(val, bool) or not isinstance(val, int) or not 1 <= val <= 1_000_000:
+            raise InvalidTraining(f"must be a positive integer (1: one schedule a step), got {val!r}",
+                                  field=f"{field_path}.pipeline_schedules_per_step")
+        why = pipeline_schedules_violation(framework, val)
+        if why is not None:
+            raise InvalidTraining(why, field=f"{field_path}.pipeline_schedules_per_step")
+        out["pipeline_schedules_per_step"] = val
     if data.get("microbatch_group_size_per_vp_stage") is not None:
         val = data["microbatch_group_size_per_vp_stage"]
         if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= 1_000_000:

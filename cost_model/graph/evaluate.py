@@ -242,6 +242,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.loss_kernel != "unfused":
         raise InvalidTraining("the fused loss kernels are priced on a transformer's LM head (a preset or config.json), not for "
                               "operator graphs; leave loss_kernel out", field="training.loss_kernel")
+    if training.pipeline_schedules_per_step > 1:
+        raise InvalidTraining("several pipeline schedules a step are priced for transformer models (a preset or config.json), not for "
+                              "operator graphs; leave pipeline_schedules_per_step out", field="training.pipeline_schedules_per_step")
     if training.submodule_checkpointing:
         raise InvalidTraining("checkpointing by submodule is priced on a transformer's decoder layers (a preset or config.json), not "
                               "for operator graphs; leave submodule_checkpointing out", field="training.submodule_checkpointing")

@@ -497,8 +497,10 @@ def stage_cost(
     grads = grads + buckets
     # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more
     # (asked of the interleaved rows alone: a 1F1B row's count stands in as pp, which needs no search)
-    group = interleaved_microbatch_groups(training.framework, np.where(S.vpp > 1, m, S.pp), S.pp, training.microbatch_group_size_per_vp_stage)
-    inflight = inflight_microbatches(stage_index, S.pp, m, S.vpp, group, interleaved_forwards_first(training.framework, m, S.pp))
+    # (several schedules a step, training.pipeline_schedules_per_step: each holds what an m/k schedule does)
+    m_sched = np.asarray(m, dtype=float) / np.where(S.pp > 1, training.pipeline_schedules_per_step, 1)
+    group = interleaved_microbatch_groups(training.framework, np.where(S.vpp > 1, m_sched, S.pp), S.pp, training.microbatch_group_size_per_vp_stage)
+    inflight = inflight_microbatches(stage_index, S.pp, m_sched, S.vpp, group, interleaved_forwards_first(training.framework, m_sched, S.pp))
     embedding_act = dc.embedding_act_bytes if has_embedding else 0.0
     acts = (n * lc.activation_bytes + embedding_act) * inflight
     if training.activation_offloading:
@@ -658,12 +660,15 @@ def stack_stages(stages: list[StageCost]) -> StageCost:
     )
 
 
-def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: ArrayOrFloat) -> StepCost:
+def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: ArrayOrFloat, schedules: int = 1) -> StepCost:
     """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
     ``m·max_i t_i + (Σ t_i − max_i t_i)/v`` — for equal stages ``t·m·(1 + (p−1)/(m·v))``,
-    the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021 (:mod:`cost_model.schedule`).  Then the DP gradient sync not
+    the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021 (:mod:`cost_model.schedule`).
+    A step of k whole schedules of m/k micro-batches (``schedules``, training.
+    pipeline_schedules_per_step) fills and drains the pipeline k times:
+    ``m·max_i t_i + k·(Σ t_i − max_i t_i)/v`` — the formula with v/k.  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
     reduction shares its compute cores) nor behind the pipeline drain for later stages (the
     stage's own device is idle then, whatever kind it is), plus what the part hidden behind
@@ -673,7 +678,8 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
-    pipeline, bottleneck = pipeline_time_s(st.time_s, m, S.vpp)  # time_s: [stages, candidates]
+    bubble_v = S.vpp if schedules == 1 else S.vpp / np.where(S.pp > 1, schedules, 1)
+    pipeline, bottleneck = pipeline_time_s(st.time_s, m, bubble_v)  # time_s: [stages, candidates]
     dp_exposed = exposed_dp_sync_s(st.dp_comm_s, st.dp_window_s, st.backward_s, S.vpp, overlap_compute_slowdown())
     optimizer = st.optimizer_s.max(axis=0)
     step = pipeline + dp_exposed + optimizer

@@ -447,6 +447,9 @@ const fmt = {
     // empty or 0: pp, or the smallest group that runs (the contract's 0), left out
     const mbGroup = num("#t-mb-group");
     if (mbGroup !== undefined && mbGroup !== 0) out.microbatch_group_size_per_vp_stage = mbGroup;
+    // empty or 1: one pipeline schedule a step (the contract's default), left out
+    const schedules = num("#t-pp-schedules");
+    if (schedules !== undefined && schedules !== 1) out.pipeline_schedules_per_step = schedules;
     // none selected: every saved tensor when activation offloading is on (the contract's default), left out
     const offloadModules = Array.from($("#t-offload-modules").selectedOptions, (o) => o.value);
     if (offloadModules.length) out.offload_modules = offloadModules;

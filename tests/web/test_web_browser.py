@@ -509,7 +509,8 @@ def test_a_pin_the_framework_cannot_run_is_shown_next_to_that_pin(browser, live_
 TRAINING_OPTION_KEYS = {"attention", "fused_kernels", "tp_comm_overlap", "grad_reduce_overlap", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher",
                         "moe_comm_overlap", "moe_capacity_factor", "precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
                         "exp_avg_dtype", "exp_avg_sq_dtype", "master_weights", "optimizer_offload_fraction", "cpu_offload",
-                        "activation_offloading", "offload_modules", "cp_a2a_size", "microbatch_group_size_per_vp_stage"}
+                        "activation_offloading", "offload_modules", "cp_a2a_size", "microbatch_group_size_per_vp_stage",
+                        "pipeline_schedules_per_step", "submodule_checkpointing"}
 
 
 def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_changed(browser, live_server, view_screenshot):
@@ -539,16 +540,21 @@ def test_more_training_options_are_left_out_at_their_defaults_and_sent_when_chan
     fill(css(d, "#t-moe-capacity"), 1.25)
     fill(css(d, "#t-cp-a2a"), 4)
     fill(css(d, "#t-mb-group"), 6)
+    fill(css(d, "#t-pp-schedules"), 2)
+    Select(css(d, "#t-submodule-ckpt")).select_by_value("true")
     training = form_body(d)["training"]
     assert {k: training[k] for k in TRAINING_OPTION_KEYS & set(training)} == {
         "tp_comm_overlap": True, "grad_reduce_overlap": False, "moe_token_dispatcher": "deepep", "moe_comm_overlap": True,
-        "cp_comm_type": "a2a+p2p", "cp_a2a_size": 4, "moe_capacity_factor": 1.25, "microbatch_group_size_per_vp_stage": 6}
+        "cp_comm_type": "a2a+p2p", "cp_a2a_size": 4, "moe_capacity_factor": 1.25, "microbatch_group_size_per_vp_stage": 6,
+        "pipeline_schedules_per_step": 2, "submodule_checkpointing": True}
     # back at the defaults, the keys are gone again
     for sel, value in (("#t-tp-overlap", "false"), ("#t-grad-overlap", "true"), ("#t-moe-dispatcher", "alltoall"), ("#t-moe-overlap", "false"), ("#t-cp-comm", "")):
         Select(css(d, sel)).select_by_value(value)
     fill(css(d, "#t-moe-capacity"), "")
     fill(css(d, "#t-cp-a2a"), "")
     fill(css(d, "#t-mb-group"), "")
+    fill(css(d, "#t-pp-schedules"), "")
+    Select(css(d, "#t-submodule-ckpt")).select_by_value("false")
     assert not TRAINING_OPTION_KEYS & set(form_body(d)["training"])
 
 

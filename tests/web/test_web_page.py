@@ -226,6 +226,9 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     group = fields["microbatch_group_size_per_vp_stage"]  # Megatron-Core's interleaved group: empty, left out (0: the planner's choice)
     assert defaults["microbatch_group_size_per_vp_stage"] == 0
     assert (group["tag"], group["type"], group["min"]) == ("input", "number", "2") and "value" not in group
+    schedules = fields["pipeline_schedules_per_step"]  # one pipeline schedule a step: empty, left out
+    assert defaults["pipeline_schedules_per_step"] == 1
+    assert (schedules["tag"], schedules["type"], schedules["min"]) == ("input", "number", "1") and "value" not in schedules
     from cost_model.frameworks import OFFLOAD_MODULES
 
     modules = fields["offload_modules"]
@@ -254,11 +257,12 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
         assert default == ("" if defaults[key] is None else str(defaults[key]).lower() if isinstance(defaults[key], bool) else defaults[key]), key
     script = (WEB / "app.js").read_text()
     assert f'num("#{capacity["id"]}")' in script and f'num("#{a2a["id"]}")' in script and f'num("#{group["id"]}")' in script
+    assert f'num("#{schedules["id"]}")' in script
     # the options sit in a collapsed block inside the Training fieldset
     page = (WEB / "index.html").read_text()
     training = re.search(r'<fieldset data-field="training">(.*?)</fieldset>', page, re.S).group(1)
     details = re.search(r'<details id="training-options"[^>]*>(.*?)</details>', training, re.S)
     assert details and "<summary>More training options</summary>" in details.group(1)
     assert " open" not in re.search(r'<details id="training-options"[^>]*>', training).group(0)
-    for key in choices.keys() | {"moe_capacity_factor", "cp_a2a_size", "microbatch_group_size_per_vp_stage"}:
+    for key in choices.keys() | {"moe_capacity_factor", "cp_a2a_size", "microbatch_group_size_per_vp_stage", "pipeline_schedules_per_step"}:
         assert f'data-field="training.{key}"' in details.group(1), key

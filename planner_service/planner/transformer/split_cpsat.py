@@ -8,7 +8,7 @@ Given, for each pool p and stage index i, affine coefficients of the cost model
 optimizer time and peak memory as a + b·n for n layers), choose ``x[i,p]`` (stage i runs on
 pool p) and ``n[i,p]`` (its layers) to minimise the cost model's step time
 
-    v·m·T + Σ_i t_i − T + v·E + v·O        (all divided by v)
+    v·m·T + k·(Σ_i t_i − T) + v·E + v·O        (all divided by v; k the pipeline schedules a step, 1 by default)
 
 where T ≥ t_i (bottleneck stage), E ≥ the exposed DP sync of every stage, O ≥ every stage's
 optimizer step — exactly ``cost_model.transformer.stage_cost.combine_stages`` — subject to Σ n = L, each
@@ -90,6 +90,7 @@ def solve_split(
     scale_ref_s: float = 1.0,
     method: str = "auto",
     cutoff_s: float = float("inf"),
+    schedules: int = 1,
 ) -> SplitResult | None:
     """Optimal stage split (and pool per stage).  ``lins[p]`` are pool p's coefficients for a
     pp-stage pipeline.  Returns None when no split fits.  ``method``: ``"auto"`` (exact
@@ -98,7 +99,7 @@ def solve_split(
     also returns None when no split is faster than it (the candidate cannot enter the answers)."""
     if len(lins) == 1 and method == "auto":
         try:
-            exact = single_pool_split(lins[0], capacities_bytes[0], num_layers, pp, m, vpp, cutoff_s=cutoff_s)
+            exact = single_pool_split(lins[0], capacities_bytes[0], num_layers, pp, m, vpp, cutoff_s=cutoff_s, schedules=schedules)
         except SplitBudgetExceeded:
             pass  # CP-SAT below
         else:
@@ -106,7 +107,7 @@ def solve_split(
                                                           exact.pairs * EXACT_PAIR_WORK_S, exact=True)
     elif method == "auto":
         try:
-            multi = multi_pool_split(lins, capacities_bytes, stage_caps, num_layers, pp, m, vpp)
+            multi = multi_pool_split(lins, capacities_bytes, stage_caps, num_layers, pp, m, vpp, schedules=schedules)
         except SplitBudgetExceeded:
             pass  # CP-SAT below
         else:
@@ -114,7 +115,7 @@ def solve_split(
                 return None
             work_s = multi.pairs * EXACT_PAIR_WORK_S + multi.assignments * EXACT_ASSIGNMENT_WORK_S
             return SplitResult(multi.layers, multi.pools, "OPTIMAL", multi.objective_s, work_s, exact=True)
-    split = _SplitModel(lins, num_layers, pp, m, vpp, scale_ref_s)
+    split = _SplitModel(lins, num_layers, pp, m, vpp, scale_ref_s, schedules)
     split.add_assignment(stage_caps)
     if not split.add_memory(capacities_bytes):
         return None
@@ -122,17 +123,19 @@ def solve_split(
     if hint_layers is not None:
         split.add_hint(hint_layers, hint_pools)
     res = split.solve(time_limit_s, num_workers)
-    return None if res is None else _resplit(res, lins, capacities_bytes, num_layers, pp, m, vpp)
+    return None if res is None else _resplit(res, lins, capacities_bytes, num_layers, pp, m, vpp, schedules)
 
 
 def _resplit(
-    res: SplitResult, lins: Sequence[StageLinear], capacities_bytes: Sequence[float], num_layers: int, pp: int, m: float, vpp: int
+    res: SplitResult, lins: Sequence[StageLinear], capacities_bytes: Sequence[float], num_layers: int, pp: int, m: float, vpp: int,
+    schedules: int = 1,
 ) -> SplitResult:
     """CP-SAT's pool assignment with the exact best split for it (deterministic among equal
     splits, objective in seconds without the integer scaling); CP-SAT's own answer when the
     enumeration is over budget or finds nothing better."""
     try:
-        exact = single_pool_split(compose_stages(lins, res.pools), np.array([capacities_bytes[p] for p in res.pools]), num_layers, pp, m, vpp)
+        exact = single_pool_split(compose_stages(lins, res.pools), np.array([capacities_bytes[p] for p in res.pools]), num_layers, pp, m, vpp,
+                                  schedules=schedules)
     except SplitBudgetExceeded:
         return res
     if exact is None or exact.objective_s > res.objective_s * (1 + 1e-6):
@@ -145,7 +148,8 @@ class _SplitModel:
     (``__init__``), constraints (:meth:`add_assignment`, :meth:`add_memory`), objective
     (:meth:`add_objective`), hint, then :meth:`solve` and extract."""
 
-    def __init__(self, lins: Sequence[StageLinear], num_layers: int, pp: int, m: float, vpp: int, scale_ref_s: float) -> None:
+    def __init__(self, lins: Sequence[StageLinear], num_layers: int, pp: int, m: float, vpp: int, scale_ref_s: float,
+                 schedules: int = 1) -> None:
         self.lins = lins
         self.P = P = len(lins)
         self.L = L = num_layers
@@ -153,6 +157,7 @@ class _SplitModel:
         self.m = m
         self.vpp = vpp
         self.v = max(int(vpp), 1)
+        self.k = max(int(schedules), 1)  # pipeline schedules a step: the bubble k times
         self.scale = IntScale.for_reference(scale_ref_s, TIME_UNITS, memory_unit_bytes=MEMORY_UNIT_BYTES)
         self.horizon = self.scale.time_int(1e3 * max(scale_ref_s, 1.0))
         self.model = model = CpModel()
@@ -225,8 +230,8 @@ class _SplitModel:
         return cross
 
     def add_objective(self) -> None:
-        """(v·m·T + Σ t_i − T + v·E + v·O), integer-scaled: T, E, O the maxima of the stage
-        times, exposed DP syncs and optimizer steps (``combine_stages``)."""
+        """(v·m·T + k·(Σ t_i − T) + v·E + v·O), integer-scaled: T, E, O the maxima of the stage
+        times, exposed DP syncs and optimizer steps, k the pipeline schedules a step (``combine_stages``)."""
         model, n, scale, horizon, v = self.model, self.n, self.scale, self.horizon, self.v
         slowdown = round(overlap_compute_slowdown() * SLOWDOWN_DENOMINATOR)
         cross = self._cross_vars()
@@ -277,7 +282,7 @@ class _SplitModel:
         o_max = model.new_int_var(0, horizon, "O")
         model.add_max_equality(o_max, o_vars)
         m_int = int(round(self.m))
-        model.minimize(v * m_int * t_max + sum(t_vars) - t_max + v * e_max + v * o_max)
+        model.minimize(v * m_int * t_max + self.k * (sum(t_vars) - t_max) + v * e_max + v * o_max)
 
     def add_hint(self, hint_layers: Sequence[int], hint_pools: Sequence[int] | None) -> None:
         """The greedy first answer as a hint."""
@@ -305,7 +310,7 @@ class _SplitModel:
                     pools.append(p)
                     break
         if self.P == 1:  # the exact step time of the split, not the integer-scaled objective
-            objective_s = split_objective_s(self.lins[0], layers, self.m, self.vpp)
+            objective_s = split_objective_s(self.lins[0], layers, self.m, self.vpp, self.k)
         else:
             objective_s = solution.objective_value / self.v * self.scale.time_unit_s
         return SplitResult(tuple(layers), tuple(pools), solution.status, objective_s, solution.deterministic_time_s)

@@ -3,8 +3,10 @@
 With one pool every stage's quantities are affine in its layer count n_i (``StageLinear``), and
 the cost model's step time (``cost_model.transformer.stage_cost.combine_stages``) is
 
-    F(n) = (m − 1/v)·T + E + O + Σ_i t_i(n_i)/v,
+    F(n) = (m − 1/w)·T + E + O + Σ_i t_i(n_i)/w,
     T = max_i t_i(n_i),  E = max(0, max_i e_i(n_i)),  O = max_i o_i(n_i),
+
+w = v/k for a step of k pipeline schedules (``training.pipeline_schedules_per_step``; w = v for one),
 
 with t_i the stage time per micro-batch, e_i(n) = max(0, dp_i(n) − (window + i/v)·bwd_i(n)) +
 s·min(dp_i(n), window·bwd_i(n)) the DP gradient sync a stage leaves exposed (with the slowdown
@@ -91,15 +93,16 @@ def max_layers_in_memory(
     return out
 
 
-def split_objective_s(lin: StageLinear, layers: Sequence[int] | np.ndarray, m: float, vpp: int) -> float:
+def split_objective_s(lin: StageLinear, layers: Sequence[int] | np.ndarray, m: float, vpp: int, schedules: int = 1) -> float:
     """F(layers) for one pool: the step time ``combine_stages`` gives for this split."""
     n = np.asarray(layers, dtype=float)
     v = max(int(vpp), 1)
+    w = v / max(int(schedules), 1)  # the bubble's divisor
     t = lin.time_a + lin.time_b * n
     drain = np.arange(len(n)) / v
     e = exposed_dp_sync_each_s(lin.dp_a + lin.dp_b * n, lin.win_a + lin.win_b * n, drain * (lin.bwd_a + lin.bwd_b * n), overlap_compute_slowdown())
     o = lin.opt_a + lin.opt_b * n
-    return float((m - 1.0 / v) * t.max() + e.max() + o.max() + t.sum() / v)
+    return float((m - 1.0 / w) * t.max() + e.max() + o.max() + t.sum() / w)
 
 
 def _interval(mask: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -166,6 +169,7 @@ def single_pool_split(
     vpp: int,
     max_pairs: int = DEFAULT_MAX_PAIRS,
     cutoff_s: float = np.inf,
+    schedules: int = 1,
 ) -> ExactSplit | None:
     """Optimal split of ``num_layers`` layers over ``pp`` stages of one pool (≥ 1 layer each,
     each within memory; ``capacity_bytes`` one value or one per stage).  None when no split
@@ -175,6 +179,7 @@ def single_pool_split(
     coefficients)."""
     L = int(num_layers)
     v = max(int(vpp), 1)
+    w = v / max(int(schedules), 1)  # the bubble's divisor (v for one schedule a step)
     if pp > L:
         return None
     hi_mem = max_layers_in_memory(lin.mem_a, lin.mem_b, capacity_bytes, L)
@@ -188,10 +193,10 @@ def single_pool_split(
     win = lin.win_a[:, None] + lin.win_b[:, None] * n
     e = exposed_dp_sync_each_s(lin.dp_a[:, None] + lin.dp_b[:, None] * n, win, drain * (lin.bwd_a[:, None] + lin.bwd_b[:, None] * n), overlap_compute_slowdown())
     o = lin.opt_a[:, None] + lin.opt_b[:, None] * n
-    c = lin.time_b / v  # linear part Σ c_i·n_i (+ Σ time_a / v)
+    c = lin.time_b / w  # linear part Σ c_i·n_i (+ Σ time_a / w)
     groups = _cost_groups(c)
-    c_T = m - 1.0 / v
-    const = float(lin.time_a.sum()) / v
+    c_T = m - 1.0 / w
+    const = float(lin.time_a.sum()) / w
 
     def lin_min(lo: np.ndarray, hi: np.ndarray) -> float:
         return float((c * _fill(lo, hi, groups, L)).sum())
@@ -247,7 +252,7 @@ def single_pool_split(
             layers = _fill(lo[k], hi[k], groups, L)
             total = X_E[k] + (c * layers).sum(axis=1)
             cand = layers[int(np.argmin(total))]
-            F = split_objective_s(lin, cand, m, v)
+            F = split_objective_s(lin, cand, m, v, schedules)
             if best_F > F:
                 best_F, best_n = F, cand
     if best_n is None:
@@ -267,7 +272,7 @@ def compose_stages(lins: Sequence[StageLinear], pools: Sequence[int]) -> StageLi
     return StageLinear(**cols)
 
 
-def assignment_lower_bound_s(lin: StageLinear, num_layers: int, m: float, vpp: int) -> float:
+def assignment_lower_bound_s(lin: StageLinear, num_layers: int, m: float, vpp: int, schedules: int = 1) -> float:
     """A lower bound of F over every split of one fixed assignment (s).  Each stage holds
     n_i ≥ 1 layers with t_i = a_i + b_i·n_i ≤ T, so L = Σ n_i ≤ Σ (T − a_i)/b_i, i.e.
     T ≥ (L + Σ a_i/b_i) / Σ 1/b_i, and T ≥ a_i + b_i; Σ t_i ≥ Σ a_i + L·min b_i;
@@ -275,10 +280,10 @@ def assignment_lower_bound_s(lin: StageLinear, num_layers: int, m: float, vpp: i
     a, b = lin.time_a, lin.time_b
     if not (b > 0).all():
         return -np.inf
-    v = max(int(vpp), 1)
+    w = max(int(vpp), 1) / max(int(schedules), 1)
     T = max(float((num_layers + (a / b).sum()) / (1.0 / b).sum()), float((a + b).max()))
     sum_t = float(a.sum() + num_layers * b.min())
-    return (m - 1.0 / v) * T + sum_t / v + float((lin.opt_a + np.maximum(lin.opt_b, 0.0)).max())
+    return (m - 1.0 / w) * T + sum_t / w + float((lin.opt_a + np.maximum(lin.opt_b, 0.0)).max())
 
 
 def stage_assignments(stage_caps: Sequence[int], pp: int) -> Iterator[tuple[int, ...]]:
@@ -312,6 +317,7 @@ def multi_pool_split(
     m: float,
     vpp: int,
     max_assignments: int = DEFAULT_MAX_ASSIGNMENTS,
+    schedules: int = 1,
 ) -> MultiPoolSplit | None:
     """Optimal split and stage → pool assignment over several pools, exactly: for each
     assignment (:func:`stage_assignments`) the stages' coefficients are fixed
@@ -325,7 +331,7 @@ def multi_pool_split(
         raise SplitBudgetExceeded(f"more than {max_assignments} stage assignments")
     caps = np.asarray(capacities_bytes, dtype=float)
     composed = [(pools, compose_stages(lins, pools)) for pools in every]
-    bounds = np.array([assignment_lower_bound_s(lin, num_layers, m, vpp) for _, lin in composed])
+    bounds = np.array([assignment_lower_bound_s(lin, num_layers, m, vpp, schedules) for _, lin in composed])
     best: MultiPoolSplit | None = None
     pairs = assignments = 0
     # Most promising first (ties in the fixed order), so the incumbent prunes the rest early.
@@ -335,7 +341,7 @@ def multi_pool_split(
         pools, lin = composed[int(k)]
         assignments += 1
         cutoff = best.objective_s if best is not None else np.inf
-        res = single_pool_split(lin, caps[list(pools)], num_layers, pp, m, vpp, cutoff_s=cutoff)
+        res = single_pool_split(lin, caps[list(pools)], num_layers, pp, m, vpp, cutoff_s=cutoff, schedules=schedules)
         if res is None:
             continue
         pairs += res.pairs

@@ -104,6 +104,13 @@ def _m(S: StrategyArrays, training: Training) -> np.ndarray:
     return m
 
 
+def _bubble_v(S: StrategyArrays, training: Training) -> np.ndarray:
+    """The divisor of the pipeline bubble (``combine_stages``): v, or v/k for a step of k
+    pipeline schedules (``training.pipeline_schedules_per_step``, where there is a pipeline)."""
+    w: np.ndarray = S.vpp / np.where(S.pp > 1, training.pipeline_schedules_per_step, 1)
+    return w
+
+
 def _stage(
     model: TransformerSpec,
     training: Training,
@@ -283,7 +290,7 @@ def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> Ev
             r_b = (stages.fragmentation_reserve_bytes - r) * per_layer
         sum_t = stages.time_s.sum(axis=0)
         m = _m(Sg, training)
-        v = Sg.vpp
+        v = _bubble_v(Sg, training)
         # Lower bound: pipeline ≥ (m − 1/v)·Σt/p + Σt/v (max ≥ mean; Σt is split-independent),
         # optimizer ≥ its value for the mean parameter share of a middle stage (the first
         # middle stage; with no middle stage, a stage without embedding or head).
@@ -291,7 +298,7 @@ def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> Ev
         groups.append(_EvenGroup(
             idx=idx, mem_a_bytes=a, mem_b_bytes=b, res_a_bytes=r, res_b_bytes=r_b,
             even_peak_bytes=stages.peak_memory_bytes, even_reserve_bytes=stages.fragmentation_reserve_bytes,
-            even_step_s=combine_stages(stages, Sg, m).step_time_s,
+            even_step_s=combine_stages(stages, Sg, m, training.pipeline_schedules_per_step).step_time_s,
             lower_bound_s=(m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s,
         ))
     return EvenTables(L, len(S), tuple(groups))
@@ -317,7 +324,7 @@ def compute_lower_bound_s(model: TransformerSpec, training: Training, pc: PoolCo
     lc = pc.dc.layer
     compute_s = (model.num_layers * (lc.forward_compute_s + lc.backward_compute_s) + pc.dc.embedding_s + pc.dc.head_s) * compute_stretch(training, S)
     m = _m(S, training)
-    v = S.vpp
+    v = _bubble_v(S, training)
     bound: np.ndarray = ((m - 1.0 / v) / S.pp + 1.0 / v) * compute_s
     return bound
 
