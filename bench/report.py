@@ -342,7 +342,7 @@ def acceptance() -> str | None:
             "NeMo-Framework-Launcher on A100, torchtitan on H200, TRL's 1M-token context-parallel SFT, open-r1, ERNIEKit, "
             "BigScience's BLOOM-176B layout, NeMo-RL's DTensor (checkpointing by submodule) and Megatron policies, verl's Megatron "
             "actor, PaddleFormers, the alignment-handbook, FastChat, Stanford Alpaca, llama-recipes, OLMo and OLMo 2, GPT-NeoX-20B, "
-            "fms-fsdp, TinyLlama, NeMo Automodel, "
+            "fms-fsdp, TinyLlama, NeMo Automodel, Qwen's finetuning scripts, XTuner, OLMo-core, LitGPT, "
             "and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
