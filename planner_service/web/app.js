@@ -1247,7 +1247,9 @@ const fmt = {
     const pred = best.prediction;
     const p = stages.length;
     const v = best.strategy.vpp || 1;
-    const m = pred.num_microbatches || 1;
+    // a step of several pipeline schedules (training.pipeline_schedules_per_step): one of them is drawn
+    const k = p > 1 ? ((plan.training || {}).pipeline_schedules_per_step || 1) : 1;
+    const m = Math.max(1, Math.floor((pred.num_microbatches || 1) / k));
     const cap = Math.floor(SCHEDULE_MAX_PASSES / (2 * v * p));
     const drawnM = drawnMicrobatches(pred, m, p, cap);
     if (!stages.every((st) => typeof st.forward_s === "number" && typeof st.backward_s === "number")) {
@@ -1300,7 +1302,9 @@ const fmt = {
     );
     const note = h("p", { class: "hint", id: "schedule-note" },
       `${v > 1 ? `Interleaved 1F1B, ${v} model chunks per stage` : "1F1B"}, drawn from each stage's forward and backward time per micro-batch: ${fmt.time(total)} for ` +
-        (drawnM === m ? `the step's ${m === 1 ? "one micro-batch" : `${m} micro-batches`}` : `${drawnM} of the step's ${m} micro-batches (the steady state repeats)`) +
+        (k > 1 ? `one of the step's ${k} pipeline schedules (the step runs them one after another), ` : "") +
+        (drawnM === m ? `${k > 1 ? "its" : "the step's"} ${m === 1 ? "one micro-batch" : `${m} micro-batches`}`
+          : `${drawnM} of ${k > 1 ? "its" : "the step's"} ${m} micro-batches (the steady state repeats)`) +
         `; the cost model's step time is ${fmt.time(pred.step_time_s)}.`);
     return section("Pipeline schedule", "schedule", note, h("div", { class: "chart-wrap" }, chart), legend);
   }

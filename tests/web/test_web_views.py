@@ -231,6 +231,25 @@ def test_a_long_schedule_is_drawn_for_part_of_its_micro_batches(browser, live_se
     assert f"{drawn} of the step's {m} micro-batches (the steady state repeats)" in css(d, "#schedule-note").text
 
 
+def test_a_step_of_several_pipeline_schedules_draws_one_of_them(browser, live_server):
+    """torchtitan's gradient accumulation around the pipeline (training.pipeline_schedules_per_step):
+    the chart lays out one schedule — the step's micro-batches over the schedules — and says the
+    step runs that many."""
+    d = browser
+    plan = post_plan(live_server, {
+        "model": {"preset": "llama2-7b"},  # untied: torchtitan's pipeline cannot tie the embedding and the head
+        "training": {"global_batch_size": 64, "sequence_length": 512, "framework": "fsdp", "pipeline_schedules_per_step": 2},
+        "cluster": {"name": "web-sched", "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": A100}]},
+        "constraints": {"pp": 2, "tp": 1, "dp": 4, "micro_batch_size": 1, "vpp": 1},
+    })
+    m = plan["best"]["prediction"]["num_microbatches"]
+    assert m == 16
+    open_plan(d, live_server.base, plan["id"])
+    chart = css(d, "#schedule-chart")
+    assert int(chart.get_attribute("data-microbatches")) == 8 and int(chart.get_attribute("data-passes")) == 2 * 2 * 8
+    assert "one of the step's 2 pipeline schedules (the step runs them one after another), its 8 micro-batches" in css(d, "#schedule-note").text
+
+
 def format_time(s: float) -> str:
     """fmt.time of app.js."""
     if s < 1e-3:
