@@ -6,6 +6,7 @@ trainer with Ulysses, OpenRLHF's DeepSpeed SFT (ring attention among them), Pai-
 NeMo-Framework-Launcher's A100 examples, NeMo 2's recipes, TRL's 1M-token context-parallel SFT, open-r1,
 ERNIEKit, BigScience's BLOOM-176B layout, NeMo-RL's and verl's trainers, PaddleFormers, the alignment-handbook, FastChat, Stanford
 Alpaca, llama-recipes, OLMo and OLMo-core, GPT-NeoX, fms-fsdp, TinyLlama, NeMo Automodel, Qwen's finetuning scripts, XTuner, LitGPT,
+Megatron-DeepSpeed's MoE examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets,
 and the offloading layouts of DeepSpeedExamples, ms-swift,
 slime and axolotl's gpt-oss examples) are real configurations: the planner must accept
 each as its framework runs it — estimate it without a refusal and predict it to fit (tight is
