@@ -213,14 +213,18 @@ def test_pipeline_schedule_is_one_step_of_the_plans_stage_times(browser, live_se
     assert view_screenshot(css(d, '[data-section="schedule"]'), "view-schedule").stat().st_size > 5_000
 
 
-def test_a_long_schedule_is_drawn_for_part_of_its_micro_batches(browser, live_server):
-    d = browser
-    plan = post_plan(live_server, {
-        "model": {"preset": "gpt3-125m"},
-        "training": {"global_batch_size": 8192, "sequence_length": 128},
-        "cluster": {"name": "web-long", "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": A100}]},
+def pp2_dp4_plan(live_server, name: str, preset: str, training: dict) -> dict:
+    """A plan on one 8-GPU A100 node with pp 2 · dp 4 and micro-batches of 1 pinned."""
+    return post_plan(live_server, {
+        "model": {"preset": preset}, "training": training,
+        "cluster": {"name": name, "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": A100}]},
         "constraints": {"pp": 2, "tp": 1, "dp": 4, "micro_batch_size": 1, "vpp": 1},
     })
+
+
+def test_a_long_schedule_is_drawn_for_part_of_its_micro_batches(browser, live_server):
+    d = browser
+    plan = pp2_dp4_plan(live_server, "web-long", "gpt3-125m", {"global_batch_size": 8192, "sequence_length": 128})
     m = plan["best"]["prediction"]["num_microbatches"]
     assert m == 2048
     open_plan(d, live_server.base, plan["id"])
@@ -236,12 +240,9 @@ def test_a_step_of_several_pipeline_schedules_draws_one_of_them(browser, live_se
     the chart lays out one schedule — the step's micro-batches over the schedules — and says the
     step runs that many."""
     d = browser
-    plan = post_plan(live_server, {
-        "model": {"preset": "llama2-7b"},  # untied: torchtitan's pipeline cannot tie the embedding and the head
-        "training": {"global_batch_size": 64, "sequence_length": 512, "framework": "fsdp", "pipeline_schedules_per_step": 2},
-        "cluster": {"name": "web-sched", "node_groups": [{"name": "a100", "count": 1, "gpus_per_node": 8, "device": A100}]},
-        "constraints": {"pp": 2, "tp": 1, "dp": 4, "micro_batch_size": 1, "vpp": 1},
-    })
+    # untied: torchtitan's pipeline cannot tie the embedding and the head
+    plan = pp2_dp4_plan(live_server, "web-sched", "llama2-7b",
+                        {"global_batch_size": 64, "sequence_length": 512, "framework": "fsdp", "pipeline_schedules_per_step": 2})
     m = plan["best"]["prediction"]["num_microbatches"]
     assert m == 16
     open_plan(d, live_server.base, plan["id"])
