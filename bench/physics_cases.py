@@ -591,19 +591,23 @@ def fp8_weights() -> dict[str, Any]:
     Llama-3-70B under Megatron-Core on 4 × 8 H100 at 4,096 tokens a sequence, full recompute —
     tp 4 · pp 4 · dp 2 with the distributed optimizer in BF16, in FP8 with 16-bit weights and
     their cached FP8 casts, and with FP8 weights; dp 32 under Megatron-FSDP's full sharding, FP8
-    with and without FP8 weights."""
+    with and without FP8 weights; the same under FSDP2 with torchao's float8, without and with its
+    FP8 all-gather."""
     model = get_preset("llama3-70b")
     mesh = Strategy(tp=4, pp=4, dp=2, zero_stage=1, micro_batch_size=1, recompute="full", sequence_parallel=True)
     fsdp = Strategy(dp=32, zero_stage=3, micro_batch_size=1, recompute="full")
     rows = []
-    for label, dtype, gather, s in (("bf16", "bf16", False, mesh), ("fp8, cached casts", "fp8", False, mesh), ("fp8 weights", "fp8", True, mesh),
-                                    ("Megatron-FSDP fp8", "fp8", False, fsdp), ("Megatron-FSDP fp8 weights", "fp8", True, fsdp)):
-        tr = Training(global_batch_size=64, sequence_length=4096, framework="megatron-core", dtype=dtype, fp8_param_gather=gather)
+    for label, dtype, gather, s, framework in (
+            ("bf16", "bf16", False, mesh, "megatron-core"), ("fp8, cached casts", "fp8", False, mesh, "megatron-core"),
+            ("fp8 weights", "fp8", True, mesh, "megatron-core"), ("Megatron-FSDP fp8", "fp8", False, fsdp, "megatron-core"),
+            ("Megatron-FSDP fp8 weights", "fp8", True, fsdp, "megatron-core"), ("FSDP2 torchao fp8", "fp8", False, fsdp, "fsdp"),
+            ("FSDP2 torchao fp8, FP8 all-gather", "fp8", True, fsdp, "fsdp")):
+        tr = Training(global_batch_size=64, sequence_length=4096, framework=framework, dtype=dtype, fp8_param_gather=gather)
         est = estimate(model, tr, simple_cluster(H100, 4), s)
         mem = est.stages[0].memory_GB
         rows.append(_row(est, case=label, weights_GB=round(mem["weights"], 2), activations_GB=round(mem["activations"], 2)))
-    return {"model": model.name, "layout": "Megatron-Core on 32 H100, 64 × 4096 tokens a step, full recompute: tp 4 · pp 4 · dp 2 with the "
-            "distributed optimizer, or dp 32 under Megatron-FSDP", "rows": rows}
+    return {"model": model.name, "layout": "32 H100, 64 × 4096 tokens a step, full recompute: Megatron-Core tp 4 · pp 4 · dp 2 with the "
+            "distributed optimizer, or dp 32 under Megatron-FSDP or FSDP2", "rows": rows}
 
 
 def fp8_attention_output() -> dict[str, Any]:

@@ -263,7 +263,8 @@ def physics() -> str | None:
     # the case-per-row sections: (results key, title, the memory figure each row shows, why)
     for key, title, memory, why in (
         ("fp8_weights", "FP8 weights", "weights", "FP8 training keeps each 16-bit weight's FP8 cast and its transpose over the step "
-         "(2 bytes a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve the weights' all-gathers."),
+         "(2 bytes a weight more); FP8 weights (--fp8-param-gather) replace the 16-bit ones and halve the weights' all-gathers; "
+         "torchao's float8 under FSDP2 keeps no cast, and its FP8 all-gather halves the gathers and the gathered layers."),
         ("fp8_attention_output", "A fused attention's output under FP8", "activations", "in BF16 the attention kernel's saved output "
          "is the output projection's saved input; in FP8 the projection keeps an FP8 copy and the 16-bit output stays too, which "
          "Megatron-Core's attention-core checkpoint drops — its FlashAttention forward runs again either way."),

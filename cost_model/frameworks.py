@@ -266,11 +266,11 @@ class FrameworkRules:
     #: gated ``linear_fc1``); else one per projection (PEFT's ``q_proj``, ``k_proj``, ``v_proj``,
     #: ``gate_proj``, ``up_proj``; torchtitan's ``wq``, ``wk``, ``wv``, ``w1``, ``w3``)
     lora_fused_projections: bool = False
-    #: its way to hold the weights in FP8 and all-gather them so (``training.fp8_param_gather``),
-    #: in its own terms; empty: none.  Where it has one, its FP8 linear layers are Transformer
-    #: Engine's, told which micro-batch is a step's first (``is_first_microbatch``), so without
-    #: FP8 weights each 16-bit weight is cast to FP8 once a step and the cast kept for the rest
-    #: (``stage_cost.fp8_weight_cache_bytes_per_param``)
+    #: its way to all-gather the weights in FP8 (``training.fp8_param_gather``), in its own terms;
+    #: empty: none.  Where its FP8 linear layers are Transformer Engine's (``fp8_linear``), told
+    #: which micro-batch is a step's first (``is_first_microbatch``), without FP8 weights each
+    #: 16-bit weight is cast to FP8 once a step and the cast kept for the rest
+    #: (``stage_cost.fp8_weight_cache_bytes_per_param``); torchao's casts as it goes
     fp8_param_gather: str = ""
     #: its MoE layers weight each routed token by the router's probability inside the experts'
     #: activation (Megatron-Core's ``activation_func_with_probs``), so the combine keeps no
@@ -430,7 +430,10 @@ RULES: dict[str, FrameworkRules] = {
         name="fsdp", title="PyTorch FSDP / torchtitan", tensor_parallel=True, sequence_parallel=True, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=True, zero_stages=(0, 2, 3), sharding_with_pipeline=True, expert_parallel=True,
         kv_head_split="torchtitan splits them, never replicates: 'tensor_parallel_degree must divide n_kv_heads'",
-        ep_folding=True, fp8=True, fp8_linear="torchao", selective_recompute="op-level", cp_exchanges=("allgather", "a2a"), sharded_gradients_in_pipeline=False,
+        ep_folding=True, fp8=True, fp8_linear="torchao",
+        fp8_param_gather=("torchao float8's enable_fsdp_float8_all_gather (torchtitan's float8.enable_fsdp_float8_all_gather with "
+                          "precompute_float8_dynamic_scale_for_fsdp: FSDP2 all-gathers the linear weights in FP8, tensorwise scaling)"),
+        selective_recompute="op-level", cp_exchanges=("allgather", "a2a"), sharded_gradients_in_pipeline=False,
         interleaved_rounds="torchtitan's Interleaved1F1B (torch.distributed.pipelining.ScheduleInterleaved1F1B)",
         unsplit_experts_under_ep=("torchtitan's sparse mesh (dp_replicate, efsdp, ep) folds ep over dp_shard·cp·tp, each expert "
                                   "whole on its EP rank (Shard(0) on the expert dimension)"),
@@ -1387,16 +1390,16 @@ def loss_kernel_violation(framework: str, kernel: str) -> str | None:
 
 def fp8_param_gather_violation(framework: str, dtype: str, fp8_param_gather: bool, optimizer_offload_fraction: float = 0.0) -> str | None:
     """Reason when ``training.fp8_param_gather`` cannot be costed, else None: it needs FP8
-    training, under a framework whose Transformer Engine layers hold FP8 weights
-    (``FrameworkRules.fp8_param_gather``: Megatron-Core's ``--fp8-param-gather``), and not beside
+    training, under a framework that all-gathers its weights in FP8 (``FrameworkRules.
+    fp8_param_gather``: Megatron-Core's ``--fp8-param-gather``, torchao's FSDP2 float8
+    all-gather), and not beside
     its optimizer CPU offload (the Megatron-MoE model zoo's launcher leaves the flag out under
     ``--optimizer-cpu-offload``: "Optimizer CPU offload does not support fp8 param gather now")."""
     if not fp8_param_gather:
         return None
-    where = [r.name for r in RULES.values() if r.fp8_param_gather]
     if not rules_for(framework).fp8_param_gather:
-        return (f"{framework}: no FP8 weights priced (its FP8 casts each weight as it uses it); it is "
-                f"{' and '.join(where)}'s {rules_for(where[0]).fp8_param_gather}")
+        where = "; ".join(f"{r.name}: {r.fp8_param_gather}" for r in RULES.values() if r.fp8_param_gather)
+        return f"{framework}: no FP8 weight gather priced; it is priced for {where}"
     if dtype != "fp8":
         return f"FP8 weights need FP8 training (training.dtype fp8), not {dtype}"
     if optimizer_offload_fraction > 0.0:
@@ -1550,11 +1553,13 @@ def precision_aware_zero_violation(precision_aware: bool, zero_stage: int | None
 def fp8_param_gather_zero_violation(fp8_param_gather: bool, zero_stage: int | None) -> str | None:
     """Reason when FP8 weights (``training.fp8_param_gather``) are asked for without a sharded
     optimizer, else None: Megatron-LM's ``validate_args`` — "--fp8-param-gather only supported
-    with distributed optimizer, torch fsdp2, megatron fsdp" (zero_stage 1–3)."""
+    with distributed optimizer, torch fsdp2, megatron fsdp" (zero_stage 1–3); torchao's FP8
+    all-gather is FSDP2's (``fully_shard``: zero_stage 2 or 3 under ``fsdp``, whose stages are 0, 2, 3)."""
     if not fp8_param_gather or zero_stage is None or zero_stage >= 1:
         return None
-    return (f"FP8 weights run under Megatron-Core's distributed optimizer or Megatron-FSDP only (zero_stage 1-3, got {zero_stage}): "
-            "'--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp'")
+    return (f"FP8 weights are all-gathered by a sharded optimizer only (zero_stage 1-3, got {zero_stage}): Megatron-Core's "
+            "distributed optimizer or Megatron-FSDP ('--fp8-param-gather only supported with distributed optimizer, torch fsdp2, "
+            "megatron fsdp'), FSDP2's fully_shard under fsdp")
 
 
 def tp_comm_overlap_violation(framework: str, tp_comm_overlap: bool) -> str | None:

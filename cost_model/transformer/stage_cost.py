@@ -173,11 +173,12 @@ def fp8_weight_cache_bytes_per_param(training: Training, device: DeviceSpec) -> 
     Blackwell the MXFP8 recipe's row-wise and column-wise copies, each with an E8M0 scale per 32
     values: 2·(1 + 1/32).  0 without FP8, under FP8 weights (``training.fp8_param_gather``: the
     weight is the FP8 tensor, its transpose cached beside it — 2 bytes, as the 16-bit weight it
-    replaces) and where the framework casts as it goes (torchao's float8 under FSDP).
+    replaces) and where the framework casts as it goes (torchao's float8 under FSDP, whose FP8
+    all-gather casts each shard before gathering it and keeps the sharded weight as it was).
     Source: Transformer Engine ``module/base.py`` (``get_weight_workspace``, the ``weight``
     workspace cache keyed on ``is_first_microbatch``), Megatron-Core
     ``extensions/transformer_engine.py`` (``TELinear.forward``)."""
-    if training.dtype != "fp8" or training.fp8_param_gather or not rules_for(training.framework).fp8_param_gather:
+    if training.dtype != "fp8" or training.fp8_param_gather or rules_for(training.framework).fp8_linear != "transformer-engine":
         return 0.0
     scale = 1.0 / 32.0 if device.family == "blackwell" else 0.0
     return 2.0 * (BYTES_PER_ELEMENT["fp8"] + scale)

@@ -1151,8 +1151,10 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
         model_notes.append("the plan priced unfused attention (the score matrix materialised); torchtitan's models run fused "
                            "scaled-dot-product attention, so this launch needs less memory and time than the plan says")
     if view.training.get("dtype") in ("fp8", "fp4"):
+        gather = (" with enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp (the FP8 weight all-gather "
+                  "the plan priced, training.fp8_param_gather)" if view.training.get("fp8_param_gather") is True else "")
         model_notes.append("torchtitan >= 0.3 turns FP8 on in a config function (a Float8LinearConverter in the Trainer "
-                           "config's converters, as its llama3_debugmodel_float8 does): these arguments alone train in bf16, "
+                           f"config's converters, as its llama3_debugmodel_float8 does{gather}): these arguments alone train in bf16, "
                            "so register one for this model, as the plan's step time assumes FP8 GEMMs")
     params = params.with_default_command("-m torchtitan.train")
     # the launch runs the installed torchtitan (>= 0.3): its command-line configuration, not the TOML

@@ -46,6 +46,28 @@ def test_megatron_keeps_an_fp8_cast_and_its_transpose_of_every_decoder_weight():
 
 def test_fsdp_float8_keeps_no_cast():
     assert _weights_GB("fp8", framework="fsdp", zero=2) == pytest.approx(_weights_GB("bf16", framework="fsdp", zero=2))
+    # nor with its FP8 all-gather: the shard stays as it was, cast before each gather
+    assert _weights_GB("fp8", framework="fsdp", zero=2, fp8_param_gather=True) == pytest.approx(_weights_GB("bf16", framework="fsdp", zero=2))
+
+
+def test_fsdp_float8_all_gather_moves_and_holds_the_gathered_decoder_weights_in_one_byte():
+    """torchao's enable_fsdp_float8_all_gather (torchtitan's float8 with
+    precompute_float8_dynamic_scale_for_fsdp): FSDP2 casts each shard of a linear weight to FP8
+    and all-gathers that, so the gathered layers held in the forward and backward take one byte a
+    decoder weight instead of two, and the gathers move half the bytes; the sharded weights, the
+    compute and the embedding's and head's gathers are unchanged."""
+    model, cluster = get_preset("llama3-70b"), simple_cluster(H100, 8)
+    fsdp = {**MC, "framework": "fsdp", "dtype": "fp8", "global_batch_size": 64}
+    s = Strategy(dp=64, zero_stage=3, micro_batch_size=1, recompute="full")
+    off, on = (estimate(model, training_from_dict({**fsdp, "fp8_param_gather": g}), cluster, s) for g in (False, True))
+    assert on.stages[0].memory_GB["weights"] == pytest.approx(off.stages[0].memory_GB["weights"])
+    assert on.stages[0].memory_GB["activations"] < off.stages[0].memory_GB["activations"]  # the gathered layers in 8 bits
+    assert on.breakdown_s["compute"] == pytest.approx(off.breakdown_s["compute"])
+    assert on.step_time_s < off.step_time_s
+    # without sharding there is no gather to run in FP8
+    with pytest.raises(InvalidStrategy) as err:
+        estimate(model, training_from_dict({**fsdp, "fp8_param_gather": True}), cluster, Strategy(dp=64, zero_stage=0, micro_batch_size=1))
+    assert err.value.field.endswith("zero_stage") and "fully_shard" in str(err.value)
 
 
 def test_fp8_weights_halve_the_distributed_optimizers_weight_gather():
@@ -77,7 +99,7 @@ def test_megatron_fsdp_gathers_fp8_weights_in_one_byte():
 
 
 @pytest.mark.parametrize("body, field, needle", [
-    ({**MC, "framework": "fsdp", "dtype": "fp8", "fp8_param_gather": True}, "training.fp8_param_gather", "megatron-core's --fp8-param-gather"),
+    ({**MC, "framework": "deepspeed", "fp8_param_gather": True}, "training.fp8_param_gather", "megatron-core: --fp8-param-gather"),
     ({**MC, "dtype": "bf16", "fp8_param_gather": True}, "training.fp8_param_gather", "need FP8 training"),
     ({**MC, "dtype": "fp8", "fp8_param_gather": True, "optimizer_offload_fraction": 1.0, "precision_aware_optimizer": True},
      "training.fp8_param_gather", "optimizer CPU offload"),
@@ -122,5 +144,16 @@ def test_the_cli_estimates_with_it(cli, tmp_path):
     body = {"model": {"preset": "llama3-8b"}, "training": {**MC, "dtype": "fp8", "fp8_param_gather": True},
             "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]},
             "strategy": {"dp": 4, "tp": 2, "zero_stage": 1, "micro_batch_size": 1, "recompute": "full", "sequence_parallel": True}}
-    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "fsdp"}, "training.fp8_param_gather")
+    out = cli_estimates_then_refuses(cli, tmp_path, body, {**body["training"], "framework": "deepspeed", "dtype": "bf16"}, "training.fp8_param_gather")
     assert out["memory_breakdown_GB"][0]["weights"] == pytest.approx(_weights_GB("bf16"))
+
+
+def test_an_fsdp_plan_gathers_in_fp8_and_its_torchtitan_launch_says_how(client):
+    req = {"model": {"preset": "llama3-8b"}, "cluster": {"name": "c", "node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "device": H100}]},
+           "training": {**MC, "framework": "fsdp", "dtype": "fp8", "fp8_param_gather": True}, "constraints": {"pp": 1}}
+    r = client.post("/v1/plans", json=req)
+    assert r.status_code in (200, 201), r.text
+    plan = r.json()
+    assert plan["training"]["fp8_param_gather"] is True and plan["best"]["strategy"]["zero_stage"] in (2, 3)
+    notes = client.get(f"/v1/plans/{plan['id']}/launch", params={"target": "torchtitan"}).json()["notes"]
+    assert any("enable_fsdp_float8_all_gather" in n for n in notes)
