@@ -666,7 +666,8 @@ def pipeline_schedules() -> dict[str, Any]:
     """Several pipeline schedules a step (training.pipeline_schedules_per_step; stage_cost.combine_stages):
     Llama-3-8B under torchtitan-style FSDP with pp 4 · dp 2 on 8 H100, 64 sequences of 4,096 tokens
     in 32 micro-batches of 1 a data-parallel rank — one schedule, or gradient accumulation over
-    2, 4 and 8 schedules: the bubble grows with each fill and drain, the memory does not."""
+    2, 4 and 8 schedules: the bubble and the exposed gradient sync grow with each schedule, the
+    memory does not."""
     model = get_preset("llama3-8b")
     rows = []
     for k in (1, 2, 4, 8):

@@ -272,8 +272,9 @@ def physics() -> str | None:
          "recompute's time, but hold a whole group's activations while its backward runs, so the saving turns into a cost as the "
          "group grows; block recompute trades memory for time instead."),
         ("pipeline_schedules", "Several pipeline schedules a step", "activations", "torchtitan's and NeMo Automodel's gradient "
-         "accumulation runs a whole pipeline schedule per accumulation step: each fills and drains the pipeline, so the bubble "
-         "grows with the schedules while a 1F1B schedule's in-flight micro-batches (pp) and the step's compute stay the same."),
+         "accumulation runs a whole pipeline schedule per accumulation step: each fills and drains the pipeline and syncs its "
+         "gradients, so the bubble and the exposed sync grow with the schedules while a 1F1B schedule's in-flight micro-batches "
+         "(pp) and the step's compute stay the same."),
         ("submodule_checkpointing", "Full recompute by submodule", "activations", "NeMo-RL's DTensor policy wraps the "
          "attention, the MLP and both norms apart, each keeping its input: four hidden-size tensors a layer where a whole-layer "
          "checkpoint keeps one, for the same recompute; its backward holds one recomputed submodule at a time."),

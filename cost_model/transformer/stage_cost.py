@@ -669,7 +669,8 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021 (:mod:`cost_model.schedule`).
     A step of k whole schedules of m/k micro-batches (``schedules``, training.
     pipeline_schedules_per_step) fills and drains the pipeline k times:
-    ``m·max_i t_i + k·(Σ t_i − max_i t_i)/v`` — the formula with v/k.  Then the DP gradient sync not
+    ``m·max_i t_i + k·(Σ t_i − max_i t_i)/v`` — the formula with v/k — and syncs its data-parallel
+    gradients after each (k times the exposed sync below).  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
     reduction shares its compute cores) nor behind the pipeline drain for later stages (the
     stage's own device is idle then, whatever kind it is), plus what the part hidden behind
@@ -679,9 +680,11 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
-    bubble_v = S.vpp if schedules == 1 else S.vpp / np.where(S.pp > 1, schedules, 1)
-    pipeline, bottleneck = pipeline_time_s(st.time_s, m, bubble_v)  # time_s: [stages, candidates]
-    dp_exposed = exposed_dp_sync_s(st.dp_comm_s, st.dp_window_s, st.backward_s, S.vpp, overlap_compute_slowdown())
+    k = 1 if schedules == 1 else np.where(S.pp > 1, schedules, 1)
+    pipeline, bottleneck = pipeline_time_s(st.time_s, m, S.vpp / k)  # time_s: [stages, candidates]
+    # each schedule ends in its own data-parallel sync (FSDP2 inside a pipeline stage gathers at a
+    # schedule's first forward and reduce-scatters at its last backward)
+    dp_exposed = k * exposed_dp_sync_s(st.dp_comm_s, st.dp_window_s, st.backward_s, S.vpp, overlap_compute_slowdown())
     optimizer = st.optimizer_s.max(axis=0)
     step = pipeline + dp_exposed + optimizer
 

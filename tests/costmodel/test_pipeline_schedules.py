@@ -2,8 +2,9 @@
 torchtitan's and NeMo Automodel's gradient accumulation with a pipeline run ``global_batch_size /
 (local_batch_size × dp)`` whole schedules a step, each a ``pp_schedule.step`` over its own
 micro-batches — each fills and drains the pipeline, so the bubble is paid k times, while each
-holds only what an m/k schedule holds in flight.  One formula for the estimate and the search:
-``m·max_i t_i + k·(Σ_i t_i − max_i t_i)/v``."""
+holds only what an m/k schedule holds in flight, and ends in its own data-parallel sync.  One
+formula for the estimate and the search: ``m·max_i t_i + k·(Σ_i t_i − max_i t_i)/v`` plus k
+exposed syncs."""
 
 from __future__ import annotations
 
@@ -29,12 +30,17 @@ def _estimate(strategy=PIPE, **training):
     return estimate(req.model, req.training, req.cluster, req.strategy)
 
 
-def test_each_schedule_fills_and_drains_the_pipeline():
+def test_each_schedule_fills_and_drains_the_pipeline_and_syncs_its_gradients():
+    """FSDP2 inside a pipeline stage gathers the stage's weights at a schedule's first forward and
+    reduce-scatters its gradients at the last backward: two schedules pay the bubble and the
+    exposed data-parallel sync twice, the compute and the optimizer step once."""
     one, two = _estimate(), _estimate(pipeline_schedules_per_step=2)
     assert one.num_microbatches == two.num_microbatches == 8
     assert two.breakdown_s["bubble"] == pytest.approx(2 * one.breakdown_s["bubble"], rel=1e-9)
-    assert two.step_time_s - one.step_time_s == pytest.approx(one.breakdown_s["bubble"], rel=1e-9)
-    for key in ("compute", "recompute", "dp_comm_exposed", "optimizer"):
+    assert one.breakdown_s["dp_comm_exposed"] > 0
+    assert two.breakdown_s["dp_comm_exposed"] == pytest.approx(2 * one.breakdown_s["dp_comm_exposed"], rel=1e-9)
+    assert two.step_time_s - one.step_time_s == pytest.approx(one.breakdown_s["bubble"] + one.breakdown_s["dp_comm_exposed"], rel=1e-9)
+    for key in ("compute", "recompute", "optimizer"):
         assert two.breakdown_s[key] == pytest.approx(one.breakdown_s[key], rel=1e-9), key
     # 1F1B holds pp − i micro-batches whatever the schedule's length (4 of each schedule's 4)
     assert two.peak_memory_GB == pytest.approx(one.peak_memory_GB)

@@ -8,7 +8,7 @@ Given, for each pool p and stage index i, affine coefficients of the cost model
 optimizer time and peak memory as a + b·n for n layers), choose ``x[i,p]`` (stage i runs on
 pool p) and ``n[i,p]`` (its layers) to minimise the cost model's step time
 
-    v·m·T + k·(Σ_i t_i − T) + v·E + v·O        (all divided by v; k the pipeline schedules a step, 1 by default)
+    v·m·T + k·(Σ_i t_i − T) + v·k·E + v·O        (all divided by v; k the pipeline schedules a step, 1 by default)
 
 where T ≥ t_i (bottleneck stage), E ≥ the exposed DP sync of every stage, O ≥ every stage's
 optimizer step — exactly ``cost_model.transformer.stage_cost.combine_stages`` — subject to Σ n = L, each
@@ -230,7 +230,7 @@ class _SplitModel:
         return cross
 
     def add_objective(self) -> None:
-        """(v·m·T + k·(Σ t_i − T) + v·E + v·O), integer-scaled: T, E, O the maxima of the stage
+        """(v·m·T + k·(Σ t_i − T) + v·k·E + v·O), integer-scaled: T, E, O the maxima of the stage
         times, exposed DP syncs and optimizer steps, k the pipeline schedules a step (``combine_stages``)."""
         model, n, scale, horizon, v = self.model, self.n, self.scale, self.horizon, self.v
         slowdown = round(overlap_compute_slowdown() * SLOWDOWN_DENOMINATOR)
@@ -282,7 +282,7 @@ class _SplitModel:
         o_max = model.new_int_var(0, horizon, "O")
         model.add_max_equality(o_max, o_vars)
         m_int = int(round(self.m))
-        model.minimize(v * m_int * t_max + self.k * (sum(t_vars) - t_max) + v * e_max + v * o_max)
+        model.minimize(v * m_int * t_max + self.k * (sum(t_vars) - t_max) + v * self.k * e_max + v * o_max)
 
     def add_hint(self, hint_layers: Sequence[int], hint_pools: Sequence[int] | None) -> None:
         """The greedy first answer as a hint."""

@@ -3,10 +3,11 @@
 With one pool every stage's quantities are affine in its layer count n_i (``StageLinear``), and
 the cost model's step time (``cost_model.transformer.stage_cost.combine_stages``) is
 
-    F(n) = (m − 1/w)·T + E + O + Σ_i t_i(n_i)/w,
+    F(n) = (m − 1/w)·T + k·E + O + Σ_i t_i(n_i)/w,
     T = max_i t_i(n_i),  E = max(0, max_i e_i(n_i)),  O = max_i o_i(n_i),
 
-w = v/k for a step of k pipeline schedules (``training.pipeline_schedules_per_step``; w = v for one),
+for a step of k pipeline schedules (``training.pipeline_schedules_per_step``; k = 1, w = v for one),
+each ending in its own data-parallel sync, w = v/k,
 
 with t_i the stage time per micro-batch, e_i(n) = max(0, dp_i(n) − (window + i/v)·bwd_i(n)) +
 s·min(dp_i(n), window·bwd_i(n)) the DP gradient sync a stage leaves exposed (with the slowdown
@@ -97,12 +98,13 @@ def split_objective_s(lin: StageLinear, layers: Sequence[int] | np.ndarray, m: f
     """F(layers) for one pool: the step time ``combine_stages`` gives for this split."""
     n = np.asarray(layers, dtype=float)
     v = max(int(vpp), 1)
-    w = v / max(int(schedules), 1)  # the bubble's divisor
+    k = max(int(schedules), 1)
+    w = v / k  # the bubble's divisor
     t = lin.time_a + lin.time_b * n
     drain = np.arange(len(n)) / v
     e = exposed_dp_sync_each_s(lin.dp_a + lin.dp_b * n, lin.win_a + lin.win_b * n, drain * (lin.bwd_a + lin.bwd_b * n), overlap_compute_slowdown())
     o = lin.opt_a + lin.opt_b * n
-    return float((m - 1.0 / w) * t.max() + e.max() + o.max() + t.sum() / w)
+    return float((m - 1.0 / w) * t.max() + k * e.max() + o.max() + t.sum() / w)
 
 
 def _interval(mask: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,7 +181,8 @@ def single_pool_split(
     coefficients)."""
     L = int(num_layers)
     v = max(int(vpp), 1)
-    w = v / max(int(schedules), 1)  # the bubble's divisor (v for one schedule a step)
+    k_sched = max(int(schedules), 1)  # schedules a step, each with its own DP sync (E counts k times)
+    w = v / k_sched  # the bubble's divisor (v for one schedule a step)
     if pp > L:
         return None
     hi_mem = max_layers_in_memory(lin.mem_a, lin.mem_b, capacity_bytes, L)
@@ -206,7 +209,7 @@ def single_pool_split(
         return float(np.where(mask, g, np.inf).min(axis=1).max())
 
     lo0, hi0, _ = _interval(valid, L)
-    bound_rest = floor_of(o, valid) + floor_of(e, valid) + const + lin_min(lo0, hi0)
+    bound_rest = floor_of(o, valid) + k_sched * floor_of(e, valid) + const + lin_min(lo0, hi0)
 
     def box(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         lo, hi, ok = _interval(mask, L)
@@ -232,7 +235,7 @@ def single_pool_split(
         if not ok_T:
             continue
         lin_T = lin_min(lo_T, hi_T)
-        floor_E_T = floor_of(e, mask_T)
+        floor_E_T = k_sched * floor_of(e, mask_T)
         for X_O in np.unique(o[mask_T]):
             if c_T * X_T + X_O + floor_E_T + const + lin_T >= best_F:
                 break
@@ -250,7 +253,7 @@ def single_pool_split(
                 continue
             k = np.nonzero(feasible)[0]
             layers = _fill(lo[k], hi[k], groups, L)
-            total = X_E[k] + (c * layers).sum(axis=1)
+            total = k_sched * X_E[k] + (c * layers).sum(axis=1)
             cand = layers[int(np.argmin(total))]
             F = split_objective_s(lin, cand, m, v, schedules)
             if best_F > F:
