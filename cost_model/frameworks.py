@@ -231,6 +231,8 @@ class FrameworkRules:
     #: the 8-bit AdamW its trainers run (``training.optimizer`` ``adamw_8bit``), in their own
     #: terms; empty: none
     eight_bit_adam: str = ""
+    #: how that 8-bit AdamW steps an offloaded state on the host, in its own terms; empty: it does not
+    eight_bit_adam_offload: str = ""
     #: its offload of the saved activations to the host (``training.activation_offloading``), in
     #: its trainers' own terms; empty: none the cost model prices
     activation_offloading: str = ""
@@ -420,6 +422,8 @@ RULES: dict[str, FrameworkRules] = {
                                "under full recompute"),
         eight_bit_adam=("bitsandbytes' or torchao's AdamW8bit as the client optimizer (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit), with zero_allow_untested_optimizer"),
+        eight_bit_adam_offload=("torchao's AdamW8bit as the client optimizer with zero_force_ds_cpu_optimizer: false (the "
+                                "8-bit AdamW steps the offloaded fp32 partition on the host: axolotl's ALST examples)"),
         lora="Hugging Face PEFT's LoraConfig (r, target_modules, lora_dropout) on DeepSpeed (TRL, LLaMA-Factory, axolotl)",
         qlora="bitsandbytes' 4-bit NF4 base (BitsAndBytesConfig load_in_4bit, bnb_4bit_quant_type nf4, double quantisation)",
         loss_kernels=(("liger", "Liger Kernel's fused linear cross-entropy (use_liger_kernel, LLaMA-Factory's enable_liger_kernel, axolotl's liger plugin)"), ("cce", "Apple's Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin, cut_cross_entropy)")),
@@ -1248,7 +1252,7 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
         return f"{framework}: {UNPRICED_OFFLOAD.get(framework, 'no optimizer offload')}; optimizer offload is priced for {where}"
     if dtype == "fp32":
         return "optimizer offload keeps the fp32 master weights of mixed-precision training on the host; with fp32 training leave it out"
-    if optimizer not in ADAM_OPTIMIZERS:
+    if optimizer not in ADAM_OPTIMIZERS and not (optimizer == EIGHT_BIT_ADAM and r.eight_bit_adam_offload):
         if r.offload_updates_on_gpu:
             return f"{r.optimizer_offload} offloads Adam's state, got optimizer {optimizer!r}"
         return f"{r.optimizer_offload} updates with Adam on the host (CPU Adam), got optimizer {optimizer!r}"
@@ -1280,7 +1284,7 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
     dtypes = ("bf16", "fp16") if r.deepspeed_engine else ("bf16", "fp16", "fp32")
     if dtype not in dtypes:
         return f"{r.cpu_offload} is priced under {', '.join(dtypes[:-1])} or {dtypes[-1]} training, got {dtype}"
-    if r.deepspeed_engine and optimizer not in ADAM_OPTIMIZERS:
+    if r.deepspeed_engine and optimizer not in ADAM_OPTIMIZERS and not (optimizer == EIGHT_BIT_ADAM and r.eight_bit_adam_offload):
         return f"{r.cpu_offload} updates with DeepSpeed's CPU Adam, got optimizer {optimizer!r}"
     if 0.0 < optimizer_offload_fraction < 1.0:
         return (f"{r.cpu_offload} puts all of the optimizer state on the host; leave optimizer_offload_fraction out "
@@ -1301,14 +1305,16 @@ def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, 
     (``FrameworkRules.eight_bit_adam``: FSDP trainers; DeepSpeed as a client optimizer).  Its
     kernels step the state on the GPU, so it does not run with the state on the host:
     axolotl's FSDP2 offload examples say "8bit optimizers do not work with FSDP2 offload", and
-    DeepSpeed's offload steps with its own CPU Adam."""
+    DeepSpeed's offload steps with its own CPU Adam unless told to keep the client optimizer
+    (``FrameworkRules.eight_bit_adam_offload``: ``zero_force_ds_cpu_optimizer: false``, the 8-bit
+    AdamW then stepping the host partition, as axolotl's long-sequence examples run it)."""
     if optimizer != EIGHT_BIT_ADAM:
         return None
     r = rules_for(framework)
     if not r.eight_bit_adam:
         where = " and ".join(f"{x.name} ({x.eight_bit_adam})" for x in RULES.values() if x.eight_bit_adam)
         return f"{framework}: {UNPRICED_EIGHT_BIT.get(framework, 'no 8-bit AdamW')}; adamw_8bit is priced for {where}"
-    if cpu_offload or optimizer_offload_fraction > 0.0:
+    if (cpu_offload or optimizer_offload_fraction > 0.0) and not r.eight_bit_adam_offload:
         return ("the 8-bit AdamW steps its quantised state with GPU kernels; with the state on the host "
                 "(cpu_offload, optimizer_offload_fraction) use adam or adamw")
     return None

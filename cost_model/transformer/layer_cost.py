@@ -1717,6 +1717,21 @@ DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM = 2.0
 #: master, gradient and two moments (16) and write the master and moments (12); the updated
 #: weights are then narrowed to 16 bits on the host for the copy back (read 4, write 2): 34.
 HOST_ADAM_BYTES_PER_PARAM = 34.0
+#: The same for an 8-bit AdamW stepping the host partition as DeepSpeed's client optimizer
+#: (torchao's AdamW8bit with ``zero_force_ds_cpu_optimizer: false``): the master and gradient read
+#: (8) and the blockwise 8-bit moments read and written (2 × 2 × :data:`EIGHT_BIT_MOMENT_BYTES`),
+#: the master written (4), the narrowing to 16 bits (6): ≈ 22.  The (de)quantisation's arithmetic
+#: is not counted (host figures are not calibrated, :func:`offloaded_optimizer_s`).
+HOST_ADAMW_8BIT_BYTES_PER_PARAM = 8.0 + 4.0 * EIGHT_BIT_MOMENT_BYTES + 4.0 + 6.0
+#: Host bytes per offloaded parameter under that 8-bit AdamW: the fp32 master (4), its 8-bit
+#: moments (2 × :data:`EIGHT_BIT_MOMENT_BYTES`) and the fp32 gradient (4).
+OFFLOADED_HOST_8BIT_BYTES_PER_PARAM = 8.0 + 2.0 * EIGHT_BIT_MOMENT_BYTES
+
+
+def host_update_bytes_per_param(training: Training) -> float:
+    """Bytes the host's optimizer update streams per offloaded parameter: Adam's
+    (:data:`HOST_ADAM_BYTES_PER_PARAM`) or the 8-bit AdamW's (:data:`HOST_ADAMW_8BIT_BYTES_PER_PARAM`)."""
+    return HOST_ADAMW_8BIT_BYTES_PER_PARAM if training.eight_bit_moments else HOST_ADAM_BYTES_PER_PARAM
 #: Bytes per parameter PaddleNLP's ``tensorwise_offload_optimizer`` keeps on the host and copies
 #: to the GPU and back at each update: the fp32 master weight and Adam's two moments (the
 #: ``adamw_`` op's tensor arguments from the learning rate on; "do not offload parameter and
@@ -1744,7 +1759,8 @@ def offloaded_state_bytes_per_param(training: Training) -> float:
     if rules_for(training.framework).offload_updates_on_gpu:  # the master weights and moments alone (Paddle's)
         return training.optimizer_offload_fraction * TENSORWISE_OFFLOAD_BYTES_PER_PARAM
     extra = DEEPSPEED_OFFLOAD_STAGING_BYTES_PER_PARAM if runs_deepspeed_engine(training.framework) else 0.0
-    return training.optimizer_offload_fraction * (OFFLOADED_HOST_BYTES_PER_PARAM + extra)
+    held = OFFLOADED_HOST_8BIT_BYTES_PER_PARAM if training.eight_bit_moments else OFFLOADED_HOST_BYTES_PER_PARAM
+    return training.optimizer_offload_fraction * (held + extra)
 
 
 def offloaded_optimizer_s(params_per_gpu: ArrayOrFloat, training: Training, device: DeviceSpec, shard: ArrayOrFloat) -> FloatArray:
@@ -1771,7 +1787,7 @@ def offloaded_optimizer_s(params_per_gpu: ArrayOrFloat, training: Training, devi
     the GPU); Megatron-Core ``HybridDeviceOptimizer``."""
     P = training.optimizer_offload_fraction * np.asarray(params_per_gpu, dtype=float) / np.asarray(shard, dtype=float)
     link = _host_link_bytes_per_s(device)
-    cpu = P * HOST_ADAM_BYTES_PER_PARAM / _host_bytes_per_s(device)
+    cpu = P * host_update_bytes_per_param(training) / _host_bytes_per_s(device)
     grad_bytes = _stored_bytes(training.main_grads_dtype) if "main_grads_dtype" in rules_for(training.framework).optimizer_precision else 4.0
     d2h = P * grad_bytes / link
     h2d = P * 2.0 / link
@@ -2338,8 +2354,8 @@ def cpu_offload_step_s(params_per_gpu: ArrayOrFloat, training: Training, device:
     copy the updated shard); under fp16 FSDP's loss scaler first unscales the host's gradients
     (:data:`FP16_HOST_UNSCALE_BYTES_PER_PARAM`).  Source: PyTorch ``CPUOffloadPolicy`` ("the optimizer step runs on CPU with CPU
     optimizer states"); DeepSpeed ``runtime/zero/stage3.py`` with ``offload_param``."""
-    if runs_deepspeed_engine(training.framework):  # DeepSpeed's CPU Adam, narrowing into its 16-bit partition
-        per_param = HOST_ADAM_BYTES_PER_PARAM
+    if runs_deepspeed_engine(training.framework):  # DeepSpeed's CPU Adam (or a client 8-bit AdamW), narrowing into its 16-bit partition
+        per_param = host_update_bytes_per_param(training)
     else:
         per_param = CPU_OFFLOAD_ADAM_BYTES_PER_PARAM if training.fused_kernels else EAGER_ADAM_BYTES_PER_PARAM
         if not training.master_weights:

@@ -590,8 +590,14 @@ def deepspeed_config(view: PlanView) -> tuple[dict[str, Any], list[str]]:
         # ZeRO-Offload as priced (layer_cost.offloaded_optimizer_s): the optimizer state in pinned
         # host memory, ``ratio`` of it at stage 3 ("only valid with ZeRO Stage 3")
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True, **({"ratio": offload} if offload < 1.0 else {})}
-        notes.append("ZeRO-Offload updates with DeepSpeed's CPU Adam: let DeepSpeed build it (an optimizer section in "
-                     "ds_config.json, or Megatron-DeepSpeed's --cpu-optimizer) or pass deepspeed.ops.adam.DeepSpeedCPUAdam")
+        if view.training.get("optimizer") == EIGHT_BIT_ADAM:
+            # the 8-bit AdamW steps the host partition as the client optimizer (layer_cost.HOST_ADAMW_8BIT_BYTES_PER_PARAM)
+            cfg["zero_force_ds_cpu_optimizer"] = False
+            notes.append("the offloaded state is stepped on the host by the client 8-bit AdamW (torchao's AdamW8bit; Hugging Face "
+                         "optim adamw_torch_8bit), which zero_force_ds_cpu_optimizer: false lets DeepSpeed keep")
+        else:
+            notes.append("ZeRO-Offload updates with DeepSpeed's CPU Adam: let DeepSpeed build it (an optimizer section in "
+                         "ds_config.json, or Megatron-DeepSpeed's --cpu-optimizer) or pass deepspeed.ops.adam.DeepSpeedCPUAdam")
     dtype = view.training.get("dtype", "bf16")
     if dtype in ("bf16", "fp8"):
         cfg["bf16"] = {"enabled": True}

@@ -128,6 +128,20 @@ def test_deepspeed_takes_the_8_bit_adamw_as_an_allowed_client_optimizer(zero_sta
     assert err.value.field == "target" and "8-bit AdamW" in err.value.message
 
 
+def test_deepspeed_keeps_the_8_bit_adamw_on_the_host_when_told_to(monkeypatch):
+    """The 8-bit AdamW with the state offloaded (axolotl's ALST examples: torchao's AdamW8bit,
+    ZeRO-3 with offload_optimizer and offload_param): the launch tells DeepSpeed to keep the client
+    optimizer (zero_force_ds_cpu_optimizer false, which its config parser reads) instead of
+    forcing its CPU Adam."""
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed (pip install deepspeed)")
+    plan = hsdp_plan("deepspeed", 3, dp_shard=16)
+    plan["best"]["strategy"].pop("dp_shard")
+    plan["training"].update(optimizer="adamw_8bit", cpu_offload=True, optimizer_offload_fraction=1.0)
+    cfg = _check_deepspeed_config(config, plan, monkeypatch)
+    assert cfg.zero_force_ds_cpu_optimizer is False and cfg.zero_allow_untested_optimizer is True
+    assert any("zero_force_ds_cpu_optimizer" in n for n in render(plan, "deepspeed-config", PARAMS).notes)
+
+
 def test_torchtitan_refuses_an_activation_offloading_plan():
     # torchtitan has no activation offloading: a plan priced with it is not launched as if it did
     plan = ALL_PLANS["homogeneous"]()
