@@ -345,7 +345,7 @@ def acceptance() -> str | None:
             "BigScience's BLOOM-176B layout, NeMo-RL's DTensor (checkpointing by submodule) and Megatron policies, verl's Megatron "
             "actor, PaddleFormers, the alignment-handbook, FastChat, Stanford Alpaca, llama-recipes, OLMo and OLMo 2, GPT-NeoX-20B, "
             "fms-fsdp, TinyLlama, NeMo Automodel, Qwen's finetuning scripts, XTuner, OLMo-core, LitGPT, Megatron-DeepSpeed's MoE "
-            "examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets, "
+            "examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets, open-instruct, OpenRLHF, "
             "and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "

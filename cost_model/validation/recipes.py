@@ -19,7 +19,7 @@ from typing import Any
 #: key the statement contains, so the 40 GB A100 comes before the family name (80 GB) and GB200 before B200.
 DEVICES = {"A100-40G": "A100-SXM4-40GB", "H100": "H100-SXM5-80GB", "A100": "A100-SXM4-80GB", "A800": "A800-SXM4-80GB",
            "H800": "H800-SXM5-80GB", "GB200": "GB200-NVL72-186GB", "B200": "B200-SXM-192GB", "H200": "H200-SXM-141GB", "L40S": "L40S-48GB",
-           "A10": "A10-24GB"}
+           "A10": "A10-24GB", "H20": "H20-96GB"}
 
 
 def load_recipes() -> list[dict[str, Any]]:

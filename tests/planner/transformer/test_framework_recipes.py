@@ -6,7 +6,7 @@ trainer with Ulysses, OpenRLHF's DeepSpeed SFT (ring attention among them), Pai-
 NeMo-Framework-Launcher's A100 examples, NeMo 2's recipes, TRL's 1M-token context-parallel SFT, open-r1,
 ERNIEKit, BigScience's BLOOM-176B layout, NeMo-RL's and verl's trainers, PaddleFormers, the alignment-handbook, FastChat, Stanford
 Alpaca, llama-recipes, OLMo and OLMo-core, GPT-NeoX, fms-fsdp, TinyLlama, NeMo Automodel, Qwen's finetuning scripts, XTuner, LitGPT,
-Megatron-DeepSpeed's MoE examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets,
+Megatron-DeepSpeed's MoE examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets, open-instruct, OpenRLHF,
 and the offloading layouts of DeepSpeedExamples, ms-swift,
 slime and axolotl's gpt-oss examples) are real configurations: the planner must accept
 each as its framework runs it — estimate it without a refusal and predict it to fit (tight is
@@ -44,7 +44,7 @@ def test_the_recipes_cover_every_framework_and_say_where_they_come_from():
     # sharded state, the saved activations)
     kinds = ("optimizer_offload_fraction", "cpu_offload", "activation_offloading")
     offloading = {(r["training"]["framework"], k) for r in RECIPES if r["expect"] == "runs" for k in kinds if r["training"].get(k)}
-    assert offloading == {("deepspeed", "optimizer_offload_fraction"), ("deepspeed", "cpu_offload"),
+    assert offloading == {("deepspeed", "optimizer_offload_fraction"), ("deepspeed", "cpu_offload"), ("deepspeed", "activation_offloading"),
                           ("megatron-core", "optimizer_offload_fraction"), ("fsdp", "cpu_offload"), ("fsdp", "activation_offloading"),
                           ("paddle", "optimizer_offload_fraction"), ("paddle", "activation_offloading")}
     # and LoRA (torchtune's distributed LoRA recipes), over a 4-bit base too (its 405B QLoRA)
