@@ -31,7 +31,7 @@ from cost_model.frameworks import (
     sequence_parallel_noop,
 )
 from cost_model.result import Estimate, StageEstimate
-from cost_model.strategy import Strategy, schedules_per_step, uneven_split_warning, validate_strategy
+from cost_model.strategy import Strategy, uneven_split_warning, validate_strategy
 from cost_model.topology import links_for_group, pp_crosses_node
 from cost_model.training import Training
 from cost_model.transformer.calibration import parallel_mix, prediction_intervals, single_source_spread, using
@@ -228,7 +228,7 @@ def estimate(
         warnings.append(f"{required_etp_reason(training.framework, strategy.etp)}: costed so")
     if asked_etp and not strategy.etp:
         warnings.append(dense_etp_note(asked_etp))
-    scheduled = strategy.num_microbatches(training) // schedules_per_step(training, strategy.pp)  # a schedule's micro-batches
+    scheduled = strategy.num_microbatches(training) // training.pipeline_schedules(strategy.pp)  # a schedule's micro-batches
     group_note = microbatch_group_note(training.framework, num_microbatches=scheduled, pp=strategy.pp,
                                        vpp=strategy.vpp, group=training.microbatch_group_size_per_vp_stage)
     groups = (interleaved_group_sizes(training.framework, num_microbatches=scheduled, pp=strategy.pp,
@@ -279,7 +279,7 @@ def estimate(
         )
     if training.offload_field is not None:
         warnings.append(host_offload_note(training, [(slot.group.device, s.host_memory_GB) for slot, s in zip(slots, stage_results, strict=True)]))
-    step = combine_stages(stage_costs, S, m, training.pipeline_schedules_per_step)
+    step = combine_stages(stage_costs, S, m, training.pipeline_schedules(S.pp))
     step_s = float(step.step_time_s[0])
     n_dev = strategy.num_devices
     model_flops = model_flops_per_step(model, training)

@@ -413,12 +413,6 @@ def expert_tensor_parallel_violation(model: TransformerSpec, framework: str, etp
     return None
 
 
-def schedules_per_step(training: Training, pp: int) -> int:
-    """The pipeline schedules a step runs (``training.pipeline_schedules_per_step``) where there is
-    a pipeline, 1 without one."""
-    return training.pipeline_schedules_per_step if pp > 1 else 1
-
-
 def validate_strategy(model: TransformerSpec, training: Training, strategy: Strategy, num_devices: int | None = None, field_path: str = "strategy") -> Strategy:
     """Check every divisibility and consistency rule; return the strategy with
     ``layers_per_stage`` filled (an even split when not given).  Errors name the rule and the
@@ -515,7 +509,7 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
             field=f"{f}.micro_batch_size",
         )
     m = training.global_batch_size // per_step
-    k = schedules_per_step(training, s.pp)
+    k = training.pipeline_schedules(s.pp)
     if m % k:
         raise InvalidStrategy(f"{m} micro-batches a step do not fall into {k} pipeline schedules of equal size "
                               f"(global_batch_size / (dp·micro_batch_size) = {m})", field="training.pipeline_schedules_per_step")

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from cost_model.devices import DTYPES
 from cost_model.errors import InvalidTraining
 from cost_model.frameworks import (
@@ -264,6 +266,14 @@ class Training:
     def adam(self) -> bool:
         """Whether the optimizer keeps Adam's two moments (``adam``, ``adamw``, ``adamw_8bit``)."""
         return self.optimizer in ADAM_OPTIMIZERS or self.optimizer == EIGHT_BIT_ADAM
+
+    def pipeline_schedules(self, pp: Any) -> Any:
+        """The pipeline schedules a step runs at pipeline depth ``pp`` (elementwise over arrays):
+        ``pipeline_schedules_per_step`` where there is a pipeline (pp > 1), else 1 — without one the
+        micro-batches run one after another either way."""
+        if np.ndim(pp):
+            return np.where(np.asarray(pp) > 1, self.pipeline_schedules_per_step, 1)
+        return self.pipeline_schedules_per_step if pp > 1 else 1
 
     @property
     def eight_bit_moments(self) -> bool:

@@ -499,7 +499,7 @@ def stage_cost(
     # the interleaved schedule's micro-batch group (cost_model.schedule): its warm-up holds more
     # (asked of the interleaved rows alone: a 1F1B row's count stands in as pp, which needs no search)
     # (several schedules a step, training.pipeline_schedules_per_step: each holds what an m/k schedule does)
-    m_sched = np.asarray(m, dtype=float) / np.where(S.pp > 1, training.pipeline_schedules_per_step, 1)
+    m_sched = np.asarray(m, dtype=float) / training.pipeline_schedules(S.pp)
     group = interleaved_microbatch_groups(training.framework, np.where(S.vpp > 1, m_sched, S.pp), S.pp, training.microbatch_group_size_per_vp_stage)
     inflight = inflight_microbatches(stage_index, S.pp, m_sched, S.vpp, group, interleaved_forwards_first(training.framework, m_sched, S.pp))
     embedding_act = dc.embedding_act_bytes if has_embedding else 0.0
@@ -661,14 +661,14 @@ def stack_stages(stages: list[StageCost]) -> StageCost:
     )
 
 
-def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: ArrayOrFloat, schedules: int = 1) -> StepCost:
+def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: ArrayOrFloat, schedules: ArrayOrFloat = 1) -> StepCost:
     """Step time of a 1F1B (optionally interleaved) pipeline over the given stages.
 
     With per-micro-batch stage times t_i, m micro-batches and v virtual stages per device:
     ``m·max_i t_i + (Σ t_i − max_i t_i)/v`` — for equal stages ``t·m·(1 + (p−1)/(m·v))``,
     the bubble fraction (p−1)/(m·v) of Narayanan et al. 2021 (:mod:`cost_model.schedule`).
-    A step of k whole schedules of m/k micro-batches (``schedules``, training.
-    pipeline_schedules_per_step) fills and drains the pipeline k times:
+    A step of k whole schedules of m/k micro-batches (``schedules``, per candidate:
+    ``Training.pipeline_schedules``) fills and drains the pipeline k times:
     ``m·max_i t_i + k·(Σ t_i − max_i t_i)/v`` — the formula with v/k — and syncs its data-parallel
     gradients after each (k times the exposed sync below).  Then the DP gradient sync not
     hidden behind the last micro-batch's backward (``dp_window_s``: none on a device whose
@@ -680,7 +680,7 @@ def combine_stages(stages: list[StageCost] | StageCost, S: StrategyArrays, m: Ar
     """
     st = stages if isinstance(stages, StageCost) else stack_stages(stages)
     m = np.asarray(m, dtype=float)
-    k = 1 if schedules == 1 else np.where(S.pp > 1, schedules, 1)
+    k = np.asarray(schedules, dtype=float)
     pipeline, bottleneck = pipeline_time_s(st.time_s, m, S.vpp / k)  # time_s: [stages, candidates]
     # each schedule ends in its own data-parallel sync (FSDP2 inside a pipeline stage gathers at a
     # schedule's first forward and reduce-scatters at its last backward)

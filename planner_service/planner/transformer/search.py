@@ -940,7 +940,7 @@ def _refine(
         hint_pools,
         scale_ref_s=ref,
         cutoff_s=cutoff_s,
-        schedules=training.pipeline_schedules_per_step if pp > 1 else 1,
+        schedules=training.pipeline_schedules(pp),
     )
     if res is None:
         return None

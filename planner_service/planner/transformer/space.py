@@ -210,13 +210,6 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
                 f"of pp·vpp = {pp}·{pins['vpp']} = {chunks}", field=f"constraints.{flag}")
 
 
-def _schedules(training: Training, pp: np.ndarray) -> np.ndarray:
-    """Per row, the pipeline schedules a step runs (``training.pipeline_schedules_per_step``
-    where there is a pipeline, else 1)."""
-    k: np.ndarray = np.where(pp > 1, training.pipeline_schedules_per_step, 1)
-    return k
-
-
 def _pinned_microbatches(training: Training, pins: Mapping[str, Any]) -> int | None:
     """Micro-batches a pipeline schedule runs when dp and micro_batch_size are pinned and share
     the global batch evenly — a step's, or under a pinned pipeline each of its
@@ -225,7 +218,7 @@ def _pinned_microbatches(training: Training, pins: Mapping[str, Any]) -> int | N
     dp, mbs, B = pins.get("dp"), pins.get("micro_batch_size"), training.global_batch_size
     if dp is None or mbs is None or B % (dp * mbs):
         return None
-    k = training.pipeline_schedules_per_step if (pins.get("pp") or 1) > 1 else 1
+    k = training.pipeline_schedules(pins.get("pp") or 1)
     if (B // (dp * mbs)) % k:
         return None
     return int(B // (dp * mbs) // k)
@@ -249,8 +242,8 @@ def _check_batch_and_pipeline_pins(model: TransformerSpec, training: Training, p
     if mbs is not None and share % mbs:
         of = f"the {share} sequences each of the dp={dp} ranks takes a step" if dp is not None else f"global_batch_size {B}"
         raise InvalidStrategy(f"micro_batch_size={mbs} does not divide {of}", field="constraints.micro_batch_size")
-    k = training.pipeline_schedules_per_step
-    if k > 1 and pp is not None and pp > 1 and dp is not None and mbs is not None and (share // mbs) % k:
+    k = training.pipeline_schedules(pp or 1)
+    if pp is not None and dp is not None and mbs is not None and (share // mbs) % k:
         raise InvalidStrategy(f"the {share // mbs} micro-batches a step (global_batch_size {B} / dp {dp} / micro_batch_size {mbs}) "
                               f"do not fall into {k} pipeline schedules of equal size", field="training.pipeline_schedules_per_step")
     if vpp > 1 and pp is not None:
@@ -383,7 +376,7 @@ def enumerate_space(
     cols = _cross(cols, "mbs", mbss)
     cols = _keep(cols, (B // cols["dp"]) % cols["mbs"] == 0)
     # several pipeline schedules a step (training.pipeline_schedules_per_step) share its micro-batches evenly
-    cols = _keep(cols, (B // cols["dp"] // cols["mbs"]) % _schedules(training, cols["pp"]) == 0)
+    cols = _keep(cols, (B // cols["dp"] // cols["mbs"]) % training.pipeline_schedules(cols["pp"]) == 0)
     cols = _cross(cols, "vpp", vpps)
     pp_col, vpp_col = cols["pp"], cols["vpp"]
     m = B // cols["dp"] // cols["mbs"]
@@ -405,7 +398,7 @@ def enumerate_space(
         no_even = np.array([p > 0 and not any(L % (p * v) == 0 for v in vpps if v > 1) for p in range(max(pps, default=1) + 1)])
         chunks_ok = (L % (pp_col * vpp_col) == 0) | pinned_split | ((pinned_vpp | no_even[pp_col]) & (pp_col * vpp_col <= L))
     interleaved = (pp_col >= rules.min_interleaved_pp) & chunks_ok
-    interleaved &= interleaved_microbatches_run(training.framework, m // _schedules(training, pp_col), pp_col,
+    interleaved &= interleaved_microbatches_run(training.framework, m // training.pipeline_schedules(pp_col), pp_col,
                                                 training.microbatch_group_size_per_vp_stage)
     cols = _keep(cols, (vpp_col == 1) | interleaved)
     if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
@@ -523,7 +516,7 @@ def _start_up_rules_hold(model: TransformerSpec, training: Training, cols: dict[
     sequence split over cp and tp under sequence parallelism — each distinct layout checked once."""
     if len(cols["dp"]) == 0:
         return np.zeros(0, dtype=bool)
-    m = global_batch // cols["dp"] // cols["mbs"] // _schedules(training, cols["pp"])  # a schedule's micro-batches
+    m = global_batch // cols["dp"] // cols["mbs"] // training.pipeline_schedules(cols["pp"])  # a schedule's micro-batches
     keys = np.stack([cols["tp"], cols["pp"], cols["vpp"], cols["ep"], cols["cp"], cols["zero"], m], axis=1)
     layouts, index = np.unique(keys, axis=0, return_inverse=True)
     fw, seq = training.framework, training.sequence_length

@@ -106,8 +106,8 @@ def _m(S: StrategyArrays, training: Training) -> np.ndarray:
 
 def _bubble_v(S: StrategyArrays, training: Training) -> np.ndarray:
     """The divisor of the pipeline bubble (``combine_stages``): v, or v/k for a step of k
-    pipeline schedules (``training.pipeline_schedules_per_step``, where there is a pipeline)."""
-    w: np.ndarray = S.vpp / np.where(S.pp > 1, training.pipeline_schedules_per_step, 1)
+    pipeline schedules (``Training.pipeline_schedules``)."""
+    w: np.ndarray = S.vpp / training.pipeline_schedules(S.pp)
     return w
 
 
@@ -298,7 +298,7 @@ def even_tables(model: TransformerSpec, training: Training, pc: PoolCosts) -> Ev
         groups.append(_EvenGroup(
             idx=idx, mem_a_bytes=a, mem_b_bytes=b, res_a_bytes=r, res_b_bytes=r_b,
             even_peak_bytes=stages.peak_memory_bytes, even_reserve_bytes=stages.fragmentation_reserve_bytes,
-            even_step_s=combine_stages(stages, Sg, m, training.pipeline_schedules_per_step).step_time_s,
+            even_step_s=combine_stages(stages, Sg, m, training.pipeline_schedules(Sg.pp)).step_time_s,
             lower_bound_s=(m - 1.0 / v) * sum_t / p + sum_t / v + mid_optimizer_s,
         ))
     return EvenTables(L, len(S), tuple(groups))
