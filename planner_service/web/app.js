@@ -1258,7 +1258,7 @@ const fmt = {
     const sim = simulateSchedule(stages, drawnM, v, microbatchGroups(pred, drawnM, p));
     if (!sim) return section("Pipeline schedule", "schedule", h("p", {}, "The schedule could not be laid out."));
     const bd = pred.breakdown_s || {};
-    const dpSync = bd.dp_comm_exposed || 0;
+    const dpSync = (bd.dp_comm_exposed || 0) / k;  // each schedule ends in its own data-parallel sync
     const optimizer = bd.optimizer || 0;
     const total = sim.makespan + dpSync + optimizer;
     const W = 1000, left = 92, rowH = 24, top = 8, axisH = 28;
@@ -1302,7 +1302,7 @@ const fmt = {
     );
     const note = h("p", { class: "hint", id: "schedule-note" },
       `${v > 1 ? `Interleaved 1F1B, ${v} model chunks per stage` : "1F1B"}, drawn from each stage's forward and backward time per micro-batch: ${fmt.time(total)} for ` +
-        (k > 1 ? `one of the step's ${k} pipeline schedules (the step runs them one after another), ` : "") +
+        (k > 1 ? `one of the step's ${k} pipeline schedules (the step runs them one after another, each with its data-parallel sync; the optimizer steps after the last), ` : "") +
         (drawnM === m ? `${k > 1 ? "its" : "the step's"} ${m === 1 ? "one micro-batch" : `${m} micro-batches`}`
           : `${drawnM} of ${k > 1 ? "its" : "the step's"} ${m} micro-batches (the steady state repeats)`) +
         `; the cost model's step time is ${fmt.time(pred.step_time_s)}.`);

@@ -248,7 +248,14 @@ def test_a_step_of_several_pipeline_schedules_draws_one_of_them(browser, live_se
     open_plan(d, live_server.base, plan["id"])
     chart = css(d, "#schedule-chart")
     assert int(chart.get_attribute("data-microbatches")) == 8 and int(chart.get_attribute("data-passes")) == 2 * 2 * 8
-    assert "one of the step's 2 pipeline schedules (the step runs them one after another), its 8 micro-batches" in css(d, "#schedule-note").text
+    assert ("one of the step's 2 pipeline schedules (the step runs them one after another, each with its data-parallel sync; "
+            "the optimizer steps after the last), its 8 micro-batches") in css(d, "#schedule-note").text
+    # the axis is the last schedule and what follows it: k of them and the optimizer make the priced step
+    bd = plan["best"]["prediction"]["breakdown_s"]
+    schedule_s = simulate_1f1b(plan["best"]["stages"], 8, 1)
+    last_tick = js(d, "const t = document.querySelectorAll('#schedule-chart .gantt-axis'); return t[t.length - 1].textContent")
+    assert last_tick == format_time(schedule_s + bd["dp_comm_exposed"] / 2 + bd["optimizer"])
+    assert 2 * (schedule_s + bd["dp_comm_exposed"] / 2) + bd["optimizer"] == pytest.approx(plan["best"]["prediction"]["step_time_s"], rel=0.01)
 
 
 def format_time(s: float) -> str:
