@@ -375,8 +375,8 @@ def enumerate_space(
     cols: dict[str, np.ndarray] = {"dp": o[:, 0], "tp": o[:, 1], "pp": o[:, 2], "cp": o[:, 3], "ep": o[:, 4]}
     cols = _cross(cols, "mbs", mbss)
     cols = _keep(cols, (B // cols["dp"]) % cols["mbs"] == 0)
-    # several pipeline schedules a step (training.pipeline_schedules_per_step) share its micro-batches evenly
-    cols = _keep(cols, (B // cols["dp"] // cols["mbs"]) % training.pipeline_schedules(cols["pp"]) == 0)
+    if training.pipeline_schedules_per_step > 1:  # several schedules a step share its micro-batches evenly
+        cols = _keep(cols, (B // cols["dp"] // cols["mbs"]) % training.pipeline_schedules(cols["pp"]) == 0)
     cols = _cross(cols, "vpp", vpps)
     pp_col, vpp_col = cols["pp"], cols["vpp"]
     m = B // cols["dp"] // cols["mbs"]
