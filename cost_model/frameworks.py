@@ -1233,6 +1233,13 @@ def priced_by(setting: str, sep: str = " and ") -> str:
     return sep.join(dict.fromkeys(getattr(x, setting) for x in RULES.values() if getattr(x, setting)))
 
 
+def steps_on_the_host(r: FrameworkRules, optimizer: str) -> bool:
+    """Whether the framework's offload steps ``optimizer`` on the host: Adam (CPU Adam, PyTorch's
+    CPU AdamW), or the 8-bit AdamW where its trainers keep it as the client optimizer
+    (``FrameworkRules.eight_bit_adam_offload``)."""
+    return optimizer in ADAM_OPTIMIZERS or (optimizer == EIGHT_BIT_ADAM and bool(r.eight_bit_adam_offload))
+
+
 def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, fraction: float, precision_aware: bool) -> str | None:
     """Reason when ``training.optimizer_offload_fraction`` > 0 cannot be costed or run, else None.
 
@@ -1252,7 +1259,7 @@ def optimizer_offload_violation(framework: str, dtype: str, optimizer: str, frac
         return f"{framework}: {UNPRICED_OFFLOAD.get(framework, 'no optimizer offload')}; optimizer offload is priced for {where}"
     if dtype == "fp32":
         return "optimizer offload keeps the fp32 master weights of mixed-precision training on the host; with fp32 training leave it out"
-    if optimizer not in ADAM_OPTIMIZERS and not (optimizer == EIGHT_BIT_ADAM and r.eight_bit_adam_offload):
+    if not steps_on_the_host(r, optimizer):
         if r.offload_updates_on_gpu:
             return f"{r.optimizer_offload} offloads Adam's state, got optimizer {optimizer!r}"
         return f"{r.optimizer_offload} updates with Adam on the host (CPU Adam), got optimizer {optimizer!r}"
@@ -1284,7 +1291,7 @@ def cpu_offload_violation(framework: str, dtype: str, cpu_offload: bool, optimiz
     dtypes = ("bf16", "fp16") if r.deepspeed_engine else ("bf16", "fp16", "fp32")
     if dtype not in dtypes:
         return f"{r.cpu_offload} is priced under {', '.join(dtypes[:-1])} or {dtypes[-1]} training, got {dtype}"
-    if r.deepspeed_engine and optimizer not in ADAM_OPTIMIZERS and not (optimizer == EIGHT_BIT_ADAM and r.eight_bit_adam_offload):
+    if r.deepspeed_engine and not steps_on_the_host(r, optimizer):
         return f"{r.cpu_offload} updates with DeepSpeed's CPU Adam, got optimizer {optimizer!r}"
     if 0.0 < optimizer_offload_fraction < 1.0:
         return (f"{r.cpu_offload} puts all of the optimizer state on the host; leave optimizer_offload_fraction out "
@@ -1314,7 +1321,7 @@ def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, 
     if not r.eight_bit_adam:
         where = " and ".join(f"{x.name} ({x.eight_bit_adam})" for x in RULES.values() if x.eight_bit_adam)
         return f"{framework}: {UNPRICED_EIGHT_BIT.get(framework, 'no 8-bit AdamW')}; adamw_8bit is priced for {where}"
-    if (cpu_offload or optimizer_offload_fraction > 0.0) and not r.eight_bit_adam_offload:
+    if (cpu_offload or optimizer_offload_fraction > 0.0) and not steps_on_the_host(r, optimizer):
         return ("the 8-bit AdamW steps its quantised state with GPU kernels; with the state on the host "
                 "(cpu_offload, optimizer_offload_fraction) use adam or adamw")
     return None
