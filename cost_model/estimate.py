@@ -315,6 +315,7 @@ def estimate(
         tight=tight,
         peak_memory_quantity=PEAK_MEMORY_QUANTITY,
         microbatch_groups=groups,
+        pipeline_schedules=int(training.pipeline_schedules(strategy.pp)),
         **prediction_intervals(training.framework, slots[0].group.device.family, step_s, max(stage_results, key=lambda s: s.peak_memory_GB),
                                parallel_mix(strategy.pp, strategy.zero_stage)),
     )

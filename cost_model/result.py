@@ -108,6 +108,8 @@ class Estimate:
     #: An interleaved schedule's micro-batch groups (frameworks.interleaved_group_sizes): the
     #: first group's size and each later one's; None without interleaving.
     microbatch_groups: tuple[int, int] | None = None
+    #: Pipeline schedules the step runs (Training.pipeline_schedules: 1 without a pipeline).
+    pipeline_schedules: int = 1
 
     @property
     def memory_breakdown_GB(self) -> tuple[dict[str, float], ...]:
@@ -148,6 +150,7 @@ class Estimate:
             "num_microbatches": self.num_microbatches,
             "microbatch_groups": ({"first": self.microbatch_groups[0], "later": self.microbatch_groups[1]}
                                   if self.microbatch_groups else None),
+            "pipeline_schedules": self.pipeline_schedules,
             "bottleneck": self.bottleneck,
             "profile_ids": list(self.profile_ids),
             "warnings": list(self.warnings),

@@ -222,6 +222,7 @@ class Prediction(_Open):
     num_devices: int
     microbatch_groups: MicrobatchGroups | None = Field(
         default=None, description="The interleaved schedule's micro-batch groups as the framework runs them; null without interleaving")
+    pipeline_schedules: int = Field(default=1, description="Pipeline schedules the step runs its micro-batches in (training.pipeline_schedules_per_step with a pipeline; 1 without one)")
     warnings: list[str]
     model_params: float | None = Field(default=None, description="Parameters of the model")
     active_params: float | None = Field(default=None, description="Parameters one token uses (MoE: the top-k routed experts); equals model_params for dense models")

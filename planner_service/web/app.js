@@ -1156,8 +1156,12 @@ const fmt = {
   /** The sizes of the micro-batch groups an interleaved schedule runs ``m`` micro-batches in:
    *  the prediction's ``microbatch_groups`` (the first group, then groups of ``later``, the last
    *  holding the rest), as the cost model priced them; groups of pp for a plan stored without it. */
+  function groupsOf(pred, p) {
+    return pred.microbatch_groups || { first: p, later: p };
+  }
+
   function microbatchGroups(pred, m, p) {
-    const groups = pred.microbatch_groups || { first: p, later: p };
+    const groups = groupsOf(pred, p);
     const out = [Math.min(groups.first, m)];
     for (let done = out[0]; done < m; done += groups.later) out.push(Math.min(groups.later, m - done));
     return out;
@@ -1167,7 +1171,7 @@ const fmt = {
    *  them, else whole groups (as the schedule runs them; groups of pp under 1F1B; pp at the least). */
   function drawnMicrobatches(pred, m, p, cap) {
     if (m <= cap) return m;
-    const groups = pred.microbatch_groups || { first: p, later: p };
+    const groups = groupsOf(pred, p);
     if (groups.first >= cap) return Math.min(m, Math.max(p, groups.first));
     return groups.first + Math.floor((cap - groups.first) / groups.later) * groups.later;
   }
@@ -1247,8 +1251,8 @@ const fmt = {
     const pred = best.prediction;
     const p = stages.length;
     const v = best.strategy.vpp || 1;
-    // a step of several pipeline schedules (training.pipeline_schedules_per_step): one of them is drawn
-    const k = p > 1 ? ((plan.training || {}).pipeline_schedules_per_step || 1) : 1;
+    // a step of several pipeline schedules (the prediction's pipeline_schedules): one of them is drawn
+    const k = pred.pipeline_schedules || 1;
     const m = Math.max(1, Math.floor((pred.num_microbatches || 1) / k));
     const cap = Math.floor(SCHEDULE_MAX_PASSES / (2 * v * p));
     const drawnM = drawnMicrobatches(pred, m, p, cap);

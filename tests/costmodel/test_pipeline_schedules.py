@@ -36,6 +36,7 @@ def test_each_schedule_fills_and_drains_the_pipeline_and_syncs_its_gradients():
     exposed data-parallel sync twice, the compute and the optimizer step once."""
     one, two = _estimate(), _estimate(pipeline_schedules_per_step=2)
     assert one.num_microbatches == two.num_microbatches == 8
+    assert (one.pipeline_schedules, two.pipeline_schedules) == (1, 2)
     assert two.breakdown_s["bubble"] == pytest.approx(2 * one.breakdown_s["bubble"], rel=1e-9)
     assert one.breakdown_s["dp_comm_exposed"] > 0
     assert two.breakdown_s["dp_comm_exposed"] == pytest.approx(2 * one.breakdown_s["dp_comm_exposed"], rel=1e-9)
@@ -81,7 +82,7 @@ def test_the_count_must_share_the_micro_batches_evenly_and_the_framework_must_ru
     # without a pipeline the micro-batches run one after another either way: costed so, and said
     flat = {"dp": 16, "zero_stage": 3, "micro_batch_size": 2, "recompute": "full"}
     no_pp, base = _estimate(flat, pipeline_schedules_per_step=2), _estimate(flat)
-    assert no_pp.step_time_s == pytest.approx(base.step_time_s)
+    assert no_pp.step_time_s == pytest.approx(base.step_time_s) and no_pp.pipeline_schedules == 1
     assert any(w.startswith("training.pipeline_schedules_per_step:") for w in no_pp.warnings)
 
 
@@ -106,7 +107,7 @@ def test_the_http_api_plans_it_and_torchtitan_runs_local_batches_of_one_schedule
     r = client.post("/v1/plans", json=req)
     assert r.status_code in (200, 201), r.text
     plan_body = r.json()
-    assert plan_body["training"]["pipeline_schedules_per_step"] == 2
+    assert plan_body["training"]["pipeline_schedules_per_step"] == 2 and plan_body["best"]["prediction"]["pipeline_schedules"] == 2
     launch = client.get(f"/v1/plans/{plan_body['id']}/launch", params={"target": "torchtitan"})
     assert launch.status_code == 200, launch.text
     words = launch.json()["files"]["torchtitan_overrides.txt"].splitlines()[1].split()
