@@ -329,6 +329,19 @@ def test_torchtitan_config_manager_accepts_the_arguments(plan_name):
                       ep=par.expert_parallel_degree, world_size=world)
 
 
+def test_torchtitan_accumulates_over_the_pipeline_schedules_the_plan_priced():
+    """training.pipeline_schedules_per_step: the launch's local_batch_size makes torchtitan run that
+    many pipeline schedules a step (its gradient accumulation steps, global / (local × dp)), as
+    ConfigManager parses the arguments."""
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
+    plan = next(p for p in (make() for make in ALL_PLANS.values()) if p["best"]["strategy"]["pp"] > 1)
+    s = plan["best"]["strategy"]
+    plan["training"].update(framework="fsdp", pipeline_schedules_per_step=2)
+    cfg = manager.ConfigManager().parse_args(_overrides(render(plan, "torchtitan", PARAMS)))
+    assert cfg.training.global_batch_size // (cfg.training.local_batch_size * s["dp"]) == 2
+    assert cfg.training.local_batch_size % cfg.parallelism.pipeline_parallel_microbatch_size == 0
+
+
 def test_torchtitan_config_manager_accepts_a_context_parallel_plan():
     manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan is not installed (pip install torchtitan)")
     par = manager.ConfigManager().parse_args(_overrides(render(cp_plan("fsdp"), "torchtitan", PARAMS))).parallelism
