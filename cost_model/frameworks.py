@@ -233,6 +233,10 @@ class FrameworkRules:
     eight_bit_adam: str = ""
     #: how that 8-bit AdamW steps an offloaded state on the host, in its own terms; empty: it does not
     eight_bit_adam_offload: str = ""
+    #: its Muon optimizer (``training.optimizer`` ``muon``: Newton-Schulz-orthogonalised momentum
+    #: for the hidden matrices, Adam for the rest; :mod:`cost_model.transformer.muon`), in its own
+    #: terms; empty: none the cost model prices
+    muon: str = ""
     #: its offload of the saved activations to the host (``training.activation_offloading``), in
     #: its trainers' own terms; empty: none the cost model prices
     activation_offloading: str = ""
@@ -394,6 +398,8 @@ RULES: dict[str, FrameworkRules] = {
         lora="Megatron-Bridge's LoRA (peft=LoRA(target_modules, dim, dropout); one adapter on each fused linear_qkv and linear_fc1)",
         lora_fused_projections=True,
         fp8_param_gather="--fp8-param-gather",
+        muon=("TensorParallelMuon, --optimizer muon or, with its layer-wise distributed optimizer, dist_muon: five "
+              "Newton-Schulz iterations on each tensor-parallel shard, --muon-scalar-optimizer adam for the embedding and head"),
         moe_probs_in_experts=True,
         checkpoints_fused_attention=True,
         fp8_linear="transformer-engine",
@@ -552,6 +558,8 @@ def describe(framework: str) -> str:
     extras.append(f"host offload of the {', '.join(offloads)}" if offloads else "no host offload")
     if r.eight_bit_adam:
         extras.append("8-bit AdamW")
+    if r.muon:
+        extras.append("Muon")
     extras.append(("LoRA and QLoRA" if r.qlora else "LoRA") + (" (fused projections' adapters)" if r.lora_fused_projections else "")
                   if r.lora else "no LoRA")
     return f"{r.title}: " + "; ".join([tp, cp, pp, zero, shard, ep, *extras]) + "."
@@ -1327,6 +1335,47 @@ def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, 
     return None
 
 
+#: The Muon optimizer (``training.optimizer``; :mod:`cost_model.transformer.muon`).
+MUON = "muon"
+
+
+def muon_violation(framework: str, optimizer: str, lora_rank: int, dtype: str = "bf16") -> str | None:
+    """Reason when ``training.optimizer`` ``muon`` cannot be costed or run, else None.  It is
+    priced as Megatron-Core runs it (``FrameworkRules.muon``), for a model whose weights train:
+    a LoRA run's adapters are low-rank pairs Muon's recipes do not orthogonalise; not in fp16
+    (``get_megatron_muon_optimizer``: "muon with fp16 is not supported").  Its offload is
+    refused by ``optimizer_offload_violation`` (Megatron-Core's hybrid CPU optimizer is Adam),
+    the precision-aware optimizer by ``optimizer_precision_violation`` (Adam's moments)."""
+    if optimizer != MUON:
+        return None
+    if not rules_for(framework).muon:
+        where = " and ".join(f"{x.name} ({x.muon})" for x in RULES.values() if x.muon)
+        return f"{framework}: no Muon optimizer the cost model prices; muon is priced for {where}"
+    if lora_rank:
+        return "Muon orthogonalises whole weight matrices' updates; with LoRA (lora_rank) use adam or adamw"
+    if dtype == "fp16":
+        return "Megatron-Core's Muon runs in bf16 (or fp32), not fp16 with a loss scaler: 'muon with fp16 is not supported'"
+    return None
+
+
+def muon_zero_violation(optimizer: str, zero_stage: int | None, partial: bool = False) -> str | None:
+    """Reason when Muon is asked for at a sharding stage Megatron-Core does not run it at, else
+    None: without the distributed optimizer (zero_stage 0) or with its layer-wise distributed
+    optimizer (zero_stage 1, ``--optimizer dist_muon``: each rank steps whole matrices, over the
+    whole data-parallel group — ``partial``, a ``dp_shard`` below dp, has no Muon counterpart of
+    ``--num-distributed-optimizer-instances``); Megatron-FSDP's sharded gradients and weights
+    (2, 3) split matrices across ranks."""
+    if optimizer != MUON or zero_stage is None:
+        return None
+    if zero_stage >= 2:
+        return (f"Megatron-Core's Muon steps whole weight matrices: without the distributed optimizer (zero_stage 0) or with its "
+                f"layer-wise distributed optimizer (zero_stage 1), not under Megatron-FSDP's sharded weights (got zero_stage {zero_stage})")
+    if partial:
+        return ("Megatron-Core's layer-wise distributed Muon shares the matrices over the whole data-parallel group: leave "
+                "dp_shard out (partial sharding is the Adam distributed optimizer's --num-distributed-optimizer-instances)")
+    return None
+
+
 def offload_modules_violation(framework: str, activation_offloading: bool, modules: tuple[str, ...]) -> str | None:
     """Reason when ``training.offload_modules`` cannot be run, else None: the modules a framework's
     activation offload is told to offload (``FrameworkRules.offload_modules``: Megatron-Core's
@@ -1667,6 +1716,9 @@ __all__ = [
     "offload_modules_violation",
     "EIGHT_BIT_ADAM",
     "eight_bit_adam_violation",
+    "MUON",
+    "muon_violation",
+    "muon_zero_violation",
     "LORA_MODULES",
     "LORA_BASE_DTYPES",
     "LOSS_KERNELS",

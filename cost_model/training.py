@@ -16,6 +16,7 @@ from cost_model.frameworks import (
     LORA_BASE_DTYPES,
     LORA_MODULES,
     LOSS_KERNELS,
+    MUON,
     OFFLOAD_MODULES,
     activation_offloading_violation,
     cp_exchange,
@@ -32,6 +33,7 @@ from cost_model.frameworks import (
     master_weights_violation,
     microbatch_group_setting_violation,
     moe_training_violation,
+    muon_violation,
     offload_modules_violation,
     optimizer_offload_violation,
     optimizer_precision_violation,
@@ -44,8 +46,10 @@ from cost_model.frameworks import (
 #: ``adamw`` is Adam with decoupled weight decay: the same state (two moments) and traffic, so
 #: it is priced as ``adam`` (Megatron's ``--optimizer adam`` is AdamW by default,
 #: ``decoupled_weight_decay``); :attr:`Training.adam`.  ``adamw_8bit`` keeps the two moments in
-#: 8 bits (:data:`cost_model.frameworks.EIGHT_BIT_ADAM`).
-OPTIMIZERS = (*ADAM_OPTIMIZERS, EIGHT_BIT_ADAM, "sgd")
+#: 8 bits (:data:`cost_model.frameworks.EIGHT_BIT_ADAM`).  ``muon``: one momentum for the hidden
+#: matrices, orthogonalised each step, Adam for the embedding and head
+#: (:mod:`cost_model.transformer.muon`; Megatron-Core).
+OPTIMIZERS = (*ADAM_OPTIMIZERS, EIGHT_BIT_ADAM, "sgd", MUON)
 ATTENTION_IMPLS = ("flash", "unfused")
 #: Training frameworks whose behaviour the cost model distinguishes (``training.framework``):
 #: Megatron-Core with Transformer Engine (the default), Megatron-DeepSpeed (Megatron-LM's
@@ -276,6 +280,13 @@ class Training:
         return self.pipeline_schedules_per_step if pp > 1 else 1
 
     @property
+    def muon(self) -> bool:
+        """Whether the optimizer is Muon: the decoder's matrices keep one momentum (as SGD's) and
+        are orthogonalised each step, the embedding and head Adam's two moments
+        (:mod:`cost_model.transformer.muon`)."""
+        return self.optimizer == MUON
+
+    @property
     def eight_bit_moments(self) -> bool:
         """Whether Adam's moments are held in 8 bits (``adamw_8bit``)."""
         return self.optimizer == EIGHT_BIT_ADAM
@@ -497,6 +508,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
         raise InvalidTraining(why, field=f"{field_path}.lora_base_dtype")
     why = eight_bit_adam_violation(framework, out.get("optimizer", "adam"), bool(out.get("cpu_offload", False)),
                                    out.get("optimizer_offload_fraction", 0.0))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.optimizer")
+    why = muon_violation(framework, out.get("optimizer", "adam"), int(out.get("lora_rank", 0) or 0), out.get("dtype", "bf16"))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.optimizer")
     why = activation_offloading_violation(framework, bool(out.get("activation_offloading", False)))

@@ -239,6 +239,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.eight_bit_moments:
         raise InvalidTraining("the 8-bit AdamW is priced for transformer models (a preset or config.json), not for operator graphs; "
                               "use adam or adamw", field="training.optimizer")
+    if training.muon:
+        raise InvalidTraining("Muon is priced on a transformer's weight matrices (a preset or config.json), not for operator graphs; "
+                              "use adam or adamw", field="training.optimizer")
     if training.loss_kernel != "unfused":
         raise InvalidTraining("the fused loss kernels are priced on a transformer's LM head (a preset or config.json), not for "
                               "operator graphs; leave loss_kernel out", field="training.loss_kernel")

@@ -2142,6 +2142,9 @@ def dp_gradient_comm_s(
       all-reduces every micro-batch's: 2R per micro-batch;
     * 1 — Megatron's distributed optimizer: reduce-scatter of gradients + all-gather of the
       updated weights, once per step: 2R per step;
+    * 1 under Muon (``training.optimizer`` ``muon``: Megatron-Core's layer-wise distributed
+      optimizer, each rank stepping whole matrices, :mod:`cost_model.transformer.muon`) — the
+      gradients all-reduced, then the weights each rank updated all-gathered: 3R per step;
     * 0 or 1 under DeepSpeed's BF16_Optimizer (:func:`bf16_optimizer`) — its pipeline engine
       all-reduces the whole gradient buffer (``_bf16_reduce_grads`` → ``buffered_allreduce_fallback``,
       cast to the engine's bf16 ``communication_data_type``), then the optimizer all-gathers the
@@ -2215,7 +2218,8 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
 
     * ZeRO 0 — the gradients all-reduced: (2, 0); FSDP without a pipeline all-reduces them with
       every micro-batch instead (:func:`fsdp_reduces_each_microbatch`): (0, 0);
-    * 1 — the gradients reduce-scattered, the updated weights all-gathered: (1, 1);
+    * 1 — the gradients reduce-scattered, the updated weights all-gathered: (1, 1); Muon's
+      layer-wise distributed optimizer all-reduces the gradients instead: (2, 1);
     * DeepSpeed's BF16_Optimizer at 0 (with a pipeline) or 1 (:func:`bf16_optimizer`) — the gradient buffer
       all-reduced, then the weights its partitioned step updated all-gathered: (2, 1);
     * 2 — the weights all-gathered (the gradients go with every micro-batch): (0, 1); FSDP
@@ -2227,12 +2231,14 @@ def step_sync_ring_passes(training: Training, zero_stage: ArrayOrFloat, pp: Arra
     One rule for the transformer path (:func:`dp_gradient_comm_s`) and the operator-graph path
     (``cost_model.graph.tables.for_mesh``)."""
     z = np.asarray(zero_stage)
-    bf16 = bf16_optimizer(training, z, pp)
+    # all-reduce, then gather: DeepSpeed's BF16_Optimizer, Muon's layer-wise distributed optimizer
+    reduce_then_gather = bf16_optimizer(training, z, pp) | ((z == 1) & training.muon)
     piped = pipelined_fsdp(training, z, pp)
     regather = fsdp_regathers_each_microbatch(training, z, pp)
     each_mb = fsdp_reduces_each_microbatch(training, z, pp)
-    grads: FloatArray = np.where(bf16, 2.0, np.where(piped, 1.0, np.where((z >= 2) | each_mb, 0.0, np.where(z == 1, 1.0, 2.0))))
-    weights: FloatArray = np.where((bf16 | (z == 1) | (z == 2) | piped) & ~regather, 1.0, 0.0)
+    grads: FloatArray = np.where(reduce_then_gather, 2.0,
+                                 np.where(piped, 1.0, np.where((z >= 2) | each_mb, 0.0, np.where(z == 1, 1.0, 2.0))))
+    weights: FloatArray = np.where((reduce_then_gather | (z == 1) | (z == 2) | piped) & ~regather, 1.0, 0.0)
     return grads, weights
 
 

@@ -75,6 +75,7 @@ from cost_model.transformer.lora import (
 )
 from cost_model.transformer.memory import churned_gradients
 from cost_model.transformer.moe import expert_data_parallel, expert_tensor_parallel
+from cost_model.transformer.muon import orthogonalize_s
 from cost_model.transformer.spec import TransformerSpec
 
 
@@ -477,6 +478,10 @@ def stage_cost(
         weights = weights + np.where(S.zero >= 3, 0.0, (decoder_dense + experts) * fp8_cache)
     grads = trainable * g_d + trainable_experts * g_e
     opt = trainable * o_d + trainable_experts * o_e
+    scalar_params = dense - decoder_dense  # the embedding and head: Muon's scalar optimizer (Adam) steps them
+    adam = replace(training, optimizer="adam")
+    if training.muon:  # their Adam state where the decoder's matrices keep Muon's one momentum
+        opt = opt + scalar_params * (model_state_bytes_per_param(adam, S.zero, shard_dense, S.pp)[2] - o_d)
     # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
     # (partitioned) state; the expert weights counted as dense ones of the same shard, for the copies
     # (LoRA: the adapters' state; under cpu_offload the frozen base's shard goes to the host too)
@@ -605,11 +610,15 @@ def stage_cost(
     if training.frozen_base:  # LoRA: the adapters' A and B alone are stepped and accumulated
         tensors = n_decoder * adapter_tensors_per_layer(model, training)
         expert_tensors = n_decoder * expert_adapter_tensors_per_layer(model, training, S.ep)
-    optimizer = optimizer_step_s(trainable + trainable_experts, training, dc.device, S, tensors)
+    stepped = trainable - scalar_params if training.muon else trainable  # by the optimizer asked for (Muon: the matrices)
+    optimizer = optimizer_step_s(stepped + trainable_experts, training, dc.device, S, tensors)
     if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
-        optimizer = optimizer_step_s(trainable, training, dc.device, S, tensors) + optimizer_step_s(
+        optimizer = optimizer_step_s(stepped, training, dc.device, S, tensors) + optimizer_step_s(
             trainable_experts, training, dc.device, S, expert_tensors,
             shard=np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_exp, 1.0))
+    if training.muon:  # the embedding and head stepped by Adam; the matrices' Newton-Schulz iterations (transformer.muon)
+        optimizer = optimizer + optimizer_step_s(scalar_params, adam, dc.device, S) + orthogonalize_s(
+            model, S, dc.device, n, np.where(S.zero == 1, shard_dense, 1.0), np.where(S.zero == 1, shard_exp, 1.0))
     # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
     # backward, on the compute stream (reported as compute, like the layers' other memory-bound work).
     accumulate = grad_accumulation_s(trainable + trainable_experts, training, dc.device, S, tensors + expert_tensors)

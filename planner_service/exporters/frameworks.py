@@ -20,6 +20,7 @@ from typing import Any
 from cost_model.frameworks import (
     ADAM_OPTIMIZERS,
     EIGHT_BIT_ADAM,
+    MUON,
     OPTIMIZER_PRECISION_FLAGS,
     cp_exchange,
     expert_layout_ok,
@@ -248,6 +249,8 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         notes.append("Megatron-LM has no 8-bit AdamW (its narrow moments are the precision-aware optimizer's --exp-avg-dtype and "
                      "--exp-avg-sq-dtype): --optimizer adam is written and the 8-bit state the plan priced is not")
         args.append(("--optimizer", "adam"))
+    elif optimizer == MUON:  # zero_stage 1: its layer-wise distributed optimizer, not --use-distributed-optimizer
+        args.append(("--optimizer", "dist_muon" if int(view.s("zero_stage", 0)) == 1 else "muon"))
     elif optimizer in OPTIMIZERS:  # Megatron's adam is AdamW (decoupled weight decay by default)
         args.append(("--optimizer", "adam" if optimizer in ADAM_OPTIMIZERS else optimizer))
     args += optimizer_precision_args(view.training)
@@ -270,7 +273,7 @@ def megatron_args(view: PlanView) -> tuple[list[tuple[str, str | None]], list[st
         if view.training.get("attention", "flash") == "flash":
             notes.append("the plan priced FlashAttention, which Megatron-DeepSpeed runs only when asked (--use-flash-attn-v2; "
                          "its default attention materialises the scores)")
-    elif zero == 1:
+    elif zero == 1 and optimizer != MUON:  # Muon's is --optimizer dist_muon ('muon with dist optimizer is not supported')
         args.append(("--use-distributed-optimizer", None))
         if view.dp_replicas > 1:  # partial distributed optimizer: sharded inside each instance
             args.append(("--num-distributed-optimizer-instances", str(view.dp_replicas)))

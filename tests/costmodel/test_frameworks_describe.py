@@ -18,6 +18,7 @@ def test_each_framework_is_described_by_its_own_rules(framework):
     # what it can offload to the host, and the 8-bit AdamW where its trainers run one
     assert ("activations" in text) == bool(r.activation_offloading) and ("sharded state" in text) == bool(r.cpu_offload)
     assert ("optimizer state" in text) == bool(r.optimizer_offload) and ("8-bit AdamW" in text) == bool(r.eight_bit_adam)
+    assert ("Muon" in text) == bool(r.muon)
 
 
 def test_what_differs_between_frameworks_shows():

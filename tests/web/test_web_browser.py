@@ -698,6 +698,14 @@ def test_the_8_bit_adamw_is_planned_from_the_page(browser, live_server):
     assert plan["training"]["optimizer"] == "adamw_8bit" and plan["best"]["prediction"]["fits"]
 
 
+def test_muon_is_planned_from_the_page(browser, live_server):
+    """Muon chosen in the optimizer list: a Megatron-Core plan keeps it, without sharded weights;
+    under FSDP (where it is not priced) it is refused next to the control."""
+    plan = refused_then_planned(browser, live_server, "#optimizer", "muon", "fsdp",
+                                "training.optimizer: fsdp: no Muon optimizer", "TensorParallelMuon", "megatron-core")
+    assert plan["training"]["optimizer"] == "muon" and plan["best"]["strategy"]["zero_stage"] in (0, 1)
+
+
 def test_megatron_module_offload_is_planned_from_the_page(browser, live_server):
     """Megatron-Core's fine-grained activation offloading: activation offloading without modules
     is refused next to the module list; with core_attn chosen the plan keeps it, and its megatron

@@ -48,6 +48,7 @@ from cost_model.frameworks import (
     interleaved_microbatches_violation,
     interleaved_schedule_violation,
     kv_heads_violation,
+    muon_zero_violation,
     offload_layout_violation,
     one_rank_sharding_note,
     pinned_rule_violation,
@@ -134,7 +135,8 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     why = (precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
-           or fp8_param_gather_zero_violation(training.fp8_param_gather, pins.get("zero_stage")))
+           or fp8_param_gather_zero_violation(training.fp8_param_gather, pins.get("zero_stage"))
+           or muon_zero_violation(training.optimizer, pins.get("zero_stage")))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload,
@@ -435,6 +437,9 @@ def enumerate_space(
             stages = [1]
         if training.fp8_param_gather:  # a sharded optimizer (fp8_param_gather_zero_violation)
             stages = [z for z in stages if z >= 1]
+        if training.muon:  # whole matrices a rank (muon_zero_violation); stage 0 competes: the
+            # layer-wise optimizer all-reduces the gradients and all-gathers the weights (more traffic)
+            stages = [0, 1]
         # the stages the request's offload runs at (offload_layout_violation)
         stages = [z for z in stages if offload_layout_violation(training.framework, training.optimizer_offload_fraction,
                                                                 training.cpu_offload, z, None) is None]
@@ -538,8 +543,9 @@ def _partial_sharding(model: TransformerSpec, training: Training, cols: dict[str
     dp_shard = gpus_per_node/(tp·cp), the state replicated across nodes — beside full sharding:
     neither dominates (HSDP keeps the per-micro-batch gathers on NVLink and their latency
     flat in dp, full sharding holds dp/dp_shard times less state and syncs no replicas)."""
-    stages = np.array(rules_for(training.framework).partial_sharding_stages or (-1,))
-    partial = np.isin(cols["zero"], stages)
+    # Muon's layer-wise optimizer owns whole matrices over the whole group (muon_zero_violation): none
+    allowed = () if training.muon else rules_for(training.framework).partial_sharding_stages
+    partial = np.isin(cols["zero"], np.array(allowed or (-1,)))
     dp = cols["dp"]
     if "dp_shard" in pins and pins["dp_shard"]:
         shard = int(pins["dp_shard"])
@@ -548,7 +554,7 @@ def _partial_sharding(model: TransformerSpec, training: Training, cols: dict[str
         cols["dp_shard"] = np.where(cols["dp"] == shard, 0, shard).astype(np.int64)
         return _keep(cols, _experts_split(model, cols))
     cols["dp_shard"] = np.zeros(len(dp), dtype=np.int64)
-    if "dp_shard" in pins or not rules_for(training.framework).partial_sharding_stages:
+    if "dp_shard" in pins or not allowed:
         return cols
     inner = cols["tp"] * cols["cp"]
     node_shard = np.where(gpus_per_node % inner == 0, gpus_per_node // np.maximum(inner, 1), 0)
