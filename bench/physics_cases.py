@@ -71,6 +71,10 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   and of every module — activations, peak, host memory, the copies' exposed time;
 * ``eight_bit_adam``: Llama-3-8B on 8 H100 replicated in pure bf16 (FSDP's NO_SHARD), under
   DeepSpeed ZeRO-2 and FSDP's full sharding: AdamW against the 8-bit AdamW — optimizer state, peak, the optimizer's time;
+* ``muon``: Llama-3-8B (tp 4 on 16 H100) and Qwen3-30B-A3B (ep 8 on 32 H100) under Megatron-Core:
+  Adam with the distributed optimizer against Muon without it and with its layer-wise distributed
+  optimizer — optimizer state, peak, the optimizer's time (the Newton-Schulz iterations) and the
+  data-parallel sync;
 * ``lora``: Llama-3-8B under FSDP's full sharding on 8 H100 (2 × 4096 tokens a micro-batch, no
   recompute), a full finetune against LoRA r 16 on every linear layer, on the QKV projection
   alone and with a 0.05 dropout, Llama-3-70B and Qwen3-30B-A3B (ep 8; every expert adapted, or
@@ -537,6 +541,23 @@ def eight_bit_adam() -> dict[str, Any]:
     return {"model": model.name, "layout": "dp 8 on 8 H100, full recompute, 16 x 2048 tokens a step", "rows": rows}
 
 
+def muon() -> dict[str, Any]:
+    """Muon (training.optimizer muon; cost_model.transformer.muon) under Megatron-Core: Adam with the
+    distributed optimizer against Muon without it (every rank orthogonalises every matrix of its
+    shard) and with its layer-wise distributed optimizer (each rank 1/dp of them; the gradients
+    all-reduced, the weights all-gathered)."""
+    rows = []
+    for name, model, nodes, kw in (("llama3-8b", get_preset("llama3-8b"), 2, {"dp": 4, "tp": 4, "sequence_parallel": True}),
+                                   ("qwen3-30b-a3b", _config("qwen3-30b-a3b"), 4, {"dp": 32, "ep": 8})):
+        for optimizer, zero in (("adam", 1), ("muon", 0), ("muon", 1)):
+            tr = Training(global_batch_size=128, sequence_length=4096, optimizer=optimizer)
+            est = estimate(model, tr, simple_cluster(H100, nodes), Strategy(zero_stage=zero, recompute="selective", **kw))
+            rows.append(_row(est, model=name, gpus=8 * nodes, optimizer=optimizer, zero_stage=zero,
+                             optimizer_state_GB=round(est.stages[0].memory_GB["optimizer_state"], 2)))
+    return {"layout": "Megatron-Core, selective recompute, 128 x 4096 tokens a step: Llama-3-8B tp 4 (SP) x dp 4 on 16 H100, "
+                      "Qwen3-30B-A3B ep 8 x dp 32 on 32 H100", "rows": rows}
+
+
 def lora() -> dict[str, Any]:
     """LoRA (cost_model.transformer.lora): the frozen weights' missing weight gradients and state
     against the adapters' own GEMMs, memory-bound passes and saved tensors."""
@@ -733,7 +754,7 @@ def interleaved_microbatch_groups() -> dict[str, Any]:
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, muon, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
                                   paddle_full_attn, submodule_checkpointing, pipeline_schedules, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
                                   memory_interval_state_dominated)}
 

@@ -227,6 +227,22 @@ def physics() -> str | None:
                    + "; ".join(eight(fw, z, master, rows) for (fw, z, master), rows in by.items())
                    + f" — a byte a moment instead of four; under mixed precision the step moves {mixed['adamw_8bit']['step_bytes_per_param']:.0f} "
                    f"bytes a parameter instead of {mixed['adamw']['step_bytes_per_param']:.0f}.")
+    mu = d.get("muon")
+    if mu:
+        def muon_row(r: dict) -> str:
+            how = "Adam, distributed optimizer" if r["optimizer"] == "adam" else (
+                "Muon, layer-wise distributed optimizer" if r["zero_stage"] == 1 else "Muon, no distributed optimizer")
+            return (f"{how}: optimizer state {r['optimizer_state_GB']:.1f} GB, peak {r['peak_memory_GB']:.1f} GB"
+                    f"{'' if r['fits'] else ' (does not fit)'}, optimizer {r['breakdown_s'].get('optimizer', 0) * 1e3:.0f} ms, "
+                    f"exposed DP sync {r['breakdown_s'].get('dp_comm_exposed', 0) * 1e3:.0f} ms, step {r['step_time_s']:.2f} s")
+
+        by_model: dict[str, list] = {}
+        for r in mu["rows"]:
+            by_model.setdefault(f"{r['model']} on {r['gpus']} H100", []).append(r)
+        out.append(f"* **Muon** ({mu['layout']}): " + " ".join(f"{m}: " + "; ".join(muon_row(r) for r in rows) + "." for m, rows in by_model.items())
+                   + " One fp32 momentum for the decoder's matrices instead of Adam's two moments; every rank orthogonalises "
+                   "every matrix of its shard (five Newton-Schulz iterations) unless the layer-wise optimizer shares them, "
+                   "whose gradients are all-reduced and weights all-gathered.")
     lo = d.get("lora")
     if lo:
         def lora_row(r: dict) -> str:
