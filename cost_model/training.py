@@ -75,6 +75,16 @@ OPTIMIZER_DTYPES: dict[str, tuple[str, ...]] = {
 GRAD_ACCUM_DTYPES = ("fp32", "bf16")
 
 
+def pipeline_schedules_at(per_step: int, pp: Any) -> Any:
+    """The pipeline schedules a step runs at pipeline depth ``pp`` (elementwise over arrays):
+    ``per_step`` (``training.pipeline_schedules_per_step``) where there is a pipeline (pp > 1),
+    else 1 — without one the micro-batches run one after another either way.  One rule for the
+    cost model (:meth:`Training.pipeline_schedules`) and the launches that write it."""
+    if np.ndim(pp):
+        return np.where(np.asarray(pp) > 1, per_step, 1)
+    return per_step if pp > 1 else 1
+
+
 @dataclass(frozen=True)
 class Training:
     """What is trained and how the framework runs it.
@@ -272,12 +282,8 @@ class Training:
         return self.optimizer in ADAM_OPTIMIZERS or self.optimizer == EIGHT_BIT_ADAM
 
     def pipeline_schedules(self, pp: Any) -> Any:
-        """The pipeline schedules a step runs at pipeline depth ``pp`` (elementwise over arrays):
-        ``pipeline_schedules_per_step`` where there is a pipeline (pp > 1), else 1 — without one the
-        micro-batches run one after another either way."""
-        if np.ndim(pp):
-            return np.where(np.asarray(pp) > 1, self.pipeline_schedules_per_step, 1)
-        return self.pipeline_schedules_per_step if pp > 1 else 1
+        """The pipeline schedules a step runs at pipeline depth ``pp`` (:func:`pipeline_schedules_at`)."""
+        return pipeline_schedules_at(self.pipeline_schedules_per_step, pp)
 
     @property
     def muon(self) -> bool:

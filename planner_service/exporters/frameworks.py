@@ -1022,9 +1022,8 @@ def torchtitan_sections(view: PlanView) -> dict[str, dict[str, Any]]:
         parallelism["pipeline_parallel_microbatch_size"] = view.micro_batch_size
         parallelism["module_fqns_per_model_part"] = parts
     # with a pipeline each gradient-accumulation step runs one schedule over local_batch_size sequences:
-    # the plan's training.pipeline_schedules_per_step of them a step
-    local = (view.global_batch_size // view.dp // int(view.training.get("pipeline_schedules_per_step") or 1) if view.pp > 1
-             else view.micro_batch_size)
+    # the plan's pipeline schedules a step
+    local = view.global_batch_size // view.dp // view.pipeline_schedules if view.pp > 1 else view.micro_batch_size
     training = {
         "local_batch_size": local,
         "global_batch_size": view.global_batch_size,

@@ -27,6 +27,7 @@ from typing import Any
 from cost_model.errors import InvalidInput, PlannerError
 from cost_model.frameworks import interleaved_microbatch_group
 from cost_model.strategy import even_split, rank_coords
+from cost_model.training import pipeline_schedules_at
 from cost_model.transformer.spec import TransformerSpec, from_hf_config, get_preset
 
 
@@ -153,6 +154,12 @@ class PlanView:
     @property
     def pp(self) -> int:
         return int(self.s("pp", 1))
+
+    @property
+    def pipeline_schedules(self) -> int:
+        """Pipeline schedules a step (the cost model's rule, ``training.pipeline_schedules_at``):
+        ``training.pipeline_schedules_per_step`` with a pipeline, else 1."""
+        return int(pipeline_schedules_at(int(self.training.get("pipeline_schedules_per_step") or 1), self.pp))
 
     @property
     def cp(self) -> int:
