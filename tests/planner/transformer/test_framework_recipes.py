@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 
 from cost_model.estimate import estimate
+from cost_model.frameworks import RULES
 from cost_model.validation.recipes import load_recipes, recipe_body
 from planner_service.planner import SolverSettings, plan
 from planner_service.planner.request import parse_estimate_request, parse_plan_request
@@ -40,13 +41,14 @@ def test_the_recipes_cover_every_framework_and_say_where_they_come_from():
     assert {r["training"]["framework"] for r in RECIPES} == {"megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "paddle"}
     assert all(r["source"] and (r["expect"] == "runs" or r.get("why")) for r in RECIPES)
     assert sum(r["expect"] == "runs" for r in RECIPES) >= 70
-    # offload to the host, each kind a framework has, is among them (optimizer state alone, the whole
-    # sharded state, the saved activations)
-    kinds = ("optimizer_offload_fraction", "cpu_offload", "activation_offloading")
+    # offload to the host is among them: every kind (optimizer state alone, the whole sharded state,
+    # the saved activations), each only where its framework has it (the rule table), under every
+    # framework the trainers of which ship offloading examples
+    kinds = {"optimizer_offload_fraction": "optimizer_offload", "cpu_offload": "cpu_offload", "activation_offloading": "activation_offloading"}
     offloading = {(r["training"]["framework"], k) for r in RECIPES if r["expect"] == "runs" for k in kinds if r["training"].get(k)}
-    assert offloading == {("deepspeed", "optimizer_offload_fraction"), ("deepspeed", "cpu_offload"), ("deepspeed", "activation_offloading"),
-                          ("megatron-core", "optimizer_offload_fraction"), ("fsdp", "cpu_offload"), ("fsdp", "activation_offloading"),
-                          ("paddle", "optimizer_offload_fraction"), ("paddle", "activation_offloading")}
+    has = {(name, k) for name, rule in RULES.items() for k, setting in kinds.items() if getattr(rule, setting)}
+    assert offloading <= has and {k for _, k in offloading} == set(kinds)
+    assert {f for f, _ in offloading} >= {"megatron-core", "deepspeed", "fsdp", "paddle"}
     # and LoRA (torchtune's distributed LoRA recipes), over a 4-bit base too (its 405B QLoRA)
     assert any(r["training"].get("lora_rank") for r in RECIPES if r["expect"] == "runs")
     assert any(r["training"].get("lora_base_dtype") == "nf4" for r in RECIPES if r["expect"] == "runs")
