@@ -478,7 +478,10 @@ def stage_cost(
         weights = weights + np.where(S.zero >= 3, 0.0, (decoder_dense + experts) * fp8_cache)
     grads = trainable * g_d + trainable_experts * g_e
     opt = trainable * o_d + trainable_experts * o_e
-    scalar_params = dense - decoder_dense  # the embedding and head: Muon's scalar optimizer (Adam) steps them
+    # the embedding and head (the rest of ``dense`` beside the decoder's and the MTP modules' matrices):
+    # Muon's scalar optimizer (Adam) steps them
+    mtp_dense = (model.mtp_params() - model.mtp_routed_expert_params()) / S.tp if has_head else 0.0
+    scalar_params = dense - decoder_dense - mtp_dense
     adam = replace(training, optimizer="adam")
     if training.muon:  # their Adam state where the decoder's matrices keep Muon's one momentum
         opt = opt + scalar_params * (model_state_bytes_per_param(adam, S.zero, shard_dense, S.pp)[2] - o_d)

@@ -75,6 +75,21 @@ def test_memory_keeps_one_momentum_for_the_matrices_and_adam_for_the_embedding_a
     assert sharded.stages[0].memory_GB["optimizer_state"] == pytest.approx(muon.stages[0].memory_GB["optimizer_state"] / 8, rel=1e-3)
 
 
+def test_the_mtp_modules_matrices_keep_muons_momentum():
+    """DeepSeek-V3-style multi-token prediction: the MTP module's layer and projection are
+    matrices (one momentum), only the embedding and head Adam's."""
+    from dataclasses import replace
+
+    base = get_preset("llama3-8b")
+    model = replace(base, mtp_layers=1)
+    cluster = simple_cluster(H100, 1)
+    s = Strategy(dp=8, zero_stage=0, micro_batch_size=1, recompute="full")
+    adam, muon = (estimate(model, _tr(optimizer=o), cluster, s) for o in ("adam", "muon"))
+    scalar = model.embedding_params() + model.head_params()
+    saved = adam.stages[0].memory_GB["optimizer_state"] - muon.stages[0].memory_GB["optimizer_state"]
+    assert saved == pytest.approx((model.total_params() + model.mtp_params() - scalar) * 4 / 1e9, rel=1e-3)
+
+
 def test_the_orthogonalisation_runs_on_every_rank_unless_the_layer_wise_optimizer_shares_it():
     model, cluster = get_preset("llama3-8b"), simple_cluster(H100, 1)
     s0 = Strategy(dp=8, zero_stage=0, micro_batch_size=1, recompute="full")
