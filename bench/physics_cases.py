@@ -75,6 +75,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
   Adam with the distributed optimizer against Muon without it and with its layer-wise distributed
   optimizer — optimizer state, peak, the optimizer's time (the Newton-Schulz iterations) and the
   data-parallel sync;
+* ``optimizer_in_backward``: Llama-3.1-70B fully sharded on 8 B200 in pure bf16 (6 x 8192 tokens a GPU,
+  full recompute, torch.compile's loss: torchtitan's 70B B200 layout) and Llama-3-8B on 8 H100: the step after the backward against torchtune's
+  optimizer in the backward — gradients, peak, step;
 * ``lora``: Llama-3-8B under FSDP's full sharding on 8 H100 (2 × 4096 tokens a micro-batch, no
   recompute), a full finetune against LoRA r 16 on every linear layer, on the QKV projection
   alone and with a 0.05 dropout, Llama-3-70B and Qwen3-30B-A3B (ep 8; every expert adapted, or
@@ -558,6 +561,22 @@ def muon() -> dict[str, Any]:
                       "Qwen3-30B-A3B ep 8 x dp 32 on 32 H100", "rows": rows}
 
 
+def optimizer_in_backward() -> dict[str, Any]:
+    """The optimizer step inside the backward (training.optimizer_in_backward; torchtune's
+    optimizer_in_bwd): each parameter stepped as its gradient is reduced, none held for the step —
+    one micro-batch a step."""
+    rows = []
+    for name, device, master, tokens, loss in (("llama3-70b", "B200-SXM-192GB", False, 6, "compiled"), ("llama3-8b", H100, True, 2, "unfused")):
+        model = get_preset(name)
+        for inside in (False, True):
+            tr = Training(global_batch_size=8 * tokens, sequence_length=8192, framework="fsdp", master_weights=master,
+                          optimizer_in_backward=inside, loss_kernel=loss)
+            est = estimate(model, tr, simple_cluster(device, 1), Strategy(dp=8, zero_stage=3, micro_batch_size=tokens, recompute="full"))
+            rows.append(_row(est, model=name, device=device, pure_bf16=not master, optimizer_in_backward=inside,
+                             gradients_GB=round(est.stages[0].memory_GB["gradients"], 2)))
+    return {"layout": "FSDP full sharding, dp 8, full recompute, one micro-batch of 8192-token sequences a step", "rows": rows}
+
+
 def lora() -> dict[str, Any]:
     """LoRA (cost_model.transformer.lora): the frozen weights' missing weight gradients and state
     against the adapters' own GEMMs, memory-bound passes and saved tensors."""
@@ -754,7 +773,7 @@ def interleaved_microbatch_groups() -> dict[str, Any]:
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, muon, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, muon, optimizer_in_backward, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
                                   paddle_full_attn, submodule_checkpointing, pipeline_schedules, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
                                   memory_interval_state_dominated)}
 

@@ -243,6 +243,19 @@ def physics() -> str | None:
                    + " One fp32 momentum for the decoder's matrices instead of Adam's two moments; every rank orthogonalises "
                    "every matrix of its shard (five Newton-Schulz iterations) unless the layer-wise optimizer shares them, "
                    "whose gradients are all-reduced and weights all-gathered.")
+    ob = d.get("optimizer_in_backward")
+    if ob:
+        def oib_row(r: dict) -> str:
+            return (f"{'inside the backward' if r['optimizer_in_backward'] else 'after the backward'}: gradients {r['gradients_GB']:.1f} GB, "
+                    f"peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}, step {r['step_time_s']:.2f} s")
+
+        groups: dict[str, list] = {}
+        for r in ob["rows"]:
+            groups.setdefault(f"{r['model']} on 8 {r['device'].split('-')[0]}{' (pure bf16)' if r['pure_bf16'] else ''}", []).append(r)
+        out.append(f"* **Optimizer step inside the backward** ({ob['layout']}): "
+                   + " ".join(f"{g}: " + "; ".join(oib_row(r) for r in rows) + "." for g, rows in groups.items())
+                   + " torchtune's optimizer_in_bwd steps each parameter as its gradient is reduced and frees it, so no "
+                   "gradient is held for the step; the step's time is unchanged.")
     lo = d.get("lora")
     if lo:
         def lora_row(r: dict) -> str:

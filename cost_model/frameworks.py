@@ -261,6 +261,9 @@ class FrameworkRules:
     #: submodules under full recompute (``training.submodule_checkpointing``), in their own
     #: terms; empty: its full recompute checkpoints whole layers only
     submodule_checkpointing: str = ""
+    #: its optimizer step inside the backward, each parameter's as soon as its gradient is
+    #: reduced (``training.optimizer_in_backward``), in its trainers' own terms; empty: none
+    optimizer_in_backward: str = ""
     #: its LoRA finetuning (``training.lora_rank``), in its trainers' own terms; empty: none
     lora: str = ""
     #: its QLoRA: LoRA over a 4-bit NF4 base (``training.lora_base_dtype`` ``nf4``); empty: none
@@ -461,6 +464,8 @@ RULES: dict[str, FrameworkRules] = {
                                  "(apply_submodule_checkpointing, where a model has no checkpointing layers of its own): "
                                  "checkpoint_wrapper on each layer's self_attn, mlp, input_layernorm and post_attention_layernorm"),
         activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
+        optimizer_in_backward=("torchtune's optimizer_in_bwd, torchtitan's optimizer.early_step_in_backward (before 0.3): "
+                               "the step in a post-accumulate-grad hook of each parameter"),
         eight_bit_adam=("bitsandbytes' AdamW8bit / PagedAdamW8bit or torchao's AdamW8bit (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit; torchtune's bitsandbytes.optim.PagedAdamW8bit)"),
         tp_comm_overlap="torchtitan's async tensor parallelism (compile.enable_async_tensor_parallel, under torch.compile)",
@@ -1528,6 +1533,38 @@ def submodule_checkpointing_violation(framework: str, submodule_checkpointing: b
             f"norms separately is priced for {priced_by('submodule_checkpointing', '; ')}")
 
 
+def optimizer_in_backward_violation(framework: str, optimizer_in_backward: bool, optimizer_offload: bool = False) -> str | None:
+    """Reason when ``training.optimizer_in_backward`` is asked of a framework whose trainers do not
+    step inside the backward (``FrameworkRules.optimizer_in_backward``), or beside an offload
+    whose optimizer steps on the host, else None."""
+    if not optimizer_in_backward:
+        return None
+    if not rules_for(framework).optimizer_in_backward:
+        return f"{framework}: no optimizer step inside the backward; it is priced for {priced_by('optimizer_in_backward', '; ')}"
+    if optimizer_offload:
+        return "the optimizer steps inside the backward on the GPU; with the state on the host (cpu_offload, optimizer_offload_fraction) leave it out"
+    return None
+
+
+def optimizer_in_backward_layout_violation(optimizer_in_backward: bool, *, pp: int | None = None, ep: int | None = None,
+                                           num_microbatches: int | None = None) -> tuple[str, str] | None:
+    """(strategy field, reason) when a layout cannot step inside the backward, else None (``None``
+    for a knob not fixed yet): the step runs in each parameter's post-accumulate-grad hook, so
+    every backward steps — one micro-batch a step (torchtune: "Gradient accumulation is not
+    supported with optimizer in bwd"); torchtitan refuses it with a pipeline or expert
+    parallelism ("Optimizers in backward is not supported with Pipeline Parallel / Expert Parallel")."""
+    if not optimizer_in_backward:
+        return None
+    if pp is not None and pp > 1:
+        return "pp", f"the optimizer step inside the backward runs without a pipeline (pp 1, got {pp})"
+    if ep is not None and ep > 1:
+        return "ep", f"the optimizer step inside the backward runs without expert parallelism (ep 1, got {ep})"
+    if num_microbatches is not None and num_microbatches > 1:
+        return "micro_batch_size", (f"the optimizer steps inside every backward, so a step is one micro-batch: "
+                                    f"micro_batch_size = global_batch_size / dp (got {num_microbatches} micro-batches a step)")
+    return None
+
+
 def offload_layout_violation(framework: str, optimizer_offload_fraction: float, cpu_offload: bool,
                              zero_stage: int | None, pp: int | None, activation_offloading: bool = False,
                              recompute: str | None = None) -> tuple[str, str] | None:
@@ -1718,6 +1755,8 @@ __all__ = [
     "eight_bit_adam_violation",
     "MUON",
     "muon_violation",
+    "optimizer_in_backward_violation",
+    "optimizer_in_backward_layout_violation",
     "muon_zero_violation",
     "LORA_MODULES",
     "LORA_BASE_DTYPES",

@@ -31,6 +31,7 @@ from cost_model.frameworks import (
     moe_overlap_layout_violation,
     muon_zero_violation,
     offload_layout_violation,
+    optimizer_in_backward_layout_violation,
     precision_aware_zero_violation,
     recompute_modules_violation,
     required_expert_tensor_parallel,
@@ -551,8 +552,10 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
                                  recompute_num_layers=s.recompute_num_layers, dp_shard=s.dp_shard, recompute_method=s.recompute_method)
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
-    rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,
-                                       num_microbatches=m // k, tied_embeddings=model.tie_embeddings)
+    rule = optimizer_in_backward_layout_violation(training.optimizer_in_backward, pp=s.pp, ep=s.ep, num_microbatches=m)
+    if rule is None:
+        rule = torchtitan_layout_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, ep=s.ep, cp=s.cp, zero_stage=s.zero_stage,
+                                           num_microbatches=m // k, tied_embeddings=model.tie_embeddings)
     if rule is None:
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=s.zero_stage, ep=s.ep, cp=s.cp)
     if rule is not None:

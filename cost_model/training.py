@@ -35,6 +35,7 @@ from cost_model.frameworks import (
     moe_training_violation,
     muon_violation,
     offload_modules_violation,
+    optimizer_in_backward_violation,
     optimizer_offload_violation,
     optimizer_precision_violation,
     pipeline_schedules_violation,
@@ -165,6 +166,12 @@ class Training:
     in-flight micro-batches of an m/k schedule (:func:`cost_model.transformer.stage_cost.
     combine_stages`); k must divide m.  Without a pipeline it changes nothing (warned).
 
+    ``optimizer_in_backward`` (``fsdp``: torchtune's ``optimizer_in_bwd``, torchtitan's
+    ``early_step_in_backward``): each parameter stepped in its post-accumulate-grad hook as soon
+    as its gradient is reduced, and the gradient freed — no gradient held for the step
+    (:func:`cost_model.transformer.stage_cost.stage_cost`); one micro-batch a step, no pipeline,
+    no expert parallelism (:func:`cost_model.frameworks.optimizer_in_backward_layout_violation`).
+
     ``submodule_checkpointing`` (``fsdp``): under ``recompute: full``, each decoder layer's
     attention, MLP and both norms checkpointed as separate submodules (``checkpoint_wrapper`` on
     ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``: NeMo-RL's DTensor
@@ -237,6 +244,9 @@ class Training:
     #: full recompute checkpoints each layer's attention, MLP and norms as separate submodules
     #: (their inputs kept), not the whole layer (``fsdp``: NeMo Automodel, NeMo-RL's DTensor policy)
     submodule_checkpointing: bool = False
+    #: each parameter stepped inside the backward as soon as its gradient is reduced, the gradient
+    #: then freed (``fsdp``: torchtune's optimizer_in_bwd); one micro-batch a step
+    optimizer_in_backward: bool = False
     #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading moves
     #: (``--offload-modules``; :data:`cost_model.frameworks.OFFLOAD_MODULES`); empty: every saved tensor
     offload_modules: tuple[str, ...] = ()
@@ -350,7 +360,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "cp_a2a_size": None, "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
-                                     "submodule_checkpointing": False, "pipeline_schedules_per_step": 1,
+                                     "submodule_checkpointing": False, "optimizer_in_backward": False, "pipeline_schedules_per_step": 1,
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
                                      "fp8_param_gather": False, "microbatch_group_size_per_vp_stage": 0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
@@ -392,7 +402,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
     for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
-                "activation_offloading", "fp8_param_gather", "submodule_checkpointing"):
+                "activation_offloading", "fp8_param_gather", "submodule_checkpointing", "optimizer_in_backward"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -522,6 +532,10 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
     why = activation_offloading_violation(framework, bool(out.get("activation_offloading", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.activation_offloading")
+    why = optimizer_in_backward_violation(framework, bool(out.get("optimizer_in_backward", False)),
+                                          bool(out.get("cpu_offload", False)) or out.get("optimizer_offload_fraction", 0.0) > 0.0)
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.optimizer_in_backward")
     why = submodule_checkpointing_violation(framework, bool(out.get("submodule_checkpointing", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.submodule_checkpointing")

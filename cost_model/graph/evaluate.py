@@ -239,6 +239,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.eight_bit_moments:
         raise InvalidTraining("the 8-bit AdamW is priced for transformer models (a preset or config.json), not for operator graphs; "
                               "use adam or adamw", field="training.optimizer")
+    if training.optimizer_in_backward:
+        raise InvalidTraining("the optimizer step inside the backward is priced for transformer models (a preset or config.json), not "
+                              "for operator graphs; leave optimizer_in_backward out", field="training.optimizer_in_backward")
     if training.muon:
         raise InvalidTraining("Muon is priced on a transformer's weight matrices (a preset or config.json), not for operator graphs; "
                               "use adam or adamw", field="training.optimizer")

@@ -477,6 +477,8 @@ def stage_cost(
     if fp8_cache:  # FP8 casts cached over the step beside whole 16-bit weights (Megatron-FSDP's sharded ones: not counted)
         weights = weights + np.where(S.zero >= 3, 0.0, (decoder_dense + experts) * fp8_cache)
     grads = trainable * g_d + trainable_experts * g_e
+    if training.optimizer_in_backward:  # each parameter stepped in its post-accumulate-grad hook, its gradient then freed
+        grads = np.zeros_like(np.asarray(grads, dtype=float))
     opt = trainable * o_d + trainable_experts * o_e
     # the embedding and head (the rest of ``dense`` beside the decoder's and the MTP modules' matrices):
     # Muon's scalar optimizer (Adam) steps them

@@ -1143,6 +1143,10 @@ def render_torchtitan(view: PlanView, params: LaunchParams) -> Artifact:
                           "would keep on the GPU; launch it with the torchrun target and a trainer that offloads them (torchtune's "
                           "enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload)",
                           field="target")
+    if view.training.get("optimizer_in_backward") is True:
+        raise InvalidPlan("torchtitan 0.3 has no optimizer step inside the backward (its optimizer.early_step_in_backward was "
+                          "removed): the plan priced no gradient held for the step, which this launch would hold; launch it with "
+                          "the torchrun target and torchtune's optimizer_in_bwd", field="target")
     if view.training.get("optimizer") in ("sgd", EIGHT_BIT_ADAM):
         what = ("SGD (priced with one momentum buffer)" if view.training.get("optimizer") == "sgd"
                 else "8-bit AdamW (priced with 8-bit moments)")

@@ -136,6 +136,8 @@ _ROWS: list[tuple[str, str, str, Any, int, str]] = [
      _with(_with(_with(ESTIMATE, "training.framework", "fsdp"), "training.cpu_offload", True), "strategy",
            {"dp": 8, "micro_batch_size": 2, "zero_stage": 2}), 422, "strategy.zero_stage"),
     ("training-adamw-8bit-megatron", "POST", "/v1/plans", _with(PLAN, "training.optimizer", "adamw_8bit"), 422, "training.optimizer"),
+    ("training-optimizer-in-backward-megatron", "POST", "/v1/plans", _with(PLAN, "training.optimizer_in_backward", True), 422,
+     "training.optimizer_in_backward"),
     ("training-muon-fsdp", "POST", "/v1/plans", _with(_with(PLAN, "training.framework", "fsdp"), "training.optimizer", "muon"), 422,
      "training.optimizer"),
     ("constraint-muon-zero3", "POST", "/v1/plans", {**_with(PLAN, "training.optimizer", "muon"), "constraints": {"zero_stage": 3}}, 422,

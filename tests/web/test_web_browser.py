@@ -706,6 +706,17 @@ def test_muon_is_planned_from_the_page(browser, live_server):
     assert plan["training"]["optimizer"] == "muon" and plan["best"]["strategy"]["zero_stage"] in (0, 1)
 
 
+def test_the_optimizer_step_inside_the_backward_is_planned_from_the_page(browser, live_server):
+    """torchtune's optimizer in the backward chosen on the page: an FSDP plan keeps it with one
+    micro-batch a step and no gradients held; under Megatron-Core it is refused next to the control."""
+    plan = refused_then_planned(browser, live_server, "#t-opt-in-bwd", "true", "megatron-core",
+                                "training.optimizer_in_backward: megatron-core: no optimizer step inside the backward",
+                                "optimizer_in_bwd", "fsdp")
+    best = plan["best"]
+    assert plan["training"]["optimizer_in_backward"] is True and best["strategy"]["pp"] == 1
+    assert best["prediction"]["memory_breakdown_GB"][0]["gradients"] == 0.0
+
+
 def test_megatron_module_offload_is_planned_from_the_page(browser, live_server):
     """Megatron-Core's fine-grained activation offloading: activation offloading without modules
     is refused next to the module list; with core_attn chosen the plan keeps it, and its megatron

@@ -51,6 +51,7 @@ from cost_model.frameworks import (
     muon_zero_violation,
     offload_layout_violation,
     one_rank_sharding_note,
+    optimizer_in_backward_layout_violation,
     pinned_rule_violation,
     precision_aware_zero_violation,
     recompute_method_violation,
@@ -127,8 +128,11 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
         raise InvalidStrategy(why, field="constraints.tp")
     # torchtitan's checks that the pinned knobs alone can break (the rest wait for whole rows)
     m = _pinned_microbatches(training, pins)
-    rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
-                                       tied_embeddings=model.tie_embeddings, vpp=pins.get("vpp", 1) if m is not None else None, num_microbatches=m)
+    rule = optimizer_in_backward_layout_violation(training.optimizer_in_backward, pp=pins.get("pp"), ep=pins.get("ep"), num_microbatches=m)
+    if rule is None:
+        rule = torchtitan_layout_violation(training.framework, tp=tp, pp=pins.get("pp"), cp=pins.get("cp"), zero_stage=pins.get("zero_stage"),
+                                           tied_embeddings=model.tie_embeddings, vpp=pins.get("vpp", 1) if m is not None else None,
+                                           num_microbatches=m)
     if rule is None:  # DeepSpeed's engine's MoE checks the pinned knobs alone can break
         rule = deepspeed_moe_violation(training.framework, is_moe=model.is_moe, zero_stage=pins.get("zero_stage"),
                                        ep=pins.get("ep"), cp=pins.get("cp"))
@@ -375,7 +379,12 @@ def enumerate_space(
     # (rows stay in nested-loop order: outer knobs first, then mbs, vpp, recompute, zero).
     o = np.array(outer, dtype=np.int64)
     cols: dict[str, np.ndarray] = {"dp": o[:, 0], "tp": o[:, 1], "pp": o[:, 2], "cp": o[:, 3], "ep": o[:, 4]}
-    cols = _cross(cols, "mbs", mbss)
+    if training.optimizer_in_backward:  # a step is one micro-batch (optimizer_in_backward_layout_violation)
+        cols = _keep(cols, (cols["pp"] == 1) & (cols["ep"] == 1) & (B % cols["dp"] == 0))
+        cols["mbs"] = B // cols["dp"]
+        cols = _keep(cols, np.isin(cols["mbs"], mbss) if "micro_batch_size" in pins else np.ones(len(cols["dp"]), dtype=bool))
+    else:
+        cols = _cross(cols, "mbs", mbss)
     cols = _keep(cols, (B // cols["dp"]) % cols["mbs"] == 0)
     if training.pipeline_schedules_per_step > 1:  # several schedules a step share its micro-batches evenly
         cols = _keep(cols, (B // cols["dp"] // cols["mbs"]) % training.pipeline_schedules(cols["pp"]) == 0)
