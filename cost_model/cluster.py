@@ -58,6 +58,21 @@ class NodeGroup:
         """A GPU's share of the node's NICs when every GPU talks at once (the DP/PP case)."""
         return self.inter_node_bandwidth_GBps / self.gpus_per_node
 
+    @property
+    def split_nvlink_domain_note(self) -> str | None:
+        """A warning when the group describes a rack-scale NVLink device (GB200/GB300 NVL72: the
+        catalog's NVLink domain is the 72-GPU rack) with fewer GPUs a node than its domain and more
+        than one node: the cost model's node is the NVLink domain, so the traffic between these
+        nodes — which NVLink carries inside a rack — is priced over the NICs.  None otherwise (an
+        HGX board's 8 or fewer GPUs a node are a whole domain)."""
+        domain = self.device.gpus_per_node
+        if domain <= 8 or self.gpus_per_node >= domain or self.count < 2:
+            return None
+        return (f"{self.name}: {self.device.name}'s NVLink domain is its rack ({domain} GPUs) but the group has "
+                f"{self.gpus_per_node} GPUs a node (a compute tray?): a node here is an NVLink domain, so the traffic between "
+                f"its nodes is priced over the NICs; describe each rack as one node (gpus_per_node up to {domain}) to price "
+                "it over NVLink")
+
 
 @dataclass(frozen=True)
 class Cluster:

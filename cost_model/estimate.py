@@ -239,6 +239,9 @@ def estimate(
         warnings.append(f"uses {strategy.num_devices} of the cluster's {total} available devices")
     slots = slots_for_groups(cluster, strategy, stage_groups) if stage_groups else default_stage_slots(cluster, strategy, training.dtype)
     offload_device_check(training, [slot.group.device for slot in slots])
+    for note in dict.fromkeys(slot.group.split_nvlink_domain_note for slot in slots):
+        if note:
+            warnings.append(note)
     for i, slot in enumerate(slots):
         if slot.mixed:
             warnings.append(f"stage {i} spans several device types and runs at the pace of {slot.group.device.name}")
