@@ -61,12 +61,12 @@ class NodeGroup:
     @property
     def split_nvlink_domain_note(self) -> str | None:
         """A warning when the group describes a rack-scale NVLink device (GB200/GB300 NVL72: the
-        catalog's NVLink domain is the 72-GPU rack) with fewer GPUs a node than its domain and more
-        than one node: the cost model's node is the NVLink domain, so the traffic between these
+        catalog's NVLink domain is the 72-GPU rack) by nodes of a compute tray or board (8 GPUs or
+        fewer) and more than one of them: the cost model's node is the NVLink domain, so the traffic between these
         nodes — which NVLink carries inside a rack — is priced over the NICs.  None otherwise (an
         HGX board's 8 or fewer GPUs a node are a whole domain)."""
         domain = self.device.gpus_per_node
-        if domain <= 8 or self.gpus_per_node >= domain or self.count < 2:
+        if domain <= 8 or self.gpus_per_node > 8 or self.count < 2:  # whole (or most of) racks: their NVLink is priced
             return None
         return (f"{self.name}: {self.device.name}'s NVLink domain is its rack ({domain} GPUs) but the group has "
                 f"{self.gpus_per_node} GPUs a node (a compute tray?): a node here is an NVLink domain, so the traffic between "

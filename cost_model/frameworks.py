@@ -1628,9 +1628,17 @@ def optimizer_precision_violation(framework: str, dtype: str, optimizer: str, pr
         return missing[0], f"{framework}: no {missing[0]} setting (it is {where}); leave it out"
     if precision_aware and optimizer not in ADAM_OPTIMIZERS:
         return "precision_aware_optimizer", "megatron-core: the precision-aware optimizer runs Adam only (--use-precision-aware-optimizer only supported with adam)"
-    if dtypes.get("main_grads_dtype", "fp32") != "fp32" and dtype in ("fp16", "fp32"):
-        return "main_grads_dtype", (f"main_grads_dtype chooses bf16 training's gradient buffer (fp32 by default); with {dtype} "
-                                    "training leave it out")
+    # 16-bit gradients are the 16-bit weights' dtype: bf16 under bf16, FP8 and FP4 training (their
+    # parameters are bf16), fp16 under fp16 training; fp32 training has none
+    grads = dtypes.get("main_grads_dtype", "fp32")
+    megatron = "precision_aware_optimizer" in rules_for(framework).optimizer_precision
+    wants = "fp16" if dtype == "fp16" else None if dtype == "fp32" else "bf16"
+    if grads != "fp32" and megatron and wants != "bf16":
+        return "main_grads_dtype", (f"megatron-core: --main-grads-dtype bf16 is bf16 (or FP8/FP4) training's gradient buffer "
+                                    f"(fp32 by default; fp16 training keeps fp32 main gradients); with {dtype} training leave it out")
+    if grads != "fp32" and grads != wants:
+        return "main_grads_dtype", (f"main_grads_dtype {grads} keeps the gradients in the 16-bit weights' dtype, which {dtype} "
+                                    f"training {'does not have: leave it out' if wants is None else f'holds in {wants}: give {wants} or leave it out'}")
     for key in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
         if dtypes.get(key, "fp32") != "fp32" and not precision_aware:
             return key, (f"{key} {dtypes[key]} needs precision_aware_optimizer: true (Megatron-Core: '{key} can only be fp32 when "

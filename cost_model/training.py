@@ -66,7 +66,7 @@ CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
 #: ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``; the last three need ``--use-precision-aware-
 #: optimizer``), each field's allowed values, its default first.
 OPTIMIZER_DTYPES: dict[str, tuple[str, ...]] = {
-    "main_grads_dtype": ("fp32", "bf16"),
+    "main_grads_dtype": ("fp32", "bf16", "fp16"),
     "main_params_dtype": ("fp32", "fp16"),
     "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
     "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8"),
@@ -121,7 +121,8 @@ class Training:
     Optimizer precision (``megatron-core``, :data:`OPTIMIZER_DTYPES`; under ``paddle``
     ``main_grads_dtype`` alone, AMP O2's ``master_grad``): ``main_grads_dtype``
     ``bf16`` keeps Megatron's gradient buffer, and reduces it, in bf16 (``--grad-reduce-in-bf16``;
-    with the precision-aware optimizer ``--main-grads-dtype bf16``); ``precision_aware_optimizer``
+    with the precision-aware optimizer ``--main-grads-dtype bf16``), Paddle's gradients in the
+    training dtype (``bf16``, or ``fp16`` in fp16 training: ``master_grad`` off); ``precision_aware_optimizer``
     (``--use-precision-aware-optimizer``: Transformer Engine's FusedAdam keeps the master weights,
     as the 16 low bits beside the bf16 weight by default, and the moments) with
     ``main_params_dtype``, ``exp_avg_dtype`` and ``exp_avg_sq_dtype``

@@ -43,13 +43,13 @@ def test_tensor_parallel_16_inside_the_rack_runs_over_nvlink():
     assert rack.breakdown_s["tp_comm"] < 2 / 3 * hgx.breakdown_s["tp_comm"]
 
 
-@pytest.mark.parametrize(("gpus_per_node", "count", "warned"), [(4, 4, True), (16, 2, True), (16, 1, False), (72, 2, False)])
+@pytest.mark.parametrize(("gpus_per_node", "count", "warned"), [(4, 4, True), (8, 2, True), (4, 1, False), (64, 2, False), (72, 2, False)])
 def test_nvl72_trays_described_as_nodes_are_warned(gpus_per_node, count, warned):
     """A node is an NVLink domain: NVL72 compute trays (4 GPUs) given as nodes price the rack's
     NVLink traffic over the NICs, which the estimate says (one node, or whole racks: nothing to say)."""
     c = cluster_from_dict({"name": "r", "node_groups": [{"name": "g", "count": count, "gpus_per_node": gpus_per_node,
                                                         "device": "GB200-NVL72-186GB"}]})
-    est = estimate(get_preset("llama3-8b"), Training(global_batch_size=288, sequence_length=4096), c,
+    est = estimate(get_preset("llama3-8b"), Training(global_batch_size=1152, sequence_length=4096), c,
                    Strategy(dp=gpus_per_node * count, zero_stage=1))
     notes = [w for w in est.warnings if "NVLink domain is its rack" in w]
     assert bool(notes) == warned

@@ -74,6 +74,9 @@ def test_the_estimate_frees_what_the_bytes_say_and_the_step_moves_less():
     ({"main_params_dtype": "fp16"}, "main_params_dtype", "needs precision_aware_optimizer"),
     ({"optimizer": "sgd", "precision_aware_optimizer": True}, "precision_aware_optimizer", "Adam only"),
     ({"dtype": "fp16", "main_grads_dtype": "bf16"}, "main_grads_dtype", "with fp16 training leave it out"),
+    ({"dtype": "bf16", "main_grads_dtype": "fp16"}, "main_grads_dtype", "give bf16 or leave it out"),
+    ({"dtype": "fp32", "main_grads_dtype": "bf16"}, "main_grads_dtype", "with fp32 training leave it out"),
+    ({"framework": "paddle", "dtype": "fp16", "main_grads_dtype": "bf16"}, "main_grads_dtype", "holds in fp16: give fp16"),
     ({"exp_avg_dtype": "int4", "precision_aware_optimizer": True}, "exp_avg_dtype", "must be one of fp32, fp16, bf16, fp8"),
     ({"precision_aware_optimizer": "yes"}, "precision_aware_optimizer", "true or false"),
 ])
@@ -91,6 +94,10 @@ def test_paddle_has_the_gradients_dtype_alone_and_its_launch_runs_what_was_price
     precision setting."""
     assert model_state_bytes_per_param(_tr(framework="paddle"), 1, 8.0, 1)[1] == 4.0
     assert model_state_bytes_per_param(_tr(framework="paddle", main_grads_dtype="bf16"), 1, 8.0, 1)[1] == 2.0
+    # fp16 training without master_grad keeps fp16 gradients (PaddleNLP's O2 default, amp_master_grad false)
+    assert model_state_bytes_per_param(_tr(framework="paddle", dtype="fp16", main_grads_dtype="fp16"), 1, 8.0, 1)[1] == 2.0
+    # FP8 training's 16-bit gradients are bf16 (Megatron-Bridge's grad_reduce_in_fp32 false)
+    assert model_state_bytes_per_param(_tr(dtype="fp8", main_grads_dtype="bf16"), 1, 8.0, 1)[1] == 2.0
     with pytest.raises(InvalidTraining) as exc:
         _tr(framework="fsdp", main_grads_dtype="bf16")
     assert exc.value.field == "training.main_grads_dtype" and "master_grad" in str(exc.value)
