@@ -195,6 +195,7 @@ def estimate(
         return estimate_graph(model, training, cluster, strategy)
     total = cluster.total_gpus
     asked_etp, asked_split, asked_zero = strategy.etp, strategy.layers_per_stage, strategy.zero_stage
+    asked_depth = strategy.recompute_num_layers if strategy.recompute_method != "uniform" else 0
     strategy = validate_strategy(model, training, strategy)
     if strategy.num_devices > total:
         raise InvalidStrategy(
@@ -208,6 +209,9 @@ def estimate(
         warnings.append(sp_noop)
     if strategy.zero_stage != asked_zero:
         warnings.append(one_rank_sharding_note(training.framework, asked_zero))
+    if asked_depth and not strategy.recompute_num_layers:
+        warnings.append(f"strategy.recompute_num_layers: {asked_depth} covers every layer of each model chunk (at most "
+                        f"{max(strategy.layers_per_stage or (0,))}): full recompute of every layer, costed so")
     zero2_pipeline = pipeline_gradient_sharding_note(training.framework, strategy.zero_stage, strategy.pp)
     if zero2_pipeline:
         warnings.append(zero2_pipeline)

@@ -179,16 +179,14 @@ def layer_split_violation(layers_per_stage: Sequence[int], num_layers: int, pp: 
     return None
 
 
-def recompute_depth_fits(num_layers: int, depth: int, method: str, pp: Any, vpp: Any) -> Any:
+def recompute_depth_fits(num_layers: int, depth: int, pp: Any) -> Any:
     """Whether a full recompute's ``recompute_num_layers`` = ``depth`` fits a near-even split of
-    ``num_layers`` over pp stages of vpp chunks (scalars or arrays): the block method's first N
-    layers of each chunk must be fewer than the largest chunk's ⌈L/(pp·vpp)⌉ (as many is full
-    recompute of every layer); uniform groups take 1 to a stage's ⌈L/pp⌉ layers (Megatron-Core's
-    TransformerConfig: between 1 and num_layers_per_pipeline_rank; a group stops at its chunk's
-    end, :func:`cost_model.transformer.layer_cost.uniform_recompute_groups`)."""
-    if method == "uniform":
-        return depth <= -(-num_layers // pp)
-    return depth < -(-num_layers // (pp * vpp))
+    ``num_layers`` over pp stages (scalars or arrays): Megatron-Core takes 1 to a stage's ⌈L/pp⌉
+    layers (TransformerConfig: between 1 and num_layers_per_pipeline_rank) — the block method's
+    first N layers of each model chunk, all of a chunk's once N reaches its size (full recompute of
+    every layer, :func:`validate_strategy`), uniform groups stopping at their chunk's end
+    (:func:`cost_model.transformer.layer_cost.uniform_recompute_groups`)."""
+    return depth <= -(-num_layers // pp)
 
 
 @dataclass(frozen=True)
@@ -541,11 +539,15 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
         if s.recompute != "full":
             raise InvalidStrategy(
                 f"recompute_num_layers={s.recompute_num_layers} needs recompute: full (got {s.recompute!r})", field=f"{f}.recompute_num_layers")
-        largest = max(s.layers_per_stage or ())
-        if s.recompute_num_layers >= largest:
+        per_rank = max(sum(last - first + 1 for first, last in chunks) for chunks in s.stage_layer_ranges())
+        if s.recompute_num_layers > per_rank:
             raise InvalidStrategy(
-                f"recompute_num_layers={s.recompute_num_layers} is not fewer than the {largest} layers of a model chunk: "
-                "that is full recompute of every layer (omit recompute_num_layers)", field=f"{f}.recompute_num_layers")
+                f"recompute_num_layers={s.recompute_num_layers}: Megatron-Core takes 1 to the {per_rank} layers of a pipeline "
+                "stage (TransformerConfig: between 1 and num_layers_per_pipeline_rank)", field=f"{f}.recompute_num_layers")
+        if s.recompute_num_layers >= max(s.layers_per_stage or ()):
+            # the first N layers of every model chunk are all of them: full recompute of every layer
+            # (what Megatron-Core runs; estimate says so)
+            s = replace(s, recompute_num_layers=0)
     # What the framework can run (cost_model.frameworks: one rule table per framework).
     rule = layout_rule_violation(training.framework, tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, dp=s.dp,
                                  zero_stage=s.zero_stage, sequence_parallel=s.sequence_parallel,

@@ -192,15 +192,9 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if pp is not None and pp > units:
         raise InvalidStrategy(f"pp={pp} exceeds the {model.num_layers} layers", field="constraints.pp")
     rl = pins.get("recompute_num_layers")
-    vpp = pins.get("vpp", 1)
-    if rl and pp is not None and not recompute_depth_fits(model.num_layers, rl, pins.get("recompute_method", ""), pp, vpp):
-        if pins.get("recompute_method") == "uniform":
-            needs = (f"at most the {-(-model.num_layers // pp)} layers of a pipeline stage at pp={pp} "
-                     "(Megatron-Core's uniform groups: 1 to num_layers_per_pipeline_rank)")
-        else:
-            needs = (f"fewer than the {-(-model.num_layers // (pp * vpp))} layers of a model chunk at pp·vpp = {pp}·{vpp} "
-                     "(as many is full recompute of every layer: omit recompute_num_layers)")
-        raise InvalidStrategy(f"recompute_num_layers={rl}: needs {needs}", field="constraints.recompute_num_layers")
+    if rl and pp is not None and not recompute_depth_fits(model.num_layers, rl, pp):
+        raise InvalidStrategy(f"recompute_num_layers={rl}: needs at most the {-(-model.num_layers // pp)} layers of a pipeline stage "
+                              f"at pp={pp} (Megatron-Core: 1 to num_layers_per_pipeline_rank)", field="constraints.recompute_num_layers")
     _check_batch_and_pipeline_pins(model, training, pins)
     for flag in SPLIT_FLAGS:
         if not pins.get(flag):
@@ -413,7 +407,7 @@ def enumerate_space(
                                                 training.microbatch_group_size_per_vp_stage)
     cols = _keep(cols, (vpp_col == 1) | interleaved)
     if pins.get("recompute_num_layers"):  # a pinned depth or group the layout's chunks can hold
-        cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], pins.get("recompute_method", ""), cols["pp"], cols["vpp"]))
+        cols = _keep(cols, recompute_depth_fits(L, pins["recompute_num_layers"], cols["pp"]))
         # the framework's rule at each row's pipeline depth, asked once per distinct pp (fsdp's and
         # paddle's partial recompute runs without a pipeline)
         depth, method = pins["recompute_num_layers"], pins.get("recompute_method", "")

@@ -62,11 +62,20 @@ def test_the_depths_searched_are_eighths_of_a_chunk_below_its_layers():
     assert block_recompute_depths(4, 1) == [1, 2, 3]
 
 
+def test_a_depth_covering_each_chunk_is_full_recompute_of_every_layer():
+    """Megatron-Core takes a block depth up to a stage's layers; once it reaches a model chunk's
+    (10 here) every layer is recomputed: costed as the plain full recompute, and said so."""
+    covered = estimate(MODEL, TRAINING, CLUSTER, strategy_from_dict({**LAYOUT, "recompute": "full", "recompute_num_layers": 10}))
+    plain = estimate(MODEL, TRAINING, CLUSTER, strategy_from_dict({**LAYOUT, "recompute": "full"}))
+    assert covered.step_time_s == pytest.approx(plain.step_time_s) and covered.peak_memory_GB == pytest.approx(plain.peak_memory_GB)
+    assert any("10 covers every layer of each model chunk" in w for w in covered.warnings)
+
+
 @pytest.mark.parametrize(
     ("strategy", "field", "words"),
     [
         ({**LAYOUT, "recompute": "none", "recompute_num_layers": 3}, "strategy.recompute_num_layers", "needs recompute: full"),
-        ({**LAYOUT, "recompute": "full", "recompute_num_layers": 10}, "strategy.recompute_num_layers", "not fewer than the 10 layers"),
+        ({**LAYOUT, "recompute": "full", "recompute_num_layers": 11}, "strategy.recompute_num_layers", "1 to the 10 layers of a pipeline stage"),
         ({**LAYOUT, "recompute": "full", "recompute_num_layers": -2}, "strategy.recompute_num_layers", "non-negative"),
     ],
 )

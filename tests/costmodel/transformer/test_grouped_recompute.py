@@ -116,10 +116,15 @@ def test_pinned_planned_launched_and_refused_through_the_api(client):
         assert bad.status_code == 422 and bad.json()["error"]["field"] == field, bad.text
     # a pinned depth the pinned pipeline's stages or chunks cannot hold, named before the search
     for constraints, needle in (({"tp": 8, "pp": 4, "recompute_method": "uniform", "recompute_num_layers": 24}, "at most the 20 layers of a pipeline stage"),
-                                ({"tp": 8, "pp": 4, "vpp": 2, "recompute_num_layers": 10}, "fewer than the 10 layers of a model chunk")):
+                                ({"tp": 8, "pp": 4, "vpp": 2, "recompute_num_layers": 21}, "at most the 20 layers of a pipeline stage")):
         bad = client.post("/v1/plans", json={**req, "constraints": constraints})
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "constraints.recompute_num_layers", bad.text
         assert needle in bad.json()["error"]["message"]
+    # a block depth that covers each model chunk's layers is what Megatron-Core runs as full recompute of every layer
+    whole = client.post("/v1/plans", json={**req, "constraints": {"tp": 8, "pp": 4, "vpp": 2, "recompute_num_layers": 10}})
+    assert whole.status_code in (200, 201), whole.text
+    assert whole.json()["best"]["strategy"]["recompute"] == "full"
+    assert any("covers every layer of each model chunk" in w for w in whole.json()["best"]["prediction"]["warnings"])
     # unpinned pp: the search keeps the layouts whose stages hold the pinned group
     free = client.post("/v1/plans", json={**req, "constraints": {"tp": 8, "recompute_method": "uniform", "recompute_num_layers": 24}})
     assert free.status_code in (200, 201), free.text
