@@ -264,6 +264,9 @@ class FrameworkRules:
     #: its optimizer step inside the backward, each parameter's as soon as its gradient is
     #: reduced (``training.optimizer_in_backward``), in its trainers' own terms; empty: none
     optimizer_in_backward: str = ""
+    #: its trainers' frozen reference model beside the trained one (``training.reference_model``:
+    #: DPO's reference policy), in their own terms; empty: none the cost model prices
+    reference_model: str = ""
     #: its LoRA finetuning (``training.lora_rank``), in its trainers' own terms; empty: none
     lora: str = ""
     #: its QLoRA: LoRA over a 4-bit NF4 base (``training.lora_base_dtype`` ``nf4``); empty: none
@@ -431,6 +434,8 @@ RULES: dict[str, FrameworkRules] = {
                                "under full recompute"),
         eight_bit_adam=("bitsandbytes' or torchao's AdamW8bit as the client optimizer (Hugging Face optim adamw_bnb_8bit, "
                         "paged_adamw_8bit, adamw_torch_8bit), with zero_allow_untested_optimizer"),
+        reference_model=("TRL's DPOTrainer ref_model under DeepSpeed (ZeRO-3 sharded like the policy, else replicated), "
+                         "OpenRLHF's DPO reference model"),
         eight_bit_adam_offload=("torchao's AdamW8bit as the client optimizer with zero_force_ds_cpu_optimizer: false (the "
                                 "8-bit AdamW steps the offloaded fp32 partition on the host: axolotl's ALST examples)"),
         lora="Hugging Face PEFT's LoraConfig (r, target_modules, lora_dropout) on DeepSpeed (TRL, LLaMA-Factory, axolotl)",
@@ -464,6 +469,8 @@ RULES: dict[str, FrameworkRules] = {
                                  "(apply_submodule_checkpointing, where a model has no checkpointing layers of its own): "
                                  "checkpoint_wrapper on each layer's self_attn, mlp, input_layernorm and post_attention_layernorm"),
         activation_offloading="torchtune's enable_activation_offloading, TRL's activation_offloading, verl's enable_activation_offload",
+        reference_model=("TRL's DPOTrainer ref_model (FSDP-wrapped like the policy), torchtune's full_dpo_distributed, "
+                         "open-instruct's DPO"),
         optimizer_in_backward=("torchtune's optimizer_in_bwd, torchtitan's optimizer.early_step_in_backward (before 0.3): "
                                "the step in a post-accumulate-grad hook of each parameter"),
         eight_bit_adam=("bitsandbytes' AdamW8bit / PagedAdamW8bit or torchao's AdamW8bit (Hugging Face optim adamw_bnb_8bit, "
@@ -497,6 +504,7 @@ RULES: dict[str, FrameworkRules] = {
                            "their activations), which its pipeline models refuse ('for pp with full recompute, "
                            "no_recompute_layers is not support')"),
         replicates_kv_heads=True,
+        reference_model="PaddleNLP's and ERNIEKit's DPO (reference_free false: a frozen reference model in the same parallel layout)",
         sharding_name={0: "no sharding", 1: "sharding stage1", 2: "sharding stage2", 3: "sharding stage3"},
     ),
 }
@@ -1546,6 +1554,21 @@ def optimizer_in_backward_violation(framework: str, optimizer_in_backward: bool,
     return None
 
 
+def reference_model_violation(framework: str, reference_model: bool, lora_rank: int) -> str | None:
+    """Reason when ``training.reference_model`` cannot be costed, else None: priced where the
+    framework's trainers keep a frozen reference copy (``FrameworkRules.reference_model``); not with
+    LoRA, whose reference is the frozen base with the adapters switched off (TRL's, PaddleNLP's
+    LoRA DPO): no second copy."""
+    if not reference_model:
+        return None
+    if not rules_for(framework).reference_model:
+        return f"{framework}: no frozen reference model the cost model prices; it is priced for {priced_by('reference_model', '; ')}"
+    if lora_rank:
+        return ("with LoRA the reference is the frozen base with its adapters switched off (no second copy): leave "
+                "reference_model out, the adapters' forward is what LoRA already prices")
+    return None
+
+
 def optimizer_in_backward_layout_violation(optimizer_in_backward: bool, *, pp: int | None = None, ep: int | None = None,
                                            num_microbatches: int | None = None) -> tuple[str, str] | None:
     """(strategy field, reason) when a layout cannot step inside the backward, else None (``None``
@@ -1764,6 +1787,7 @@ __all__ = [
     "MUON",
     "muon_violation",
     "optimizer_in_backward_violation",
+    "reference_model_violation",
     "optimizer_in_backward_layout_violation",
     "muon_zero_violation",
     "LORA_MODULES",

@@ -40,6 +40,7 @@ from cost_model.frameworks import (
     optimizer_precision_violation,
     pipeline_schedules_violation,
     qlora_violation,
+    reference_model_violation,
     submodule_checkpointing_violation,
     tp_comm_overlap_violation,
 )
@@ -173,6 +174,12 @@ class Training:
     (:func:`cost_model.transformer.stage_cost.stage_cost`); one micro-batch a step, no pipeline,
     no expert parallelism (:func:`cost_model.frameworks.optimizer_in_backward_layout_violation`).
 
+    ``reference_model`` (``fsdp``, ``deepspeed``, ``paddle``): a frozen copy of the model beside the
+    trained one, run forward without gradients on every micro-batch — DPO's reference policy (TRL's
+    ``ref_model``, torchtune's DPO, PaddleNLP's DPO) — its weights held as the trained ones' (sharded
+    under ZeRO-3 / FSDP, else whole), no gradient or optimizer state, its forward priced beside
+    the policy's (:func:`cost_model.transformer.stage_cost.stage_cost`).
+
     ``submodule_checkpointing`` (``fsdp``): under ``recompute: full``, each decoder layer's
     attention, MLP and both norms checkpointed as separate submodules (``checkpoint_wrapper`` on
     ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``: NeMo-RL's DTensor
@@ -248,6 +255,9 @@ class Training:
     #: each parameter stepped inside the backward as soon as its gradient is reduced, the gradient
     #: then freed (``fsdp``: torchtune's optimizer_in_bwd); one micro-batch a step
     optimizer_in_backward: bool = False
+    #: a frozen copy of the model run forward (no gradients) on every micro-batch: DPO's reference
+    #: policy (``fsdp``, ``deepspeed``, ``paddle``)
+    reference_model: bool = False
     #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading moves
     #: (``--offload-modules``; :data:`cost_model.frameworks.OFFLOAD_MODULES`); empty: every saved tensor
     offload_modules: tuple[str, ...] = ()
@@ -361,7 +371,7 @@ UNCOSTED_TRAINING_FIELDS: dict[str, str] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"moe_token_dispatcher": "alltoall", "moe_comm_overlap": False, "moe_capacity_factor": None, "cp_comm_type": None,
                                      "cp_a2a_size": None, "grad_accum_dtype": None, "precision_aware_optimizer": False, "master_weights": True,
                                      "optimizer_offload_fraction": 0.0, "cpu_offload": False, "activation_offloading": False, "offload_modules": (),
-                                     "submodule_checkpointing": False, "optimizer_in_backward": False, "pipeline_schedules_per_step": 1,
+                                     "submodule_checkpointing": False, "optimizer_in_backward": False, "reference_model": False, "pipeline_schedules_per_step": 1,
                                      "lora_rank": 0, "lora_target_modules": (), "lora_dropout": 0.0, "lora_base_dtype": None, "loss_kernel": "unfused",
                                      "fp8_param_gather": False, "microbatch_group_size_per_vp_stage": 0,
                                      **{k: v[0] for k, v in OPTIMIZER_DTYPES.items()}}
@@ -403,7 +413,7 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                 raise InvalidTraining(f"must be one of {', '.join(choices)}, got {data[key]!r}", field=f"{field_path}.{key}")
             out[key] = data[key]
     for key in ("tp_comm_overlap", "grad_reduce_overlap", "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
-                "activation_offloading", "fp8_param_gather", "submodule_checkpointing", "optimizer_in_backward"):
+                "activation_offloading", "fp8_param_gather", "submodule_checkpointing", "optimizer_in_backward", "reference_model"):
         if key in data:
             if not isinstance(data[key], bool):
                 raise InvalidTraining("must be true or false", field=f"{field_path}.{key}")
@@ -537,6 +547,9 @@ def training_from_dict(data: Mapping[str, Any], field_path: str = "training") ->
                                           bool(out.get("cpu_offload", False)) or out.get("optimizer_offload_fraction", 0.0) > 0.0)
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.optimizer_in_backward")
+    why = reference_model_violation(framework, bool(out.get("reference_model", False)), int(out.get("lora_rank", 0) or 0))
+    if why is not None:
+        raise InvalidTraining(why, field=f"{field_path}.reference_model")
     why = submodule_checkpointing_violation(framework, bool(out.get("submodule_checkpointing", False)))
     if why is not None:
         raise InvalidTraining(why, field=f"{field_path}.submodule_checkpointing")

@@ -239,6 +239,9 @@ def refuse_graph_unpriced(training: Training) -> None:
     if training.eight_bit_moments:
         raise InvalidTraining("the 8-bit AdamW is priced for transformer models (a preset or config.json), not for operator graphs; "
                               "use adam or adamw", field="training.optimizer")
+    if training.reference_model:
+        raise InvalidTraining("the frozen reference model is priced for transformer models (a preset or config.json), not for "
+                              "operator graphs; leave reference_model out", field="training.reference_model")
     if training.optimizer_in_backward:
         raise InvalidTraining("the optimizer step inside the backward is priced for transformer models (a preset or config.json), not "
                               "for operator graphs; leave optimizer_in_backward out", field="training.optimizer_in_backward")

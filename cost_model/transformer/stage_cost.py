@@ -427,12 +427,14 @@ def stage_cost(
         extra = extra + mtp * dc.mtp_s
     extra = extra * stretch
     compute = fwd + bwd + extra
+    if training.reference_model:  # DPO's frozen reference: one more forward of the stage a micro-batch, no backward
+        compute = compute + fwd + extra / 3.0
     recompute = n * lc.recompute_s * stretch
     tp = n * lc.tp_comm_s
     cp = n * lc.cp_comm_s
     ep = n * lc.ep_comm_s
     comm = tp + cp + ep
-    forward_s = fwd + extra / 3.0 + comm / 2.0
+    forward_s = (fwd + extra / 3.0 + comm / 2.0) * (2.0 if training.reference_model else 1.0)
     backward_s = bwd + 2.0 * extra / 3.0 + recompute + comm / 2.0
     pp_comm = np.where(S.pp > 1, 2.0 * S.vpp * pp_p2p_s(model, training, dc.links, S, cross_node_p2p), 0.0)
     # DeepSpeed's pipeline engine: a fixed cost per layer it checkpoints, per micro-batch (every
@@ -471,6 +473,9 @@ def stage_cost(
         weights = frozen + trainable * w_d + trainable_experts * w_e
     else:
         weights = dense * w_d + experts * w_e
+    if training.reference_model:  # DPO's frozen reference: its weights as the policy's are held, nothing else
+        weights = weights + (dense * frozen_weight_bytes_per_param(training, S.zero, shard_dense)
+                             + experts * frozen_weight_bytes_per_param(training, S.zero, shard_exp))
     if training.dtype == "fp4":  # the decoder's linear weights also held quantised (FP4_WEIGHT_CACHE_BYTES)
         weights = weights + (decoder_dense + experts) * FP4_WEIGHT_CACHE_BYTES
     fp8_cache = fp8_weight_cache_bytes_per_param(training, dc.device)
@@ -586,8 +591,11 @@ def stage_cost(
     copy_out = deepspeed_gather_copy_out_s((gathered + (experts * quantised if model.is_moe else 0.0)) / np.maximum(units, 1.0), units,
                                            training, S, dc.device, per_unit, 1.0)
     sharded = sharded + (np.asarray(passes) - 1.0) * copy_out
-    # the forward's share: one all-gather pass (with its copies)
+    # the forward's share: one all-gather pass (with its copies); DPO's reference gathers its own weights too
     forward_gathers = gather + copy_out
+    if training.reference_model:
+        sharded = sharded + forward_gathers
+        forward_gathers = 2.0 * forward_gathers
     # HSDP under FSDP: the replicas' all-reduce of the gradient shards runs with every
     # micro-batch's reduce-scatter, in the backward (mb_sync, layer_cost.replica_sync_per_microbatch;
     # dp_gradient_comm_s has it in ZeRO-2's per-micro-batch term, the stage-3 gathers here not)

@@ -424,6 +424,7 @@ const fmt = {
     ["#t-act-offload", "activation_offloading", "false", (v) => v === "true"],
     ["#t-submodule-ckpt", "submodule_checkpointing", "false", (v) => v === "true"],
     ["#t-opt-in-bwd", "optimizer_in_backward", "false", (v) => v === "true"],
+    ["#t-ref-model", "reference_model", "false", (v) => v === "true"],
     ["#t-lora-base", "lora_base_dtype", "", (v) => v],
     ["#t-loss-kernel", "loss_kernel", "unfused", (v) => v],
     ["#t-main-params", "main_params_dtype", "fp32", (v) => v],

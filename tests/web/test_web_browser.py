@@ -717,6 +717,14 @@ def test_the_optimizer_step_inside_the_backward_is_planned_from_the_page(browser
     assert best["prediction"]["memory_breakdown_GB"][0]["gradients"] == 0.0
 
 
+def test_a_dpo_reference_model_is_planned_from_the_page(browser, live_server):
+    """DPO's frozen reference chosen on the page: an FSDP plan keeps it; under Megatron-Core (whose
+    DPO reference the cost model does not price) it is refused next to the control."""
+    plan = refused_then_planned(browser, live_server, "#t-ref-model", "true", "megatron-core",
+                                "training.reference_model: megatron-core: no frozen reference model", "DPOTrainer", "fsdp")
+    assert plan["training"]["reference_model"] is True and plan["best"]["prediction"]["fits"]
+
+
 def test_megatron_module_offload_is_planned_from_the_page(browser, live_server):
     """Megatron-Core's fine-grained activation offloading: activation offloading without modules
     is refused next to the module list; with core_attn chosen the plan keeps it, and its megatron

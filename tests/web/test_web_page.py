@@ -250,7 +250,7 @@ def test_training_options_offer_the_contracts_choices_with_its_defaults():
     assert set(choices) == {"attention", "cp_comm_type", "grad_accum_dtype", "moe_token_dispatcher", "tp_comm_overlap", "grad_reduce_overlap",
                             "fused_kernels", "moe_comm_overlap", "precision_aware_optimizer", "master_weights", "cpu_offload",
                             "activation_offloading", "lora_base_dtype", "loss_kernel", "fp8_param_gather", "submodule_checkpointing",
-                            "optimizer_in_backward", *OPTIMIZER_DTYPES}
+                            "optimizer_in_backward", "reference_model", *OPTIMIZER_DTYPES}
     for key, (ident, default) in choices.items():
         assert fields[key]["id"] == ident, key
         assert default == fields[key]["options"][0], key
