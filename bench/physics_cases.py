@@ -78,6 +78,9 @@ cost model must have, with the numbers it predicts, so a reader can check the ph
 * ``optimizer_in_backward``: Llama-3.1-70B fully sharded on 8 B200 in pure bf16 (6 x 8192 tokens a GPU,
   full recompute, torch.compile's loss: torchtitan's 70B B200 layout) and Llama-3-8B on 8 H100: the step after the backward against torchtune's
   optimizer in the backward — gradients, peak, step;
+* ``dpo_reference``: Llama-3-8B DPO on 8 H100 (2 x 2048-token sequences a micro-batch, full
+  recompute) under FSDP's full sharding and DeepSpeed ZeRO-2: without and with the frozen
+  reference model — weights, peak, compute, step;
 * ``lora``: Llama-3-8B under FSDP's full sharding on 8 H100 (2 × 4096 tokens a micro-batch, no
   recompute), a full finetune against LoRA r 16 on every linear layer, on the QKV projection
   alone and with a 0.05 dropout, Llama-3-70B and Qwen3-30B-A3B (ep 8; every expert adapted, or
@@ -577,6 +580,20 @@ def optimizer_in_backward() -> dict[str, Any]:
     return {"layout": "FSDP full sharding, dp 8, full recompute, one micro-batch of 8192-token sequences a step", "rows": rows}
 
 
+def dpo_reference() -> dict[str, Any]:
+    """DPO's frozen reference model (training.reference_model): its weights held as the policy's
+    (sharded under full sharding, whole under ZeRO-2) and one more forward a micro-batch."""
+    model = get_preset("llama3-8b")
+    rows = []
+    for framework, zero in (("fsdp", 3), ("deepspeed", 2)):
+        for ref in (False, True):
+            tr = Training(global_batch_size=64, sequence_length=2048, framework=framework, reference_model=ref)
+            est = estimate(model, tr, simple_cluster(H100, 1), Strategy(dp=8, zero_stage=zero, micro_batch_size=2, recompute="full"))
+            rows.append(_row(est, framework=framework, zero_stage=zero, reference_model=ref,
+                             weights_GB=round(est.stages[0].memory_GB["weights"], 2)))
+    return {"model": model.name, "layout": "dp 8 on 8 H100, 2 x 2048 tokens a micro-batch, full recompute, 64 sequences a step", "rows": rows}
+
+
 def lora() -> dict[str, Any]:
     """LoRA (cost_model.transformer.lora): the frozen weights' missing weight gradients and state
     against the adapters' own GEMMs, memory-bound passes and saved tensors."""
@@ -773,7 +790,7 @@ def interleaved_microbatch_groups() -> dict[str, Any]:
 CASES = {f.__name__: f for f in (moe_ep_sweep, moe_vs_dense, moe_folding, grouped_gemm_efficiency, dropless_imbalance,
                                   cp_vs_sequence, cp_comm_types, sliding_window, mla_flops, planner_searches_ep,
                                   selective_recompute_by_framework, selective_recompute_moe_mla, recompute_modules, hsdp_vs_full_shard, fsdp_schedules, fsdp_replicate_sync,
-                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, muon, optimizer_in_backward, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
+                                  optimizer_precision, eager_vs_fused, optimizer_offload, fsdp_cpu_offload, activation_offloading, megatron_module_offload, eight_bit_adam, muon, optimizer_in_backward, dpo_reference, lora, loss_kernels, fp8_weights, fp8_attention_output, grouped_recompute,
                                   paddle_full_attn, submodule_checkpointing, pipeline_schedules, fsdp_selective_checkpointing, interleaved_microbatch_groups, deepspeed_stage3_single_source,
                                   memory_interval_state_dominated)}
 

@@ -256,6 +256,19 @@ def physics() -> str | None:
                    + " ".join(f"{g}: " + "; ".join(oib_row(r) for r in rows) + "." for g, rows in groups.items())
                    + " torchtune's optimizer_in_bwd steps each parameter as its gradient is reduced and frees it, so no "
                    "gradient is held for the step; the step's time is unchanged.")
+    dr = d.get("dpo_reference")
+    if dr:
+        def ref_row(r: dict) -> str:
+            return (f"{'with' if r['reference_model'] else 'without'} the reference: weights {r['weights_GB']:.1f} GB, peak "
+                    f"{r['peak_memory_GB']:.1f} GB, compute {r['breakdown_s'].get('compute', 0):.2f} s, step {r['step_time_s']:.2f} s")
+
+        by_fw: dict[str, list] = {}
+        for r in dr["rows"]:
+            by_fw.setdefault(f"{r['framework']} ZeRO-{r['zero_stage']}", []).append(r)
+        out.append(f"* **DPO's reference model** ({dr['model']}, {dr['layout']}): "
+                   + " ".join(f"{k}: " + "; ".join(ref_row(r) for r in rows) + "." for k, rows in by_fw.items())
+                   + " The frozen copy adds its weights (sharded as the policy's under full sharding) and one forward a "
+                   "micro-batch: about a quarter more step.")
     lo = d.get("lora")
     if lo:
         def lora_row(r: dict) -> str:
@@ -375,7 +388,8 @@ def acceptance() -> str | None:
             "actor, PaddleFormers, the alignment-handbook, FastChat, Stanford Alpaca, llama-recipes, OLMo and OLMo 2, GPT-NeoX-20B, "
             "fms-fsdp, TinyLlama, NeMo Automodel, Qwen's finetuning scripts, XTuner, OLMo-core, LitGPT, Megatron-DeepSpeed's MoE "
             "examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets, open-instruct, OpenRLHF, ERNIE-4.5's pre-training configs, Firefly, "
-            "NeMo Automodel's benchmark configs, slime's GRPO actors, torchtitan's B200 presets, "
+            "NeMo Automodel's benchmark configs, slime's GRPO actors, torchtitan's B200 presets, GLM-4, Yi, FlagPerf's A800 runs, "
+            "PEFT's FSDP examples, DGX Cloud's Nemotron-4 recipes, "
             "and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
