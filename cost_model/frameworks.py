@@ -426,7 +426,7 @@ RULES: dict[str, FrameworkRules] = {
     "deepspeed": FrameworkRules(
         name="deepspeed", title="DeepSpeed alone", tensor_parallel=False, sequence_parallel=False, context_parallel=True, pipeline_parallel=True,
         interleaved_pipeline=False, zero_stages=(0, 1, 2, 3), sharding_with_pipeline=False, expert_parallel=True,
-        ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a", "allgather"), cp_with_pp=False,
+        ep_folding=False, fp8=False, deepspeed_engine=True, cp_exchanges=("a2a", "allgather", "p2p"), cp_with_pp=False,
         optimizer_offload="DeepSpeed's ZeRO-Offload (zero_optimization.offload_optimizer, device cpu)",
         offload_stages=(1, 2, 3), partial_offload_stages=(3,),
         cpu_offload="DeepSpeed's ZeRO-3 Offload (zero_optimization.offload_param and offload_optimizer, device cpu)",
@@ -1212,7 +1212,7 @@ def cp_exchange_rule_violation(framework: str, cp_comm_type: str | None) -> str 
         return None
     return (f"{framework}: no {cp_comm_type!r} context-parallel exchange; it has {', '.join(exchanges)} "
             "(megatron-core: p2p ring, allgather, a2a, a2a+p2p; fsdp: torchtitan's K/V allgather, verl's Ulysses a2a; deepspeed: "
-            "DeepSpeed-Ulysses a2a, ring-flash-attn's K/V allgather; megatron-deepspeed: Ulysses a2a; paddle's sep_degree: a2a)")
+            "DeepSpeed-Ulysses a2a, ring-flash-attn's K/V allgather or zigzag p2p ring; megatron-deepspeed: Ulysses a2a; paddle's sep_degree: a2a)")
 
 
 def grad_accum_rule_violation(framework: str, dtype: str, grad_accum_dtype: str | None) -> str | None:

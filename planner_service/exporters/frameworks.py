@@ -116,15 +116,21 @@ def moe_cp_args(view: PlanView) -> list[tuple[str, str | None]]:
 
 def ulysses_notes(view: PlanView) -> list[str]:
     """How a DeepSpeed-engine launch runs the plan's context parallelism: DeepSpeed-Ulysses, or
-    under ``deepspeed`` with ``cp_comm_type: allgather`` ring-flash-attn's K/V all-gather
-    (:mod:`cost_model.frameworks`) — either degree a trainer or model-code setting, not a
-    ds_config or Megatron-LM flag."""
+    under ``deepspeed`` with ``cp_comm_type: allgather`` ring-flash-attn's K/V all-gather, with
+    ``p2p`` its zigzag ring (:mod:`cost_model.frameworks`) — any degree a trainer or model-code
+    setting, not a ds_config or Megatron-LM flag."""
     if view.cp <= 1:
         return []
-    if cp_exchange(str(view.training.get("framework", "deepspeed")), view.training.get("cp_comm_type")) == "allgather":
+    exchange = cp_exchange(str(view.training.get("framework", "deepspeed")), view.training.get("cp_comm_type"))
+    if exchange == "allgather":
         return [f"cp={view.cp} all-gathers K/V over groups of {view.cp} consecutive ranks (the ring-flash-attn package's llama3 "
                 f"variant: OpenRLHF --ring_attn_size {view.cp}, axolotl sequence_parallel_degree: {view.cp}), as costed; "
                 f"batch sizes count the {view.dp} data-parallel ranks"]
+    if exchange == "p2p":
+        return [f"cp={view.cp} passes K/V round a ring of {view.cp} consecutive ranks, each block's send overlapped with the "
+                "attention on the one before (the ring-flash-attn package's zigzag_ring_flash_attn: EasyContext's "
+                f"--parallel_mode zigzag_ring_attn, 360-LLaMA-Factory's sequence_parallel_size {view.cp} in zigzag-ring mode), as "
+                f"costed; batch sizes count the {view.dp} data-parallel ranks"]
     return [f"cp={view.cp} is DeepSpeed-Ulysses sequence parallelism over groups of {view.cp} consecutive ranks "
             f"(Megatron-DeepSpeed: --ds-sequence-parallel-size {view.cp}; otherwise deepspeed.sequence.layer.DistributedAttention "
             f"over such a group); batch sizes count the {view.dp} data-parallel ranks"]

@@ -133,6 +133,9 @@ def test_deepspeed_ring_attention_is_the_all_gather_and_its_launch_says_so():
     art = render(plan, "deepspeed-config", PARAMS)
     assert any("ring_attn_size 4" in n for n in art.notes) and not any("Ulysses" in n for n in art.notes)
     assert any("DeepSpeed-Ulysses" in n for n in render(cp_plan("deepspeed", pp=1), "deepspeed-config", PARAMS).notes)
+    # ring-flash-attn's zigzag ring (EasyContext, 360-LLaMA-Factory on ZeRO-3): the p2p exchange, said so
+    ring = render(cp_plan("deepspeed", pp=1, cp_comm_type="p2p"), "deepspeed-config", PARAMS).notes
+    assert any("zigzag_ring_flash_attn" in n for n in ring) and not any("Ulysses" in n for n in ring)
     with pytest.raises(InvalidInput) as exc:
         training_from_dict({"global_batch_size": 8, "sequence_length": 4096, "framework": "megatron-deepspeed", "cp_comm_type": "allgather"})
     assert exc.value.field == "training.cp_comm_type" and "a2a" in str(exc.value)

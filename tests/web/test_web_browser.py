@@ -565,10 +565,10 @@ def test_a_training_option_the_framework_lacks_is_shown_next_to_it_then_planned(
     Select(css(d, "#t-attention")).select_by_value("unfused")
     Select(css(d, "#t-fused-kernels")).select_by_value("false")
     cp = css(d, "#t-cp-comm")
-    Select(cp).select_by_value("p2p")  # DeepSpeed's context parallelism is Ulysses' all-to-all only
+    Select(cp).select_by_value("a2a+p2p")  # DeepSpeed's context parallelism: Ulysses' all-to-all or ring-flash-attn's, not hierarchical
     assert {k: form_body(d)["training"].get(k) for k in ("attention", "fused_kernels", "cp_comm_type")} == {
-        "attention": "unfused", "fused_kernels": False, "cp_comm_type": "p2p"}
-    submit_and_expect_error_at(d, cp, "training.cp_comm_type: deepspeed: no 'p2p' context-parallel exchange", "a2a")
+        "attention": "unfused", "fused_kernels": False, "cp_comm_type": "a2a+p2p"}
+    submit_and_expect_error_at(d, cp, "training.cp_comm_type: deepspeed: no 'a2a+p2p' context-parallel exchange", "a2a")
     view_screenshot(css(d, 'fieldset[data-field="training"]'), "form-training-option-error")
 
     # a capacity factor out of range, the options collapsed: the 422 opens them at that input

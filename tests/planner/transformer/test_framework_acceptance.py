@@ -67,8 +67,9 @@ def _plan(body):
 
 def test_every_framework_has_one_rule_table():
     assert set(RULES) == set(FRAMEWORKS)
-    # DeepSpeed alone: Ulysses by default, ring-flash-attn's K/V all-gather as its trainers run it; Megatron-DeepSpeed: Ulysses only
-    assert not rules_for("deepspeed").tensor_parallel and rules_for("deepspeed").cp_exchanges == ("a2a", "allgather")
+    # DeepSpeed alone: Ulysses by default, ring-flash-attn's K/V all-gather and zigzag p2p ring as its trainers run them;
+    # Megatron-DeepSpeed: Ulysses only
+    assert not rules_for("deepspeed").tensor_parallel and rules_for("deepspeed").cp_exchanges == ("a2a", "allgather", "p2p")
     assert rules_for("megatron-deepspeed").cp_exchanges == ("a2a",) and rules_for("fsdp").cp_exchanges == ("allgather", "a2a")
     assert not rules_for("megatron-deepspeed").interleaved_pipeline and not rules_for("deepspeed").interleaved_pipeline
     assert 1 not in rules_for("fsdp").zero_stages and rules_for("fsdp").sharding_with_pipeline
@@ -120,9 +121,11 @@ def test_pinned_rules_and_fp8_recipes():
     assert pinned_rule_violation("deepspeed", {"cp": 4}) is None  # DeepSpeed-Ulysses
     rule = pinned_rule_violation("deepspeed", {"cp": 4, "pp": 2})
     assert rule is not None and rule[0] == "cp" and "Ulysses" in rule[1]
-    with pytest.raises(InvalidInput) as exc:  # Ulysses is an all-to-all: no ring under DeepSpeed
-        training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "deepspeed", "cp_comm_type": "p2p"})
+    with pytest.raises(InvalidInput) as exc:  # Megatron-DeepSpeed's sequence parallelism is Ulysses' all-to-all: no ring
+        training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "megatron-deepspeed", "cp_comm_type": "p2p"})
     assert exc.value.field == "training.cp_comm_type" and "a2a" in str(exc.value)
+    # DeepSpeed's trainers run ring-flash-attn's zigzag ring too (EasyContext, 360-LLaMA-Factory)
+    assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "deepspeed", "cp_comm_type": "p2p"}).cp_exchange == "p2p"
     assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "deepspeed"}).cp_exchange == "a2a"
     assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048, "framework": "fsdp"}).cp_exchange == "allgather"
     assert training_from_dict({"global_batch_size": 8, "sequence_length": 2048}).cp_exchange == "p2p"
