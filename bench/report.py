@@ -10,6 +10,7 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,6 +228,14 @@ def physics() -> str | None:
                    + "; ".join(eight(fw, z, master, rows) for (fw, z, master), rows in by.items())
                    + f" — a byte a moment instead of four; under mixed precision the step moves {mixed['adamw_8bit']['step_bytes_per_param']:.0f} "
                    f"bytes a parameter instead of {mixed['adamw']['step_bytes_per_param']:.0f}.")
+    def grouped(rows: list[dict], key: Callable[[dict], str], row: Callable[[dict], str]) -> str:
+        """Rows grouped by ``key(row)`` in order, each group "key: row; row." (the physics cases
+        whose rows compare one setting across a few layouts)."""
+        groups: dict[str, list[dict]] = {}
+        for r in rows:
+            groups.setdefault(key(r), []).append(r)
+        return " ".join(f"{k}: " + "; ".join(row(r) for r in rs) + "." for k, rs in groups.items())
+
     mu = d.get("muon")
     if mu:
         def muon_row(r: dict) -> str:
@@ -236,10 +245,7 @@ def physics() -> str | None:
                     f"{'' if r['fits'] else ' (does not fit)'}, optimizer {r['breakdown_s'].get('optimizer', 0) * 1e3:.0f} ms, "
                     f"exposed DP sync {r['breakdown_s'].get('dp_comm_exposed', 0) * 1e3:.0f} ms, step {r['step_time_s']:.2f} s")
 
-        by_model: dict[str, list] = {}
-        for r in mu["rows"]:
-            by_model.setdefault(f"{r['model']} on {r['gpus']} H100", []).append(r)
-        out.append(f"* **Muon** ({mu['layout']}): " + " ".join(f"{m}: " + "; ".join(muon_row(r) for r in rows) + "." for m, rows in by_model.items())
+        out.append(f"* **Muon** ({mu['layout']}): " + grouped(mu["rows"], lambda r: f"{r['model']} on {r['gpus']} H100", muon_row)
                    + " One fp32 momentum for the decoder's matrices instead of Adam's two moments; every rank orthogonalises "
                    "every matrix of its shard (five Newton-Schulz iterations) unless the layer-wise optimizer shares them, "
                    "whose gradients are all-reduced and weights all-gathered.")
@@ -249,11 +255,9 @@ def physics() -> str | None:
             return (f"{'inside the backward' if r['optimizer_in_backward'] else 'after the backward'}: gradients {r['gradients_GB']:.1f} GB, "
                     f"peak {r['peak_memory_GB']:.1f} GB{'' if r['fits'] else ' (does not fit)'}, step {r['step_time_s']:.2f} s")
 
-        groups: dict[str, list] = {}
-        for r in ob["rows"]:
-            groups.setdefault(f"{r['model']} on 8 {r['device'].split('-')[0]}{' (pure bf16)' if r['pure_bf16'] else ''}", []).append(r)
         out.append(f"* **Optimizer step inside the backward** ({ob['layout']}): "
-                   + " ".join(f"{g}: " + "; ".join(oib_row(r) for r in rows) + "." for g, rows in groups.items())
+                   + grouped(ob["rows"], lambda r: f"{r['model']} on 8 {r['device'].split('-')[0]}{' (pure bf16)' if r['pure_bf16'] else ''}",
+                             oib_row)
                    + " torchtune's optimizer_in_bwd steps each parameter as its gradient is reduced and frees it, so no "
                    "gradient is held for the step; the step's time is unchanged.")
     dr = d.get("dpo_reference")
@@ -262,11 +266,8 @@ def physics() -> str | None:
             return (f"{'with' if r['reference_model'] else 'without'} the reference: weights {r['weights_GB']:.1f} GB, peak "
                     f"{r['peak_memory_GB']:.1f} GB, compute {r['breakdown_s'].get('compute', 0):.2f} s, step {r['step_time_s']:.2f} s")
 
-        by_fw: dict[str, list] = {}
-        for r in dr["rows"]:
-            by_fw.setdefault(f"{r['framework']} ZeRO-{r['zero_stage']}", []).append(r)
         out.append(f"* **DPO's reference model** ({dr['model']}, {dr['layout']}): "
-                   + " ".join(f"{k}: " + "; ".join(ref_row(r) for r in rows) + "." for k, rows in by_fw.items())
+                   + grouped(dr["rows"], lambda r: f"{r['framework']} ZeRO-{r['zero_stage']}", ref_row)
                    + " The frozen copy adds its weights (sharded as the policy's under full sharding) and one forward a "
                    "micro-batch: about a quarter more step.")
     lo = d.get("lora")

@@ -236,30 +236,21 @@ def refuse_graph_unpriced(training: Training) -> None:
     if field is not None:
         raise InvalidTraining("offload to the host is priced for transformer models (a preset or config.json), not for operator "
                               f"graphs; leave {field} out", field=f"training.{field}")
-    if training.eight_bit_moments:
-        raise InvalidTraining("the 8-bit AdamW is priced for transformer models (a preset or config.json), not for operator graphs; "
-                              "use adam or adamw", field="training.optimizer")
-    if training.reference_model:
-        raise InvalidTraining("the frozen reference model is priced for transformer models (a preset or config.json), not for "
-                              "operator graphs; leave reference_model out", field="training.reference_model")
-    if training.optimizer_in_backward:
-        raise InvalidTraining("the optimizer step inside the backward is priced for transformer models (a preset or config.json), not "
-                              "for operator graphs; leave optimizer_in_backward out", field="training.optimizer_in_backward")
-    if training.muon:
-        raise InvalidTraining("Muon is priced on a transformer's weight matrices (a preset or config.json), not for operator graphs; "
-                              "use adam or adamw", field="training.optimizer")
-    if training.loss_kernel != "unfused":
-        raise InvalidTraining("the fused loss kernels are priced on a transformer's LM head (a preset or config.json), not for "
-                              "operator graphs; leave loss_kernel out", field="training.loss_kernel")
-    if training.pipeline_schedules_per_step > 1:
-        raise InvalidTraining("several pipeline schedules a step are priced for transformer models (a preset or config.json), not for "
-                              "operator graphs; leave pipeline_schedules_per_step out", field="training.pipeline_schedules_per_step")
-    if training.submodule_checkpointing:
-        raise InvalidTraining("checkpointing by submodule is priced on a transformer's decoder layers (a preset or config.json), not "
-                              "for operator graphs; leave submodule_checkpointing out", field="training.submodule_checkpointing")
-    if training.fp8_param_gather:
-        raise InvalidTraining("FP8 weights are priced on a transformer's linear layers (a preset or config.json), not for operator "
-                              "graphs; leave fp8_param_gather out", field="training.fp8_param_gather")
+    # priced on a transformer's layers alone: (asked, what, field, what to do instead), checked in this order
+    on_layers = (
+        (training.eight_bit_moments, "the 8-bit AdamW", "optimizer", "use adam or adamw"),
+        (training.reference_model, "the frozen reference model", "reference_model", ""),
+        (training.optimizer_in_backward, "the optimizer step inside the backward", "optimizer_in_backward", ""),
+        (training.muon, "Muon (on the weight matrices)", "optimizer", "use adam or adamw"),
+        (training.loss_kernel != "unfused", "the fused loss kernels (on the LM head)", "loss_kernel", ""),
+        (training.pipeline_schedules_per_step > 1, "several pipeline schedules a step", "pipeline_schedules_per_step", ""),
+        (training.submodule_checkpointing, "checkpointing by submodule (of the decoder layers)", "submodule_checkpointing", ""),
+        (training.fp8_param_gather, "FP8 weights (of the linear layers)", "fp8_param_gather", ""),
+    )
+    for asked, what, key, instead in on_layers:
+        if asked:
+            raise InvalidTraining(f"{what} is priced for transformer models (a preset or config.json), not for operator graphs; "
+                                  f"{instead or f'leave {key} out'}", field=f"training.{key}")
     if training.microbatch_group_size_per_vp_stage:
         raise InvalidTraining("operator graphs run no interleaved pipeline (vpp 1), so no micro-batch group per virtual stage; "
                               "leave microbatch_group_size_per_vp_stage out", field="training.microbatch_group_size_per_vp_stage")

@@ -485,13 +485,14 @@ def stage_cost(
     if training.optimizer_in_backward:  # each parameter stepped in its post-accumulate-grad hook, its gradient then freed
         grads = np.zeros_like(np.asarray(grads, dtype=float))
     opt = trainable * o_d + trainable_experts * o_e
-    # the embedding and head (the rest of ``dense`` beside the decoder's and the MTP modules' matrices):
-    # Muon's scalar optimizer (Adam) steps them
-    mtp_dense = (model.mtp_params() - model.mtp_routed_expert_params()) / S.tp if has_head else 0.0
-    scalar_params = dense - decoder_dense - mtp_dense
-    adam = replace(training, optimizer="adam")
-    if training.muon:  # their Adam state where the decoder's matrices keep Muon's one momentum
-        opt = opt + scalar_params * (model_state_bytes_per_param(adam, S.zero, shard_dense, S.pp)[2] - o_d)
+    scalar_params: ArrayOrFloat = 0.0
+    if training.muon:
+        # the embedding and head (the rest of ``dense`` beside the decoder's and the MTP modules'
+        # matrices): Muon's scalar optimizer (Adam) steps them and keeps their Adam state
+        mtp_dense = (model.mtp_params() - model.mtp_routed_expert_params()) / S.tp if has_head else 0.0
+        scalar_params = dense - decoder_dense - mtp_dense
+        scalar_training = replace(training, optimizer="adam")
+        opt = opt + scalar_params * (model_state_bytes_per_param(scalar_training, S.zero, shard_dense, S.pp)[2] - o_d)
     # offload to the host (layer_cost.offloaded_state_bytes_per_param): the host's share of the
     # (partitioned) state; the expert weights counted as dense ones of the same shard, for the copies
     # (LoRA: the adapters' state; under cpu_offload the frozen base's shard goes to the host too)
@@ -623,14 +624,14 @@ def stage_cost(
     if training.frozen_base:  # LoRA: the adapters' A and B alone are stepped and accumulated
         tensors = n_decoder * adapter_tensors_per_layer(model, training)
         expert_tensors = n_decoder * expert_adapter_tensors_per_layer(model, training, S.ep)
-    stepped = trainable - scalar_params if training.muon else trainable  # by the optimizer asked for (Muon: the matrices)
+    stepped = trainable - scalar_params  # by the optimizer asked for (Muon: the matrices)
     optimizer = optimizer_step_s(stepped + trainable_experts, training, dc.device, S, tensors)
     if model.is_moe:  # the experts' optimizer state is sharded over EDP, not dp·cp
         optimizer = optimizer_step_s(stepped, training, dc.device, S, tensors) + optimizer_step_s(
             trainable_experts, training, dc.device, S, expert_tensors,
             shard=np.where(optimizer_state_partitioned(training, S.zero, S.pp), shard_exp, 1.0))
     if training.muon:  # the embedding and head stepped by Adam; the matrices' Newton-Schulz iterations (transformer.muon)
-        optimizer = optimizer + optimizer_step_s(scalar_params, adam, dc.device, S) + orthogonalize_s(
+        optimizer = optimizer + optimizer_step_s(scalar_params, scalar_training, dc.device, S) + orthogonalize_s(
             model, S, dc.device, n, np.where(S.zero == 1, shard_dense, 1.0), np.where(S.zero == 1, shard_exp, 1.0))
     # DeepSpeed's engine accumulates each micro-batch's gradients in a separate pass after its
     # backward, on the compute stream (reported as compute, like the layers' other memory-bound work).
