@@ -391,7 +391,7 @@ def acceptance() -> str | None:
             "examples, Megatron-Bridge's Qwen3-MoE and Kimi K2 presets, open-instruct, OpenRLHF, ERNIE-4.5's pre-training configs, Firefly, "
             "NeMo Automodel's benchmark configs, slime's GRPO actors, torchtitan's B200 presets, GLM-4, Yi, FlagPerf's A800 runs, "
             "PEFT's FSDP examples, DGX Cloud's Nemotron-4 recipes, Pythia's GPT-NeoX configs, OLMoE, EasyContext and "
-            "360-LLaMA-Factory's ring attention, ArcticTraining's ALST, "
+            "360-LLaMA-Factory's ring attention, ArcticTraining's ALST, XTuner, OpenChat, "
             "and offloading layouts of DeepSpeedExamples, "
             f"ms-swift, slime and axolotl's gpt-oss examples; {len(rc['frameworks'])} frameworks — configurations "
             f"only, estimated as stated): **{rc['runs_accepted']}/{rc['runs']} accepted** ({rc['runs_tight']} flagged memory-tight: many "
