@@ -1371,21 +1371,22 @@ def muon_violation(framework: str, optimizer: str, lora_rank: int, dtype: str = 
     return None
 
 
-def muon_zero_violation(optimizer: str, zero_stage: int | None, partial: bool = False) -> str | None:
-    """Reason when Muon is asked for at a sharding stage Megatron-Core does not run it at, else
-    None: without the distributed optimizer (zero_stage 0) or with its layer-wise distributed
-    optimizer (zero_stage 1, ``--optimizer dist_muon``: each rank steps whole matrices, over the
-    whole data-parallel group — ``partial``, a ``dp_shard`` below dp, has no Muon counterpart of
-    ``--num-distributed-optimizer-instances``); Megatron-FSDP's sharded gradients and weights
-    (2, 3) split matrices across ranks."""
+def muon_layout_violation(optimizer: str, zero_stage: int | None, partial: bool = False) -> tuple[str, str] | None:
+    """(strategy field, reason) when Muon is asked for in a sharding layout Megatron-Core does not
+    run it in, else None (``None`` for a stage not fixed yet): without the distributed optimizer
+    (zero_stage 0) or with its layer-wise distributed optimizer (zero_stage 1, ``--optimizer
+    dist_muon``: each rank steps whole matrices, over the whole data-parallel group — ``partial``,
+    a ``dp_shard`` below dp, has no Muon counterpart of ``--num-distributed-optimizer-instances``);
+    Megatron-FSDP's sharded gradients and weights (2, 3) split matrices across ranks."""
     if optimizer != MUON or zero_stage is None:
         return None
     if zero_stage >= 2:
-        return (f"Megatron-Core's Muon steps whole weight matrices: without the distributed optimizer (zero_stage 0) or with its "
-                f"layer-wise distributed optimizer (zero_stage 1), not under Megatron-FSDP's sharded weights (got zero_stage {zero_stage})")
+        return "zero_stage", (f"Megatron-Core's Muon steps whole weight matrices: without the distributed optimizer (zero_stage 0) or "
+                              f"with its layer-wise distributed optimizer (zero_stage 1), not under Megatron-FSDP's sharded weights "
+                              f"(got zero_stage {zero_stage})")
     if partial:
-        return ("Megatron-Core's layer-wise distributed Muon shares the matrices over the whole data-parallel group: leave "
-                "dp_shard out (partial sharding is the Adam distributed optimizer's --num-distributed-optimizer-instances)")
+        return "dp_shard", ("Megatron-Core's layer-wise distributed Muon shares the matrices over the whole data-parallel group: leave "
+                            "dp_shard out (partial sharding is the Adam distributed optimizer's --num-distributed-optimizer-instances)")
     return None
 
 
@@ -1789,7 +1790,7 @@ __all__ = [
     "optimizer_in_backward_violation",
     "reference_model_violation",
     "optimizer_in_backward_layout_violation",
-    "muon_zero_violation",
+    "muon_layout_violation",
     "LORA_MODULES",
     "LORA_BASE_DTYPES",
     "LOSS_KERNELS",

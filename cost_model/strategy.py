@@ -29,7 +29,7 @@ from cost_model.frameworks import (
     kv_heads_violation,
     layout_rule_violation,
     moe_overlap_layout_violation,
-    muon_zero_violation,
+    muon_layout_violation,
     offload_layout_violation,
     optimizer_in_backward_layout_violation,
     precision_aware_zero_violation,
@@ -563,13 +563,12 @@ def validate_strategy(model: TransformerSpec, training: Training, strategy: Stra
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     why = (precision_aware_zero_violation(training.precision_aware_optimizer, s.zero_stage)
-           or fp8_param_gather_zero_violation(training.fp8_param_gather, s.zero_stage)
-           or muon_zero_violation(training.optimizer, s.zero_stage))
+           or fp8_param_gather_zero_violation(training.fp8_param_gather, s.zero_stage))
     if why is not None:
         raise InvalidStrategy(why, field=f"{f}.zero_stage")
-    why = muon_zero_violation(training.optimizer, s.zero_stage, partial=0 < s.dp_shard < s.dp)
-    if why is not None:
-        raise InvalidStrategy(why, field=f"{f}.dp_shard")
+    rule = muon_layout_violation(training.optimizer, s.zero_stage, partial=0 < s.dp_shard < s.dp)
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"{f}.{rule[0]}")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload, s.zero_stage, s.pp,
                                             training.activation_offloading, s.recompute)
     if offload_rule is not None:

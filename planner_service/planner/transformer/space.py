@@ -48,7 +48,7 @@ from cost_model.frameworks import (
     interleaved_microbatches_violation,
     interleaved_schedule_violation,
     kv_heads_violation,
-    muon_zero_violation,
+    muon_layout_violation,
     offload_layout_violation,
     one_rank_sharding_note,
     optimizer_in_backward_layout_violation,
@@ -139,10 +139,14 @@ def check_pins(model: TransformerSpec, training: Training, pins: Mapping[str, An
     if rule is not None:
         raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     why = (precision_aware_zero_violation(training.precision_aware_optimizer, pins.get("zero_stage"))
-           or fp8_param_gather_zero_violation(training.fp8_param_gather, pins.get("zero_stage"))
-           or muon_zero_violation(training.optimizer, pins.get("zero_stage")))
+           or fp8_param_gather_zero_violation(training.fp8_param_gather, pins.get("zero_stage")))
     if why is not None:
         raise InvalidStrategy(why, field="constraints.zero_stage")
+    shard, dp = pins.get("dp_shard") or 0, pins.get("dp")
+    rule = muon_layout_violation(training.optimizer, pins.get("zero_stage", 1 if shard else None),
+                                 partial=bool(shard) and (dp is None or shard < dp))
+    if rule is not None:
+        raise InvalidStrategy(rule[1], field=f"constraints.{rule[0]}")
     offload_rule = offload_layout_violation(training.framework, training.optimizer_offload_fraction, training.cpu_offload,
                                             pins.get("zero_stage"), pins.get("pp"), training.activation_offloading, pins.get("recompute"))
     if offload_rule is not None:
@@ -440,7 +444,7 @@ def enumerate_space(
             stages = [1]
         if training.fp8_param_gather:  # a sharded optimizer (fp8_param_gather_zero_violation)
             stages = [z for z in stages if z >= 1]
-        if training.muon:  # whole matrices a rank (muon_zero_violation); stage 0 competes: the
+        if training.muon:  # whole matrices a rank (muon_layout_violation); stage 0 competes: the
             # layer-wise optimizer all-reduces the gradients and all-gathers the weights (more traffic)
             stages = [0, 1]
         # the stages the request's offload runs at (offload_layout_violation)
@@ -546,7 +550,7 @@ def _partial_sharding(model: TransformerSpec, training: Training, cols: dict[str
     dp_shard = gpus_per_node/(tp·cp), the state replicated across nodes — beside full sharding:
     neither dominates (HSDP keeps the per-micro-batch gathers on NVLink and their latency
     flat in dp, full sharding holds dp/dp_shard times less state and syncs no replicas)."""
-    # Muon's layer-wise optimizer owns whole matrices over the whole group (muon_zero_violation): none
+    # Muon's layer-wise optimizer owns whole matrices over the whole group (muon_layout_violation): none
     allowed = () if training.muon else rules_for(training.framework).partial_sharding_stages
     partial = np.isin(cols["zero"], np.array(allowed or (-1,)))
     dp = cols["dp"]

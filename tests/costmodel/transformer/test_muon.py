@@ -164,6 +164,8 @@ def test_the_planner_plans_with_it_and_megatron_takes_the_launch(client):
         assert args.optimizer == name and "--use-distributed-optimizer" not in words
     refused = client.post("/v1/plans", json={**req, "constraints": {"zero_stage": 3}})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "constraints.zero_stage", refused.text
+    partial = client.post("/v1/plans", json={**req, "constraints": {"dp": 16, "dp_shard": 8}})
+    assert partial.status_code == 422 and partial.json()["error"]["field"] == "constraints.dp_shard", partial.text
 
 
 def test_the_cli_estimates_with_it(cli, tmp_path):
