@@ -1254,6 +1254,12 @@ def priced_by(setting: str, sep: str = " and ") -> str:
     return sep.join(dict.fromkeys(getattr(x, setting) for x in RULES.values() if getattr(x, setting)))
 
 
+def priced_by_name(setting: str) -> str:
+    """Each framework that prices a setting (a :class:`FrameworkRules` text field), with its own
+    name for it: "name (its terms)", for a refusal to say where it runs."""
+    return " and ".join(f"{x.name} ({getattr(x, setting)})" for x in RULES.values() if getattr(x, setting))
+
+
 def steps_on_the_host(r: FrameworkRules, optimizer: str) -> bool:
     """Whether the framework's offload steps ``optimizer`` on the host: Adam (CPU Adam, PyTorch's
     CPU AdamW), or the 8-bit AdamW where its trainers keep it as the client optimizer
@@ -1340,8 +1346,7 @@ def eight_bit_adam_violation(framework: str, optimizer: str, cpu_offload: bool, 
         return None
     r = rules_for(framework)
     if not r.eight_bit_adam:
-        where = " and ".join(f"{x.name} ({x.eight_bit_adam})" for x in RULES.values() if x.eight_bit_adam)
-        return f"{framework}: {UNPRICED_EIGHT_BIT.get(framework, 'no 8-bit AdamW')}; adamw_8bit is priced for {where}"
+        return f"{framework}: {UNPRICED_EIGHT_BIT.get(framework, 'no 8-bit AdamW')}; adamw_8bit is priced for {priced_by_name('eight_bit_adam')}"
     if (cpu_offload or optimizer_offload_fraction > 0.0) and not steps_on_the_host(r, optimizer):
         return ("the 8-bit AdamW steps its quantised state with GPU kernels; with the state on the host "
                 "(cpu_offload, optimizer_offload_fraction) use adam or adamw")
@@ -1362,8 +1367,7 @@ def muon_violation(framework: str, optimizer: str, lora_rank: int, dtype: str = 
     if optimizer != MUON:
         return None
     if not rules_for(framework).muon:
-        where = " and ".join(f"{x.name} ({x.muon})" for x in RULES.values() if x.muon)
-        return f"{framework}: no Muon optimizer the cost model prices; muon is priced for {where}"
+        return f"{framework}: no Muon optimizer the cost model prices; muon is priced for {priced_by_name('muon')}"
     if lora_rank:
         return "Muon orthogonalises whole weight matrices' updates; with LoRA (lora_rank) use adam or adamw"
     if dtype == "fp16":
