@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cost_model.devices import DTYPES
+from cost_model.training import OPTIMIZERS
 from planner_service.exporters import TARGETS
 
 EXAMPLE_CLUSTER: dict[str, Any] = {
@@ -105,7 +107,8 @@ class PlanCreate(_Strict):
         json_schema_extra={"examples": [{"preset": "llama3-70b"}]},
     )
     training: dict[str, Any] = Field(
-        description="global_batch_size (sequences), sequence_length, dtype (bf16|fp16|fp32|fp8|fp4), optimizer (adam|adamw|sgd), attention, total_tokens.",
+        description=(f"global_batch_size (sequences), sequence_length, dtype ({'|'.join(DTYPES)}), optimizer ({'|'.join(OPTIMIZERS)}), "
+                     "framework, attention, total_tokens, and the framework settings of README 'The contract (v1)'."),
         json_schema_extra={"examples": [EXAMPLE_TRAINING]},
     )
     cluster: dict[str, Any] | str = Field(
